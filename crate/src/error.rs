@@ -1,0 +1,73 @@
+//! One error type for the whole engine. Every fallible public function returns `Result<T>`;
+//! each variant names the problem so that a user (or the npm package, through `code()`) can act on it.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// The bytes are not a GGUF file we can read: wrong magic, unsupported version, truncated, or inconsistent.
+    Gguf(String),
+    /// A tensor type this engine does not implement (ggml type id and name if known).
+    UnsupportedTensorType { tensor: String, type_id: u32 },
+    /// `general.architecture` names a model family we do not run.
+    UnsupportedArchitecture(String),
+    /// The model lacks a tensor or metadata key it needs, or one has the wrong shape.
+    Model(String),
+    /// Tokenizer metadata is missing or inconsistent.
+    Tokenizer(String),
+    /// The chat template is missing or failed to render.
+    ChatTemplate(String),
+    /// A token id outside `0..vocab_size`.
+    TokenOutOfRange { id: u32, vocab_size: usize },
+    /// The prompt plus generation does not fit in the context window.
+    ContextOverflow { needed: usize, context: usize },
+    /// A request option is out of range.
+    InvalidArgument(String),
+    /// An I/O error (native only), with the path.
+    Io(String),
+}
+
+impl Error {
+    /// A stable, machine-readable code (used as `error.code` in JavaScript).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Gguf(_) => "E_GGUF",
+            Error::UnsupportedTensorType { .. } => "E_UNSUPPORTED_TENSOR_TYPE",
+            Error::UnsupportedArchitecture(_) => "E_UNSUPPORTED_ARCH",
+            Error::Model(_) => "E_MODEL",
+            Error::Tokenizer(_) => "E_TOKENIZER",
+            Error::ChatTemplate(_) => "E_CHAT_TEMPLATE",
+            Error::TokenOutOfRange { .. } => "E_TOKEN_OUT_OF_RANGE",
+            Error::ContextOverflow { .. } => "E_CONTEXT_OVERFLOW",
+            Error::InvalidArgument(_) => "E_INVALID_ARGUMENT",
+            Error::Io(_) => "E_IO",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Gguf(m) => write!(f, "invalid GGUF: {m}"),
+            Error::UnsupportedTensorType { tensor, type_id } => {
+                write!(f, "tensor '{tensor}' has unsupported ggml type {type_id}")
+            }
+            Error::UnsupportedArchitecture(a) => write!(f, "unsupported model architecture '{a}'"),
+            Error::Model(m) => write!(f, "model: {m}"),
+            Error::Tokenizer(m) => write!(f, "tokenizer: {m}"),
+            Error::ChatTemplate(m) => write!(f, "chat template: {m}"),
+            Error::TokenOutOfRange { id, vocab_size } => {
+                write!(f, "token id {id} is out of range (vocabulary has {vocab_size} tokens)")
+            }
+            Error::ContextOverflow { needed, context } => {
+                write!(f, "{needed} tokens do not fit in the context window of {context}")
+            }
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Io(m) => write!(f, "i/o: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

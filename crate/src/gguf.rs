@@ -1,0 +1,379 @@
+//! GGUF reader (versions 2 and 3): header, metadata, tensor table.
+//!
+//! Parsing borrows the file's bytes and copies only metadata; tensor data is never touched here.
+//! `TensorInfo::offset` is absolute into the same bytes, so weights are used in place later.
+//! Every count and length is checked against the bytes that remain before anything is allocated,
+//! so a hostile header cannot make us reserve gigabytes or read out of bounds.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+use crate::quant::GgmlType;
+
+const MAGIC: u32 = 0x4655_4747; // "GGUF" read as little-endian u32
+const DEFAULT_ALIGNMENT: u64 = 32;
+const MAX_ARRAY_DEPTH: usize = 8;
+const MAX_DIMS: usize = 4;
+
+/// A metadata value, as typed in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(Vec<Value>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Value {
+    /// Any integer type that fits in u64 (negative values give None).
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v as u64),
+            Value::U16(v) => Some(v as u64),
+            Value::U32(v) => Some(v as u64),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I8(v) => Some(v as i64),
+            Value::I16(v) => Some(v as i64),
+            Value::I32(v) => Some(v as i64),
+            Value::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+    pub fn as_f32(&self) -> Option<f32> {
+        match *self {
+            Value::F32(v) => Some(v),
+            Value::F64(v) => Some(v as f32),
+            _ => self.as_i64().map(|v| v as f32),
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of the tensor table. `dims[0]` is the innermost (contiguous) dimension, as in ggml.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub ty: GgmlType,
+    /// Absolute byte offset of the tensor's data in the file.
+    pub offset: usize,
+    /// Size of the tensor's data in bytes.
+    pub size: usize,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// A parsed GGUF header. The bytes it describes stay with the caller.
+#[derive(Debug, Clone)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: BTreeMap<String, Value>,
+    pub tensors: Vec<TensorInfo>,
+    pub alignment: usize,
+    /// Absolute offset of the tensor data section.
+    pub data_offset: usize,
+}
+
+impl Gguf {
+    /// Parse the header of a GGUF file held in `bytes` (the whole file).
+    pub fn parse(bytes: &[u8]) -> Result<Gguf> {
+        let mut r = Reader { bytes, pos: 0 };
+        let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
+        if magic != MAGIC {
+            if magic.swap_bytes() == MAGIC {
+                return Err(err("big-endian GGUF files are not supported"));
+            }
+            return Err(err(format!("bad magic 0x{magic:08x}: not a GGUF file")));
+        }
+        let version = r.u32()?;
+        if version != 2 && version != 3 {
+            let v = if version.swap_bytes() == 2 || version.swap_bytes() == 3 { version.swap_bytes() } else { version };
+            return Err(err(format!("unsupported GGUF version {v} (supported: 2, 3)")));
+        }
+        let n_tensors = r.u64()?;
+        let n_kv = r.u64()?;
+        // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at least 8+4+8+4+8.
+        r.check_count(n_kv, 13, "metadata entries")?;
+        r.check_count(n_tensors, 32, "tensors")?;
+
+        let mut metadata = BTreeMap::new();
+        for _ in 0..n_kv {
+            let key = r.string()?;
+            let ty = r.u32()?;
+            let value = r.value(ty, 0).map_err(|e| prefix(e, &key))?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(err(format!("duplicate metadata key '{key}'")));
+            }
+        }
+
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => match v.as_u64() {
+                Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
+                _ => return Err(err(format!("general.alignment {v:?} is not a power of two"))),
+            },
+        } as usize;
+
+        let mut raw = Vec::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = r.string()?;
+            let n_dims = r.u32()? as usize;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(err(format!("tensor '{name}' has {n_dims} dimensions (1..={MAX_DIMS} allowed)")));
+            }
+            let mut dims = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                let d = r.u64()?;
+                if d == 0 || d > (1 << 40) {
+                    return Err(err(format!("tensor '{name}' has dimension {d}")));
+                }
+                dims.push(d as usize);
+            }
+            let type_id = r.u32()?;
+            let offset = r.u64()?;
+            raw.push((name, dims, type_id, offset));
+        }
+
+        let data_offset = align_up(r.pos, alignment);
+        if data_offset > bytes.len() && !raw.is_empty() {
+            return Err(err(format!(
+                "truncated: tensor data should start at byte {data_offset} but the file has {} bytes",
+                bytes.len()
+            )));
+        }
+
+        let mut tensors = Vec::with_capacity(raw.len());
+        let mut names = std::collections::HashSet::new();
+        for (name, dims, type_id, rel) in raw {
+            if !names.insert(name.clone()) {
+                return Err(err(format!("duplicate tensor name '{name}'")));
+            }
+            let ty = GgmlType::from_id(type_id)
+                .ok_or_else(|| Error::UnsupportedTensorType { tensor: name.clone(), type_id })?;
+            let n: usize = dims
+                .iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .ok_or_else(|| err(format!("tensor '{name}' has too many elements")))?;
+            if dims[0] % ty.block_size() != 0 {
+                return Err(err(format!(
+                    "tensor '{name}': row length {} is not a multiple of the {} block size {}",
+                    dims[0],
+                    ty.name(),
+                    ty.block_size()
+                )));
+            }
+            let size = n / ty.block_size() * ty.block_bytes();
+            if rel % alignment as u64 != 0 {
+                return Err(err(format!("tensor '{name}' offset {rel} is not aligned to {alignment}")));
+            }
+            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= bytes.len() as u64);
+            let end = offset.and_then(|o| o.checked_add(size as u64));
+            match (offset, end) {
+                (Some(o), Some(e)) if e <= bytes.len() as u64 => {
+                    tensors.push(TensorInfo { name, dims, ty, offset: o as usize, size })
+                }
+                _ => {
+                    return Err(err(format!(
+                        "tensor '{name}' ({} bytes at data offset {rel}) runs past the end of the file ({} bytes): truncated?",
+                        size,
+                        bytes.len()
+                    )))
+                }
+            }
+        }
+
+        Ok(Gguf { version, metadata, tensors, alignment, data_offset })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get(key).and_then(Value::as_u64)
+    }
+
+    pub fn get_f32(&self, key: &str) -> Option<f32> {
+        self.get(key).and_then(Value::as_f32)
+    }
+
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        self.get(key).and_then(Value::as_bool)
+    }
+
+    /// An array of strings (e.g. `tokenizer.ggml.tokens`).
+    pub fn get_str_array(&self, key: &str) -> Option<Vec<&str>> {
+        self.get(key)?.as_array()?.iter().map(Value::as_str).collect()
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+            .ok_or_else(|| Error::Model("metadata key general.architecture is missing".into()))
+    }
+}
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::Gguf(msg.into())
+}
+
+fn prefix(e: Error, key: &str) -> Error {
+    match e {
+        Error::Gguf(m) => Error::Gguf(format!("metadata '{key}': {m}")),
+        other => other,
+    }
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(err(format!(
+                "truncated: needed {n} bytes at offset {} but only {} remain",
+                self.pos,
+                self.remaining()
+            )));
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("take returned N bytes"))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// Refuse a count whose items could not fit in the remaining bytes, before allocating for it.
+    fn check_count(&self, count: u64, min_item_bytes: usize, what: &str) -> Result<()> {
+        if count > (self.remaining() / min_item_bytes.max(1)) as u64 {
+            return Err(err(format!(
+                "{count} {what} cannot fit in the {} bytes that remain at offset {}",
+                self.remaining(),
+                self.pos
+            )));
+        }
+        Ok(())
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let len = self.u64()?;
+        if len > self.remaining() as u64 {
+            return Err(err(format!(
+                "string of length {len} at offset {} runs past the end of the file",
+                self.pos - 8
+            )));
+        }
+        let b = self.take(len as usize)?;
+        // llama.cpp accepts invalid UTF-8 in token strings; keep the bytes readable rather than failing the file.
+        Ok(String::from_utf8_lossy(b).into_owned())
+    }
+
+    fn value(&mut self, ty: u32, depth: usize) -> Result<Value> {
+        Ok(match ty {
+            0 => Value::U8(self.array::<1>()?[0]),
+            1 => Value::I8(self.array::<1>()?[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(self.array()?)),
+            3 => Value::I16(i16::from_le_bytes(self.array()?)),
+            4 => Value::U32(self.u32()?),
+            5 => Value::I32(i32::from_le_bytes(self.array()?)),
+            6 => Value::F32(f32::from_le_bytes(self.array()?)),
+            7 => match self.array::<1>()?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(err(format!("bool value {b} is neither 0 nor 1"))),
+            },
+            8 => Value::String(self.string()?),
+            9 => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(err(format!("arrays nested deeper than {MAX_ARRAY_DEPTH}")));
+                }
+                let elem_ty = self.u32()?;
+                let n = self.u64()?;
+                let min = match elem_ty {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    8 | 10..=12 => 8,
+                    9 => 12,
+                    t => return Err(err(format!("unknown metadata value type {t}"))),
+                };
+                self.check_count(n, min, "array elements")?;
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(self.value(elem_ty, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(i64::from_le_bytes(self.array()?)),
+            12 => Value::F64(f64::from_le_bytes(self.array()?)),
+            t => return Err(err(format!("unknown metadata value type {t}"))),
+        })
+    }
+}

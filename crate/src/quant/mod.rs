@@ -1,0 +1,182 @@
+//! Quantized tensor formats, exactly as ggml lays them out, and the kernels that use them in place.
+//!
+//! Each GGUF type is one block struct implementing [`QuantBlock`] (one file per format family).
+//! A block is `#[repr(C)]` with alignment 1, so a tensor's bytes from the file are viewed as `&[Block]`
+//! without copying. Activations are quantized once per matmul into the format the weight type is
+//! dotted against (ggml's "vec_dot_type": Q8_0, Q8_1 or Q8_K; plain f32 for float weights), see [`act`].
+//!
+//! Every block type has a plain scalar reference (`vec_dot_ref`) and an optimized `vec_dot` that picks
+//! the best instruction set available (AVX2 on x86_64 at run time, simd128 on wasm32, NEON on aarch64).
+//! Tests check that the two agree on random blocks.
+
+pub mod act;
+mod float;
+mod k_quants;
+mod legacy;
+
+pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
+pub use float::{BlockBF16, BlockF16, BlockF32};
+pub use k_quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+
+/// The GGUF tensor types this engine reads. Discriminants are ggml's type ids.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum GgmlType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    BF16 = 30,
+}
+
+/// Calls `$body` with `$B` bound to the block struct of `$ty`.
+macro_rules! with_block {
+    ($ty:expr, $B:ident => $body:expr) => {
+        match $ty {
+            GgmlType::F32 => { type $B = BlockF32; $body }
+            GgmlType::F16 => { type $B = BlockF16; $body }
+            GgmlType::BF16 => { type $B = BlockBF16; $body }
+            GgmlType::Q4_0 => { type $B = BlockQ4_0; $body }
+            GgmlType::Q4_1 => { type $B = BlockQ4_1; $body }
+            GgmlType::Q5_0 => { type $B = BlockQ5_0; $body }
+            GgmlType::Q5_1 => { type $B = BlockQ5_1; $body }
+            GgmlType::Q8_0 => { type $B = BlockQ8_0; $body }
+            GgmlType::Q2_K => { type $B = BlockQ2K; $body }
+            GgmlType::Q3_K => { type $B = BlockQ3K; $body }
+            GgmlType::Q4_K => { type $B = BlockQ4K; $body }
+            GgmlType::Q5_K => { type $B = BlockQ5K; $body }
+            GgmlType::Q6_K => { type $B = BlockQ6K; $body }
+        }
+    };
+}
+
+impl GgmlType {
+    pub const ALL: [GgmlType; 13] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        GgmlType::ALL.into_iter().find(|t| *t as u32 == id)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::BF16 => "BF16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
+            GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q2_K => "Q2_K",
+            GgmlType::Q3_K => "Q3_K",
+            GgmlType::Q4_K => "Q4_K",
+            GgmlType::Q5_K => "Q5_K",
+            GgmlType::Q6_K => "Q6_K",
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_size(self) -> usize {
+        with_block!(self, B => B::ELEMS)
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        with_block!(self, B => std::mem::size_of::<B>())
+    }
+
+    /// Bytes of one row of `n` elements (`n` must be a multiple of the block size).
+    pub fn row_bytes(self, n: usize) -> usize {
+        n / self.block_size() * self.block_bytes()
+    }
+
+    /// The activation format this weight type is dotted against.
+    pub fn act_kind(self) -> ActKind {
+        with_block!(self, B => B::ACT)
+    }
+}
+
+/// One GGUF block format.
+pub trait QuantBlock: Copy + 'static {
+    /// Elements per block.
+    const ELEMS: usize;
+    /// The activation format `vec_dot` takes.
+    const ACT: ActKind;
+    /// The activation block type (`f32` for float weights, else a Q8 block of `ACT`).
+    type Act: Copy + 'static;
+
+    /// `blocks.len() * ELEMS` values into `out`.
+    fn dequantize(blocks: &[Self], out: &mut [f32]);
+    /// Reference quantizer (as ggml's `quantize_row_*_ref`): `x.len() == out.len() * ELEMS`.
+    fn quantize(x: &[f32], out: &mut [Self]);
+    /// Plain scalar dot product of a weight row with an activation row: the reference for `vec_dot`.
+    fn vec_dot_ref(w: &[Self], a: &[Self::Act]) -> f32;
+    /// The fastest dot product this machine supports; equals `vec_dot_ref` up to float rounding.
+    fn vec_dot(w: &[Self], a: &[Self::Act]) -> f32 {
+        Self::vec_dot_ref(w, a)
+    }
+}
+
+/// View raw tensor bytes as blocks, in place. Blocks have alignment 1 (checked at compile time
+/// by each block file), so any byte offset is valid.
+pub fn as_blocks<B: QuantBlock>(bytes: &[u8]) -> &[B] {
+    assert_eq!(std::mem::align_of::<B>(), 1, "block structs must have alignment 1");
+    let n = bytes.len() / std::mem::size_of::<B>();
+    debug_assert_eq!(bytes.len(), n * std::mem::size_of::<B>());
+    // SAFETY: B is repr(C), alignment 1, valid for every bit pattern (made of byte arrays), and
+    // `n * size_of::<B>()` bytes are in bounds.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const B, n) }
+}
+
+/// Mutable view of bytes as blocks (for the reference quantizers).
+pub fn as_blocks_mut<B: QuantBlock>(bytes: &mut [u8]) -> &mut [B] {
+    assert_eq!(std::mem::align_of::<B>(), 1, "block structs must have alignment 1");
+    let n = bytes.len() / std::mem::size_of::<B>();
+    // SAFETY: as in `as_blocks`, and the borrow is unique.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut B, n) }
+}
+
+/// Dequantize one row (or any whole number of blocks) of type `ty`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
+    with_block!(ty, B => B::dequantize(as_blocks::<B>(src), out))
+}
+
+/// Quantize `x` into `out` with ggml's reference quantizer for `ty` (used to write test models).
+pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) {
+    with_block!(ty, B => B::quantize(x, as_blocks_mut::<B>(out)))
+}
+
+/// Dot product of one weight row (raw bytes of type `ty`) with one activation row.
+/// Panics if the activation kind does not match `ty.act_kind()`: that is a bug in the caller.
+pub fn vec_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
+    with_block!(ty, B => B::vec_dot(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))
+}
+
+/// The scalar reference of [`vec_dot`].
+pub fn vec_dot_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
+    with_block!(ty, B => B::vec_dot_ref(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything the build, tests and benches need on a fresh Debian 12 machine.
+# Each step is skipped when its result is already present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WASM_BINDGEN_VERSION=0.2.130
+
+step() { echo "== setup: $*" >&2; }
+
+for tc in stable nightly; do
+  if rustup toolchain list | grep -q "^$tc" && ! rustup +$tc target list --installed | grep -q wasm32-unknown-unknown; then
+    step "rustup target add wasm32-unknown-unknown ($tc)"
+    rustup +$tc target add wasm32-unknown-unknown >&2
+  fi
+done
+
+if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
+  step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (about 5 minutes)"
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
+fi
+
+# Python tools that write the small test models (llama.cpp's own `gguf` writer, real tokenizer trainers).
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gguf, numpy, sentencepiece, tokenizers" 2>/dev/null; then
+  step "python venv with gguf, numpy, sentencepiece, tokenizers"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check gguf==0.17.1 numpy sentencepiece tokenizers >&2
+fi
+
+scripts/fetch-model.sh >/dev/null
