@@ -3,6 +3,7 @@
 //! The modules follow the data flow: bytes -> [`gguf`] -> [`model`] weights -> forward -> logits
 //! -> [`sampler`] -> tokens -> [`tokenizer`] -> text. [`generate`] ties them into a streaming session.
 
+pub mod chat_template;
 pub mod error;
 pub mod gguf;
 pub mod quant;
