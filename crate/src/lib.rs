@@ -7,5 +7,6 @@ pub mod chat_template;
 pub mod error;
 pub mod gguf;
 pub mod quant;
+pub mod sampler;
 
 pub use error::{Error, Result};
