@@ -8,5 +8,6 @@ pub mod error;
 pub mod gguf;
 pub mod quant;
 pub mod sampler;
+pub mod stop;
 
 pub use error::{Error, Result};
