@@ -9,5 +9,6 @@ pub mod gguf;
 pub mod quant;
 pub mod sampler;
 pub mod stop;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
