@@ -255,6 +255,22 @@ impl Sampler {
     }
 }
 
+/// The `k` most likely ids with their softmax probabilities at temperature 1 (computed in f64),
+/// most likely first, lowest id first on ties. Used for teacher-forced scoring.
+pub fn top_k_probs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(idx.len());
+    let cmp = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if k > 0 && k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, cmp);
+    }
+    idx.truncate(k);
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| (i, (logits[i as usize] as f64 - max).exp() / sum)).collect()
+}
+
 /// xoshiro256** (Blackman & Vigna), seeded through SplitMix64 as its authors recommend.
 /// Pure integer arithmetic, so the sequence is the same on every platform.
 #[derive(Clone, Debug)]
