@@ -14,6 +14,13 @@ mod float;
 mod k_quants;
 mod legacy;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "aarch64")]
+mod neon_k;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128_k;
+
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
 pub use k_quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
