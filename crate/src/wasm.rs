@@ -170,6 +170,9 @@ pub struct Engine {
 fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
     let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx }; // as Session::with_options
+    if n_ctx > c.context_length {
+        return Ok(()); // Session::with_options names this error
+    }
     let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
     let bytes = kv.saturating_add(64 * c.vocab_size * 4).saturating_add(16 << 20);
     let mut probe: Vec<u8> = Vec::new();

@@ -128,9 +128,9 @@ export class LLM {
       if (opened.total !== undefined && loaded !== opened.total) {
         throw new RuvllmError('E_IO', `the source ended after ${loaded} of ${opened.total} bytes`);
       }
-      const engine = engineCall(() => new Engine(buffer!, contextSize)); // consumes the buffer
-      buffer = undefined;
-      return new LLM(engine);
+      const bytes = buffer;
+      buffer = undefined; // the engine consumes it, even when it fails
+      return new LLM(engineCall(() => new Engine(bytes, contextSize)));
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
