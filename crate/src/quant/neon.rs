@@ -3,12 +3,13 @@
 //! The quantized dots unpack a block's 32 weights to signed bytes and sum the byte products into
 //! i32x4: with `sdot` where the CPU has the dotprod extension (checked at run time), else with widening
 //! multiplies. Each block's sums are converted to f32 and scaled into an f32x4 accumulator with FMA.
-//! `sdot` is written as inline assembly because its intrinsic (`vdotq_s32`) is not stable Rust yet.
+//! A block's f16 scales are converted together, in one vector.
+//! `sdot` and `fcvtl` are written as inline assembly: their intrinsics are not stable Rust yet.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::act::{f16_to_f32, BlockQ8_0, BlockQ8_1};
+use super::act::{BlockQ8_0, BlockQ8_1};
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -79,15 +80,40 @@ fn signed((lo, hi): (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
     unsafe { (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)) }
 }
 
-/// `sum(scale * sums)` over the blocks, for `block(w, a) -> (scale, sums)`.
+/// Four f16 (raw bits) to f32 with `fcvtl` (base AdvSIMD; its intrinsic needs Rust's unstable f16).
 #[inline(always)]
-unsafe fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (f32, float32x4_t)) -> f32 {
+unsafe fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+    let out: float32x4_t;
+    asm!(
+        "fcvtl {out:v}.4s, {h:v}.4h",
+        out = lateout(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    out
+}
+
+/// The products of two pairs of f16 (raw bits), `[x0 * y0, x1 * y1, x0 * y0, x1 * y1]`: a block's
+/// `d_w * d_a` and `m_w * s_a`, converted together.
+#[inline(always)]
+unsafe fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> float32x4_t {
+    let v = f16x4_to_f32(vcreate_u16(u64::from_le_bytes([x0[0], x0[1], x1[0], x1[1], y0[0], y0[1], y1[0], y1[1]])));
+    vmulq_f32(v, vextq_f32::<2>(v, v))
+}
+
+const NO_F16: [u8; 2] = [0, 0];
+
+/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
+#[inline(always)]
+unsafe fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (float32x4_t, float32x4_t)) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
+    let mut mins = vdupq_n_f32(0.0); // lane 1 sums the m * s terms
     for (x, y) in w.iter().zip(a) {
-        let (scale, sums) = block(x, y);
-        acc = vfmaq_n_f32(acc, sums, scale);
+        let (scales, sums) = block(x, y);
+        acc = vfmaq_laneq_f32::<0>(acc, sums, scales);
+        mins = vaddq_f32(mins, scales);
     }
-    vaddvq_f32(acc)
+    vaddvq_f32(acc) + vgetq_lane_f32::<1>(mins)
 }
 
 #[inline(always)]
@@ -96,14 +122,13 @@ unsafe fn q4_0<D: ByteDot>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
         let (lo, hi) = signed(nibbles(&x.qs));
         let eight = vdupq_n_s8(8);
         let q = (vsubq_s8(lo, eight), vsubq_s8(hi, eight));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32::<D>(q, &y.qs))
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
     })
 }
 
 #[inline(always)]
 unsafe fn q4_1<D: ByteDot>(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    let mins: f32 = w.iter().zip(a).map(|(x, y)| f16_to_f32(x.m) * f16_to_f32(y.s)).sum();
-    mins + sum_blocks(w, a, |x, y| (f16_to_f32(x.d) * f16_to_f32(y.d), dot32::<D>(signed(nibbles(&x.qs)), &y.qs)))
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(signed(nibbles(&x.qs)), &y.qs)))
 }
 
 #[inline(always)]
@@ -114,19 +139,18 @@ unsafe fn q5_0<D: ByteDot>(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
         let (blo, bhi) = bit_bytes(x.qh);
         let top = vdupq_n_u8(0xF0);
         let q = signed((vorrq_u8(lo, vbicq_u8(top, blo)), vorrq_u8(hi, vbicq_u8(top, bhi))));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32::<D>(q, &y.qs))
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
     })
 }
 
 #[inline(always)]
 unsafe fn q5_1<D: ByteDot>(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
-    let mins: f32 = w.iter().zip(a).map(|(x, y)| f16_to_f32(x.m) * f16_to_f32(y.s)).sum();
-    mins + sum_blocks(w, a, |x, y| {
+    sum_blocks(w, a, |x, y| {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let fifth = vdupq_n_u8(0x10);
         let q = signed((vorrq_u8(lo, vandq_u8(blo, fifth)), vorrq_u8(hi, vandq_u8(bhi, fifth))));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32::<D>(q, &y.qs))
+        (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(q, &y.qs))
     })
 }
 
@@ -134,7 +158,7 @@ unsafe fn q5_1<D: ByteDot>(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
 unsafe fn q8_0<D: ByteDot>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     sum_blocks(w, a, |x, y| {
         let q = (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16)));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32::<D>(q, &y.qs))
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
     })
 }
 
@@ -196,18 +220,6 @@ unsafe fn float_dot<B: Copy>(
     sum
 }
 
-/// Four f16 (bit patterns in the low 16 bits of u32 lanes) to f32, exactly, including subnormals,
-/// infinities and NaN: move exponent and mantissa into f32 position, then rescale the exponent by 2^112.
-#[inline(always)]
-unsafe fn f16x4_to_f32(h: uint32x4_t) -> float32x4_t {
-    let magnitude = vreinterpretq_f32_u32(vshlq_n_u32::<13>(vandq_u32(h, vdupq_n_u32(0x7FFF))));
-    let scaled = vmulq_n_f32(magnitude, f32::from_bits(0x7780_0000)); // 2^112
-                                                                      // Inputs with the largest f16 exponent (inf, NaN) land at 2^16 or above: give them f32's.
-    let inf_nan = vcgeq_f32(scaled, vdupq_n_f32(65536.0));
-    let value = vorrq_u32(vreinterpretq_u32_f32(scaled), vandq_u32(inf_nan, vdupq_n_u32(0x7F80_0000)));
-    vreinterpretq_f32_u32(vorrq_u32(value, vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)))))
-}
-
 pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
     // SAFETY: float_dot loads 4 elements from p only when they are in bounds; BlockF32 holds the f32's
     // little-endian bytes, aarch64's layout.
@@ -216,7 +228,7 @@ pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
 
 pub fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
     // SAFETY: as in f32_f32.
-    unsafe { float_dot(w, a, |p| f16x4_to_f32(vmovl_u16(vld1_u16(p as *const u16))), BlockF16::get) }
+    unsafe { float_dot(w, a, |p| f16x4_to_f32(vld1_u16(p as *const u16)), BlockF16::get) }
 }
 
 pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
@@ -232,7 +244,7 @@ mod tests {
     fn f16_conversion_is_exact_for_every_f16() {
         for bits in 0..=u16::MAX {
             // SAFETY: NEON is part of every aarch64 CPU.
-            let got = unsafe { vgetq_lane_f32::<0>(f16x4_to_f32(vdupq_n_u32(bits as u32))) };
+            let got = unsafe { vgetq_lane_f32::<0>(f16x4_to_f32(vdup_n_u16(bits))) };
             let want = half::f16::from_bits(bits).to_f32();
             assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
         }

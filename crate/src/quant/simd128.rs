@@ -6,7 +6,7 @@
 
 use core::arch::wasm32::*;
 
-use super::act::{f16_to_f32, BlockQ8_0, BlockQ8_1};
+use super::act::{BlockQ8_0, BlockQ8_1};
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -63,29 +63,41 @@ fn hsum(v: v128) -> f32 {
     f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)
 }
 
-/// `sum(scale * sums)` over the blocks, for `block(w, a) -> (scale, sums)`.
+/// The products of two pairs of f16 (raw bits), `[x0 * y0, x1 * y1, x0 * y0, x1 * y1]`: a block's
+/// `d_w * d_a` and `m_w * s_a`, converted together.
 #[inline]
-fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (f32, v128)) -> f32 {
-    let mut acc = f32x4_splat(0.0);
-    for (x, y) in w.iter().zip(a) {
-        let (scale, sums) = block(x, y);
-        acc = f32x4_add(acc, f32x4_mul(f32x4_splat(scale), sums));
-    }
-    hsum(acc)
+fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> v128 {
+    let bits = |b: [u8; 2]| u16::from_le_bytes(b) as u32;
+    let v = f16x4_to_f32(u32x4(bits(x0), bits(x1), bits(y0), bits(y1)));
+    f32x4_mul(v, i32x4_shuffle::<2, 3, 0, 1>(v, v))
 }
+
+/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
+#[inline]
+fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (v128, v128)) -> f32 {
+    let mut acc = f32x4_splat(0.0);
+    let mut mins = f32x4_splat(0.0); // lane 1 sums the m * s terms
+    for (x, y) in w.iter().zip(a) {
+        let (scales, sums) = block(x, y);
+        acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
+        mins = f32x4_add(mins, scales);
+    }
+    hsum(acc) + f32x4_extract_lane::<1>(mins)
+}
+
+const NO_F16: [u8; 2] = [0, 0];
 
 pub fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     sum_blocks(w, a, |x, y| {
         let (lo, hi) = nibbles(&x.qs);
         let eight = i8x16_splat(8);
         let sums = dot32((i8x16_sub(lo, eight), i8x16_sub(hi, eight)), &y.qs);
-        (f16_to_f32(x.d) * f16_to_f32(y.d), sums)
+        (f16_products(x.d, NO_F16, y.d, NO_F16), sums)
     })
 }
 
 pub fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    let mins: f32 = w.iter().zip(a).map(|(x, y)| f16_to_f32(x.m) * f16_to_f32(y.s)).sum();
-    mins + sum_blocks(w, a, |x, y| (f16_to_f32(x.d) * f16_to_f32(y.d), dot32(nibbles(&x.qs), &y.qs)))
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32(nibbles(&x.qs), &y.qs)))
 }
 
 pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
@@ -95,23 +107,22 @@ pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
         let (blo, bhi) = bit_bytes(x.qh);
         let top = u8x16_splat(0xF0);
         let q = (v128_or(lo, v128_andnot(top, blo)), v128_or(hi, v128_andnot(top, bhi)));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32(q, &y.qs))
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(q, &y.qs))
     })
 }
 
 pub fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
-    let mins: f32 = w.iter().zip(a).map(|(x, y)| f16_to_f32(x.m) * f16_to_f32(y.s)).sum();
-    mins + sum_blocks(w, a, |x, y| {
+    sum_blocks(w, a, |x, y| {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let fifth = u8x16_splat(0x10);
         let q = (v128_or(lo, v128_and(blo, fifth)), v128_or(hi, v128_and(bhi, fifth)));
-        (f16_to_f32(x.d) * f16_to_f32(y.d), dot32(q, &y.qs))
+        (f16_products(x.d, x.m, y.d, y.s), dot32(q, &y.qs))
     })
 }
 
 pub fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| (f16_to_f32(x.d) * f16_to_f32(y.d), dot32(load32(&x.qs), &y.qs)))
+    sum_blocks(w, a, |x, y| (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(load32(&x.qs), &y.qs)))
 }
 
 /// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
