@@ -26,8 +26,10 @@ macro_rules! simd_kernel {
         };
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         let out = Some($crate::quant::$wasm::$kernel($($arg),*));
+        // SAFETY: NEON is part of the aarch64 baseline (some kernels declare it as a target feature).
         #[cfg(target_arch = "aarch64")]
-        let out = Some($crate::quant::$arm::$kernel($($arg),*));
+        #[allow(unused_unsafe)]
+        let out = Some(unsafe { $crate::quant::$arm::$kernel($($arg),*) });
         #[cfg(not(any(
             target_arch = "x86_64",
             target_arch = "aarch64",
@@ -171,21 +173,10 @@ impl GgmlType {
 /// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    const UNKNOWN: u8 = 0;
-    const NO: u8 = 1;
-    const YES: u8 = 2;
-    static DETECTED: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match DETECTED.load(Ordering::Relaxed) {
-        UNKNOWN => {
-            let yes = is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
-            DETECTED.store(if yes { YES } else { NO }, Ordering::Relaxed);
-            yes
-        }
-        known => known == YES,
-    }
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    })
 }
 
 /// One GGUF block format.
