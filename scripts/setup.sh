@@ -14,6 +14,11 @@ for tc in stable nightly; do
   fi
 done
 
+if ! rustup target list --installed | grep -q aarch64-unknown-linux-gnu; then
+  step "rustup target add aarch64-unknown-linux-gnu (NEON compile check)"
+  rustup target add aarch64-unknown-linux-gnu >&2
+fi
+
 if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
   step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (about 5 minutes)"
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2

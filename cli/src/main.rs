@@ -1,1 +1,194 @@
-fn main() {}
+//! `ruvllm`: the native command line, with machine-readable output for tests and benchmarks.
+//!
+//!   ruvllm tokenize --model M [--special] TEXT
+//!   ruvllm generate --model M --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-k K]
+//!                   [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop S]... [--json]
+//!   ruvllm score --model M --ids 1,2,3 [--top-k K]
+//!   ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
+//! Common: --threads N (default: all cores), --ctx N (context window). --model defaults to $RUVLLM_MODEL.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ruvllm::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
+use serde_json::json;
+
+mod args;
+use args::Args;
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args().skip(1);
+    let Some(cmd) = argv.next() else {
+        eprintln!("usage: ruvllm <tokenize|generate|score|bench> --model M ... (see --help)");
+        return ExitCode::from(2);
+    };
+    let args = match Args::parse(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cmd.as_str() {
+        "tokenize" => tokenize(&args),
+        "generate" => generate(&args),
+        "score" => score(&args),
+        "bench" => bench(&args),
+        "-h" | "--help" | "help" => {
+            println!("{}", include_str!("main.rs").lines().take_while(|l| l.starts_with("//!")).map(|l| l.trim_start_matches("//!")).collect::<Vec<_>>().join("\n"));
+            Ok(())
+        }
+        other => Err(format!("unknown command '{other}'")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type CliResult = Result<(), String>;
+
+fn load(args: &Args) -> Result<(Arc<Model>, f64), String> {
+    let threads: usize = args.num("threads", 0)?;
+    ruvllm::kernels::parallel::set_threads(threads).map_err(|e| e.to_string())?;
+    let path = match args.opt("model") {
+        Some(p) => p.to_string(),
+        None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
+    };
+    let t0 = ruvllm::clock::now_ms();
+    let model = Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
+    Ok((Arc::new(model), ruvllm::clock::now_ms() - t0))
+}
+
+fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
+    let opts = SessionOptions { n_ctx: args.num("ctx", 0)?, ..SessionOptions::default() };
+    Session::with_options(model, &opts).map_err(|e| e.to_string())
+}
+
+fn tokenize(args: &Args) -> CliResult {
+    let (model, _) = load(args)?;
+    let text = args.positional.join(" ");
+    let ids = model.tokenizer().encode(&text, args.flag("special")).map_err(|e| e.to_string())?;
+    println!("{}", json!({ "ids": ids }));
+    Ok(())
+}
+
+fn generate(args: &Args) -> CliResult {
+    let (model, load_ms) = load(args)?;
+    let prompt = args.opt("prompt").ok_or("--prompt is required")?;
+    let text = if args.flag("chat") {
+        let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
+        model.chat_template().and_then(|t| t.render(&msgs, true)).map_err(|e| e.to_string())?
+    } else {
+        prompt.to_string()
+    };
+    let prompt_ids = model.tokenizer().encode_with_special(&text, true).map_err(|e| e.to_string())?;
+    let opts = GenerateOptions {
+        max_tokens: args.num("max-tokens", 256)?,
+        sampler: SamplerConfig {
+            temperature: args.num("temperature", 0.8)?,
+            top_k: args.num("top-k", 40)?,
+            top_p: args.num("top-p", 0.95)?,
+            min_p: args.num("min-p", 0.05)?,
+            repeat_penalty: args.num("repeat-penalty", 1.0)?,
+            seed: args.num("seed", 0)?,
+            ..SamplerConfig::default()
+        },
+        stop: args.all("stop"),
+        ignore_eog: args.flag("ignore-eos"),
+    };
+    let json_out = args.flag("json");
+    let mut sess = session(args, model)?;
+    let mut stdout = std::io::stdout();
+    let out = sess
+        .generate(&prompt_ids, opts, None, |step| {
+            if !json_out {
+                let _ = stdout.write_all(step.text.as_bytes());
+                let _ = stdout.flush();
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let s = &out.stats;
+    if json_out {
+        println!(
+            "{}",
+            json!({
+                "prompt_ids": prompt_ids, "ids": out.ids, "text": out.text, "finish_reason": out.finish.as_str(),
+                "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
+            })
+        );
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens, {} generated; prefill {:.1} tok/s, decode {:.1} tok/s, load {:.0} ms]",
+            s.prompt_tokens,
+            s.generated_tokens,
+            s.prefill_tok_s(),
+            s.decode_tok_s(),
+            load_ms
+        );
+    }
+    Ok(())
+}
+
+fn score(args: &Args) -> CliResult {
+    let (model, _) = load(args)?;
+    let ids: Vec<u32> = args
+        .opt("ids")
+        .ok_or("--ids is required")?
+        .split(',')
+        .map(|s| s.trim().parse().map_err(|_| format!("bad token id '{s}'")))
+        .collect::<Result<_, _>>()?;
+    let k: usize = args.num("top-k", 5)?;
+    let vocab = model.config.vocab_size;
+    let mut sess = session(args, model)?;
+    let logits = sess.eval(&ids, true).map_err(|e| e.to_string())?;
+    let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| ruvllm::sampler::top_k_probs(row, k)).collect();
+    println!("{}", json!({ "positions": positions }));
+    Ok(())
+}
+
+fn bench(args: &Args) -> CliResult {
+    let (model, load_ms) = load(args)?;
+    let n_prompt: usize = args.num("prompt-tokens", 128)?;
+    let n_gen: usize = args.num("gen-tokens", 64)?;
+    let file_size = model.file_size();
+    // A fixed, real-text prompt cut to exactly n_prompt tokens.
+    let text = include_str!("bench_prompt.txt").repeat(8);
+    let mut ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
+    ids.truncate(n_prompt);
+    let mut sess = session(args, model)?;
+    // Warm-up (page in the weights), not measured.
+    sess.eval(&ids[..ids.len().min(16)], false).map_err(|e| e.to_string())?;
+    sess.reset();
+    let opts = GenerateOptions {
+        max_tokens: n_gen + 1,
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+        ignore_eog: true,
+        ..GenerateOptions::default()
+    };
+    let out = sess.generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
+    let s = &out.stats;
+    println!(
+        "{}",
+        json!({
+            "engine": "ruvllm-native", "threads": ruvllm::kernels::parallel::threads(),
+            "prompt_tokens": s.prompt_tokens, "gen_tokens": s.generated_tokens,
+            "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
+            "peak_rss_mb": peak_rss_mb(), "model_mb": file_size as f64 / 1e6, "kv_cache_mb": sess.kv_cache_bytes() as f64 / 1e6,
+        })
+    );
+    Ok(())
+}
+
+/// Peak resident memory of this process (Linux VmHWM), in MB.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0 * 1.048576)
+}

@@ -1,10 +1,28 @@
 //! ruvllm: LLM inference from GGUF files, natively and on wasm32.
 //!
-//! The modules follow the data flow: bytes -> [`gguf`] -> [`model`] weights -> forward -> logits
-//! -> [`sampler`] -> tokens -> [`tokenizer`] -> text. [`generate`] ties them into a streaming session.
+//! The modules follow the data flow: bytes -> [`gguf`] -> [`model`] (weights, forward) -> logits
+//! -> [`sampler`] -> token ids -> [`tokenizer`] -> text. A [`Session`] holds one conversation's KV
+//! cache; [`generate`] streams tokens from it.
 
+pub mod chat_template;
+pub mod clock;
 pub mod error;
+pub mod generate;
 pub mod gguf;
+pub mod kernels;
+pub mod kv_cache;
+pub mod model;
 pub mod quant;
+pub mod sampler;
+pub mod session;
+pub mod stop;
+pub mod tokenizer;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 
+pub use chat_template::{ChatMessage, ChatTemplate};
 pub use error::{Error, Result};
+pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step};
+pub use model::Model;
+pub use sampler::SamplerConfig;
+pub use session::{Session, SessionOptions};

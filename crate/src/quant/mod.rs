@@ -9,10 +9,58 @@
 //! the best instruction set available (AVX2 on x86_64 at run time, simd128 on wasm32, NEON on aarch64).
 //! Tests check that the two agree on random blocks.
 
+/// Evaluates to `Some(kernel(args..))` from the SIMD module this machine runs (AVX2 on x86_64 when the
+/// CPU has it, simd128 on wasm32 builds with it enabled, NEON on aarch64), or `None` where there is none.
+/// The modules are `avx2`, `simd128` and `neon` unless named first: `simd_kernel!(x86, wasm, arm; k(w, a))`.
+macro_rules! simd_kernel {
+    ($kernel:ident($($arg:expr),* $(,)?)) => {
+        simd_kernel!(avx2, simd128, neon; $kernel($($arg),*))
+    };
+    ($x86:ident, $wasm:ident, $arm:ident; $kernel:ident($($arg:expr),* $(,)?)) => {{
+        #[cfg(target_arch = "x86_64")]
+        let out = if $crate::quant::has_avx2() {
+            // SAFETY: the CPU has AVX2, FMA and F16C, the features the x86_64 kernels are compiled for.
+            Some(unsafe { $crate::quant::$x86::$kernel($($arg),*) })
+        } else {
+            None
+        };
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        let out = Some($crate::quant::$wasm::$kernel($($arg),*));
+        #[cfg(target_arch = "aarch64")]
+        let out = Some($crate::quant::$arm::$kernel($($arg),*));
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
+        let out: Option<f32> = {
+            $(let _ = $arg;)*
+            None
+        };
+        out
+    }};
+}
+
 pub mod act;
 mod float;
 mod k_quants;
 mod legacy;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_k;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128_k;
+
+#[cfg(test)]
+mod tests;
 
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
@@ -117,6 +165,26 @@ impl GgmlType {
     /// The activation format this weight type is dotted against.
     pub fn act_kind(self) -> ActKind {
         with_block!(self, B => B::ACT)
+    }
+}
+
+/// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const UNKNOWN: u8 = 0;
+    const NO: u8 = 1;
+    const YES: u8 = 2;
+    static DETECTED: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match DETECTED.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let yes = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            DETECTED.store(if yes { YES } else { NO }, Ordering::Relaxed);
+            yes
+        }
+        known => known == YES,
     }
 }
 

@@ -1,0 +1,9 @@
+//! CPU kernels of the forward pass, one op per file. Quantized dot products live in [`crate::quant`];
+//! these are the ops built on them (matmul) and the small f32 ops between them.
+
+pub mod attention;
+pub mod matmul;
+pub mod parallel;
+pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;

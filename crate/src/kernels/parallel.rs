@@ -1,0 +1,69 @@
+//! Data parallelism over index ranges: rayon natively, the calling thread on wasm32
+//! (wasm threads come with the threaded build).
+
+use std::ops::Range;
+
+/// Split `0..n` into chunks of `chunk` indices and run `f` on each, possibly in parallel.
+pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    let chunk = chunk.max(1);
+    let n_chunks = n.div_ceil(chunk);
+    let run = |c: usize| f(c * chunk..((c + 1) * chunk).min(n));
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        if n_chunks > 1 && rayon::current_num_threads() > 1 {
+            (0..n_chunks).into_par_iter().for_each(run);
+            return;
+        }
+    }
+    (0..n_chunks).for_each(run);
+}
+
+/// A raw pointer that parallel tasks may share to write *disjoint* parts of one output buffer.
+#[derive(Clone, Copy)]
+pub struct SharedMut<T>(*mut T);
+
+// SAFETY: users only write disjoint indices from different tasks (documented at each use).
+unsafe impl<T> Send for SharedMut<T> {}
+unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(s: &mut [T]) -> Self {
+        SharedMut(s.as_mut_ptr())
+    }
+
+    /// # Safety
+    /// `i` is in bounds of the slice this was made from, and no other task writes index `i`.
+    #[inline]
+    pub unsafe fn write(self, i: usize, v: T) {
+        *self.0.add(i) = v;
+    }
+}
+
+impl<T> SharedMut<T> {
+    /// # Safety
+    /// `start..start+len` is in bounds of the slice this was made from, and no other task touches it.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+/// Use `n` worker threads for the kernels (natively; 0 = one per core). Call before the first
+/// forward pass; later calls have no effect.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn set_threads(n: usize) -> crate::Result<()> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+        .map_err(|e| crate::Error::InvalidArgument(format!("cannot start {n} threads: {e}")))
+}
+
+/// Worker threads the kernels use.
+pub fn threads() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    return rayon::current_num_threads();
+    #[cfg(target_arch = "wasm32")]
+    return 1;
+}

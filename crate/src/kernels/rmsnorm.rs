@@ -1,0 +1,31 @@
+//! RMSNorm: `y = x / sqrt(mean(x²) + eps) * weight`, as llama.cpp (`ggml_rms_norm` then `ggml_mul`).
+
+/// Normalize each row of `x` (rows of `weight.len()`) into `out`.
+pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    for (o, xr) in out.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+        // ggml sums squares in f64 (ggml_float) for this op.
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let scale = 1.0 / ((ss / d as f64) as f32 + eps).sqrt();
+        for ((o, &v), &w) in o.iter_mut().zip(xr).zip(weight) {
+            *o = (v * scale) * w;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn normalizes_to_unit_rms() {
+        let x = [3.0f32, -4.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
+        let w = [1.0f32, 2.0, 1.0, 1.0];
+        let mut y = [0f32; 8];
+        rmsnorm(&mut y, &x, &w, 0.0);
+        // row 0: rms = sqrt(25/4) = 2.5
+        assert_eq!(&y[..4], &[1.2, -3.2, 0.0, 0.0]);
+        assert_eq!(&y[4..], &[1.0, 2.0, 1.0, 1.0]);
+    }
+}

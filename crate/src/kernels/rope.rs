@@ -1,0 +1,73 @@
+//! Rotary position embedding, as llama.cpp applies it (`ggml_rope_ext`, no YaRN).
+//!
+//! Dimension pair `i` (of `rope_dims / 2`) of a head rotates by `pos * freq_scale * base^(-2i / rope_dims)`.
+//! "Normal" mode (llama) pairs adjacent values `(2i, 2i+1)`; NeoX mode (qwen2) pairs `(i, i + rope_dims/2)`.
+
+/// Most rotated dimensions per head we support (llama-family heads are 64..256).
+pub const MAX_ROPE_DIMS: usize = 512;
+
+#[derive(Clone, Debug)]
+pub struct Rope {
+    theta_scale: f32,
+    freq_scale: f32,
+    pairs: usize,
+    neox: bool,
+    head_dim: usize,
+}
+
+impl Rope {
+    /// `rope_dims <= MAX_ROPE_DIMS` (checked when the model's config is read).
+    pub fn new(head_dim: usize, rope_dims: usize, base: f32, freq_scale: f32, neox: bool) -> Rope {
+        assert!(rope_dims <= MAX_ROPE_DIMS && rope_dims <= head_dim);
+        Rope { theta_scale: base.powf(-2.0 / rope_dims as f32), freq_scale, pairs: rope_dims / 2, neox, head_dim }
+    }
+
+    /// Rotate every head (of `head_dim`) in `x` for position `pos`.
+    pub fn apply(&self, x: &mut [f32], pos: usize) {
+        // As ggml: theta starts at pos and is multiplied by theta_scale for each pair.
+        let mut cs = [(0f32, 0f32); MAX_ROPE_DIMS / 2];
+        let mut theta = pos as f32;
+        for c in cs.iter_mut().take(self.pairs) {
+            let (sin, cos) = (theta * self.freq_scale).sin_cos();
+            *c = (cos, sin);
+            theta *= self.theta_scale;
+        }
+        for head in x.chunks_exact_mut(self.head_dim) {
+            for (i, &(cos, sin)) in cs[..self.pairs].iter().enumerate() {
+                let (a, b) = if self.neox { (i, i + self.pairs) } else { (2 * i, 2 * i + 1) };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos - x1 * sin;
+                head[b] = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn rotates_pairs_by_position() {
+        // head_dim 4, base 10000: pair 0 turns by pos rad, pair 1 by pos/100 rad.
+        let rope = Rope::new(4, 4, 10000.0, 1.0, false);
+        let mut x = [1.0f32, 0.0, 1.0, 0.0];
+        rope.apply(&mut x, 2);
+        let expect = [2f32.cos(), 2f32.sin(), 0.02f32.cos(), 0.02f32.sin()];
+        for (a, b) in x.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-6, "{x:?} vs {expect:?}");
+        }
+        let neox = Rope::new(4, 4, 10000.0, 1.0, true);
+        let mut y = [1.0f32, 1.0, 0.0, 0.0];
+        neox.apply(&mut y, 2);
+        let expect = [2f32.cos(), 0.02f32.cos(), 2f32.sin(), 0.02f32.sin()];
+        for (a, b) in y.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-6, "{y:?} vs {expect:?}");
+        }
+        // Position 0 is the identity.
+        let mut z = [0.3f32, -0.7, 0.1, 0.9];
+        rope.apply(&mut z, 0);
+        assert_eq!(z, [0.3, -0.7, 0.1, 0.9]);
+    }
+}

@@ -1,0 +1,118 @@
+//! Hyper-parameters of a llama-family model, read from GGUF metadata (`<arch>.*` keys, as llama.cpp names them).
+
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+
+/// The model families we run. They share one forward pass; the differences are listed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM2, Mistral: no attention biases, RoPE on adjacent pairs.
+    Llama,
+    /// Qwen2: q/k/v biases, NeoX-style RoPE (pairs `i` and `i + rot/2`).
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub arch: Arch,
+    pub n_layers: usize,
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn_dim: usize,
+    pub vocab_size: usize,
+    /// Training context length: the largest context a session may use.
+    pub context_length: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// Position scale (1 / linear scaling factor), as llama.cpp's `freq_scale`.
+    pub rope_freq_scale: f32,
+    /// Number of leading dimensions of each head that RoPE rotates.
+    pub rope_dims: usize,
+    pub rope_neox: bool,
+}
+
+impl Config {
+    pub fn from_gguf(g: &Gguf) -> Result<Config> {
+        let arch_name = g.architecture()?;
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => return Err(Error::UnsupportedArchitecture(other.to_string())),
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let req = |k: &str| -> Result<usize> {
+            let v = g.get_u64(&key(k)).ok_or_else(|| Error::Model(format!("metadata key {} is missing", key(k))))?;
+            usize::try_from(v).ok().filter(|&v| v > 0 && v < 1 << 31).ok_or_else(|| {
+                Error::Model(format!("metadata key {} has an invalid value {v}", key(k)))
+            })
+        };
+        let n_heads = req("attention.head_count")?;
+        let d_model = req("embedding_length")?;
+        let n_kv_heads = match g.get_u64(&key("attention.head_count_kv")) {
+            Some(_) => req("attention.head_count_kv")?,
+            None => n_heads,
+        };
+        let head_dim = match g.get_u64(&key("attention.key_length")) {
+            Some(_) => req("attention.key_length")?,
+            None => d_model / n_heads,
+        };
+        if n_heads % n_kv_heads != 0 || head_dim % 2 != 0 {
+            return Err(Error::Model(format!(
+                "{n_heads} attention heads cannot be grouped over {n_kv_heads} KV heads of dim {head_dim}"
+            )));
+        }
+        let rope_dims = match g.get_u64(&key("rope.dimension_count")) {
+            Some(_) => req("rope.dimension_count")?,
+            None => head_dim,
+        };
+        if rope_dims > head_dim || rope_dims % 2 != 0 || rope_dims > crate::kernels::rope::MAX_ROPE_DIMS {
+            return Err(Error::Model(format!("rope.dimension_count {rope_dims} does not fit head dim {head_dim}")));
+        }
+        let scaling = g.get_str(&key("rope.scaling.type")).unwrap_or("none");
+        let factor = g.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
+        let rope_freq_scale = match scaling {
+            "linear" if factor > 0.0 => 1.0 / factor,
+            "none" | "linear" => 1.0,
+            other => return Err(Error::Model(format!("rope scaling '{other}' is not supported"))),
+        };
+        let vocab_size = g
+            .tensor("token_embd.weight")
+            .and_then(|t| t.dims.get(1).copied())
+            .ok_or_else(|| Error::Model("tensor token_embd.weight is missing or not 2-D".into()))?;
+        Ok(Config {
+            arch,
+            n_layers: req("block_count")?,
+            d_model,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim: req("feed_forward_length")?,
+            vocab_size,
+            context_length: req("context_length")?,
+            rms_eps: g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_freq_scale,
+            rope_dims,
+            rope_neox: arch == Arch::Qwen2,
+        })
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}

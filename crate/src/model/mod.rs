@@ -1,0 +1,84 @@
+//! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
+
+pub mod config;
+pub mod forward;
+pub mod weights;
+
+use crate::chat_template::ChatTemplate;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::tokenizer::Tokenizer;
+use config::Config;
+use weights::{ModelBytes, Weights};
+
+pub struct Model {
+    bytes: ModelBytes,
+    pub config: Config,
+    pub weights: Weights,
+    tokenizer: Tokenizer,
+    /// `None` when the GGUF has no `tokenizer.chat_template` (callers then get a clear error at chat time).
+    chat_template: Option<ChatTemplate>,
+    metadata_name: Option<String>,
+}
+
+impl Model {
+    /// Load from a whole GGUF file held in memory (the path wasm32 uses: the caller passes the bytes).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Model> {
+        Model::load(ModelBytes::Owned(bytes))
+    }
+
+    /// Load from a file, memory-mapped: the weights are paged in from the file, never copied.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let io = |e: std::io::Error| Error::Io(format!("{}: {e}", path.display()));
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only; like every mmap user we rely on the file not being truncated underneath us.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Model::load(ModelBytes::Mapped(map))
+    }
+
+    fn load(bytes: ModelBytes) -> Result<Model> {
+        let gguf = Gguf::parse(&bytes)?;
+        let config = Config::from_gguf(&gguf)?;
+        let weights = Weights::from_gguf(&gguf, &bytes, &config)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(Error::Model(format!(
+                "tokenizer has {} tokens but token_embd.weight has {} rows",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            )));
+        }
+        let chat_template = match gguf.get("tokenizer.chat_template") {
+            Some(_) => Some(ChatTemplate::from_gguf(&gguf)?),
+            None => None,
+        };
+        let metadata_name = gguf.get_str("general.name").map(str::to_string);
+        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name })
+    }
+
+    /// The whole GGUF file; weights are byte ranges of it.
+    pub fn file(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The model's own chat template, or an error naming the problem when it has none.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.chat_template
+            .as_ref()
+            .ok_or_else(|| Error::ChatTemplate("model has no chat template (tokenizer.chat_template); pass one explicitly".into()))
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.metadata_name.as_deref()
+    }
+
+    pub fn file_size(&self) -> usize {
+        self.bytes.len()
+    }
+}

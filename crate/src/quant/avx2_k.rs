@@ -1,0 +1,345 @@
+//! AVX2 (+ FMA, F16C) dot products of the K-quants with Q8_K activations: ports of ggml's x86 kernels
+//! (ggml-cpu/arch/x86/quants.c, `ggml_vec_dot_qX_K_q8_K`, AVX2 branch), chosen at run time.
+//!
+//! The pattern throughout: unsigned quants times signed Q8 bytes with `maddubs` (pairs summed to
+//! i16; all K-quant ranges keep those sums far from saturation), then `madd` with the 16-bit
+//! sub-block scales (to i32), integer accumulation over the super-block, and one float FMA per block.
+
+use core::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::act::{BlockQ8K, QK_K};
+use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+
+/// Whether this CPU has AVX2, FMA and F16C (detected once; every AVX2 CPU has the other two).
+pub(crate) fn available() -> bool {
+    static AVX2_FMA_F16C: OnceLock<bool> = OnceLock::new();
+    *AVX2_FMA_F16C.get_or_init(|| {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    })
+}
+
+/// f16 to f32 with the F16C instruction (as ggml's `GGML_CPU_FP16_TO_FP32` on x86).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_to_f32(h: [u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(h) as i32)))
+}
+
+// Unaligned loads from slices (bounds-checked; the compiler drops the checks for fixed offsets).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load256<T: Copy>(s: &[T]) -> __m256i {
+    assert!(std::mem::size_of_val(s) >= 32);
+    // SAFETY: at least 32 readable bytes (checked above); loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load128<T: Copy>(s: &[T]) -> __m128i {
+    assert!(std::mem::size_of_val(s) >= 16);
+    // SAFETY: as in `load256`, with 16 bytes.
+    unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_float_8(x: __m256) -> f32 {
+    let mut res = _mm256_extractf128_ps::<1>(x);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    _mm_cvtss_f32(res)
+}
+
+/// Shift each 16-bit lane by a run-time count (ggml shifts by a loop variable).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn srl16(x: __m256i, n: i32) -> __m256i {
+    _mm256_srl_epi16(x, _mm_cvtsi32_si128(n))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sll16(x: __m256i, n: i32) -> __m256i {
+    _mm256_sll_epi16(x, _mm_cvtsi32_si128(n))
+}
+
+// Byte shuffles that broadcast 16-bit (or 8-bit) scales across the lanes of a product vector.
+
+/// Row `i`: 16-bit scale `2i` in the low 128-bit lane, `2i + 1` in the high lane (ggml's `get_scale_shuffle_q3k`).
+static SHUFFLE_Q3K: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let (row, col) = (b / 32, b % 32);
+        t[b] = (4 * row + 2 * (col / 16) + col % 2) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// Row `i`: 16-bit scale `i` in all lanes (ggml's `get_scale_shuffle_k4`).
+static SHUFFLE_K4: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = (2 * (b / 32) + b % 2) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// Row `i` (16 bytes): 8-bit scale `2i` in bytes 0..8, `2i + 1` in bytes 8..16 (ggml's `get_scale_shuffle`).
+static SHUFFLE_Q6K: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let (row, col) = (b / 16, b % 16);
+        t[b] = (2 * row + col / 8) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16_to_f32(x.d);
+        let dmin = -y.d * f16_to_f32(x.dmin);
+
+        // Mins (high nibbles) against the Q8 block sums.
+        let mins_and_scales = load128(&x.scales);
+        let scales8 = _mm_and_si128(mins_and_scales, m4);
+        let mins8 = _mm_and_si128(_mm_srli_epi16::<4>(mins_and_scales), m4);
+        let mins = _mm256_cvtepi8_epi16(mins8);
+        let prod = _mm256_madd_epi16(mins, load256(&y.bsums));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+
+        let all_scales = _mm256_cvtepi8_epi16(scales8);
+        let l_scales = _mm256_castsi256_si128(all_scales);
+        let h_scales = _mm256_extracti128_si256::<1>(all_scales);
+        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+
+        let mut sumi = _mm256_setzero_si256();
+        for (j, scales) in scales.into_iter().enumerate() {
+            let q2bits = load256(&x.qs[32 * j..]);
+            let q8 = &y.qs[128 * j..];
+            let q2 = [
+                _mm256_and_si256(q2bits, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(q2bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q2bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(q2bits), m3),
+            ];
+            let mut p = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                let prod = _mm256_maddubs_epi16(q2[k], load256(&q8[32 * k..]));
+                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), prod);
+            }
+            let p01 = _mm256_add_epi32(p[0], p[1]);
+            let p23 = _mm256_add_epi32(p[2], p[3]);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mone = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16_to_f32(x.d);
+
+        let scales128 = load128(&scales_q3k(&x.scales));
+        let all_scales = _mm256_cvtepi8_epi16(scales128);
+        let l_scales = _mm256_castsi256_si128(all_scales);
+        let h_scales = _mm256_extracti128_si256::<1>(all_scales);
+        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+
+        let hbits = load256(&x.hmask);
+        let mut sumi = _mm256_setzero_si256();
+        let mut bit = 0;
+        for (j, scales) in scales.into_iter().enumerate() {
+            let q3bits = load256(&x.qs[32 * j..]);
+            let q8 = &y.qs[128 * j..];
+            let mut p = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                // Low 2 bits, and 4 where the high bit is *not* set: q = low - high.
+                let q3l = _mm256_and_si256(srl16(q3bits, 2 * k as i32), m3);
+                let q3h = _mm256_slli_epi16::<2>(srl16(_mm256_andnot_si256(hbits, sll16(mone, bit)), bit));
+                bit += 1;
+                let q8k = load256(&q8[32 * k..]);
+                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q3l, q8k), _mm256_maddubs_epi16(q3h, q8k));
+                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), p16);
+            }
+            let p01 = _mm256_add_epi32(p[0], p[1]);
+            let p23 = _mm256_add_epi32(p[2], p[3]);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16_to_f32(x.d);
+        let dmin = -y.d * f16_to_f32(x.dmin);
+
+        // 8 scales then 8 mins, widened to i16.
+        let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
+
+        // Mins against the Q8 sums of each 32 (pairs of 16-value bsums).
+        let q8sums = load256(&y.bsums);
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+
+        let sc128 = _mm256_castsi256_si128(mins_and_scales);
+        let scales = _mm256_set_m128i(sc128, sc128);
+
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..QK_K / 64 {
+            let scale_l = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j)..]));
+            let scale_h = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j + 1)..]));
+
+            let q4bits = load256(&x.qs[32 * j..]);
+            let q4l = _mm256_and_si256(q4bits, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+
+            let q8l = load256(&y.qs[64 * j..]);
+            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+            let q8h = load256(&y.qs[64 * j + 32..]);
+            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
+}
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mzero = _mm_setzero_si128();
+    let mone = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16_to_f32(x.d);
+        let dmin = -y.d * f16_to_f32(x.dmin);
+
+        let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
+
+        let q8sums = load256(&y.bsums);
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+        let hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, mzero), mzero);
+        // A fused multiply-add, as ggml's C compiles to with FMA enabled.
+        summs = dmin.mul_add(_mm_extract_epi32::<0>(hsum) as f32, summs);
+
+        let sc128 = _mm256_castsi256_si128(mins_and_scales);
+        let scales = _mm256_set_m128i(sc128, sc128);
+
+        let hbits = load256(&x.qh);
+        let mut hmask = mone;
+        let mut bit = 0;
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..QK_K / 64 {
+            let scale_0 = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j)..]));
+            let scale_1 = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j + 1)..]));
+
+            let q5bits = load256(&x.qs[32 * j..]);
+
+            // Low nibble plus 16 where the high bit is set.
+            let q5l_0 = _mm256_and_si256(q5bits, m4);
+            let q5h_0 = _mm256_slli_epi16::<4>(srl16(_mm256_and_si256(hbits, hmask), bit));
+            let q5_0 = _mm256_add_epi8(q5l_0, q5h_0);
+            hmask = _mm256_slli_epi16::<1>(hmask);
+            bit += 1;
+
+            let q5l_1 = _mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4);
+            let q5h_1 = _mm256_slli_epi16::<4>(srl16(_mm256_and_si256(hbits, hmask), bit));
+            let q5_1 = _mm256_add_epi8(q5l_1, q5h_1);
+            hmask = _mm256_slli_epi16::<1>(hmask);
+            bit += 1;
+
+            let q8_0 = load256(&y.qs[64 * j..]);
+            let q8_1 = load256(&y.qs[64 * j + 32..]);
+            let p16_0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+            let p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc) + summs
+}
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16_to_f32(x.d);
+
+        // The quants are stored as q + 32: take the 32 off at the end as 32 * Σ scale * bsum.
+        let q8sums = load256(&y.bsums);
+        let scales = load128(&x.scales);
+        let scales_16 = _mm256_cvtepi8_epi16(scales);
+        let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales_16));
+
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..QK_K / 128 {
+            let q4bits1 = load256(&x.ql[64 * j..]);
+            let q4bits2 = load256(&x.ql[64 * j + 32..]);
+            let q4bits_h = load256(&x.qh[32 * j..]);
+
+            let q4h_0 = _mm256_slli_epi16::<4>(_mm256_and_si256(q4bits_h, m3));
+            let q4h_1 = _mm256_slli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(12)));
+            let q4h_2 = _mm256_and_si256(q4bits_h, _mm256_set1_epi8(48));
+            let q4h_3 = _mm256_srli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(-64)));
+            let q4 = [
+                _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0),
+                _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3),
+            ];
+
+            let mut p = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                let p16 = _mm256_maddubs_epi16(q4[k], load256(&y.qs[128 * j + 32 * k..]));
+                let scale = _mm_shuffle_epi8(scales, load128(&SHUFFLE_Q6K[16 * (4 * j + k)..]));
+                p[k] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scale), p16);
+            }
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+        }
+        sumi = _mm256_sub_epi32(sumi, q8sclsub);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}

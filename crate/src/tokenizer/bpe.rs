@@ -1,0 +1,213 @@
+//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), as llama.cpp's llm_tokenizer_bpe_session.
+//!
+//! Each pre-tokenized word is spelled in GPT-2's byte alphabet (every byte a printable char), then adjacent
+//! symbols are merged lowest merge rank first (ties: leftmost) until no ranked pair is left.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::pretokenize::PreTokenizer;
+use super::vocab::Vocab;
+
+/// Bytes that GPT-2 keeps as their own code point; every other byte maps to 256, 257, ... in byte order.
+const fn keeps_itself(b: u32) -> bool {
+    (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)
+}
+
+/// GPT-2's byte -> code point table.
+const BYTE_TO_CHAR: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut next = 256u16;
+    let mut b = 0;
+    while b < 256 {
+        table[b] = if keeps_itself(b as u32) {
+            b as u16
+        } else {
+            next += 1;
+            next - 1
+        };
+        b += 1;
+    }
+    table
+};
+
+/// The number of code points the byte alphabet uses: 256 plus the 68 remapped bytes.
+const ALPHABET_END: usize = 256 + 68;
+
+/// The inverse table: code point -> byte, for code points below ALPHABET_END.
+const CHAR_TO_BYTE: [i16; ALPHABET_END] = {
+    let mut table = [-1i16; ALPHABET_END];
+    let mut b = 0;
+    while b < 256 {
+        table[BYTE_TO_CHAR[b] as usize] = b as i16;
+        b += 1;
+    }
+    table
+};
+
+pub(crate) fn byte_to_char(b: u8) -> char {
+    // All table entries are below 324, valid scalar values.
+    char::from_u32(BYTE_TO_CHAR[b as usize] as u32).expect("GPT-2 byte alphabet is ASCII/Latin-1/U+01xx")
+}
+
+pub(crate) fn char_to_byte(c: char) -> Option<u8> {
+    let i = c as usize;
+    (i < ALPHABET_END && CHAR_TO_BYTE[i] >= 0).then(|| CHAR_TO_BYTE[i] as u8)
+}
+
+/// A token's text in the byte alphabet -> the bytes it stands for. A char outside the alphabet is written out as
+/// llama.cpp does (`[UNK_BYTE_0x..` + its UTF-8 in hex + the whole text + `]`).
+pub(crate) fn decode_text(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        match char_to_byte(c) {
+            Some(b) => out.push(b),
+            None => {
+                out.extend_from_slice(b"[UNK_BYTE_0x");
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.extend_from_slice(format!("{b:02x}").as_bytes());
+                }
+                out.extend_from_slice(text.as_bytes());
+                out.push(b']');
+            }
+        }
+    }
+    out
+}
+
+pub(crate) struct Bpe {
+    pub(crate) pre: PreTokenizer,
+    /// Llama-3 style: a word that is a token as a whole is taken as is, whatever the merges would do.
+    pub(crate) ignore_merges: bool,
+    /// Merge rank by the merge's text `"left right"` (as stored in `tokenizer.ggml.merges`).
+    ranks: HashMap<String, u32>,
+}
+
+/// One symbol of the word being merged: a byte range of the encoded word, linked to its neighbours.
+#[derive(Clone, Copy)]
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+impl Bpe {
+    pub(crate) fn new<'a>(pre: PreTokenizer, ignore_merges: bool, merges: impl Iterator<Item = &'a str>) -> Bpe {
+        let mut ranks = HashMap::new();
+        for (rank, merge) in merges.enumerate() {
+            // llama.cpp splits at the first space after the first byte; a merge without one can never apply.
+            if merge.as_bytes().iter().skip(1).any(|&b| b == b' ') {
+                ranks.entry(merge.to_owned()).or_insert(rank as u32); // the first of duplicates wins
+            }
+        }
+        Bpe { pre, ignore_merges, ranks }
+    }
+
+    /// Rank of merging `left` and `right`, keyed as the merge text. `key` is scratch space.
+    fn rank(&self, left: &str, right: &str, key: &mut String) -> Option<u32> {
+        // A merge's left part never has a space after its first byte (that is where the text is split), so such
+        // a `left` would look up a different merge.
+        if left.as_bytes().iter().skip(1).any(|&b| b == b' ') {
+            return None;
+        }
+        key.clear();
+        key.push_str(left);
+        key.push(' ');
+        key.push_str(right);
+        self.ranks.get(key.as_str()).copied()
+    }
+
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+        let mut key = String::new();
+        for word in self.pre.split(text) {
+            let encoded: String = word.bytes().map(byte_to_char).collect();
+            if self.ignore_merges {
+                if let Some(id) = vocab.token_id(&encoded) {
+                    out.push(id);
+                    continue;
+                }
+            }
+            for sym in self.merge(&encoded, &mut key) {
+                let piece = &encoded[sym.start..sym.start + sym.len];
+                match vocab.token_id(piece) {
+                    Some(id) => out.push(id),
+                    // A merge produced text that is not in the vocabulary: llama.cpp looks up each byte of the
+                    // piece as a one-byte token and drops the bytes that are not one.
+                    None => {
+                        for b in piece.bytes().filter(u8::is_ascii) {
+                            let mut buf = [0u8; 4];
+                            out.extend(vocab.token_id(char::from(b).encode_utf8(&mut buf)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Merge the symbols of one encoded word; returns the final symbols in order.
+    fn merge(&self, word: &str, key: &mut String) -> Vec<Symbol> {
+        let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
+        for (start, c) in word.char_indices() {
+            let i = symbols.len();
+            symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
+            if i > 0 {
+                symbols[i - 1].next = Some(i);
+            }
+        }
+
+        // Min-heap on (rank, left index); the lengths tell a stale entry (a side merged since) from a live one.
+        let mut queue = BinaryHeap::new();
+        let push = |queue: &mut BinaryHeap<_>, symbols: &[Symbol], left: usize, right: usize, key: &mut String| {
+            let (l, r) = (symbols[left], symbols[right]);
+            let lt = &word[l.start..l.start + l.len];
+            let rt = &word[r.start..r.start + r.len];
+            if let Some(rank) = self.rank(lt, rt, key) {
+                queue.push(Reverse((rank, left, right, l.len, r.len)));
+            }
+        };
+        for i in 1..symbols.len() {
+            push(&mut queue, &symbols, i - 1, i, key);
+        }
+
+        while let Some(Reverse((_, left, right, left_len, right_len))) = queue.pop() {
+            if symbols[left].len != left_len || symbols[right].len != right_len || left_len == 0 || right_len == 0 {
+                continue;
+            }
+            symbols[left].len += right_len;
+            symbols[right].len = 0;
+            symbols[left].next = symbols[right].next;
+            if let Some(next) = symbols[right].next {
+                symbols[next].prev = Some(left);
+            }
+            if let Some(prev) = symbols[left].prev {
+                push(&mut queue, &symbols, prev, left, key);
+            }
+            if let Some(next) = symbols[left].next {
+                push(&mut queue, &symbols, left, next, key);
+            }
+        }
+        symbols.into_iter().filter(|s| s.len > 0).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn byte_alphabet_round_trips() {
+        assert_eq!(byte_to_char(b' '), 'Ġ');
+        assert_eq!(byte_to_char(b'\n'), 'Ċ');
+        assert_eq!(byte_to_char(b'a'), 'a');
+        assert_eq!(byte_to_char(0xAD), 'Ń');
+        for b in 0..=255u8 {
+            assert_eq!(char_to_byte(byte_to_char(b)), Some(b));
+        }
+        assert_eq!(char_to_byte('€'), None);
+        assert_eq!(decode_text("ĠhiĊ"), b" hi\n");
+        assert_eq!(decode_text("a€"), b"a[UNK_BYTE_0xe282aca\xe2\x82\xac]");
+    }
+}

@@ -1,0 +1,192 @@
+//! The JavaScript binding (wasm32 only): one `Engine` = a model and its session.
+//!
+//! The surface is deliberately small and JSON-shaped; the TypeScript package (`npm/`) builds the
+//! user-facing API on it. Errors become JS `Error`s with a stable `code` property (see `Error::code`).
+//! Generation is stepwise (`start`, then `nextStep` per token), so JS can yield between tokens.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::error::Error;
+use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
+
+fn js_error(e: Error) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    let _ = js_sys::Reflect::set(&err, &"code".into(), &e.code().into());
+    err.into()
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("plain data serializes")
+}
+
+fn parse<'a, T: Deserialize<'a>>(s: &'a str, what: &str) -> Result<T, JsValue> {
+    serde_json::from_str(s).map_err(|e| js_error(Error::InvalidArgument(format!("{what}: {e}"))))
+}
+
+/// Generation options as the JS side sends them (camelCase; every field optional).
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct JsGenerateOptions {
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    repeat_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    penalty_last_n: Option<usize>,
+    seed: Option<u64>,
+    stop: Vec<String>,
+    ignore_eos: bool,
+}
+
+impl JsGenerateOptions {
+    fn into_options(self) -> GenerateOptions {
+        let d = SamplerConfig::default();
+        GenerateOptions {
+            max_tokens: self.max_tokens.unwrap_or(GenerateOptions::default().max_tokens),
+            sampler: SamplerConfig {
+                temperature: self.temperature.unwrap_or(d.temperature),
+                top_k: self.top_k.unwrap_or(d.top_k),
+                top_p: self.top_p.unwrap_or(d.top_p),
+                min_p: self.min_p.unwrap_or(d.min_p),
+                repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+                presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+                frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+                penalty_last_n: self.penalty_last_n.unwrap_or(d.penalty_last_n),
+                seed: self.seed.unwrap_or(d.seed),
+            },
+            stop: self.stop,
+            ignore_eog: self.ignore_eos,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsOutput {
+    ids: Vec<u32>,
+    text: String,
+    finish_reason: &'static str,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    generated_tokens: usize,
+    prefill_ms: f64,
+    decode_ms: f64,
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+}
+
+impl From<crate::Output> for JsOutput {
+    fn from(o: crate::Output) -> Self {
+        let s = &o.stats;
+        JsOutput {
+            finish_reason: o.finish.as_str(),
+            prompt_tokens: s.prompt_tokens,
+            cached_tokens: s.cached_tokens,
+            generated_tokens: s.generated_tokens,
+            prefill_ms: s.prefill_ms,
+            decode_ms: s.decode_ms,
+            prefill_tok_s: s.prefill_tok_s(),
+            decode_tok_s: s.decode_tok_s(),
+            ids: o.ids,
+            text: o.text,
+        }
+    }
+}
+
+#[wasm_bindgen]
+pub struct Engine {
+    model: Arc<Model>,
+    session: Session,
+}
+
+#[wasm_bindgen]
+impl Engine {
+    /// Load a GGUF file from its bytes. `n_ctx` 0 = the default context window.
+    #[wasm_bindgen(constructor)]
+    pub fn new(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
+        let model = Arc::new(Model::from_bytes(bytes).map_err(js_error)?);
+        let session =
+            Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
+        Ok(Engine { model, session })
+    }
+
+    /// Model facts as JSON.
+    pub fn info(&self) -> String {
+        let c = &self.model.config;
+        json(&serde_json::json!({
+            "name": self.model.name(), "architecture": c.arch.name(), "n_layers": c.n_layers, "d_model": c.d_model,
+            "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
+            "context_length": c.context_length, "n_ctx": self.session.n_ctx(), "file_bytes": self.model.file_size(),
+            "kv_cache_bytes": self.session.kv_cache_bytes(), "simd128": cfg!(target_feature = "simd128"),
+            "has_chat_template": self.model.chat_template().is_ok(),
+        }))
+    }
+
+    pub fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, JsValue> {
+        self.model.tokenizer().encode(text, parse_special).map_err(js_error)
+    }
+
+    /// Tokenize a prompt as generation does: special tokens parsed, BOS/EOS as the model asks.
+    #[wasm_bindgen(js_name = tokenizePrompt)]
+    pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>, JsValue> {
+        self.model.tokenizer().encode_with_special(text, true).map_err(js_error)
+    }
+
+    pub fn detokenize(&self, ids: Vec<u32>) -> Result<String, JsValue> {
+        self.model.tokenizer().decode(&ids).map_err(js_error)
+    }
+
+    /// Render `[{role, content}, ...]` (JSON) with the model's chat template.
+    #[wasm_bindgen(js_name = applyChatTemplate)]
+    pub fn apply_chat_template(&self, messages_json: &str, add_generation_prompt: bool) -> Result<String, JsValue> {
+        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
+        let template = self.model.chat_template().map_err(js_error)?;
+        template.render(&messages, add_generation_prompt).map_err(js_error)
+    }
+
+    /// Prefill `prompt_ids` and prepare to generate with `options_json` (see `JsGenerateOptions`).
+    pub fn start(&mut self, prompt_ids: Vec<u32>, options_json: &str) -> Result<(), JsValue> {
+        let opts: JsGenerateOptions = parse(options_json, "options")?;
+        self.session.start(&prompt_ids, opts.into_options()).map_err(js_error)
+    }
+
+    /// The next token as `{id, text}`, or `undefined` when generation has finished.
+    #[wasm_bindgen(js_name = nextStep)]
+    pub fn next_step(&mut self) -> Result<JsValue, JsValue> {
+        match self.session.next_step().map_err(js_error)? {
+            None => Ok(JsValue::UNDEFINED),
+            Some(step) => {
+                let o = js_sys::Object::new();
+                js_sys::Reflect::set(&o, &"id".into(), &step.id.into())?;
+                js_sys::Reflect::set(&o, &"text".into(), &step.text.into())?;
+                Ok(o.into())
+            }
+        }
+    }
+
+    /// The finished generation (ids, text, finish_reason, stats) as JSON; `cancel` marks it cancelled.
+    pub fn finish(&mut self, cancel: bool) -> Option<String> {
+        let out = if cancel { self.session.cancel() } else { self.session.finish() };
+        out.map(|o| json(&JsOutput::from(o)))
+    }
+
+    /// Teacher-forced scoring: for each position, the top-`k` next tokens with probabilities, as JSON.
+    pub fn score(&mut self, ids: Vec<u32>, k: usize) -> Result<String, JsValue> {
+        self.session.reset();
+        let vocab = self.model.config.vocab_size;
+        let logits = self.session.eval(&ids, true).map_err(js_error)?.to_vec();
+        self.session.reset();
+        let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
+        Ok(json(&serde_json::json!({ "positions": positions })))
+    }
+
+    /// Forget the conversation (the KV cache).
+    pub fn reset(&mut self) {
+        self.session.reset();
+    }
+}

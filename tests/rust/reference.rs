@@ -1,0 +1,164 @@
+//! The engine against llama.cpp on the real default model (SmolLM2-135M-Instruct Q4_1):
+//! tokenizer ids, teacher-forced next-token distributions, and the greedy France answer.
+//! Runs natively and on wasm32 (Node), with the same expectations on both.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::{Arc, OnceLock};
+
+use ruvllm::{GenerateOptions, Model, SamplerConfig, Session};
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+fn model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let bytes = support::read_file(&support::model_path());
+            Arc::new(Model::from_bytes(bytes).expect("the default model loads"))
+        })
+        .clone()
+}
+
+#[test]
+fn tokenizer_matches_llama_cpp_on_every_reference_case() {
+    let t = model().tokenizer().clone();
+    let cases = support::read_json(&format!("{}/tokenizer.json", support::reference_dir()));
+    let cases = cases.as_array().expect("a list of cases");
+    let mut modes = [0; 2];
+    for case in cases {
+        let name = &case["name"];
+        let text = case["text"].as_str().unwrap();
+        let parse_special = case["parse_special"].as_bool().unwrap();
+        let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        let got = t.encode(text, parse_special).unwrap();
+        assert_eq!(got, want, "{name}: {text:?} (parse_special = {parse_special})");
+        assert_eq!(t.decode(&got).unwrap(), text, "{name}: decode");
+        // The model's GGUF says add_bos_token = false: adding specials changes nothing.
+        assert_eq!(t.encode_with_special(text, parse_special).unwrap(), want, "{name}: with special");
+        modes[usize::from(parse_special)] += 1;
+    }
+    assert_eq!(modes, [36, 4]);
+}
+
+#[test]
+fn default_model_special_tokens() {
+    let model = model();
+    let t = model.tokenizer();
+    assert_eq!(t.vocab_size(), 49152);
+    assert_eq!((t.bos(), t.eos(), t.adds_bos()), (Some(1), Some(2), false));
+    assert_eq!(t.eog_ids(), [0, 2, 4]);
+    assert_eq!(t.token_text(2), Some("<|im_end|>"));
+    assert_eq!(t.token_id("<|im_start|>"), Some(1));
+    assert!((0..17).all(|id| t.is_control(id)) && !t.is_control(17));
+}
+
+#[test]
+fn emoji_split_across_real_tokens_streams_whole() {
+    let model = model();
+    let t = model.tokenizer();
+    let text = "I love 🍕 and 👨\u{200d}👩\u{200d}👧 🇫🇷";
+    let ids = t.encode(text, false).unwrap();
+    let split = ids.iter().filter(|&&id| std::str::from_utf8(t.token_bytes(id).unwrap()).is_err()).count();
+    assert!(split > 0, "expected some tokens that are parts of a character");
+    let mut d = t.decoder();
+    let mut out = String::new();
+    for &id in &ids {
+        let s = d.push(id).unwrap();
+        assert!(!s.contains('\u{FFFD}'), "{s:?}");
+        out += &s;
+    }
+    out += &d.finish();
+    assert_eq!(out, text);
+}
+
+/// Softmax probability of every id in `ids` under `logits` (temperature 1, computed in f64).
+fn probs(logits: &[f32], ids: &[u32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    ids.iter().map(|&i| (logits[i as usize] as f64 - max).exp() / sum).collect()
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn teacher_forced_distributions_match_llama_cpp() {
+    let model = model();
+    let vocab = model.config.vocab_size;
+    let reference = support::read_json(&format!("{}/logits.json", support::reference_dir()));
+    let (mut n_clear, mut n_close, mut n_close_agree) = (0, 0, 0);
+    let mut dp1 = Vec::new();
+    for prompt in reference["prompts"].as_array().unwrap() {
+        let mut ids: Vec<u32> = serde_json::from_value(prompt["prompt_ids"].clone()).unwrap();
+        let cont: Vec<u32> = serde_json::from_value(prompt["continuation"]["ids"].clone()).unwrap();
+        ids.extend(cont);
+        let positions = prompt["positions"].as_array().unwrap();
+        assert_eq!(positions.len(), ids.len(), "one distribution per input token");
+        let mut session = Session::new(model.clone());
+        let logits = session.eval(&ids, true).unwrap().to_vec();
+        for (i, pos) in positions.iter().enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let top: Vec<(u32, f64)> = pos["top"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| (t["id"].as_u64().unwrap() as u32, t["prob"].as_f64().unwrap()))
+                .collect();
+            let (ref_top1, ref_p1) = top[0];
+            let gap = ref_p1 - top[1].1;
+            let ours = argmax(row);
+            let our_p1 = probs(row, &[ref_top1])[0];
+            dp1.push((our_p1 - ref_p1).abs());
+            if gap >= 0.2 {
+                n_clear += 1;
+                assert_eq!(ours, ref_top1, "{}: position {i}: llama.cpp's top-1 leads by {gap:.3}", prompt["prompt"]);
+            }
+            if gap >= 0.05 {
+                n_close += 1;
+                n_close_agree += (ours == ref_top1) as usize;
+            }
+        }
+    }
+    dp1.sort_by(f64::total_cmp);
+    let median = dp1[dp1.len() / 2];
+    let max = dp1[dp1.len() - 1];
+    let agree = n_close_agree as f64 / n_close as f64;
+    println!(
+        "{} positions; top-1 agreement {agree:.4} where gap>=0.05 ({n_close}), {n_clear} clear; |dp1| median {median:.4} max {max:.4}",
+        dp1.len()
+    );
+    assert!(n_clear > 100, "the reference has enough clear positions to test");
+    assert!(agree >= 0.98, "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05");
+    assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
+    assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
+}
+
+#[test]
+fn greedy_chat_answers_the_france_question_exactly() {
+    // The reference's ChatML prompt has no system turn (the model's own template would add its default one).
+    let model = model();
+    let prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    let ids = model.tokenizer().encode_with_special(prompt, true).unwrap();
+    let mut session = Session::new(model.clone());
+    let opts = GenerateOptions {
+        max_tokens: 32,
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+        ..GenerateOptions::default()
+    };
+    let mut streamed = String::new();
+    let out = session.generate(&ids, opts, None, |step| streamed.push_str(&step.text)).unwrap();
+    assert_eq!(out.ids, [504, 3575, 282, 4649, 314, 7042, 30, 2]);
+    assert_eq!(out.text, "The capital of France is Paris.");
+    assert_eq!(streamed, out.text);
+    assert_eq!(out.finish, ruvllm::FinishReason::Stop);
+}
