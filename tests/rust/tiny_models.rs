@@ -63,7 +63,9 @@ fn check_tokenizer(file: &str) {
         let parse_special = case["parse_special"].as_bool().unwrap();
         let want = ids(&case["ids"]);
         match model.tokenizer().encode(text, parse_special) {
-            Ok(got) if got != want => failures.push(format!("encode({text:?}, {parse_special}) = {got:?}, want {want:?}")),
+            Ok(got) if got != want => {
+                failures.push(format!("encode({text:?}, {parse_special}) = {got:?}, want {want:?}"))
+            }
             Err(e) => failures.push(format!("encode({text:?}, {parse_special}) failed: {e}")),
             Ok(_) => {}
         }
@@ -152,7 +154,10 @@ fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>) {
             d.max_over_std,
             d.rms_over_std
         );
-        assert_eq!(d.clear_top1_agree, d.clear_top1, "{file}, sequence {ids:?}: top token differs where the reference is clear");
+        assert_eq!(
+            d.clear_top1_agree, d.clear_top1,
+            "{file}, sequence {ids:?}: top token differs where the reference is clear"
+        );
     }
 }
 
