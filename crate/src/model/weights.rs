@@ -49,18 +49,18 @@ impl MatrixRef {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>, // [d_model]
-    pub wq: MatrixRef,       // [q_dim rows × d_model]
-    pub wk: MatrixRef,       // [kv_dim × d_model]
-    pub wv: MatrixRef,       // [kv_dim × d_model]
+    pub attn_norm: Vec<f32>,  // [d_model]
+    pub wq: MatrixRef,        // [q_dim rows × d_model]
+    pub wk: MatrixRef,        // [kv_dim × d_model]
+    pub wv: MatrixRef,        // [kv_dim × d_model]
     pub bq: Option<Vec<f32>>, // [q_dim]  (qwen2)
     pub bk: Option<Vec<f32>>, // [kv_dim] (qwen2)
     pub bv: Option<Vec<f32>>, // [kv_dim] (qwen2)
-    pub wo: MatrixRef,       // [d_model × q_dim]
-    pub ffn_norm: Vec<f32>,  // [d_model]
-    pub w_gate: MatrixRef,   // [ffn_dim × d_model]
-    pub w_up: MatrixRef,     // [ffn_dim × d_model]
-    pub w_down: MatrixRef,   // [d_model × ffn_dim]
+    pub wo: MatrixRef,        // [d_model × q_dim]
+    pub ffn_norm: Vec<f32>,   // [d_model]
+    pub w_gate: MatrixRef,    // [ffn_dim × d_model]
+    pub w_up: MatrixRef,      // [ffn_dim × d_model]
+    pub w_down: MatrixRef,    // [d_model × ffn_dim]
 }
 
 pub struct Weights {
@@ -74,19 +74,31 @@ pub struct Weights {
 impl Weights {
     pub fn from_gguf(g: &Gguf, file: &[u8], c: &Config) -> Result<Weights> {
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<MatrixRef> {
-            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+            let t = g
+                .tensor(name)
+                .ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
             if t.dims != [cols, rows] {
                 return Err(Error::Model(format!(
                     "tensor {name} has shape {:?}, expected [{cols}, {rows}]",
                     t.dims
                 )));
             }
-            Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
+            Ok(MatrixRef {
+                ty: t.ty,
+                rows,
+                cols,
+                offset: t.offset,
+            })
         };
         let vector = |name: &str, n: usize| -> Result<Vec<f32>> {
-            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+            let t = g
+                .tensor(name)
+                .ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
             if t.dims != [n] {
-                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
+                return Err(Error::Model(format!(
+                    "tensor {name} has shape {:?}, expected [{n}]",
+                    t.dims
+                )));
             }
             let mut v = vec![0f32; n];
             dequantize_row(t.ty, &file[t.offset..t.offset + t.size], &mut v);
@@ -121,6 +133,11 @@ impl Weights {
             Some(_) => matrix("output.weight", c.vocab_size, d)?,
             None => token_embd,
         };
-        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output })
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: vector("output_norm.weight", d)?,
+            output,
+        })
     }
 }

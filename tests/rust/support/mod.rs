@@ -51,7 +51,8 @@ pub fn model_path() -> String {
 
 /// llama.cpp's reference data: $RUVLLM_REFERENCE_DIR, else ../shared/reference beside the repo.
 pub fn reference_dir() -> String {
-    env("RUVLLM_REFERENCE_DIR").unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference").into())
+    env("RUVLLM_REFERENCE_DIR")
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference").into())
 }
 
 pub fn read_json(path: &str) -> serde_json::Value {
