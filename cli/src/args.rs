@@ -17,22 +17,15 @@ impl Args {
         let mut argv = argv.peekable();
         while let Some(a) = argv.next() {
             match a.strip_prefix("--") {
-                Some(name) if FLAGS.contains(&name) => {
-                    options.entry(name.into()).or_default().push(String::new())
-                }
+                Some(name) if FLAGS.contains(&name) => options.entry(name.into()).or_default().push(String::new()),
                 Some(name) => {
-                    let v = argv
-                        .next()
-                        .ok_or_else(|| format!("--{name} needs a value"))?;
+                    let v = argv.next().ok_or_else(|| format!("--{name} needs a value"))?;
                     options.entry(name.into()).or_default().push(v);
                 }
                 None => positional.push(a),
             }
         }
-        Ok(Args {
-            options,
-            positional,
-        })
+        Ok(Args { options, positional })
     }
 
     pub fn flag(&self, name: &str) -> bool {
@@ -40,10 +33,7 @@ impl Args {
     }
 
     pub fn opt(&self, name: &str) -> Option<&str> {
-        self.options
-            .get(name)
-            .and_then(|v| v.last())
-            .map(String::as_str)
+        self.options.get(name).and_then(|v| v.last()).map(String::as_str)
     }
 
     pub fn all(&self, name: &str) -> Vec<String> {
@@ -53,9 +43,7 @@ impl Args {
     pub fn num<T: FromStr>(&self, name: &str, default: T) -> Result<T, String> {
         match self.opt(name) {
             None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("--{name}: '{v}' is not a valid number")),
+            Some(v) => v.parse().map_err(|_| format!("--{name}: '{v}' is not a valid number")),
         }
     }
 }

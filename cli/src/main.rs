@@ -65,8 +65,7 @@ fn load(args: &Args) -> Result<(Arc<Model>, f64), String> {
     ruvllm::kernels::parallel::set_threads(threads).map_err(|e| e.to_string())?;
     let path = match args.opt("model") {
         Some(p) => p.to_string(),
-        None => std::env::var("RUVLLM_MODEL")
-            .map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
+        None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
     };
     let t0 = ruvllm::clock::now_ms();
     let model = Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
@@ -74,20 +73,14 @@ fn load(args: &Args) -> Result<(Arc<Model>, f64), String> {
 }
 
 fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
-    let opts = SessionOptions {
-        n_ctx: args.num("ctx", 0)?,
-        ..SessionOptions::default()
-    };
+    let opts = SessionOptions { n_ctx: args.num("ctx", 0)?, ..SessionOptions::default() };
     Session::with_options(model, &opts).map_err(|e| e.to_string())
 }
 
 fn tokenize(args: &Args) -> CliResult {
     let (model, _) = load(args)?;
     let text = args.positional.join(" ");
-    let ids = model
-        .tokenizer()
-        .encode(&text, args.flag("special"))
-        .map_err(|e| e.to_string())?;
+    let ids = model.tokenizer().encode(&text, args.flag("special")).map_err(|e| e.to_string())?;
     println!("{}", json!({ "ids": ids }));
     Ok(())
 }
@@ -96,21 +89,12 @@ fn generate(args: &Args) -> CliResult {
     let (model, load_ms) = load(args)?;
     let prompt = args.opt("prompt").ok_or("--prompt is required")?;
     let text = if args.flag("chat") {
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: prompt.into(),
-        }];
-        model
-            .chat_template()
-            .and_then(|t| t.render(&msgs, true))
-            .map_err(|e| e.to_string())?
+        let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
+        model.chat_template().and_then(|t| t.render(&msgs, true)).map_err(|e| e.to_string())?
     } else {
         prompt.to_string()
     };
-    let prompt_ids = model
-        .tokenizer()
-        .encode_with_special(&text, true)
-        .map_err(|e| e.to_string())?;
+    let prompt_ids = model.tokenizer().encode_with_special(&text, true).map_err(|e| e.to_string())?;
     let opts = GenerateOptions {
         max_tokens: args.num("max-tokens", 256)?,
         sampler: SamplerConfig {
@@ -171,10 +155,7 @@ fn score(args: &Args) -> CliResult {
     let vocab = model.config.vocab_size;
     let mut sess = session(args, model)?;
     let logits = sess.eval(&ids, true).map_err(|e| e.to_string())?;
-    let positions: Vec<_> = logits
-        .chunks_exact(vocab)
-        .map(|row| ruvllm::sampler::top_k_probs(row, k))
-        .collect();
+    let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| ruvllm::sampler::top_k_probs(row, k)).collect();
     println!("{}", json!({ "positions": positions }));
     Ok(())
 }
@@ -186,28 +167,19 @@ fn bench(args: &Args) -> CliResult {
     let file_size = model.file_size();
     // A fixed, real-text prompt cut to exactly n_prompt tokens.
     let text = include_str!("bench_prompt.txt").repeat(8);
-    let mut ids = model
-        .tokenizer()
-        .encode(&text, false)
-        .map_err(|e| e.to_string())?;
+    let mut ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
     ids.truncate(n_prompt);
     let mut sess = session(args, model)?;
     // Warm-up (page in the weights), not measured.
-    sess.eval(&ids[..ids.len().min(16)], false)
-        .map_err(|e| e.to_string())?;
+    sess.eval(&ids[..ids.len().min(16)], false).map_err(|e| e.to_string())?;
     sess.reset();
     let opts = GenerateOptions {
         max_tokens: n_gen + 1,
-        sampler: SamplerConfig {
-            temperature: 0.0,
-            ..SamplerConfig::default()
-        },
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
         ignore_eog: true,
         ..GenerateOptions::default()
     };
-    let out = sess
-        .generate(&ids, opts, None, |_| {})
-        .map_err(|e| e.to_string())?;
+    let out = sess.generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
     let s = &out.stats;
     println!(
         "{}",

@@ -25,10 +25,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.into(), content: content.into() }
     }
 }
 
@@ -58,21 +55,16 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(template_error)?;
-        Ok(ChatTemplate {
-            env,
-            bos_token: bos_token.to_owned(),
-            eos_token: eos_token.to_owned(),
-        })
+        env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
+        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
     }
 
     /// From `tokenizer.chat_template` in GGUF metadata; bos/eos token texts from
     /// `tokenizer.ggml.tokens[bos/eos id]` (empty when the model declares no such token).
     pub fn from_gguf(g: &Gguf) -> Result<ChatTemplate> {
-        let source = g.get_str("tokenizer.chat_template").ok_or_else(|| {
-            Error::ChatTemplate("model has no chat template; pass one explicitly".into())
-        })?;
+        let source = g
+            .get_str("tokenizer.chat_template")
+            .ok_or_else(|| Error::ChatTemplate("model has no chat template; pass one explicitly".into()))?;
         let bos = special_token_text(g, "tokenizer.ggml.bos_token_id")?;
         let eos = special_token_text(g, "tokenizer.ggml.eos_token_id")?;
         ChatTemplate::new(source, bos, eos)
@@ -80,10 +72,7 @@ impl ChatTemplate {
 
     /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(template_error)?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         template
             .render(minijinja::context! {
                 messages => messages,
@@ -106,11 +95,7 @@ fn special_token_text<'g>(g: &'g Gguf, id_key: &str) -> Result<&'g str> {
     usize::try_from(id)
         .ok()
         .and_then(|i| tokens.get(i).copied())
-        .ok_or_else(|| {
-            Error::Tokenizer(format!(
-                "{id_key} = {id} is outside the vocabulary of {n_tokens} tokens"
-            ))
-        })
+        .ok_or_else(|| Error::Tokenizer(format!("{id_key} = {id} is outside the vocabulary of {n_tokens} tokens")))
 }
 
 /// The message a template passed to `raise_exception`, carried as the minijinja error's source.
@@ -126,10 +111,7 @@ impl fmt::Display for Raised {
 impl std::error::Error for Raised {}
 
 fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {
-    Err(
-        minijinja::Error::new(ErrorKind::InvalidOperation, "template raised an exception")
-            .with_source(Raised(msg)),
-    )
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, "template raised an exception").with_source(Raised(msg)))
 }
 
 fn template_error(e: minijinja::Error) -> Error {
@@ -153,50 +135,29 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja
         Some(n) => {
             let spaces = " ".repeat(n);
             let fmt = serde_json::ser::PrettyFormatter::with_indent(spaces.as_bytes());
-            serde::Serialize::serialize(
-                value,
-                &mut serde_json::Serializer::with_formatter(&mut out, fmt),
-            )
+            serde::Serialize::serialize(value, &mut serde_json::Serializer::with_formatter(&mut out, fmt))
         }
-        None => serde::Serialize::serialize(
-            value,
-            &mut serde_json::Serializer::with_formatter(&mut out, PythonJson),
-        ),
+        None => serde::Serialize::serialize(value, &mut serde_json::Serializer::with_formatter(&mut out, PythonJson)),
     };
-    written.map_err(|e| {
-        minijinja::Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON")
-            .with_source(e)
-    })?;
-    let json = String::from_utf8(out).map_err(|e| {
-        minijinja::Error::new(ErrorKind::InvalidOperation, "JSON is not UTF-8").with_source(e)
-    })?;
-    Ok(Value::from_safe_string(if ensure_ascii {
-        escape_non_ascii(&json)
-    } else {
-        json
-    }))
+    written
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(e))?;
+    let json = String::from_utf8(out)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "JSON is not UTF-8").with_source(e))?;
+    Ok(Value::from_safe_string(if ensure_ascii { escape_non_ascii(&json) } else { json }))
 }
 
 /// Python's default `json.dumps` separators.
 struct PythonJson;
 
 impl serde_json::ser::Formatter for PythonJson {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {
             w.write_all(b", ")
         }
     }
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {
@@ -232,8 +193,7 @@ mod tests {
     const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
     // Prompt texts of /work/shared/reference/logits.json (llama.cpp reference), rendered from the template above.
-    const FRANCE_PROMPT: &str =
-        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    const FRANCE_PROMPT: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
     const POEM_PROMPT: &str = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWrite a short poem about the ocean.<|im_end|>\n<|im_start|>assistant\n";
 
     // Llama 3 Instruct's template (HF meta-llama/Meta-Llama-3-8B-Instruct).
@@ -271,23 +231,15 @@ mod tests {
         let t = ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>").unwrap();
         // With a system turn the template's default system prompt is skipped.
         let with_system = [
-            ChatMessage::new(
-                "system",
-                "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
-            ),
+            ChatMessage::new("system", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
             user("Write a short poem about the ocean."),
         ];
         assert_eq!(t.render(&with_system, true).unwrap(), POEM_PROMPT);
         // Without one, the template inserts its default system prompt.
-        let default_system = t
-            .render(&[user("Write a short poem about the ocean.")], true)
-            .unwrap();
+        let default_system = t.render(&[user("Write a short poem about the ocean.")], true).unwrap();
         assert_eq!(default_system, POEM_PROMPT);
         let no_gen = t.render(&[user("hi")], false).unwrap();
-        assert!(
-            no_gen.ends_with("<|im_start|>user\nhi<|im_end|>\n"),
-            "{no_gen:?}"
-        );
+        assert!(no_gen.ends_with("<|im_start|>user\nhi<|im_end|>\n"), "{no_gen:?}");
     }
 
     /// The reference France prompt has no system turn although the template would add one: llama.cpp's
@@ -297,11 +249,7 @@ mod tests {
     fn plain_chatml_renders_reference_france_prompt() {
         let chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
         let t = ChatTemplate::new(chatml, "", "").unwrap();
-        assert_eq!(
-            t.render(&[user("What is the capital of France?")], true)
-                .unwrap(),
-            FRANCE_PROMPT
-        );
+        assert_eq!(t.render(&[user("What is the capital of France?")], true).unwrap(), FRANCE_PROMPT);
     }
 
     #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -321,42 +269,24 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn mistral_renders_and_raises_on_bad_role_order() {
         let t = ChatTemplate::new(MISTRAL, "<s>", "</s>").unwrap();
-        let ok = [
-            user("Hi"),
-            ChatMessage::new("assistant", "Hello."),
-            user("Bye"),
-        ];
-        assert_eq!(
-            t.render(&ok, false).unwrap(),
-            "<s>[INST] Hi [/INST]Hello.</s>[INST] Bye [/INST]"
-        );
+        let ok = [user("Hi"), ChatMessage::new("assistant", "Hello."), user("Bye")];
+        assert_eq!(t.render(&ok, false).unwrap(), "<s>[INST] Hi [/INST]Hello.</s>[INST] Bye [/INST]");
 
         let bad = [user("Hi"), user("Again")];
         let e = t.render(&bad, false).unwrap_err();
         assert_eq!(
             e,
-            Error::ChatTemplate(
-                "Conversation roles must alternate user/assistant/user/assistant/...".into()
-            )
+            Error::ChatTemplate("Conversation roles must alternate user/assistant/user/assistant/...".into())
         );
-        let e = t
-            .render(&[ChatMessage::new("system", "x")], false)
-            .unwrap_err();
-        assert!(
-            matches!(e, Error::ChatTemplate(ref m) if m.contains("roles must alternate")),
-            "{e}"
-        );
+        let e = t.render(&[ChatMessage::new("system", "x")], false).unwrap_err();
+        assert!(matches!(e, Error::ChatTemplate(ref m) if m.contains("roles must alternate")), "{e}");
     }
 
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn qwen25_and_block_whitespace_like_hf() {
         // Expected texts: Jinja2 3.1.6 with HF's settings (trim_blocks, lstrip_blocks, loopcontrols).
-        let conversation = [
-            user("Hi"),
-            ChatMessage::new("assistant", "Hello."),
-            user("Bye"),
-        ];
+        let conversation = [user("Hi"), ChatMessage::new("assistant", "Hello."), user("Bye")];
         let t = ChatTemplate::new(QWEN25, "", "<|im_end|>").unwrap();
         assert_eq!(
             t.render(&conversation, true).unwrap(),
@@ -371,24 +301,16 @@ mod tests {
         );
 
         let t = ChatTemplate::new(TRIM_PROBE, "", "").unwrap();
-        assert_eq!(
-            t.render(&conversation, true).unwrap(),
-            "U: Hi\nA: Hello.\nU: Bye\nA:"
-        );
+        assert_eq!(t.render(&conversation, true).unwrap(), "U: Hi\nA: Hello.\nU: Bye\nA:");
     }
 
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn python_string_methods_and_loop_controls() {
-        let src =
-            "{% for m in messages %}{% if m.content.startswith('skip') %}{% continue %}{% endif %}\
+        let src = "{% for m in messages %}{% if m.content.startswith('skip') %}{% continue %}{% endif %}\
                    [{{ m.role.upper() }}:{{ m.content.strip() }}]{% endfor %}";
         let t = ChatTemplate::new(src, "", "").unwrap();
-        let msgs = [
-            user("  a "),
-            user("skip me"),
-            ChatMessage::new("assistant", "b\n"),
-        ];
+        let msgs = [user("  a "), user("skip me"), ChatMessage::new("assistant", "b\n")];
         assert_eq!(t.render(&msgs, false).unwrap(), "[USER:a][ASSISTANT:b]");
     }
 
@@ -396,24 +318,13 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn tojson_writes_like_python_json_dumps() {
         // Expected texts: Jinja2 with HF's tojson (json.dumps).
-        let render = |src: &str| {
-            ChatTemplate::new(src, "", "")
-                .unwrap()
-                .render(&[user("<é>")], false)
-                .unwrap()
-        };
-        assert_eq!(
-            render("{{ messages[0] | tojson }}"),
-            r#"{"role": "user", "content": "<é>"}"#
-        );
+        let render = |src: &str| ChatTemplate::new(src, "", "").unwrap().render(&[user("<é>")], false).unwrap();
+        assert_eq!(render("{{ messages[0] | tojson }}"), r#"{"role": "user", "content": "<é>"}"#);
         assert_eq!(
             render("{{ messages | tojson(ensure_ascii=true) }}"),
             r#"[{"role": "user", "content": "<\u00e9>"}]"#
         );
-        assert_eq!(
-            render("{{ messages[0] | tojson(indent=1) }}"),
-            "{\n \"role\": \"user\",\n \"content\": \"<é>\"\n}"
-        );
+        assert_eq!(render("{{ messages[0] | tojson(indent=1) }}"), "{\n \"role\": \"user\",\n \"content\": \"<é>\"\n}");
     }
 
     #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -441,10 +352,7 @@ mod tests {
         b.extend_from_slice(b"llama");
         let g = Gguf::parse(&b).unwrap();
         let e = ChatTemplate::from_gguf(&g).unwrap_err();
-        assert_eq!(
-            e,
-            Error::ChatTemplate("model has no chat template; pass one explicitly".into())
-        );
+        assert_eq!(e, Error::ChatTemplate("model has no chat template; pass one explicitly".into()));
     }
 
     // The real model's own template is tested in tests/rust/reference.rs (natively and on wasm32).

@@ -57,16 +57,10 @@ impl fmt::Display for Error {
             Error::Tokenizer(m) => write!(f, "tokenizer: {m}"),
             Error::ChatTemplate(m) => write!(f, "chat template: {m}"),
             Error::TokenOutOfRange { id, vocab_size } => {
-                write!(
-                    f,
-                    "token id {id} is out of range (vocabulary has {vocab_size} tokens)"
-                )
+                write!(f, "token id {id} is out of range (vocabulary has {vocab_size} tokens)")
             }
             Error::ContextOverflow { needed, context } => {
-                write!(
-                    f,
-                    "{needed} tokens do not fit in the context window of {context}"
-                )
+                write!(f, "{needed} tokens do not fit in the context window of {context}")
             }
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Io(m) => write!(f, "i/o: {m}"),

@@ -26,12 +26,7 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 256,
-            sampler: SamplerConfig::default(),
-            stop: Vec::new(),
-            ignore_eog: false,
-        }
+        GenerateOptions { max_tokens: 256, sampler: SamplerConfig::default(), stop: Vec::new(), ignore_eog: false }
     }
 }
 
@@ -134,25 +129,14 @@ impl Session {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
         if opts.max_tokens == 0 {
-            return Err(Error::InvalidArgument(
-                "max_tokens must be at least 1".into(),
-            ));
+            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
         }
         let sampler = Sampler::new(opts.sampler.clone())?;
         if prompt.len() >= self.n_ctx() {
-            return Err(Error::ContextOverflow {
-                needed: prompt.len() + 1,
-                context: self.n_ctx(),
-            });
+            return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx() });
         }
         // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
-        let common = self
-            .tokens()
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
+        let common = self.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(common);
         let t0 = now_ms();
         self.eval(&prompt[common..], false)?;
@@ -165,12 +149,7 @@ impl Session {
             opts,
             ids: Vec::new(),
             text: String::new(),
-            stats: Stats {
-                prompt_tokens: prompt.len(),
-                cached_tokens: common,
-                prefill_ms,
-                ..Stats::default()
-            },
+            stats: Stats { prompt_tokens: prompt.len(), cached_tokens: common, prefill_ms, ..Stats::default() },
             finish: None,
             pending: None,
         };
@@ -183,9 +162,7 @@ impl Session {
     /// The next generated token, or `None` once generation has finished (see [`Session::finish`]).
     pub fn next_step(&mut self) -> Result<Option<Step>> {
         let Some(mut g) = self.generation.take() else {
-            return Err(Error::InvalidArgument(
-                "no generation in progress: call start first".into(),
-            ));
+            return Err(Error::InvalidArgument("no generation in progress: call start first".into()));
         };
         let result = self.advance(&mut g);
         self.generation = Some(g);
@@ -244,12 +221,7 @@ impl Session {
     /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
     pub fn finish(&mut self) -> Option<Output> {
         let g = self.generation.take()?;
-        Some(Output {
-            ids: g.ids,
-            text: g.text,
-            finish: g.finish.unwrap_or(FinishReason::Cancelled),
-            stats: g.stats,
-        })
+        Some(Output { ids: g.ids, text: g.text, finish: g.finish.unwrap_or(FinishReason::Cancelled), stats: g.stats })
     }
 
     /// Generate from `prompt`, calling `on_step` for each token as it is produced. Setting `cancel`

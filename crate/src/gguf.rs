@@ -117,9 +117,7 @@ impl Gguf {
     /// Parse the header of a GGUF file held in `bytes` (the whole file).
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
         let mut r = Reader { bytes, pos: 0 };
-        let magic = r
-            .u32()
-            .map_err(|_| err("file is shorter than a GGUF header"))?;
+        let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
             if magic.swap_bytes() == MAGIC {
                 return Err(err("big-endian GGUF files are not supported"));
@@ -128,14 +126,8 @@ impl Gguf {
         }
         let version = r.u32()?;
         if version != 2 && version != 3 {
-            let v = if version.swap_bytes() == 2 || version.swap_bytes() == 3 {
-                version.swap_bytes()
-            } else {
-                version
-            };
-            return Err(err(format!(
-                "unsupported GGUF version {v} (supported: 2, 3)"
-            )));
+            let v = if version.swap_bytes() == 2 || version.swap_bytes() == 3 { version.swap_bytes() } else { version };
+            return Err(err(format!("unsupported GGUF version {v} (supported: 2, 3)")));
         }
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
@@ -157,11 +149,7 @@ impl Gguf {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_u64() {
                 Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
-                _ => {
-                    return Err(err(format!(
-                        "general.alignment {v:?} is not a power of two"
-                    )))
-                }
+                _ => return Err(err(format!("general.alignment {v:?} is not a power of two"))),
             },
         } as usize;
 
@@ -170,9 +158,7 @@ impl Gguf {
             let name = r.string()?;
             let n_dims = r.u32()? as usize;
             if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(err(format!(
-                    "tensor '{name}' has {n_dims} dimensions (1..={MAX_DIMS} allowed)"
-                )));
+                return Err(err(format!("tensor '{name}' has {n_dims} dimensions (1..={MAX_DIMS} allowed)")));
             }
             let mut dims = Vec::with_capacity(n_dims);
             for _ in 0..n_dims {
@@ -201,10 +187,8 @@ impl Gguf {
             if !names.insert(name.clone()) {
                 return Err(err(format!("duplicate tensor name '{name}'")));
             }
-            let ty = GgmlType::from_id(type_id).ok_or_else(|| Error::UnsupportedTensorType {
-                tensor: name.clone(),
-                type_id,
-            })?;
+            let ty = GgmlType::from_id(type_id)
+                .ok_or_else(|| Error::UnsupportedTensorType { tensor: name.clone(), type_id })?;
             let n: usize = dims
                 .iter()
                 .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -219,13 +203,9 @@ impl Gguf {
             }
             let size = n / ty.block_size() * ty.block_bytes();
             if rel % alignment as u64 != 0 {
-                return Err(err(format!(
-                    "tensor '{name}' offset {rel} is not aligned to {alignment}"
-                )));
+                return Err(err(format!("tensor '{name}' offset {rel} is not aligned to {alignment}")));
             }
-            let offset = (data_offset as u64)
-                .checked_add(rel)
-                .filter(|&o| o <= bytes.len() as u64);
+            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= bytes.len() as u64);
             let end = offset.and_then(|o| o.checked_add(size as u64));
             match (offset, end) {
                 (Some(o), Some(e)) if e <= bytes.len() as u64 => {
@@ -241,13 +221,7 @@ impl Gguf {
             }
         }
 
-        Ok(Gguf {
-            version,
-            metadata,
-            tensors,
-            alignment,
-            data_offset,
-        })
+        Ok(Gguf { version, metadata, tensors, alignment, data_offset })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -272,11 +246,7 @@ impl Gguf {
 
     /// An array of strings (e.g. `tokenizer.ggml.tokens`).
     pub fn get_str_array(&self, key: &str) -> Option<Vec<&str>> {
-        self.get(key)?
-            .as_array()?
-            .iter()
-            .map(Value::as_str)
-            .collect()
+        self.get(key)?.as_array()?.iter().map(Value::as_str).collect()
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
@@ -416,9 +386,6 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn rejects_wrong_magic() {
         let e = Gguf::parse(b"GGML\x03\0\0\0").unwrap_err();
-        assert!(
-            matches!(e, Error::Gguf(ref m) if m.contains("bad magic")),
-            "{e}"
-        );
+        assert!(matches!(e, Error::Gguf(ref m) if m.contains("bad magic")), "{e}");
     }
 }

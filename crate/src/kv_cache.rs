@@ -55,9 +55,6 @@ impl KvCache {
 
     /// Bytes held by the cache.
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| (l.keys.len() + l.values.len()) * 2)
-            .sum()
+        self.layers.iter().map(|l| (l.keys.len() + l.values.len()) * 2).sum()
     }
 }

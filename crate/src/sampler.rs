@@ -55,18 +55,13 @@ impl Default for SamplerConfig {
 impl SamplerConfig {
     /// Greedy decoding (argmax), penalties off.
     pub fn greedy() -> Self {
-        SamplerConfig {
-            temperature: 0.0,
-            ..Default::default()
-        }
+        SamplerConfig { temperature: 0.0, ..Default::default() }
     }
 
     /// Check every field; the error names the field and the allowed range.
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &str, value: f32, range: &str| {
-            Err(Error::InvalidArgument(format!(
-                "{field} must be {range}, got {value}"
-            )))
+            Err(Error::InvalidArgument(format!("{field} must be {range}, got {value}")))
         };
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return bad("temperature", self.temperature, "a finite number >= 0");
@@ -91,9 +86,7 @@ impl SamplerConfig {
 
     fn penalties_active(&self) -> bool {
         self.penalty_last_n > 0
-            && (self.repeat_penalty != 1.0
-                || self.presence_penalty != 0.0
-                || self.frequency_penalty != 0.0)
+            && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)
     }
 }
 
@@ -123,12 +116,7 @@ impl Sampler {
     pub fn new(cfg: SamplerConfig) -> Result<Sampler> {
         cfg.validate()?;
         let rng = Xoshiro256StarStar::new(cfg.seed);
-        Ok(Sampler {
-            cfg,
-            rng,
-            candidates: Vec::new(),
-            counts: Vec::new(),
-        })
+        Ok(Sampler { cfg, rng, candidates: Vec::new(), counts: Vec::new() })
     }
 
     pub fn config(&self) -> &SamplerConfig {
@@ -139,10 +127,7 @@ impl Sampler {
     /// History ids outside the vocabulary are ignored. `logits` must not be empty.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         assert!(!logits.is_empty(), "sampler needs at least one logit");
-        assert!(
-            u32::try_from(logits.len()).is_ok(),
-            "vocabulary larger than u32 ids"
-        );
+        assert!(u32::try_from(logits.len()).is_ok(), "vocabulary larger than u32 ids");
         self.load(logits);
         self.apply_penalties(history);
         if self.cfg.temperature <= 0.0 {
@@ -158,11 +143,7 @@ impl Sampler {
         self.candidates.clear();
         // A NaN logit would win every comparison; treat it as impossible instead.
         let sane = |l: f32| if l.is_nan() { f32::NEG_INFINITY } else { l };
-        self.candidates
-            .extend(logits.iter().enumerate().map(|(id, &l)| Candidate {
-                id: id as u32,
-                logit: sane(l),
-            }));
+        self.candidates.extend(logits.iter().enumerate().map(|(id, &l)| Candidate { id: id as u32, logit: sane(l) }));
     }
 
     /// llama.cpp's penalties: for each distinct token among the last `penalty_last_n`, with `count`
@@ -187,11 +168,8 @@ impl Sampler {
                 continue;
             }
             let c = &mut self.candidates[id as usize];
-            c.logit = if c.logit <= 0.0 {
-                c.logit * self.cfg.repeat_penalty
-            } else {
-                c.logit / self.cfg.repeat_penalty
-            };
+            c.logit =
+                if c.logit <= 0.0 { c.logit * self.cfg.repeat_penalty } else { c.logit / self.cfg.repeat_penalty };
             c.logit -= count as f32 * self.cfg.frequency_penalty + self.cfg.presence_penalty;
         }
     }
@@ -251,10 +229,7 @@ impl Sampler {
     }
 
     fn max_logit(&self) -> f32 {
-        self.candidates
-            .iter()
-            .map(|c| c.logit)
-            .fold(f32::NEG_INFINITY, f32::max)
+        self.candidates.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max)
     }
 
     /// Softmax at the configured temperature over what is left, then one draw.
@@ -276,11 +251,7 @@ impl Sampler {
             }
         }
         // Rounding left `target` at the very top: take the last token that had any weight.
-        self.candidates
-            .iter()
-            .rev()
-            .find(|c| weight(c) > 0.0)
-            .map_or_else(|| self.argmax(), |c| c.id)
+        self.candidates.iter().rev().find(|c| weight(c) > 0.0).map_or_else(|| self.argmax(), |c| c.id)
     }
 }
 
@@ -291,19 +262,13 @@ pub fn top_k_probs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
     let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(idx.len());
-    let cmp = |a: &u32, b: &u32| {
-        logits[*b as usize]
-            .total_cmp(&logits[*a as usize])
-            .then(a.cmp(b))
-    };
+    let cmp = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
     if k > 0 && k < idx.len() {
         idx.select_nth_unstable_by(k - 1, cmp);
     }
     idx.truncate(k);
     idx.sort_by(cmp);
-    idx.into_iter()
-        .map(|i| (i, (logits[i as usize] as f64 - max).exp() / sum))
-        .collect()
+    idx.into_iter().map(|i| (i, (logits[i as usize] as f64 - max).exp() / sum)).collect()
 }
 
 /// xoshiro256** (Blackman & Vigna), seeded through SplitMix64 as its authors recommend.
@@ -325,14 +290,7 @@ impl Xoshiro256StarStar {
     fn new(seed: u64) -> Self {
         let mut sm = seed;
         // SplitMix64 never yields four zero words, so the state is valid for every seed.
-        Xoshiro256StarStar {
-            s: [
-                splitmix64(&mut sm),
-                splitmix64(&mut sm),
-                splitmix64(&mut sm),
-                splitmix64(&mut sm),
-            ],
-        }
+        Xoshiro256StarStar { s: [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)] }
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -359,13 +317,7 @@ mod tests {
     use super::*;
 
     fn cfg(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplerConfig {
-        SamplerConfig {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            ..SamplerConfig::default()
-        }
+        SamplerConfig { temperature, top_k, top_p, min_p, ..SamplerConfig::default() }
     }
 
     /// Draw `n` tokens and return how often each id came up.
@@ -380,10 +332,7 @@ mod tests {
     /// Probabilities (temperature 1) 0.4, 0.25, 0.15, 0.1, 0.06, 0.04 in shuffled id order.
     fn hand_made() -> Vec<f32> {
         // id:      0     1     2     3     4     5
-        [0.1f32, 0.4, 0.04, 0.25, 0.06, 0.15]
-            .iter()
-            .map(|p| p.ln())
-            .collect()
+        [0.1f32, 0.4, 0.04, 0.25, 0.06, 0.15].iter().map(|p| p.ln()).collect()
     }
 
     #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -408,30 +357,18 @@ mod tests {
         assert_eq!(u, GOLDEN_U64_SEED_42);
 
         // Uniform weights (logit 0) make the draw exact arithmetic: id = floor(u * 8).
-        let mut s = Sampler::new(SamplerConfig {
-            seed: 42,
-            ..cfg(1.0, 0, 1.0, 0.0)
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { seed: 42, ..cfg(1.0, 0, 1.0, 0.0) }).unwrap();
         let ids: Vec<u32> = (0..16).map(|_| s.sample(&[0.0; 8], &[])).collect();
         assert_eq!(ids, GOLDEN_UNIFORM8_SEED_42);
 
         // The default chain on the hand-made distribution.
-        let mut s = Sampler::new(SamplerConfig {
-            seed: 42,
-            ..SamplerConfig::default()
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { seed: 42, ..SamplerConfig::default() }).unwrap();
         let ids: Vec<u32> = (0..16).map(|_| s.sample(&hand_made(), &[])).collect();
         assert_eq!(ids, GOLDEN_DEFAULT_SEED_42);
     }
 
     // Computed by an independent Python model of the generator and of the chain (numpy float32).
-    const GOLDEN_U64_SEED_42: [u64; 3] = [
-        1546998764402558742,
-        6990951692964543102,
-        12544586762248559009,
-    ];
+    const GOLDEN_U64_SEED_42: [u64; 3] = [1546998764402558742, 6990951692964543102, 12544586762248559009];
     const GOLDEN_UNIFORM8_SEED_42: [u32; 16] = [0, 3, 5, 7, 7, 6, 5, 6, 6, 4, 5, 2, 6, 2, 5, 7];
     // top-p 0.95 drops id 2 (0.04); min-p 0.05 keeps the rest; temperature 0.8 sharpens.
     const GOLDEN_DEFAULT_SEED_42: [u32; 16] = [1, 1, 3, 0, 4, 5, 3, 5, 5, 3, 3, 1, 5, 1, 3, 0];
@@ -458,9 +395,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let logits: Vec<f32> = (0..1000)
-            .map(|i| ((i * 7919) % 1000) as f32 * 0.01)
-            .collect();
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect();
         let mut greedy = Sampler::new(SamplerConfig::greedy()).unwrap();
         let want = greedy.sample(&logits, &[]);
         for _ in 0..200 {
@@ -471,11 +406,7 @@ mod tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn top_k_keeps_exactly_k() {
-        let mut s = Sampler::new(SamplerConfig {
-            seed: 1,
-            ..cfg(1.0, 3, 1.0, 0.0)
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { seed: 1, ..cfg(1.0, 3, 1.0, 0.0) }).unwrap();
         let h = histogram(&mut s, &hand_made(), 3000);
         // The three most likely: ids 1 (0.4), 3 (0.25), 5 (0.15).
         assert!(h[1] > 0 && h[3] > 0 && h[5] > 0, "{h:?}");
@@ -486,23 +417,11 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn top_p_keeps_the_smallest_set_reaching_p() {
         // Cumulative: 0.4, 0.65, 0.8, 0.9, ... so top_p 0.7 keeps ids 1, 3, 5 and 0.85 adds id 0.
-        for (top_p, allowed) in [
-            (0.7f32, &[1usize, 3, 5][..]),
-            (0.85, &[1, 3, 5, 0]),
-            (0.3, &[1]),
-        ] {
-            let mut s = Sampler::new(SamplerConfig {
-                seed: 9,
-                ..cfg(1.0, 0, top_p, 0.0)
-            })
-            .unwrap();
+        for (top_p, allowed) in [(0.7f32, &[1usize, 3, 5][..]), (0.85, &[1, 3, 5, 0]), (0.3, &[1])] {
+            let mut s = Sampler::new(SamplerConfig { seed: 9, ..cfg(1.0, 0, top_p, 0.0) }).unwrap();
             let h = histogram(&mut s, &hand_made(), 4000);
             for id in 0..6 {
-                assert_eq!(
-                    h[id] > 0,
-                    allowed.contains(&id),
-                    "top_p {top_p}, id {id}: {h:?}"
-                );
+                assert_eq!(h[id] > 0, allowed.contains(&id), "top_p {top_p}, id {id}: {h:?}");
             }
         }
     }
@@ -511,23 +430,11 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn min_p_keeps_tokens_above_fraction_of_top() {
         // min_p 0.3: threshold 0.12 keeps 0.4, 0.25, 0.15 (ids 1, 3, 5); min_p 0.2: 0.08 adds 0.1 (id 0).
-        for (min_p, allowed) in [
-            (0.3f32, &[1usize, 3, 5][..]),
-            (0.2, &[1, 3, 5, 0]),
-            (1.0, &[1]),
-        ] {
-            let mut s = Sampler::new(SamplerConfig {
-                seed: 5,
-                ..cfg(1.0, 0, 1.0, min_p)
-            })
-            .unwrap();
+        for (min_p, allowed) in [(0.3f32, &[1usize, 3, 5][..]), (0.2, &[1, 3, 5, 0]), (1.0, &[1])] {
+            let mut s = Sampler::new(SamplerConfig { seed: 5, ..cfg(1.0, 0, 1.0, min_p) }).unwrap();
             let h = histogram(&mut s, &hand_made(), 4000);
             for id in 0..6 {
-                assert_eq!(
-                    h[id] > 0,
-                    allowed.contains(&id),
-                    "min_p {min_p}, id {id}: {h:?}"
-                );
+                assert_eq!(h[id] > 0, allowed.contains(&id), "min_p {min_p}, id {id}: {h:?}");
             }
         }
     }
@@ -535,26 +442,15 @@ mod tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn draws_follow_the_distribution() {
-        let mut s = Sampler::new(SamplerConfig {
-            seed: 11,
-            ..cfg(1.0, 0, 1.0, 0.0)
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { seed: 11, ..cfg(1.0, 0, 1.0, 0.0) }).unwrap();
         let n = 20000;
         let h = histogram(&mut s, &hand_made(), n);
-        for (id, p) in [0.1f64, 0.4, 0.04, 0.25, 0.06, 0.15]
-            .into_iter()
-            .enumerate()
-        {
+        for (id, p) in [0.1f64, 0.4, 0.04, 0.25, 0.06, 0.15].into_iter().enumerate() {
             let freq = h[id] as f64 / n as f64;
             assert!((freq - p).abs() < 0.015, "id {id}: {freq} vs {p}");
         }
         // A low temperature sharpens towards the top token.
-        let mut cold = Sampler::new(SamplerConfig {
-            seed: 11,
-            ..cfg(0.2, 0, 1.0, 0.0)
-        })
-        .unwrap();
+        let mut cold = Sampler::new(SamplerConfig { seed: 11, ..cfg(0.2, 0, 1.0, 0.0) }).unwrap();
         let h = histogram(&mut cold, &hand_made(), 2000);
         assert!(h[1] > 1800, "{h:?}");
     }
@@ -564,14 +460,8 @@ mod tests {
     fn same_seed_same_sequence() {
         let logits: Vec<f32> = (0..500).map(|i| ((i * 31) % 17) as f32 * 0.3).collect();
         let run = |seed| {
-            let mut s = Sampler::new(SamplerConfig {
-                seed,
-                ..SamplerConfig::default()
-            })
-            .unwrap();
-            (0..64)
-                .map(|_| s.sample(&logits, &[]))
-                .collect::<Vec<u32>>()
+            let mut s = Sampler::new(SamplerConfig { seed, ..SamplerConfig::default() }).unwrap();
+            (0..64).map(|_| s.sample(&logits, &[])).collect::<Vec<u32>>()
         };
         assert_eq!(run(123), run(123));
         assert_ne!(run(123), run(124));
@@ -581,65 +471,28 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn penalties_change_the_choice() {
         let logits = [2.0f32, 1.9, 1.0, -0.5];
-        let greedy = |cfg: SamplerConfig, history: &[u32]| {
-            Sampler::new(cfg).unwrap().sample(&logits, history)
-        };
+        let greedy = |cfg: SamplerConfig, history: &[u32]| Sampler::new(cfg).unwrap().sample(&logits, history);
         let base = SamplerConfig::greedy();
         assert_eq!(greedy(base.clone(), &[0, 0]), 0);
 
         // Repeat: 2.0 / 1.1 = 1.82 < 1.9.
-        let repeat = SamplerConfig {
-            repeat_penalty: 1.1,
-            ..base.clone()
-        };
+        let repeat = SamplerConfig { repeat_penalty: 1.1, ..base.clone() };
         assert_eq!(greedy(repeat.clone(), &[0]), 1);
         // ... but only within the window: id 0 is 3 tokens back, the window is 2.
-        assert_eq!(
-            greedy(
-                SamplerConfig {
-                    penalty_last_n: 2,
-                    ..repeat.clone()
-                },
-                &[0, 2, 2]
-            ),
-            0
-        );
+        assert_eq!(greedy(SamplerConfig { penalty_last_n: 2, ..repeat.clone() }, &[0, 2, 2]), 0);
         // Presence: once per token, however often it occurred. 2.0 - 0.05 > 1.9, 1.9 - 0.05 < 2.0 - 0.05.
-        let presence = SamplerConfig {
-            presence_penalty: 0.05,
-            ..base.clone()
-        };
+        let presence = SamplerConfig { presence_penalty: 0.05, ..base.clone() };
         assert_eq!(greedy(presence.clone(), &[0, 0, 0, 0]), 0);
-        assert_eq!(
-            greedy(
-                SamplerConfig {
-                    presence_penalty: 0.2,
-                    ..base.clone()
-                },
-                &[0]
-            ),
-            1
-        );
+        assert_eq!(greedy(SamplerConfig { presence_penalty: 0.2, ..base.clone() }, &[0]), 1);
         // Frequency: per occurrence. 2.0 - 3 * 0.05 = 1.85 < 1.9, while one occurrence (1.95) is not enough.
-        let frequency = SamplerConfig {
-            frequency_penalty: 0.05,
-            ..base.clone()
-        };
+        let frequency = SamplerConfig { frequency_penalty: 0.05, ..base.clone() };
         assert_eq!(greedy(frequency.clone(), &[0]), 0);
         assert_eq!(greedy(frequency, &[0, 5000, 0, 0]), 1); // ids outside the vocabulary are ignored
                                                             // Non-positive logits are multiplied: -0.5 * 10 pushes id 3 further down, it never rises.
-        let mut s = Sampler::new(SamplerConfig {
-            repeat_penalty: 10.0,
-            ..base.clone()
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { repeat_penalty: 10.0, ..base.clone() }).unwrap();
         assert_eq!(s.sample(&[-0.5, -1.0], &[0]), 1);
         // Counts are cleared between calls: the same history gives the same answer twice.
-        let mut s = Sampler::new(SamplerConfig {
-            frequency_penalty: 0.05,
-            ..base
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { frequency_penalty: 0.05, ..base }).unwrap();
         assert_eq!(s.sample(&logits, &[0]), 0);
         assert_eq!(s.sample(&logits, &[0]), 0);
     }
@@ -649,28 +502,12 @@ mod tests {
     fn scratch_buffers_are_reused_across_calls() {
         let logits: Vec<f32> = (0..4096).map(|i| (i % 97) as f32 * 0.1).collect();
         let history: Vec<u32> = (0..100).collect();
-        let mut s = Sampler::new(SamplerConfig {
-            repeat_penalty: 1.2,
-            top_k: 0,
-            ..SamplerConfig::default()
-        })
-        .unwrap();
+        let mut s = Sampler::new(SamplerConfig { repeat_penalty: 1.2, top_k: 0, ..SamplerConfig::default() }).unwrap();
         s.sample(&logits, &history);
-        let buffers = (
-            s.candidates.as_ptr(),
-            s.candidates.capacity(),
-            s.counts.as_ptr(),
-        );
+        let buffers = (s.candidates.as_ptr(), s.candidates.capacity(), s.counts.as_ptr());
         for _ in 0..10 {
             s.sample(&logits, &history);
-            assert_eq!(
-                (
-                    s.candidates.as_ptr(),
-                    s.candidates.capacity(),
-                    s.counts.as_ptr()
-                ),
-                buffers
-            );
+            assert_eq!((s.candidates.as_ptr(), s.candidates.capacity(), s.counts.as_ptr()), buffers);
         }
     }
 
@@ -679,51 +516,15 @@ mod tests {
     fn validate_names_the_field() {
         let d = SamplerConfig::default;
         let cases = [
-            (
-                SamplerConfig {
-                    temperature: f32::NAN,
-                    ..d()
-                },
-                "temperature",
-            ),
-            (
-                SamplerConfig {
-                    temperature: -0.1,
-                    ..d()
-                },
-                "temperature",
-            ),
+            (SamplerConfig { temperature: f32::NAN, ..d() }, "temperature"),
+            (SamplerConfig { temperature: -0.1, ..d() }, "temperature"),
             (SamplerConfig { top_p: 0.0, ..d() }, "top_p"),
             (SamplerConfig { top_p: 1.5, ..d() }, "top_p"),
             (SamplerConfig { min_p: -0.1, ..d() }, "min_p"),
-            (
-                SamplerConfig {
-                    min_p: f32::NAN,
-                    ..d()
-                },
-                "min_p",
-            ),
-            (
-                SamplerConfig {
-                    repeat_penalty: 0.0,
-                    ..d()
-                },
-                "repeat_penalty",
-            ),
-            (
-                SamplerConfig {
-                    presence_penalty: f32::INFINITY,
-                    ..d()
-                },
-                "presence_penalty",
-            ),
-            (
-                SamplerConfig {
-                    frequency_penalty: f32::NAN,
-                    ..d()
-                },
-                "frequency_penalty",
-            ),
+            (SamplerConfig { min_p: f32::NAN, ..d() }, "min_p"),
+            (SamplerConfig { repeat_penalty: 0.0, ..d() }, "repeat_penalty"),
+            (SamplerConfig { presence_penalty: f32::INFINITY, ..d() }, "presence_penalty"),
+            (SamplerConfig { frequency_penalty: f32::NAN, ..d() }, "frequency_penalty"),
         ];
         for (c, field) in cases {
             match Sampler::new(c).unwrap_err() {

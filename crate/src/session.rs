@@ -20,10 +20,7 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions {
-            n_ctx: 0,
-            n_batch: 64,
-        }
+        SessionOptions { n_ctx: 0, n_batch: 64 }
     }
 }
 
@@ -40,17 +37,12 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: Arc<Model>) -> Session {
-        Session::with_options(model, &SessionOptions::default())
-            .expect("default session options are valid")
+        Session::with_options(model, &SessionOptions::default()).expect("default session options are valid")
     }
 
     pub fn with_options(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
         let c = &model.config;
-        let n_ctx = if opts.n_ctx == 0 {
-            c.context_length.min(4096)
-        } else {
-            opts.n_ctx
-        };
+        let n_ctx = if opts.n_ctx == 0 { c.context_length.min(4096) } else { opts.n_ctx };
         if n_ctx > c.context_length {
             return Err(Error::InvalidArgument(format!(
                 "n_ctx {n_ctx} exceeds the model's context length {}",
@@ -58,22 +50,12 @@ impl Session {
             )));
         }
         if opts.n_batch == 0 || opts.n_batch > 4096 {
-            return Err(Error::InvalidArgument(format!(
-                "n_batch {} must be in 1..=4096",
-                opts.n_batch
-            )));
+            return Err(Error::InvalidArgument(format!("n_batch {} must be in 1..=4096", opts.n_batch)));
         }
         let n_batch = opts.n_batch.min(n_ctx);
         let state = RunState::new(&model, n_batch, n_ctx);
         let kv = KvCache::new(c, n_ctx);
-        Ok(Session {
-            model,
-            kv,
-            state,
-            tokens: Vec::new(),
-            logits: Vec::new(),
-            generation: None,
-        })
+        Ok(Session { model, kv, state, tokens: Vec::new(), logits: Vec::new(), generation: None })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -114,22 +96,14 @@ impl Session {
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
         let vocab = self.model.config.vocab_size;
         if tokens.is_empty() {
-            return Err(Error::InvalidArgument(
-                "eval needs at least one token".into(),
-            ));
+            return Err(Error::InvalidArgument("eval needs at least one token".into()));
         }
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
-            return Err(Error::TokenOutOfRange {
-                id,
-                vocab_size: vocab,
-            });
+            return Err(Error::TokenOutOfRange { id, vocab_size: vocab });
         }
         let needed = self.tokens.len() + tokens.len();
         if needed > self.kv.n_ctx {
-            return Err(Error::ContextOverflow {
-                needed,
-                context: self.kv.n_ctx,
-            });
+            return Err(Error::ContextOverflow { needed, context: self.kv.n_ctx });
         }
         self.logits.clear();
         let n_batch = self.state.n_batch;
@@ -142,14 +116,7 @@ impl Session {
                 (false, true) => LogitsFor::Last,
                 (false, false) => LogitsFor::None,
             };
-            forward(
-                &self.model,
-                &mut self.kv,
-                &mut self.state,
-                chunk,
-                self.tokens.len(),
-                want,
-            );
+            forward(&self.model, &mut self.kv, &mut self.state, chunk, self.tokens.len(), want);
             self.tokens.extend_from_slice(chunk);
             if want != LogitsFor::None {
                 self.logits.extend_from_slice(&self.state.logits);

@@ -17,11 +17,7 @@ impl StopMatcher {
     /// Empty stop strings are ignored (they would match before any text).
     pub fn new(stops: &[String]) -> Self {
         let stops = stops.iter().filter(|s| !s.is_empty()).cloned().collect();
-        StopMatcher {
-            stops,
-            held: String::new(),
-            stopped: false,
-        }
+        StopMatcher { stops, held: String::new(), stopped: false }
     }
 
     /// Feed the next decoded text piece; returns (text safe to emit now, stopped?).
@@ -33,12 +29,7 @@ impl StopMatcher {
         self.held.push_str(piece);
 
         // A stop completes in this piece; the earliest-starting one cuts the text.
-        if let Some(cut) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
+        if let Some(cut) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
             self.held.truncate(cut);
             self.stopped = true;
             return (std::mem::take(&mut self.held), true);
@@ -142,11 +133,7 @@ mod tests {
         let mut m = StopMatcher::new(&[]);
         assert_eq!(
             run(&mut m, &["a", "<|im_end|>", ""]),
-            (
-                vec!["a".into(), "<|im_end|>".into(), "".into()],
-                false,
-                String::new()
-            )
+            (vec!["a".into(), "<|im_end|>".into(), "".into()], false, String::new())
         );
         let mut m = StopMatcher::new(&[String::new()]);
         assert_eq!(m.push("text"), ("text".into(), false));

@@ -48,9 +48,7 @@ impl JsGenerateOptions {
     fn into_options(self) -> GenerateOptions {
         let d = SamplerConfig::default();
         GenerateOptions {
-            max_tokens: self
-                .max_tokens
-                .unwrap_or(GenerateOptions::default().max_tokens),
+            max_tokens: self.max_tokens.unwrap_or(GenerateOptions::default().max_tokens),
             sampler: SamplerConfig {
                 temperature: self.temperature.unwrap_or(d.temperature),
                 top_k: self.top_k.unwrap_or(d.top_k),
@@ -112,14 +110,8 @@ impl Engine {
     #[wasm_bindgen(constructor)]
     pub fn new(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
         let model = Arc::new(Model::from_bytes(bytes).map_err(js_error)?);
-        let session = Session::with_options(
-            model.clone(),
-            &SessionOptions {
-                n_ctx,
-                ..Default::default()
-            },
-        )
-        .map_err(js_error)?;
+        let session =
+            Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
         Ok(Engine { model, session })
     }
 
@@ -136,19 +128,13 @@ impl Engine {
     }
 
     pub fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, JsValue> {
-        self.model
-            .tokenizer()
-            .encode(text, parse_special)
-            .map_err(js_error)
+        self.model.tokenizer().encode(text, parse_special).map_err(js_error)
     }
 
     /// Tokenize a prompt as generation does: special tokens parsed, BOS/EOS as the model asks.
     #[wasm_bindgen(js_name = tokenizePrompt)]
     pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>, JsValue> {
-        self.model
-            .tokenizer()
-            .encode_with_special(text, true)
-            .map_err(js_error)
+        self.model.tokenizer().encode_with_special(text, true).map_err(js_error)
     }
 
     pub fn detokenize(&self, ids: Vec<u32>) -> Result<String, JsValue> {
@@ -157,24 +143,16 @@ impl Engine {
 
     /// Render `[{role, content}, ...]` (JSON) with the model's chat template.
     #[wasm_bindgen(js_name = applyChatTemplate)]
-    pub fn apply_chat_template(
-        &self,
-        messages_json: &str,
-        add_generation_prompt: bool,
-    ) -> Result<String, JsValue> {
+    pub fn apply_chat_template(&self, messages_json: &str, add_generation_prompt: bool) -> Result<String, JsValue> {
         let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
         let template = self.model.chat_template().map_err(js_error)?;
-        template
-            .render(&messages, add_generation_prompt)
-            .map_err(js_error)
+        template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
     /// Prefill `prompt_ids` and prepare to generate with `options_json` (see `JsGenerateOptions`).
     pub fn start(&mut self, prompt_ids: Vec<u32>, options_json: &str) -> Result<(), JsValue> {
         let opts: JsGenerateOptions = parse(options_json, "options")?;
-        self.session
-            .start(&prompt_ids, opts.into_options())
-            .map_err(js_error)
+        self.session.start(&prompt_ids, opts.into_options()).map_err(js_error)
     }
 
     /// The next token as `{id, text}`, or `undefined` when generation has finished.
@@ -193,11 +171,7 @@ impl Engine {
 
     /// The finished generation (ids, text, finish_reason, stats) as JSON; `cancel` marks it cancelled.
     pub fn finish(&mut self, cancel: bool) -> Option<String> {
-        let out = if cancel {
-            self.session.cancel()
-        } else {
-            self.session.finish()
-        };
+        let out = if cancel { self.session.cancel() } else { self.session.finish() };
         out.map(|o| json(&JsOutput::from(o)))
     }
 
@@ -207,10 +181,7 @@ impl Engine {
         let vocab = self.model.config.vocab_size;
         let logits = self.session.eval(&ids, true).map_err(js_error)?.to_vec();
         self.session.reset();
-        let positions: Vec<_> = logits
-            .chunks_exact(vocab)
-            .map(|row| crate::sampler::top_k_probs(row, k))
-            .collect();
+        let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
         Ok(json(&serde_json::json!({ "positions": positions })))
     }
 

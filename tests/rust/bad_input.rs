@@ -20,9 +20,7 @@ fn model_bytes() -> &'static [u8] {
 
 fn model() -> Arc<Model> {
     static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| Arc::new(Model::from_bytes(model_bytes().to_vec()).unwrap()))
-        .clone()
+    MODEL.get_or_init(|| Arc::new(Model::from_bytes(model_bytes().to_vec()).unwrap())).clone()
 }
 
 fn gguf_error(bytes: &[u8]) -> String {
@@ -36,17 +34,7 @@ fn gguf_error(bytes: &[u8]) -> String {
 #[test]
 fn truncated_files_are_rejected_at_every_cut() {
     let bytes = model_bytes();
-    for cut in [
-        0,
-        3,
-        7,
-        23,
-        100,
-        4096,
-        1 << 20,
-        bytes.len() / 2,
-        bytes.len() - 1,
-    ] {
+    for cut in [0, 3, 7, 23, 100, 4096, 1 << 20, bytes.len() / 2, bytes.len() - 1] {
         let msg = gguf_error(&bytes[..cut]);
         assert!(
             msg.contains("truncated")
@@ -67,10 +55,7 @@ fn wrong_magic_and_unsupported_versions_are_named() {
         let mut w = GgufWriter::new();
         w.version = v;
         let msg = gguf_error(&w.bytes());
-        assert!(
-            msg.contains(&format!("unsupported GGUF version {v}")),
-            "{msg}"
-        );
+        assert!(msg.contains(&format!("unsupported GGUF version {v}")), "{msg}");
     }
 }
 
@@ -92,11 +77,7 @@ fn absurd_counts_and_lengths_do_not_allocate() {
     let mut b = w.bytes();
     let len_at = 4 + 4 + 8 + 8 + 8 + "general.name".len() + 4;
     b[len_at..len_at + 8].copy_from_slice(&(1u64 << 50).to_le_bytes());
-    assert!(
-        gguf_error(&b).contains("runs past the end"),
-        "{}",
-        gguf_error(&b)
-    );
+    assert!(gguf_error(&b).contains("runs past the end"), "{}", gguf_error(&b));
     let w = GgufWriter::new().meta("a", Meta::I32Array(vec![1, 2, 3]));
     let mut b = w.bytes();
     let count_at = 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
@@ -110,10 +91,7 @@ fn tensor_past_the_end_and_unknown_types_are_named() {
     let w = GgufWriter::new().tensor("t", &[64], 0, vec![0u8; 64]);
     let b = w.bytes();
     let msg = gguf_error(&b);
-    assert!(
-        msg.contains("tensor 't'") && msg.contains("past the end"),
-        "{msg}"
-    );
+    assert!(msg.contains("tensor 't'") && msg.contains("past the end"), "{msg}");
     let w = GgufWriter::new().tensor("weird", &[32], 99, vec![0u8; 32]);
     match Model::from_bytes(w.bytes()) {
         Err(Error::UnsupportedTensorType { tensor, type_id }) => {
@@ -137,12 +115,7 @@ fn unsupported_architecture_is_named() {
 
 #[test]
 fn missing_chat_template_is_a_clear_error() {
-    let g = Gguf::parse(
-        &GgufWriter::new()
-            .meta("general.architecture", Meta::Str("llama".into()))
-            .bytes(),
-    )
-    .unwrap();
+    let g = Gguf::parse(&GgufWriter::new().meta("general.architecture", Meta::Str("llama".into())).bytes()).unwrap();
     match ChatTemplate::from_gguf(&g) {
         Err(e @ Error::ChatTemplate(_)) => {
             assert!(e.to_string().contains("no chat template"), "{e}")
@@ -155,18 +128,9 @@ fn missing_chat_template_is_a_clear_error() {
 fn token_ids_out_of_range_are_refused() {
     let model = model();
     let mut s = Session::new(model.clone());
-    assert_eq!(
-        s.eval(&[1, 49152], false).unwrap_err(),
-        Error::TokenOutOfRange {
-            id: 49152,
-            vocab_size: 49152
-        }
-    );
+    assert_eq!(s.eval(&[1, 49152], false).unwrap_err(), Error::TokenOutOfRange { id: 49152, vocab_size: 49152 });
     assert!(s.tokens().is_empty(), "nothing was evaluated");
-    assert!(matches!(
-        model.tokenizer().decode(&[5, 100_000]),
-        Err(Error::TokenOutOfRange { id: 100_000, .. })
-    ));
+    assert!(matches!(model.tokenizer().decode(&[5, 100_000]), Err(Error::TokenOutOfRange { id: 100_000, .. })));
     // The session is still usable.
     assert_eq!(s.eval(&[1, 2, 3], false).unwrap().len(), 49152);
 }
@@ -174,38 +138,13 @@ fn token_ids_out_of_range_are_refused() {
 #[test]
 fn prompts_longer_than_the_context_are_refused() {
     let model = model();
-    let mut s = Session::with_options(
-        model,
-        &SessionOptions {
-            n_ctx: 16,
-            n_batch: 8,
-        },
-    )
-    .unwrap();
+    let mut s = Session::with_options(model, &SessionOptions { n_ctx: 16, n_batch: 8 }).unwrap();
     let ids: Vec<u32> = (100..117).collect();
-    assert_eq!(
-        s.eval(&ids, false).unwrap_err(),
-        Error::ContextOverflow {
-            needed: 17,
-            context: 16
-        }
-    );
-    assert!(matches!(
-        s.start(&ids[..16], GenerateOptions::default()),
-        Err(Error::ContextOverflow { .. })
-    ));
+    assert_eq!(s.eval(&ids, false).unwrap_err(), Error::ContextOverflow { needed: 17, context: 16 });
+    assert!(matches!(s.start(&ids[..16], GenerateOptions::default()), Err(Error::ContextOverflow { .. })));
     // A prompt that fits leaves room to generate until the window is full, then stops with "length".
     let out = s
-        .generate(
-            &ids[..12],
-            GenerateOptions {
-                max_tokens: 100,
-                ignore_eog: true,
-                ..Default::default()
-            },
-            None,
-            |_| {},
-        )
+        .generate(&ids[..12], GenerateOptions { max_tokens: 100, ignore_eog: true, ..Default::default() }, None, |_| {})
         .unwrap();
     assert_eq!(out.finish, ruvllm::FinishReason::Length);
     assert!(s.tokens().len() <= 16);

@@ -27,10 +27,7 @@ fn every_metadata_value_type_is_read() {
             .meta("u64", Meta::U64(u64::MAX))
             .meta("i64", Meta::I64(i64::MIN))
             .meta("f64", Meta::F64(-2.25))
-            .meta(
-                "strs",
-                Meta::StrArray(vec!["a".into(), "".into(), "ü".into()]),
-            )
+            .meta("strs", Meta::StrArray(vec!["a".into(), "".into(), "ü".into()]))
             .meta("nested", Meta::U32Arrays(vec![vec![1, 2], vec![], vec![3]]));
         w.version = version;
         let g = Gguf::parse(&w.bytes()).unwrap();
@@ -49,16 +46,8 @@ fn every_metadata_value_type_is_read() {
         assert_eq!(g.get("f64"), Some(&Value::F64(-2.25)));
         assert_eq!(g.get_str_array("strs"), Some(vec!["a", "", "ü"]));
         let nested = g.get("nested").and_then(Value::as_array).unwrap();
-        let nested: Vec<Vec<u64>> = nested
-            .iter()
-            .map(|a| {
-                a.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect()
-            })
-            .collect();
+        let nested: Vec<Vec<u64>> =
+            nested.iter().map(|a| a.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()).collect();
         assert_eq!(nested, vec![vec![1, 2], vec![], vec![3]]);
     }
 }
@@ -66,34 +55,20 @@ fn every_metadata_value_type_is_read() {
 #[test]
 fn tensor_table_offsets_and_alignment() {
     let q = vec![7u8; 18 * 2]; // two Q4_0 blocks
-    let f = (0..8)
-        .flat_map(|i| (i as f32).to_le_bytes())
-        .collect::<Vec<u8>>();
-    let w = GgufWriter::new()
-        .tensor("q", &[32, 2], 2, q.clone())
-        .tensor("f", &[8], 0, f.clone());
+    let f = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect::<Vec<u8>>();
+    let w = GgufWriter::new().tensor("q", &[32, 2], 2, q.clone()).tensor("f", &[8], 0, f.clone());
     let bytes = w.bytes();
     let g = Gguf::parse(&bytes).unwrap();
     assert_eq!(g.alignment, 32);
     assert_eq!(g.data_offset % 32, 0);
     let tq = g.tensor("q").unwrap();
-    assert_eq!(
-        (tq.ty, tq.dims.clone(), tq.size, tq.n_elements()),
-        (GgmlType::Q4_0, vec![32, 2], 36, 64)
-    );
+    assert_eq!((tq.ty, tq.dims.clone(), tq.size, tq.n_elements()), (GgmlType::Q4_0, vec![32, 2], 36, 64));
     assert_eq!(&bytes[tq.offset..tq.offset + tq.size], &q[..]);
     let tf = g.tensor("f").unwrap();
-    assert_eq!(
-        tf.offset,
-        g.data_offset + 64,
-        "the second tensor starts at the next 32-byte boundary"
-    );
+    assert_eq!(tf.offset, g.data_offset + 64, "the second tensor starts at the next 32-byte boundary");
     assert_eq!(&bytes[tf.offset..tf.offset + tf.size], &f[..]);
 
     // A declared alignment that is not a power of two is refused.
     let w = GgufWriter::new().meta("general.alignment", Meta::U32(24));
-    assert!(Gguf::parse(&w.bytes())
-        .unwrap_err()
-        .to_string()
-        .contains("power of two"));
+    assert!(Gguf::parse(&w.bytes()).unwrap_err().to_string().contains("power of two"));
 }

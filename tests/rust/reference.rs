@@ -34,17 +34,10 @@ fn tokenizer_matches_llama_cpp_on_every_reference_case() {
         let parse_special = case["parse_special"].as_bool().unwrap();
         let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
         let got = t.encode(text, parse_special).unwrap();
-        assert_eq!(
-            got, want,
-            "{name}: {text:?} (parse_special = {parse_special})"
-        );
+        assert_eq!(got, want, "{name}: {text:?} (parse_special = {parse_special})");
         assert_eq!(t.decode(&got).unwrap(), text, "{name}: decode");
         // The model's GGUF says add_bos_token = false: adding specials changes nothing.
-        assert_eq!(
-            t.encode_with_special(text, parse_special).unwrap(),
-            want,
-            "{name}: with special"
-        );
+        assert_eq!(t.encode_with_special(text, parse_special).unwrap(), want, "{name}: with special");
         modes[usize::from(parse_special)] += 1;
     }
     assert_eq!(modes, [36, 4]);
@@ -68,14 +61,8 @@ fn emoji_split_across_real_tokens_streams_whole() {
     let t = model.tokenizer();
     let text = "I love 🍕 and 👨\u{200d}👩\u{200d}👧 🇫🇷";
     let ids = t.encode(text, false).unwrap();
-    let split = ids
-        .iter()
-        .filter(|&&id| std::str::from_utf8(t.token_bytes(id).unwrap()).is_err())
-        .count();
-    assert!(
-        split > 0,
-        "expected some tokens that are parts of a character"
-    );
+    let split = ids.iter().filter(|&&id| std::str::from_utf8(t.token_bytes(id).unwrap()).is_err()).count();
+    assert!(split > 0, "expected some tokens that are parts of a character");
     let mut d = t.decoder();
     let mut out = String::new();
     for &id in &ids {
@@ -93,45 +80,24 @@ fn chat_template_renders_the_reference_prompts() {
     let t = model.chat_template().unwrap();
     let reference = support::read_json(&format!("{}/logits.json", support::reference_dir()));
     let prompt = |name: &str| {
-        let p = reference["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap();
+        let p = reference["prompts"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap();
         p["prompt"].as_str().unwrap().to_string()
     };
-    let user = |text: &str| {
-        vec![ChatMessage {
-            role: "user".into(),
-            content: text.into(),
-        }]
-    };
+    let user = |text: &str| vec![ChatMessage { role: "user".into(), content: text.into() }];
     let poem = prompt("chat_poem_default_system");
-    assert_eq!(
-        t.render(&user("Write a short poem about the ocean."), true)
-            .unwrap(),
-        poem
-    );
+    assert_eq!(t.render(&user("Write a short poem about the ocean."), true).unwrap(), poem);
     // The template adds its default system turn when there is none, so the reference's France prompt
     // (written without one) follows that turn.
     let system = &poem[..poem.find("<|im_start|>user").unwrap()];
-    let france = t
-        .render(&user("What is the capital of France?"), true)
-        .unwrap();
-    assert_eq!(
-        france,
-        format!("{system}{}", prompt("chat_france_nosystem"))
-    );
+    let france = t.render(&user("What is the capital of France?"), true).unwrap();
+    assert_eq!(france, format!("{system}{}", prompt("chat_france_nosystem")));
 }
 
 /// Softmax probability of every id in `ids` under `logits` (temperature 1, computed in f64).
 fn probs(logits: &[f32], ids: &[u32]) -> Vec<f64> {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
     let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
-    ids.iter()
-        .map(|&i| (logits[i as usize] as f64 - max).exp() / sum)
-        .collect()
+    ids.iter().map(|&i| (logits[i as usize] as f64 - max).exp() / sum).collect()
 }
 
 fn argmax(logits: &[f32]) -> u32 {
@@ -156,11 +122,7 @@ fn teacher_forced_distributions_match_llama_cpp() {
         let cont: Vec<u32> = serde_json::from_value(prompt["continuation"]["ids"].clone()).unwrap();
         ids.extend(cont);
         let positions = prompt["positions"].as_array().unwrap();
-        assert_eq!(
-            positions.len(),
-            ids.len(),
-            "one distribution per input token"
-        );
+        assert_eq!(positions.len(), ids.len(), "one distribution per input token");
         let mut session = Session::new(model.clone());
         let logits = session.eval(&ids, true).unwrap().to_vec();
         for (i, pos) in positions.iter().enumerate() {
@@ -169,12 +131,7 @@ fn teacher_forced_distributions_match_llama_cpp() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|t| {
-                    (
-                        t["id"].as_u64().unwrap() as u32,
-                        t["prob"].as_f64().unwrap(),
-                    )
-                })
+                .map(|t| (t["id"].as_u64().unwrap() as u32, t["prob"].as_f64().unwrap()))
                 .collect();
             let (ref_top1, ref_p1) = top[0];
             let gap = ref_p1 - top[1].1;
@@ -183,11 +140,7 @@ fn teacher_forced_distributions_match_llama_cpp() {
             dp1.push((our_p1 - ref_p1).abs());
             if gap >= 0.2 {
                 n_clear += 1;
-                assert_eq!(
-                    ours, ref_top1,
-                    "{}: position {i}: llama.cpp's top-1 leads by {gap:.3}",
-                    prompt["prompt"]
-                );
+                assert_eq!(ours, ref_top1, "{}: position {i}: llama.cpp's top-1 leads by {gap:.3}", prompt["prompt"]);
             }
             if gap >= 0.05 {
                 n_close += 1;
@@ -203,14 +156,8 @@ fn teacher_forced_distributions_match_llama_cpp() {
         "{} positions; top-1 agreement {agree:.4} where gap>=0.05 ({n_close}), {n_clear} clear; |dp1| median {median:.4} max {max:.4}",
         dp1.len()
     );
-    assert!(
-        n_clear > 100,
-        "the reference has enough clear positions to test"
-    );
-    assert!(
-        agree >= 0.98,
-        "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05"
-    );
+    assert!(n_clear > 100, "the reference has enough clear positions to test");
+    assert!(agree >= 0.98, "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05");
     assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
     assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
 }
@@ -219,22 +166,16 @@ fn teacher_forced_distributions_match_llama_cpp() {
 fn greedy_chat_answers_the_france_question_exactly() {
     // The reference's ChatML prompt has no system turn (the model's own template would add its default one).
     let model = model();
-    let prompt =
-        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    let prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
     let ids = model.tokenizer().encode_with_special(prompt, true).unwrap();
     let mut session = Session::new(model.clone());
     let opts = GenerateOptions {
         max_tokens: 32,
-        sampler: SamplerConfig {
-            temperature: 0.0,
-            ..SamplerConfig::default()
-        },
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
         ..GenerateOptions::default()
     };
     let mut streamed = String::new();
-    let out = session
-        .generate(&ids, opts, None, |step| streamed.push_str(&step.text))
-        .unwrap();
+    let out = session.generate(&ids, opts, None, |step| streamed.push_str(&step.text)).unwrap();
     assert_eq!(out.ids, [504, 3575, 282, 4649, 314, 7042, 30, 2]);
     assert_eq!(out.text, "The capital of France is Paris.");
     assert_eq!(streamed, out.text);

@@ -42,17 +42,10 @@ fn load(file: &str) -> (Arc<Model>, Value) {
     let dir = fixtures_dir();
     let mut expected = support::read_json(&format!("{dir}/expected.json"));
     let entry = expected["models"][file].take();
-    assert!(
-        entry.is_object(),
-        "{dir}/expected.json has no entry for {file}: regenerate the fixtures"
-    );
+    assert!(entry.is_object(), "{dir}/expected.json has no entry for {file}: regenerate the fixtures");
     let model = Model::from_bytes(support::read_file(&format!("{dir}/{file}")))
         .unwrap_or_else(|e| panic!("{file} does not load: {e}"));
-    assert_eq!(
-        model.config.vocab_size as u64,
-        entry["vocab_size"].as_u64().unwrap(),
-        "{file}: vocabulary size"
-    );
+    assert_eq!(model.config.vocab_size as u64, entry["vocab_size"].as_u64().unwrap(), "{file}: vocabulary size");
     (Arc::new(model), entry)
 }
 
@@ -63,37 +56,26 @@ fn ids(v: &Value) -> Vec<u32> {
 fn check_tokenizer(file: &str) {
     let (model, entry) = load(file);
     let cases = entry["tokenize"].as_array().expect("tokenize cases");
-    assert!(
-        cases.len() >= 15,
-        "{file}: only {} tokenizer cases",
-        cases.len()
-    );
+    assert!(cases.len() >= 15, "{file}: only {} tokenizer cases", cases.len());
     let mut failures = Vec::new();
     for case in cases {
         let text = case["text"].as_str().unwrap();
         let parse_special = case["parse_special"].as_bool().unwrap();
         let want = ids(&case["ids"]);
         match model.tokenizer().encode(text, parse_special) {
-            Ok(got) if got != want => failures.push(format!(
-                "encode({text:?}, {parse_special}) = {got:?}, want {want:?}"
-            )),
+            Ok(got) if got != want => {
+                failures.push(format!("encode({text:?}, {parse_special}) = {got:?}, want {want:?}"))
+            }
             Err(e) => failures.push(format!("encode({text:?}, {parse_special}) failed: {e}")),
             Ok(_) => {}
         }
         match model.tokenizer().decode(&want) {
-            Ok(back) if back != text => {
-                failures.push(format!("decode({want:?}) = {back:?}, want {text:?}"))
-            }
+            Ok(back) if back != text => failures.push(format!("decode({want:?}) = {back:?}, want {text:?}")),
             Err(e) => failures.push(format!("decode({want:?}) failed: {e}")),
             Ok(_) => {}
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{file}: {} tokenizer failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{file}: {} tokenizer failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// How one sequence's logits compare with the reference.
@@ -114,11 +96,7 @@ fn argmax<T: PartialOrd + Copy>(v: &[T]) -> usize {
 }
 
 fn compare(got: &[f32], reference: &[Value], vocab: usize, tol_max: f64) -> Deviation {
-    assert_eq!(
-        got.len(),
-        reference.len() * vocab,
-        "one row of logits per position"
-    );
+    assert_eq!(got.len(), reference.len() * vocab, "one row of logits per position");
     let mut d = Deviation::default();
     for (row, want) in got.chunks(vocab).zip(reference) {
         let want: Vec<f64> = serde_json::from_value(want.clone()).expect("a row of logits");
@@ -146,15 +124,9 @@ fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>) {
     let (model, entry) = load(file);
     let vocab = model.config.vocab_size;
     let sim = &entry["ggml_like_deviation"];
-    let (sim_max, sim_rms) = (
-        sim["max_over_std"].as_f64().unwrap(),
-        sim["rms_over_std"].as_f64().unwrap(),
-    );
+    let (sim_max, sim_rms) = (sim["max_over_std"].as_f64().unwrap(), sim["rms_over_std"].as_f64().unwrap());
     // A regenerated fixture must not quietly widen the tolerance.
-    assert!(
-        sim_max < 0.15 && sim_rms < 0.05,
-        "{file}: implausible ggml-like deviation {sim}"
-    );
+    assert!(sim_max < 0.15 && sim_rms < 0.05, "{file}: implausible ggml-like deviation {sim}");
     let (tol_max, tol_rms) = (TOLERANCE_FACTOR * sim_max, TOLERANCE_FACTOR * sim_rms);
 
     let sequences = entry["forward"].as_array().expect("forward cases");
@@ -163,10 +135,7 @@ fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>) {
         let ids = ids(&seq["ids"]);
         let mut session = Session::with_options(model.clone(), opts).expect("session options");
         let mut logits = Vec::with_capacity(ids.len() * vocab);
-        let sizes = chunks.map_or_else(
-            || vec![ids.len()],
-            |c| c.iter().copied().cycle().take(ids.len()).collect(),
-        );
+        let sizes = chunks.map_or_else(|| vec![ids.len()], |c| c.iter().copied().cycle().take(ids.len()).collect());
         let mut start = 0;
         for n in sizes {
             let end = (start + n).min(ids.len());
@@ -177,11 +146,7 @@ fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>) {
             start = end;
         }
         let d = compare(&logits, seq["logits"].as_array().unwrap(), vocab, tol_max);
-        eprintln!(
-            "{file} {} tokens, chunks {chunks:?}, n_batch {}: {d:?}",
-            ids.len(),
-            opts.n_batch
-        );
+        eprintln!("{file} {} tokens, chunks {chunks:?}, n_batch {}: {d:?}", ids.len(), opts.n_batch);
         assert!(
             d.max_over_std <= tol_max && d.rms_over_std <= tol_rms,
             "{file}, sequence {ids:?}: logits deviate from the reference by max {:.4} / rms {:.4} of their std; \
@@ -220,24 +185,10 @@ fn qwen2_logits_match_reference() {
 /// values that earlier calls wrote to the cache.
 #[test]
 fn llama_spm_incremental_eval_matches_reference() {
-    check_logits(
-        LLAMA_SPM,
-        &SessionOptions {
-            n_batch: 2,
-            ..SessionOptions::default()
-        },
-        Some(&[1, 2, 3]),
-    );
+    check_logits(LLAMA_SPM, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[1, 2, 3]));
 }
 
 #[test]
 fn qwen2_incremental_eval_matches_reference() {
-    check_logits(
-        QWEN2,
-        &SessionOptions {
-            n_batch: 2,
-            ..SessionOptions::default()
-        },
-        Some(&[3, 1, 2]),
-    );
+    check_logits(QWEN2, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[3, 1, 2]));
 }

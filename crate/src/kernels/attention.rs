@@ -24,11 +24,7 @@ pub fn attention(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
-    let AttentionShape {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = *shape;
+    let AttentionShape { n_heads, n_kv_heads, head_dim } = *shape;
     let q_dim = n_heads * head_dim;
     let n_tokens = q.len() / q_dim;
     let span = pos0 + n_tokens; // cached positions visible to the last token

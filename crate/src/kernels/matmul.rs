@@ -14,11 +14,7 @@ const ROWS_PER_TASK: usize = 64;
 /// `acts` must have been quantized for `w.ty.act_kind()` with `w.cols` columns.
 pub fn matmul(w: &MatrixRef, file: &[u8], acts: &Activations, out: &mut [f32]) {
     let n = acts.rows();
-    assert_eq!(
-        acts.cols(),
-        w.cols,
-        "activation width must equal the matrix's row length"
-    );
+    assert_eq!(acts.cols(), w.cols, "activation width must equal the matrix's row length");
     assert_eq!(acts.kind(), Some(w.ty.act_kind()));
     assert_eq!(out.len(), n * w.rows);
     let bytes = w.bytes(file);

@@ -19,13 +19,7 @@ impl Rope {
     /// `rope_dims <= MAX_ROPE_DIMS` (checked when the model's config is read).
     pub fn new(head_dim: usize, rope_dims: usize, base: f32, freq_scale: f32, neox: bool) -> Rope {
         assert!(rope_dims <= MAX_ROPE_DIMS && rope_dims <= head_dim);
-        Rope {
-            theta_scale: base.powf(-2.0 / rope_dims as f32),
-            freq_scale,
-            pairs: rope_dims / 2,
-            neox,
-            head_dim,
-        }
+        Rope { theta_scale: base.powf(-2.0 / rope_dims as f32), freq_scale, pairs: rope_dims / 2, neox, head_dim }
     }
 
     /// Rotate every head (of `head_dim`) in `x` for position `pos`.
@@ -40,11 +34,7 @@ impl Rope {
         }
         for head in x.chunks_exact_mut(self.head_dim) {
             for (i, &(cos, sin)) in cs[..self.pairs].iter().enumerate() {
-                let (a, b) = if self.neox {
-                    (i, i + self.pairs)
-                } else {
-                    (2 * i, 2 * i + 1)
-                };
+                let (a, b) = if self.neox { (i, i + self.pairs) } else { (2 * i, 2 * i + 1) };
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * cos - x1 * sin;
                 head[b] = x0 * sin + x1 * cos;

@@ -52,15 +52,11 @@ impl Config {
         };
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize> {
-            let v = g
-                .get_u64(&key(k))
-                .ok_or_else(|| Error::Model(format!("metadata key {} is missing", key(k))))?;
+            let v = g.get_u64(&key(k)).ok_or_else(|| Error::Model(format!("metadata key {} is missing", key(k))))?;
             usize::try_from(v)
                 .ok()
                 .filter(|&v| v > 0 && v < 1 << 31)
-                .ok_or_else(|| {
-                    Error::Model(format!("metadata key {} has an invalid value {v}", key(k)))
-                })
+                .ok_or_else(|| Error::Model(format!("metadata key {} has an invalid value {v}", key(k))))
         };
         let n_heads = req("attention.head_count")?;
         let d_model = req("embedding_length")?;
@@ -81,24 +77,15 @@ impl Config {
             Some(_) => req("rope.dimension_count")?,
             None => head_dim,
         };
-        if rope_dims > head_dim
-            || rope_dims % 2 != 0
-            || rope_dims > crate::kernels::rope::MAX_ROPE_DIMS
-        {
-            return Err(Error::Model(format!(
-                "rope.dimension_count {rope_dims} does not fit head dim {head_dim}"
-            )));
+        if rope_dims > head_dim || rope_dims % 2 != 0 || rope_dims > crate::kernels::rope::MAX_ROPE_DIMS {
+            return Err(Error::Model(format!("rope.dimension_count {rope_dims} does not fit head dim {head_dim}")));
         }
         let scaling = g.get_str(&key("rope.scaling.type")).unwrap_or("none");
         let factor = g.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
         let rope_freq_scale = match scaling {
             "linear" if factor > 0.0 => 1.0 / factor,
             "none" | "linear" => 1.0,
-            other => {
-                return Err(Error::Model(format!(
-                    "rope scaling '{other}' is not supported"
-                )))
-            }
+            other => return Err(Error::Model(format!("rope scaling '{other}' is not supported"))),
         };
         let vocab_size = g
             .tensor("token_embd.weight")
@@ -114,9 +101,7 @@ impl Config {
             ffn_dim: req("feed_forward_length")?,
             vocab_size,
             context_length: req("context_length")?,
-            rms_eps: g
-                .get_f32(&key("attention.layer_norm_rms_epsilon"))
-                .unwrap_or(1e-5),
+            rms_eps: g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,

@@ -49,13 +49,7 @@ impl RunState {
             up: vec![0.0; n * c.ffn_dim],
             scores: vec![0.0; n * c.n_heads * n_ctx],
             acts: Activations::new(),
-            rope: Rope::new(
-                c.head_dim,
-                c.rope_dims,
-                c.rope_base,
-                c.rope_freq_scale,
-                c.rope_neox,
-            ),
+            rope: Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox),
             logits: Vec::new(),
         }
     }
@@ -71,25 +65,14 @@ pub enum LogitsFor {
 
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
 /// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
-pub fn forward(
-    model: &Model,
-    kv: &mut KvCache,
-    s: &mut RunState,
-    tokens: &[u32],
-    pos0: usize,
-    want: LogitsFor,
-) {
+pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();
     let n = tokens.len();
     assert!(n > 0 && n <= s.n_batch && pos0 + n <= kv.n_ctx);
     let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
-    let shape = AttentionShape {
-        n_heads: c.n_heads,
-        n_kv_heads: c.n_kv_heads,
-        head_dim: c.head_dim,
-    };
+    let shape = AttentionShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim };
 
     // Token embeddings: one row of token_embd per token, dequantized.
     let emb_row = w.token_embd.row_bytes();
@@ -105,18 +88,10 @@ pub fn forward(
             &mut s.acts,
             &s.xb[..n * d],
             n,
-            &mut [
-                (&lw.wq, &mut s.q[..n * qd]),
-                (&lw.wk, &mut s.k[..n * kvd]),
-                (&lw.wv, &mut s.v[..n * kvd]),
-            ],
+            &mut [(&lw.wq, &mut s.q[..n * qd]), (&lw.wk, &mut s.k[..n * kvd]), (&lw.wv, &mut s.v[..n * kvd])],
             file,
         );
-        for (buf, bias, dim) in [
-            (&mut s.q, &lw.bq, qd),
-            (&mut s.k, &lw.bk, kvd),
-            (&mut s.v, &lw.bv, kvd),
-        ] {
+        for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
             if let Some(b) = bias {
                 for row in buf[..n * dim].chunks_exact_mut(dim) {
                     row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
@@ -128,21 +103,8 @@ pub fn forward(
             s.rope.apply(&mut s.k[t * kvd..(t + 1) * kvd], pos0 + t);
         }
         kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
-        attention(
-            &shape,
-            &s.q[..n * qd],
-            &kv.layers[l],
-            pos0,
-            &mut s.att[..n * qd],
-            &mut s.scores,
-        );
-        project(
-            &mut s.acts,
-            &s.att[..n * qd],
-            n,
-            &mut [(&lw.wo, &mut s.proj[..n * d])],
-            file,
-        );
+        attention(&shape, &s.q[..n * qd], &kv.layers[l], pos0, &mut s.att[..n * qd], &mut s.scores);
+        project(&mut s.acts, &s.att[..n * qd], n, &mut [(&lw.wo, &mut s.proj[..n * d])], file);
         add(&mut s.x[..n * d], &s.proj[..n * d]);
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
@@ -151,20 +113,11 @@ pub fn forward(
             &mut s.acts,
             &s.xb[..n * d],
             n,
-            &mut [
-                (&lw.w_gate, &mut s.gate[..n * ff]),
-                (&lw.w_up, &mut s.up[..n * ff]),
-            ],
+            &mut [(&lw.w_gate, &mut s.gate[..n * ff]), (&lw.w_up, &mut s.up[..n * ff])],
             file,
         );
         swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]);
-        project(
-            &mut s.acts,
-            &s.gate[..n * ff],
-            n,
-            &mut [(&lw.w_down, &mut s.proj[..n * d])],
-            file,
-        );
+        project(&mut s.acts, &s.gate[..n * ff], n, &mut [(&lw.w_down, &mut s.proj[..n * d])], file);
         add(&mut s.x[..n * d], &s.proj[..n * d]);
     }
 
@@ -175,30 +128,13 @@ pub fn forward(
         LogitsFor::Last => n - 1,
     };
     let rows = n - first;
-    rmsnorm(
-        &mut s.xb[..rows * d],
-        &s.x[first * d..n * d],
-        &w.output_norm,
-        c.rms_eps,
-    );
+    rmsnorm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
     s.logits.resize(rows * c.vocab_size, 0.0);
-    project(
-        &mut s.acts,
-        &s.xb[..rows * d],
-        rows,
-        &mut [(&w.output, &mut s.logits[..])],
-        file,
-    );
+    project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(&w.output, &mut s.logits[..])], file);
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format.
-fn project(
-    acts: &mut Activations,
-    x: &[f32],
-    n: usize,
-    outs: &mut [(&MatrixRef, &mut [f32])],
-    file: &[u8],
-) {
+fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(&MatrixRef, &mut [f32])], file: &[u8]) {
     let mut quantized_for = None;
     for (m, out) in outs.iter_mut() {
         let kind = m.ty.act_kind();

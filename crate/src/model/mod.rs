@@ -55,14 +55,7 @@ impl Model {
             None => None,
         };
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
-        Ok(Model {
-            bytes,
-            config,
-            weights,
-            tokenizer,
-            chat_template,
-            metadata_name,
-        })
+        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name })
     }
 
     /// The whole GGUF file; weights are byte ranges of it.
@@ -77,9 +70,7 @@ impl Model {
     /// The model's own chat template, or an error naming the problem when it has none.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
         self.chat_template.as_ref().ok_or_else(|| {
-            Error::ChatTemplate(
-                "model has no chat template (tokenizer.chat_template); pass one explicitly".into(),
-            )
+            Error::ChatTemplate("model has no chat template (tokenizer.chat_template); pass one explicitly".into())
         })
     }
 

@@ -74,31 +74,16 @@ pub struct Weights {
 impl Weights {
     pub fn from_gguf(g: &Gguf, file: &[u8], c: &Config) -> Result<Weights> {
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<MatrixRef> {
-            let t = g
-                .tensor(name)
-                .ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
             if t.dims != [cols, rows] {
-                return Err(Error::Model(format!(
-                    "tensor {name} has shape {:?}, expected [{cols}, {rows}]",
-                    t.dims
-                )));
+                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
             }
-            Ok(MatrixRef {
-                ty: t.ty,
-                rows,
-                cols,
-                offset: t.offset,
-            })
+            Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
         };
         let vector = |name: &str, n: usize| -> Result<Vec<f32>> {
-            let t = g
-                .tensor(name)
-                .ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
             if t.dims != [n] {
-                return Err(Error::Model(format!(
-                    "tensor {name} has shape {:?}, expected [{n}]",
-                    t.dims
-                )));
+                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
             }
             let mut v = vec![0f32; n];
             dequantize_row(t.ty, &file[t.offset..t.offset + t.size], &mut v);
@@ -133,11 +118,6 @@ impl Weights {
             Some(_) => matrix("output.weight", c.vocab_size, d)?,
             None => token_embd,
         };
-        Ok(Weights {
-            token_embd,
-            layers,
-            output_norm: vector("output_norm.weight", d)?,
-            output,
-        })
+        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output })
     }
 }

@@ -48,11 +48,7 @@ pub struct BlockQ8K {
 
 impl Default for BlockQ8K {
     fn default() -> Self {
-        BlockQ8K {
-            d: 0.0,
-            qs: [0; QK_K],
-            bsums: [0; QK_K / 16],
-        }
+        BlockQ8K { d: 0.0, qs: [0; QK_K], bsums: [0; QK_K / 16] }
     }
 }
 

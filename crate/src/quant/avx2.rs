@@ -28,20 +28,14 @@ const _: () = {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn leading_f16_pair<T>(block: &T) -> __m128 {
     debug_assert!(std::mem::size_of::<T>() >= 4);
-    _mm_cvtph_ps(_mm_cvtsi32_si128(
-        (block as *const T as *const i32).read_unaligned(),
-    ))
+    _mm_cvtph_ps(_mm_cvtsi32_si128((block as *const T as *const i32).read_unaligned()))
 }
 
 /// The product of two f16 values, broadcast to 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_product(x: [u8; 2], y: [u8; 2]) -> __m256 {
-    let v = _mm_insert_epi16(
-        _mm_cvtsi32_si128(u16::from_le_bytes(x) as i32),
-        u16::from_le_bytes(y) as i16 as i32,
-        1,
-    );
+    let v = _mm_insert_epi16(_mm_cvtsi32_si128(u16::from_le_bytes(x) as i32), u16::from_le_bytes(y) as i16 as i32, 1);
     let v = _mm_cvtph_ps(v);
     _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
@@ -59,10 +53,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
     let b = _mm_loadu_si128(qs.as_ptr().cast());
-    _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(b, 4), b),
-        _mm256_set1_epi8(0x0F),
-    )
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F))
 }
 
 /// The 32 bits of `qh` -> 32 bytes, 0xFF where the element's bit is set.
@@ -72,12 +63,7 @@ unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
     // Byte i of the result gets byte i / 8 of qh; OR-ing every bit but bit i % 8 leaves all-ones iff it is set.
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(i32::from_le_bytes(qh)),
-        _mm256_set_epi64x(
-            0x0303030303030303,
-            0x0202020202020202,
-            0x0101010101010101,
-            0,
-        ),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
     );
     let others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
     _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
@@ -139,11 +125,7 @@ pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
     let mut block = |x: &BlockQ4_1, y: &BlockQ8_1, acc| {
         let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
         mins = _mm_add_ps(mins, scales);
-        _mm256_fmadd_ps(
-            _mm256_broadcastss_ps(scales),
-            dot_us8(nibbles(&x.qs), load32(&y.qs)),
-            acc,
-        )
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(nibbles(&x.qs), load32(&y.qs)), acc)
     };
     let sum = two_accumulators!(w, a, block);
     sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
@@ -168,11 +150,7 @@ pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
         mins = _mm_add_ps(mins, scales);
         let high = _mm256_and_si256(bit_bytes(x.qh), _mm256_set1_epi8(0x10));
         let qx = _mm256_or_si256(nibbles(&x.qs), high);
-        _mm256_fmadd_ps(
-            _mm256_broadcastss_ps(scales),
-            dot_us8(qx, load32(&y.qs)),
-            acc,
-        )
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(qx, load32(&y.qs)), acc)
     };
     let sum = two_accumulators!(w, a, block);
     sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
@@ -181,11 +159,7 @@ pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     let block = |x: &BlockQ8_0, y: &BlockQ8_0, acc| {
-        _mm256_fmadd_ps(
-            f16_product(x.d, y.d),
-            dot_ss8(load32(&x.qs), load32(&y.qs)),
-            acc,
-        )
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(load32(&x.qs), load32(&y.qs)), acc)
     };
     two_accumulators!(w, a, block)
 }
@@ -210,10 +184,7 @@ macro_rules! float_dot {
             acc[0] = _mm256_fmadd_ps($load8(wp.add(i)), _mm256_loadu_ps(ap.add(i)), acc[0]);
             i += 8;
         }
-        let mut sum = hsum(_mm256_add_ps(
-            _mm256_add_ps(acc[0], acc[1]),
-            _mm256_add_ps(acc[2], acc[3]),
-        ));
+        let mut sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
         for j in i..n {
             sum += $get(w[j]) * a[j];
         }
@@ -224,32 +195,19 @@ macro_rules! float_dot {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
     // BlockF32 is the f32's 4 little-endian bytes: the same layout as f32 on x86_64.
-    float_dot!(
-        w,
-        a,
-        |p: *const BlockF32| _mm256_loadu_ps(p.cast()),
-        BlockF32::get
-    )
+    float_dot!(w, a, |p: *const BlockF32| _mm256_loadu_ps(p.cast()), BlockF32::get)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
-    float_dot!(
-        w,
-        a,
-        |p: *const BlockF16| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
-        BlockF16::get
-    )
+    float_dot!(w, a, |p: *const BlockF16| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())), BlockF16::get)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
     // bf16 is the top half of an f32.
     let load8 = |p: *const BlockBF16| {
-        _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())),
-            16,
-        ))
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())), 16))
     };
     float_dot!(w, a, load8, BlockBF16::get)
 }

@@ -8,17 +8,13 @@
 use core::arch::x86_64::*;
 
 use super::act::{BlockQ8K, QK_K};
-use super::k_quants::{
-    scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K,
-};
+use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 /// f16 to f32 with the F16C instruction (as ggml's `GGML_CPU_FP16_TO_FP32` on x86).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_to_f32(h: [u8; 2]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(
-        _mm_cvtsi32_si128(u16::from_le_bytes(h) as i32),
-    ))
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(h) as i32)))
 }
 
 // Unaligned loads from slices (bounds-checked; the compiler drops the checks for fixed offsets).
@@ -120,10 +116,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
         let all_scales = _mm256_cvtepi8_epi16(scales8);
         let l_scales = _mm256_castsi256_si128(all_scales);
         let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [
-            _mm256_set_m128i(l_scales, l_scales),
-            _mm256_set_m128i(h_scales, h_scales),
-        ];
+        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
 
         let mut sumi = _mm256_setzero_si256();
         for (j, scales) in scales.into_iter().enumerate() {
@@ -138,10 +131,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
             let mut p = [_mm256_setzero_si256(); 4];
             for k in 0..4 {
                 let prod = _mm256_maddubs_epi16(q2[k], load256(&q8[32 * k..]));
-                p[k] = _mm256_madd_epi16(
-                    _mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])),
-                    prod,
-                );
+                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), prod);
             }
             let p01 = _mm256_add_epi32(p[0], p[1]);
             let p23 = _mm256_add_epi32(p[2], p[3]);
@@ -166,10 +156,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
         let all_scales = _mm256_cvtepi8_epi16(scales128);
         let l_scales = _mm256_castsi256_si128(all_scales);
         let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [
-            _mm256_set_m128i(l_scales, l_scales),
-            _mm256_set_m128i(h_scales, h_scales),
-        ];
+        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
 
         let hbits = load256(&x.hmask);
         let mut sumi = _mm256_setzero_si256();
@@ -181,20 +168,11 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
             for k in 0..4 {
                 // Low 2 bits, and 4 where the high bit is *not* set: q = low - high.
                 let q3l = _mm256_and_si256(srl16(q3bits, 2 * k as i32), m3);
-                let q3h = _mm256_slli_epi16::<2>(srl16(
-                    _mm256_andnot_si256(hbits, sll16(mone, bit)),
-                    bit,
-                ));
+                let q3h = _mm256_slli_epi16::<2>(srl16(_mm256_andnot_si256(hbits, sll16(mone, bit)), bit));
                 bit += 1;
                 let q8k = load256(&q8[32 * k..]);
-                let p16 = _mm256_sub_epi16(
-                    _mm256_maddubs_epi16(q3l, q8k),
-                    _mm256_maddubs_epi16(q3h, q8k),
-                );
-                p[k] = _mm256_madd_epi16(
-                    _mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])),
-                    p16,
-                );
+                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q3l, q8k), _mm256_maddubs_epi16(q3h, q8k));
+                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), p16);
             }
             let p01 = _mm256_add_epi32(p[0], p[1]);
             let p23 = _mm256_add_epi32(p[2], p[3]);
@@ -221,10 +199,7 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 
         // Mins against the Q8 sums of each 32 (pairs of 16-value bsums).
         let q8sums = load256(&y.bsums);
-        let q8s = _mm_hadd_epi16(
-            _mm256_castsi256_si128(q8sums),
-            _mm256_extracti128_si256::<1>(q8sums),
-        );
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
         let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
 
@@ -269,10 +244,7 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
         let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
 
         let q8sums = load256(&y.bsums);
-        let q8s = _mm_hadd_epi16(
-            _mm256_castsi256_si128(q8sums),
-            _mm256_extracti128_si256::<1>(q8sums),
-        );
+        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
         let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
         let hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, mzero), mzero);
         // A fused multiply-add, as ggml's C compiles to with FMA enabled.
@@ -344,14 +316,8 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
             let q4 = [
                 _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0),
                 _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15),
-                    q4h_2,
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15),
-                    q4h_3,
-                ),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3),
             ];
 
             let mut p = [_mm256_setzero_si256(); 4];

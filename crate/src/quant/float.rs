@@ -81,9 +81,5 @@ fn portable_dot<B>(w: &[B], a: &[f32], get: impl Fn(&B) -> f32) -> f32 {
 }
 
 float_block!(BlockF32, f32_f32, |v: f32| BlockF32(v.to_le_bytes()));
-float_block!(BlockF16, f16_f32, |v: f32| BlockF16(
-    half::f16::from_f32(v).to_le_bytes()
-));
-float_block!(BlockBF16, bf16_f32, |v: f32| BlockBF16(
-    half::bf16::from_f32(v).to_le_bytes()
-));
+float_block!(BlockF16, f16_f32, |v: f32| BlockF16(half::f16::from_f32(v).to_le_bytes()));
+float_block!(BlockBF16, bf16_f32, |v: f32| BlockBF16(half::bf16::from_f32(v).to_le_bytes()));

@@ -91,9 +91,7 @@ fn signed_max(x: &[f32]) -> f32 {
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
-    x.iter().fold((f32::MAX, -f32::MAX), |(lo, hi), &v| {
-        (if v < lo { v } else { lo }, if v > hi { v } else { hi })
-    })
+    x.iter().fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (if v < lo { v } else { lo }, if v > hi { v } else { hi }))
 }
 
 #[inline]
@@ -195,8 +193,7 @@ impl QuantBlock for BlockQ4_1 {
                 sumi += (x.qs[j] & 0x0F) as i32 * y.qs[j] as i32;
                 sumi += (x.qs[j] >> 4) as i32 * y.qs[j + HALF] as i32;
             }
-            sumf += (f16_to_f32(x.d) * f16_to_f32(y.d)) * sumi as f32
-                + f16_to_f32(x.m) * f16_to_f32(y.s);
+            sumf += (f16_to_f32(x.d) * f16_to_f32(y.d)) * sumi as f32 + f16_to_f32(x.m) * f16_to_f32(y.s);
         }
         sumf
     }
@@ -240,11 +237,7 @@ impl QuantBlock for BlockQ5_0 {
     fn vec_dot_ref(w: &[Self], a: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in w.iter().zip(a) {
-            let sumi: i32 = q5_values(x.qh, &x.qs)
-                .iter()
-                .zip(&y.qs)
-                .map(|(&q, &v)| (q as i32 - 16) * v as i32)
-                .sum();
+            let sumi: i32 = q5_values(x.qh, &x.qs).iter().zip(&y.qs).map(|(&q, &v)| (q as i32 - 16) * v as i32).sum();
             sumf += (f16_to_f32(x.d) * f16_to_f32(y.d)) * sumi as f32;
         }
         sumf
@@ -292,13 +285,8 @@ impl QuantBlock for BlockQ5_1 {
     fn vec_dot_ref(w: &[Self], a: &[BlockQ8_1]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in w.iter().zip(a) {
-            let sumi: i32 = q5_values(x.qh, &x.qs)
-                .iter()
-                .zip(&y.qs)
-                .map(|(&q, &v)| q as i32 * v as i32)
-                .sum();
-            sumf += (f16_to_f32(x.d) * f16_to_f32(y.d)) * sumi as f32
-                + f16_to_f32(x.m) * f16_to_f32(y.s);
+            let sumi: i32 = q5_values(x.qh, &x.qs).iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
+            sumf += (f16_to_f32(x.d) * f16_to_f32(y.d)) * sumi as f32 + f16_to_f32(x.m) * f16_to_f32(y.s);
         }
         sumf
     }
@@ -330,11 +318,7 @@ impl QuantBlock for BlockQ8_0 {
     fn vec_dot_ref(w: &[Self], a: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in w.iter().zip(a) {
-            let sumi: i32 =
-                x.qs.iter()
-                    .zip(&y.qs)
-                    .map(|(&q, &v)| q as i32 * v as i32)
-                    .sum();
+            let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
             sumf += sumi as f32 * (f16_to_f32(x.d) * f16_to_f32(y.d));
         }
         sumf

@@ -214,9 +214,7 @@ impl GgmlType {
 pub(crate) fn has_avx2() -> bool {
     static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DETECTED.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     })
 }
 
@@ -244,11 +242,7 @@ pub trait QuantBlock: Copy + 'static {
 /// View raw tensor bytes as blocks, in place. Blocks have alignment 1 (checked at compile time
 /// by each block file), so any byte offset is valid.
 pub fn as_blocks<B: QuantBlock>(bytes: &[u8]) -> &[B] {
-    assert_eq!(
-        std::mem::align_of::<B>(),
-        1,
-        "block structs must have alignment 1"
-    );
+    assert_eq!(std::mem::align_of::<B>(), 1, "block structs must have alignment 1");
     let n = bytes.len() / std::mem::size_of::<B>();
     debug_assert_eq!(bytes.len(), n * std::mem::size_of::<B>());
     // SAFETY: B is repr(C), alignment 1, valid for every bit pattern (made of byte arrays), and
@@ -258,11 +252,7 @@ pub fn as_blocks<B: QuantBlock>(bytes: &[u8]) -> &[B] {
 
 /// Mutable view of bytes as blocks (for the reference quantizers).
 pub fn as_blocks_mut<B: QuantBlock>(bytes: &mut [u8]) -> &mut [B] {
-    assert_eq!(
-        std::mem::align_of::<B>(),
-        1,
-        "block structs must have alignment 1"
-    );
+    assert_eq!(std::mem::align_of::<B>(), 1, "block structs must have alignment 1");
     let n = bytes.len() / std::mem::size_of::<B>();
     // SAFETY: as in `as_blocks`, and the borrow is unique.
     unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut B, n) }

@@ -97,9 +97,7 @@ unsafe fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
 /// `d_w * d_a` and `m_w * s_a`, converted together.
 #[inline(always)]
 unsafe fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> float32x4_t {
-    let v = f16x4_to_f32(vcreate_u16(u64::from_le_bytes([
-        x0[0], x0[1], x1[0], x1[1], y0[0], y0[1], y1[0], y1[1],
-    ])));
+    let v = f16x4_to_f32(vcreate_u16(u64::from_le_bytes([x0[0], x0[1], x1[0], x1[1], y0[0], y0[1], y1[0], y1[1]])));
     vmulq_f32(v, vextq_f32::<2>(v, v))
 }
 
@@ -107,11 +105,7 @@ const NO_F16: [u8; 2] = [0, 0];
 
 /// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
 #[inline(always)]
-unsafe fn sum_blocks<W, A>(
-    w: &[W],
-    a: &[A],
-    block: impl Fn(&W, &A) -> (float32x4_t, float32x4_t),
-) -> f32 {
+unsafe fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (float32x4_t, float32x4_t)) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
     let mut mins = vdupq_n_f32(0.0); // lane 1 sums the m * s terms
     for (x, y) in w.iter().zip(a) {
@@ -134,12 +128,7 @@ unsafe fn q4_0<D: ByteDot>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
 
 #[inline(always)]
 unsafe fn q4_1<D: ByteDot>(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        (
-            f16_products(x.d, x.m, y.d, y.s),
-            dot32::<D>(signed(nibbles(&x.qs)), &y.qs),
-        )
-    })
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(signed(nibbles(&x.qs)), &y.qs)))
 }
 
 #[inline(always)]
@@ -149,10 +138,7 @@ unsafe fn q5_0<D: ByteDot>(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let top = vdupq_n_u8(0xF0);
-        let q = signed((
-            vorrq_u8(lo, vbicq_u8(top, blo)),
-            vorrq_u8(hi, vbicq_u8(top, bhi)),
-        ));
+        let q = signed((vorrq_u8(lo, vbicq_u8(top, blo)), vorrq_u8(hi, vbicq_u8(top, bhi))));
         (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
     })
 }
@@ -163,10 +149,7 @@ unsafe fn q5_1<D: ByteDot>(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let fifth = vdupq_n_u8(0x10);
-        let q = signed((
-            vorrq_u8(lo, vandq_u8(blo, fifth)),
-            vorrq_u8(hi, vandq_u8(bhi, fifth)),
-        ));
+        let q = signed((vorrq_u8(lo, vandq_u8(blo, fifth)), vorrq_u8(hi, vandq_u8(bhi, fifth))));
         (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(q, &y.qs))
     })
 }
@@ -230,10 +213,7 @@ unsafe fn float_dot<B: Copy>(
         acc[0] = vfmaq_f32(acc[0], load4(wp.add(i)), vld1q_f32(ap.add(i)));
         i += 4;
     }
-    let mut sum = vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    ));
+    let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
     for j in i..n {
         sum += get(w[j]) * a[j];
     }
@@ -248,26 +228,12 @@ pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
 
 pub fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
     // SAFETY: as in f32_f32.
-    unsafe {
-        float_dot(
-            w,
-            a,
-            |p| f16x4_to_f32(vld1_u16(p as *const u16)),
-            BlockF16::get,
-        )
-    }
+    unsafe { float_dot(w, a, |p| f16x4_to_f32(vld1_u16(p as *const u16)), BlockF16::get) }
 }
 
 pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
     // bf16 is the top half of an f32. SAFETY: as in f32_f32.
-    unsafe {
-        float_dot(
-            w,
-            a,
-            |p| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16))),
-            BlockBF16::get,
-        )
-    }
+    unsafe { float_dot(w, a, |p| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16))), BlockBF16::get) }
 }
 
 #[cfg(test)]
@@ -280,10 +246,7 @@ mod tests {
             // SAFETY: NEON is part of every aarch64 CPU.
             let got = unsafe { vgetq_lane_f32::<0>(f16x4_to_f32(vdup_n_u16(bits))) };
             let want = half::f16::from_bits(bits).to_f32();
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{bits:#06x}: {got} != {want}"
-            );
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
         }
     }
 
@@ -304,11 +267,7 @@ mod tests {
             // SAFETY: NEON is part of every aarch64 CPU; sdot runs only where dotprod is detected.
             unsafe {
                 let (xv, yv) = (vld1q_s8(x.as_ptr()), vld1q_s8(y.as_ptr()));
-                assert_eq!(
-                    vaddvq_s32(Widen::dot(vdupq_n_s32(0), xv, yv)),
-                    want,
-                    "{x:?} . {y:?}"
-                );
+                assert_eq!(vaddvq_s32(Widen::dot(vdupq_n_s32(0), xv, yv)), want, "{x:?} . {y:?}");
                 if std::arch::is_aarch64_feature_detected!("dotprod") {
                     assert_eq!(sdot(xv, yv), want, "{x:?} . {y:?}");
                 }

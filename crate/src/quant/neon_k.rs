@@ -11,9 +11,7 @@
 use core::arch::aarch64::*;
 
 use super::act::{f16_to_f32, BlockQ8K, QK_K};
-use super::k_quants::{
-    scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K,
-};
+use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 #[inline]
 #[target_feature(enable = "neon")]
@@ -43,10 +41,7 @@ fn load_i16(s: &[i16]) -> int16x8_t {
 #[inline]
 #[target_feature(enable = "neon")]
 fn mul16(w: int8x16_t, q: int8x16_t) -> int16x8_t {
-    vaddq_s16(
-        vmull_s8(vget_low_s8(w), vget_low_s8(q)),
-        vmull_high_s8(w, q),
-    )
+    vaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(q)), vmull_high_s8(w, q))
 }
 
 /// `acc + scale * p`, widened to four i32 lanes.
@@ -155,10 +150,7 @@ fn k4_block(
         let q = quants(j).map(|v| vreinterpretq_s8_u8(v));
         let q8 = &y.qs[64 * j..];
         let lo = vaddq_s16(mul16(q[0], load_i8(q8)), mul16(q[1], load_i8(&q8[16..])));
-        let hi = vaddq_s16(
-            mul16(q[2], load_i8(&q8[32..])),
-            mul16(q[3], load_i8(&q8[48..])),
-        );
+        let hi = vaddq_s16(mul16(q[2], load_i8(&q8[32..])), mul16(q[3], load_i8(&q8[48..])));
         isum = add_scaled(isum, lo, sm[2 * j] as i16);
         isum = add_scaled(isum, hi, sm[2 * j + 1] as i16);
     }
@@ -172,12 +164,7 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         sumf += k4_block(&x.scales, x.d, x.dmin, y, |j| {
             let (b0, b1) = (load_u8(&x.qs[32 * j..]), load_u8(&x.qs[32 * j + 16..]));
-            [
-                vandq_u8(b0, m4),
-                vandq_u8(b1, m4),
-                vshrq_n_u8::<4>(b0),
-                vshrq_n_u8::<4>(b1),
-            ]
+            [vandq_u8(b0, m4), vandq_u8(b1, m4), vshrq_n_u8::<4>(b0), vshrq_n_u8::<4>(b1)]
         });
     }
     sumf

@@ -21,12 +21,7 @@ fn load16<T>(bytes: &[T; 16]) -> v128 {
 #[inline]
 fn load32(q: &[i8; 32]) -> (v128, v128) {
     // SAFETY: both 16-byte loads are in bounds; v128_load has no alignment requirement.
-    unsafe {
-        (
-            v128_load(q.as_ptr() as *const v128),
-            v128_load(q.as_ptr().add(16) as *const v128),
-        )
-    }
+    unsafe { (v128_load(q.as_ptr() as *const v128), v128_load(q.as_ptr().add(16) as *const v128)) }
 }
 
 /// Sum of `x[i] * y[i]` over 16 signed bytes, as 4 i32 partial sums.
@@ -57,12 +52,7 @@ fn bit_bytes(qh: [u8; 4]) -> (v128, v128) {
     let v = u32x4_splat(u32::from_le_bytes(qh));
     let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
     let spread = |lo: u8, hi: u8| {
-        let bytes = u8x16_swizzle(
-            v,
-            u8x16(
-                lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi,
-            ),
-        );
+        let bytes = u8x16_swizzle(v, u8x16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
         u8x16_eq(v128_and(bytes, bit), bit)
     };
     (spread(0, 1), spread(2, 3))
@@ -70,10 +60,7 @@ fn bit_bytes(qh: [u8; 4]) -> (v128, v128) {
 
 #[inline]
 fn hsum(v: v128) -> f32 {
-    f32x4_extract_lane::<0>(v)
-        + f32x4_extract_lane::<1>(v)
-        + f32x4_extract_lane::<2>(v)
-        + f32x4_extract_lane::<3>(v)
+    f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)
 }
 
 /// The products of two pairs of f16 (raw bits), `[x0 * y0, x1 * y1, x0 * y0, x1 * y1]`: a block's
@@ -92,10 +79,7 @@ fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (v128, v128)) ->
     let mut mins = f32x4_splat(0.0); // lane 1 sums the m * s terms
     for (x, y) in w.iter().zip(a) {
         let (scales, sums) = block(x, y);
-        acc = f32x4_add(
-            acc,
-            f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums),
-        );
+        acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
         mins = f32x4_add(mins, scales);
     }
     hsum(acc) + f32x4_extract_lane::<1>(mins)
@@ -113,12 +97,7 @@ pub fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
 }
 
 pub fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        (
-            f16_products(x.d, x.m, y.d, y.s),
-            dot32(nibbles(&x.qs), &y.qs),
-        )
-    })
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32(nibbles(&x.qs), &y.qs)))
 }
 
 pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
@@ -127,10 +106,7 @@ pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let top = u8x16_splat(0xF0);
-        let q = (
-            v128_or(lo, v128_andnot(top, blo)),
-            v128_or(hi, v128_andnot(top, bhi)),
-        );
+        let q = (v128_or(lo, v128_andnot(top, blo)), v128_or(hi, v128_andnot(top, bhi)));
         (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(q, &y.qs))
     })
 }
@@ -140,32 +116,19 @@ pub fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
         let (lo, hi) = nibbles(&x.qs);
         let (blo, bhi) = bit_bytes(x.qh);
         let fifth = u8x16_splat(0x10);
-        let q = (
-            v128_or(lo, v128_and(blo, fifth)),
-            v128_or(hi, v128_and(bhi, fifth)),
-        );
+        let q = (v128_or(lo, v128_and(blo, fifth)), v128_or(hi, v128_and(bhi, fifth)));
         (f16_products(x.d, x.m, y.d, y.s), dot32(q, &y.qs))
     })
 }
 
 pub fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        (
-            f16_products(x.d, NO_F16, y.d, NO_F16),
-            dot32(load32(&x.qs), &y.qs),
-        )
-    })
+    sum_blocks(w, a, |x, y| (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(load32(&x.qs), &y.qs)))
 }
 
 /// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
 /// `get`), with `a`: four accumulators over 16 elements per step, then 4 at a time, then a scalar tail.
 #[inline]
-fn float_dot<B: Copy>(
-    w: &[B],
-    a: &[f32],
-    load4: impl Fn(*const B) -> v128,
-    get: impl Fn(B) -> f32,
-) -> f32 {
+fn float_dot<B: Copy>(w: &[B], a: &[f32], load4: impl Fn(*const B) -> v128, get: impl Fn(B) -> f32) -> f32 {
     let n = w.len().min(a.len());
     let (wp, ap) = (w.as_ptr(), a.as_ptr());
     // SAFETY (all loads below): element i + 4 <= n is in bounds of both slices.
@@ -184,10 +147,7 @@ fn float_dot<B: Copy>(
         acc[0] = f32x4_add(acc[0], f32x4_mul(load_w(i), load_a(i)));
         i += 4;
     }
-    let mut sum = hsum(f32x4_add(
-        f32x4_add(acc[0], acc[1]),
-        f32x4_add(acc[2], acc[3]),
-    ));
+    let mut sum = hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3])));
     for j in i..n {
         sum += get(w[j]) * a[j];
     }
@@ -208,33 +168,18 @@ fn f16x4_to_f32(h: v128) -> v128 {
 
 pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
     // SAFETY: 4 elements of 4 bytes from p are in bounds (float_dot's loop condition).
-    float_dot(
-        w,
-        a,
-        |p| unsafe { v128_load(p as *const v128) },
-        BlockF32::get,
-    )
+    float_dot(w, a, |p| unsafe { v128_load(p as *const v128) }, BlockF32::get)
 }
 
 pub fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
     // SAFETY: 4 elements of 2 bytes from p are in bounds (float_dot's loop condition).
-    float_dot(
-        w,
-        a,
-        |p| f16x4_to_f32(unsafe { u32x4_load_extend_u16x4(p as *const u16) }),
-        BlockF16::get,
-    )
+    float_dot(w, a, |p| f16x4_to_f32(unsafe { u32x4_load_extend_u16x4(p as *const u16) }), BlockF16::get)
 }
 
 pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
     // bf16 is the top half of an f32.
     // SAFETY: 4 elements of 2 bytes from p are in bounds (float_dot's loop condition).
-    float_dot(
-        w,
-        a,
-        |p| u32x4_shl(unsafe { u32x4_load_extend_u16x4(p as *const u16) }, 16),
-        BlockBF16::get,
-    )
+    float_dot(w, a, |p| u32x4_shl(unsafe { u32x4_load_extend_u16x4(p as *const u16) }, 16), BlockBF16::get)
 }
 
 #[cfg(test)]
@@ -247,10 +192,7 @@ mod tests {
             let h = u32x4_splat(bits as u32);
             let got = f32x4_extract_lane::<0>(f16x4_to_f32(h));
             let want = half::f16::from_bits(bits).to_f32();
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{bits:#06x}: {got} != {want}"
-            );
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
         }
     }
 }

@@ -8,9 +8,7 @@
 use core::arch::wasm32::*;
 
 use super::act::{f16_to_f32, BlockQ8K, QK_K};
-use super::k_quants::{
-    scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K,
-};
+use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 #[inline]
 fn load<T: Copy>(s: &[T]) -> v128 {
@@ -33,19 +31,13 @@ fn add_scaled(acc: v128, p: v128, scale: i16) -> v128 {
 
 #[inline]
 fn hsum_i32(v: v128) -> i32 {
-    i32x4_extract_lane::<0>(v)
-        + i32x4_extract_lane::<1>(v)
-        + i32x4_extract_lane::<2>(v)
-        + i32x4_extract_lane::<3>(v)
+    i32x4_extract_lane::<0>(v) + i32x4_extract_lane::<1>(v) + i32x4_extract_lane::<2>(v) + i32x4_extract_lane::<3>(v)
 }
 
 /// Σ bsums[j] * mins[j] for 16 bsums and 16 mins given as two i16x8 each.
 #[inline]
 fn bsums_dot(y: &BlockQ8K, mins_lo: v128, mins_hi: v128) -> i32 {
-    hsum_i32(i32x4_add(
-        i32x4_dot_i16x8(load(&y.bsums[..8]), mins_lo),
-        i32x4_dot_i16x8(load(&y.bsums[8..]), mins_hi),
-    ))
+    hsum_i32(i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), mins_lo), i32x4_dot_i16x8(load(&y.bsums[8..]), mins_hi)))
 }
 
 pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
@@ -54,11 +46,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let sc = load(&x.scales);
         let mins = u8x16_shr(sc, 4);
-        let summs = bsums_dot(
-            y,
-            u16x8_extend_low_u8x16(mins),
-            u16x8_extend_high_u8x16(mins),
-        );
+        let summs = bsums_dot(y, u16x8_extend_low_u8x16(mins), u16x8_extend_high_u8x16(mins));
 
         let mut isum = i32x4_splat(0);
         for j in 0..QK_K / 128 {
@@ -108,13 +96,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
 
 /// The Q4_K/Q5_K block sum once the 64 quants of each pair of sub-blocks are in four vectors.
 #[inline]
-fn k4_block(
-    x_scales: &[u8; 12],
-    d: [u8; 2],
-    dmin: [u8; 2],
-    y: &BlockQ8K,
-    quants: impl Fn(usize) -> [v128; 4],
-) -> f32 {
+fn k4_block(x_scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
     let sm = scales_mins_k4(x_scales);
     let m = |j: usize| sm[8 + j] as i16;
     let mins_lo = i16x8(m(0), m(0), m(1), m(1), m(2), m(2), m(3), m(3));
@@ -139,12 +121,7 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         sumf += k4_block(&x.scales, x.d, x.dmin, y, |j| {
             let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-            [
-                v128_and(b0, m4),
-                v128_and(b1, m4),
-                u8x16_shr(b0, 4),
-                u8x16_shr(b1, 4),
-            ]
+            [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
         });
     }
     sumf

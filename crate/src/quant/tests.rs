@@ -71,29 +71,14 @@ fn float_fields(ty: GgmlType) -> Vec<(usize, Float)> {
         T::F16 => vec![(0, Float::F16)],
         T::BF16 => vec![(0, Float::BF16)],
         T::Q4_0 => vec![(offset_of!(BlockQ4_0, d), Float::F16)],
-        T::Q4_1 => vec![
-            (offset_of!(BlockQ4_1, d), Float::F16),
-            (offset_of!(BlockQ4_1, m), Float::F16),
-        ],
+        T::Q4_1 => vec![(offset_of!(BlockQ4_1, d), Float::F16), (offset_of!(BlockQ4_1, m), Float::F16)],
         T::Q5_0 => vec![(offset_of!(BlockQ5_0, d), Float::F16)],
-        T::Q5_1 => vec![
-            (offset_of!(BlockQ5_1, d), Float::F16),
-            (offset_of!(BlockQ5_1, m), Float::F16),
-        ],
+        T::Q5_1 => vec![(offset_of!(BlockQ5_1, d), Float::F16), (offset_of!(BlockQ5_1, m), Float::F16)],
         T::Q8_0 => vec![(offset_of!(BlockQ8_0, d), Float::F16)],
-        T::Q2_K => vec![
-            (offset_of!(BlockQ2K, d), Float::F16),
-            (offset_of!(BlockQ2K, dmin), Float::F16),
-        ],
+        T::Q2_K => vec![(offset_of!(BlockQ2K, d), Float::F16), (offset_of!(BlockQ2K, dmin), Float::F16)],
         T::Q3_K => vec![(offset_of!(BlockQ3K, d), Float::F16)],
-        T::Q4_K => vec![
-            (offset_of!(BlockQ4K, d), Float::F16),
-            (offset_of!(BlockQ4K, dmin), Float::F16),
-        ],
-        T::Q5_K => vec![
-            (offset_of!(BlockQ5K, d), Float::F16),
-            (offset_of!(BlockQ5K, dmin), Float::F16),
-        ],
+        T::Q4_K => vec![(offset_of!(BlockQ4K, d), Float::F16), (offset_of!(BlockQ4K, dmin), Float::F16)],
+        T::Q5_K => vec![(offset_of!(BlockQ5K, d), Float::F16), (offset_of!(BlockQ5K, dmin), Float::F16)],
         T::Q6_K => vec![(offset_of!(BlockQ6K, d), Float::F16)],
     }
 }
@@ -105,11 +90,7 @@ fn block_offset(ty: GgmlType, block: &[u8]) -> f32 {
         GgmlType::Q4_1 => f16_at(offset_of!(BlockQ4_1, m)),
         GgmlType::Q5_1 => f16_at(offset_of!(BlockQ5_1, m)),
         _ => {
-            assert_ne!(
-                ty.act_kind(),
-                ActKind::Q8_1,
-                "{ty:?}: tell block_offset where its offset is"
-            );
+            assert_ne!(ty.act_kind(), ActKind::Q8_1, "{ty:?}: tell block_offset where its offset is");
             0.0
         }
     }
@@ -126,9 +107,7 @@ pub(super) fn random_row(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<u8> 
             match format {
                 Float::F32 => block[at..at + 4].copy_from_slice(&v.to_le_bytes()),
                 Float::F16 => block[at..at + 2].copy_from_slice(&f32_to_f16(v)),
-                Float::BF16 => {
-                    block[at..at + 2].copy_from_slice(&half::bf16::from_f32(v).to_le_bytes())
-                }
+                Float::BF16 => block[at..at + 2].copy_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
             }
         }
     }
@@ -140,11 +119,7 @@ pub(super) fn random_row(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<u8> 
 pub(super) fn random_activations(ty: GgmlType, n: usize, rng: &mut Rng) -> Activations {
     let x: Vec<f32> = (0..n)
         .map(|_| {
-            let outlier = if rng.next_u64().is_multiple_of(16) {
-                8.0
-            } else {
-                1.0
-            };
+            let outlier = if rng.next_u64().is_multiple_of(16) { 8.0 } else { 1.0 };
             rng.uniform(-1.0, 1.0) * outlier
         })
         .collect();
@@ -157,18 +132,9 @@ pub(super) fn random_activations(ty: GgmlType, n: usize, rng: &mut Rng) -> Activ
 fn activation_values(row: ActRow<'_>) -> Vec<f32> {
     match row {
         ActRow::F32(x) => x.to_vec(),
-        ActRow::Q8_0(b) => b
-            .iter()
-            .flat_map(|b| b.qs.map(|q| q as f32 * f16_to_f32(b.d)))
-            .collect(),
-        ActRow::Q8_1(b) => b
-            .iter()
-            .flat_map(|b| b.qs.map(|q| q as f32 * f16_to_f32(b.d)))
-            .collect(),
-        ActRow::Q8K(b) => b
-            .iter()
-            .flat_map(|b| b.qs.map(|q| q as f32 * b.d))
-            .collect(),
+        ActRow::Q8_0(b) => b.iter().flat_map(|b| b.qs.map(|q| q as f32 * f16_to_f32(b.d))).collect(),
+        ActRow::Q8_1(b) => b.iter().flat_map(|b| b.qs.map(|q| q as f32 * f16_to_f32(b.d))).collect(),
+        ActRow::Q8K(b) => b.iter().flat_map(|b| b.qs.map(|q| q as f32 * b.d)).collect(),
     }
 }
 
@@ -182,11 +148,7 @@ fn dequantized(ty: GgmlType, row: &[u8]) -> Vec<f32> {
 /// `s` adds: `m * (s - d * sum(q))` per block.
 fn expected_dot(ty: GgmlType, w_row: &[u8], a: ActRow<'_>) -> f64 {
     let w = dequantized(ty, w_row);
-    let mut dot: f64 = w
-        .iter()
-        .zip(activation_values(a))
-        .map(|(&w, a)| w as f64 * a as f64)
-        .sum();
+    let mut dot: f64 = w.iter().zip(activation_values(a)).map(|(&w, a)| w as f64 * a as f64).sum();
     if let ActRow::Q8_1(blocks) = a {
         for (wb, ab) in w_row.chunks_exact(ty.block_bytes()).zip(blocks) {
             let qsum: i32 = ab.qs.iter().map(|&q| q as i32).sum();
@@ -215,13 +177,9 @@ fn abs_terms(ty: GgmlType, w_row: &[u8], a: ActRow<'_>) -> f64 {
 /// Row lengths to test, in blocks: every tail of the 2-block and 4x8-element loops, and the real widths.
 fn lengths(ty: GgmlType) -> &'static [usize] {
     if ty.block_size() == 1 {
-        &[
-            0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 39, 63, 64, 65, 100, 576, 1536,
-        ]
+        &[0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 39, 63, 64, 65, 100, 576, 1536]
     } else {
-        &[
-            0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 48, 67,
-        ]
+        &[0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 48, 67]
     }
 }
 
@@ -256,9 +214,7 @@ pub(super) type Bound = fn(block: &[f32], x: f32) -> f32;
 fn round_trip_input(block_size: usize, rng: &mut Rng) -> Vec<f32> {
     let mut x = Vec::new();
     for shape in 0..64 {
-        let mut uniform = |lo: f32, hi: f32| -> Vec<f32> {
-            (0..block_size).map(|_| rng.uniform(lo, hi)).collect()
-        };
+        let mut uniform = |lo: f32, hi: f32| -> Vec<f32> { (0..block_size).map(|_| rng.uniform(lo, hi)).collect() };
         let block = match shape % 8 {
             0..=2 => uniform(-1.0, 1.0),
             3 => uniform(0.5, 1.5),
@@ -279,17 +235,10 @@ fn check_round_trip(ty: GgmlType, bound: Bound) {
     let mut bytes = vec![0u8; ty.row_bytes(x.len())];
     quantize_row(ty, &x, &mut bytes);
     let y = dequantized(ty, &bytes);
-    for (b, (xb, yb)) in x
-        .chunks_exact(ty.block_size())
-        .zip(y.chunks_exact(ty.block_size()))
-        .enumerate()
-    {
+    for (b, (xb, yb)) in x.chunks_exact(ty.block_size()).zip(y.chunks_exact(ty.block_size())).enumerate() {
         for (i, (&x, &y)) in xb.iter().zip(yb).enumerate() {
             let limit = bound(xb, x);
-            assert!(
-                (x - y).abs() <= limit,
-                "{ty:?} block {b} [{i}]: {x} -> {y}, error above {limit}"
-            );
+            assert!((x - y).abs() <= limit, "{ty:?} block {b} [{i}]: {x} -> {y}, error above {limit}");
         }
     }
 }
@@ -307,24 +256,16 @@ fn amax(x: &[f32]) -> f32 {
 /// Symmetric types (Q4_0, Q5_0): `levels` steps of `amax / levels` on the side of the largest
 /// magnitude, one fewer on the other side, where values beyond the last level clamp to it.
 fn symmetric_bound(block: &[f32], x: f32, levels: f32) -> f32 {
-    let max = block
-        .iter()
-        .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = block.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
     let step = max.abs() / levels;
-    let clamped = if x * max < 0.0 {
-        x.abs() - (levels - 1.0) * step
-    } else {
-        0.0
-    };
+    let clamped = if x * max < 0.0 { x.abs() - (levels - 1.0) * step } else { 0.0 };
     // Rounding to the nearest level, the f16 scale's error times the level, f32 arithmetic.
     (0.5 * step).max(clamped) + levels * f16_error(step) + max.abs() * 1e-6
 }
 
 /// Offset types (Q4_1, Q5_1): `levels` steps from the minimum, which is stored as f16.
 fn offset_bound(block: &[f32], levels: f32) -> f32 {
-    let (min, max) = block
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (min, max) = block.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let step = (max - min) / levels;
     0.5 * step + levels * f16_error(step) + f16_error(min) + amax(block) * 1e-6
 }
@@ -490,27 +431,13 @@ fn q8_0_known_block() {
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn float_known_values() {
-    assert_eq!(
-        quantized(GgmlType::F32, &[1.5, -0.0]),
-        [0x00, 0x00, 0xC0, 0x3F, 0x00, 0x00, 0x00, 0x80]
-    );
+    assert_eq!(quantized(GgmlType::F32, &[1.5, -0.0]), [0x00, 0x00, 0xC0, 0x3F, 0x00, 0x00, 0x00, 0x80]);
     // f16: 1 + 2^-11 ties to even (1.0), 1 + 3 * 2^-11 ties up to 0x3C02, 65504 is the largest finite.
-    let x = [
-        1.0,
-        -2.0,
-        1.0 + 2f32.powi(-11),
-        1.0 + 3.0 * 2f32.powi(-11),
-        65504.0,
-    ];
+    let x = [1.0, -2.0, 1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), 65504.0];
     let expected = [0x00, 0x3C, 0x00, 0xC0, 0x00, 0x3C, 0x02, 0x3C, 0xFF, 0x7B];
     assert_eq!(quantized(GgmlType::F16, &x), expected);
     // bf16: the top half of the f32, rounded to nearest even (pi = 0x40490FDB -> 0x4049).
-    let x = [
-        1.0,
-        1.0 + 2f32.powi(-8),
-        1.0 + 3.0 * 2f32.powi(-8),
-        std::f32::consts::PI,
-    ];
+    let x = [1.0, 1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), std::f32::consts::PI];
     let expected = [0x80, 0x3F, 0x80, 0x3F, 0x82, 0x3F, 0x49, 0x40];
     assert_eq!(quantized(GgmlType::BF16, &x), expected);
 }
@@ -523,14 +450,7 @@ fn timing_576_wide_rows() {
     use std::time::Instant;
     let (cols, rows) = (576, 1536);
     let mut rng = Rng::new(7);
-    for ty in [
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4_0,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::F16,
-    ] {
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::F16] {
         let w = random_row(ty, rows * cols / ty.block_size(), &mut rng);
         let acts = random_activations(ty, cols, &mut rng);
         let row_bytes = ty.row_bytes(cols);

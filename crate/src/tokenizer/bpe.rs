@@ -47,8 +47,7 @@ const CHAR_TO_BYTE: [i16; ALPHABET_END] = {
 
 pub(crate) fn byte_to_char(b: u8) -> char {
     // All table entries are below 324, valid scalar values.
-    char::from_u32(BYTE_TO_CHAR[b as usize] as u32)
-        .expect("GPT-2 byte alphabet is ASCII/Latin-1/U+01xx")
+    char::from_u32(BYTE_TO_CHAR[b as usize] as u32).expect("GPT-2 byte alphabet is ASCII/Latin-1/U+01xx")
 }
 
 pub(crate) fn char_to_byte(c: char) -> Option<u8> {
@@ -95,11 +94,7 @@ struct Symbol {
 }
 
 impl Bpe {
-    pub(crate) fn new<'a>(
-        pre: PreTokenizer,
-        ignore_merges: bool,
-        merges: impl Iterator<Item = &'a str>,
-    ) -> Bpe {
+    pub(crate) fn new<'a>(pre: PreTokenizer, ignore_merges: bool, merges: impl Iterator<Item = &'a str>) -> Bpe {
         let mut ranks = HashMap::new();
         for (rank, merge) in merges.enumerate() {
             // llama.cpp splits at the first space after the first byte; a merge without one can never apply.
@@ -107,11 +102,7 @@ impl Bpe {
                 ranks.entry(merge.to_owned()).or_insert(rank as u32); // the first of duplicates wins
             }
         }
-        Bpe {
-            pre,
-            ignore_merges,
-            ranks,
-        }
+        Bpe { pre, ignore_merges, ranks }
     }
 
     /// Rank of merging `left` and `right`, keyed as the merge text. `key` is scratch space.
@@ -160,12 +151,7 @@ impl Bpe {
         let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
         for (start, c) in word.char_indices() {
             let i = symbols.len();
-            symbols.push(Symbol {
-                start,
-                len: c.len_utf8(),
-                prev: i.checked_sub(1),
-                next: None,
-            });
+            symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
             if i > 0 {
                 symbols[i - 1].next = Some(i);
             }
@@ -173,11 +159,7 @@ impl Bpe {
 
         // Min-heap on (rank, left index); the lengths tell a stale entry (a side merged since) from a live one.
         let mut queue = BinaryHeap::new();
-        let push = |queue: &mut BinaryHeap<_>,
-                    symbols: &[Symbol],
-                    left: usize,
-                    right: usize,
-                    key: &mut String| {
+        let push = |queue: &mut BinaryHeap<_>, symbols: &[Symbol], left: usize, right: usize, key: &mut String| {
             let (l, r) = (symbols[left], symbols[right]);
             let lt = &word[l.start..l.start + l.len];
             let rt = &word[r.start..r.start + r.len];
@@ -190,11 +172,7 @@ impl Bpe {
         }
 
         while let Some(Reverse((_, left, right, left_len, right_len))) = queue.pop() {
-            if symbols[left].len != left_len
-                || symbols[right].len != right_len
-                || left_len == 0
-                || right_len == 0
-            {
+            if symbols[left].len != left_len || symbols[right].len != right_len || left_len == 0 || right_len == 0 {
                 continue;
             }
             symbols[left].len += right_len;

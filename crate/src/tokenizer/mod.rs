@@ -34,10 +34,7 @@ impl std::fmt::Debug for Tokenizer {
             Model::Spm => "SentencePiece",
             Model::Bpe(_) => "byte-level BPE",
         };
-        f.debug_struct("Tokenizer")
-            .field("kind", &kind)
-            .field("vocab_size", &self.vocab_size())
-            .finish()
+        f.debug_struct("Tokenizer").field("kind", &kind).field("vocab_size", &self.vocab_size()).finish()
     }
 }
 
@@ -54,9 +51,7 @@ impl Tokenizer {
     /// A `tokenizer.ggml.pre` this crate does not implement is an [`Error::Tokenizer`] (as in current llama.cpp,
     /// which refuses such files); a missing one means llama.cpp's `default` pre-tokenizer.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
-        Ok(Tokenizer {
-            vocab: Arc::new(Vocab::from_gguf(g)?),
-        })
+        Ok(Tokenizer { vocab: Arc::new(Vocab::from_gguf(g)?) })
     }
 
     /// Text -> token ids. Never adds BOS/EOS.
@@ -99,10 +94,7 @@ impl Tokenizer {
 
     /// The bytes token `id` renders to (special tokens as their text).
     pub fn token_bytes(&self, id: u32) -> Result<&[u8]> {
-        self.vocab.piece(id).ok_or(Error::TokenOutOfRange {
-            id,
-            vocab_size: self.vocab_size(),
-        })
+        self.vocab.piece(id).ok_or(Error::TokenOutOfRange { id, vocab_size: self.vocab_size() })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -214,10 +206,7 @@ impl Tokenizer {
             }
             let token = v.text(id).expect("special token ids are in range");
             // Cheap skip: most special tokens occur nowhere in the text.
-            if !fragments
-                .iter()
-                .any(|f| matches!(f, Fragment::Text(t) if t.contains(token)))
-            {
+            if !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(token))) {
                 continue;
             }
             let mut next = Vec::with_capacity(fragments.len() + 2);
@@ -290,9 +279,7 @@ fn clean_up_spaces(text: &mut Vec<u8>) {
         if t[i - 1] == b' ' && x == b'\'' && i + 1 < n {
             let x1 = t[i + 1];
             let x2 = if i + 2 < n { Some(t[i + 2]) } else { None };
-            if matches!(x1, b's' | b'm')
-                || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e')))
-            {
+            if matches!(x1, b's' | b'm') || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))) {
                 total -= 1;
             }
         }

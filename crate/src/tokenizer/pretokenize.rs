@@ -36,28 +36,14 @@ pub(crate) struct PreTokenizer {
 
 impl PreTokenizer {
     /// GPT-2 (`gpt-2`, `mpt`, `olmo`, ...).
-    pub(crate) const GPT2: PreTokenizer = PreTokenizer {
-        stages: &[Stage::Gpt2],
-    };
+    pub(crate) const GPT2: PreTokenizer = PreTokenizer { stages: &[Stage::Gpt2] };
     /// SmolLM, StarCoder, Command-R, ...: digits split one by one, then GPT-2.
-    pub(crate) const SMOLLM: PreTokenizer = PreTokenizer {
-        stages: &[Stage::IsolateNumbers, Stage::Gpt2],
-    };
-    pub(crate) const LLAMA3: PreTokenizer = PreTokenizer {
-        stages: &[Stage::Llama3 { max_digits: 3 }],
-    };
-    pub(crate) const QWEN2: PreTokenizer = PreTokenizer {
-        stages: &[Stage::Llama3 { max_digits: 1 }],
-    };
+    pub(crate) const SMOLLM: PreTokenizer = PreTokenizer { stages: &[Stage::IsolateNumbers, Stage::Gpt2] };
+    pub(crate) const LLAMA3: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 3 }] };
+    pub(crate) const QWEN2: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1 }] };
     /// llama.cpp's fallback when `tokenizer.ggml.pre` is missing or `default`.
-    pub(crate) const DEFAULT: PreTokenizer = PreTokenizer {
-        stages: &[
-            Stage::PunctuationRuns,
-            Stage::Gpt2,
-            Stage::NumberRuns,
-            Stage::DigitTriples,
-        ],
-    };
+    pub(crate) const DEFAULT: PreTokenizer =
+        PreTokenizer { stages: &[Stage::PunctuationRuns, Stage::Gpt2, Stage::NumberRuns, Stage::DigitTriples] };
 
     /// Split `text` into words (slices of `text`, in order, covering all of it).
     pub(crate) fn split<'t>(&self, text: &'t str) -> Vec<&'t str> {
@@ -66,12 +52,7 @@ impl PreTokenizer {
         for &stage in self.stages {
             let mut out = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {
-                let s = Splitter {
-                    chars: &chars,
-                    end: piece.end,
-                    prev_end: piece.start,
-                    out: &mut out,
-                };
+                let s = Splitter { chars: &chars, end: piece.end, prev_end: piece.start, out: &mut out };
                 s.run(stage, piece.start);
             }
             pieces = out;
@@ -79,10 +60,7 @@ impl PreTokenizer {
         // Char indices -> byte offsets.
         let mut byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
         byte_at.push(text.len());
-        pieces
-            .into_iter()
-            .map(|r| &text[byte_at[r.start]..byte_at[r.end]])
-            .collect()
+        pieces.into_iter().map(|r| &text[byte_at[r.start]..byte_at[r.end]]).collect()
     }
 }
 
@@ -128,8 +106,7 @@ impl Splitter<'_> {
     }
     /// `[^\s\p{L}\p{N}]`: any char of the piece that is not whitespace, letter or number.
     fn other(&self, pos: usize) -> bool {
-        self.at(pos)
-            .is_some_and(|c| !(is_whitespace(c) || is_letter(c) || is_number(c)))
+        self.at(pos).is_some_and(|c| !(is_whitespace(c) || is_letter(c) || is_number(c)))
     }
 
     /// Emit the sub-piece from the previous end to `end`; returns its length.
@@ -198,11 +175,7 @@ impl Splitter<'_> {
         if n == 0 {
             return None;
         }
-        let end = if n > 1 && pos + n < self.end {
-            pos + n - 1
-        } else {
-            pos + n
-        };
+        let end = if n > 1 && pos + n < self.end { pos + n - 1 } else { pos + n };
         self.emit(end);
         Some(end)
     }
@@ -256,10 +229,7 @@ impl Splitter<'_> {
             }
             // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n.
             let n = (pos..self.end).take_while(|&p| self.space(p)).count();
-            if let Some(last_newline) = (pos..pos + n)
-                .rev()
-                .find(|&p| matches!(self.chars[p], '\r' | '\n'))
-            {
+            if let Some(last_newline) = (pos..pos + n).rev().find(|&p| matches!(self.chars[p], '\r' | '\n')) {
                 pos = last_newline + 1;
                 self.emit(pos);
                 continue;
@@ -386,10 +356,7 @@ mod tests {
         let p = PreTokenizer::QWEN2;
         assert_eq!(split(&p, "abc 2024"), ["abc", " ", "2", "0", "2", "4"]);
         assert_eq!(split(&p, "x=10;\n\n"), ["x", "=", "1", "0", ";\n\n"]);
-        assert_eq!(
-            split(&p, "don't  stop\t\n"),
-            ["don", "'t", " ", " stop", "\t\n"]
-        );
+        assert_eq!(split(&p, "don't  stop\t\n"), ["don", "'t", " ", " stop", "\t\n"]);
         // Non-ASCII whitespace (no-break space) acts as whitespace and as a word's leading char.
         assert_eq!(split(&p, "a\u{A0}\u{A0}b"), ["a", "\u{A0}", "\u{A0}b"]);
         assert_eq!(split(&p, "👍🏽ok"), ["👍🏽", "ok"]);
@@ -400,10 +367,7 @@ mod tests {
     fn default_pipeline() {
         let p = PreTokenizer::DEFAULT;
         // Punctuation runs first (a backtick is not one of them), then GPT-2, then numbers, then digit triples.
-        assert_eq!(
-            split(&p, "hi, 12345 `x`"),
-            ["hi", ",", " ", "123", "45", " `", "x", "`"]
-        );
+        assert_eq!(split(&p, "hi, 12345 `x`"), ["hi", ",", " ", "123", "45", " `", "x", "`"]);
         assert_eq!(split(&p, " 12345 `x`"), [" ", "123", "45", " `", "x", "`"]);
         assert_eq!(split(&p, "a+=b"), ["a", "+=", "b"]);
     }

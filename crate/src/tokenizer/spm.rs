@@ -30,10 +30,7 @@ struct Bigram {
 impl Ord for Bigram {
     fn cmp(&self, other: &Self) -> Ordering {
         // Max-heap: higher score first, then the leftmost. NaN scores compare equal, as in C++.
-        self.score
-            .partial_cmp(&other.score)
-            .unwrap_or(Ordering::Equal)
-            .then(other.left.cmp(&self.left))
+        self.score.partial_cmp(&other.score).unwrap_or(Ordering::Equal).then(other.left.cmp(&self.left))
     }
 }
 impl PartialOrd for Bigram {
@@ -52,12 +49,7 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<
     let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
     for (start, c) in text.char_indices() {
         let i = symbols.len();
-        symbols.push(Symbol {
-            start,
-            len: c.len_utf8(),
-            prev: i.checked_sub(1),
-            next: None,
-        });
+        symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
         if i > 0 {
             symbols[i - 1].next = Some(i);
         }
@@ -68,12 +60,7 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<
         let (l, r) = (symbols[left], symbols[right]);
         let merged = &text[l.start..l.start + l.len + r.len]; // adjacent symbols are contiguous in the text
         if let Some(id) = vocab.token_id(merged) {
-            queue.push(Bigram {
-                left,
-                right,
-                score: vocab.score(id),
-                len: merged.len(),
-            });
+            queue.push(Bigram { left, right, score: vocab.score(id), len: merged.len() });
         }
     };
     for i in 1..symbols.len() {

@@ -15,17 +15,13 @@ pub struct StreamDecoder {
 
 impl StreamDecoder {
     pub(crate) fn new(tokenizer: Tokenizer) -> StreamDecoder {
-        StreamDecoder {
-            tokenizer,
-            pending: Vec::new(),
-        }
+        StreamDecoder { tokenizer, pending: Vec::new() }
     }
 
     /// Add one token; returns the text that is now complete (possibly empty).
     /// Invalid UTF-8 (bytes that can never complete a character) comes out as U+FFFD, as in `finish`.
     pub fn push(&mut self, id: u32) -> Result<String> {
-        self.pending
-            .extend_from_slice(self.tokenizer.token_bytes(id)?);
+        self.pending.extend_from_slice(self.tokenizer.token_bytes(id)?);
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {

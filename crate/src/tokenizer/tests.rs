@@ -7,26 +7,12 @@ use super::*;
 use crate::gguf::Value;
 
 fn gguf(entries: Vec<(&str, Value)>) -> Gguf {
-    let metadata: BTreeMap<String, Value> = entries
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    Gguf {
-        version: 3,
-        metadata,
-        tensors: Vec::new(),
-        alignment: 32,
-        data_offset: 0,
-    }
+    let metadata: BTreeMap<String, Value> = entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    Gguf { version: 3, metadata, tensors: Vec::new(), alignment: 32, data_offset: 0 }
 }
 
 fn strings<S: AsRef<str>>(items: &[S]) -> Value {
-    Value::Array(
-        items
-            .iter()
-            .map(|s| Value::String(s.as_ref().to_owned()))
-            .collect(),
-    )
+    Value::Array(items.iter().map(|s| Value::String(s.as_ref().to_owned())).collect())
 }
 
 /// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then scored pieces.
@@ -47,14 +33,8 @@ fn spm_vocab(pieces: &[(&str, f32)], extra: Vec<(&str, Value)>) -> Gguf {
     let mut entries = vec![
         ("tokenizer.ggml.model", Value::String("llama".into())),
         ("tokenizer.ggml.tokens", strings(&texts)),
-        (
-            "tokenizer.ggml.scores",
-            Value::Array(scores.into_iter().map(Value::F32).collect()),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
+        ("tokenizer.ggml.scores", Value::Array(scores.into_iter().map(Value::F32).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
     ];
     entries.extend(extra);
     gguf(entries)
@@ -74,10 +54,7 @@ const SPM_PIECES: &[(&str, f32)] = &[
 ];
 
 fn ids_of(t: &Tokenizer, texts: &[&str]) -> Vec<u32> {
-    texts
-        .iter()
-        .map(|s| t.token_id(s).unwrap_or_else(|| panic!("no token {s:?}")))
-        .collect()
+    texts.iter().map(|s| t.token_id(s).unwrap_or_else(|| panic!("no token {s:?}"))).collect()
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -87,20 +64,11 @@ fn spm_merges_by_score_not_length() {
     // "▁abc": "ab" (-0.5) merges first, then "▁ab" (-0.6); "abc" (-3.0) never gets a chance, "▁abc" is no token.
     assert_eq!(t.encode("abc", false).unwrap(), ids_of(&t, &["▁ab", "c"]));
     // Equal scores: the leftmost pair first ("▁aaa" -> "▁", "aa", "a", not "▁a", "aa").
-    assert_eq!(
-        t.encode("aaa", false).unwrap(),
-        ids_of(&t, &["▁", "aa", "a"])
-    );
+    assert_eq!(t.encode("aaa", false).unwrap(), ids_of(&t, &["▁", "aa", "a"]));
     // Spaces become "▁"; the prefix space is added once, at the start.
-    assert_eq!(
-        t.encode("ab ab", false).unwrap(),
-        ids_of(&t, &["▁ab", "▁ab"])
-    );
+    assert_eq!(t.encode("ab ab", false).unwrap(), ids_of(&t, &["▁ab", "▁ab"]));
     assert_eq!(t.encode("", false).unwrap(), Vec::<u32>::new());
-    assert_eq!(
-        t.decode(&ids_of(&t, &["▁ab", "c", "▁ab"])).unwrap(),
-        "abc ab"
-    ); // first space dropped
+    assert_eq!(t.decode(&ids_of(&t, &["▁ab", "c", "▁ab"])).unwrap(), "abc ab"); // first space dropped
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -115,14 +83,8 @@ fn spm_byte_fallback_and_unknown() {
     // Without byte tokens a missing char becomes <unk> (llama.cpp would throw).
     let g = gguf(vec![
         ("tokenizer.ggml.model", Value::String("llama".into())),
-        (
-            "tokenizer.ggml.tokens",
-            strings(&["<unk>", "<s>", "</s>", "▁", "a"]),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array([2, 3, 3, 1, 1].into_iter().map(Value::I32).collect()),
-        ),
+        ("tokenizer.ggml.tokens", strings(&["<unk>", "<s>", "</s>", "▁", "a"])),
+        ("tokenizer.ggml.token_type", Value::Array([2, 3, 3, 1, 1].into_iter().map(Value::I32).collect())),
     ]);
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(t.encode("az", false).unwrap(), [3, 4, 0]);
@@ -142,10 +104,7 @@ fn spm_specials_bos_and_space_prefix() {
     // Without parse_special, "</s>" is text: '<', '/', 's', '>' as bytes.
     let plain = t.encode("</s>", false).unwrap();
     assert_eq!(plain[0], t.token_id("▁").unwrap());
-    assert_eq!(
-        plain[1..],
-        ids_of(&t, &["<0x3C>", "<0x2F>", "<0x73>", "<0x3E>"])
-    );
+    assert_eq!(plain[1..], ids_of(&t, &["<0x3C>", "<0x2F>", "<0x73>", "<0x3E>"]));
     // Decoding renders specials; only the very first token loses a leading space.
     assert_eq!(t.decode(&[1, ab]).unwrap(), "<s> ab");
 
@@ -158,18 +117,13 @@ fn spm_specials_bos_and_space_prefix() {
         ],
     );
     let t = Tokenizer::from_gguf(&g).unwrap();
-    assert_eq!(
-        t.encode_with_special("ab c", false).unwrap(),
-        ids_of(&t, &["ab", "▁", "c", "</s>"])
-    );
+    assert_eq!(t.encode_with_special("ab c", false).unwrap(), ids_of(&t, &["ab", "▁", "c", "</s>"]));
     assert_eq!(t.decode(&ids_of(&t, &["▁ab"])).unwrap(), " ab");
 }
 
 /// A byte-level BPE vocabulary: the 256 byte chars, then `words` (merged tokens) and `specials` (text, type).
 fn bpe_vocab(pre: &str, words: &[&str], merges: &[&str], specials: &[(&str, i32)]) -> Gguf {
-    let mut texts: Vec<String> = (0..=255u8)
-        .map(|b| bpe::byte_to_char(b).to_string())
-        .collect();
+    let mut texts: Vec<String> = (0..=255u8).map(|b| bpe::byte_to_char(b).to_string()).collect();
     let mut types = vec![1; 256];
     texts.extend(words.iter().map(|w| w.to_string()));
     types.extend(words.iter().map(|_| 1));
@@ -180,14 +134,8 @@ fn bpe_vocab(pre: &str, words: &[&str], merges: &[&str], specials: &[(&str, i32)
         ("tokenizer.ggml.pre", Value::String(pre.into())),
         ("tokenizer.ggml.tokens", strings(&texts)),
         ("tokenizer.ggml.merges", strings(merges)),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
-        (
-            "tokenizer.ggml.eos_token_id",
-            Value::U32(256 + words.len() as u32),
-        ),
+        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        ("tokenizer.ggml.eos_token_id", Value::U32(256 + words.len() as u32)),
     ])
 }
 
@@ -200,9 +148,7 @@ fn byte_ids(s: &str) -> Vec<u32> {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn bpe_merges_by_rank() {
     let words = ["he", "ll", "hell", "hello", "Ġhello", "lo", "xyz", "qr"];
-    let merges = [
-        "l o", "h e", "l l", "he ll", "hell o", "Ġ hello", "q r", "x y",
-    ];
+    let merges = ["l o", "h e", "l l", "he ll", "hell o", "Ġ hello", "q r", "x y"];
     let g = bpe_vocab("gpt-2", &words, &merges, &[("<|end|>", 3), ("<tool>", 4)]);
     let t = Tokenizer::from_gguf(&g).unwrap();
     let id = |s: &str| t.token_id(s).unwrap();
@@ -213,18 +159,14 @@ fn bpe_merges_by_rank() {
     // "x y" makes "xy", which is no token: llama.cpp falls back to the one-byte tokens of the piece.
     assert_eq!(t.encode("xyz", false).unwrap(), byte_ids("xyz"));
     assert_eq!(t.encode("qr", false).unwrap(), [id("qr")]);
-    assert_eq!(
-        t.decode(&t.encode("hello xyz!", false).unwrap()).unwrap(),
-        "hello xyz!"
-    );
+    assert_eq!(t.decode(&t.encode("hello xyz!", false).unwrap()).unwrap(), "hello xyz!");
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn bpe_llama3_ignores_merges_for_whole_word_tokens() {
     let words = ["xyz"];
-    let t =
-        Tokenizer::from_gguf(&bpe_vocab("llama-bpe", &words, &[], &[("<|eot_id|>", 3)])).unwrap();
+    let t = Tokenizer::from_gguf(&bpe_vocab("llama-bpe", &words, &[], &[("<|eot_id|>", 3)])).unwrap();
     assert_eq!(t.encode("xyz", false).unwrap(), [256]);
     assert_eq!(t.encode("xyzw", false).unwrap(), byte_ids("xyzw"));
     // llama-bpe adds BOS by default, but this vocabulary names no bos (the gpt2 default id 11 is used).
@@ -260,16 +202,10 @@ fn special_tokens_split_longest_first() {
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn eog_set_from_ids_and_texts() {
-    let specials = [
-        ("<|im_end|>", 3),
-        ("<|endoftext|>", 3),
-        ("<|fim_pad|>", 3),
-        ("<|file_sep|>", 3),
-        ("<|im_start|>", 3),
-    ];
+    let specials =
+        [("<|im_end|>", 3), ("<|endoftext|>", 3), ("<|fim_pad|>", 3), ("<|file_sep|>", 3), ("<|im_start|>", 3)];
     let mut g = bpe_vocab("qwen2", &[], &[], &specials);
-    g.metadata
-        .insert("tokenizer.ggml.eos_token_id".into(), Value::U32(65)); // "A", only to see eos included
+    g.metadata.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(65)); // "A", only to see eos included
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(t.eog_ids(), [65, 256, 257, 258, 259]);
     assert!(!t.is_eog(260));
@@ -282,28 +218,20 @@ fn eog_set_from_ids_and_texts() {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn bad_metadata_is_a_typed_error() {
     let e = Tokenizer::from_gguf(&bpe_vocab("no-such-pre", &[], &[], &[])).unwrap_err();
-    assert!(
-        matches!(e, Error::Tokenizer(ref m) if m.contains("no-such-pre")),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Tokenizer(ref m) if m.contains("no-such-pre")), "{e}");
     let mut g = bpe_vocab("gpt-2", &[], &[], &[]);
     g.metadata.remove("tokenizer.ggml.merges");
     assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(_))));
     let mut g = bpe_vocab("gpt-2", &[], &[], &[]);
-    g.metadata
-        .insert("tokenizer.ggml.model".into(), Value::String("t5".into()));
+    g.metadata.insert("tokenizer.ggml.model".into(), Value::String("t5".into()));
     assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("t5")));
     let g = gguf(vec![
         ("tokenizer.ggml.model", Value::String("llama".into())),
         ("tokenizer.ggml.tokens", strings(&["a", "a"])),
     ]);
-    assert!(
-        matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("duplicate"))
-    );
-    let g = gguf(vec![
-        ("tokenizer.ggml.model", Value::String("llama".into())),
-        ("tokenizer.ggml.tokens", Value::U32(3)),
-    ]);
+    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("duplicate")));
+    let g =
+        gguf(vec![("tokenizer.ggml.model", Value::String("llama".into())), ("tokenizer.ggml.tokens", Value::U32(3))]);
     assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(_))));
 }
 
@@ -313,19 +241,10 @@ fn out_of_range_ids_are_errors() {
     let t = Tokenizer::from_gguf(&bpe_vocab("gpt-2", &[], &[], &[])).unwrap();
     let n = t.vocab_size() as u32;
     assert_eq!(n, 256);
-    let oor = Error::TokenOutOfRange {
-        id: n,
-        vocab_size: 256,
-    };
+    let oor = Error::TokenOutOfRange { id: n, vocab_size: 256 };
     assert_eq!(t.decode(&[97, n]).unwrap_err(), oor);
     assert_eq!(t.token_bytes(n).unwrap_err(), oor);
-    assert_eq!(
-        t.decoder().push(u32::MAX).unwrap_err(),
-        Error::TokenOutOfRange {
-            id: u32::MAX,
-            vocab_size: 256
-        }
-    );
+    assert_eq!(t.decoder().push(u32::MAX).unwrap_err(), Error::TokenOutOfRange { id: u32::MAX, vocab_size: 256 });
     assert_eq!(t.token_text(n), None);
     assert!(!t.is_eog(u32::MAX) && !t.is_control(u32::MAX));
 }

@@ -93,13 +93,7 @@ struct PreSettings {
 }
 
 fn bpe_settings(pre: Option<&str>) -> Result<PreSettings> {
-    let s = |pre, clean_spaces| PreSettings {
-        pre,
-        ignore_merges: false,
-        clean_spaces,
-        add_bos: None,
-        no_bos: false,
-    };
+    let s = |pre, clean_spaces| PreSettings { pre, ignore_merges: false, clean_spaces, add_bos: None, no_bos: false };
     let Some(name) = pre else {
         return Ok(s(PreTokenizer::DEFAULT, true)); // llama.cpp warns and uses 'default'
     };
@@ -173,13 +167,7 @@ const FIM_MID_TEXTS: &[&str] = &[
     "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Texts that end generation whatever their ids.
 const EOG_TEXTS: &[&str] = &[
@@ -215,10 +203,7 @@ fn err(msg: impl Into<String>) -> Error {
 fn array<'g>(g: &'g Gguf, key: &str) -> Result<Option<&'g [Value]>> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_array()
-            .map(Some)
-            .ok_or_else(|| err(format!("{key} is not an array"))),
+        Some(v) => v.as_array().map(Some).ok_or_else(|| err(format!("{key} is not an array"))),
     }
 }
 
@@ -237,10 +222,7 @@ fn string_array<'g>(g: &'g Gguf, key: &str) -> Result<Option<Vec<&'g str>>> {
 fn bool_key(g: &Gguf, key: &str) -> Result<Option<bool>> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_bool()
-            .map(Some)
-            .ok_or_else(|| err(format!("{key} is not a bool"))),
+        Some(v) => v.as_bool().map(Some).ok_or_else(|| err(format!("{key} is not a bool"))),
     }
 }
 
@@ -256,10 +238,7 @@ fn read_tokens(g: &Gguf, texts_in: &[&str]) -> Result<Tokens> {
     let n = texts_in.len();
     let scores_in = array(g, "tokenizer.ggml.scores")?;
     let types_in = array(g, "tokenizer.ggml.token_type")?;
-    for (key, a) in [
-        ("tokenizer.ggml.scores", scores_in),
-        ("tokenizer.ggml.token_type", types_in),
-    ] {
+    for (key, a) in [("tokenizer.ggml.scores", scores_in), ("tokenizer.ggml.token_type", types_in)] {
         if let Some(a) = a.filter(|a| a.len() < n) {
             return Err(err(format!("{key} has {} entries for {n} tokens", a.len())));
         }
@@ -271,29 +250,19 @@ fn read_tokens(g: &Gguf, texts_in: &[&str]) -> Result<Tokens> {
         ids: HashMap::with_capacity(n),
     };
     for (i, &text) in texts_in.iter().enumerate() {
-        let text = if text.is_empty() {
-            format!("[EMPTY_{i}]")
-        } else {
-            text.to_owned()
-        };
+        let text = if text.is_empty() { format!("[EMPTY_{i}]") } else { text.to_owned() };
         if let Some(prev) = t.ids.insert(text.clone(), i as u32) {
-            return Err(err(format!(
-                "duplicate token in vocabulary: '{text}' has ids {prev} and {i}"
-            )));
+            return Err(err(format!("duplicate token in vocabulary: '{text}' has ids {prev} and {i}")));
         }
         t.texts.push(text);
         t.scores.push(match scores_in {
-            Some(a) => a[i]
-                .as_f32()
-                .ok_or_else(|| err(format!("tokenizer.ggml.scores[{i}] is not a number")))?,
+            Some(a) => a[i].as_f32().ok_or_else(|| err(format!("tokenizer.ggml.scores[{i}] is not a number")))?,
             None => 0.0,
         });
         t.attrs.push(match types_in {
-            Some(a) => {
-                attr_of_type(a[i].as_i64().ok_or_else(|| {
-                    err(format!("tokenizer.ggml.token_type[{i}] is not an integer"))
-                })?)
-            }
+            Some(a) => attr_of_type(
+                a[i].as_i64().ok_or_else(|| err(format!("tokenizer.ggml.token_type[{i}] is not an integer")))?,
+            ),
             None => attr::NORMAL,
         });
     }
@@ -330,9 +299,7 @@ fn read_special_ids(g: &Gguf, n: usize, sp: &mut Specials) -> Result<()> {
             *id = None;
         }
         if let Some(v) = g.get(key) {
-            let v = v
-                .as_u64()
-                .ok_or_else(|| err(format!("{key} is not a non-negative integer")))?;
+            let v = v.as_u64().ok_or_else(|| err(format!("{key} is not a non-negative integer")))?;
             if v < n as u64 {
                 *id = Some(v as u32);
             }
@@ -384,8 +351,7 @@ fn end_of_generation_set(t: &mut Tokens, sp: &Specials) -> BTreeSet<u32> {
     eog.extend(sp.eos);
     eog.extend(sp.eot);
     eog.extend(sp.eom);
-    let in_eog =
-        |eog: &BTreeSet<u32>, text: &str| t.ids.get(text).copied().filter(|id| eog.contains(id));
+    let in_eog = |eog: &BTreeSet<u32>, text: &str| t.ids.get(text).copied().filter(|id| eog.contains(id));
     // o200k_harmony / solar-open: "<|end|>" ends a message, not the generation.
     if let Some(end) = in_eog(&eog, "<|end|>") {
         let call = in_eog(&eog, "<|call|>").is_some() || in_eog(&eog, "<|calls|>").is_some();
@@ -404,9 +370,8 @@ fn end_of_generation_set(t: &mut Tokens, sp: &Specials) -> BTreeSet<u32> {
 
 impl Vocab {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Vocab> {
-        let model_name = g
-            .get_str("tokenizer.ggml.model")
-            .ok_or_else(|| err("metadata key tokenizer.ggml.model is missing"))?;
+        let model_name =
+            g.get_str("tokenizer.ggml.model").ok_or_else(|| err("metadata key tokenizer.ggml.model is missing"))?;
         let pre_name = g.get_str("tokenizer.ggml.pre");
         let texts_in = string_array(g, "tokenizer.ggml.tokens")?
             .ok_or_else(|| err("metadata key tokenizer.ggml.tokens is missing"))?;
@@ -425,9 +390,8 @@ impl Vocab {
                 (add_bos, add_eos, add_space_prefix, clean_spaces) = (true, false, true, false);
             }
             "gpt2" => {
-                let merges = string_array(g, "tokenizer.ggml.merges")?.ok_or_else(|| {
-                    err("byte-level BPE vocabulary without tokenizer.ggml.merges")
-                })?;
+                let merges = string_array(g, "tokenizer.ggml.merges")?
+                    .ok_or_else(|| err("byte-level BPE vocabulary without tokenizer.ggml.merges"))?;
                 let s = bpe_settings(pre_name)?;
                 model = Model::Bpe(Bpe::new(s.pre, s.ignore_merges, merges.into_iter()));
                 sp.eos = Some(11);
@@ -455,28 +419,17 @@ impl Vocab {
             add_eos = v;
         }
         if add_bos && sp.bos.is_none() {
-            return Err(err(
-                "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set",
-            ));
+            return Err(err("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"));
         }
         if add_eos && sp.eos.is_none() {
-            return Err(err(
-                "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set",
-            ));
+            return Err(err("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"));
         }
         detect_specials_by_text(&mut tokens, &mut sp);
         let eog = end_of_generation_set(&mut tokens, &sp);
 
-        let Tokens {
-            texts,
-            scores,
-            attrs,
-            ids,
-        } = tokens;
+        let Tokens { texts, scores, attrs, ids } = tokens;
         let mut special_tokens: Vec<u32> = (0..n as u32)
-            .filter(|&id| {
-                attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
+            .filter(|&id| attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
         // llama.cpp's std::sort leaves equal lengths in unspecified order; ids ascending here.
         special_tokens.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
@@ -510,12 +463,8 @@ impl Vocab {
     fn set_model_specific_attrs(&mut self, g: &Gguf, pre: &str) {
         let name = g.get_str("general.name").unwrap_or("").to_lowercase();
         let arch = g.get_str("general.architecture").unwrap_or("");
-        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
-            .iter()
-            .any(|p| pre.contains(p))
-            || ["nomic-bert-moe", "jina-bert-v3"]
-                .iter()
-                .any(|a| arch.contains(a))
+        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"].iter().any(|p| pre.contains(p))
+            || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
         {
             self.set_attr("<mask>", attr::LSTRIP, true);
         } else if name.contains("phi-3") || name.contains("phi3") {

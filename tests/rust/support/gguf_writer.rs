@@ -41,10 +41,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 
 impl GgufWriter {
     pub fn new() -> Self {
-        GgufWriter {
-            version: 3,
-            ..Default::default()
-        }
+        GgufWriter { version: 3, ..Default::default() }
     }
 
     pub fn meta(mut self, key: &str, v: Meta) -> Self {
@@ -53,12 +50,7 @@ impl GgufWriter {
     }
 
     pub fn tensor(mut self, name: &str, dims: &[u64], type_id: u32, data: Vec<u8>) -> Self {
-        self.tensors.push(Tensor {
-            name: name.into(),
-            dims: dims.to_vec(),
-            type_id,
-            data,
-        });
+        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), type_id, data });
         self
     }
 

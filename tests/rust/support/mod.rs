@@ -43,16 +43,15 @@ pub fn read_file(path: &str) -> Vec<u8> {
 /// The default model: $RUVLLM_MODEL, else the cache path scripts/fetch-model.sh uses.
 pub fn model_path() -> String {
     env("RUVLLM_MODEL").unwrap_or_else(|| {
-        let cache = env("RUVLLM_CACHE")
-            .unwrap_or_else(|| format!("{}/.cache/ruvllm", env("HOME").expect("HOME is set")));
+        let cache =
+            env("RUVLLM_CACHE").unwrap_or_else(|| format!("{}/.cache/ruvllm", env("HOME").expect("HOME is set")));
         format!("{cache}/SmolLM2-135M-Instruct.Q4_1.gguf")
     })
 }
 
 /// llama.cpp's reference data: $RUVLLM_REFERENCE_DIR, else ../shared/reference beside the repo.
 pub fn reference_dir() -> String {
-    env("RUVLLM_REFERENCE_DIR")
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference").into())
+    env("RUVLLM_REFERENCE_DIR").unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference").into())
 }
 
 pub fn read_json(path: &str) -> serde_json::Value {

@@ -314,10 +314,7 @@ mod tests {
         if j < 4 {
             (q[j] & 63, q[j + 4] & 63)
         } else {
-            (
-                (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-            )
+            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
         }
     }
 
@@ -348,16 +345,8 @@ mod tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn nearest_int_rounds_half_to_even() {
-        for (x, want) in [
-            (0.5, 0),
-            (1.5, 2),
-            (2.5, 2),
-            (-0.5, 0),
-            (-1.5, -2),
-            (3.49, 3),
-            (-3.51, -4),
-            (1e6, 1_000_000),
-        ] {
+        for (x, want) in [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (3.49, 3), (-3.51, -4), (1e6, 1_000_000)]
+        {
             assert_eq!(nearest_int(x), want, "{x}");
         }
     }

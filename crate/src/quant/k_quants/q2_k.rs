@@ -19,17 +19,11 @@ pub struct BlockQ2K {
     pub dmin: [u8; 2],
 }
 
-const _: () =
-    assert!(std::mem::size_of::<BlockQ2K>() == 84 && std::mem::align_of::<BlockQ2K>() == 1);
+const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84 && std::mem::align_of::<BlockQ2K>() == 1);
 
 impl Default for BlockQ2K {
     fn default() -> Self {
-        BlockQ2K {
-            scales: [0; QK_K / 16],
-            qs: [0; QK_K / 4],
-            d: [0; 2],
-            dmin: [0; 2],
-        }
+        BlockQ2K { scales: [0; QK_K / 16], qs: [0; QK_K / 4], d: [0; 2], dmin: [0; 2] }
     }
 }
 
@@ -71,16 +65,7 @@ impl QuantBlock for BlockQ2K {
             for j in 0..QK_K / 16 {
                 let xs = &x[16 * j..16 * j + 16];
                 let weights: [f32; 16] = std::array::from_fn(|i| xs[i].abs());
-                let (scale, min) = make_qkx2_quants(
-                    3,
-                    xs,
-                    &weights,
-                    &mut l[16 * j..16 * j + 16],
-                    -0.5,
-                    0.1,
-                    15,
-                    true,
-                );
+                let (scale, min) = make_qkx2_quants(3, xs, &weights, &mut l[16 * j..16 * j + 16], -0.5, 0.1, 15, true);
                 scales[j] = scale;
                 mins[j] = min;
                 max_scale = max_scale.max(scale);
@@ -125,12 +110,7 @@ impl QuantBlock for BlockQ2K {
     fn vec_dot_ref(w: &[Self], a: &[BlockQ8K]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in w.iter().zip(a) {
-            let summs: i32 = y
-                .bsums
-                .iter()
-                .zip(&x.scales)
-                .map(|(&b, &sc)| b as i32 * (sc >> 4) as i32)
-                .sum();
+            let summs: i32 = y.bsums.iter().zip(&x.scales).map(|(&b, &sc)| b as i32 * (sc >> 4) as i32).sum();
             let dall = y.d * f16_to_f32(x.d);
             let dmin = y.d * f16_to_f32(x.dmin);
 
@@ -142,11 +122,7 @@ impl QuantBlock for BlockQ2K {
                     for (q2h, q8h) in q2.chunks_exact(16).zip(q8.chunks_exact(16)) {
                         let d = (x.scales[is] & 0xF) as i32;
                         is += 1;
-                        let isuml: i32 = q2h
-                            .iter()
-                            .zip(q8h)
-                            .map(|(&q, &v)| v as i32 * ((q >> shift) & 3) as i32)
-                            .sum();
+                        let isuml: i32 = q2h.iter().zip(q8h).map(|(&q, &v)| v as i32 * ((q >> shift) & 3) as i32).sum();
                         isum += d * isuml;
                     }
                 }

@@ -19,17 +19,11 @@ pub struct BlockQ3K {
     pub d: [u8; 2],
 }
 
-const _: () =
-    assert!(std::mem::size_of::<BlockQ3K>() == 110 && std::mem::align_of::<BlockQ3K>() == 1);
+const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110 && std::mem::align_of::<BlockQ3K>() == 1);
 
 impl Default for BlockQ3K {
     fn default() -> Self {
-        BlockQ3K {
-            hmask: [0; QK_K / 8],
-            qs: [0; QK_K / 4],
-            scales: [0; 12],
-            d: [0; 2],
-        }
+        BlockQ3K { hmask: [0; QK_K / 8], qs: [0; QK_K / 4], scales: [0; 12], d: [0; 2] }
     }
 }
 

@@ -1,9 +1,7 @@
 //! Q4_K: 8 sub-blocks of 32 values, `x = d * sc * q - dmin * m` with 4-bit `q` and 6-bit `sc`, `m`
 //! (4.5 bits per weight).
 
-use super::{
-    make_qkx2_quants, nearest_int, pack_scales_mins_k4, scales_mins_k4, simd_vec_dot, QK_K,
-};
+use super::{make_qkx2_quants, nearest_int, pack_scales_mins_k4, scales_mins_k4, simd_vec_dot, QK_K};
 use crate::quant::act::{f16_to_f32, f32_to_f16, ActKind, BlockQ8K};
 use crate::quant::QuantBlock;
 
@@ -22,17 +20,11 @@ pub struct BlockQ4K {
     pub qs: [u8; QK_K / 2],
 }
 
-const _: () =
-    assert!(std::mem::size_of::<BlockQ4K>() == 144 && std::mem::align_of::<BlockQ4K>() == 1);
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144 && std::mem::align_of::<BlockQ4K>() == 1);
 
 impl Default for BlockQ4K {
     fn default() -> Self {
-        BlockQ4K {
-            d: [0; 2],
-            dmin: [0; 2],
-            scales: [0; 12],
-            qs: [0; QK_K / 2],
-        }
+        BlockQ4K { d: [0; 2], dmin: [0; 2], scales: [0; 12], qs: [0; QK_K / 2] }
     }
 }
 
@@ -54,46 +46,22 @@ pub(super) fn quantize_scales_k4(
         let sum_x2: f32 = xs.iter().fold(0.0, |s, v| s + v * v);
         let av_x = (sum_x2 / 32.0).sqrt();
         let weights: [f32; 32] = std::array::from_fn(|i| av_x + xs[i].abs());
-        let (scale, min) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
+        let (scale, min) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep, false);
         scales[j] = scale;
         mins[j] = min;
         max_scale = max_scale.max(scale);
         max_min = max_min.max(min);
     }
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     // As ggml: truncated to u8 first, then clamped.
     let ls: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
     let lm: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
-    (
-        pack_scales_mins_k4(&ls, &lm),
-        f32_to_f16(max_scale / 63.0),
-        f32_to_f16(max_min / 63.0),
-    )
+    (pack_scales_mins_k4(&ls, &lm), f32_to_f16(max_scale / 63.0), f32_to_f16(max_min / 63.0))
 }
 
 /// The second half: requantize each value to `0..=nmax` against the scales and mins as stored.
-pub(super) fn requantize_k4(
-    x: &[f32],
-    nmax: i32,
-    scales: &[u8; 12],
-    d: [u8; 2],
-    dmin: [u8; 2],
-    l: &mut [u8; QK_K],
-) {
+pub(super) fn requantize_k4(x: &[f32], nmax: i32, scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], l: &mut [u8; QK_K]) {
     let sm = scales_mins_k4(scales);
     for j in 0..QK_K / 32 {
         let d = f16_to_f32(d) * sm[j] as f32;
@@ -116,28 +84,13 @@ pub(super) struct K4Dot {
 
 impl K4Dot {
     pub(super) fn new() -> Self {
-        K4Dot {
-            sums: [0.0; 8],
-            sumf: 0.0,
-        }
+        K4Dot { sums: [0.0; 8], sumf: 0.0 }
     }
 
-    pub(super) fn add_block(
-        &mut self,
-        aux8: &[i8; QK_K],
-        scales: &[u8; 12],
-        d: [u8; 2],
-        dmin: [u8; 2],
-        y: &BlockQ8K,
-    ) {
+    pub(super) fn add_block(&mut self, aux8: &[i8; QK_K], scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], y: &BlockQ8K) {
         let sm = scales_mins_k4(scales);
         let (sc, mins) = sm.split_at(8);
-        let sumi: i32 = y
-            .bsums
-            .iter()
-            .enumerate()
-            .map(|(j, &b)| b as i32 * mins[j / 2] as i32)
-            .sum();
+        let sumi: i32 = y.bsums.iter().enumerate().map(|(j, &b)| b as i32 * mins[j / 2] as i32).sum();
         let mut aux32 = [0i32; 8];
         for (j, (q8, a)) in y.qs.chunks_exact(32).zip(aux8.chunks_exact(32)).enumerate() {
             let scale = sc[j] as i32;
@@ -171,11 +124,7 @@ impl QuantBlock for BlockQ4K {
             let d = f16_to_f32(x.d);
             let min = f16_to_f32(x.dmin);
             let sm = scales_mins_k4(&x.scales);
-            for (j, (q, y)) in
-                x.qs.chunks_exact(32)
-                    .zip(y.chunks_exact_mut(64))
-                    .enumerate()
-            {
+            for (j, (q, y)) in x.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
                 let (d1, m1) = (d * sm[2 * j] as f32, min * sm[8 + 2 * j] as f32);
                 let (d2, m2) = (d * sm[2 * j + 1] as f32, min * sm[8 + 2 * j + 1] as f32);
                 let (lo, hi) = y.split_at_mut(32);

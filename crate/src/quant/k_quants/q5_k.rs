@@ -22,18 +22,11 @@ pub struct BlockQ5K {
     pub qs: [u8; QK_K / 2],
 }
 
-const _: () =
-    assert!(std::mem::size_of::<BlockQ5K>() == 176 && std::mem::align_of::<BlockQ5K>() == 1);
+const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176 && std::mem::align_of::<BlockQ5K>() == 1);
 
 impl Default for BlockQ5K {
     fn default() -> Self {
-        BlockQ5K {
-            d: [0; 2],
-            dmin: [0; 2],
-            scales: [0; 12],
-            qh: [0; QK_K / 8],
-            qs: [0; QK_K / 2],
-        }
+        BlockQ5K { d: [0; 2], dmin: [0; 2], scales: [0; 12], qh: [0; QK_K / 8], qs: [0; QK_K / 2] }
     }
 }
 
@@ -41,12 +34,7 @@ impl BlockQ5K {
     /// The 256 quants (0..=31) in element order.
     fn unpack(&self) -> [i8; QK_K] {
         let mut aux8 = [0i8; QK_K];
-        for (j, (q, a)) in self
-            .qs
-            .chunks_exact(32)
-            .zip(aux8.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (j, (q, a)) in self.qs.chunks_exact(32).zip(aux8.chunks_exact_mut(64)).enumerate() {
             let (m1, m2) = (1u8 << (2 * j), 1u8 << (2 * j + 1));
             for l in 0..32 {
                 a[l] = ((q[l] & 0xF) + if self.qh[l] & m1 != 0 { 16 } else { 0 }) as i8;
@@ -85,11 +73,7 @@ impl QuantBlock for BlockQ5K {
             (y.scales, y.d, y.dmin) = quantize_scales_k4(x, 31, -0.5, 15, &mut l);
             requantize_k4(x, 31, &y.scales, y.d, y.dmin, &mut l);
             y.qh = [0; QK_K / 8];
-            for (j, (q, l)) in
-                y.qs.chunks_exact_mut(32)
-                    .zip(l.chunks_exact(64))
-                    .enumerate()
-            {
+            for (j, (q, l)) in y.qs.chunks_exact_mut(32).zip(l.chunks_exact(64)).enumerate() {
                 let (m1, m2) = (1u8 << (2 * j), 1u8 << (2 * j + 1));
                 for i in 0..32 {
                     let (mut l1, mut l2) = (l[i], l[i + 32]);

@@ -20,17 +20,11 @@ pub struct BlockQ6K {
     pub d: [u8; 2],
 }
 
-const _: () =
-    assert!(std::mem::size_of::<BlockQ6K>() == 210 && std::mem::align_of::<BlockQ6K>() == 1);
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210 && std::mem::align_of::<BlockQ6K>() == 1);
 
 impl Default for BlockQ6K {
     fn default() -> Self {
-        BlockQ6K {
-            ql: [0; QK_K / 2],
-            qh: [0; QK_K / 4],
-            scales: [0; QK_K / 16],
-            d: [0; 2],
-        }
+        BlockQ6K { ql: [0; QK_K / 2], qh: [0; QK_K / 4], scales: [0; QK_K / 16], d: [0; 2] }
     }
 }
 
@@ -38,12 +32,7 @@ impl BlockQ6K {
     /// The 256 quants (-32..=31) in element order.
     fn unpack(&self) -> [i8; QK_K] {
         let mut q = [0i8; QK_K];
-        for ((ql, qh), q) in self
-            .ql
-            .chunks_exact(64)
-            .zip(self.qh.chunks_exact(32))
-            .zip(q.chunks_exact_mut(128))
-        {
+        for ((ql, qh), q) in self.ql.chunks_exact(64).zip(self.qh.chunks_exact(32)).zip(q.chunks_exact_mut(128)) {
             for l in 0..32 {
                 q[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
                 q[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
@@ -65,11 +54,7 @@ impl QuantBlock for BlockQ6K {
         for (x, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
             let d = f16_to_f32(x.d);
             let q = x.unpack();
-            for ((q, y), &sc) in q
-                .chunks_exact(16)
-                .zip(y.chunks_exact_mut(16))
-                .zip(&x.scales)
-            {
+            for ((q, y), &sc) in q.chunks_exact(16).zip(y.chunks_exact_mut(16)).zip(&x.scales) {
                 for (&q, y) in q.iter().zip(y) {
                     *y = d * sc as f32 * q as f32;
                 }
@@ -84,8 +69,7 @@ impl QuantBlock for BlockQ6K {
             let mut scales = [0f32; QK_K / 16];
             let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
             for (ib, scale) in scales.iter_mut().enumerate() {
-                *scale =
-                    make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+                *scale = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
                 if scale.abs() > max_abs_scale {
                     max_abs_scale = scale.abs();
                     max_scale = *scale;
@@ -113,19 +97,12 @@ impl QuantBlock for BlockQ6K {
                 }
             }
 
-            for ((ql, qh), l) in
-                y.ql.chunks_exact_mut(64)
-                    .zip(y.qh.chunks_exact_mut(32))
-                    .zip(l.chunks_exact(128))
-            {
+            for ((ql, qh), l) in y.ql.chunks_exact_mut(64).zip(y.qh.chunks_exact_mut(32)).zip(l.chunks_exact(128)) {
                 let l: [u8; 128] = std::array::from_fn(|i| l[i] as u8);
                 for i in 0..32 {
                     ql[i] = (l[i] & 0xF) | ((l[i + 64] & 0xF) << 4);
                     ql[i + 32] = (l[i + 32] & 0xF) | ((l[i + 96] & 0xF) << 4);
-                    qh[i] = (l[i] >> 4)
-                        | ((l[i + 32] >> 4) << 2)
-                        | ((l[i + 64] >> 4) << 4)
-                        | ((l[i + 96] >> 4) << 6);
+                    qh[i] = (l[i] >> 4) | ((l[i + 32] >> 4) << 2) | ((l[i + 64] >> 4) << 4) | ((l[i + 96] >> 4) << 6);
                 }
             }
         }
@@ -137,11 +114,7 @@ impl QuantBlock for BlockQ6K {
         for (x, y) in w.iter().zip(a) {
             let aux8 = x.unpack();
             let mut aux32 = [0i32; 8];
-            for ((q8, a), &scale) in
-                y.qs.chunks_exact(16)
-                    .zip(aux8.chunks_exact(16))
-                    .zip(&x.scales)
-            {
+            for ((q8, a), &scale) in y.qs.chunks_exact(16).zip(aux8.chunks_exact(16)).zip(&x.scales) {
                 for (q8, a) in q8.chunks_exact(8).zip(a.chunks_exact(8)) {
                     for l in 0..8 {
                         aux32[l] += scale as i32 * (q8[l] as i32 * a[l] as i32);

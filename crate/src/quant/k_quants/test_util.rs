@@ -46,11 +46,7 @@ impl Rng {
 }
 
 /// `n` blocks of random bytes, passed through `fix` to make their f16 scales finite and sane.
-pub(crate) fn random_blocks<B: QuantBlock>(
-    rng: &mut Rng,
-    n: usize,
-    fix: fn(&mut B, &mut Rng),
-) -> Vec<B> {
+pub(crate) fn random_blocks<B: QuantBlock>(rng: &mut Rng, n: usize, fix: fn(&mut B, &mut Rng)) -> Vec<B> {
     let mut bytes = vec![0u8; n * std::mem::size_of::<B>()];
     rng.fill(&mut bytes);
     let mut blocks = as_blocks_mut::<B>(&mut bytes).to_vec();
@@ -70,9 +66,7 @@ pub(crate) fn random_q8k(rng: &mut Rng, n: usize) -> Vec<BlockQ8K> {
                 *q = rng.next_u64() as i8;
             }
             fix_bsums(&mut y);
-            y.d = (if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 })
-                * 1e-3
-                * 100f32.powf(rng.uniform());
+            y.d = (if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 }) * 1e-3 * 100f32.powf(rng.uniform());
             y
         })
         .collect()
@@ -102,9 +96,7 @@ fn dequantized<B: QuantBlock>(w: &[B]) -> Vec<f32> {
 /// (the scale that float rounding errors are measured against).
 fn f64_dot<B: QuantBlock<Act = BlockQ8K>>(w: &[B], a: &[BlockQ8K]) -> (f64, f64) {
     let wf = dequantized(w);
-    let af = a
-        .iter()
-        .flat_map(|y| y.qs.iter().map(move |&q| y.d as f64 * q as f64));
+    let af = a.iter().flat_map(|y| y.qs.iter().map(move |&q| y.d as f64 * q as f64));
     let (mut dot, mut mag) = (0f64, 0f64);
     for (&wi, ai) in wf.iter().zip(af) {
         dot += wi as f64 * ai;
@@ -116,19 +108,12 @@ fn f64_dot<B: QuantBlock<Act = BlockQ8K>>(w: &[B], a: &[BlockQ8K]) -> (f64, f64)
 /// `vec_dot` (the SIMD kernel of this machine) equals `vec_dot_ref` on random rows of several
 /// lengths, to within `1e-6 * Σ|w_i a_i|`: both sum the same integers exactly per block, so they
 /// differ only in the rounding of the few float operations per block.
-pub(crate) fn check_vec_dot_matches_ref<B: QuantBlock<Act = BlockQ8K>>(
-    seed: u64,
-    fix: fn(&mut B, &mut Rng),
-) {
+pub(crate) fn check_vec_dot_matches_ref<B: QuantBlock<Act = BlockQ8K>>(seed: u64, fix: fn(&mut B, &mut Rng)) {
     let mut rng = Rng::new(seed);
     for n in [1, 2, 3, 8, 17] {
         for trial in 0..20 {
             let w = random_blocks::<B>(&mut rng, n, fix);
-            let a = if trial % 2 == 0 {
-                random_q8k(&mut rng, n)
-            } else {
-                quantized_q8k(&mut rng, n)
-            };
+            let a = if trial % 2 == 0 { random_q8k(&mut rng, n) } else { quantized_q8k(&mut rng, n) };
             let (r, o) = (B::vec_dot_ref(&w, &a), B::vec_dot(&w, &a));
             let (_, mag) = f64_dot(&w, &a);
             assert!(
@@ -141,19 +126,12 @@ pub(crate) fn check_vec_dot_matches_ref<B: QuantBlock<Act = BlockQ8K>>(
 
 /// `vec_dot_ref` equals the f64 dot of the dequantized weights and activations, to within
 /// `1e-6 * Σ|w_i a_i|` (f32 rounding of the scales and of the dequantized values).
-pub(crate) fn check_ref_matches_dequantized<B: QuantBlock<Act = BlockQ8K>>(
-    seed: u64,
-    fix: fn(&mut B, &mut Rng),
-) {
+pub(crate) fn check_ref_matches_dequantized<B: QuantBlock<Act = BlockQ8K>>(seed: u64, fix: fn(&mut B, &mut Rng)) {
     let mut rng = Rng::new(seed);
     for n in [1, 4, 9] {
         for trial in 0..20 {
             let w = random_blocks::<B>(&mut rng, n, fix);
-            let a = if trial % 2 == 0 {
-                random_q8k(&mut rng, n)
-            } else {
-                quantized_q8k(&mut rng, n)
-            };
+            let a = if trial % 2 == 0 { random_q8k(&mut rng, n) } else { quantized_q8k(&mut rng, n) };
             let r = B::vec_dot_ref(&w, &a);
             let (dot, mag) = f64_dot(&w, &a);
             assert!(
@@ -195,14 +173,8 @@ pub(crate) fn check_extremes<B: QuantBlock<Act = BlockQ8K>>(fix: fn(&mut B, &mut
             }
             let (r, o) = (B::vec_dot_ref(&w, &a), B::vec_dot(&w, &a));
             let (dot, mag) = f64_dot(&w, &a);
-            assert!(
-                ((r - o).abs() as f64) <= 1e-6 * mag,
-                "fill {fill:#x} pattern {pattern}: {o} != {r}"
-            );
-            assert!(
-                (r as f64 - dot).abs() <= 1e-6 * mag,
-                "fill {fill:#x} pattern {pattern}: {r} != {dot}"
-            );
+            assert!(((r - o).abs() as f64) <= 1e-6 * mag, "fill {fill:#x} pattern {pattern}: {o} != {r}");
+            assert!((r as f64 - dot).abs() <= 1e-6 * mag, "fill {fill:#x} pattern {pattern}: {r} != {dot}");
         }
     }
 }
@@ -219,17 +191,11 @@ pub(crate) fn check_quantize_roundtrip<B: QuantBlock>(seed: u64, max_rel: f32, r
         ("positive", |r, _| 0.5 + r.uniform()),
         ("negative", |r, _| -2.0 - r.uniform()),
         ("weight-like", |r, _| 0.02 * r.normal()),
-        (
-            "outlier",
-            |r, i| if i % 97 == 5 { 8.0 } else { 0.05 * r.normal() },
-        ),
+        ("outlier", |r, i| if i % 97 == 5 { 8.0 } else { 0.05 * r.normal() }),
     ];
     for (name, gen) in distributions {
         let n = 4;
-        let x: Vec<f32> = (0..n * QK_K)
-            .map(|i| gen(&mut rng, i))
-            .chain(zero.clone())
-            .collect();
+        let x: Vec<f32> = (0..n * QK_K).map(|i| gen(&mut rng, i)).chain(zero.clone()).collect();
         let mut bytes = vec![0u8; (n + 1) * std::mem::size_of::<B>()];
         let q = as_blocks_mut::<B>(&mut bytes);
         B::quantize(&x, q);
@@ -237,29 +203,11 @@ pub(crate) fn check_quantize_roundtrip<B: QuantBlock>(seed: u64, max_rel: f32, r
         for (b, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact(QK_K)).enumerate() {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
             let rms = (xb.iter().map(|v| v * v).sum::<f32>() / QK_K as f32).sqrt();
-            let max_err = xb
-                .iter()
-                .zip(yb)
-                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            let rms_err = (xb
-                .iter()
-                .zip(yb)
-                .map(|(a, b)| (a - b) * (a - b))
-                .sum::<f32>()
-                / QK_K as f32)
-                .sqrt();
-            assert!(
-                yb.iter().all(|v| v.is_finite()),
-                "{name} block {b}: non-finite output"
-            );
-            assert!(
-                max_err <= max_rel * amax,
-                "{name} block {b}: max error {max_err} > {max_rel} * {amax}"
-            );
-            assert!(
-                rms_err <= rms_rel * rms,
-                "{name} block {b}: rms error {rms_err} > {rms_rel} * {rms}"
-            );
+            let max_err = xb.iter().zip(yb).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let rms_err = (xb.iter().zip(yb).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / QK_K as f32).sqrt();
+            assert!(yb.iter().all(|v| v.is_finite()), "{name} block {b}: non-finite output");
+            assert!(max_err <= max_rel * amax, "{name} block {b}: max error {max_err} > {max_rel} * {amax}");
+            assert!(rms_err <= rms_rel * rms, "{name} block {b}: rms error {rms_err} > {rms_rel} * {rms}");
         }
     }
 }
