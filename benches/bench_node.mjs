@@ -32,4 +32,6 @@ console.log(JSON.stringify({
   engine: 'ruvllm-wasm32-node', threads: 1, prompt_tokens: out.prompt_tokens, gen_tokens: out.generated_tokens,
   load_ms: loadMs, prefill_tok_s: out.prefill_tok_s, decode_tok_s: out.decode_tok_s,
   peak_rss_mb: process.resourceUsage().maxRSS / 1024 * 1.048576,
+  wasm_memory_mb: JSON.parse(engine.info()).wasm_memory_bytes / 1e6,
+  model_mb: readFileSync(args.model).length / 1e6, kv_cache_mb: JSON.parse(engine.info()).kv_cache_bytes / 1e6,
 }));

@@ -101,6 +101,7 @@ struct JsOutput {
     ids: Vec<u32>,
     text: String,
     finish_reason: &'static str,
+    load_ms: f64,
     prompt_tokens: usize,
     cached_tokens: usize,
     generated_tokens: usize,
@@ -115,6 +116,7 @@ impl From<crate::Output> for JsOutput {
         let s = &o.stats;
         JsOutput {
             finish_reason: o.finish.as_str(),
+            load_ms: s.load_ms,
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
             generated_tokens: s.generated_tokens,
@@ -200,6 +202,7 @@ impl Engine {
             "context_length": c.context_length, "n_ctx": self.session.n_ctx(), "file_bytes": self.model.file_size(),
             "kv_cache_bytes": self.session.kv_cache_bytes(), "simd128": cfg!(target_feature = "simd128"),
             "has_chat_template": self.model.chat_template().is_ok(),
+            "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         }))
     }
 

@@ -9,17 +9,60 @@
 //! the best instruction set available (AVX2 on x86_64 at run time, simd128 on wasm32, NEON on aarch64).
 //! Tests check that the two agree on random blocks.
 
+/// Evaluates to `Some(kernel(args..))` from the SIMD module this machine runs (AVX2 on x86_64 when the
+/// CPU has it, simd128 on wasm32 builds with it enabled, NEON on aarch64), or `None` where there is none.
+/// The modules are `avx2`, `simd128` and `neon` unless named first: `simd_kernel!(x86, wasm, arm; k(w, a))`.
+macro_rules! simd_kernel {
+    ($kernel:ident($($arg:expr),* $(,)?)) => {
+        simd_kernel!(avx2, simd128, neon; $kernel($($arg),*))
+    };
+    ($x86:ident, $wasm:ident, $arm:ident; $kernel:ident($($arg:expr),* $(,)?)) => {{
+        #[cfg(target_arch = "x86_64")]
+        let out = if $crate::quant::has_avx2() {
+            // SAFETY: the CPU has AVX2, FMA and F16C, the features the x86_64 kernels are compiled for.
+            Some(unsafe { $crate::quant::$x86::$kernel($($arg),*) })
+        } else {
+            None
+        };
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        let out = Some($crate::quant::$wasm::$kernel($($arg),*));
+        // SAFETY: NEON is part of the aarch64 baseline (some kernels declare it as a target feature).
+        #[cfg(target_arch = "aarch64")]
+        #[allow(unused_unsafe)]
+        let out = Some(unsafe { $crate::quant::$arm::$kernel($($arg),*) });
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
+        let out: Option<f32> = {
+            $(let _ = $arg;)*
+            None
+        };
+        out
+    }};
+}
+
 pub mod act;
 mod float;
 mod k_quants;
 mod legacy;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx2_k;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_k;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_k;
+
+#[cfg(test)]
+mod tests;
 
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
@@ -50,19 +93,58 @@ pub enum GgmlType {
 macro_rules! with_block {
     ($ty:expr, $B:ident => $body:expr) => {
         match $ty {
-            GgmlType::F32 => { type $B = BlockF32; $body }
-            GgmlType::F16 => { type $B = BlockF16; $body }
-            GgmlType::BF16 => { type $B = BlockBF16; $body }
-            GgmlType::Q4_0 => { type $B = BlockQ4_0; $body }
-            GgmlType::Q4_1 => { type $B = BlockQ4_1; $body }
-            GgmlType::Q5_0 => { type $B = BlockQ5_0; $body }
-            GgmlType::Q5_1 => { type $B = BlockQ5_1; $body }
-            GgmlType::Q8_0 => { type $B = BlockQ8_0; $body }
-            GgmlType::Q2_K => { type $B = BlockQ2K; $body }
-            GgmlType::Q3_K => { type $B = BlockQ3K; $body }
-            GgmlType::Q4_K => { type $B = BlockQ4K; $body }
-            GgmlType::Q5_K => { type $B = BlockQ5K; $body }
-            GgmlType::Q6_K => { type $B = BlockQ6K; $body }
+            GgmlType::F32 => {
+                type $B = BlockF32;
+                $body
+            }
+            GgmlType::F16 => {
+                type $B = BlockF16;
+                $body
+            }
+            GgmlType::BF16 => {
+                type $B = BlockBF16;
+                $body
+            }
+            GgmlType::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            GgmlType::Q2_K => {
+                type $B = BlockQ2K;
+                $body
+            }
+            GgmlType::Q3_K => {
+                type $B = BlockQ3K;
+                $body
+            }
+            GgmlType::Q4_K => {
+                type $B = BlockQ4K;
+                $body
+            }
+            GgmlType::Q5_K => {
+                type $B = BlockQ5K;
+                $body
+            }
+            GgmlType::Q6_K => {
+                type $B = BlockQ6K;
+                $body
+            }
         }
     };
 }
@@ -125,6 +207,15 @@ impl GgmlType {
     pub fn act_kind(self) -> ActKind {
         with_block!(self, B => B::ACT)
     }
+}
+
+/// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    })
 }
 
 /// One GGUF block format.

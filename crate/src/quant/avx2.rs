@@ -1,0 +1,213 @@
+//! x86_64 kernels for the legacy quants and the float types, using AVX2, FMA and F16C.
+//!
+//! Every function here needs those three features: callers check [`super::has_avx2`] first.
+//! The quantized dots follow ggml's AVX2 code: unpack a block's 32 weights to bytes, multiply byte
+//! pairs and add them with `maddubs` (unsigned x signed -> i16), widen to i32 with `madd`, convert to
+//! f32 and accumulate `block scale * sums` with FMA. Rows are walked two blocks at a time into two
+//! accumulators, so one block's FMA does not wait on the previous one.
+//!
+//! Activation quants must lie in -127..=127 (as the Q8 quantizers produce): the signed x signed dots move
+//! the weight's sign onto the activation, and -128 has no positive counterpart.
+
+use std::arch::x86_64::*;
+
+use super::act::{BlockQ8_0, BlockQ8_1};
+use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+
+// The blocks that start with two f16s: `d, m` (weights) and `d, s` (Q8_1 activations).
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
+    assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
+    assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
+};
+
+/// The two f16s a block starts with, to f32 in lanes 0 and 1 (one 4-byte load).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn leading_f16_pair<T>(block: &T) -> __m128 {
+    debug_assert!(std::mem::size_of::<T>() >= 4);
+    _mm_cvtph_ps(_mm_cvtsi32_si128((block as *const T as *const i32).read_unaligned()))
+}
+
+/// The product of two f16 values, broadcast to 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_product(x: [u8; 2], y: [u8; 2]) -> __m256 {
+    let v = _mm_insert_epi16(_mm_cvtsi32_si128(u16::from_le_bytes(x) as i32), u16::from_le_bytes(y) as i16 as i32, 1);
+    let v = _mm_cvtph_ps(v);
+    _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// 16 bytes of packed nibbles -> 32 bytes in element order: low nibbles, then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let b = _mm_loadu_si128(qs.as_ptr().cast());
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of `qh` -> 32 bytes, 0xFF where the element's bit is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
+    // Byte i of the result gets byte i / 8 of qh; OR-ing every bit but bit i % 8 leaves all-ones iff it is set.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(i32::from_le_bytes(qh)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+    );
+    let others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load32(q: &[i8; 32]) -> __m256i {
+    _mm256_loadu_si256(q.as_ptr().cast())
+}
+
+/// Sum of `u[i] * s[i]` for unsigned bytes `u` (at most 128) and signed `s`, as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_us8(u: __m256i, s: __m256i) -> __m256 {
+    // maddubs adds adjacent products into i16: at most 2 * 128 * 127, no saturation.
+    let pairs = _mm256_maddubs_epi16(u, s);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// Sum of `x[i] * y[i]` for signed bytes (`y` in -127..=127), as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_ss8(x: __m256i, y: __m256i) -> __m256 {
+    dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// Walks `w` and `a` two blocks at a time, `$block(w, a, acc) -> acc` alternating between two
+/// accumulators, and returns the lane sum.
+macro_rules! two_accumulators {
+    ($w:expr, $a:expr, $block:expr) => {{
+        let (w, a) = ($w, $a);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (w2, a2) in w.chunks_exact(2).zip(a.chunks_exact(2)) {
+            acc0 = $block(&w2[0], &a2[0], acc0);
+            acc1 = $block(&w2[1], &a2[1], acc1);
+        }
+        let n = w.len().min(a.len());
+        if n % 2 == 1 {
+            acc0 = $block(&w[n - 1], &a[n - 1], acc0);
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ4_0, y: &BlockQ8_0, acc| {
+        let qx = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    // Lane 1 of `mins` sums the blocks' `m * s` terms.
+    let mut mins = _mm_setzero_ps();
+    let mut block = |x: &BlockQ4_1, y: &BlockQ8_1, acc| {
+        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
+        mins = _mm_add_ps(mins, scales);
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(nibbles(&x.qs), load32(&y.qs)), acc)
+    };
+    let sum = two_accumulators!(w, a, block);
+    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ5_0, y: &BlockQ8_0, acc| {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        let high = _mm256_andnot_si256(bit_bytes(x.qh), _mm256_set1_epi8(0xF0u8 as i8));
+        let qx = _mm256_or_si256(nibbles(&x.qs), high);
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+    let mut mins = _mm_setzero_ps();
+    let mut block = |x: &BlockQ5_1, y: &BlockQ8_1, acc| {
+        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
+        mins = _mm_add_ps(mins, scales);
+        let high = _mm256_and_si256(bit_bytes(x.qh), _mm256_set1_epi8(0x10));
+        let qx = _mm256_or_si256(nibbles(&x.qs), high);
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(qx, load32(&y.qs)), acc)
+    };
+    let sum = two_accumulators!(w, a, block);
+    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ8_0, y: &BlockQ8_0, acc| {
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(load32(&x.qs), load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+/// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
+/// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
+macro_rules! float_dot {
+    ($w:expr, $a:expr, $load8:expr, $get:expr) => {{
+        let (w, a) = ($w, $a);
+        let n = w.len().min(a.len());
+        let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let j = i + 8 * k;
+                *acc = _mm256_fmadd_ps($load8(wp.add(j)), _mm256_loadu_ps(ap.add(j)), *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps($load8(wp.add(i)), _mm256_loadu_ps(ap.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        for j in i..n {
+            sum += $get(w[j]) * a[j];
+        }
+        sum
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
+    // BlockF32 is the f32's 4 little-endian bytes: the same layout as f32 on x86_64.
+    float_dot!(w, a, |p: *const BlockF32| _mm256_loadu_ps(p.cast()), BlockF32::get)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
+    float_dot!(w, a, |p: *const BlockF16| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())), BlockF16::get)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
+    // bf16 is the top half of an f32.
+    let load8 = |p: *const BlockBF16| {
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())), 16))
+    };
+    float_dot!(w, a, load8, BlockBF16::get)
+}
