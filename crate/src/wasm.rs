@@ -183,10 +183,20 @@ fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
 
 #[wasm_bindgen]
 impl Engine {
-    /// Load the GGUF file in `buffer` (consumed). `n_ctx` 0 = the default context window.
+    /// Load a GGUF file from its bytes (copied into wasm memory). `n_ctx` 0 = the default context window.
     #[wasm_bindgen(constructor)]
-    pub fn new(buffer: ModelBuffer, n_ctx: usize) -> Result<Engine, JsValue> {
-        let model = Arc::new(Model::from_bytes(buffer.bytes).map_err(js_error)?);
+    pub fn new(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
+        Engine::load(bytes, n_ctx)
+    }
+
+    /// Load the GGUF file received in `buffer` (consumed, never copied).
+    #[wasm_bindgen(js_name = fromBuffer)]
+    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize) -> Result<Engine, JsValue> {
+        Engine::load(buffer.bytes, n_ctx)
+    }
+
+    fn load(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
+        let model = Arc::new(Model::from_bytes(bytes).map_err(js_error)?);
         probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;

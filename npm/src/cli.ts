@@ -60,6 +60,12 @@ class Args {
 
 class UsageError extends Error {}
 
+/** One line of JSON with the keys sorted, as the native CLI's serde_json prints them. */
+function printJson(value: Record<string, unknown>): void {
+  const sorted = Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  console.log(JSON.stringify(sorted));
+}
+
 async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
   const path = args.opt('model') ?? process.env.RUVLLM_MODEL;
   if (!path) throw new Error('--model is required (or set RUVLLM_MODEL)');
@@ -110,7 +116,7 @@ async function stream(llm: LLM, prompt: string | number[], options: GenerateOpti
 async function tokenize(args: Args): Promise<void> {
   const { llm } = await load(args);
   const ids = llm.tokenize(args.positional.join(' '), { special: args.flag('special') });
-  console.log(JSON.stringify({ ids }));
+  printJson({ ids });
 }
 
 async function generate(args: Args): Promise<void> {
@@ -123,10 +129,10 @@ async function generate(args: Args): Promise<void> {
   const r = await stream(llm, promptIds, sampling(args), json);
   if (json) {
     const t = r.timings;
-    console.log(JSON.stringify({
+    printJson({
       prompt_ids: promptIds, ids: r.ids, text: r.text, finish_reason: r.finishReason,
       load_ms: loadMs, prefill_tok_s: t.prefillTokensPerSecond, decode_tok_s: t.decodeTokensPerSecond,
-    }));
+    });
   } else {
     console.log();
     process.stderr.write(statsLine(r, loadMs));
@@ -161,7 +167,7 @@ async function chat(args: Args): Promise<void> {
       try {
         const r = await stream(llm, llm.applyChatTemplate(messages), { ...options, signal: turn.signal }, json);
         messages.push({ role: 'assistant', content: r.text });
-        if (json) console.log(JSON.stringify({ text: r.text, ids: r.ids, finish_reason: r.finishReason, prompt_tokens: r.usage.promptTokens, cached_tokens: r.usage.cachedTokens }));
+        if (json) printJson({ text: r.text, ids: r.ids, finish_reason: r.finishReason, prompt_tokens: r.usage.promptTokens, cached_tokens: r.usage.cachedTokens });
         else process.stdout.write('\n');
         if (!json) process.stderr.write(statsLine(r));
       } catch (e) {
@@ -188,7 +194,7 @@ async function score(args: Args): Promise<void> {
     return Number(t);
   });
   const positions = await llm.score(ids, { topK: args.num('top-k', 5) });
-  console.log(JSON.stringify({ positions }));
+  printJson({ positions });
 }
 
 async function bench(args: Args): Promise<void> {
@@ -203,11 +209,11 @@ async function bench(args: Args): Promise<void> {
   await llm.reset();
   const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true });
   const info = llm.info();
-  console.log(JSON.stringify({
+  printJson({
     engine: 'ruvllm-wasm', threads: 1, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
     load_ms: loadMs, prefill_tok_s: r.timings.prefillTokensPerSecond, decode_tok_s: r.timings.decodeTokensPerSecond,
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
-  }));
+  });
 }
 
 const COMMANDS: Record<string, (args: Args) => Promise<void>> = { tokenize, generate, chat, score, bench };

@@ -40,6 +40,8 @@ export interface ModelInfo {
   contextSize: number;
   fileBytes: number;
   kvCacheBytes: number;
+  /** The wasm instance's memory now (shared by every model loaded in it). */
+  wasmMemoryBytes: number;
   simd128: boolean;
   hasChatTemplate: boolean;
 }
@@ -89,7 +91,6 @@ const nextTick: () => Promise<void> =
  */
 export class LLM {
   #engine: Engine | null;
-  #info: ModelInfo;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -99,7 +100,6 @@ export class LLM {
 
   private constructor(engine: Engine) {
     this.#engine = engine;
-    this.#info = parseInfo(engine.info());
     this.chat = createChat(this);
   }
 
@@ -130,7 +130,7 @@ export class LLM {
       }
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
-      return new LLM(engineCall(() => new Engine(bytes, contextSize)));
+      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)));
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -139,8 +139,7 @@ export class LLM {
   }
 
   info(): ModelInfo {
-    this.#usable();
-    return { ...this.#info };
+    return parseInfo(this.#call((e) => e.info()));
   }
 
   /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
@@ -329,6 +328,7 @@ function parseInfo(json: string): ModelInfo {
     contextSize: i.n_ctx,
     fileBytes: i.file_bytes,
     kvCacheBytes: i.kv_cache_bytes,
+    wasmMemoryBytes: i.wasm_memory_bytes,
     simd128: i.simd128,
     hasChatTemplate: i.has_chat_template,
   };
