@@ -42,10 +42,10 @@ fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()))));
 }
 
-/// The message of the last Rust panic (the engine is unusable after one), if any.
+/// Take the message of the last Rust panic (the engine is unusable after one), if any.
 #[wasm_bindgen(js_name = lastPanic)]
 pub fn last_panic() -> Option<String> {
-    LAST_PANIC.with(|p| p.borrow().clone())
+    LAST_PANIC.with(|p| p.borrow_mut().take())
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -153,11 +153,6 @@ impl ModelBuffer {
         self.bytes.extend_from_slice(chunk);
         Ok(())
     }
-
-    #[wasm_bindgen(getter)]
-    pub fn length(&self) -> usize {
-        self.bytes.len()
-    }
 }
 
 #[wasm_bindgen]
@@ -176,7 +171,7 @@ fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
         return Ok(()); // Session::with_options names this error
     }
     let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
-    let bytes = kv.saturating_add(64 * c.vocab_size * 4).saturating_add(16 << 20);
+    let bytes = kv.saturating_add(c.vocab_size.saturating_mul(64 * 4)).saturating_add(16 << 20);
     let mut probe: Vec<u8> = Vec::new();
     probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
 }

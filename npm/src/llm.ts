@@ -18,6 +18,16 @@ export function setPlatform(p: Platform): void {
   platform = p;
 }
 
+/** Instantiate the wasm module once; a failed attempt (say, a network error) is retried by the next load. */
+function initWasm(): Promise<void> {
+  if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  initialized ??= platform.init().catch((e) => {
+    initialized = undefined;
+    throw new RuvllmError('E_FETCH', `cannot load the wasm engine: ${(e as Error).message}`, { cause: e });
+  });
+  return initialized;
+}
+
 export interface LoadOptions {
   /** Called after each chunk of the file is read. */
   onProgress?: (progress: LoadProgress) => void;
@@ -105,12 +115,10 @@ export class LLM {
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    if (!platform) throw new RuvllmError('E_ENGINE_CRASHED', 'no platform entry point was imported');
     const { onProgress, contextSize = 0, signal } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     throwIfAborted(signal);
-    initialized ??= platform.init();
-    await initialized;
+    await initWasm();
     let buffer: ModelBuffer | undefined;
     try {
       const opened = await (platform.open(source, signal) ?? openSource(source, signal));
