@@ -11,7 +11,7 @@ wasm_opt=npm/node_modules/.bin/wasm-opt
 
 cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
 rm -rf "$out" && mkdir -p "$out"
-wasm-bindgen --target web --out-dir "$out" --out-name ruvllm target/wasm32-unknown-unknown/release/ruvllm.wasm
+wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/ruvllm.wasm"
 rm -f "$out/ruvllm_bg.wasm.d.ts"
 # The features rustc enables for wasm32 by default, plus simd128; wasm-opt must not emit anything beyond them.
 "$wasm_opt" -O3 --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
