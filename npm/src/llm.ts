@@ -18,14 +18,15 @@ export function setPlatform(p: Platform): void {
   platform = p;
 }
 
-/** Instantiate the wasm module once; a failed attempt (say, a network error) is retried by the next load. */
-function initWasm(): Promise<void> {
+/** Instantiate the wasm module once (a failed attempt, say a network error, is retried by the next load). */
+async function initWasm(): Promise<Platform> {
   if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
   initialized ??= platform.init().catch((e) => {
     initialized = undefined;
     throw new RuvllmError('E_FETCH', `cannot load the wasm engine: ${(e as Error).message}`, { cause: e });
   });
-  return initialized;
+  await initialized;
+  return platform;
 }
 
 export interface LoadOptions {
@@ -118,10 +119,10 @@ export class LLM {
     const { onProgress, contextSize = 0, signal } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     throwIfAborted(signal);
-    await initWasm();
+    const host = await initWasm();
     let buffer: ModelBuffer | undefined;
     try {
-      const opened = await (platform.open(source, signal) ?? openSource(source, signal));
+      const opened = await (host.open(source, signal) ?? openSource(source, signal));
       if (opened.total !== undefined) checkModelSize(opened.total);
       buffer = engineCall(() => new ModelBuffer(opened.total ?? 0));
       let loaded = 0;
