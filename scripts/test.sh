@@ -28,5 +28,5 @@ cargo build --locked --release -p ruvllm-cli
 (cd npm && npm test)
 
 echo "== browser tests (headless Chromium)"
-node --test tests/browser/
+node --test --test-timeout=300000 tests/browser/
 echo "== all tests passed"
