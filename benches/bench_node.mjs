@@ -1,8 +1,9 @@
 // Benchmark the wasm32 engine in Node (1 thread): load, prefill, decode, peak RSS. Prints one JSON line.
 //
 // Usage: node benches/bench_node.mjs --pkg target/wasm-node --model M
-//          [--prompt FILE | --prompt-tokens 128] [--gen-tokens 64] [--reps 3] [--ctx 1024]
-// --pkg is `wasm-bindgen --target nodejs` output. Without --prompt (see lib/common.mjs readPrompt) the prompt is the CLI bench's text
+//          [--prompt FILE | --prompt-tokens 128] [--gen-tokens 64] [--reps 3] [--ctx 0]
+// --pkg is `wasm-bindgen --target nodejs` output; --ctx 0 is the engine's default context window. Without
+// --prompt (a file as lib/common.mjs readPrompt reads it) the prompt is the CLI bench's text
 // (cli/src/bench_prompt.txt) cut to --prompt-tokens tokens, as `ruvllm bench` does.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -10,7 +11,7 @@ import path from 'node:path';
 import { ROOT, parseArgs, nowMs, loadavg1m, readPrompt, round, result } from './lib/common.mjs';
 import { benchEngine } from './lib/engine_bench.js';
 
-const args = parseArgs({ 'prompt-tokens': '128', 'gen-tokens': '64', reps: '3', ctx: '1024' });
+const args = parseArgs({ 'prompt-tokens': '128', 'gen-tokens': '64', reps: '3', ctx: '0' });
 const loadavgStart = loadavg1m();
 const { Engine } = createRequire(import.meta.url)(path.resolve(args.pkg, 'ruvllm.js'));
 

@@ -36,11 +36,16 @@ function descendants(root) {
   return [...below];
 }
 
-function rendererPeakMb() {
-  const peaks = descendants(process.pid)
-    .filter((pid) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--type=renderer'); } catch { return false; } })
-    .map((pid) => procMemMb(pid).peak_rss_mb);
-  return peaks.length ? Math.max(...peaks) : null;
+/** Peak RSS of each Chromium process, by its --type (the browser process has none). */
+function chromiumPeaks() {
+  const procs = [];
+  for (const pid of descendants(process.pid)) {
+    try {
+      const type = (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').match(/--type=([\w-]+)/) ?? [null, 'browser'])[1];
+      procs.push({ type, peak_rss_mb: procMemMb(pid).peak_rss_mb });
+    } catch { /* the process has exited */ }
+  }
+  return procs;
 }
 
 const pkgVersion = (name) => JSON.parse(fs.readFileSync(path.join(BENCHES, 'node_modules', name, 'package.json'), 'utf8')).version;
@@ -79,6 +84,7 @@ try {
     ctx: Number(args.ctx),
   });
   for (const [i, run] of r.runs.entries()) log(`rep ${i}: prefill ${run.prefill_tok_s.toFixed(1)} tok/s, decode ${run.decode_tok_s.toFixed(1)} tok/s`);
+  const peaks = chromiumPeaks();
   const version = args.engine === 'wllama' ? `wllama ${pkgVersion('@wllama/wllama')}` : 'ruvllm (wasm-bindgen --target web)';
   console.log(JSON.stringify(result({
     engine: args.engine === 'wllama' ? 'wllama' : 'ruvllm',
@@ -88,10 +94,10 @@ try {
     promptTokens: r.promptTokens,
     genTokens: r.genTokens,
     loadMs: r.loadMs,
-    peakRssMb: rendererPeakMb(),
+    peakRssMb: Math.max(...peaks.filter((p) => p.type === 'renderer').map((p) => p.peak_rss_mb)),
     runs: r.runs,
     loadavgStart,
-    extra: { version: `${version}, Chromium ${browserVersion}, playwright-core ${pkgVersion('playwright-core')}`, ...r.extra },
+    extra: { version: `${version}, Chromium ${browserVersion}, playwright-core ${pkgVersion('playwright-core')}`, ...r.extra, chromium_peak_rss_mb: peaks },
   })));
 } finally {
   clearTimeout(hardTimer);
