@@ -83,6 +83,7 @@ const line = result({
   loadavgStart,
   extra: {
     version: `node-llama-cpp ${version} (prebuilt ${llama.llamaCppRelease?.release ?? '?'})`,
+    system_info: llama.systemInfo, // the CPU variant of the binary picked at run time (AVX2, AVX512, ...)
     load_binding_ms: Math.round(bindingMs),
     prompt_tokenizes_same: sameTokens,
     decode_text: model.detokenize(decodeIds, false),
