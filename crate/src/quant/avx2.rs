@@ -164,6 +164,76 @@ pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     two_accumulators!(w, a, block)
 }
 
+/// `(d, s)` of an activation block, as f32 in lanes 0 and 1 (one 8-byte load).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd((s as *const [f32; 2]).cast()))
+}
+
+/// Checks a tile's activation rows against the weight rows' block count `n`.
+#[inline]
+fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+}
+
+/// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
+/// block is unpacked once for the `A` rows, each activation block loaded once for the `W` rows.
+/// Every output has its own accumulators and sees the same float operations in block order, so the
+/// result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_1_q8_1_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ4_1]; W],
+    a: [&[BlockQ8_1]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[_mm256_setzero_ps(); A]; W];
+    let mut mins = [[_mm_setzero_ps(); A]; W]; // lane 1 sums the blocks' `m * s` terms
+    for i in 0..n {
+        let x = w.map(|w| w.get_unchecked(i));
+        let q = x.map(|x| nibbles(&x.qs));
+        let dm = x.map(|x| leading_f16_pair(x));
+        for j in 0..A {
+            let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+            for k in 0..W {
+                let scales = _mm_mul_ps(dm[k], ys); // [d * d, m * s]
+                mins[k][j] = _mm_add_ps(mins[k][j], scales);
+                acc[k][j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(q[k], yq), acc[k][j]);
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[k][j]))))
+}
+
+/// Q8_0 weights · Q8_0 activations for a tile, as [`q4_1_q8_1_tile`] (`a_scales[j][i][0]` is `d`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q8_0_q8_0_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ8_0]; W],
+    a: [&[BlockQ8_0]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[_mm256_setzero_ps(); A]; W];
+    for i in 0..n {
+        let x = w.map(|w| w.get_unchecked(i));
+        let qx = x.map(|x| load32(&x.qs));
+        // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
+        let abs_x = qx.map(|q| _mm256_sign_epi8(q, q));
+        let dx = x.map(|x| _mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(x.d) as i32)));
+        for j in 0..A {
+            let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+            for k in 0..W {
+                let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx[k], ys));
+                acc[k][j] = _mm256_fmadd_ps(scale, dot_us8(abs_x[k], _mm256_sign_epi8(yq, qx[k])), acc[k][j]);
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+}
+
 /// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
 /// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
 macro_rules! float_dot {
