@@ -7,13 +7,10 @@
 //! Every output is computed the same way whatever the tile, so results depend neither on the batch
 //! size nor on the number of threads.
 
-use crate::kernels::parallel::{for_each_chunk, SharedMut};
+use crate::kernels::parallel::{chunk_size, for_each_chunk, SharedMut};
 use crate::model::weights::MatrixRef;
 use crate::quant::{dot_tile, vec_dot, Activations, GgmlType};
 
-/// Weight rows per parallel task: large enough to amortize scheduling, small enough to balance 2-16 cores.
-/// A multiple of 4, the tiles' weight rows.
-const ROWS_PER_TASK: usize = 64;
 
 /// `out[t * w.rows + r] = dot(W[r], acts[t])` for every activation row `t`.
 /// `acts` must have been quantized for `w.ty.act_kind()` with `w.cols` columns.
@@ -26,7 +23,8 @@ pub fn matmul(w: &MatrixRef, file: &[u8], acts: &Activations, out: &mut [f32]) {
     let row_bytes = w.row_bytes();
     let row = |r: usize| &bytes[r * row_bytes..(r + 1) * row_bytes];
     let out_ptr = SharedMut::new(out);
-    for_each_chunk(w.rows, ROWS_PER_TASK, |rows| {
+    // Weight rows per task: a multiple of 4 (the tiles' weight rows), 16 to 64.
+    for_each_chunk(w.rows, chunk_size(w.rows, 16, 64, 4), |rows| {
         // SAFETY: each task owns a distinct range of weight rows r, so indices t * w.rows + r are disjoint.
         let put = |t: usize, r: usize, v: f32| unsafe { out_ptr.write(t * w.rows + r, v) };
         // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
@@ -92,7 +90,7 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
         // Q4_1 and Q8_0 have tile kernels; Q4_0 and Q4_K go dot by dot. Odd and even block counts,
-        // weight rows past one task of 64 (and not a multiple of 4), batch sizes around the tile of 4.
+        // weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
