@@ -288,10 +288,29 @@ pub fn dot_tile<const W: usize, const A: usize>(
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         let scales = || a_rows.map(|r| acts.row_scales(r));
-        // SAFETY: the CPU has AVX2, FMA and F16C.
+        let vnni = avx2::has_vnni();
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
         return match ty {
-            GgmlType::Q4_1 => Some(unsafe { avx2::q4_1_q8_1_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales()) }),
-            GgmlType::Q8_0 => Some(unsafe { avx2::q8_0_q8_0_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales()) }),
+            GgmlType::Q4_1 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q4_1_q8_1_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q4_1_q8_1_tile(w, a, scales())
+                    }
+                })
+            }
+            GgmlType::Q8_0 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q8_0_q8_0_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q8_0_q8_0_tile(w, a, scales())
+                    }
+                })
+            }
             _ => None,
         };
     }
