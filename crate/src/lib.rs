@@ -24,7 +24,7 @@ pub mod wasm;
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use error::{Error, GpuFault, Result};
 pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step};
-pub use gpu::Backend;
+pub use gpu::{Backend, GpuOptions};
 pub use model::Model;
 pub use sampler::SamplerConfig;
 pub use session::{Session, SessionOptions};

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Backend, Engine};
+use crate::gpu::{Backend, Engine, GpuOptions};
 use crate::kv_cache::KvCache;
 use crate::model::forward::{forward, LogitsFor, RunState};
 use crate::model::Model;
@@ -53,6 +53,12 @@ impl Session {
     /// A session on `backend`: under `Auto` the GPU when there is a usable one, else the CPU;
     /// under `WebGpu` a GPU failure is an error (`Error::Gpu`).
     pub fn with_backend(model: Arc<Model>, opts: &SessionOptions, backend: Backend) -> Result<Session> {
+        Session::with_gpu_options(model, opts, backend, &GpuOptions::default())
+    }
+
+    /// [`with_backend`](Self::with_backend) with device choices (software adapters under `Auto`,
+    /// binding size caps, timestamp queries).
+    pub fn with_gpu_options(model: Arc<Model>, opts: &SessionOptions, backend: Backend, gpu: &GpuOptions) -> Result<Session> {
         let c = &model.config;
         let n_ctx = if opts.n_ctx == 0 { c.context_length.min(4096) } else { opts.n_ctx };
         if n_ctx > c.context_length {
@@ -65,7 +71,7 @@ impl Session {
             return Err(Error::InvalidArgument(format!("n_batch {} must be in 1..=4096", opts.n_batch)));
         }
         let n_batch = opts.n_batch.min(n_ctx);
-        let gpu = Engine::open(&model, n_ctx, n_batch, backend)?;
+        let gpu = Engine::open(&model, n_ctx, n_batch, backend, gpu)?;
         let cpu = gpu.is_none().then(|| (KvCache::new(c, n_ctx), RunState::new(&model, n_batch, n_ctx)));
         Ok(Session { model, n_ctx, n_batch, backend, gpu, cpu, tokens: Vec::new(), logits: Vec::new(), generation: None })
     }

@@ -115,3 +115,93 @@ fn teacher_forced_distributions_match_llama_cpp_on_the_gpu() {
     assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
     assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
 }
+
+/// The France prompt's ids and the CPU's greedy answer, for comparisons.
+fn france_prompt() -> Vec<u32> {
+    model().tokenizer().encode_with_special(FRANCE, true).unwrap()
+}
+
+#[test]
+fn run_ahead_greedy_decoding_reads_back_only_ids() {
+    let prompt = france_prompt();
+    let gm = Arc::new(block_on(GpuModel::new(model(), &GpuOptions { allow_software: true, ..GpuOptions::default() })).unwrap());
+    let mut s = block_on(GpuSession::new(gm, 256, 64)).unwrap();
+    let first = block_on(s.eval_argmax(&prompt, 0)).unwrap();
+    // All 7 remaining steps are submitted before any id is read.
+    let rest = block_on(s.decode_greedy(prompt.len(), 7)).unwrap();
+    assert_eq!([vec![first], rest].concat(), FRANCE_IDS);
+    assert!(s.dispatches_per_token() <= 6 * model().config.n_layers + 4, "{} dispatches", s.dispatches_per_token());
+}
+
+#[test]
+fn tensors_larger_than_a_binding_are_split_across_buffers() {
+    // 8 MiB bindings: token_embd (Q8_0, 30 MB, tied to the output) is split by rows over 4 buffers,
+    // and all-logits calls over several submissions.
+    let opts = GpuOptions { allow_software: true, max_binding_bytes: Some(8 << 20), ..GpuOptions::default() };
+    let gm = Arc::new(block_on(GpuModel::new(model(), &opts)).unwrap());
+    assert!(gm.arena_count() >= 12, "{} weight buffers", gm.arena_count());
+    let mut split = block_on(GpuSession::new(gm, 256, 64)).unwrap();
+    let prompt = france_prompt();
+    let mut logits = Vec::new();
+    block_on(split.eval(&prompt, 0, true, &mut logits)).unwrap();
+    let mut whole = gpu_session(&SessionOptions { n_ctx: 256, n_batch: 64 });
+    let want = whole.eval(&prompt, true).unwrap();
+    assert_eq!(logits.len(), want.len());
+    let max_diff = logits.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max_diff < 1e-3, "split and whole weights differ by {max_diff}");
+    // Greedy decoding through the split output head (the cache is simply overwritten from 0).
+    let first = block_on(split.eval_argmax(&prompt, 0)).unwrap();
+    let rest = block_on(split.decode_greedy(prompt.len(), 7)).unwrap();
+    assert_eq!([vec![first], rest].concat(), FRANCE_IDS);
+}
+
+#[test]
+fn too_small_limits_are_a_typed_error() {
+    // A KV cache layer or weight row cannot be split; 1 KiB bindings cannot hold them.
+    let opts = GpuOptions { allow_software: true, max_binding_bytes: Some(1024), ..GpuOptions::default() };
+    let err = block_on(async {
+        let gm = Arc::new(GpuModel::new(model(), &opts).await?);
+        GpuSession::new(gm, 256, 64).await
+    })
+    .err()
+    .expect("1 KiB bindings are too small");
+    assert!(matches!(err, Error::Gpu { kind: GpuFault::Limits, .. }), "{err}");
+    assert_eq!(err.code(), "E_GPU_LIMITS");
+}
+
+#[test]
+fn auto_uses_the_cpu_without_a_hardware_gpu() {
+    let s = Session::with_backend(model(), &SessionOptions::default(), Backend::Auto).unwrap();
+    let has_hardware_gpu = block_on(GpuModel::new(model(), &GpuOptions::default())).is_ok();
+    assert_eq!(s.on_gpu(), has_hardware_gpu);
+    if !has_hardware_gpu {
+        let err = block_on(GpuModel::new(model(), &GpuOptions::default())).err().unwrap();
+        assert!(matches!(err, Error::Gpu { kind: GpuFault::NoAdapter, .. }), "{err}");
+    }
+}
+
+#[test]
+fn a_lost_device_falls_back_to_the_cpu_under_auto_and_is_an_error_under_webgpu() {
+    let prompt = france_prompt();
+    // Explicit webgpu: the loss is reported, typed.
+    let mut s = gpu_session(&SessionOptions::default());
+    s.eval(&prompt, false).unwrap();
+    s.simulate_gpu_loss();
+    let err = s.eval(&[FRANCE_IDS[0]], false).unwrap_err();
+    assert!(matches!(err, Error::Gpu { kind: GpuFault::DeviceLost, .. }), "{err}");
+
+    // Auto (allowed onto the software adapter): generation continues on the CPU, which replays
+    // the cached tokens, and gives the same answer token for token.
+    let software = GpuOptions { allow_software: true, ..GpuOptions::default() };
+    let mut s = Session::with_gpu_options(model(), &SessionOptions::default(), Backend::Auto, &software).unwrap();
+    assert!(s.on_gpu());
+    let mut ids = vec![s.eval_argmax(&prompt).unwrap()];
+    ids.push(s.eval_argmax(&[ids[0]]).unwrap());
+    s.simulate_gpu_loss();
+    while ids.len() < FRANCE_IDS.len() {
+        let next = s.eval_argmax(&[*ids.last().unwrap()]).unwrap();
+        ids.push(next);
+    }
+    assert!(!s.on_gpu(), "the session moved to the CPU");
+    assert_eq!(ids, FRANCE_IDS);
+}

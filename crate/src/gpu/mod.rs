@@ -91,11 +91,18 @@ pub(crate) struct Engine {
 impl Engine {
     /// The engine for `backend`: `Ok(None)` means "use the CPU" (backend `Cpu`, or `Auto` without a
     /// usable GPU); under `WebGpu` every failure is an error.
-    pub(crate) fn open(model: &Arc<Model>, n_ctx: usize, n_batch: usize, backend: Backend) -> Result<Option<Engine>> {
+    /// `opts.allow_software` is implied by `WebGpu`.
+    pub(crate) fn open(
+        model: &Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+        opts: &GpuOptions,
+    ) -> Result<Option<Engine>> {
         if backend == Backend::Cpu {
             return Ok(None);
         }
-        let opts = GpuOptions { allow_software: backend == Backend::WebGpu, ..GpuOptions::default() };
+        let opts = GpuOptions { allow_software: opts.allow_software || backend == Backend::WebGpu, ..opts.clone() };
         match Engine::open_gpu(model, n_ctx, n_batch, &opts) {
             Ok(engine) => Ok(Some(engine)),
             Err(_) if backend == Backend::Auto => Ok(None),
