@@ -26,7 +26,8 @@ const FRANCE: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>
 const FRANCE_IDS: [u32; 8] = [504, 3575, 282, 4649, 314, 7042, 30, 2];
 
 fn gpu_session(opts: &SessionOptions) -> Session {
-    let s = Session::with_backend(model(), opts, Backend::WebGpu).expect("a WebGPU session (is mesa-vulkan-drivers installed?)");
+    let s = Session::with_backend(model(), opts, Backend::WebGpu)
+        .expect("a WebGPU session (is mesa-vulkan-drivers installed?)");
     assert!(s.on_gpu());
     s
 }
@@ -124,7 +125,9 @@ fn france_prompt() -> Vec<u32> {
 #[test]
 fn run_ahead_greedy_decoding_reads_back_only_ids() {
     let prompt = france_prompt();
-    let gm = Arc::new(block_on(GpuModel::new(model(), &GpuOptions { allow_software: true, ..GpuOptions::default() })).unwrap());
+    let gm = Arc::new(
+        block_on(GpuModel::new(model(), &GpuOptions { allow_software: true, ..GpuOptions::default() })).unwrap(),
+    );
     let mut s = block_on(GpuSession::new(gm, 256, 64)).unwrap();
     let first = block_on(s.eval_argmax(&prompt, 0)).unwrap();
     // All 7 remaining steps are submitted before any id is read.

@@ -155,7 +155,12 @@ impl Gpu {
             ));
         }
         self.guarded(label, GpuFault::Limits, || {
-            self.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
         })
         .await
     }

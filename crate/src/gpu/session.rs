@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::gpu_error;
 use super::model::{GpuModel, MatLoc};
 use super::shaders::{self, Input, Kernel, OutMode};
-use super::gpu_error;
 use crate::error::{GpuFault, Result};
 
 /// Decode attention splits the cached positions into at most this many chunks per head.
@@ -42,9 +42,14 @@ enum Grid {
     /// Matmul tiles of 64 rows by 64 tokens.
     Tiles(u32),
     /// One workgroup per head and key chunk.
-    AttnDecode { heads: u32 },
+    AttnDecode {
+        heads: u32,
+    },
     /// One workgroup per head and block of `bq` queries.
-    AttnPrefill { heads: u32, bq: u32 },
+    AttnPrefill {
+        heads: u32,
+        bq: u32,
+    },
 }
 
 struct Op {
@@ -129,6 +134,8 @@ pub struct GpuSession {
     argmax: Op,
     profiler: Option<Profiler>,
     kv_bytes: usize,
+    /// CPU time spent writing, encoding and submitting forward calls (ms), for benchmarks.
+    cpu_submit_ms: f64,
 }
 
 impl GpuSession {
@@ -152,7 +159,10 @@ impl GpuSession {
         let kv_layer = (n_ctx * c.kv_dim() * 2) as u64;
         let mut kv = Vec::with_capacity(c.n_layers);
         for _ in 0..c.n_layers {
-            kv.push((gpu.buffer("k cache", kv_layer, U::STORAGE).await?, gpu.buffer("v cache", kv_layer, U::STORAGE).await?));
+            kv.push((
+                gpu.buffer("k cache", kv_layer, U::STORAGE).await?,
+                gpu.buffer("v cache", kv_layer, U::STORAGE).await?,
+            ));
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
         let b = Buffers {
@@ -209,6 +219,7 @@ impl GpuSession {
             argmax,
             profiler: None,
             kv_bytes,
+            cpu_submit_ms: 0.0,
         })
     }
 
@@ -222,6 +233,11 @@ impl GpuSession {
 
     pub fn kv_cache_bytes(&self) -> usize {
         self.kv_bytes
+    }
+
+    /// CPU time spent writing, encoding and submitting forward calls so far (ms).
+    pub fn cpu_submit_ms(&self) -> f64 {
+        self.cpu_submit_ms
     }
 
     /// Dispatches of one greedy decode step (embedding to sampled id).
@@ -292,7 +308,9 @@ impl GpuSession {
             self.profiler = None;
             return Ok(false);
         }
-        let capacity = 1 + self.embed.len() + self.prefill_layers.len().max(self.decode_layers.len())
+        let capacity = 1
+            + self.embed.len()
+            + self.prefill_layers.len().max(self.decode_layers.len())
             + self.head_all.len().max(self.head_last.len());
         let gpu = &self.m.gpu;
         let queries = gpu
@@ -343,7 +361,14 @@ impl GpuSession {
     /// One forward call as one submission: `tokens` (or, with `None`, the one token the last
     /// argmax left in the tokens buffer) at `pos0..`; the head's logits copied for reading, or
     /// their argmax stored at `argmax_slot` of the ids.
-    async fn submit(&mut self, tokens: Option<&[u32]>, pos0: usize, head: Head, argmax_slot: Option<u32>) -> Result<()> {
+    async fn submit(
+        &mut self,
+        tokens: Option<&[u32]>,
+        pos0: usize,
+        head: Head,
+        argmax_slot: Option<u32>,
+    ) -> Result<()> {
+        let t0 = crate::clock::now_ms();
         let gpu = &self.m.gpu;
         gpu.check()?;
         let n = tokens.map_or(1, <[u32]>::len);
@@ -379,7 +404,10 @@ impl GpuSession {
         let mut profiled = Vec::new();
         match self.profiler.as_ref() {
             None => {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("forward"),
+                    timestamp_writes: None,
+                });
                 for op in ops {
                     dispatch(&mut pass, op, &step);
                 }
@@ -415,11 +443,13 @@ impl GpuSession {
             }
         }
         gpu.queue.submit([enc.finish()]);
+        self.cpu_submit_ms += crate::clock::now_ms() - t0;
         gpu.check()?;
         if let Some(p) = self.profiler.as_mut() {
             let period = gpu.queue.get_timestamp_period() as f64;
             let bytes = gpu.read(&p.staging, 16 * profiled.len() as u64).await?;
-            let ticks: Vec<u64> = bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+            let ticks: Vec<u64> =
+                bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
             for (label, t) in profiled.iter().zip(ticks.chunks_exact(2)) {
                 let e = p.totals.entry(label).or_insert((0, 0.0));
                 e.0 += 1;
@@ -482,7 +512,11 @@ fn groups(mats: &[(&MatLoc, usize)]) -> Vec<Group> {
             let col = col0 + ch.row0;
             match out.last_mut() {
                 Some(g)
-                    if g.ty == m.ty && g.arena == ch.arena && g.cols == m.cols && g.segs.len() < 4 && g.col0 + g.rows == col =>
+                    if g.ty == m.ty
+                        && g.arena == ch.arena
+                        && g.cols == m.cols
+                        && g.segs.len() < 4
+                        && g.col0 + g.rows == col =>
                 {
                     g.segs.push((ch.offset, ch.rows));
                     g.rows += ch.rows;
@@ -568,7 +602,11 @@ impl<'a> Builder<'a> {
             .m
             .gpu
             .guarded(label, GpuFault::Shader, || {
-                device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout: &layout, entries: &entries })
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(label),
+                    layout: &layout,
+                    entries: &entries,
+                })
             })
             .await?;
         Ok(Op { label, pipeline, bind, grid })
@@ -670,11 +708,8 @@ impl<'a> Builder<'a> {
     }
 
     async fn rmsnorm(&self, label: &'static str, norm: &wgpu::Buffer) -> Result<Op> {
-        let entries = vec![
-            (3, self.b.xb.as_entire_binding()),
-            (5, self.b.x.as_entire_binding()),
-            (6, norm.as_entire_binding()),
-        ];
+        let entries =
+            vec![(3, self.b.xb.as_entire_binding()), (5, self.b.x.as_entire_binding()), (6, norm.as_entire_binding())];
         self.op(label, Kernel::RmsNorm, Grid::Tokens, entries).await
     }
 
@@ -696,7 +731,15 @@ impl<'a> Builder<'a> {
         let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let mut ops = self
-            .mat_ops("matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), OutMode::Store, lw.qkv_bias.as_ref(), &b.qkv, qd + 2 * kvd)
+            .mat_ops(
+                "matvec_qkv",
+                &qkv,
+                MatIn::Norm(&b.x, &lw.attn_norm),
+                OutMode::Store,
+                lw.qkv_bias.as_ref(),
+                &b.qkv,
+                qd + 2 * kvd,
+            )
             .await?;
         ops.push(self.rope_store(l).await?);
         ops.push(self.attention(l, true).await?);
@@ -704,7 +747,8 @@ impl<'a> Builder<'a> {
 
         // SwiGLU fused into one matvec when gate and up can share a dispatch.
         let (g, u) = (&lw.w_gate, &lw.w_up);
-        let pairable = g.ty == u.ty && g.chunks.len() == 1 && u.chunks.len() == 1 && g.chunks[0].arena == u.chunks[0].arena;
+        let pairable =
+            g.ty == u.ty && g.chunks.len() == 1 && u.chunks.len() == 1 && g.chunks[0].arena == u.chunks[0].arena;
         if pairable {
             let segs = [(g.chunks[0].offset, ff), (u.chunks[0].offset, ff)];
             let params = self.add_params(&mat_params(&segs, g.cols, ff, 0));
@@ -718,10 +762,23 @@ impl<'a> Builder<'a> {
             ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
-            ops.extend(self.mat_ops("matvec_gate_up", &gu, MatIn::Norm(&b.x, &lw.ffn_norm), OutMode::Store, None, &b.gu, 2 * ff).await?);
+            ops.extend(
+                self.mat_ops(
+                    "matvec_gate_up",
+                    &gu,
+                    MatIn::Norm(&b.x, &lw.ffn_norm),
+                    OutMode::Store,
+                    None,
+                    &b.gu,
+                    2 * ff,
+                )
+                .await?,
+            );
             ops.push(self.swiglu().await?);
         }
-        ops.extend(self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), OutMode::Add, None, &b.x, d).await?);
+        ops.extend(
+            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), OutMode::Add, None, &b.x, d).await?,
+        );
         Ok(ops)
     }
 
@@ -734,8 +791,16 @@ impl<'a> Builder<'a> {
         let mut ops = vec![self.rmsnorm("rmsnorm", &lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         ops.extend(
-            self.mat_ops("matmul_qkv", &qkv, MatIn::Rows(&b.xb), OutMode::Store, lw.qkv_bias.as_ref(), &b.qkv, qd + 2 * kvd)
-                .await?,
+            self.mat_ops(
+                "matmul_qkv",
+                &qkv,
+                MatIn::Rows(&b.xb),
+                OutMode::Store,
+                lw.qkv_bias.as_ref(),
+                &b.qkv,
+                qd + 2 * kvd,
+            )
+            .await?,
         );
         ops.push(self.rope_store(l).await?);
         ops.push(self.attention(l, false).await?);
@@ -744,7 +809,9 @@ impl<'a> Builder<'a> {
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         ops.extend(self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), OutMode::Store, None, &b.gu, 2 * ff).await?);
         ops.push(self.swiglu().await?);
-        ops.extend(self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), OutMode::Add, None, &b.x, d).await?);
+        ops.extend(
+            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), OutMode::Add, None, &b.x, d).await?,
+        );
         Ok(ops)
     }
 
@@ -759,7 +826,18 @@ impl<'a> Builder<'a> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let mut ops = vec![self.rmsnorm("rmsnorm", &m.output_norm).await?];
-        ops.extend(self.mat_ops("matmul_output", &[(&m.output, 0)], MatIn::Rows(&b.xb), OutMode::Store, None, &b.logits, vocab).await?);
+        ops.extend(
+            self.mat_ops(
+                "matmul_output",
+                &[(&m.output, 0)],
+                MatIn::Rows(&b.xb),
+                OutMode::Store,
+                None,
+                &b.logits,
+                vocab,
+            )
+            .await?,
+        );
         Ok(ops)
     }
 

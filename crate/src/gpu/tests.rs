@@ -130,8 +130,10 @@ fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], rea
             (binding, block_on(gpu.buffer_with("test", &bytes, usage)).unwrap())
         })
         .collect();
-    let entries: Vec<wgpu::BindGroupEntry> =
-        buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() }).collect();
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
+        .collect();
     let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
@@ -440,7 +442,10 @@ fn rope_and_kv_store_match_cpu_normal_and_neox() {
             rope.apply(&mut q, pos0 + t);
             rope.apply(&mut k, pos0 + t);
             for (e, (&g, &w)) in q_rot[t * qd..(t + 1) * qd].iter().zip(&q).enumerate() {
-                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "neox {neox} dims {rope_dims}: q[{t}][{e}] {g} vs {w}");
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "neox {neox} dims {rope_dims}: q[{t}][{e}] {g} vs {w}"
+                );
             }
             let pos = pos0 + t;
             for e in 0..kvd {
