@@ -196,10 +196,10 @@ impl GpuModel {
 fn check_supported(model: &Model) -> Result<()> {
     let c = &model.config;
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
-    if c.head_dim % 16 != 0 || c.head_dim > 128 {
+    if !c.head_dim.is_multiple_of(16) || c.head_dim > 128 {
         return unsupported(format!("head size {} (the GPU kernels take multiples of 16 up to 128)", c.head_dim));
     }
-    if c.d_model % 32 != 0 || c.ffn_dim % 32 != 0 {
+    if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
     }
     let w = &model.weights;

@@ -557,6 +557,18 @@ struct Builder<'a> {
     params: Vec<u8>,
 }
 
+/// Where and how a matrix op writes: `stride` floats between token rows, `mode`, optional bias.
+struct MatOut<'b> {
+    buf: &'b wgpu::Buffer,
+    stride: usize,
+    mode: OutMode,
+    bias: Option<&'b wgpu::Buffer>,
+}
+
+fn to<'b>(buf: &'b wgpu::Buffer, stride: usize, mode: OutMode, bias: Option<&'b wgpu::Buffer>) -> MatOut<'b> {
+    MatOut { buf, stride, mode, bias }
+}
+
 /// Where a matrix op reads its input.
 enum MatIn<'a> {
     /// matvec, RMSNorm of the last row of `x` with this norm weight.
@@ -618,11 +630,9 @@ impl<'a> Builder<'a> {
         label: &'static str,
         mats: &[(&MatLoc, usize)],
         input: MatIn<'_>,
-        mode: OutMode,
-        bias: Option<&wgpu::Buffer>,
-        out: &wgpu::Buffer,
-        out_stride: usize,
+        out: MatOut<'_>,
     ) -> Result<Vec<Op>> {
+        let MatOut { buf: out, stride: out_stride, mode, bias } = out;
         let mut ops = Vec::new();
         for g in groups(mats) {
             let params = self.add_params(&mat_params(&g.segs, g.cols, out_stride, g.col0));
@@ -735,15 +745,12 @@ impl<'a> Builder<'a> {
                 "matvec_qkv",
                 &qkv,
                 MatIn::Norm(&b.x, &lw.attn_norm),
-                OutMode::Store,
-                lw.qkv_bias.as_ref(),
-                &b.qkv,
-                qd + 2 * kvd,
+                to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
             .await?;
         ops.push(self.rope_store(l).await?);
         ops.push(self.attention(l, true).await?);
-        ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, OutMode::Add, None, &b.x, d).await?);
+        ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
 
         // SwiGLU fused into one matvec when gate and up can share a dispatch.
         let (g, u) = (&lw.w_gate, &lw.w_up);
@@ -767,17 +774,15 @@ impl<'a> Builder<'a> {
                     "matvec_gate_up",
                     &gu,
                     MatIn::Norm(&b.x, &lw.ffn_norm),
-                    OutMode::Store,
-                    None,
-                    &b.gu,
-                    2 * ff,
+                    to(&b.gu, 2 * ff, OutMode::Store, None),
                 )
                 .await?,
             );
             ops.push(self.swiglu().await?);
         }
         ops.extend(
-            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), OutMode::Add, None, &b.x, d).await?,
+            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, OutMode::Add, None))
+                .await?,
         );
         Ok(ops)
     }
@@ -795,22 +800,23 @@ impl<'a> Builder<'a> {
                 "matmul_qkv",
                 &qkv,
                 MatIn::Rows(&b.xb),
-                OutMode::Store,
-                lw.qkv_bias.as_ref(),
-                &b.qkv,
-                qd + 2 * kvd,
+                to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
             .await?,
         );
         ops.push(self.rope_store(l).await?);
         ops.push(self.attention(l, false).await?);
-        ops.extend(self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), OutMode::Add, None, &b.x, d).await?);
+        ops.extend(
+            self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?,
+        );
         ops.push(self.rmsnorm("rmsnorm", &lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
-        ops.extend(self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), OutMode::Store, None, &b.gu, 2 * ff).await?);
+        ops.extend(
+            self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?,
+        );
         ops.push(self.swiglu().await?);
         ops.extend(
-            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), OutMode::Add, None, &b.x, d).await?,
+            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?,
         );
         Ok(ops)
     }
@@ -819,7 +825,7 @@ impl<'a> Builder<'a> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let input = MatIn::Norm(&b.x, &m.output_norm);
-        self.mat_ops("matvec_output", &[(&m.output, 0)], input, OutMode::Store, None, &b.logits, vocab).await
+        self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, OutMode::Store, None)).await
     }
 
     async fn head_all(&mut self) -> Result<Vec<Op>> {
@@ -831,10 +837,7 @@ impl<'a> Builder<'a> {
                 "matmul_output",
                 &[(&m.output, 0)],
                 MatIn::Rows(&b.xb),
-                OutMode::Store,
-                None,
-                &b.logits,
-                vocab,
+                to(&b.logits, vocab, OutMode::Store, None),
             )
             .await?,
         );
