@@ -1,12 +1,15 @@
-// Decode attention of the last token's queries over the KV cache, split over the sequence: the
-// workgroup (head h, chunk c) attends to cached positions [c * chunk, (c + 1) * chunk) with an
-// online softmax and writes its unnormalized output, max and sum, which in_attn.wgsl merges.
+// Decode attention of the new token's queries over the KV cache, split over the sequence: the
+// workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
+// softmax and writes its unnormalized output, max and sum, which in_attn.wgsl merges.
+// RoPE and the KV store are fused in (prepended: rope.wgsl): each workgroup rotates its query from
+// the qkv row; the new token's key and value (rounded to f16, as the cache holds them) are taken
+// from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
+// them in the cache for later steps. Nothing else reads the new position from the cache here.
 
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
-@group(0) @binding(5) var<storage, read> q_rot: array<f32>;
-@group(0) @binding(6) var<storage, read> k_cache: array<u32>;
-@group(0) @binding(7) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
 
 const WG: u32 = 128u;
 const PAIRS: u32 = HEAD_DIM / 2u;
@@ -14,6 +17,8 @@ const GROUPS: u32 = WG / PAIRS; // invocations that split the keys when accumula
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
 
 var<workgroup> qv: array<f32, HEAD_DIM>;
+var<workgroup> new_k: array<u32, PAIRS>; // the new token's key and value, f16 pairs
+var<workgroup> new_v: array<u32, PAIRS>;
 var<workgroup> p_sh: array<f32, WG>;
 var<workgroup> red: array<f32, WG>;
 var<workgroup> o_sh: array<vec2<f32>, WG>;
@@ -50,18 +55,31 @@ fn reduce_sum(lid: u32, v: f32) -> f32 {
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let h = wg.x;
     let c = wg.y;
-    let kvh = h / (N_HEADS / N_KV_HEADS);
-    let q0 = (step.n - 1u) * Q_DIM + h * HEAD_DIM;
-    for (var i = lid; i < HEAD_DIM; i += WG) {
-        qv[i] = q_rot[q0 + i];
+    let group_size = N_HEADS / N_KV_HEADS;
+    let kvh = h / group_size;
+    let pos = step.kv_len - 1u; // the new token
+    let row = (step.n - 1u) * QKV;
+    let kv_off = kvh * PAIRS; // in u32 pairs
+    for (var i = lid; i < PAIRS; i += WG) {
+        qv[2u * i] = rotated(row + h * HEAD_DIM, 2u * i, pos);
+        qv[2u * i + 1u] = rotated(row + h * HEAD_DIM, 2u * i + 1u, pos);
+        let kb = row + Q_DIM + kvh * HEAD_DIM;
+        new_k[i] = pack2x16float(vec2<f32>(rotated(kb, 2u * i, pos), rotated(kb, 2u * i + 1u, pos)));
+        let vb = row + Q_DIM + KV_DIM + kvh * HEAD_DIM + 2u * i;
+        new_v[i] = pack2x16float(vec2<f32>(qkv[vb], qkv[vb + 1u]));
     }
     workgroupBarrier();
+    if (c == step.n_chunks - 1u && h % group_size == 0u) {
+        for (var i = lid; i < PAIRS; i += WG) {
+            k_cache[pos * (KV_DIM / 2u) + kv_off + i] = new_k[i];
+            v_cache[pos * (KV_DIM / 2u) + kv_off + i] = new_v[i];
+        }
+    }
 
     let start = c * step.chunk;
     let end = min(start + step.chunk, step.kv_len);
     let pair = lid % PAIRS;
     let group = lid / PAIRS;
-    let kv_off = kvh * HEAD_DIM / 2u; // in u32 pairs
     var m = NEG_BIG;
     var l = 0.0;
     var o = vec2<f32>(0.0);
@@ -72,7 +90,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let kb = key * (KV_DIM / 2u) + kv_off;
             var dot = 0.0;
             for (var e = 0u; e < PAIRS; e++) {
-                let k = unpack2x16float(k_cache[kb + e]);
+                var kw: u32;
+                if (key == pos) {
+                    kw = new_k[e];
+                } else {
+                    kw = k_cache[kb + e];
+                }
+                let k = unpack2x16float(kw);
                 dot += qv[2u * e] * k.x + qv[2u * e + 1u] * k.y;
             }
             s = dot * SCALE;
@@ -86,7 +110,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         if (group < GROUPS) {
             let n_keys = min(WG, end - k0);
             for (var j = group; j < n_keys; j += GROUPS) {
-                o += p_sh[j] * unpack2x16float(v_cache[(k0 + j) * (KV_DIM / 2u) + kv_off + pair]);
+                var vw: u32;
+                if (k0 + j == pos) {
+                    vw = new_v[pair];
+                } else {
+                    vw = v_cache[(k0 + j) * (KV_DIM / 2u) + kv_off + pair];
+                }
+                o += p_sh[j] * unpack2x16float(vw);
             }
         }
         m = m_new;

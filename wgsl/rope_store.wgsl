@@ -1,44 +1,11 @@
-// RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache.
-// qkv rows are [q (Q_DIM) | k (KV_DIM) | v (KV_DIM)] per token. The cos/sin table is computed on
-// the CPU exactly as ggml does (theta = pos * base^(-2i/rope_dims), iterated in f32).
-// One invocation per pair of adjacent output values: q pairs, then k pairs, then v pairs.
+// RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
+// decode does this inside attn_decode). Prepended: rope.wgsl. One invocation per pair of adjacent
+// output values: q pairs, then k pairs, then v pairs.
 
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> q_rot: array<f32>;
 @group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-@group(0) @binding(5) var<storage, read> qkv: array<f32>;
-@group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>; // [pos][ROPE_DIMS / 2] (cos, sin)
 @group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
-
-const QKV: u32 = Q_DIM + 2u * KV_DIM;
-const PAIRS: u32 = ROPE_DIMS / 2u;
-
-// Element e of the head whose values start at qkv[base], rotated for position pos.
-fn rotated(base: u32, e: u32, pos: u32) -> f32 {
-    if (e >= ROPE_DIMS) {
-        return qkv[base + e];
-    }
-    var i: u32;
-    var a: u32;
-    var second: bool;
-    if (NEOX) {
-        i = e % PAIRS;
-        a = i;
-        second = e >= PAIRS;
-    } else {
-        i = e / 2u;
-        a = 2u * i;
-        second = (e % 2u) == 1u;
-    }
-    let b = select(a + 1u, a + PAIRS, NEOX);
-    let cs = rope[pos * PAIRS + i];
-    let x0 = qkv[base + a];
-    let x1 = qkv[base + b];
-    if (second) {
-        return x0 * cs.y + x1 * cs.x;
-    }
-    return x0 * cs.x - x1 * cs.y;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -4,7 +4,8 @@
 //! compute pass and submits once.
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
-//! add and SwiGLU fused in: 6 dispatches per layer. Prefill uses tiled matrix-matrix kernels.
+//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
+//! layer. Prefill uses tiled matrix-matrix kernels and separate small kernels.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -136,6 +137,8 @@ pub struct GpuSession {
     kv_bytes: usize,
     /// CPU time spent writing, encoding and submitting forward calls (ms), for benchmarks.
     cpu_submit_ms: f64,
+    /// The token ids of a call as bytes (kept: decoding allocates nothing per token).
+    token_bytes: Vec<u8>,
 }
 
 impl GpuSession {
@@ -220,6 +223,7 @@ impl GpuSession {
             profiler: None,
             kv_bytes,
             cpu_submit_ms: 0.0,
+            token_bytes: Vec::with_capacity(4 * n_batch),
         })
     }
 
@@ -374,8 +378,9 @@ impl GpuSession {
         let n = tokens.map_or(1, <[u32]>::len);
         debug_assert!(n <= self.n_batch && pos0 + n <= self.n_ctx);
         if let Some(t) = tokens {
-            let bytes: Vec<u8> = t.iter().flat_map(|id| id.to_le_bytes()).collect();
-            gpu.queue.write_buffer(&self.b.tokens, 0, &bytes);
+            self.token_bytes.clear();
+            self.token_bytes.extend(t.iter().flat_map(|id| id.to_le_bytes()));
+            gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
         let kv_len = pos0 + n;
         let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * MAX_CHUNKS).max(1);
@@ -697,24 +702,34 @@ impl<'a> Builder<'a> {
         self.op("rope_store", Kernel::RopeStore, Grid::PerToken(pairs.div_ceil(64)), entries).await
     }
 
-    async fn attention(&self, l: usize, decode: bool) -> Result<Op> {
+    /// Prefill attention over the cache (after rope_store), into `att`.
+    async fn attn_prefill(&self, l: usize) -> Result<Op> {
         let c = &self.m.model.config;
         let (k, v) = &self.b.kv[l];
-        let out = if decode { &self.b.part } else { &self.b.att };
         let entries = vec![
             (2, self.b.step.as_entire_binding()),
-            (3, out.as_entire_binding()),
+            (3, self.b.att.as_entire_binding()),
             (5, self.b.q_rot.as_entire_binding()),
             (6, k.as_entire_binding()),
             (7, v.as_entire_binding()),
         ];
-        let heads = c.n_heads as u32;
-        if decode {
-            self.op("attn_decode", Kernel::AttnDecode, Grid::AttnDecode { heads }, entries).await
-        } else {
-            let bq = shaders::attn_tiles(c.head_dim).0 as u32;
-            self.op("attn_prefill", Kernel::AttnPrefill, Grid::AttnPrefill { heads, bq }, entries).await
-        }
+        let grid = Grid::AttnPrefill { heads: c.n_heads as u32, bq: shaders::attn_tiles(c.head_dim).0 as u32 };
+        self.op("attn_prefill", Kernel::AttnPrefill, grid, entries).await
+    }
+
+    /// Decode attention with RoPE and the KV store fused in, into the partials.
+    async fn attn_decode(&self, l: usize) -> Result<Op> {
+        let (k, v) = &self.b.kv[l];
+        let entries = vec![
+            (2, self.b.step.as_entire_binding()),
+            (3, self.b.part.as_entire_binding()),
+            (4, k.as_entire_binding()),
+            (5, self.b.qkv.as_entire_binding()),
+            (6, self.b.rope.as_entire_binding()),
+            (7, v.as_entire_binding()),
+        ];
+        let heads = self.m.model.config.n_heads as u32;
+        self.op("attn_decode", Kernel::AttnDecode, Grid::AttnDecode { heads }, entries).await
     }
 
     async fn rmsnorm(&self, label: &'static str, norm: &wgpu::Buffer) -> Result<Op> {
@@ -748,8 +763,7 @@ impl<'a> Builder<'a> {
                 to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
             .await?;
-        ops.push(self.rope_store(l).await?);
-        ops.push(self.attention(l, true).await?);
+        ops.push(self.attn_decode(l).await?);
         ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
 
         // SwiGLU fused into one matvec when gate and up can share a dispatch.
@@ -805,7 +819,7 @@ impl<'a> Builder<'a> {
             .await?,
         );
         ops.push(self.rope_store(l).await?);
-        ops.push(self.attention(l, false).await?);
+        ops.push(self.attn_prefill(l).await?);
         ops.extend(
             self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?,
         );

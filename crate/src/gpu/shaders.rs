@@ -23,6 +23,7 @@ const IN_ATTN: &str = wgsl!("in_attn.wgsl");
 const MATVEC: &str = wgsl!("matvec.wgsl");
 const MATMUL: &str = wgsl!("matmul.wgsl");
 const EMBED: &str = wgsl!("embed.wgsl");
+const ROPE: &str = wgsl!("rope.wgsl");
 const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
 const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
 const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
@@ -149,8 +150,8 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             weights(&mut parts, ty)?;
             parts.push(EMBED);
         }
-        Kernel::RopeStore => parts.push(ROPE_STORE),
-        Kernel::AttnDecode => parts.push(ATTN_DECODE),
+        Kernel::RopeStore => parts.extend([ROPE, ROPE_STORE]),
+        Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.push(RMSNORM),
         Kernel::Swiglu => parts.push(SWIGLU),
@@ -167,8 +168,8 @@ pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
         Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
         Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
-        Kernel::RopeStore => &[2, 3, 4, 5, 6, 7],
-        Kernel::AttnDecode | Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
+        Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
+        Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
         Kernel::Swiglu => &[2, 3, 5],
         Kernel::Argmax => &[2, 3, 4, 5],

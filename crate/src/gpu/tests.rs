@@ -481,19 +481,29 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
 }
 
 #[test]
-fn decode_attention_partials_and_merge_match_cpu() {
-    let c = config(64, 4, 2, 64, false);
-    let (qd, hd, heads) = (c.q_dim(), c.head_dim, c.n_heads);
+fn decode_attention_with_rope_and_kv_store_matches_cpu() {
+    // NeoX pairs on half of each head: the rotation is fused into the kernel.
+    let c = config(64, 4, 2, 32, true);
+    let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
     let (kv_len, n_ctx, chunk): (usize, usize, usize) = (300, 320, 128);
     let n_chunks = kv_len.div_ceil(chunk);
+    let pos = kv_len - 1;
     let mut rng = Rng(600);
-    let (cache, kb, vb) = random_cache(&c, n_ctx, kv_len, &mut rng);
-    let q = rng.normals(qd);
-    let want = cpu_attention(&c, &q, &cache, kv_len - 1);
+    // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
+    let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
+    kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
+    vb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF);
+    let qkv = rng.normals(qd + 2 * kvd);
+    let rope = Rope::new(hd, c.rope_dims, c.rope_base, c.rope_freq_scale, true);
+    let (mut q, mut k) = (qkv[..qd].to_vec(), qkv[qd..qd + kvd].to_vec());
+    rope.apply(&mut q, pos);
+    rope.apply(&mut k, pos);
+    cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
+    let want = cpu_attention(&c, &q, &cache, pos);
 
     let s = Step {
         n: 1,
-        pos0: (kv_len - 1) as u32,
+        pos0: pos as u32,
         kv_len: kv_len as u32,
         chunk: chunk as u32,
         n_chunks: n_chunks as u32,
@@ -502,12 +512,20 @@ fn decode_attention_partials_and_merge_match_cpu() {
     let data = vec![
         (2, Data::Uniform(s.bytes().to_vec())),
         (3, Data::Storage(vec![0; heads * n_chunks * (hd + 2) * 4])),
-        (5, Data::Storage(f32_bytes(&q))),
-        (6, Data::Storage(kb)),
+        (4, Data::Storage(kb)),
+        (5, Data::Storage(f32_bytes(&qkv))),
+        (6, Data::Storage(rope_table(&c, n_ctx))),
         (7, Data::Storage(vb)),
     ];
     let header = shaders::model_header(&c);
-    let part = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3]).remove(0);
+    let mut got = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3, 4, 7]);
+    let (k_cache, v_cache) = (halves(&got[1]), halves(&got[2]));
+    let part = got.remove(0);
+    for e in 0..kvd {
+        let (gk, wk) = (k_cache[pos * kvd + e], f16_to_f32(f32_to_f16(k[e])));
+        assert!((gk - wk).abs() <= 1e-3 * (1.0 + wk.abs()), "stored key {e}: {gk} vs {wk}");
+        assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(qkv[qd + kvd + e])), "stored value {e}");
+    }
 
     // The partials, merged on the CPU (online-softmax merge), give the attention output.
     let p = to_f32(&part);
