@@ -15,6 +15,23 @@ const TK: u32 = 16u;
 var<workgroup> ws: array<vec4<f32>, 256>; // [TK][TM / 4]
 var<workgroup> xt: array<vec4<f32>, 256>; // [TK][TN / 4]
 
+// Eight weights of a row (zeros past the last row; only invocations 0..128 load weights).
+fn load_w(valid: bool, row_off: u32, k: u32) -> Deq8 {
+    if (valid) {
+        return dequant8(row_off, k);
+    }
+    return Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
+}
+
+// Four values of a token row (zeros past the last token).
+fn load_x(valid: bool, t: u32, k: u32) -> vec4<f32> {
+    if (valid) {
+        let b = t * op.cols + k;
+        return vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]);
+    }
+    return vec4<f32>(0.0);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let n_rows = op.seg_end[op.n_segs - 1u];
@@ -44,26 +61,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         acc[j] = vec4<f32>(0.0);
     }
 
+    // The next slice of W and X is loaded into registers while the current one, in workgroup
+    // memory, is multiplied: global loads overlap the arithmetic.
+    var d = load_w(lw_valid, lw_off, lw_k);
+    var xv = load_x(lx_valid, t0 + lx_tok, lx_k);
     for (var k0 = 0u; k0 < op.cols; k0 += TK) {
         if (lid < 128u) {
-            var d = Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
-            if (lw_valid) {
-                d = dequant8(lw_off, k0 + lw_k);
-            }
             for (var e = 0u; e < 4u; e++) {
                 ws[((lw_k + e) * TM + lw_row) / 4u][lw_row % 4u] = d.lo[e];
                 ws[((lw_k + 4u + e) * TM + lw_row) / 4u][lw_row % 4u] = d.hi[e];
             }
         }
-        var xv = vec4<f32>(0.0);
-        if (lx_valid) {
-            let b = (t0 + lx_tok) * op.cols + k0 + lx_k;
-            xv = vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]);
-        }
         for (var e = 0u; e < 4u; e++) {
             xt[((lx_k + e) * TN + lx_tok) / 4u][lx_tok % 4u] = xv[e];
         }
         workgroupBarrier();
+        if (k0 + TK < op.cols) {
+            d = load_w(lw_valid, lw_off, k0 + TK + lw_k);
+            xv = load_x(lx_valid, t0 + lx_tok, k0 + TK + lx_k);
+        }
         for (var k = 0u; k < TK; k++) {
             let w = ws[k * (TM / 4u) + tx];
             let x = xt[k * (TN / 4u) + ty];
