@@ -24,6 +24,12 @@ if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -q "$WASM_BINDGEN_VER
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
 fi
 
+# Mesa's lavapipe: a software Vulkan driver, so the WebGPU backend's tests run without a GPU.
+if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
+  step "apt-get install mesa-vulkan-drivers (lavapipe, for the WebGPU tests)"
+  apt-get update >&2 && apt-get install -y mesa-vulkan-drivers >&2
+fi
+
 # Python tools that write the small test models (llama.cpp's own `gguf` writer, real tokenizer trainers).
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gguf, numpy, sentencepiece, tokenizers" 2>/dev/null; then
   step "python venv with gguf, numpy, sentencepiece, tokenizers"

@@ -5,13 +5,15 @@
 //!                   [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop S]... [--json]
 //!   ruvllm score --model M --ids 1,2,3 [--top-k K]
 //!   ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
-//! Common: --threads N (default: all cores), --ctx N (context window). --model defaults to $RUVLLM_MODEL.
+//! Common: --threads N (default: all cores), --ctx N (context window), --backend auto|webgpu|cpu
+//! (default auto: a hardware GPU when there is one and the build has the `gpu` feature, else the CPU).
+//! --model defaults to $RUVLLM_MODEL.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ruvllm::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
+use ruvllm::{Backend, ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
 use serde_json::json;
 
 mod args;
@@ -73,7 +75,8 @@ fn load(args: &Args) -> Result<Arc<Model>, String> {
 
 fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
     let opts = SessionOptions { n_ctx: args.num("ctx", 0)?, ..SessionOptions::default() };
-    Session::with_options(model, &opts).map_err(|e| e.to_string())
+    let backend: Backend = args.opt("backend").unwrap_or("auto").parse().map_err(|e: ruvllm::Error| e.to_string())?;
+    Session::with_backend(model, &opts, backend).map_err(|e| e.to_string())
 }
 
 fn tokenize(args: &Args) -> CliResult {
@@ -185,7 +188,8 @@ fn bench(args: &Args) -> CliResult {
     println!(
         "{}",
         json!({
-            "engine": "ruvllm-native", "threads": ruvllm::kernels::parallel::threads(),
+            "engine": "ruvllm-native", "backend": if sess.on_gpu() { "webgpu" } else { "cpu" },
+            "threads": ruvllm::kernels::parallel::threads(),
             "prompt_tokens": s.prompt_tokens, "gen_tokens": s.generated_tokens,
             "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
             "peak_rss_mb": peak_rss_mb(), "model_mb": file_size as f64 / 1e6, "kv_cache_mb": sess.kv_cache_bytes() as f64 / 1e6,

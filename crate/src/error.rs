@@ -25,6 +25,38 @@ pub enum Error {
     InvalidArgument(String),
     /// An I/O error (native only), with the path.
     Io(String),
+    /// The WebGPU backend could not run (`kind` says why); under `Backend::Auto` the CPU takes over instead.
+    Gpu { kind: GpuFault, message: String },
+}
+
+/// Why the WebGPU backend failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuFault {
+    /// No GPU adapter (or none but a software one where a hardware one was required), or no `gpu` feature.
+    NoAdapter,
+    /// The device's limits are below what the model needs.
+    Limits,
+    /// The model uses something the GPU kernels do not implement (a tensor type, a head size).
+    Unsupported,
+    /// A shader failed to compile or a pipeline failed validation.
+    Shader,
+    /// A buffer could not be allocated.
+    OutOfMemory,
+    /// The device was lost (driver reset, device destroyed) or reported an error while running.
+    DeviceLost,
+}
+
+impl GpuFault {
+    pub fn code(self) -> &'static str {
+        match self {
+            GpuFault::NoAdapter => "E_GPU_NO_ADAPTER",
+            GpuFault::Limits => "E_GPU_LIMITS",
+            GpuFault::Unsupported => "E_GPU_UNSUPPORTED",
+            GpuFault::Shader => "E_GPU_SHADER",
+            GpuFault::OutOfMemory => "E_GPU_OUT_OF_MEMORY",
+            GpuFault::DeviceLost => "E_GPU_DEVICE_LOST",
+        }
+    }
 }
 
 impl Error {
@@ -41,6 +73,7 @@ impl Error {
             Error::ContextOverflow { .. } => "E_CONTEXT_OVERFLOW",
             Error::InvalidArgument(_) => "E_INVALID_ARGUMENT",
             Error::Io(_) => "E_IO",
+            Error::Gpu { kind, .. } => kind.code(),
         }
     }
 }
@@ -64,6 +97,7 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Io(m) => write!(f, "i/o: {m}"),
+            Error::Gpu { kind, message } => write!(f, "webgpu ({}): {message}", kind.code()),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod gpu;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
@@ -21,8 +22,9 @@ pub mod tokenizer;
 pub mod wasm;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use error::{Error, Result};
+pub use error::{Error, GpuFault, Result};
 pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step};
+pub use gpu::{Backend, GpuOptions};
 pub use model::Model;
 pub use sampler::SamplerConfig;
 pub use session::{Session, SessionOptions};

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::gpu::{Backend, Engine, GpuOptions};
 use crate::kv_cache::KvCache;
 use crate::model::forward::{forward, LogitsFor, RunState};
 use crate::model::Model;
@@ -26,8 +27,13 @@ impl Default for SessionOptions {
 
 pub struct Session {
     model: Arc<Model>,
-    kv: KvCache,
-    state: RunState,
+    n_ctx: usize,
+    n_batch: usize,
+    backend: Backend,
+    /// The GPU engine, when the session runs there.
+    gpu: Option<Engine>,
+    /// CPU KV cache and scratch: allocated when the CPU runs (from the start, or after a GPU failure).
+    cpu: Option<(KvCache, RunState)>,
     /// Tokens whose keys/values are in the cache, in order.
     tokens: Vec<u32>,
     /// Logits returned by the last `eval` (all rows or the last one).
@@ -41,6 +47,18 @@ impl Session {
     }
 
     pub fn with_options(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
+        Session::with_backend(model, opts, Backend::Cpu)
+    }
+
+    /// A session on `backend`: under `Auto` the GPU when there is a usable one, else the CPU;
+    /// under `WebGpu` a GPU failure is an error (`Error::Gpu`).
+    pub fn with_backend(model: Arc<Model>, opts: &SessionOptions, backend: Backend) -> Result<Session> {
+        Session::with_gpu_options(model, opts, backend, &GpuOptions::default())
+    }
+
+    /// [`with_backend`](Self::with_backend) with device choices (software adapters under `Auto`,
+    /// binding size caps, timestamp queries).
+    pub fn with_gpu_options(model: Arc<Model>, opts: &SessionOptions, backend: Backend, gpu: &GpuOptions) -> Result<Session> {
         let c = &model.config;
         let n_ctx = if opts.n_ctx == 0 { c.context_length.min(4096) } else { opts.n_ctx };
         if n_ctx > c.context_length {
@@ -53,9 +71,14 @@ impl Session {
             return Err(Error::InvalidArgument(format!("n_batch {} must be in 1..=4096", opts.n_batch)));
         }
         let n_batch = opts.n_batch.min(n_ctx);
-        let state = RunState::new(&model, n_batch, n_ctx);
-        let kv = KvCache::new(c, n_ctx);
-        Ok(Session { model, kv, state, tokens: Vec::new(), logits: Vec::new(), generation: None })
+        let gpu = Engine::open(&model, n_ctx, n_batch, backend, gpu)?;
+        let cpu = gpu.is_none().then(|| (KvCache::new(c, n_ctx), RunState::new(&model, n_batch, n_ctx)));
+        Ok(Session { model, n_ctx, n_batch, backend, gpu, cpu, tokens: Vec::new(), logits: Vec::new(), generation: None })
+    }
+
+    /// Whether the forward passes run on the GPU (false after a fallback to the CPU).
+    pub fn on_gpu(&self) -> bool {
+        self.gpu.is_some()
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -63,7 +86,7 @@ impl Session {
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.kv.n_ctx
+        self.n_ctx
     }
 
     /// Tokens currently in the KV cache.
@@ -88,12 +111,63 @@ impl Session {
 
     /// Bytes of the KV cache.
     pub fn kv_cache_bytes(&self) -> usize {
-        self.kv.bytes()
+        match (&self.gpu, &self.cpu) {
+            (Some(gpu), _) => gpu.kv_cache_bytes(),
+            (None, Some((kv, _))) => kv.bytes(),
+            (None, None) => 0,
+        }
     }
 
     /// Append `tokens` to the cache and return logits: `tokens.len() × vocab` when `all_logits`,
     /// else the last token's `vocab` logits.
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
+        self.check_eval(tokens)?;
+        self.logits.clear();
+        if let Some(gpu) = self.gpu.as_mut() {
+            match gpu.eval(tokens, self.tokens.len(), all_logits, &mut self.logits) {
+                Ok(()) => {
+                    self.tokens.extend_from_slice(tokens);
+                    return Ok(&self.logits);
+                }
+                Err(e) => self.gpu_failed(e)?,
+            }
+        }
+        let start = self.tokens.len();
+        self.forward_cpu(tokens, start, all_logits);
+        Ok(&self.logits)
+    }
+
+    /// Append `tokens` to the cache and return the most likely next token (the argmax of the last
+    /// logits, lowest id on ties). On the GPU only the id is read back, not the logits; `logits()`
+    /// is then empty.
+    pub fn eval_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
+        self.check_eval(tokens)?;
+        self.logits.clear();
+        if let Some(gpu) = self.gpu.as_mut() {
+            match gpu.eval_argmax(tokens, self.tokens.len()) {
+                Ok(id) => {
+                    self.tokens.extend_from_slice(tokens);
+                    return Ok(id);
+                }
+                Err(e) => self.gpu_failed(e)?,
+            }
+        }
+        let start = self.tokens.len();
+        self.forward_cpu(tokens, start, false);
+        let best = self.logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+        Ok(best.0 as u32)
+    }
+
+    /// Lose the GPU device on purpose, as a driver reset would (tests of the CPU fallback).
+    #[doc(hidden)]
+    pub fn simulate_gpu_loss(&mut self) {
+        #[cfg(feature = "gpu")]
+        if let Some(gpu) = &self.gpu {
+            gpu.destroy_device();
+        }
+    }
+
+    fn check_eval(&self, tokens: &[u32]) -> Result<()> {
         let vocab = self.model.config.vocab_size;
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("eval needs at least one token".into()));
@@ -102,12 +176,34 @@ impl Session {
             return Err(Error::TokenOutOfRange { id, vocab_size: vocab });
         }
         let needed = self.tokens.len() + tokens.len();
-        if needed > self.kv.n_ctx {
-            return Err(Error::ContextOverflow { needed, context: self.kv.n_ctx });
+        if needed > self.n_ctx {
+            return Err(Error::ContextOverflow { needed, context: self.n_ctx });
+        }
+        Ok(())
+    }
+
+    /// After a GPU error: under `Auto`, continue on the CPU (replaying the cached tokens to rebuild
+    /// the KV cache there); otherwise return the error.
+    fn gpu_failed(&mut self, e: Error) -> Result<()> {
+        if self.backend != Backend::Auto {
+            return Err(e);
+        }
+        self.gpu = None;
+        let history = std::mem::take(&mut self.tokens);
+        if !history.is_empty() {
+            self.forward_cpu(&history, 0, false);
         }
         self.logits.clear();
-        let n_batch = self.state.n_batch;
-        let chunks = tokens.chunks(n_batch);
+        Ok(())
+    }
+
+    /// Run `tokens` at positions `start..` on the CPU, appending them to the history, and leave
+    /// their logits (all rows, or the last) in `self.logits`.
+    fn forward_cpu(&mut self, tokens: &[u32], start: usize, all_logits: bool) {
+        let (kv, state) = self
+            .cpu
+            .get_or_insert_with(|| (KvCache::new(&self.model.config, self.n_ctx), RunState::new(&self.model, self.n_batch, self.n_ctx)));
+        let chunks = tokens.chunks(self.n_batch);
         let n_chunks = chunks.len();
         for (i, chunk) in chunks.enumerate() {
             let last_chunk = i + 1 == n_chunks;
@@ -116,12 +212,11 @@ impl Session {
                 (false, true) => LogitsFor::Last,
                 (false, false) => LogitsFor::None,
             };
-            forward(&self.model, &mut self.kv, &mut self.state, chunk, self.tokens.len(), want);
+            forward(&self.model, kv, state, chunk, start + i * self.n_batch, want);
             self.tokens.extend_from_slice(chunk);
             if want != LogitsFor::None {
-                self.logits.extend_from_slice(&self.state.logits);
+                self.logits.extend_from_slice(&state.logits);
             }
         }
-        Ok(&self.logits)
     }
 }

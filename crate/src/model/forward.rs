@@ -5,6 +5,7 @@
 
 use crate::kernels::attention::{attention, AttentionShape};
 use crate::kernels::matmul::matmul;
+use crate::kernels::parallel::in_pool;
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
@@ -66,6 +67,10 @@ pub enum LogitsFor {
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
 /// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
 pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
+    in_pool(|| forward_layers(model, kv, s, tokens, pos0, want))
+}
+
+fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();

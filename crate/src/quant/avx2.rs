@@ -164,6 +164,105 @@ pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     two_accumulators!(w, a, block)
 }
 
+/// `(d, s)` of an activation block, as f32 in lanes 0 and 1 (one 8-byte load).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd((s as *const [f32; 2]).cast()))
+}
+
+/// Checks a tile's activation rows against the weight rows' block count `n`.
+#[inline]
+fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+}
+
+/// `u[i] * s[i]` summed in groups of four bytes into 8 i32 lanes, with AVX512-VNNI's `vpdpbusd` (one
+/// instruction for `maddubs` + `madd`; no i16 intermediate, the same sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn dot_us8_vnni(u: __m256i, s: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s))
+}
+
+/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for the `*_tile_vnni` kernels.
+pub fn has_vnni() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// The tile kernels, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
+/// compute the same integer sums and then the same float operations, so their results are identical.
+macro_rules! tile_kernels {
+    ($features:literal, $dot_us8:ident, $q4_1:ident, $q8_0:ident) => {
+        /// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
+        /// block is unpacked once for the `A` rows, each activation block loaded once for the `W` rows.
+        /// Every output has its own accumulators and sees the same float operations in block order, so
+        /// the result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)`.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $q4_1<const W: usize, const A: usize>(
+            w: [&[BlockQ4_1]; W],
+            a: [&[BlockQ8_1]; A],
+            a_scales: [&[[f32; 2]]; A],
+        ) -> [[f32; A]; W] {
+            let n = w[0].len();
+            check_tile(n, &a, &a_scales);
+            let mut acc = [[_mm256_setzero_ps(); A]; W];
+            let mut mins = [[_mm_setzero_ps(); A]; W]; // lane 1 sums the blocks' `m * s` terms
+            for i in 0..n {
+                let x = w.map(|w| w.get_unchecked(i));
+                let q = x.map(|x| nibbles(&x.qs));
+                let dm = x.map(|x| leading_f16_pair(x));
+                for j in 0..A {
+                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+                    for k in 0..W {
+                        let scales = _mm_mul_ps(dm[k], ys); // [d * d, m * s]
+                        mins[k][j] = _mm_add_ps(mins[k][j], scales);
+                        acc[k][j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), $dot_us8(q[k], yq), acc[k][j]);
+                    }
+                }
+            }
+            std::array::from_fn(|k| {
+                std::array::from_fn(|j| hsum(acc[k][j]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[k][j])))
+            })
+        }
+
+        /// Q8_0 weights · Q8_0 activations for a tile, as the Q4_1 one (`a_scales[j][i][0]` is `d`).
+        #[target_feature(enable = $features)]
+        pub unsafe fn $q8_0<const W: usize, const A: usize>(
+            w: [&[BlockQ8_0]; W],
+            a: [&[BlockQ8_0]; A],
+            a_scales: [&[[f32; 2]]; A],
+        ) -> [[f32; A]; W] {
+            let n = w[0].len();
+            check_tile(n, &a, &a_scales);
+            let mut acc = [[_mm256_setzero_ps(); A]; W];
+            for i in 0..n {
+                let x = w.map(|w| w.get_unchecked(i));
+                let qx = x.map(|x| load32(&x.qs));
+                // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
+                let abs_x = qx.map(|q| _mm256_sign_epi8(q, q));
+                let dx = x.map(|x| _mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(x.d) as i32)));
+                for j in 0..A {
+                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+                    for k in 0..W {
+                        let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx[k], ys));
+                        acc[k][j] = _mm256_fmadd_ps(scale, $dot_us8(abs_x[k], _mm256_sign_epi8(yq, qx[k])), acc[k][j]);
+                    }
+                }
+            }
+            std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+        }
+    };
+}
+
+tile_kernels!("avx2,fma,f16c", dot_us8, q4_1_q8_1_tile, q8_0_q8_0_tile);
+tile_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, q4_1_q8_1_tile_vnni, q8_0_q8_0_tile_vnni);
+
 /// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
 /// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
 macro_rules! float_dot {
@@ -210,4 +309,38 @@ pub unsafe fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())), 16))
     };
     float_dot!(w, a, load8, BlockBF16::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{ActKind, Activations, QuantBlock};
+
+    #[test]
+    fn vnni_tiles_equal_avx2_tiles() {
+        if !(crate::quant::has_avx2() && has_vnni()) {
+            return; // nothing to compare on this CPU
+        }
+        let x: Vec<f32> = (0..4 * 320).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * (1 + i % 5) as f32).collect();
+        let (w, a) = x.split_at(2 * 320);
+        let mut w41 = vec![BlockQ4_1::default(); 20];
+        let mut w80 = vec![BlockQ8_0::default(); 20];
+        BlockQ4_1::quantize(w, &mut w41);
+        BlockQ8_0::quantize(w, &mut w80);
+        let mut q81 = Activations::new();
+        let mut q80 = Activations::new();
+        q81.quantize(ActKind::Q8_1, a, 2);
+        q80.quantize(ActKind::Q8_0, a, 2);
+        let (w41, w80) = ([&w41[..10], &w41[10..]], [&w80[..10], &w80[10..]]);
+        unsafe {
+            let rows = [q81.row(0).blocks(), q81.row(1).blocks()];
+            let scales = [q81.row_scales(0), q81.row_scales(1)];
+            let (plain, vnni) = (q4_1_q8_1_tile(w41, rows, scales), q4_1_q8_1_tile_vnni(w41, rows, scales));
+            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q4_1");
+            let rows = [q80.row(0).blocks(), q80.row(1).blocks()];
+            let scales = [q80.row_scales(0), q80.row_scales(1)];
+            let (plain, vnni) = (q8_0_q8_0_tile(w80, rows, scales), q8_0_q8_0_tile_vnni(w80, rows, scales));
+            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q8_0");
+        }
+    }
 }

@@ -274,6 +274,70 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     with_block!(ty, B => B::vec_dot(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))
 }
 
+/// Dots of a tile of `W` weight rows (raw bytes of type `ty`, equal lengths) with `A` rows of `acts`:
+/// `out[k][j] = dot(w[k], acts.row(a_rows[j]))`. The tile kernels unpack each weight block once for `A`
+/// rows and load each activation block once for `W` rows. Every output goes through the same float
+/// operations whatever the tile's shape, so results do not depend on `W` and `A` (nor on how a matmul
+/// tiles its work). `None` where `ty` has no tile kernel on this machine: use [`vec_dot`] instead.
+pub fn dot_tile<const W: usize, const A: usize>(
+    ty: GgmlType,
+    w: [&[u8]; W],
+    acts: &Activations,
+    a_rows: [usize; A],
+) -> Option<[[f32; A]; W]> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        let scales = || a_rows.map(|r| acts.row_scales(r));
+        let vnni = avx2::has_vnni();
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
+        return match ty {
+            GgmlType::Q4_1 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q4_1_q8_1_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q4_1_q8_1_tile(w, a, scales())
+                    }
+                })
+            }
+            GgmlType::Q8_0 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q8_0_q8_0_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q8_0_q8_0_tile(w, a, scales())
+                    }
+                })
+            }
+            _ => None,
+        };
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        let scales = || a_rows.map(|r| acts.row_scales(r));
+        return match ty {
+            GgmlType::Q4_1 => Some(simd128::q4_1_q8_1_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
+            GgmlType::Q8_0 => Some(simd128::q8_0_q8_0_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (ty, w, acts, a_rows);
+        None
+    }
+}
+
+/// The weight rows of a tile as blocks, checked to be of one length.
+#[allow(dead_code)]
+fn tile_rows<B: QuantBlock, const W: usize>(w: [&[u8]; W]) -> [&[B]; W] {
+    let rows = w.map(as_blocks::<B>);
+    assert!(rows.iter().all(|r| r.len() == rows[0].len()), "tile rows must have one length");
+    rows
+}
+
 /// The scalar reference of [`vec_dot`].
 pub fn vec_dot_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     with_block!(ty, B => B::vec_dot_ref(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))

@@ -125,6 +125,101 @@ pub fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     sum_blocks(w, a, |x, y| (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(load32(&x.qs), &y.qs)))
 }
 
+/// The four i16x8 quarters of a block's 32 signed bytes `(x0, x1)`, widened once for a tile's rows.
+#[inline]
+fn widen((x0, x1): (v128, v128)) -> [v128; 4] {
+    [i16x8_extend_low_i8x16(x0), i16x8_extend_high_i8x16(x0), i16x8_extend_low_i8x16(x1), i16x8_extend_high_i8x16(x1)]
+}
+
+/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`, as f32.
+#[inline]
+fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
+    let lo = i32x4_add(i32x4_dot_i16x8(x[0], y[0]), i32x4_dot_i16x8(x[1], y[1]));
+    let hi = i32x4_add(i32x4_dot_i16x8(x[2], y[2]), i32x4_dot_i16x8(x[3], y[3]));
+    f32x4_convert_i32x4(i32x4_add(lo, hi))
+}
+
+/// The f16 pair `(a, b)` as f32 `[a, b, a, b]`.
+#[inline]
+fn f16_pair(a: [u8; 2], b: [u8; 2]) -> v128 {
+    let bits = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
+    // u16 lanes [a, b, ..] -> u32 lanes [a, b, a, b]
+    let v = u32x4_splat(bits);
+    f16x4_to_f32(i16x8_shuffle::<0, 8, 1, 8, 0, 8, 1, 8>(v, u32x4_splat(0)))
+}
+
+/// Checks a tile's activation rows against the weight rows' block count `n`.
+#[inline]
+fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+}
+
+/// An activation block's `(d, s)` as `[d, s, d, s]`.
+#[inline]
+fn scale_pair(s: &[f32; 2]) -> v128 {
+    // SAFETY: 8 bytes in bounds; no alignment requirement.
+    unsafe { v128_load64_splat(s.as_ptr() as *const u64) }
+}
+
+/// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
+/// block is unpacked once for the `A` rows, each activation block widened once for the `W` rows.
+/// Every output has its own accumulators and sees the same float operations in block order, so the
+/// result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)` as f32.
+pub fn q4_1_q8_1_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ4_1]; W],
+    a: [&[BlockQ8_1]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[f32x4_splat(0.0); A]; W];
+    let mut mins = [[f32x4_splat(0.0); A]; W]; // lane 1 sums the blocks' m * s terms
+    for i in 0..n {
+        let x = w.map(|w| &w[i]);
+        let q = x.map(|x| widen(nibbles(&x.qs)));
+        let dm = x.map(|x| f16_pair(x.d, x.m));
+        for j in 0..A {
+            // SAFETY: i < n <= the row's length (check_tile).
+            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+            let yq = widen(load32(&y.qs));
+            for k in 0..W {
+                let scales = f32x4_mul(dm[k], ys); // [d * d, m * s, ..]
+                let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
+                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(d, dot_wide(&q[k], &yq)));
+                mins[k][j] = f32x4_add(mins[k][j], scales);
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j]) + f32x4_extract_lane::<1>(mins[k][j])))
+}
+
+/// Q8_0 weights · Q8_0 activations for a tile, as [`q4_1_q8_1_tile`] (`a_scales[j][i][0]` is `d`).
+pub fn q8_0_q8_0_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ8_0]; W],
+    a: [&[BlockQ8_0]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[f32x4_splat(0.0); A]; W];
+    for i in 0..n {
+        let x = w.map(|w| &w[i]);
+        let q = x.map(|x| widen(load32(&x.qs)));
+        let d = x.map(|x| f16_pair(x.d, NO_F16));
+        for j in 0..A {
+            // SAFETY: i < n <= the row's length (check_tile).
+            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+            let yq = widen(load32(&y.qs));
+            for k in 0..W {
+                let scale = f32x4_mul(d[k], ys);
+                let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
+                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(scale, dot_wide(&q[k], &yq)));
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+}
+
 /// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
 /// `get`), with `a`: four accumulators over 16 elements per step, then 4 at a time, then a scalar tail.
 #[inline]

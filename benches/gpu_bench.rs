@@ -1,0 +1,199 @@
+//! Speed of the WebGPU backend: prefill and greedy decode tok/s, dispatches per token, and GPU time
+//! per kernel from timestamp queries (when the device offers TIMESTAMP_QUERY). One JSON object per line.
+//!
+//!   cargo bench -p ruvllm --features gpu --bench gpu_bench -- --model M [--prompt-tokens 128] [--gen-tokens 64]
+//!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
+//!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
+//!
+//! The twin is for machines the model file cannot be copied to: speed does not depend on the
+//! weight values, only on their types and shapes, which the header keeps.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ruvllm::gguf::Gguf;
+use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
+use ruvllm::quant::GgmlType;
+use ruvllm::Model;
+use serde_json::json;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let num = |name: &str, default: usize| -> Result<usize, String> {
+        opt(name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: '{v}' is not a number")))
+    };
+    if let Some(i) = args.iter().position(|a| a == "--write-twin-header") {
+        let (src, dst) = (args.get(i + 1).ok_or("model path")?, args.get(i + 2).ok_or("output path")?);
+        return write_twin_header(src, dst);
+    }
+    let n_prompt = num("--prompt-tokens", 128)?;
+    let n_gen = num("--gen-tokens", 64)?;
+    let repeat = num("--repeat", 5)?.max(1);
+
+    let t0 = Instant::now();
+    let bytes = match (opt("--twin"), opt("--model").or_else(|| std::env::var("RUVLLM_MODEL").ok())) {
+        (Some(twin), _) => twin_model(&twin)?,
+        (None, Some(path)) => std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?,
+        (None, None) => return Err("--model M, --twin T or $RUVLLM_MODEL".into()),
+    };
+    let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
+    let vocab = model.config.vocab_size;
+    let opts = GpuOptions { allow_software: true, timestamps: true, ..GpuOptions::default() };
+    let gm = Arc::new(block_on(GpuModel::new(model.clone(), &opts)).map_err(|e| e.to_string())?);
+    let a = gm.adapter();
+    println!(
+        "{}",
+        json!({ "adapter": a.name, "backend": a.backend, "device_type": a.device_type, "driver": a.driver,
+                "max_storage_binding": a.max_storage_binding, "timestamps": a.timestamps,
+                "weights_mb": gm.weight_bytes() as f64 / 1e6, "weight_buffers": gm.arena_count(),
+                "load_ms": t0.elapsed().as_secs_f64() * 1e3 })
+    );
+
+    let n_ctx = (n_prompt + n_gen + 1).next_multiple_of(256);
+    let mut s = block_on(GpuSession::new(gm, n_ctx, n_prompt)).map_err(|e| e.to_string())?;
+    let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    let err = |e: ruvllm::Error| e.to_string();
+
+    // Warm-up: first use of every pipeline, first touch of every buffer.
+    block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+    block_on(s.decode_greedy(n_prompt, 4)).map_err(err)?;
+
+    let mut prefill = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        prefill.push(t.elapsed().as_secs_f64());
+    }
+    // Decode as a caller that needs each id before the next step (one round trip per token).
+    let mut sync = Vec::new();
+    for _ in 0..repeat {
+        let mut last = block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        let t = Instant::now();
+        for p in n_prompt..n_prompt + n_gen {
+            last = block_on(s.eval_argmax(&[last], p)).map_err(err)?;
+        }
+        sync.push(t.elapsed().as_secs_f64());
+    }
+    // Greedy decode with the sampled id fed back on the GPU: every step submitted, ids read once.
+    let mut ahead = Vec::new();
+    let mut cpu_ms = 0.0;
+    for _ in 0..repeat {
+        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        let (t, cpu0) = (Instant::now(), s.cpu_submit_ms());
+        block_on(s.decode_greedy(n_prompt, n_gen)).map_err(err)?;
+        ahead.push(t.elapsed().as_secs_f64());
+        cpu_ms += s.cpu_submit_ms() - cpu0;
+    }
+    // CPU time to encode and submit one decode step: with run-ahead it overlaps the GPU's work and
+    // only limits the rate when it is the larger of the two.
+    let cpu_ms_per_token = cpu_ms / (repeat * n_gen) as f64;
+    let rate = |n: usize, v: &[f64]| n as f64 / median(v);
+    println!(
+        "{}",
+        json!({ "prompt_tokens": n_prompt, "gen_tokens": n_gen, "repeat": repeat,
+                "prefill_tok_s": rate(n_prompt, &prefill), "decode_tok_s": rate(n_gen, &ahead),
+                "decode_tok_s_sync": rate(n_gen, &sync), "dispatches_per_token": s.dispatches_per_token(),
+                "cpu_submit_ms_per_token": cpu_ms_per_token,
+                "submissions_per_token": 1 })
+    );
+
+    if block_on(s.set_profiling(true)).map_err(err)? {
+        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        print_profile("prefill", s.take_profile(), 1);
+        block_on(s.decode_greedy(n_prompt, n_gen)).map_err(err)?;
+        print_profile("decode", s.take_profile(), n_gen);
+    }
+    Ok(())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// GPU time per kernel (one pass per dispatch, so the total is above the unprofiled wall time).
+fn print_profile(phase: &str, times: Vec<ruvllm::gpu::KernelTime>, per: usize) {
+    let total: f64 = times.iter().map(|t| t.ms).sum();
+    let kernels: Vec<_> = times
+        .iter()
+        .map(|t| json!({ "kernel": t.label, "dispatches": t.dispatches / per, "ms": t.ms / per as f64 }))
+        .collect();
+    println!(
+        "{}",
+        json!({ "profile": phase, "per": if per == 1 { "call" } else { "token" }, "gpu_ms": total / per as f64, "kernels": kernels })
+    );
+}
+
+/// The model's bytes up to its tensor data, followed by the whole file's length (u64 LE).
+fn write_twin_header(src: &str, dst: &str) -> Result<(), String> {
+    let bytes = std::fs::read(src).map_err(|e| format!("{src}: {e}"))?;
+    let g = Gguf::parse(&bytes).map_err(|e| e.to_string())?;
+    let mut out = bytes[..g.data_offset].to_vec();
+    out.extend((bytes.len() as u64).to_le_bytes());
+    std::fs::write(dst, out).map_err(|e| format!("{dst}: {e}"))
+}
+
+/// A model of the header's shapes and types with random weights: quant blocks of random bytes with
+/// small finite f16 scales, float tensors of small values (norm weights 1).
+fn twin_model(path: &str) -> Result<Vec<u8>, String> {
+    let header = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let (head, len) = header.split_at(header.len().checked_sub(8).ok_or("not a twin header")?);
+    let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
+    let mut bytes = head.to_vec();
+    bytes.resize(len, 0);
+    let g = Gguf::parse(&bytes).map_err(|e| e.to_string())?;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let f16 = |x: f32| half::f16::from_f32(x).to_le_bytes();
+    for t in &g.tensors {
+        let data = &mut bytes[t.offset..t.offset + t.size];
+        let small = |r: u64| ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04;
+        match t.ty {
+            GgmlType::F32 => {
+                for c in data.chunks_exact_mut(4) {
+                    let v = if t.dims.len() == 1 { 1.0 } else { small(next()) };
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            GgmlType::F16 => data.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&f16(small(next())))),
+            GgmlType::BF16 => data
+                .chunks_exact_mut(2)
+                .for_each(|c| c.copy_from_slice(&half::bf16::from_f32(small(next())).to_le_bytes())),
+            ty => {
+                for c in data.chunks_mut(8) {
+                    let r = next().to_le_bytes();
+                    c.copy_from_slice(&r[..c.len()]);
+                }
+                // Byte offsets of each block's f16 scales (d, and the min where the type has one).
+                let scales: &[usize] = match ty {
+                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                    GgmlType::Q2_K => &[80, 82],
+                    GgmlType::Q3_K => &[108],
+                    GgmlType::Q6_K => &[208],
+                    _ => &[],
+                };
+                for block in data.chunks_exact_mut(ty.block_bytes()) {
+                    for (i, &o) in scales.iter().enumerate() {
+                        block[o..o + 2].copy_from_slice(&f16(if i == 0 { 0.01 } else { 0.001 }));
+                    }
+                }
+            }
+        }
+    }
+    Ok(bytes)
+}

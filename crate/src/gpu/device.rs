@@ -1,0 +1,261 @@
+//! The wgpu device: adapter choice, limits and features, and turning wgpu's error reporting
+//! (error scopes, the uncaptured-error handler, device loss, failed maps) into typed errors.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::{gpu_error, GpuOptions};
+use crate::error::{GpuFault, Result};
+
+/// Workgroup memory the kernels use at most (bytes): WebGPU's default limit.
+pub(crate) const NEEDED_WORKGROUP_STORAGE: u32 = 16384;
+/// Invocations per workgroup the kernels use at most: WebGPU's default limit.
+pub(crate) const NEEDED_INVOCATIONS: u32 = 256;
+/// Storage buffers one kernel binds at most.
+pub(crate) const NEEDED_STORAGE_BUFFERS: u32 = 6;
+
+/// What the adapter is, for logs and benchmark reports.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub max_storage_binding: u64,
+    pub timestamps: bool,
+}
+
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub summary: AdapterSummary,
+    /// Bytes one storage binding (and so one weight arena) may hold.
+    pub max_binding: u64,
+    pub timestamps: bool,
+    /// The first error reported outside an error scope, or the device's loss.
+    fault: Arc<Mutex<Option<(GpuFault, String)>>>,
+}
+
+impl Gpu {
+    pub async fn new(opts: &GpuOptions) -> Result<Gpu> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| gpu_error(GpuFault::NoAdapter, format!("no WebGPU adapter: {e}")))?;
+        let info = adapter.get_info();
+        if info.device_type == wgpu::DeviceType::Cpu && !opts.allow_software {
+            return Err(gpu_error(
+                GpuFault::NoAdapter,
+                format!("only a software adapter ({}), slower than the CPU kernels", info.name),
+            ));
+        }
+
+        let offered = adapter.limits();
+        let short = |what: &str, have: u64, need: u64| {
+            gpu_error(GpuFault::Limits, format!("{what} is {have}, the kernels need {need}"))
+        };
+        if offered.max_compute_workgroup_storage_size < NEEDED_WORKGROUP_STORAGE {
+            let have = offered.max_compute_workgroup_storage_size as u64;
+            return Err(short("max_compute_workgroup_storage_size", have, NEEDED_WORKGROUP_STORAGE as u64));
+        }
+        if offered.max_compute_invocations_per_workgroup < NEEDED_INVOCATIONS
+            || offered.max_compute_workgroup_size_x < NEEDED_INVOCATIONS
+        {
+            let have = offered.max_compute_invocations_per_workgroup.min(offered.max_compute_workgroup_size_x) as u64;
+            return Err(short("max_compute_invocations_per_workgroup", have, NEEDED_INVOCATIONS as u64));
+        }
+        if offered.max_storage_buffers_per_shader_stage < NEEDED_STORAGE_BUFFERS {
+            let have = offered.max_storage_buffers_per_shader_stage as u64;
+            return Err(short("max_storage_buffers_per_shader_stage", have, NEEDED_STORAGE_BUFFERS as u64));
+        }
+        // WebGPU's defaults, with the buffer sizes raised to what the adapter offers (big tensors,
+        // KV caches) and capped where the caller asks.
+        let mut limits = wgpu::Limits::default().or_worse_values_from(&offered);
+        let cap = opts.max_binding_bytes.unwrap_or(u64::MAX);
+        limits.max_storage_buffer_binding_size = offered.max_storage_buffer_binding_size.min(cap);
+        limits.max_buffer_size = offered.max_buffer_size;
+        let max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) & !3;
+
+        let timestamps = opts.timestamps && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let features = if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("ruvllm"),
+                required_features: features,
+                required_limits: limits,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| gpu_error(GpuFault::Limits, format!("request_device: {e}")))?;
+
+        let fault: Arc<Mutex<Option<(GpuFault, String)>>> = Arc::new(Mutex::new(None));
+        let f = fault.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let kind = match e {
+                wgpu::Error::OutOfMemory { .. } => GpuFault::OutOfMemory,
+                _ => GpuFault::DeviceLost,
+            };
+            record(&f, kind, e.to_string());
+        }));
+        let f = fault.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            record(&f, GpuFault::DeviceLost, format!("device lost ({reason:?}): {msg}"));
+        });
+
+        let summary = AdapterSummary {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info),
+            max_storage_binding: max_binding,
+            timestamps,
+        };
+        Ok(Gpu { device, queue, summary, max_binding, timestamps, fault })
+    }
+
+    /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.
+    pub fn check(&self) -> Result<()> {
+        match &*self.fault.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((kind, msg)) => Err(gpu_error(*kind, msg.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Run `f` (resource creation) under error scopes: out-of-memory becomes `OutOfMemory`, a
+    /// validation error becomes `on_invalid` (a shader error for pipelines, a limit for buffers).
+    pub async fn guarded<T>(&self, what: &str, on_invalid: GpuFault, f: impl FnOnce() -> T) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let invalid = invalid.pop().await;
+        let oom = oom.pop().await;
+        if let Some(e) = oom {
+            return Err(gpu_error(GpuFault::OutOfMemory, format!("{what}: {e}")));
+        }
+        if let Some(e) = invalid {
+            return Err(gpu_error(on_invalid, format!("{what}: {e}")));
+        }
+        self.check()?;
+        Ok(value)
+    }
+
+    /// A buffer of `size` bytes (rounded up to 4), checked against the binding limit.
+    pub async fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        let size = size.max(4).div_ceil(4) * 4;
+        if usage.contains(wgpu::BufferUsages::STORAGE) && size > self.max_binding {
+            return Err(gpu_error(
+                GpuFault::Limits,
+                format!("{label} needs {size} bytes in one binding; the device allows {}", self.max_binding),
+            ));
+        }
+        self.guarded(label, GpuFault::Limits, || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+        .await
+    }
+
+    /// A storage buffer holding `bytes` (padded to 4).
+    pub async fn buffer_with(&self, label: &str, bytes: &[u8], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        let buf = self.buffer(label, bytes.len() as u64, usage | wgpu::BufferUsages::COPY_DST).await?;
+        let whole = bytes.len() / 4 * 4;
+        self.queue.write_buffer(&buf, 0, &bytes[..whole]);
+        if whole < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.queue.write_buffer(&buf, whole as u64, &tail);
+        }
+        Ok(buf)
+    }
+
+    /// Wait for submitted work, then map `buf` (MAP_READ) and copy out its first `len` bytes.
+    pub async fn read(&self, buf: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
+        let done = Oneshot::new();
+        let signal = done.clone();
+        buf.map_async(wgpu::MapMode::Read, ..len, move |r| signal.set(r));
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| gpu_error(GpuFault::DeviceLost, format!("waiting for the GPU: {e}")))?;
+        let mapped = done.await;
+        self.check()?;
+        mapped.map_err(|e| gpu_error(GpuFault::DeviceLost, format!("reading back results: {e}")))?;
+        let bytes = buf
+            .get_mapped_range(..len)
+            .map(|view| view.to_vec())
+            .map_err(|e| gpu_error(GpuFault::DeviceLost, format!("reading back results: {e}")));
+        buf.unmap();
+        bytes
+    }
+
+    pub fn destroy(&self) {
+        self.device.destroy();
+    }
+}
+
+fn record(fault: &Mutex<Option<(GpuFault, String)>>, kind: GpuFault, msg: String) {
+    let mut f = fault.lock().unwrap_or_else(|p| p.into_inner());
+    if f.is_none() {
+        *f = Some((kind, msg));
+    }
+}
+
+/// A value set once by a wgpu callback, awaited by the caller.
+struct Oneshot<T>(Arc<Mutex<(Option<T>, Option<Waker>)>>);
+
+impl<T> Clone for Oneshot<T> {
+    fn clone(&self) -> Self {
+        Oneshot(self.0.clone())
+    }
+}
+
+impl<T> Oneshot<T> {
+    fn new() -> Self {
+        Oneshot(Arc::new(Mutex::new((None, None))))
+    }
+
+    fn set(&self, v: T) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = Some(v);
+        if let Some(w) = s.1.take() {
+            w.wake();
+        }
+    }
+}
+
+impl<T> Future for Oneshot<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match s.0.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Run a future to completion on this thread. Natively wgpu completes its futures during
+/// `device.poll`, which the async functions here call themselves, so this only spins briefly.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}

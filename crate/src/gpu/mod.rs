@@ -1,0 +1,182 @@
+//! The WebGPU backend (cargo feature `gpu`): the same forward pass as [`crate::model::forward`],
+//! as WGSL compute shaders (`wgsl/` at the repository root) run through wgpu: Vulkan, Metal or DX12
+//! natively, the browser's WebGPU on wasm32.
+//!
+//! - [`GpuModel`]: the device, the weights uploaded once in their GGUF blocks (packed into a few
+//!   storage buffers no larger than one binding; larger tensors are split by rows), and the compiled
+//!   pipelines, cached per kernel variant.
+//! - [`GpuSession`]: one conversation's buffers, allocated once: the f16 KV cache, activations for
+//!   `n_batch` tokens, and every dispatch's bind group. A forward call writes two small buffers and
+//!   submits one command buffer; greedy decoding reads back only the sampled id.
+//!
+//! [`Session`](crate::Session) chooses between this and the CPU with [`Backend`](crate::Backend);
+//! [`Engine`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
+
+#[cfg(feature = "gpu")]
+mod device;
+#[cfg(feature = "gpu")]
+mod model;
+#[cfg(feature = "gpu")]
+mod session;
+#[cfg(feature = "gpu")]
+mod shaders;
+#[cfg(all(test, feature = "gpu", not(target_arch = "wasm32")))]
+mod tests;
+
+#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+pub use device::block_on;
+#[cfg(feature = "gpu")]
+pub use device::AdapterSummary;
+#[cfg(feature = "gpu")]
+pub use model::GpuModel;
+#[cfg(feature = "gpu")]
+pub use session::{GpuSession, KernelTime, MAX_RUN_AHEAD};
+
+use std::sync::Arc;
+
+use crate::error::{Error, GpuFault, Result};
+use crate::model::Model;
+
+/// Where a session runs its forward passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// A hardware GPU when one with large enough limits exists, else the CPU. If the GPU fails
+    /// later (device lost), the session replays its tokens on the CPU and carries on.
+    Auto,
+    /// WebGPU only (any adapter, software ones included); failures are typed errors ([`Error::Gpu`]).
+    WebGpu,
+    /// The CPU kernels.
+    #[default]
+    Cpu,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Backend> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "webgpu" | "gpu" => Ok(Backend::WebGpu),
+            "cpu" => Ok(Backend::Cpu),
+            other => Err(Error::InvalidArgument(format!("backend '{other}' is not one of auto, webgpu, cpu"))),
+        }
+    }
+}
+
+/// Device choices, mostly for tests and benchmarks; the defaults suit normal use.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Accept a software adapter (lavapipe, SwiftShader). `Backend::Auto` does not: it would be
+    /// slower than the CPU kernels.
+    pub allow_software: bool,
+    /// Use at most this many bytes per storage binding (below the device's own limit), e.g. to
+    /// exercise tensor splitting or the too-small-limits path.
+    pub max_binding_bytes: Option<u64>,
+    /// Request TIMESTAMP_QUERY when offered, for per-kernel timings.
+    pub timestamps: bool,
+}
+
+pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {
+    Error::Gpu { kind, message: message.into() }
+}
+
+/// The GPU side of a [`Session`](crate::Session): what it needs, nothing more. Without the `gpu`
+/// feature it cannot be constructed.
+pub(crate) struct Engine {
+    #[cfg(feature = "gpu")]
+    session: GpuSession,
+    #[cfg(not(feature = "gpu"))]
+    never: std::convert::Infallible,
+}
+
+impl Engine {
+    /// The engine for `backend`: `Ok(None)` means "use the CPU" (backend `Cpu`, or `Auto` without a
+    /// usable GPU); under `WebGpu` every failure is an error.
+    /// `opts.allow_software` is implied by `WebGpu`.
+    pub(crate) fn open(
+        model: &Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+        opts: &GpuOptions,
+    ) -> Result<Option<Engine>> {
+        if backend == Backend::Cpu {
+            return Ok(None);
+        }
+        let opts = GpuOptions { allow_software: opts.allow_software || backend == Backend::WebGpu, ..opts.clone() };
+        match Engine::open_gpu(model, n_ctx, n_batch, &opts) {
+            Ok(engine) => Ok(Some(engine)),
+            Err(_) if backend == Backend::Auto => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(feature = "gpu")]
+impl Engine {
+    fn open_gpu(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<Engine> {
+        open_blocking(model, n_ctx, n_batch, opts).map(|session| Engine { session })
+    }
+
+    /// Run `tokens` at positions `pos0..` and put the logits in `out` (all rows or the last).
+    pub(crate) fn eval(&mut self, tokens: &[u32], pos0: usize, all_logits: bool, out: &mut Vec<f32>) -> Result<()> {
+        run_blocking(self.session.eval(tokens, pos0, all_logits, out))
+    }
+
+    /// Run `tokens` at positions `pos0..` and return the argmax of the last logits (read back alone).
+    pub(crate) fn eval_argmax(&mut self, tokens: &[u32], pos0: usize) -> Result<u32> {
+        run_blocking(self.session.eval_argmax(tokens, pos0))
+    }
+
+    pub(crate) fn kv_cache_bytes(&self) -> usize {
+        self.session.kv_cache_bytes()
+    }
+
+    /// Lose the device on purpose (tests of the fallback).
+    pub(crate) fn destroy_device(&self) {
+        self.session.model().destroy_device();
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+impl Engine {
+    fn open_gpu(_: &Arc<Model>, _: usize, _: usize, _: &GpuOptions) -> Result<Engine> {
+        Err(gpu_error(GpuFault::NoAdapter, "this build of ruvllm has no WebGPU backend (cargo feature `gpu`)"))
+    }
+
+    pub(crate) fn eval(&mut self, _: &[u32], _: usize, _: bool, _: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn eval_argmax(&mut self, _: &[u32], _: usize) -> Result<u32> {
+        match self.never {}
+    }
+
+    pub(crate) fn kv_cache_bytes(&self) -> usize {
+        match self.never {}
+    }
+}
+
+/// Natively the wgpu futures complete during `device.poll`, so a blocking session works. In the
+/// browser nothing may block: the synchronous `Session` API reports that, and callers use the async
+/// [`GpuModel`]/[`GpuSession`] API instead.
+#[cfg(feature = "gpu")]
+fn open_blocking(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<GpuSession> {
+    run_blocking(async {
+        let gm = Arc::new(GpuModel::new(model.clone(), opts).await?);
+        GpuSession::new(gm, n_ctx, n_batch).await
+    })
+}
+
+#[cfg(feature = "gpu")]
+fn run_blocking<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        drop(f);
+        Err(gpu_error(
+            GpuFault::NoAdapter,
+            "the synchronous Session cannot wait for WebGPU in the browser; use the async gpu::GpuSession API",
+        ))
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    block_on(f)
+}

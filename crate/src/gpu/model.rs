@@ -1,0 +1,258 @@
+//! A model on the GPU: the device, the weights uploaded once in their GGUF blocks, and the
+//! pipelines, compiled on first use and cached.
+//!
+//! Weights are packed into "arenas": storage buffers of at most one binding's size, filled in the
+//! order the forward pass reads them, so a layer's q/k/v (and gate/up) usually share an arena and
+//! one dispatch. A matrix larger than an arena is split by rows into several.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::device::Gpu;
+use super::shaders::{self, Kernel};
+use super::{gpu_error, AdapterSummary, GpuOptions};
+use crate::error::{GpuFault, Result};
+use crate::model::weights::MatrixRef;
+use crate::model::Model;
+use crate::quant::GgmlType;
+
+/// Rows `row0..row0 + rows` of a matrix, at byte `offset` of arena `arena`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Chunk {
+    pub arena: usize,
+    pub offset: u64,
+    pub row0: usize,
+    pub rows: usize,
+}
+
+/// Where a weight matrix lives on the GPU.
+#[derive(Clone, Debug)]
+pub(crate) struct MatLoc {
+    pub ty: GgmlType,
+    pub cols: usize,
+    pub chunks: Vec<Chunk>,
+}
+
+pub(crate) struct LayerLocs {
+    pub wq: MatLoc,
+    pub wk: MatLoc,
+    pub wv: MatLoc,
+    pub wo: MatLoc,
+    pub w_gate: MatLoc,
+    pub w_up: MatLoc,
+    pub w_down: MatLoc,
+    pub attn_norm: wgpu::Buffer,
+    pub ffn_norm: wgpu::Buffer,
+    /// q, k and v biases concatenated (qwen2), like the rows of the fused q/k/v output.
+    pub qkv_bias: Option<wgpu::Buffer>,
+}
+
+pub struct GpuModel {
+    pub(crate) gpu: Gpu,
+    pub(crate) model: Arc<Model>,
+    pub(crate) arenas: Vec<wgpu::Buffer>,
+    pub(crate) token_embd: MatLoc,
+    pub(crate) output: MatLoc,
+    pub(crate) layers: Vec<LayerLocs>,
+    pub(crate) output_norm: wgpu::Buffer,
+    header: String,
+    pipelines: Mutex<HashMap<Kernel, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl GpuModel {
+    /// Open a device and upload `model`'s weights. Errors: no adapter, limits too small, a tensor
+    /// type or shape the kernels do not handle, out of memory.
+    pub async fn new(model: Arc<Model>, opts: &GpuOptions) -> Result<GpuModel> {
+        check_supported(&model)?;
+        let gpu = Gpu::new(opts).await?;
+        let w = &model.weights;
+
+        // Plan the arenas: every matrix in the order the forward pass reads them.
+        let mut plan = ArenaPlan::new(gpu.max_binding);
+        let token_embd = plan.place(&w.token_embd)?;
+        let mut placed = Vec::new();
+        for lw in &w.layers {
+            let mut locs = Vec::with_capacity(7);
+            for m in [&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down] {
+                locs.push(plan.place(m)?);
+            }
+            placed.push(locs);
+        }
+        let tied = w.output.offset == w.token_embd.offset;
+        let output = if tied { token_embd.clone() } else { plan.place(&w.output)? };
+
+        // Upload: each arena is filled from the file's bytes in one write.
+        let file = model.file();
+        let mut arenas = Vec::with_capacity(plan.sizes.len());
+        for (a, &size) in plan.sizes.iter().enumerate() {
+            let mut bytes = vec![0u8; size as usize];
+            for (m, chunk) in plan.placed.iter().filter(|(_, c)| c.arena == a) {
+                let rb = m.row_bytes();
+                let src = &m.bytes(file)[chunk.row0 * rb..(chunk.row0 + chunk.rows) * rb];
+                bytes[chunk.offset as usize..chunk.offset as usize + src.len()].copy_from_slice(src);
+            }
+            arenas.push(gpu.buffer_with(&format!("weights {a}"), &bytes, wgpu::BufferUsages::STORAGE).await?);
+        }
+
+        let vector = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for (lw, locs) in w.layers.iter().zip(placed) {
+            let mut locs = locs.into_iter();
+            let mut next = || locs.next().expect("seven matrices were placed per layer");
+            let (wq, wk, wv, wo, w_gate, w_up, w_down) = (next(), next(), next(), next(), next(), next(), next());
+            let qkv_bias = match (&lw.bq, &lw.bk, &lw.bv) {
+                (None, None, None) => None,
+                (bq, bk, bv) => {
+                    let c = &model.config;
+                    let or_zero = |b: &Option<Vec<f32>>, n: usize| b.clone().unwrap_or_else(|| vec![0.0; n]);
+                    let all = [or_zero(bq, c.q_dim()), or_zero(bk, c.kv_dim()), or_zero(bv, c.kv_dim())].concat();
+                    Some(gpu.buffer_with("qkv bias", &vector(&all), wgpu::BufferUsages::STORAGE).await?)
+                }
+            };
+            layers.push(LayerLocs {
+                wq,
+                wk,
+                wv,
+                wo,
+                w_gate,
+                w_up,
+                w_down,
+                attn_norm: gpu.buffer_with("attn_norm", &vector(&lw.attn_norm), wgpu::BufferUsages::STORAGE).await?,
+                ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
+                qkv_bias,
+            });
+        }
+        let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
+        let header = shaders::model_header(&model.config);
+        Ok(GpuModel {
+            gpu,
+            model,
+            arenas,
+            token_embd,
+            output,
+            layers,
+            output_norm,
+            header,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.gpu.summary
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Bytes of weights on the GPU.
+    pub fn weight_bytes(&self) -> u64 {
+        self.arenas.iter().map(|a| a.size()).sum()
+    }
+
+    /// Number of weight arenas (storage buffers holding the matrices).
+    pub fn arena_count(&self) -> usize {
+        self.arenas.len()
+    }
+
+    /// Lose the device on purpose (tests of the CPU fallback).
+    pub fn destroy_device(&self) {
+        self.gpu.destroy();
+    }
+
+    /// The pipeline of `kernel`, compiled on first use.
+    pub(crate) async fn pipeline(&self, kernel: Kernel) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel) {
+            return Ok(p.clone());
+        }
+        let src = shaders::source(kernel, &self.header)
+            .ok_or_else(|| gpu_error(GpuFault::Unsupported, format!("no GPU kernel for {kernel:?}")))?;
+        let label = format!("{kernel:?}");
+        let device = &self.gpu.device;
+        let pipeline = self
+            .gpu
+            .guarded(&label, GpuFault::Shader, || {
+                let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(&label),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                });
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&label),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            })
+            .await?;
+        let pipeline = Arc::new(pipeline);
+        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(kernel, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// What the kernels assume about the model; anything else stays on the CPU.
+fn check_supported(model: &Model) -> Result<()> {
+    let c = &model.config;
+    let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
+    if !c.head_dim.is_multiple_of(16) || c.head_dim > 128 {
+        return unsupported(format!("head size {} (the GPU kernels take multiples of 16 up to 128)", c.head_dim));
+    }
+    if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
+        return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
+    }
+    let w = &model.weights;
+    let mut mats = vec![&w.token_embd, &w.output];
+    for lw in &w.layers {
+        mats.extend([&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down]);
+    }
+    for m in mats {
+        if shaders::dequant_source(m.ty).is_none() {
+            return unsupported(format!("tensor type {} has no GPU kernel", m.ty.name()));
+        }
+    }
+    Ok(())
+}
+
+/// Packing of matrices into arenas of at most `max` bytes (each matrix 4-byte aligned).
+struct ArenaPlan {
+    max: u64,
+    sizes: Vec<u64>,
+    placed: Vec<(MatrixRef, Chunk)>,
+}
+
+impl ArenaPlan {
+    fn new(max: u64) -> Self {
+        ArenaPlan { max, sizes: Vec::new(), placed: Vec::new() }
+    }
+
+    fn place(&mut self, m: &MatrixRef) -> Result<MatLoc> {
+        let rb = m.row_bytes() as u64;
+        if rb > self.max {
+            return Err(gpu_error(
+                GpuFault::Limits,
+                format!("a weight row of {rb} bytes does not fit in one storage binding of {} bytes", self.max),
+            ));
+        }
+        let rows_per_arena = (self.max / rb) as usize;
+        let mut chunks = Vec::new();
+        let mut row0 = 0;
+        while row0 < m.rows {
+            let rows = (m.rows - row0).min(rows_per_arena);
+            let bytes = rows as u64 * rb;
+            let fits = self.sizes.last().is_some_and(|&used| used + bytes <= self.max);
+            if !fits {
+                self.sizes.push(0);
+            }
+            let arena = self.sizes.len() - 1;
+            let offset = self.sizes[arena];
+            self.sizes[arena] = (offset + bytes).div_ceil(4) * 4;
+            let chunk = Chunk { arena, offset, row0, rows };
+            self.placed.push((*m, chunk));
+            chunks.push(chunk);
+            row0 += rows;
+        }
+        Ok(MatLoc { ty: m.ty, cols: m.cols, chunks })
+    }
+}

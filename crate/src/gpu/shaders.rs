@@ -1,0 +1,177 @@
+//! WGSL sources (the files in `wgsl/`) and how a kernel variant's module is put together:
+//! a generated header with the model's shape and the variant's constants, then the shared
+//! declarations, then the pieces the kernel uses, then the kernel itself.
+
+use crate::model::config::Config;
+use crate::quant::GgmlType;
+
+macro_rules! wgsl {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/", $name))
+    };
+}
+
+const COMMON: &str = wgsl!("common.wgsl");
+const WEIGHTS: &str = wgsl!("weights.wgsl");
+const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
+const MAT_COMMON: &str = wgsl!("mat_common.wgsl");
+const BIAS: &str = wgsl!("bias.wgsl");
+const NO_BIAS: &str = wgsl!("no_bias.wgsl");
+const IN_NORM: &str = wgsl!("in_norm.wgsl");
+const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
+const IN_ATTN: &str = wgsl!("in_attn.wgsl");
+const MATVEC: &str = wgsl!("matvec.wgsl");
+const MATMUL: &str = wgsl!("matmul.wgsl");
+const EMBED: &str = wgsl!("embed.wgsl");
+const ROPE: &str = wgsl!("rope.wgsl");
+const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
+const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
+const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
+const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
+const SWIGLU: &str = wgsl!("swiglu.wgsl");
+const ARGMAX: &str = wgsl!("argmax.wgsl");
+
+/// The `dequant8` of a weight type, or `None` when the GPU kernels do not read it.
+pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::F32 => wgsl!("quant/f32.wgsl"),
+        GgmlType::F16 => wgsl!("quant/f16.wgsl"),
+        GgmlType::BF16 => wgsl!("quant/bf16.wgsl"),
+        GgmlType::Q4_0 => wgsl!("quant/q4_0.wgsl"),
+        GgmlType::Q4_1 => wgsl!("quant/q4_1.wgsl"),
+        GgmlType::Q5_0 => wgsl!("quant/q5_0.wgsl"),
+        GgmlType::Q5_1 => wgsl!("quant/q5_1.wgsl"),
+        GgmlType::Q8_0 => wgsl!("quant/q8_0.wgsl"),
+        GgmlType::Q4_K => wgsl!("quant/q4_k.wgsl"),
+        GgmlType::Q5_K => wgsl!("quant/q5_k.wgsl"),
+        GgmlType::Q6_K => wgsl!("quant/q6_k.wgsl"),
+        GgmlType::Q2_K | GgmlType::Q3_K => return None,
+    })
+}
+
+/// What a matrix kernel does with its results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum OutMode {
+    Store = 0,
+    /// Add to the output (the residual stream).
+    Add = 1,
+    /// `silu(gate) * up` of segment 0 and 1 (matvec only).
+    Swiglu = 2,
+}
+
+/// Where a matvec's input vector comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Input {
+    /// RMSNorm of the last token's row, times a norm weight.
+    Norm,
+    /// The last token's row as is.
+    Plain,
+    /// The merge of decode attention's per-chunk partials.
+    Attn,
+}
+
+/// One compiled pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Matvec { ty: GgmlType, input: Input, mode: OutMode, bias: bool },
+    Matmul { ty: GgmlType, mode: OutMode, bias: bool },
+    Embed { ty: GgmlType },
+    RopeStore,
+    AttnDecode,
+    AttnPrefill,
+    RmsNorm,
+    Swiglu,
+    Argmax,
+}
+
+/// Prefill attention tile: `BQ` queries by `BK` keys, sized so that the query and key tiles fit in
+/// the default 16 KiB of workgroup memory.
+pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {
+    let bk = 16;
+    let bq = if head_dim <= 64 { 16 } else { 8 };
+    (bq, bk)
+}
+
+/// The model-shape constants every kernel of this model sees.
+pub(crate) fn model_header(c: &Config) -> String {
+    let (bq, bk) = attn_tiles(c.head_dim);
+    format!(
+        "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
+         const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
+         const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n",
+        c.d_model,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        c.q_dim(),
+        c.kv_dim(),
+        c.ffn_dim,
+        c.vocab_size,
+        c.rope_dims,
+        c.rope_neox,
+        c.rms_eps,
+    )
+}
+
+/// The whole WGSL module of `kernel` (entry point `main`). `None` for a weight type without a
+/// GPU `dequant8`.
+pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
+    let mut parts: Vec<&str> = vec![header, COMMON];
+    let mode_line;
+    let weights = |parts: &mut Vec<&str>, ty: GgmlType| -> Option<()> {
+        parts.push(WEIGHTS);
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+            parts.push(K_SCALES);
+        }
+        parts.push(dequant_source(ty)?);
+        Some(())
+    };
+    match kernel {
+        Kernel::Matvec { ty, input, mode, bias } => {
+            mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
+            parts.push(&mode_line);
+            weights(&mut parts, ty)?;
+            parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);
+            parts.push(match input {
+                Input::Norm => IN_NORM,
+                Input::Plain => IN_PLAIN,
+                Input::Attn => IN_ATTN,
+            });
+            parts.push(MATVEC);
+        }
+        Kernel::Matmul { ty, mode, bias } => {
+            mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
+            parts.push(&mode_line);
+            weights(&mut parts, ty)?;
+            parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }, MATMUL]);
+        }
+        Kernel::Embed { ty } => {
+            weights(&mut parts, ty)?;
+            parts.push(EMBED);
+        }
+        Kernel::RopeStore => parts.extend([ROPE, ROPE_STORE]),
+        Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
+        Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
+        Kernel::RmsNorm => parts.push(RMSNORM),
+        Kernel::Swiglu => parts.push(SWIGLU),
+        Kernel::Argmax => parts.push(ARGMAX),
+    }
+    Some(parts.join("\n"))
+}
+
+/// The bindings (group 0) each kernel's bind group provides, in the order the session passes them.
+pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
+    match kernel {
+        Kernel::Matvec { input: Input::Norm, bias: true, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { input: Input::Norm, bias: false, .. } => &[0, 1, 2, 3, 5, 6],
+        Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
+        Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
+        Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
+        Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
+        Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
+        Kernel::RmsNorm => &[3, 5, 6],
+        Kernel::Swiglu => &[2, 3, 5],
+        Kernel::Argmax => &[2, 3, 4, 5],
+    }
+}

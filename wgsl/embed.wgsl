@@ -1,0 +1,34 @@
+// Embedding lookup: x[t] = token_embd[tokens[t]], dequantized from its GGUF blocks. One op per row
+// chunk of the table (a table larger than one storage binding is split); ids outside the chunk are
+// left to the other ops. One invocation per 8 values.
+
+struct EmbedParams {
+    offset: u32, // byte offset of the chunk's first row in W
+    row0: u32,   // first and one-past-last token id of the chunk
+    row1: u32,
+    cols: u32,
+}
+
+@group(0) @binding(1) var<uniform> ep: EmbedParams;
+@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;
+@group(0) @binding(5) var<storage, read> tokens: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let g = gid.x * 8u;
+    if (t >= step.n || g >= ep.cols) {
+        return;
+    }
+    let id = tokens[t];
+    if (id < ep.row0 || id >= ep.row1) {
+        return;
+    }
+    let d = dequant8(ep.offset + (id - ep.row0) * (ep.cols / QK * BLOCK_BYTES), g);
+    let b = t * ep.cols + g;
+    for (var e = 0u; e < 4u; e++) {
+        x[b + e] = d.lo[e];
+        x[b + 4u + e] = d.hi[e];
+    }
+}

@@ -1,0 +1,19 @@
+// Q5_0: 32 values in 22 bytes: f16 d, 32 high bits (bit j of value j), 16 bytes of low nibbles
+// (as Q4_0). x = (q - 16) * d with q = nibble | high bit << 4.
+const QK: u32 = 32u;
+const BLOCK_BYTES: u32 = 22u;
+
+fn high4(qh: u32, j: u32) -> vec4<u32> {
+    return ((vec4<u32>(qh) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(j))) & vec4<u32>(1u)) << vec4<u32>(4u);
+}
+
+fn dequant8(row: u32, i: u32) -> Deq8 {
+    let b = row + (i / 32u) * 22u;
+    let j = i % 32u;
+    let d = w_f16(b);
+    let qh = w_u32(b + 2u);
+    let q = b + 6u + (j % 16u);
+    let shift = (j / 16u) * 4u;
+    return Deq8((vec4<f32>(nibbles4(w_u32(q), shift) | high4(qh, j)) - 16.0) * d,
+                (vec4<f32>(nibbles4(w_u32(q + 4u), shift) | high4(qh, j + 4u)) - 16.0) * d);
+}

@@ -1,0 +1,36 @@
+// RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
+// decode does this inside attn_decode). Prepended: rope.wgsl. One invocation per pair of adjacent
+// output values: q pairs, then k pairs, then v pairs.
+
+@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> q_rot: array<f32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let p = gid.x;
+    if (t >= step.n || p >= QKV / 2u) {
+        return;
+    }
+    let pos = step.pos0 + t;
+    let row = t * QKV;
+    if (p < Q_DIM / 2u) {
+        let e = 2u * p;
+        let base = row + (e / HEAD_DIM) * HEAD_DIM;
+        let d = e % HEAD_DIM;
+        q_rot[t * Q_DIM + e] = rotated(base, d, pos);
+        q_rot[t * Q_DIM + e + 1u] = rotated(base, d + 1u, pos);
+    } else if (p < (Q_DIM + KV_DIM) / 2u) {
+        let e = 2u * p - Q_DIM;
+        let base = row + Q_DIM + (e / HEAD_DIM) * HEAD_DIM;
+        let d = e % HEAD_DIM;
+        let kv = vec2<f32>(rotated(base, d, pos), rotated(base, d + 1u, pos));
+        k_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(kv);
+    } else {
+        let e = 2u * p - Q_DIM - KV_DIM;
+        let b = row + Q_DIM + KV_DIM + e;
+        v_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(vec2<f32>(qkv[b], qkv[b + 1u]));
+    }
+}
