@@ -19,6 +19,7 @@ cargo test --locked --target wasm32-unknown-unknown -p ruvllm
 
 echo "== aarch64 (NEON) compile check"
 cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm
+
 echo "== npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh
 (cd npm && npm run build)
