@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build() {
   cargo bench --locked -p ruvllm --features gpu --bench gpu_bench --no-run 2>&1 \
-    | tee /dev/stderr | grep -o 'target/release/deps/gpu_bench-[0-9a-f]*' | tail -1
+    | tee /dev/stderr | grep -o '[^ (]*/release/deps/gpu_bench-[0-9a-f]*' | tail -1
 }
 case "${1:-}" in
   prepare)
@@ -25,15 +25,14 @@ case "${1:-}" in
     o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64-lists'
     mkdir -p /tmp/amd64-lists/partial
     # shellcheck disable=SC2086
-    apt-get $o update >&2 && (cd "$dir" && apt-get $o download libvulkan1 >&2)
+    apt-get $o update >&2 && (cd "$dir" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >&2)
     ls -la "$dir" >&2
     ;;
   device)
     dir="${2:?usage: $0 device DIR}"
-    if ! ldconfig -p | grep -q libvulkan.so.1; then
-      for f in "$dir"/*.deb; do dpkg -x "$f" /; done
-      ldconfig
-    fi
+    # The Vulkan loader and the GL/EGL dispatch libraries NVIDIA's Vulkan ICD links against.
+    for f in "$dir"/*.deb; do dpkg -x "$f" /; done
+    ldconfig
     icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; fi
     shift 2
