@@ -166,3 +166,37 @@ mod timing {
         }
     }
 }
+
+/// The same on wasm32, in Node (best of 5, ms clock):
+/// `cargo test --release --target wasm32-unknown-unknown -p ruvllm --lib wasm_matmul_timing -- --include-ignored --nocapture`
+#[cfg(all(test, target_arch = "wasm32"))]
+mod wasm_timing {
+    use super::*;
+    use crate::quant::{quantize_row, GgmlType};
+
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    #[ignore = "timing, not a check"]
+    fn wasm_matmul_timing() {
+        for (ty, rows, cols, n) in
+            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
+        {
+            let x: Vec<f32> = (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut file = vec![0u8; ty.row_bytes(rows * cols)];
+            quantize_row(ty, &x[..rows * cols], &mut file);
+            let w = MatrixRef { ty, rows, cols, offset: 0 };
+            let mut acts = Activations::new();
+            acts.quantize(ty.act_kind(), &x[..n * cols], n);
+            let mut out = vec![0f32; n * rows];
+            let reps = if n == 1 && rows < 10000 { 200 } else { 10 };
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = js_sys::Date::now();
+                for _ in 0..reps {
+                    matmul(&w, &file, &acts, &mut out);
+                }
+                best = best.min((js_sys::Date::now() - t) * 1e6 / (reps * rows * n) as f64);
+            }
+            wasm_bindgen_test::console_log!("{ty:?} {rows}x{cols} x {n}: {best:.1} ns/dot");
+        }
+    }
+}

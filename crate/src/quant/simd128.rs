@@ -205,8 +205,8 @@ pub fn q4_1_q8_1_rows<const A: usize>(
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); A];
         let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
-        for (i, x) in w.iter().enumerate() {
-            let (q, [dm]) = (nibbles_wide(&x.qs), leading_pairs([x]));
+        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
+            let q = nibbles_wide(&x.qs);
             for j in 0..A {
                 // SAFETY: i < row_blocks <= the row's length (check_rows).
                 let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
@@ -215,6 +215,16 @@ pub fn q4_1_q8_1_rows<const A: usize>(
                 acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot_wide(&q, &load_wide(y))));
                 mins[j] = f32x4_add(mins[j], scales);
             }
+        };
+        // Two blocks at a time, to convert their four f16 scales in one vector.
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], dm0);
+            block(2 * i + 1, &x[1], dm1);
+        }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
         }
         *out = std::array::from_fn(|j| hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]));
     }
@@ -231,15 +241,24 @@ pub fn q8_0_q8_0_rows<const A: usize>(
     check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); A];
-        for (i, x) in w.iter().enumerate() {
-            let (q, [d]) = (widen(load32(&x.qs)), leading_pairs([x])); // lane 0 of d is `d`
+        let mut block = |i: usize, x: &BlockQ8_0, d: v128| {
+            let q = widen(load32(&x.qs));
             for j in 0..A {
                 // SAFETY: i < row_blocks <= the row's length (check_rows).
                 let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
-                let scale = f32x4_mul(d, ys);
+                let scale = f32x4_mul(d, ys); // lane 0: d * d
                 let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
                 acc[j] = f32x4_add(acc[j], f32x4_mul(scale, dot_wide(&q, &load_wide(y))));
             }
+        };
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [d0, d1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], d0);
+            block(2 * i + 1, &x[1], d1);
+        }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
         }
         *out = std::array::from_fn(|j| hsum(acc[j]));
     }
