@@ -2,15 +2,17 @@
 //!
 //! Work is split over weight rows, so each weight row is read from memory once per call and dotted
 //! with every activation row while it is in cache (decode has one activation row; prefill many).
-//! The dots go through tile kernels (W weight rows × A activation rows at once, see
-//! [`crate::quant::dot_tile`]): 1 × 4 for batches of activation rows, 4 × 1 for the rest (decode).
-//! Every output is computed the same way whatever the tile, so results depend neither on the batch
-//! size nor on the number of threads.
+//! The dots go through row kernels ([`crate::quant::dot_rows`]) that take a task's weight rows at once
+//! (no dispatch per row) with four activation rows (batches) or one (the rest, and decode). Every
+//! output is computed the same way either way, so results depend neither on the batch size nor on
+//! the number of threads.
 
 use crate::kernels::parallel::{chunk_size, for_each_chunk, SharedMut};
 use crate::model::weights::MatrixRef;
-use crate::quant::{dot_tile, vec_dot, Activations, GgmlType};
+use crate::quant::{dot_rows, vec_dot, Activations};
 
+/// Most weight rows per parallel task.
+const MAX_ROWS_PER_TASK: usize = 64;
 
 /// `out[t * w.rows + r] = dot(W[r], acts[t])` for every activation row `t`.
 /// `acts` must have been quantized for `w.ty.act_kind()` with `w.cols` columns.
@@ -21,52 +23,44 @@ pub fn matmul(w: &MatrixRef, file: &[u8], acts: &Activations, out: &mut [f32]) {
     assert_eq!(out.len(), n * w.rows);
     let bytes = w.bytes(file);
     let row_bytes = w.row_bytes();
-    let row = |r: usize| &bytes[r * row_bytes..(r + 1) * row_bytes];
     let out_ptr = SharedMut::new(out);
-    // Weight rows per task: a multiple of 4 (the tiles' weight rows), 16 to 64.
-    for_each_chunk(w.rows, chunk_size(w.rows, 16, 64, 4), |rows| {
+    for_each_chunk(w.rows, chunk_size(w.rows, 16, MAX_ROWS_PER_TASK, 1), |rows| {
+        let wr = &bytes[rows.start * row_bytes..rows.end * row_bytes];
         // SAFETY: each task owns a distinct range of weight rows r, so indices t * w.rows + r are disjoint.
         let put = |t: usize, r: usize, v: f32| unsafe { out_ptr.write(t * w.rows + r, v) };
         // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
         let mut t = 0;
+        let mut four = [[0f32; 4]; MAX_ROWS_PER_TASK];
         while t + 4 <= n {
-            for r in rows.clone() {
-                let [dots] = tile(w.ty, [row(r)], acts, [t, t + 1, t + 2, t + 3]);
-                dots.into_iter().enumerate().for_each(|(j, v)| put(t + j, r, v));
+            let four = &mut four[..rows.len()];
+            dots(w, wr, acts, [t, t + 1, t + 2, t + 3], four);
+            for (r, dots) in rows.clone().zip(four.iter()) {
+                dots.iter().enumerate().for_each(|(j, &v)| put(t + j, r, v));
             }
             t += 4;
         }
-        // The remaining activation rows one at a time, against four weight rows at once.
+        let mut one = [[0f32; 1]; MAX_ROWS_PER_TASK];
         for t in t..n {
-            let mut r = rows.start;
-            while r + 4 <= rows.end {
-                let dots = tile(w.ty, [row(r), row(r + 1), row(r + 2), row(r + 3)], acts, [t]);
-                dots.into_iter().enumerate().for_each(|(k, [v])| put(t, r + k, v));
-                r += 4;
-            }
-            for r in r..rows.end {
-                put(t, r, tile(w.ty, [row(r)], acts, [t])[0][0]);
-            }
+            let one = &mut one[..rows.len()];
+            dots(w, wr, acts, [t], one);
+            rows.clone().zip(one.iter()).for_each(|(r, &[v])| put(t, r, v));
         }
     });
 }
 
-/// The tile kernel, or `vec_dot` output by output for types without one.
-#[inline]
-fn tile<const W: usize, const A: usize>(
-    ty: GgmlType,
-    w: [&[u8]; W],
-    acts: &Activations,
-    a_rows: [usize; A],
-) -> [[f32; A]; W] {
-    dot_tile(ty, w, acts, a_rows)
-        .unwrap_or_else(|| w.map(|w| a_rows.map(|t| vec_dot(ty, w, acts.row(t)))))
+/// The row kernel, or `vec_dot` output by output for types without one.
+fn dots<const A: usize>(w: &MatrixRef, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
+    if !dot_rows(w.ty, rows, w.cols, acts, a_rows, out) {
+        for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
+            *o = a_rows.map(|t| vec_dot(w.ty, wr, acts.row(t)));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{dequantize_row, quantize_row, vec_dot_ref};
+    use crate::quant::{dequantize_row, quantize_row, vec_dot_ref, GgmlType};
 
     /// Values in -1..1 from a fixed sequence, with an occasional outlier.
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -133,7 +127,7 @@ mod timing {
     use std::time::Instant;
 
     use super::*;
-    use crate::quant::quantize_row;
+    use crate::quant::{quantize_row, GgmlType};
 
     fn best_ns(mut f: impl FnMut()) -> f64 {
         (0..30)
@@ -149,7 +143,7 @@ mod timing {
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
         for (ty, rows, cols, n) in
-            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 8192, 576, 1)]
+            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
         {
             let x: Vec<f32> = (0..rows.max(n) * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut file = vec![0u8; ty.row_bytes(rows * cols)];
@@ -169,6 +163,40 @@ mod timing {
             });
             let per = |ns: f64| ns / (rows * n) as f64;
             println!("{ty:?} {rows}x{cols}, {n} rows: matmul {:.1} ns/dot, plain vec_dot {:.1} ns/dot", per(fast), per(plain));
+        }
+    }
+}
+
+/// The same on wasm32, in Node (best of 5, ms clock):
+/// `cargo test --release --target wasm32-unknown-unknown -p ruvllm --lib wasm_matmul_timing -- --include-ignored --nocapture`
+#[cfg(all(test, target_arch = "wasm32"))]
+mod wasm_timing {
+    use super::*;
+    use crate::quant::{quantize_row, GgmlType};
+
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    #[ignore = "timing, not a check"]
+    fn wasm_matmul_timing() {
+        for (ty, rows, cols, n) in
+            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
+        {
+            let x: Vec<f32> = (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut file = vec![0u8; ty.row_bytes(rows * cols)];
+            quantize_row(ty, &x[..rows * cols], &mut file);
+            let w = MatrixRef { ty, rows, cols, offset: 0 };
+            let mut acts = Activations::new();
+            acts.quantize(ty.act_kind(), &x[..n * cols], n);
+            let mut out = vec![0f32; n * rows];
+            let reps = if n == 1 && rows < 10000 { 200 } else { 10 };
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = js_sys::Date::now();
+                for _ in 0..reps {
+                    matmul(&w, &file, &acts, &mut out);
+                }
+                best = best.min((js_sys::Date::now() - t) * 1e6 / (reps * rows * n) as f64);
+            }
+            wasm_bindgen_test::console_log!("{ty:?} {rows}x{cols} x {n}: {best:.1} ns/dot");
         }
     }
 }

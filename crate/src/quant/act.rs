@@ -129,6 +129,10 @@ pub struct Activations {
     q8k: Vec<BlockQ8K>,
     /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile kernels.
     scales: Vec<[f32; 2]>,
+    /// Per Q8_0/Q8_1 block on wasm32: the quants widened to i16 once, since simd128 multiplies i16 pairs
+    /// and widening is several instructions there (the tile kernels would redo it for every weight row).
+    #[cfg(target_arch = "wasm32")]
+    wide: Vec<[i16; QK8]>,
 }
 
 impl Activations {
@@ -153,12 +157,22 @@ impl Activations {
                 quantize_q8_0(x, &mut self.q8_0);
                 self.scales.clear();
                 self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
+                #[cfg(target_arch = "wasm32")]
+                {
+                    self.wide.clear();
+                    self.wide.extend(self.q8_0.iter().map(|b| b.qs.map(i16::from)));
+                }
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
                 quantize_q8_1(x, &mut self.q8_1);
                 self.scales.clear();
                 self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
+                #[cfg(target_arch = "wasm32")]
+                {
+                    self.wide.clear();
+                    self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
+                }
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
@@ -184,6 +198,14 @@ impl Activations {
         assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
         let per = self.scales.len() / self.rows;
         &self.scales[r * per..(r + 1) * per]
+    }
+
+    /// Row `r`'s Q8_0/Q8_1 quants widened to i16 (wasm32).
+    #[cfg(target_arch = "wasm32")]
+    pub fn row_wide(&self, r: usize) -> &[[i16; QK8]] {
+        assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
+        let per = self.wide.len() / self.rows;
+        &self.wide[r * per..(r + 1) * per]
     }
 
     /// Row `r` as a view for `vec_dot`.

@@ -171,10 +171,12 @@ unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
     _mm_castpd_ps(_mm_load_sd((s as *const [f32; 2]).cast()))
 }
 
-/// Checks a tile's activation rows against the weight rows' block count `n`.
+/// Checks the row kernels' arguments: `w` holds `rows` whole rows of `row_blocks`, the activation rows have
+/// at least `row_blocks` blocks and scales.
 #[inline]
-fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
-    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
+    assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks), "activation rows too short");
 }
 
 /// `u[i] * s[i]` summed in groups of four bytes into 8 i32 lanes, with AVX512-VNNI's `vpdpbusd` (one
@@ -185,7 +187,7 @@ unsafe fn dot_us8_vnni(u: __m256i, s: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s))
 }
 
-/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for the `*_tile_vnni` kernels.
+/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for the `*_rows_vnni` kernels.
 pub fn has_vnni() -> bool {
     static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DETECTED.get_or_init(|| {
@@ -195,73 +197,94 @@ pub fn has_vnni() -> bool {
     })
 }
 
-/// The tile kernels, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
+/// The row kernels, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
 /// compute the same integer sums and then the same float operations, so their results are identical.
-macro_rules! tile_kernels {
+///
+/// They dot every weight row in `w` (rows of `row_blocks` blocks) with `A` activation rows, into
+/// `out[row][j]`: each weight block is unpacked once for the `A` rows. Every output has its own two
+/// accumulators, for even and odd blocks (as [`two_accumulators!`], so one block's FMA does not wait for
+/// the previous one's), and sees the same float operations whatever `A`: results do not depend on it.
+/// `a_scales[j][i]` is activation row `j`'s block `i` `(d, s)` as f32 (`s` unused for Q8_0).
+macro_rules! row_kernels {
     ($features:literal, $dot_us8:ident, $q4_1:ident, $q8_0:ident) => {
-        /// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
-        /// block is unpacked once for the `A` rows, each activation block loaded once for the `W` rows.
-        /// Every output has its own accumulators and sees the same float operations in block order, so
-        /// the result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)`.
+        /// Q4_1 weight rows · Q8_1 activation rows.
         #[target_feature(enable = $features)]
-        pub unsafe fn $q4_1<const W: usize, const A: usize>(
-            w: [&[BlockQ4_1]; W],
+        pub unsafe fn $q4_1<const A: usize>(
+            w: &[BlockQ4_1],
+            row_blocks: usize,
             a: [&[BlockQ8_1]; A],
             a_scales: [&[[f32; 2]]; A],
-        ) -> [[f32; A]; W] {
-            let n = w[0].len();
-            check_tile(n, &a, &a_scales);
-            let mut acc = [[_mm256_setzero_ps(); A]; W];
-            let mut mins = [[_mm_setzero_ps(); A]; W]; // lane 1 sums the blocks' `m * s` terms
-            for i in 0..n {
-                let x = w.map(|w| w.get_unchecked(i));
-                let q = x.map(|x| nibbles(&x.qs));
-                let dm = x.map(|x| leading_f16_pair(x));
-                for j in 0..A {
-                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
-                    for k in 0..W {
-                        let scales = _mm_mul_ps(dm[k], ys); // [d * d, m * s]
-                        mins[k][j] = _mm_add_ps(mins[k][j], scales);
-                        acc[k][j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), $dot_us8(q[k], yq), acc[k][j]);
+            out: &mut [[f32; A]],
+        ) {
+            check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+                let mut acc = [[_mm256_setzero_ps(); 2]; A];
+                let mut mins = [_mm_setzero_ps(); A]; // lane 1 sums the blocks' `m * s` terms
+                let mut block = |i: usize, p: usize| {
+                    let x = w.get_unchecked(i);
+                    let (q, dm) = (nibbles(&x.qs), leading_f16_pair(x));
+                    for j in 0..A {
+                        let ys = scale_pair(a_scales[j].get_unchecked(i));
+                        let scales = _mm_mul_ps(dm, ys); // [d * d, m * s]
+                        mins[j] = _mm_add_ps(mins[j], scales);
+                        let sums = $dot_us8(q, load32(&a[j].get_unchecked(i).qs));
+                        acc[j][p] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), sums, acc[j][p]);
                     }
+                };
+                for i in (0..row_blocks / 2).map(|i| 2 * i) {
+                    block(i, 0);
+                    block(i + 1, 1);
                 }
+                if row_blocks % 2 == 1 {
+                    block(row_blocks - 1, 0);
+                }
+                *out = std::array::from_fn(|j| {
+                    hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(_mm_movehdup_ps(mins[j]))
+                });
             }
-            std::array::from_fn(|k| {
-                std::array::from_fn(|j| hsum(acc[k][j]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[k][j])))
-            })
         }
 
-        /// Q8_0 weights · Q8_0 activations for a tile, as the Q4_1 one (`a_scales[j][i][0]` is `d`).
+        /// Q8_0 weight rows · Q8_0 activation rows.
         #[target_feature(enable = $features)]
-        pub unsafe fn $q8_0<const W: usize, const A: usize>(
-            w: [&[BlockQ8_0]; W],
+        pub unsafe fn $q8_0<const A: usize>(
+            w: &[BlockQ8_0],
+            row_blocks: usize,
             a: [&[BlockQ8_0]; A],
             a_scales: [&[[f32; 2]]; A],
-        ) -> [[f32; A]; W] {
-            let n = w[0].len();
-            check_tile(n, &a, &a_scales);
-            let mut acc = [[_mm256_setzero_ps(); A]; W];
-            for i in 0..n {
-                let x = w.map(|w| w.get_unchecked(i));
-                let qx = x.map(|x| load32(&x.qs));
-                // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
-                let abs_x = qx.map(|q| _mm256_sign_epi8(q, q));
-                let dx = x.map(|x| _mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(x.d) as i32)));
-                for j in 0..A {
-                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
-                    for k in 0..W {
-                        let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx[k], ys));
-                        acc[k][j] = _mm256_fmadd_ps(scale, $dot_us8(abs_x[k], _mm256_sign_epi8(yq, qx[k])), acc[k][j]);
+            out: &mut [[f32; A]],
+        ) {
+            check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+                let mut acc = [[_mm256_setzero_ps(); 2]; A];
+                let mut block = |i: usize, p: usize| {
+                    let x = w.get_unchecked(i);
+                    let qx = load32(&x.qs);
+                    // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
+                    let abs_x = _mm256_sign_epi8(qx, qx);
+                    // `d` in every lane: with one lane set, the compiler may insert 16 bits into whatever
+                    // register it likes (an accumulator, say), chaining each block behind the previous FMA.
+                    let dx = _mm_cvtph_ps(_mm_set1_epi16(u16::from_le_bytes(x.d) as i16));
+                    for j in 0..A {
+                        let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx, scale_pair(a_scales[j].get_unchecked(i))));
+                        let sums = $dot_us8(abs_x, _mm256_sign_epi8(load32(&a[j].get_unchecked(i).qs), qx));
+                        acc[j][p] = _mm256_fmadd_ps(scale, sums, acc[j][p]);
                     }
+                };
+                for i in (0..row_blocks / 2).map(|i| 2 * i) {
+                    block(i, 0);
+                    block(i + 1, 1);
                 }
+                if row_blocks % 2 == 1 {
+                    block(row_blocks - 1, 0);
+                }
+                *out = std::array::from_fn(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])));
             }
-            std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
         }
     };
 }
 
-tile_kernels!("avx2,fma,f16c", dot_us8, q4_1_q8_1_tile, q8_0_q8_0_tile);
-tile_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, q4_1_q8_1_tile_vnni, q8_0_q8_0_tile_vnni);
+row_kernels!("avx2,fma,f16c", dot_us8, q4_1_q8_1_rows, q8_0_q8_0_rows);
+row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, q4_1_q8_1_rows_vnni, q8_0_q8_0_rows_vnni);
 
 /// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
 /// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
@@ -317,7 +340,7 @@ mod tests {
     use crate::quant::{ActKind, Activations, QuantBlock};
 
     #[test]
-    fn vnni_tiles_equal_avx2_tiles() {
+    fn vnni_kernels_equal_avx2_kernels() {
         if !(crate::quant::has_avx2() && has_vnni()) {
             return; // nothing to compare on this CPU
         }
@@ -331,16 +354,19 @@ mod tests {
         let mut q80 = Activations::new();
         q81.quantize(ActKind::Q8_1, a, 2);
         q80.quantize(ActKind::Q8_0, a, 2);
-        let (w41, w80) = ([&w41[..10], &w41[10..]], [&w80[..10], &w80[10..]]);
+        let (mut plain, mut vnni) = ([[0f32; 2]; 2], [[0f32; 2]; 2]);
+        let bits = |o: [[f32; 2]; 2]| o.map(|r| r.map(f32::to_bits));
         unsafe {
             let rows = [q81.row(0).blocks(), q81.row(1).blocks()];
             let scales = [q81.row_scales(0), q81.row_scales(1)];
-            let (plain, vnni) = (q4_1_q8_1_tile(w41, rows, scales), q4_1_q8_1_tile_vnni(w41, rows, scales));
-            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q4_1");
+            q4_1_q8_1_rows(&w41, 10, rows, scales, &mut plain);
+            q4_1_q8_1_rows_vnni(&w41, 10, rows, scales, &mut vnni);
+            assert_eq!(bits(plain), bits(vnni), "Q4_1");
             let rows = [q80.row(0).blocks(), q80.row(1).blocks()];
             let scales = [q80.row_scales(0), q80.row_scales(1)];
-            let (plain, vnni) = (q8_0_q8_0_tile(w80, rows, scales), q8_0_q8_0_tile_vnni(w80, rows, scales));
-            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q8_0");
+            q8_0_q8_0_rows(&w80, 10, rows, scales, &mut plain);
+            q8_0_q8_0_rows_vnni(&w80, 10, rows, scales, &mut vnni);
+            assert_eq!(bits(plain), bits(vnni), "Q8_0");
         }
     }
 }

@@ -274,68 +274,62 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     with_block!(ty, B => B::vec_dot(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))
 }
 
-/// Dots of a tile of `W` weight rows (raw bytes of type `ty`, equal lengths) with `A` rows of `acts`:
-/// `out[k][j] = dot(w[k], acts.row(a_rows[j]))`. The tile kernels unpack each weight block once for `A`
-/// rows and load each activation block once for `W` rows. Every output goes through the same float
-/// operations whatever the tile's shape, so results do not depend on `W` and `A` (nor on how a matmul
-/// tiles its work). `None` where `ty` has no tile kernel on this machine: use [`vec_dot`] instead.
-pub fn dot_tile<const W: usize, const A: usize>(
+/// Dots of whole weight rows `w` (raw bytes of type `ty`, rows of `cols` elements) with `A` rows of `acts`,
+/// into `out[row][j] = dot(w row, acts.row(a_rows[j]))`. The row kernels unpack each weight block once
+/// for the `A` rows, and every output goes through the same float operations whatever `A`, so results
+/// do not depend on it (nor on how a matmul groups its work). Returns `false`, with `out` untouched,
+/// where `ty` has no row kernel on this machine: use [`vec_dot`] instead.
+pub fn dot_rows<const A: usize>(
     ty: GgmlType,
-    w: [&[u8]; W],
+    w: &[u8],
+    cols: usize,
     acts: &Activations,
     a_rows: [usize; A],
-) -> Option<[[f32; A]; W]> {
+    out: &mut [[f32; A]],
+) -> bool {
+    let row_blocks = cols / ty.block_size();
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        let scales = || a_rows.map(|r| acts.row_scales(r));
         let vnni = avx2::has_vnni();
+        let scales = || a_rows.map(|r| acts.row_scales(r));
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
-        return match ty {
-            GgmlType::Q4_1 => {
-                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
-                Some(unsafe {
-                    if vnni {
-                        avx2::q4_1_q8_1_tile_vnni(w, a, scales())
-                    } else {
-                        avx2::q4_1_q8_1_tile(w, a, scales())
+        unsafe {
+            match ty {
+                GgmlType::Q4_1 => {
+                    let (w, a) = (as_blocks(w), a_rows.map(|r| acts.row(r).blocks()));
+                    match vnni {
+                        true => avx2::q4_1_q8_1_rows_vnni(w, row_blocks, a, scales(), out),
+                        false => avx2::q4_1_q8_1_rows(w, row_blocks, a, scales(), out),
                     }
-                })
-            }
-            GgmlType::Q8_0 => {
-                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
-                Some(unsafe {
-                    if vnni {
-                        avx2::q8_0_q8_0_tile_vnni(w, a, scales())
-                    } else {
-                        avx2::q8_0_q8_0_tile(w, a, scales())
+                }
+                GgmlType::Q8_0 => {
+                    let (w, a) = (as_blocks(w), a_rows.map(|r| acts.row(r).blocks()));
+                    match vnni {
+                        true => avx2::q8_0_q8_0_rows_vnni(w, row_blocks, a, scales(), out),
+                        false => avx2::q8_0_q8_0_rows(w, row_blocks, a, scales(), out),
                     }
-                })
+                }
+                _ => return false,
             }
-            _ => None,
-        };
+        }
+        return true;
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
+        let wide = || a_rows.map(|r| acts.row_wide(r));
         let scales = || a_rows.map(|r| acts.row_scales(r));
-        return match ty {
-            GgmlType::Q4_1 => Some(simd128::q4_1_q8_1_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
-            GgmlType::Q8_0 => Some(simd128::q8_0_q8_0_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
-            _ => None,
-        };
+        match ty {
+            GgmlType::Q4_1 => simd128::q4_1_q8_1_rows(as_blocks(w), row_blocks, wide(), scales(), out),
+            GgmlType::Q8_0 => simd128::q8_0_q8_0_rows(as_blocks(w), row_blocks, wide(), scales(), out),
+            _ => return false,
+        }
+        return true;
     }
     #[allow(unreachable_code)]
     {
-        let _ = (ty, w, acts, a_rows);
-        None
+        let _ = (ty, w, row_blocks, acts, a_rows, out);
+        false
     }
-}
-
-/// The weight rows of a tile as blocks, checked to be of one length.
-#[allow(dead_code)]
-fn tile_rows<B: QuantBlock, const W: usize>(w: [&[u8]; W]) -> [&[B]; W] {
-    let rows = w.map(as_blocks::<B>);
-    assert!(rows.iter().all(|r| r.len() == rows[0].len()), "tile rows must have one length");
-    rows
 }
 
 /// The scalar reference of [`vec_dot`].

@@ -139,19 +139,41 @@ fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
     f32x4_convert_i32x4(i32x4_add(lo, hi))
 }
 
-/// The f16 pair `(a, b)` as f32 `[a, b, a, b]`.
+/// A block's 16 bytes of nibbles as four i16x8 in element order (0..8, 8..16, 16..24, 24..32): the
+/// bytes are zero-extended to u16 first, so the high nibbles come from a 16-bit shift (wasm has no
+/// 8-bit one).
 #[inline]
-fn f16_pair(a: [u8; 2], b: [u8; 2]) -> v128 {
-    let bits = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
-    // u16 lanes [a, b, ..] -> u32 lanes [a, b, a, b]
-    let v = u32x4_splat(bits);
-    f16x4_to_f32(i16x8_shuffle::<0, 8, 1, 8, 0, 8, 1, 8>(v, u32x4_splat(0)))
+fn nibbles_wide(qs: &[u8; 16]) -> [v128; 4] {
+    let q = load16(qs);
+    let (lo, hi) = (u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q));
+    let m = u16x8_splat(0x0F);
+    [v128_and(lo, m), v128_and(hi, m), u16x8_shr(lo, 4), u16x8_shr(hi, 4)]
 }
 
-/// Checks a tile's activation rows against the weight rows' block count `n`.
+/// The two f16s each of `W` blocks starts with (`d, m`; for Q8_0, `d` and junk) as f32 `[d, m, d, m]`,
+/// converted two blocks per vector.
 #[inline]
-fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
-    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
+    debug_assert!(std::mem::size_of::<T>() >= 4);
+    // SAFETY: every block is at least 4 bytes; read_unaligned has no alignment requirement.
+    let word = |k: usize| if k < W { unsafe { (x[k] as *const T as *const u32).read_unaligned() } } else { 0 };
+    let mut out = [f32x4_splat(0.0); W];
+    for k in (0..W).step_by(2) {
+        let f = f16x4_to_f32(u32x4_extend_low_u16x8(u32x4(word(k), word(k + 1), 0, 0))); // [d0, m0, d1, m1]
+        out[k] = i32x4_shuffle::<0, 1, 0, 1>(f, f);
+        if k + 1 < W {
+            out[k + 1] = i32x4_shuffle::<2, 3, 2, 3>(f, f);
+        }
+    }
+    out
+}
+
+/// Checks the row kernels' arguments: `w` holds `rows` whole rows of `row_blocks`, the activation rows have
+/// at least `row_blocks` blocks and scales.
+#[inline]
+fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
+    assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks), "activation rows too short");
 }
 
 /// An activation block's `(d, s)` as `[d, s, d, s]`.
@@ -161,63 +183,85 @@ fn scale_pair(s: &[f32; 2]) -> v128 {
     unsafe { v128_load64_splat(s.as_ptr() as *const u64) }
 }
 
-/// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
-/// block is unpacked once for the `A` rows, each activation block widened once for the `W` rows.
-/// Every output has its own accumulators and sees the same float operations in block order, so the
-/// result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)` as f32.
-pub fn q4_1_q8_1_tile<const W: usize, const A: usize>(
-    w: [&[BlockQ4_1]; W],
-    a: [&[BlockQ8_1]; A],
-    a_scales: [&[[f32; 2]]; A],
-) -> [[f32; A]; W] {
-    let n = w[0].len();
-    check_tile(n, &a, &a_scales);
-    let mut acc = [[f32x4_splat(0.0); A]; W];
-    let mut mins = [[f32x4_splat(0.0); A]; W]; // lane 1 sums the blocks' m * s terms
-    for i in 0..n {
-        let x = w.map(|w| &w[i]);
-        let q = x.map(|x| widen(nibbles(&x.qs)));
-        let dm = x.map(|x| f16_pair(x.d, x.m));
-        for j in 0..A {
-            // SAFETY: i < n <= the row's length (check_tile).
-            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
-            let yq = widen(load32(&y.qs));
-            for k in 0..W {
-                let scales = f32x4_mul(dm[k], ys); // [d * d, m * s, ..]
-                let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
-                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(d, dot_wide(&q[k], &yq)));
-                mins[k][j] = f32x4_add(mins[k][j], scales);
-            }
-        }
-    }
-    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j]) + f32x4_extract_lane::<1>(mins[k][j])))
+/// An activation block's quants, already widened to i16 (see `Activations::row_wide`), as four i16x8.
+#[inline]
+fn load_wide(q: &[i16; 32]) -> [v128; 4] {
+    // SAFETY: 64 bytes in bounds; v128_load has no alignment requirement.
+    std::array::from_fn(|k| unsafe { v128_load(q.as_ptr().add(8 * k) as *const v128) })
 }
 
-/// Q8_0 weights · Q8_0 activations for a tile, as [`q4_1_q8_1_tile`] (`a_scales[j][i][0]` is `d`).
-pub fn q8_0_q8_0_tile<const W: usize, const A: usize>(
-    w: [&[BlockQ8_0]; W],
-    a: [&[BlockQ8_0]; A],
+/// Q4_1 weight rows (each `row_blocks` blocks) · `A` Q8_1 activation rows, into `out[row][j]`: each weight
+/// block is unpacked once for the `A` rows. `a[j][i]` is activation block `i`'s quants widened to i16,
+/// `a_scales[j][i]` its `(d, s)` as f32. Every output has its own accumulators and sees the same float
+/// operations in block order, so the result does not depend on `A`.
+pub fn q4_1_q8_1_rows<const A: usize>(
+    w: &[BlockQ4_1],
+    row_blocks: usize,
+    a: [&[[i16; 32]]; A],
     a_scales: [&[[f32; 2]]; A],
-) -> [[f32; A]; W] {
-    let n = w[0].len();
-    check_tile(n, &a, &a_scales);
-    let mut acc = [[f32x4_splat(0.0); A]; W];
-    for i in 0..n {
-        let x = w.map(|w| &w[i]);
-        let q = x.map(|x| widen(load32(&x.qs)));
-        let d = x.map(|x| f16_pair(x.d, NO_F16));
-        for j in 0..A {
-            // SAFETY: i < n <= the row's length (check_tile).
-            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
-            let yq = widen(load32(&y.qs));
-            for k in 0..W {
-                let scale = f32x4_mul(d[k], ys);
-                let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
-                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(scale, dot_wide(&q[k], &yq)));
+    out: &mut [[f32; A]],
+) {
+    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut acc = [f32x4_splat(0.0); A];
+        let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
+        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
+            let q = nibbles_wide(&x.qs);
+            for j in 0..A {
+                // SAFETY: i < row_blocks <= the row's length (check_rows).
+                let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+                let scales = f32x4_mul(dm, ys); // [d * d, m * s, ..]
+                let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
+                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot_wide(&q, &load_wide(y))));
+                mins[j] = f32x4_add(mins[j], scales);
             }
+        };
+        // Two blocks at a time, to convert their four f16 scales in one vector.
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], dm0);
+            block(2 * i + 1, &x[1], dm1);
         }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
+        }
+        *out = std::array::from_fn(|j| hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]));
     }
-    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+}
+
+/// Q8_0 weight rows · Q8_0 activation rows, as [`q4_1_q8_1_rows`] (`a_scales[j][i][0]` is `d`).
+pub fn q8_0_q8_0_rows<const A: usize>(
+    w: &[BlockQ8_0],
+    row_blocks: usize,
+    a: [&[[i16; 32]]; A],
+    a_scales: [&[[f32; 2]]; A],
+    out: &mut [[f32; A]],
+) {
+    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut acc = [f32x4_splat(0.0); A];
+        let mut block = |i: usize, x: &BlockQ8_0, d: v128| {
+            let q = widen(load32(&x.qs));
+            for j in 0..A {
+                // SAFETY: i < row_blocks <= the row's length (check_rows).
+                let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+                let scale = f32x4_mul(d, ys); // lane 0: d * d
+                let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
+                acc[j] = f32x4_add(acc[j], f32x4_mul(scale, dot_wide(&q, &load_wide(y))));
+            }
+        };
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [d0, d1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], d0);
+            block(2 * i + 1, &x[1], d1);
+        }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
+        }
+        *out = std::array::from_fn(|j| hsum(acc[j]));
+    }
 }
 
 /// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
