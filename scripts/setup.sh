@@ -37,4 +37,18 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gguf, numpy, sente
   .venv/bin/pip install --quiet --disable-pip-version-check gguf==0.17.1 numpy sentencepiece tokenizers >&2
 fi
 
+# The npm package's toolchain (TypeScript, binaryen's wasm-opt, playwright-core), pinned in npm/package-lock.json.
+if [ ! -x npm/node_modules/.bin/tsc ] || [ npm/package-lock.json -nt npm/node_modules/.package-lock.json ]; then
+  step "npm ci in npm/ (typescript, binaryen, playwright-core)"
+  (cd npm && npm ci --no-audit --no-fund) >&2
+fi
+
+# Chromium for the browser tests (driven by playwright-core; it cannot download its own browser here).
+if ! command -v chromium >/dev/null; then
+  step "apt-get install chromium (about a minute)"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+fi
+
 scripts/fetch-model.sh >/dev/null

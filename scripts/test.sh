@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every test: native (x86_64) and wasm32 (Node) Rust suites, the aarch64 (NEON) compile check.
+# Run every test: native (x86_64) and wasm32 (Node) Rust suites, the aarch64 (NEON) compile check,
+# then the npm package's suites (Node, the packed tarball, headless Chromium).
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +19,14 @@ cargo test --locked --target wasm32-unknown-unknown -p ruvllm
 
 echo "== aarch64 (NEON) compile check"
 cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm
+echo "== npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
+scripts/build-wasm.sh
+(cd npm && npm run build)
+
+echo "== npm package tests in Node (against the native CLI: release build)"
+cargo build --locked --release -p ruvllm-cli
+(cd npm && npm test)
+
+echo "== browser tests (headless Chromium)"
+node --test tests/browser/
 echo "== all tests passed"

@@ -38,7 +38,15 @@ fn main() -> ExitCode {
         "score" => score(&args),
         "bench" => bench(&args),
         "-h" | "--help" | "help" => {
-            println!("{}", include_str!("main.rs").lines().take_while(|l| l.starts_with("//!")).map(|l| l.trim_start_matches("//!")).collect::<Vec<_>>().join("\n"));
+            println!(
+                "{}",
+                include_str!("main.rs")
+                    .lines()
+                    .take_while(|l| l.starts_with("//!"))
+                    .map(|l| l.trim_start_matches("//!"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
             Ok(())
         }
         other => Err(format!("unknown command '{other}'")),
@@ -54,16 +62,15 @@ fn main() -> ExitCode {
 
 type CliResult = Result<(), String>;
 
-fn load(args: &Args) -> Result<(Arc<Model>, f64), String> {
+fn load(args: &Args) -> Result<Arc<Model>, String> {
     let threads: usize = args.num("threads", 0)?;
     ruvllm::kernels::parallel::set_threads(threads).map_err(|e| e.to_string())?;
     let path = match args.opt("model") {
         Some(p) => p.to_string(),
         None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
     };
-    let t0 = ruvllm::clock::now_ms();
     let model = Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
-    Ok((Arc::new(model), ruvllm::clock::now_ms() - t0))
+    Ok(Arc::new(model))
 }
 
 fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
@@ -73,7 +80,7 @@ fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
 }
 
 fn tokenize(args: &Args) -> CliResult {
-    let (model, _) = load(args)?;
+    let model = load(args)?;
     let text = args.positional.join(" ");
     let ids = model.tokenizer().encode(&text, args.flag("special")).map_err(|e| e.to_string())?;
     println!("{}", json!({ "ids": ids }));
@@ -81,7 +88,8 @@ fn tokenize(args: &Args) -> CliResult {
 }
 
 fn generate(args: &Args) -> CliResult {
-    let (model, load_ms) = load(args)?;
+    let model = load(args)?;
+    let load_ms = model.load_ms();
     let prompt = args.opt("prompt").ok_or("--prompt is required")?;
     let text = if args.flag("chat") {
         let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
@@ -139,7 +147,7 @@ fn generate(args: &Args) -> CliResult {
 }
 
 fn score(args: &Args) -> CliResult {
-    let (model, _) = load(args)?;
+    let model = load(args)?;
     let ids: Vec<u32> = args
         .opt("ids")
         .ok_or("--ids is required")?
@@ -156,7 +164,8 @@ fn score(args: &Args) -> CliResult {
 }
 
 fn bench(args: &Args) -> CliResult {
-    let (model, load_ms) = load(args)?;
+    let model = load(args)?;
+    let load_ms = model.load_ms();
     let n_prompt: usize = args.num("prompt-tokens", 128)?;
     let n_gen: usize = args.num("gen-tokens", 64)?;
     let file_size = model.file_size();

@@ -59,6 +59,8 @@ impl FinishReason {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
+    /// How long the model took to load (the same for every request on it).
+    pub load_ms: f64,
     pub prompt_tokens: usize,
     /// Prompt tokens whose keys/values were reused from the session's cache.
     pub cached_tokens: usize,
@@ -149,7 +151,7 @@ impl Session {
             opts,
             ids: Vec::new(),
             text: String::new(),
-            stats: Stats { prompt_tokens: prompt.len(), cached_tokens: common, prefill_ms, ..Stats::default() },
+            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), cached_tokens: common, prefill_ms, ..Stats::default() },
             finish: None,
             pending: None,
         };
@@ -173,7 +175,9 @@ impl Session {
         if g.finish.is_some() {
             return Ok(None);
         }
-        let Some(id) = g.pending.take() else { return Ok(None) };
+        let Some(id) = g.pending.take() else {
+            return Ok(None);
+        };
         g.ids.push(id);
         g.stats.generated_tokens += 1;
         let mut text = String::new();

@@ -3,7 +3,10 @@
 //! The surface is deliberately small and JSON-shaped; the TypeScript package (`npm/`) builds the
 //! user-facing API on it. Errors become JS `Error`s with a stable `code` property (see `Error::code`).
 //! Generation is stepwise (`start`, then `nextStep` per token), so JS can yield between tokens.
+//! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
+//! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -13,9 +16,36 @@ use crate::error::Error;
 use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
 
 fn js_error(e: Error) -> JsValue {
-    let err = js_sys::Error::new(&e.to_string());
-    let _ = js_sys::Reflect::set(&err, &"code".into(), &e.code().into());
+    coded_error(e.code(), &e.to_string())
+}
+
+fn coded_error(code: &str, message: &str) -> JsValue {
+    let err = js_sys::Error::new(message);
+    let _ = js_sys::Reflect::set(&err, &"code".into(), &code.into());
     err.into()
+}
+
+fn out_of_memory(bytes: usize, what: &str) -> JsValue {
+    coded_error(
+        "E_OUT_OF_MEMORY",
+        &format!("cannot allocate {bytes} bytes ({:.1} MiB) of wasm memory for {what}", bytes as f64 / 1048576.0),
+    )
+}
+
+thread_local! {
+    /// The message of the last panic, so that JS can report it instead of a bare `unreachable` trap.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+#[wasm_bindgen(start)]
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()))));
+}
+
+/// Take the message of the last Rust panic (the engine is unusable after one), if any.
+#[wasm_bindgen(js_name = lastPanic)]
+pub fn last_panic() -> Option<String> {
+    LAST_PANIC.with(|p| p.borrow_mut().take())
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -71,6 +101,7 @@ struct JsOutput {
     ids: Vec<u32>,
     text: String,
     finish_reason: &'static str,
+    load_ms: f64,
     prompt_tokens: usize,
     cached_tokens: usize,
     generated_tokens: usize,
@@ -85,6 +116,7 @@ impl From<crate::Output> for JsOutput {
         let s = &o.stats;
         JsOutput {
             finish_reason: o.finish.as_str(),
+            load_ms: s.load_ms,
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
             generated_tokens: s.generated_tokens,
@@ -98,18 +130,69 @@ impl From<crate::Output> for JsOutput {
     }
 }
 
+/// A GGUF file being received in chunks, held in wasm memory. Allocation failures are errors.
+#[wasm_bindgen]
+pub struct ModelBuffer {
+    bytes: Vec<u8>,
+}
+
+#[wasm_bindgen]
+impl ModelBuffer {
+    /// An empty buffer with room for `capacity` bytes (the file size, when known; 0 otherwise).
+    #[wasm_bindgen(constructor)]
+    pub fn new(capacity: usize) -> Result<ModelBuffer, JsValue> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(capacity).map_err(|_| out_of_memory(capacity, "the model file"))?;
+        Ok(ModelBuffer { bytes })
+    }
+
+    /// Append the next chunk of the file.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
+        let needed = self.bytes.len() + chunk.len();
+        self.bytes.try_reserve(chunk.len()).map_err(|_| out_of_memory(needed, "the model file"))?;
+        self.bytes.extend_from_slice(chunk);
+        Ok(())
+    }
+}
+
 #[wasm_bindgen]
 pub struct Engine {
     model: Arc<Model>,
     session: Session,
 }
 
+/// Check that the session's buffers can be allocated, so that a context window too large for wasm
+/// memory is an error rather than an allocation-failure trap. The KV cache dominates; the run
+/// state's largest buffer is one prefill batch (64 rows) of logits.
+fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
+    let c = &model.config;
+    let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx }; // as Session::with_options
+    if n_ctx > c.context_length {
+        return Ok(()); // Session::with_options names this error
+    }
+    let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
+    let bytes = kv.saturating_add(c.vocab_size.saturating_mul(64 * 4)).saturating_add(16 << 20);
+    let mut probe: Vec<u8> = Vec::new();
+    probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
+}
+
 #[wasm_bindgen]
 impl Engine {
-    /// Load a GGUF file from its bytes. `n_ctx` 0 = the default context window.
+    /// Load a GGUF file from its bytes (copied into wasm memory). `n_ctx` 0 = the default context window.
     #[wasm_bindgen(constructor)]
     pub fn new(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
+        Engine::load(bytes, n_ctx)
+    }
+
+    /// Load the GGUF file received in `buffer` (consumed, never copied).
+    #[wasm_bindgen(js_name = fromBuffer)]
+    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize) -> Result<Engine, JsValue> {
+        Engine::load(buffer.bytes, n_ctx)
+    }
+
+    fn load(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
         let model = Arc::new(Model::from_bytes(bytes).map_err(js_error)?);
+        probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
         Ok(Engine { model, session })
@@ -124,6 +207,7 @@ impl Engine {
             "context_length": c.context_length, "n_ctx": self.session.n_ctx(), "file_bytes": self.model.file_size(),
             "kv_cache_bytes": self.session.kv_cache_bytes(), "simd128": cfg!(target_feature = "simd128"),
             "has_chat_template": self.model.chat_template().is_ok(),
+            "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         }))
     }
 

@@ -37,7 +37,10 @@ fn truncated_files_are_rejected_at_every_cut() {
     for cut in [0, 3, 7, 23, 100, 4096, 1 << 20, bytes.len() / 2, bytes.len() - 1] {
         let msg = gguf_error(&bytes[..cut]);
         assert!(
-            msg.contains("truncated") || msg.contains("shorter") || msg.contains("past the end") || msg.contains("cannot fit"),
+            msg.contains("truncated")
+                || msg.contains("shorter")
+                || msg.contains("past the end")
+                || msg.contains("cannot fit"),
             "cut at {cut}: {msg}"
         );
     }
@@ -91,7 +94,9 @@ fn tensor_past_the_end_and_unknown_types_are_named() {
     assert!(msg.contains("tensor 't'") && msg.contains("past the end"), "{msg}");
     let w = GgufWriter::new().tensor("weird", &[32], 99, vec![0u8; 32]);
     match Model::from_bytes(w.bytes()) {
-        Err(Error::UnsupportedTensorType { tensor, type_id }) => assert_eq!((tensor.as_str(), type_id), ("weird", 99)),
+        Err(Error::UnsupportedTensorType { tensor, type_id }) => {
+            assert_eq!((tensor.as_str(), type_id), ("weird", 99))
+        }
         other => panic!("{:?}", other.err()),
     }
     // A row length that is not a whole number of blocks (Q4_0 has 32 per block).
@@ -112,7 +117,9 @@ fn unsupported_architecture_is_named() {
 fn missing_chat_template_is_a_clear_error() {
     let g = Gguf::parse(&GgufWriter::new().meta("general.architecture", Meta::Str("llama".into())).bytes()).unwrap();
     match ChatTemplate::from_gguf(&g) {
-        Err(e @ Error::ChatTemplate(_)) => assert!(e.to_string().contains("no chat template"), "{e}"),
+        Err(e @ Error::ChatTemplate(_)) => {
+            assert!(e.to_string().contains("no chat template"), "{e}")
+        }
         other => panic!("{:?}", other.err()),
     }
 }
@@ -136,7 +143,9 @@ fn prompts_longer_than_the_context_are_refused() {
     assert_eq!(s.eval(&ids, false).unwrap_err(), Error::ContextOverflow { needed: 17, context: 16 });
     assert!(matches!(s.start(&ids[..16], GenerateOptions::default()), Err(Error::ContextOverflow { .. })));
     // A prompt that fits leaves room to generate until the window is full, then stops with "length".
-    let out = s.generate(&ids[..12], GenerateOptions { max_tokens: 100, ignore_eog: true, ..Default::default() }, None, |_| {}).unwrap();
+    let out = s
+        .generate(&ids[..12], GenerateOptions { max_tokens: 100, ignore_eog: true, ..Default::default() }, None, |_| {})
+        .unwrap();
     assert_eq!(out.finish, ruvllm::FinishReason::Length);
     assert!(s.tokens().len() <= 16);
 }

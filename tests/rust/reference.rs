@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::{Arc, OnceLock};
 
-use ruvllm::{GenerateOptions, Model, SamplerConfig, Session};
+use ruvllm::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -72,6 +72,25 @@ fn emoji_split_across_real_tokens_streams_whole() {
     }
     out += &d.finish();
     assert_eq!(out, text);
+}
+
+#[test]
+fn chat_template_renders_the_reference_prompts() {
+    let model = model();
+    let t = model.chat_template().unwrap();
+    let reference = support::read_json(&format!("{}/logits.json", support::reference_dir()));
+    let prompt = |name: &str| {
+        let p = reference["prompts"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap();
+        p["prompt"].as_str().unwrap().to_string()
+    };
+    let user = |text: &str| vec![ChatMessage { role: "user".into(), content: text.into() }];
+    let poem = prompt("chat_poem_default_system");
+    assert_eq!(t.render(&user("Write a short poem about the ocean."), true).unwrap(), poem);
+    // The template adds its default system turn when there is none, so the reference's France prompt
+    // (written without one) follows that turn.
+    let system = &poem[..poem.find("<|im_start|>user").unwrap()];
+    let france = t.render(&user("What is the capital of France?"), true).unwrap();
+    assert_eq!(france, format!("{system}{}", prompt("chat_france_nosystem")));
 }
 
 /// Softmax probability of every id in `ids` under `logits` (temperature 1, computed in f64).

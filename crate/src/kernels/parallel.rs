@@ -19,6 +19,25 @@ pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + 
     (0..n_chunks).for_each(run);
 }
 
+/// Run `f` on a worker of the kernel thread pool (natively, with more than one thread). The parallel
+/// loops inside `f` then start from a worker, which keeps working on its share, instead of from an
+/// outside thread that must hand each loop to the pool and sleep until it is done: with decode's
+/// hundreds of short loops per token, those hand-offs cost more than the second thread gained.
+pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    #[cfg(not(target_arch = "wasm32"))]
+    if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
+        return rayon::scope(|_| f());
+    }
+    f()
+}
+
+/// Chunk size for splitting `n` items over the pool: about four chunks per thread (for balance), at
+/// least `min` items each (to amortize scheduling) and at most `max`, rounded to a multiple of `multiple`.
+pub fn chunk_size(n: usize, min: usize, max: usize, multiple: usize) -> usize {
+    let per = n.div_ceil(4 * threads()).clamp(min, max);
+    per.div_ceil(multiple) * multiple
+}
+
 /// A raw pointer that parallel tasks may share to write *disjoint* parts of one output buffer.
 #[derive(Clone, Copy)]
 pub struct SharedMut<T>(*mut T);

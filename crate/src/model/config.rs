@@ -53,9 +53,10 @@ impl Config {
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize> {
             let v = g.get_u64(&key(k)).ok_or_else(|| Error::Model(format!("metadata key {} is missing", key(k))))?;
-            usize::try_from(v).ok().filter(|&v| v > 0 && v < 1 << 31).ok_or_else(|| {
-                Error::Model(format!("metadata key {} has an invalid value {v}", key(k)))
-            })
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0 && v < 1 << 31)
+                .ok_or_else(|| Error::Model(format!("metadata key {} has an invalid value {v}", key(k))))
         };
         let n_heads = req("attention.head_count")?;
         let d_model = req("embedding_length")?;

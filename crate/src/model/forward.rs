@@ -5,6 +5,7 @@
 
 use crate::kernels::attention::{attention, AttentionShape};
 use crate::kernels::matmul::matmul;
+use crate::kernels::parallel::in_pool;
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
@@ -66,6 +67,10 @@ pub enum LogitsFor {
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
 /// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
 pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
+    in_pool(|| forward_layers(model, kv, s, tokens, pos0, want))
+}
+
+fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();
@@ -84,7 +89,13 @@ pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32]
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
         rmsnorm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
-        project(&mut s.acts, &s.xb[..n * d], n, &mut [(&lw.wq, &mut s.q[..n * qd]), (&lw.wk, &mut s.k[..n * kvd]), (&lw.wv, &mut s.v[..n * kvd])], file);
+        project(
+            &mut s.acts,
+            &s.xb[..n * d],
+            n,
+            &mut [(&lw.wq, &mut s.q[..n * qd]), (&lw.wk, &mut s.k[..n * kvd]), (&lw.wv, &mut s.v[..n * kvd])],
+            file,
+        );
         for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
             if let Some(b) = bias {
                 for row in buf[..n * dim].chunks_exact_mut(dim) {
@@ -103,7 +114,13 @@ pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32]
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
         rmsnorm(&mut s.xb[..n * d], &s.x[..n * d], &lw.ffn_norm, c.rms_eps);
-        project(&mut s.acts, &s.xb[..n * d], n, &mut [(&lw.w_gate, &mut s.gate[..n * ff]), (&lw.w_up, &mut s.up[..n * ff])], file);
+        project(
+            &mut s.acts,
+            &s.xb[..n * d],
+            n,
+            &mut [(&lw.w_gate, &mut s.gate[..n * ff]), (&lw.w_up, &mut s.up[..n * ff])],
+            file,
+        );
         swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]);
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(&lw.w_down, &mut s.proj[..n * d])], file);
         add(&mut s.x[..n * d], &s.proj[..n * d]);

@@ -19,26 +19,29 @@ pub struct Model {
     /// `None` when the GGUF has no `tokenizer.chat_template` (callers then get a clear error at chat time).
     chat_template: Option<ChatTemplate>,
     metadata_name: Option<String>,
+    /// Milliseconds from the bytes being available (or the file opened) to a ready model.
+    load_ms: f64,
 }
 
 impl Model {
     /// Load from a whole GGUF file held in memory (the path wasm32 uses: the caller passes the bytes).
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Model> {
-        Model::load(ModelBytes::Owned(bytes))
+        Model::load(ModelBytes::Owned(bytes), crate::clock::now_ms())
     }
 
     /// Load from a file, memory-mapped: the weights are paged in from the file, never copied.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Model> {
+        let t0 = crate::clock::now_ms();
         let path = path.as_ref();
         let io = |e: std::io::Error| Error::Io(format!("{}: {e}", path.display()));
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; like every mmap user we rely on the file not being truncated underneath us.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Model::load(ModelBytes::Mapped(map))
+        Model::load(ModelBytes::Mapped(map), t0)
     }
 
-    fn load(bytes: ModelBytes) -> Result<Model> {
+    fn load(bytes: ModelBytes, t0: f64) -> Result<Model> {
         let gguf = Gguf::parse(&bytes)?;
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&gguf, &bytes, &config)?;
@@ -55,7 +58,8 @@ impl Model {
             None => None,
         };
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
-        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name })
+        let load_ms = crate::clock::now_ms() - t0;
+        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms })
     }
 
     /// The whole GGUF file; weights are byte ranges of it.
@@ -69,13 +73,17 @@ impl Model {
 
     /// The model's own chat template, or an error naming the problem when it has none.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
-        self.chat_template
-            .as_ref()
-            .ok_or_else(|| Error::ChatTemplate("model has no chat template (tokenizer.chat_template); pass one explicitly".into()))
+        self.chat_template.as_ref().ok_or_else(|| {
+            Error::ChatTemplate("model has no chat template (tokenizer.chat_template); pass one explicitly".into())
+        })
     }
 
     pub fn name(&self) -> Option<&str> {
         self.metadata_name.as_deref()
+    }
+
+    pub fn load_ms(&self) -> f64 {
+        self.load_ms
     }
 
     pub fn file_size(&self) -> usize {

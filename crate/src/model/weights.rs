@@ -49,18 +49,18 @@ impl MatrixRef {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>, // [d_model]
-    pub wq: MatrixRef,       // [q_dim rows × d_model]
-    pub wk: MatrixRef,       // [kv_dim × d_model]
-    pub wv: MatrixRef,       // [kv_dim × d_model]
+    pub attn_norm: Vec<f32>,  // [d_model]
+    pub wq: MatrixRef,        // [q_dim rows × d_model]
+    pub wk: MatrixRef,        // [kv_dim × d_model]
+    pub wv: MatrixRef,        // [kv_dim × d_model]
     pub bq: Option<Vec<f32>>, // [q_dim]  (qwen2)
     pub bk: Option<Vec<f32>>, // [kv_dim] (qwen2)
     pub bv: Option<Vec<f32>>, // [kv_dim] (qwen2)
-    pub wo: MatrixRef,       // [d_model × q_dim]
-    pub ffn_norm: Vec<f32>,  // [d_model]
-    pub w_gate: MatrixRef,   // [ffn_dim × d_model]
-    pub w_up: MatrixRef,     // [ffn_dim × d_model]
-    pub w_down: MatrixRef,   // [d_model × ffn_dim]
+    pub wo: MatrixRef,        // [d_model × q_dim]
+    pub ffn_norm: Vec<f32>,   // [d_model]
+    pub w_gate: MatrixRef,    // [ffn_dim × d_model]
+    pub w_up: MatrixRef,      // [ffn_dim × d_model]
+    pub w_down: MatrixRef,    // [d_model × ffn_dim]
 }
 
 pub struct Weights {
@@ -76,10 +76,7 @@ impl Weights {
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<MatrixRef> {
             let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
             if t.dims != [cols, rows] {
-                return Err(Error::Model(format!(
-                    "tensor {name} has shape {:?}, expected [{cols}, {rows}]",
-                    t.dims
-                )));
+                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
             }
             Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
         };

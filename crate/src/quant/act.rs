@@ -127,6 +127,8 @@ pub struct Activations {
     q8_0: Vec<BlockQ8_0>,
     q8_1: Vec<BlockQ8_1>,
     q8k: Vec<BlockQ8K>,
+    /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile kernels.
+    scales: Vec<[f32; 2]>,
 }
 
 impl Activations {
@@ -149,10 +151,14 @@ impl Activations {
             ActKind::Q8_0 => {
                 self.q8_0.resize(n / QK8, BlockQ8_0::default());
                 quantize_q8_0(x, &mut self.q8_0);
+                self.scales.clear();
+                self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
                 quantize_q8_1(x, &mut self.q8_1);
+                self.scales.clear();
+                self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
@@ -171,6 +177,13 @@ impl Activations {
 
     pub fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// Row `r`'s block scales `(d, s)` as f32, for Q8_0 (`s = 0`) and Q8_1 rows (exactly the blocks' f16 values).
+    pub fn row_scales(&self, r: usize) -> &[[f32; 2]] {
+        assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
+        let per = self.scales.len() / self.rows;
+        &self.scales[r * per..(r + 1) * per]
     }
 
     /// Row `r` as a view for `vec_dot`.

@@ -6,18 +6,9 @@
 //! sub-block scales (to i32), integer accumulation over the super-block, and one float FMA per block.
 
 use core::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use super::act::{BlockQ8K, QK_K};
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-
-/// Whether this CPU has AVX2, FMA and F16C (detected once; every AVX2 CPU has the other two).
-pub(crate) fn available() -> bool {
-    static AVX2_FMA_F16C: OnceLock<bool> = OnceLock::new();
-    *AVX2_FMA_F16C.get_or_init(|| {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-    })
-}
 
 /// f16 to f32 with the F16C instruction (as ggml's `GGML_CPU_FP16_TO_FP32` on x86).
 #[inline]

@@ -9,17 +9,60 @@
 //! the best instruction set available (AVX2 on x86_64 at run time, simd128 on wasm32, NEON on aarch64).
 //! Tests check that the two agree on random blocks.
 
+/// Evaluates to `Some(kernel(args..))` from the SIMD module this machine runs (AVX2 on x86_64 when the
+/// CPU has it, simd128 on wasm32 builds with it enabled, NEON on aarch64), or `None` where there is none.
+/// The modules are `avx2`, `simd128` and `neon` unless named first: `simd_kernel!(x86, wasm, arm; k(w, a))`.
+macro_rules! simd_kernel {
+    ($kernel:ident($($arg:expr),* $(,)?)) => {
+        simd_kernel!(avx2, simd128, neon; $kernel($($arg),*))
+    };
+    ($x86:ident, $wasm:ident, $arm:ident; $kernel:ident($($arg:expr),* $(,)?)) => {{
+        #[cfg(target_arch = "x86_64")]
+        let out = if $crate::quant::has_avx2() {
+            // SAFETY: the CPU has AVX2, FMA and F16C, the features the x86_64 kernels are compiled for.
+            Some(unsafe { $crate::quant::$x86::$kernel($($arg),*) })
+        } else {
+            None
+        };
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        let out = Some($crate::quant::$wasm::$kernel($($arg),*));
+        // SAFETY: NEON is part of the aarch64 baseline (some kernels declare it as a target feature).
+        #[cfg(target_arch = "aarch64")]
+        #[allow(unused_unsafe)]
+        let out = Some(unsafe { $crate::quant::$arm::$kernel($($arg),*) });
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
+        let out: Option<f32> = {
+            $(let _ = $arg;)*
+            None
+        };
+        out
+    }};
+}
+
 pub mod act;
 mod float;
 mod k_quants;
 mod legacy;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx2_k;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_k;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_k;
+
+#[cfg(test)]
+mod tests;
 
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
@@ -50,19 +93,58 @@ pub enum GgmlType {
 macro_rules! with_block {
     ($ty:expr, $B:ident => $body:expr) => {
         match $ty {
-            GgmlType::F32 => { type $B = BlockF32; $body }
-            GgmlType::F16 => { type $B = BlockF16; $body }
-            GgmlType::BF16 => { type $B = BlockBF16; $body }
-            GgmlType::Q4_0 => { type $B = BlockQ4_0; $body }
-            GgmlType::Q4_1 => { type $B = BlockQ4_1; $body }
-            GgmlType::Q5_0 => { type $B = BlockQ5_0; $body }
-            GgmlType::Q5_1 => { type $B = BlockQ5_1; $body }
-            GgmlType::Q8_0 => { type $B = BlockQ8_0; $body }
-            GgmlType::Q2_K => { type $B = BlockQ2K; $body }
-            GgmlType::Q3_K => { type $B = BlockQ3K; $body }
-            GgmlType::Q4_K => { type $B = BlockQ4K; $body }
-            GgmlType::Q5_K => { type $B = BlockQ5K; $body }
-            GgmlType::Q6_K => { type $B = BlockQ6K; $body }
+            GgmlType::F32 => {
+                type $B = BlockF32;
+                $body
+            }
+            GgmlType::F16 => {
+                type $B = BlockF16;
+                $body
+            }
+            GgmlType::BF16 => {
+                type $B = BlockBF16;
+                $body
+            }
+            GgmlType::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            GgmlType::Q2_K => {
+                type $B = BlockQ2K;
+                $body
+            }
+            GgmlType::Q3_K => {
+                type $B = BlockQ3K;
+                $body
+            }
+            GgmlType::Q4_K => {
+                type $B = BlockQ4K;
+                $body
+            }
+            GgmlType::Q5_K => {
+                type $B = BlockQ5K;
+                $body
+            }
+            GgmlType::Q6_K => {
+                type $B = BlockQ6K;
+                $body
+            }
         }
     };
 }
@@ -127,6 +209,15 @@ impl GgmlType {
     }
 }
 
+/// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    })
+}
+
 /// One GGUF block format.
 pub trait QuantBlock: Copy + 'static {
     /// Elements per block.
@@ -181,6 +272,70 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) {
 /// Panics if the activation kind does not match `ty.act_kind()`: that is a bug in the caller.
 pub fn vec_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     with_block!(ty, B => B::vec_dot(as_blocks::<B>(w), a.blocks::<<B as QuantBlock>::Act>()))
+}
+
+/// Dots of a tile of `W` weight rows (raw bytes of type `ty`, equal lengths) with `A` rows of `acts`:
+/// `out[k][j] = dot(w[k], acts.row(a_rows[j]))`. The tile kernels unpack each weight block once for `A`
+/// rows and load each activation block once for `W` rows. Every output goes through the same float
+/// operations whatever the tile's shape, so results do not depend on `W` and `A` (nor on how a matmul
+/// tiles its work). `None` where `ty` has no tile kernel on this machine: use [`vec_dot`] instead.
+pub fn dot_tile<const W: usize, const A: usize>(
+    ty: GgmlType,
+    w: [&[u8]; W],
+    acts: &Activations,
+    a_rows: [usize; A],
+) -> Option<[[f32; A]; W]> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        let scales = || a_rows.map(|r| acts.row_scales(r));
+        let vnni = avx2::has_vnni();
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
+        return match ty {
+            GgmlType::Q4_1 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q4_1_q8_1_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q4_1_q8_1_tile(w, a, scales())
+                    }
+                })
+            }
+            GgmlType::Q8_0 => {
+                let (w, a) = (tile_rows(w), a_rows.map(|r| acts.row(r).blocks()));
+                Some(unsafe {
+                    if vnni {
+                        avx2::q8_0_q8_0_tile_vnni(w, a, scales())
+                    } else {
+                        avx2::q8_0_q8_0_tile(w, a, scales())
+                    }
+                })
+            }
+            _ => None,
+        };
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        let scales = || a_rows.map(|r| acts.row_scales(r));
+        return match ty {
+            GgmlType::Q4_1 => Some(simd128::q4_1_q8_1_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
+            GgmlType::Q8_0 => Some(simd128::q8_0_q8_0_tile(tile_rows(w), a_rows.map(|r| acts.row(r).blocks()), scales())),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (ty, w, acts, a_rows);
+        None
+    }
+}
+
+/// The weight rows of a tile as blocks, checked to be of one length.
+#[allow(dead_code)]
+fn tile_rows<B: QuantBlock, const W: usize>(w: [&[u8]; W]) -> [&[B]; W] {
+    let rows = w.map(as_blocks::<B>);
+    assert!(rows.iter().all(|r| r.len() == rows[0].len()), "tile rows must have one length");
+    rows
 }
 
 /// The scalar reference of [`vec_dot`].

@@ -1,6 +1,16 @@
 //! A minimal GGUF v3 writer for tests that need small or deliberately broken files.
 
 pub enum Meta {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    /// An array of arrays of u32 (nested arrays).
+    U32Arrays(Vec<Vec<u32>>),
     U32(u32),
     F32(f32),
     Bool(bool),
@@ -52,6 +62,48 @@ impl GgufWriter {
         for (k, v) in &self.meta {
             put_str(&mut out, k);
             match v {
+                Meta::U8(x) => {
+                    out.extend(0u32.to_le_bytes());
+                    out.push(*x);
+                }
+                Meta::I8(x) => {
+                    out.extend(1u32.to_le_bytes());
+                    out.push(*x as u8);
+                }
+                Meta::U16(x) => {
+                    out.extend(2u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::I16(x) => {
+                    out.extend(3u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::I32(x) => {
+                    out.extend(5u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::U64(x) => {
+                    out.extend(10u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::I64(x) => {
+                    out.extend(11u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::F64(x) => {
+                    out.extend(12u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::U32Arrays(outer) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(9u32.to_le_bytes());
+                    out.extend((outer.len() as u64).to_le_bytes());
+                    for inner in outer {
+                        out.extend(4u32.to_le_bytes());
+                        out.extend((inner.len() as u64).to_le_bytes());
+                        inner.iter().for_each(|x| out.extend(x.to_le_bytes()));
+                    }
+                }
                 Meta::U32(x) => {
                     out.extend(4u32.to_le_bytes());
                     out.extend(x.to_le_bytes());

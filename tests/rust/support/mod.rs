@@ -43,8 +43,8 @@ pub fn read_file(path: &str) -> Vec<u8> {
 /// The default model: $RUVLLM_MODEL, else the cache path scripts/fetch-model.sh uses.
 pub fn model_path() -> String {
     env("RUVLLM_MODEL").unwrap_or_else(|| {
-        let cache = env("RUVLLM_CACHE")
-            .unwrap_or_else(|| format!("{}/.cache/ruvllm", env("HOME").expect("HOME is set")));
+        let cache =
+            env("RUVLLM_CACHE").unwrap_or_else(|| format!("{}/.cache/ruvllm", env("HOME").expect("HOME is set")));
         format!("{cache}/SmolLM2-135M-Instruct.Q4_1.gguf")
     })
 }

@@ -30,21 +30,7 @@ macro_rules! simd_vec_dot {
     ($kernel:ident, $w:expr, $a:expr, $fallback:expr) => {{
         let (w, a) = ($w, $a);
         assert_eq!(w.len(), a.len(), "weight and activation rows have different block counts");
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::quant::avx2_k::available() {
-                // SAFETY: AVX2, FMA and F16C are present (checked at run time by `available`).
-                return unsafe { crate::quant::avx2_k::$kernel(w, a) };
-            }
-        }
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        let dot = crate::quant::simd128_k::$kernel(w, a);
-        // SAFETY: NEON is part of the aarch64 baseline.
-        #[cfg(target_arch = "aarch64")]
-        let dot = unsafe { crate::quant::neon_k::$kernel(w, a) };
-        #[cfg(not(any(all(target_arch = "wasm32", target_feature = "simd128"), target_arch = "aarch64")))]
-        let dot = $fallback(w, a);
-        dot
+        simd_kernel!(avx2_k, simd128_k, neon_k; $kernel(w, a)).unwrap_or_else(|| $fallback(w, a))
     }};
 }
 pub(crate) use simd_vec_dot;

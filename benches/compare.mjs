@@ -1,0 +1,144 @@
+// Runs every engine on every model, one after another on this machine, then prints the results and our ratio to
+// each peer as markdown tables. Each engine runs in its own process (engines/*.mjs, bench_node.mjs) and prints one
+// JSON line; those lines are also saved to target/bench/compare-<time>.jsonl. Use benches/compare.sh, which builds
+// everything and makes the models first; see benches/README.md.
+//
+// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3]
+//          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--ruvllm-web-threads 1]
+//          [--ruvllm-web-pkg target/wasm-web] [--only ENGINE_SUBSTRING]
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { BENCHES, ROOT, parseArgs, loadavg1m } from './lib/common.mjs';
+
+const args = parseArgs({
+  models: 'q4_1,q8_0,q4_0', reps: '3', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
+  // Threads for our wasm in Chromium. Add 2 ("1,2") once the threaded wasm build exists, and point
+  // --ruvllm-web-pkg at its wasm-bindgen output (web/ruvllm_worker.js calls its initThreadPool).
+  'ruvllm-web-threads': '1', 'ruvllm-web-pkg': 'target/wasm-web', 'node-pkg': 'target/wasm-node', only: '',
+});
+const list = (s) => String(s).split(',').filter(Boolean);
+const threads = list(args.threads);
+const outDir = path.join(ROOT, 'target/bench');
+fs.mkdirSync(outDir, { recursive: true });
+const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
+const jsonl = path.join(outDir, `compare-${stamp}.jsonl`);
+
+/** The model file for a quant name: the Q8_0 / Q4_0 copies sit next to the Q4_1 file (see requantize.py). */
+const modelPath = (quant) => args['base-model'].replace(/Q4_1(?=\.gguf$)/, quant.toUpperCase());
+
+/**
+ * The benchmark prompt: the CLI bench's text cut to prompt-tokens tokens by our tokenizer (what `ruvllm bench`
+ * prefills), with its text. Every engine prefills these ids; wllama, which takes only text, gets the text.
+ */
+function writePrompt(model) {
+  const { Engine } = createRequire(import.meta.url)(path.resolve(ROOT, args['node-pkg'], 'ruvllm.js'));
+  const engine = new Engine(fs.readFileSync(model), 0);
+  const source = fs.readFileSync(path.join(ROOT, 'cli/src/bench_prompt.txt'), 'utf8').repeat(8);
+  const ids = Array.from(engine.tokenize(source, false)).slice(0, Number(args['prompt-tokens']));
+  const text = engine.detokenize(Uint32Array.from(ids));
+  if (JSON.stringify(Array.from(engine.tokenize(text, false))) !== JSON.stringify(ids)) {
+    throw new Error('the cut prompt does not tokenize back to the same ids');
+  }
+  engine.free();
+  const file = path.join(outDir, `prompt-${path.basename(model, '.gguf')}.json`);
+  fs.writeFileSync(file, JSON.stringify({ ids, text }));
+  return file;
+}
+
+function runs(model, prompt) {
+  const common = ['--model', model, '--gen-tokens', args['gen-tokens'], '--reps', args.reps, '--ctx', args.ctx];
+  const label = (engine, runtime, t) => ({ engine, runtime, threads: Number(t) });
+  return [
+    ...threads.map((t) => [label('ruvllm', 'native', t),
+      ['engines/ruvllm_native.mjs', ...common, '--threads', t, '--prompt-tokens', args['prompt-tokens']]]),
+    [label('ruvllm', 'wasm32 in Node', 1), ['bench_node.mjs', ...common, '--pkg', path.resolve(ROOT, args['node-pkg']), '--prompt', prompt]],
+    ...list(args['ruvllm-web-threads']).map((t) => [label('ruvllm', 'wasm in Chromium', t),
+      ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt, '--ruvllm-pkg', args['ruvllm-web-pkg']]]),
+    ...threads.map((t) => [label('llama.cpp', 'native (node-llama-cpp)', t),
+      ['engines/llama_node.mjs', ...common, '--threads', t, '--prompt', prompt]]),
+    ...threads.map((t) => [label('wllama', 'wasm in Chromium', t),
+      ['engines/browser.mjs', '--engine', 'wllama', ...common, '--threads', t, '--prompt', prompt]]),
+  ].filter(([l]) => `${l.engine} ${l.runtime}`.includes(args.only));
+}
+
+/** Our native CLI's greedy answer to the ChatML France prompt: shows that each (converted) model still works. */
+function franceAnswer(model) {
+  const chat = '<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n';
+  const p = spawnSync(path.join(ROOT, 'target/release/ruvllm'),
+    ['generate', '--model', model, '--prompt', chat, '--max-tokens', '24', '--temperature', '0', '--threads', '1', '--json'],
+    { encoding: 'utf8' });
+  return p.status === 0 ? JSON.parse(p.stdout).text : `failed: ${p.stderr.trim()}`;
+}
+
+const results = [];
+const answers = [];
+for (const quant of list(args.models)) {
+  const model = modelPath(quant);
+  const prompt = writePrompt(model);
+  answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
+  console.error(`\n== ${quant}: ${path.basename(model)} answers ${answers.at(-1)[2]}`);
+  for (const [label, argv] of runs(model, prompt)) {
+    console.error(`\n== ${quant}: ${label.engine}, ${label.runtime}, ${label.threads} thread(s) (load average ${loadavg1m()})`);
+    const p = spawnSync(process.execPath, argv, {
+      cwd: BENCHES,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true' },
+    });
+    let r;
+    try {
+      if (p.status !== 0) throw new Error(`exit status ${p.status}`);
+      r = JSON.parse(p.stdout.trim().split('\n').pop());
+    } catch (e) {
+      r = { ...label, model: path.basename(model), error: `${e.message} (its stderr is above)` };
+    }
+    r.quant = quant;
+    results.push(r);
+    fs.appendFileSync(jsonl, JSON.stringify(r) + '\n');
+    console.error(JSON.stringify(r).slice(0, 300));
+  }
+}
+
+// ---- tables ----
+const fmt = (x, d = 1) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '–');
+const name = (r) => `${r.engine}, ${r.runtime}, ${r.threads}T`;
+const table = (head, rows) => [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+
+const resultRows = results.map((r) => r.error
+  ? [r.quant, name(r), 'failed', '', '', '', '', r.error]
+  : [r.quant, name(r), fmt(r.prefill_tok_s), fmt(r.decode_tok_s), fmt(r.load_ms, 0), fmt(r.peak_rss_mb, 0),
+    `${fmt(r.loadavg_start, 2)}→${fmt(r.loadavg_end, 2)}`, r.prompt_tokens === Number(args['prompt-tokens']) ? '' : `prompt ${r.prompt_tokens} tokens!`]);
+
+// Our ratio to the peer of the same kind: native to llama.cpp native, our wasm (Node or Chromium) to wllama, at the
+// same thread count. Speed ratios > 1 and load/memory ratios < 1 mean we are better.
+const peerOf = (r) => results.find((p) => !p.error && p.quant === r.quant && p.threads === r.threads &&
+  p.engine === (r.runtime === 'native' ? 'llama.cpp' : 'wllama'));
+const ratio = (a, b) => (typeof a === 'number' && typeof b === 'number' && b > 0 ? `${(a / b).toFixed(2)}×` : '–');
+const ratioRows = results.filter((r) => r.engine === 'ruvllm' && !r.error && peerOf(r)).map((r) => {
+  const p = peerOf(r);
+  return [r.quant, name(r), name(p), ratio(r.prefill_tok_s, p.prefill_tok_s), ratio(r.decode_tok_s, p.decode_tok_s),
+    ratio(r.load_ms, p.load_ms), ratio(r.peak_rss_mb, p.peak_rss_mb)];
+});
+
+const report = [
+  `Comparison benchmark, ${new Date().toISOString()}, ${os.cpus()[0]?.model}, ${os.cpus().length} logical CPUs.`,
+  `Prompt ${args['prompt-tokens']} tokens (prefill), then ${args['gen-tokens']} greedy decode steps; median of ${args.reps} reps.`,
+  'Peak RSS: whole process for native and Node engines, the Chromium renderer process for browser engines.',
+  '',
+  table(['model', 'engine, runtime, threads', 'prefill tok/s', 'decode tok/s', 'load ms', 'peak RSS MB', 'load avg (1 min)', 'note'], resultRows),
+  '',
+  'Our ratio to each peer (ours / peer): speed > 1 = we are faster; load and memory < 1 = we are lighter.',
+  '',
+  table(['model', 'ours', 'peer', 'prefill', 'decode', 'load ms', 'peak RSS'], ratioRows),
+  '',
+  'Our native CLI on the ChatML prompt "What is the capital of France?" (greedy, 24 tokens at most):',
+  '',
+  table(['model', 'file', 'answer'], answers),
+  '',
+  `Raw results: ${path.relative(ROOT, jsonl)}`,
+].join('\n');
+fs.writeFileSync(jsonl.replace(/\.jsonl$/, '.md'), report + '\n');
+console.log(report);

@@ -1,0 +1,346 @@
+//! x86_64 kernels for the legacy quants and the float types, using AVX2, FMA and F16C.
+//!
+//! Every function here needs those three features: callers check [`super::has_avx2`] first.
+//! The quantized dots follow ggml's AVX2 code: unpack a block's 32 weights to bytes, multiply byte
+//! pairs and add them with `maddubs` (unsigned x signed -> i16), widen to i32 with `madd`, convert to
+//! f32 and accumulate `block scale * sums` with FMA. Rows are walked two blocks at a time into two
+//! accumulators, so one block's FMA does not wait on the previous one.
+//!
+//! Activation quants must lie in -127..=127 (as the Q8 quantizers produce): the signed x signed dots move
+//! the weight's sign onto the activation, and -128 has no positive counterpart.
+
+use std::arch::x86_64::*;
+
+use super::act::{BlockQ8_0, BlockQ8_1};
+use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+
+// The blocks that start with two f16s: `d, m` (weights) and `d, s` (Q8_1 activations).
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
+    assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
+    assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
+};
+
+/// The two f16s a block starts with, to f32 in lanes 0 and 1 (one 4-byte load).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn leading_f16_pair<T>(block: &T) -> __m128 {
+    debug_assert!(std::mem::size_of::<T>() >= 4);
+    _mm_cvtph_ps(_mm_cvtsi32_si128((block as *const T as *const i32).read_unaligned()))
+}
+
+/// The product of two f16 values, broadcast to 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_product(x: [u8; 2], y: [u8; 2]) -> __m256 {
+    let v = _mm_insert_epi16(_mm_cvtsi32_si128(u16::from_le_bytes(x) as i32), u16::from_le_bytes(y) as i16 as i32, 1);
+    let v = _mm_cvtph_ps(v);
+    _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// 16 bytes of packed nibbles -> 32 bytes in element order: low nibbles, then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let b = _mm_loadu_si128(qs.as_ptr().cast());
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of `qh` -> 32 bytes, 0xFF where the element's bit is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
+    // Byte i of the result gets byte i / 8 of qh; OR-ing every bit but bit i % 8 leaves all-ones iff it is set.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(i32::from_le_bytes(qh)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+    );
+    let others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load32(q: &[i8; 32]) -> __m256i {
+    _mm256_loadu_si256(q.as_ptr().cast())
+}
+
+/// Sum of `u[i] * s[i]` for unsigned bytes `u` (at most 128) and signed `s`, as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_us8(u: __m256i, s: __m256i) -> __m256 {
+    // maddubs adds adjacent products into i16: at most 2 * 128 * 127, no saturation.
+    let pairs = _mm256_maddubs_epi16(u, s);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// Sum of `x[i] * y[i]` for signed bytes (`y` in -127..=127), as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_ss8(x: __m256i, y: __m256i) -> __m256 {
+    dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// Walks `w` and `a` two blocks at a time, `$block(w, a, acc) -> acc` alternating between two
+/// accumulators, and returns the lane sum.
+macro_rules! two_accumulators {
+    ($w:expr, $a:expr, $block:expr) => {{
+        let (w, a) = ($w, $a);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (w2, a2) in w.chunks_exact(2).zip(a.chunks_exact(2)) {
+            acc0 = $block(&w2[0], &a2[0], acc0);
+            acc1 = $block(&w2[1], &a2[1], acc1);
+        }
+        let n = w.len().min(a.len());
+        if n % 2 == 1 {
+            acc0 = $block(&w[n - 1], &a[n - 1], acc0);
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ4_0, y: &BlockQ8_0, acc| {
+        let qx = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    // Lane 1 of `mins` sums the blocks' `m * s` terms.
+    let mut mins = _mm_setzero_ps();
+    let mut block = |x: &BlockQ4_1, y: &BlockQ8_1, acc| {
+        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
+        mins = _mm_add_ps(mins, scales);
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(nibbles(&x.qs), load32(&y.qs)), acc)
+    };
+    let sum = two_accumulators!(w, a, block);
+    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ5_0, y: &BlockQ8_0, acc| {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        let high = _mm256_andnot_si256(bit_bytes(x.qh), _mm256_set1_epi8(0xF0u8 as i8));
+        let qx = _mm256_or_si256(nibbles(&x.qs), high);
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+    let mut mins = _mm_setzero_ps();
+    let mut block = |x: &BlockQ5_1, y: &BlockQ8_1, acc| {
+        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
+        mins = _mm_add_ps(mins, scales);
+        let high = _mm256_and_si256(bit_bytes(x.qh), _mm256_set1_epi8(0x10));
+        let qx = _mm256_or_si256(nibbles(&x.qs), high);
+        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(qx, load32(&y.qs)), acc)
+    };
+    let sum = two_accumulators!(w, a, block);
+    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    let block = |x: &BlockQ8_0, y: &BlockQ8_0, acc| {
+        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(load32(&x.qs), load32(&y.qs)), acc)
+    };
+    two_accumulators!(w, a, block)
+}
+
+/// `(d, s)` of an activation block, as f32 in lanes 0 and 1 (one 8-byte load).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd((s as *const [f32; 2]).cast()))
+}
+
+/// Checks a tile's activation rows against the weight rows' block count `n`.
+#[inline]
+fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+}
+
+/// `u[i] * s[i]` summed in groups of four bytes into 8 i32 lanes, with AVX512-VNNI's `vpdpbusd` (one
+/// instruction for `maddubs` + `madd`; no i16 intermediate, the same sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn dot_us8_vnni(u: __m256i, s: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s))
+}
+
+/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for the `*_tile_vnni` kernels.
+pub fn has_vnni() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// The tile kernels, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
+/// compute the same integer sums and then the same float operations, so their results are identical.
+macro_rules! tile_kernels {
+    ($features:literal, $dot_us8:ident, $q4_1:ident, $q8_0:ident) => {
+        /// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
+        /// block is unpacked once for the `A` rows, each activation block loaded once for the `W` rows.
+        /// Every output has its own accumulators and sees the same float operations in block order, so
+        /// the result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)`.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $q4_1<const W: usize, const A: usize>(
+            w: [&[BlockQ4_1]; W],
+            a: [&[BlockQ8_1]; A],
+            a_scales: [&[[f32; 2]]; A],
+        ) -> [[f32; A]; W] {
+            let n = w[0].len();
+            check_tile(n, &a, &a_scales);
+            let mut acc = [[_mm256_setzero_ps(); A]; W];
+            let mut mins = [[_mm_setzero_ps(); A]; W]; // lane 1 sums the blocks' `m * s` terms
+            for i in 0..n {
+                let x = w.map(|w| w.get_unchecked(i));
+                let q = x.map(|x| nibbles(&x.qs));
+                let dm = x.map(|x| leading_f16_pair(x));
+                for j in 0..A {
+                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+                    for k in 0..W {
+                        let scales = _mm_mul_ps(dm[k], ys); // [d * d, m * s]
+                        mins[k][j] = _mm_add_ps(mins[k][j], scales);
+                        acc[k][j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), $dot_us8(q[k], yq), acc[k][j]);
+                    }
+                }
+            }
+            std::array::from_fn(|k| {
+                std::array::from_fn(|j| hsum(acc[k][j]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[k][j])))
+            })
+        }
+
+        /// Q8_0 weights · Q8_0 activations for a tile, as the Q4_1 one (`a_scales[j][i][0]` is `d`).
+        #[target_feature(enable = $features)]
+        pub unsafe fn $q8_0<const W: usize, const A: usize>(
+            w: [&[BlockQ8_0]; W],
+            a: [&[BlockQ8_0]; A],
+            a_scales: [&[[f32; 2]]; A],
+        ) -> [[f32; A]; W] {
+            let n = w[0].len();
+            check_tile(n, &a, &a_scales);
+            let mut acc = [[_mm256_setzero_ps(); A]; W];
+            for i in 0..n {
+                let x = w.map(|w| w.get_unchecked(i));
+                let qx = x.map(|x| load32(&x.qs));
+                // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
+                let abs_x = qx.map(|q| _mm256_sign_epi8(q, q));
+                let dx = x.map(|x| _mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(x.d) as i32)));
+                for j in 0..A {
+                    let (ys, yq) = (scale_pair(a_scales[j].get_unchecked(i)), load32(&a[j].get_unchecked(i).qs));
+                    for k in 0..W {
+                        let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx[k], ys));
+                        acc[k][j] = _mm256_fmadd_ps(scale, $dot_us8(abs_x[k], _mm256_sign_epi8(yq, qx[k])), acc[k][j]);
+                    }
+                }
+            }
+            std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+        }
+    };
+}
+
+tile_kernels!("avx2,fma,f16c", dot_us8, q4_1_q8_1_tile, q8_0_q8_0_tile);
+tile_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, q4_1_q8_1_tile_vnni, q8_0_q8_0_tile_vnni);
+
+/// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
+/// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
+macro_rules! float_dot {
+    ($w:expr, $a:expr, $load8:expr, $get:expr) => {{
+        let (w, a) = ($w, $a);
+        let n = w.len().min(a.len());
+        let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let j = i + 8 * k;
+                *acc = _mm256_fmadd_ps($load8(wp.add(j)), _mm256_loadu_ps(ap.add(j)), *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps($load8(wp.add(i)), _mm256_loadu_ps(ap.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        for j in i..n {
+            sum += $get(w[j]) * a[j];
+        }
+        sum
+    }};
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
+    // BlockF32 is the f32's 4 little-endian bytes: the same layout as f32 on x86_64.
+    float_dot!(w, a, |p: *const BlockF32| _mm256_loadu_ps(p.cast()), BlockF32::get)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
+    float_dot!(w, a, |p: *const BlockF16| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())), BlockF16::get)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
+    // bf16 is the top half of an f32.
+    let load8 = |p: *const BlockBF16| {
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())), 16))
+    };
+    float_dot!(w, a, load8, BlockBF16::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{ActKind, Activations, QuantBlock};
+
+    #[test]
+    fn vnni_tiles_equal_avx2_tiles() {
+        if !(crate::quant::has_avx2() && has_vnni()) {
+            return; // nothing to compare on this CPU
+        }
+        let x: Vec<f32> = (0..4 * 320).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * (1 + i % 5) as f32).collect();
+        let (w, a) = x.split_at(2 * 320);
+        let mut w41 = vec![BlockQ4_1::default(); 20];
+        let mut w80 = vec![BlockQ8_0::default(); 20];
+        BlockQ4_1::quantize(w, &mut w41);
+        BlockQ8_0::quantize(w, &mut w80);
+        let mut q81 = Activations::new();
+        let mut q80 = Activations::new();
+        q81.quantize(ActKind::Q8_1, a, 2);
+        q80.quantize(ActKind::Q8_0, a, 2);
+        let (w41, w80) = ([&w41[..10], &w41[10..]], [&w80[..10], &w80[10..]]);
+        unsafe {
+            let rows = [q81.row(0).blocks(), q81.row(1).blocks()];
+            let scales = [q81.row_scales(0), q81.row_scales(1)];
+            let (plain, vnni) = (q4_1_q8_1_tile(w41, rows, scales), q4_1_q8_1_tile_vnni(w41, rows, scales));
+            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q4_1");
+            let rows = [q80.row(0).blocks(), q80.row(1).blocks()];
+            let scales = [q80.row_scales(0), q80.row_scales(1)];
+            let (plain, vnni) = (q8_0_q8_0_tile(w80, rows, scales), q8_0_q8_0_tile_vnni(w80, rows, scales));
+            assert_eq!(plain.map(|r| r.map(f32::to_bits)), vnni.map(|r| r.map(f32::to_bits)), "Q8_0");
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! aarch64 NEON kernels for the legacy quants and the float types.
+//!
+//! The quantized dots unpack a block's 32 weights to signed bytes and sum the byte products into
+//! i32x4: with `sdot` where the CPU has the dotprod extension (checked at run time), else with widening
+//! multiplies. Each block's sums are converted to f32 and scaled into an f32x4 accumulator with FMA.
+//! A block's f16 scales are converted together, in one vector.
+//! `sdot` and `fcvtl` are written as inline assembly: their intrinsics are not stable Rust yet.
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::act::{BlockQ8_0, BlockQ8_1};
+use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+
+/// How 16 signed byte products are added into 4 i32 lanes.
+trait ByteDot {
+    /// `acc + (sum of x[i] * y[i] over each group of 4 bytes)` (any grouping: callers only add lanes).
+    unsafe fn dot(acc: int32x4_t, x: int8x16_t, y: int8x16_t) -> int32x4_t;
+}
+
+/// `sdot` (needs the dotprod extension).
+struct SDot;
+
+impl ByteDot for SDot {
+    #[inline(always)]
+    unsafe fn dot(mut acc: int32x4_t, x: int8x16_t, y: int8x16_t) -> int32x4_t {
+        asm!(
+            "sdot {acc:v}.4s, {x:v}.16b, {y:v}.16b",
+            acc = inout(vreg) acc,
+            x = in(vreg) x,
+            y = in(vreg) y,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    }
+}
+
+/// Widening multiplies (base NEON).
+struct Widen;
+
+impl ByteDot for Widen {
+    #[inline(always)]
+    unsafe fn dot(acc: int32x4_t, x: int8x16_t, y: int8x16_t) -> int32x4_t {
+        // Two products per i16 lane: |x| <= 128 and |y| <= 127 keep the sum within i16.
+        let p = vmull_s8(vget_low_s8(x), vget_low_s8(y));
+        vpadalq_s16(acc, vmlal_high_s8(p, x, y))
+    }
+}
+
+/// A block's packed nibbles as (elements 0..16, elements 16..32).
+#[inline(always)]
+unsafe fn nibbles(qs: &[u8; 16]) -> (uint8x16_t, uint8x16_t) {
+    let q = vld1q_u8(qs.as_ptr());
+    (vandq_u8(q, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(q))
+}
+
+/// The 32 bits of `qh` as (elements 0..16, elements 16..32), each byte 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bit_bytes(qh: [u8; 4]) -> (uint8x16_t, uint8x16_t) {
+    const BIT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    const LOW: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
+    const HIGH: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
+    let v = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes(qh)));
+    let bit = vld1q_u8(BIT.as_ptr());
+    let spread = |index: &[u8; 16]| vtstq_u8(vqtbl1q_u8(v, vld1q_u8(index.as_ptr())), bit);
+    (spread(&LOW), spread(&HIGH))
+}
+
+/// A block's integer dot, as f32x4 partial sums: weights `(x0, x1)` for elements 0..16 and 16..32.
+#[inline(always)]
+unsafe fn dot32<D: ByteDot>((x0, x1): (int8x16_t, int8x16_t), q: &[i8; 32]) -> float32x4_t {
+    let (y0, y1) = (vld1q_s8(q.as_ptr()), vld1q_s8(q.as_ptr().add(16)));
+    vcvtq_f32_s32(D::dot(D::dot(vdupq_n_s32(0), x0, y0), x1, y1))
+}
+
+#[inline(always)]
+fn signed((lo, hi): (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
+    // SAFETY: reinterpreting register bits.
+    unsafe { (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)) }
+}
+
+/// Four f16 (raw bits) to f32 with `fcvtl` (base AdvSIMD; its intrinsic needs Rust's unstable f16).
+#[inline(always)]
+unsafe fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+    let out: float32x4_t;
+    asm!(
+        "fcvtl {out:v}.4s, {h:v}.4h",
+        out = lateout(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    out
+}
+
+/// The products of two pairs of f16 (raw bits), `[x0 * y0, x1 * y1, x0 * y0, x1 * y1]`: a block's
+/// `d_w * d_a` and `m_w * s_a`, converted together.
+#[inline(always)]
+unsafe fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> float32x4_t {
+    let v = f16x4_to_f32(vcreate_u16(u64::from_le_bytes([x0[0], x0[1], x1[0], x1[1], y0[0], y0[1], y1[0], y1[1]])));
+    vmulq_f32(v, vextq_f32::<2>(v, v))
+}
+
+const NO_F16: [u8; 2] = [0, 0];
+
+/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
+#[inline(always)]
+unsafe fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (float32x4_t, float32x4_t)) -> f32 {
+    let mut acc = vdupq_n_f32(0.0);
+    let mut mins = vdupq_n_f32(0.0); // lane 1 sums the m * s terms
+    for (x, y) in w.iter().zip(a) {
+        let (scales, sums) = block(x, y);
+        acc = vfmaq_laneq_f32::<0>(acc, sums, scales);
+        mins = vaddq_f32(mins, scales);
+    }
+    vaddvq_f32(acc) + vgetq_lane_f32::<1>(mins)
+}
+
+#[inline(always)]
+unsafe fn q4_0<D: ByteDot>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        let (lo, hi) = signed(nibbles(&x.qs));
+        let eight = vdupq_n_s8(8);
+        let q = (vsubq_s8(lo, eight), vsubq_s8(hi, eight));
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
+    })
+}
+
+#[inline(always)]
+unsafe fn q4_1<D: ByteDot>(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(signed(nibbles(&x.qs)), &y.qs)))
+}
+
+#[inline(always)]
+unsafe fn q5_0<D: ByteDot>(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        let (lo, hi) = nibbles(&x.qs);
+        let (blo, bhi) = bit_bytes(x.qh);
+        let top = vdupq_n_u8(0xF0);
+        let q = signed((vorrq_u8(lo, vbicq_u8(top, blo)), vorrq_u8(hi, vbicq_u8(top, bhi))));
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
+    })
+}
+
+#[inline(always)]
+unsafe fn q5_1<D: ByteDot>(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        let (lo, hi) = nibbles(&x.qs);
+        let (blo, bhi) = bit_bytes(x.qh);
+        let fifth = vdupq_n_u8(0x10);
+        let q = signed((vorrq_u8(lo, vandq_u8(blo, fifth)), vorrq_u8(hi, vandq_u8(bhi, fifth))));
+        (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(q, &y.qs))
+    })
+}
+
+#[inline(always)]
+unsafe fn q8_0<D: ByteDot>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        let q = (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16)));
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
+    })
+}
+
+/// Public kernels: `sdot` when the CPU has dotprod, widening multiplies otherwise.
+macro_rules! kernels {
+    ($($name:ident = $generic:ident($W:ty, $A:ty);)*) => {$(
+        pub fn $name(w: &[$W], a: &[$A]) -> f32 {
+            #[target_feature(enable = "dotprod")]
+            unsafe fn with_sdot(w: &[$W], a: &[$A]) -> f32 {
+                $generic::<SDot>(w, a)
+            }
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: the CPU has dotprod.
+                unsafe { with_sdot(w, a) }
+            } else {
+                // SAFETY: NEON is part of every aarch64 CPU.
+                unsafe { $generic::<Widen>(w, a) }
+            }
+        }
+    )*};
+}
+
+kernels! {
+    q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
+    q4_1_q8_1 = q4_1(BlockQ4_1, BlockQ8_1);
+    q5_0_q8_0 = q5_0(BlockQ5_0, BlockQ8_0);
+    q5_1_q8_1 = q5_1(BlockQ5_1, BlockQ8_1);
+    q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
+}
+
+/// Dot of the weights, read 4 at a time by `load4(ptr to element i)` (one at a time by `get`), with
+/// `a`: four accumulators over 16 elements per step, then 4 at a time, then a scalar tail.
+#[inline(always)]
+unsafe fn float_dot<B: Copy>(
+    w: &[B],
+    a: &[f32],
+    load4: impl Fn(*const B) -> float32x4_t,
+    get: impl Fn(B) -> f32,
+) -> f32 {
+    let n = w.len().min(a.len());
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let j = i + 4 * k;
+            *acc = vfmaq_f32(*acc, load4(wp.add(j)), vld1q_f32(ap.add(j)));
+        }
+        i += 16;
+    }
+    while i + 4 <= n {
+        acc[0] = vfmaq_f32(acc[0], load4(wp.add(i)), vld1q_f32(ap.add(i)));
+        i += 4;
+    }
+    let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+    for j in i..n {
+        sum += get(w[j]) * a[j];
+    }
+    sum
+}
+
+pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
+    // SAFETY: float_dot loads 4 elements from p only when they are in bounds; BlockF32 holds the f32's
+    // little-endian bytes, aarch64's layout.
+    unsafe { float_dot(w, a, |p| vld1q_f32(p as *const f32), BlockF32::get) }
+}
+
+pub fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
+    // SAFETY: as in f32_f32.
+    unsafe { float_dot(w, a, |p| f16x4_to_f32(vld1_u16(p as *const u16)), BlockF16::get) }
+}
+
+pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
+    // bf16 is the top half of an f32. SAFETY: as in f32_f32.
+    unsafe { float_dot(w, a, |p| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16))), BlockBF16::get) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_f16() {
+        for bits in 0..=u16::MAX {
+            // SAFETY: NEON is part of every aarch64 CPU.
+            let got = unsafe { vgetq_lane_f32::<0>(f16x4_to_f32(vdup_n_u16(bits))) };
+            let want = half::f16::from_bits(bits).to_f32();
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
+        }
+    }
+
+    /// Both byte dots sum the same products (the public kernels only run the one this CPU has).
+    #[test]
+    fn byte_dots_agree_with_scalar() {
+        #[target_feature(enable = "dotprod")]
+        unsafe fn sdot(x: int8x16_t, y: int8x16_t) -> i32 {
+            vaddvq_s32(SDot::dot(vdupq_n_s32(0), x, y))
+        }
+        let mut rng = crate::quant::tests::Rng::new(3);
+        for _ in 0..1000 {
+            let mut x = [0u8; 16];
+            rng.fill(&mut x);
+            let x = x.map(|b| b as i8); // weights: any byte
+            let y: [i8; 16] = std::array::from_fn(|_| ((rng.next_u64() % 255) as i32 - 127) as i8); // activations: -127..=127
+            let want: i32 = x.iter().zip(&y).map(|(&a, &b)| a as i32 * b as i32).sum();
+            // SAFETY: NEON is part of every aarch64 CPU; sdot runs only where dotprod is detected.
+            unsafe {
+                let (xv, yv) = (vld1q_s8(x.as_ptr()), vld1q_s8(y.as_ptr()));
+                assert_eq!(vaddvq_s32(Widen::dot(vdupq_n_s32(0), xv, yv)), want, "{x:?} . {y:?}");
+                if std::arch::is_aarch64_feature_detected!("dotprod") {
+                    assert_eq!(sdot(xv, yv), want, "{x:?} . {y:?}");
+                }
+            }
+        }
+    }
+}

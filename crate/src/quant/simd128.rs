@@ -1,0 +1,293 @@
+//! wasm32 SIMD128 kernels for the legacy quants and the float types (built when simd128 is enabled).
+//!
+//! The quantized dots unpack a block's 32 weights to signed bytes, widen weights and activations to
+//! i16 and multiply-add pairs with `i32x4_dot_i16x8`. The block's integer sums are converted to f32
+//! and scaled into an f32x4 accumulator (simd128 has no fused multiply-add).
+
+use core::arch::wasm32::*;
+
+use super::act::{BlockQ8_0, BlockQ8_1};
+use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+
+#[inline]
+fn load16<T>(bytes: &[T; 16]) -> v128 {
+    debug_assert_eq!(std::mem::size_of::<T>(), 1);
+    // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
+    unsafe { v128_load(bytes.as_ptr() as *const v128) }
+}
+
+/// The two halves of a 32-byte activation block.
+#[inline]
+fn load32(q: &[i8; 32]) -> (v128, v128) {
+    // SAFETY: both 16-byte loads are in bounds; v128_load has no alignment requirement.
+    unsafe { (v128_load(q.as_ptr() as *const v128), v128_load(q.as_ptr().add(16) as *const v128)) }
+}
+
+/// Sum of `x[i] * y[i]` over 16 signed bytes, as 4 i32 partial sums.
+#[inline]
+fn dot16(x: v128, y: v128) -> v128 {
+    let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(x), i16x8_extend_low_i8x16(y));
+    let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(x), i16x8_extend_high_i8x16(y));
+    i32x4_add(lo, hi)
+}
+
+/// A block's dot: weights `(x0, x1)` for elements 0..16 and 16..32 as signed bytes, times activations `q`.
+#[inline]
+fn dot32((x0, x1): (v128, v128), q: &[i8; 32]) -> v128 {
+    let (y0, y1) = load32(q);
+    f32x4_convert_i32x4(i32x4_add(dot16(x0, y0), dot16(x1, y1)))
+}
+
+/// A block's packed nibbles as (elements 0..16, elements 16..32).
+#[inline]
+fn nibbles(qs: &[u8; 16]) -> (v128, v128) {
+    let q = load16(qs);
+    (v128_and(q, u8x16_splat(0x0F)), u8x16_shr(q, 4))
+}
+
+/// The 32 bits of `qh` as (elements 0..16, elements 16..32), each byte 0xFF where the bit is set.
+#[inline]
+fn bit_bytes(qh: [u8; 4]) -> (v128, v128) {
+    let v = u32x4_splat(u32::from_le_bytes(qh));
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let spread = |lo: u8, hi: u8| {
+        let bytes = u8x16_swizzle(v, u8x16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
+        u8x16_eq(v128_and(bytes, bit), bit)
+    };
+    (spread(0, 1), spread(2, 3))
+}
+
+#[inline]
+fn hsum(v: v128) -> f32 {
+    f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)
+}
+
+/// The products of two pairs of f16 (raw bits), `[x0 * y0, x1 * y1, x0 * y0, x1 * y1]`: a block's
+/// `d_w * d_a` and `m_w * s_a`, converted together.
+#[inline]
+fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> v128 {
+    let bits = |b: [u8; 2]| u16::from_le_bytes(b) as u32;
+    let v = f16x4_to_f32(u32x4(bits(x0), bits(x1), bits(y0), bits(y1)));
+    f32x4_mul(v, i32x4_shuffle::<2, 3, 0, 1>(v, v))
+}
+
+/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
+#[inline]
+fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (v128, v128)) -> f32 {
+    let mut acc = f32x4_splat(0.0);
+    let mut mins = f32x4_splat(0.0); // lane 1 sums the m * s terms
+    for (x, y) in w.iter().zip(a) {
+        let (scales, sums) = block(x, y);
+        acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
+        mins = f32x4_add(mins, scales);
+    }
+    hsum(acc) + f32x4_extract_lane::<1>(mins)
+}
+
+const NO_F16: [u8; 2] = [0, 0];
+
+pub fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        let (lo, hi) = nibbles(&x.qs);
+        let eight = i8x16_splat(8);
+        let sums = dot32((i8x16_sub(lo, eight), i8x16_sub(hi, eight)), &y.qs);
+        (f16_products(x.d, NO_F16, y.d, NO_F16), sums)
+    })
+}
+
+pub fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32(nibbles(&x.qs), &y.qs)))
+}
+
+pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        let (lo, hi) = nibbles(&x.qs);
+        let (blo, bhi) = bit_bytes(x.qh);
+        let top = u8x16_splat(0xF0);
+        let q = (v128_or(lo, v128_andnot(top, blo)), v128_or(hi, v128_andnot(top, bhi)));
+        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(q, &y.qs))
+    })
+}
+
+pub fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+    sum_blocks(w, a, |x, y| {
+        let (lo, hi) = nibbles(&x.qs);
+        let (blo, bhi) = bit_bytes(x.qh);
+        let fifth = u8x16_splat(0x10);
+        let q = (v128_or(lo, v128_and(blo, fifth)), v128_or(hi, v128_and(bhi, fifth)));
+        (f16_products(x.d, x.m, y.d, y.s), dot32(q, &y.qs))
+    })
+}
+
+pub fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    sum_blocks(w, a, |x, y| (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(load32(&x.qs), &y.qs)))
+}
+
+/// The four i16x8 quarters of a block's 32 signed bytes `(x0, x1)`, widened once for a tile's rows.
+#[inline]
+fn widen((x0, x1): (v128, v128)) -> [v128; 4] {
+    [i16x8_extend_low_i8x16(x0), i16x8_extend_high_i8x16(x0), i16x8_extend_low_i8x16(x1), i16x8_extend_high_i8x16(x1)]
+}
+
+/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`, as f32.
+#[inline]
+fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
+    let lo = i32x4_add(i32x4_dot_i16x8(x[0], y[0]), i32x4_dot_i16x8(x[1], y[1]));
+    let hi = i32x4_add(i32x4_dot_i16x8(x[2], y[2]), i32x4_dot_i16x8(x[3], y[3]));
+    f32x4_convert_i32x4(i32x4_add(lo, hi))
+}
+
+/// The f16 pair `(a, b)` as f32 `[a, b, a, b]`.
+#[inline]
+fn f16_pair(a: [u8; 2], b: [u8; 2]) -> v128 {
+    let bits = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
+    // u16 lanes [a, b, ..] -> u32 lanes [a, b, a, b]
+    let v = u32x4_splat(bits);
+    f16x4_to_f32(i16x8_shuffle::<0, 8, 1, 8, 0, 8, 1, 8>(v, u32x4_splat(0)))
+}
+
+/// Checks a tile's activation rows against the weight rows' block count `n`.
+#[inline]
+fn check_tile<T, const A: usize>(n: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A]) {
+    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= n && s.len() >= n), "activation rows too short");
+}
+
+/// An activation block's `(d, s)` as `[d, s, d, s]`.
+#[inline]
+fn scale_pair(s: &[f32; 2]) -> v128 {
+    // SAFETY: 8 bytes in bounds; no alignment requirement.
+    unsafe { v128_load64_splat(s.as_ptr() as *const u64) }
+}
+
+/// Q4_1 weights · Q8_1 activations for a tile of `W` weight rows × `A` activation rows: each weight
+/// block is unpacked once for the `A` rows, each activation block widened once for the `W` rows.
+/// Every output has its own accumulators and sees the same float operations in block order, so the
+/// result does not depend on `W` and `A`. `a_scales[j][i]` is activation block `i`'s `(d, s)` as f32.
+pub fn q4_1_q8_1_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ4_1]; W],
+    a: [&[BlockQ8_1]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[f32x4_splat(0.0); A]; W];
+    let mut mins = [[f32x4_splat(0.0); A]; W]; // lane 1 sums the blocks' m * s terms
+    for i in 0..n {
+        let x = w.map(|w| &w[i]);
+        let q = x.map(|x| widen(nibbles(&x.qs)));
+        let dm = x.map(|x| f16_pair(x.d, x.m));
+        for j in 0..A {
+            // SAFETY: i < n <= the row's length (check_tile).
+            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+            let yq = widen(load32(&y.qs));
+            for k in 0..W {
+                let scales = f32x4_mul(dm[k], ys); // [d * d, m * s, ..]
+                let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
+                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(d, dot_wide(&q[k], &yq)));
+                mins[k][j] = f32x4_add(mins[k][j], scales);
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j]) + f32x4_extract_lane::<1>(mins[k][j])))
+}
+
+/// Q8_0 weights · Q8_0 activations for a tile, as [`q4_1_q8_1_tile`] (`a_scales[j][i][0]` is `d`).
+pub fn q8_0_q8_0_tile<const W: usize, const A: usize>(
+    w: [&[BlockQ8_0]; W],
+    a: [&[BlockQ8_0]; A],
+    a_scales: [&[[f32; 2]]; A],
+) -> [[f32; A]; W] {
+    let n = w[0].len();
+    check_tile(n, &a, &a_scales);
+    let mut acc = [[f32x4_splat(0.0); A]; W];
+    for i in 0..n {
+        let x = w.map(|w| &w[i]);
+        let q = x.map(|x| widen(load32(&x.qs)));
+        let d = x.map(|x| f16_pair(x.d, NO_F16));
+        for j in 0..A {
+            // SAFETY: i < n <= the row's length (check_tile).
+            let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
+            let yq = widen(load32(&y.qs));
+            for k in 0..W {
+                let scale = f32x4_mul(d[k], ys);
+                let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
+                acc[k][j] = f32x4_add(acc[k][j], f32x4_mul(scale, dot_wide(&q[k], &yq)));
+            }
+        }
+    }
+    std::array::from_fn(|k| std::array::from_fn(|j| hsum(acc[k][j])))
+}
+
+/// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
+/// `get`), with `a`: four accumulators over 16 elements per step, then 4 at a time, then a scalar tail.
+#[inline]
+fn float_dot<B: Copy>(w: &[B], a: &[f32], load4: impl Fn(*const B) -> v128, get: impl Fn(B) -> f32) -> f32 {
+    let n = w.len().min(a.len());
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    // SAFETY (all loads below): element i + 4 <= n is in bounds of both slices.
+    let load_a = |i: usize| unsafe { v128_load(ap.add(i) as *const v128) };
+    let load_w = |i: usize| load4(unsafe { wp.add(i) });
+    let mut acc = [f32x4_splat(0.0); 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let j = i + 4 * k;
+            *acc = f32x4_add(*acc, f32x4_mul(load_w(j), load_a(j)));
+        }
+        i += 16;
+    }
+    while i + 4 <= n {
+        acc[0] = f32x4_add(acc[0], f32x4_mul(load_w(i), load_a(i)));
+        i += 4;
+    }
+    let mut sum = hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3])));
+    for j in i..n {
+        sum += get(w[j]) * a[j];
+    }
+    sum
+}
+
+/// Four f16 (bit patterns in the low 16 bits of u32 lanes) to f32, exactly, including subnormals,
+/// infinities and NaN: move exponent and mantissa into f32 position, then rescale the exponent by 2^112.
+#[inline]
+fn f16x4_to_f32(h: v128) -> v128 {
+    let magnitude = u32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
+    let scaled = f32x4_mul(magnitude, f32x4_splat(f32::from_bits(0x7780_0000))); // 2^112
+                                                                                 // Inputs with the largest f16 exponent (inf, NaN) land at 2^16 or above: give them f32's.
+    let inf_nan = f32x4_ge(scaled, f32x4_splat(65536.0));
+    let value = v128_or(scaled, v128_and(inf_nan, u32x4_splat(0x7F80_0000)));
+    v128_or(value, u32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+}
+
+pub fn f32_f32(w: &[BlockF32], a: &[f32]) -> f32 {
+    // SAFETY: 4 elements of 4 bytes from p are in bounds (float_dot's loop condition).
+    float_dot(w, a, |p| unsafe { v128_load(p as *const v128) }, BlockF32::get)
+}
+
+pub fn f16_f32(w: &[BlockF16], a: &[f32]) -> f32 {
+    // SAFETY: 4 elements of 2 bytes from p are in bounds (float_dot's loop condition).
+    float_dot(w, a, |p| f16x4_to_f32(unsafe { u32x4_load_extend_u16x4(p as *const u16) }), BlockF16::get)
+}
+
+pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
+    // bf16 is the top half of an f32.
+    // SAFETY: 4 elements of 2 bytes from p are in bounds (float_dot's loop condition).
+    float_dot(w, a, |p| u32x4_shl(unsafe { u32x4_load_extend_u16x4(p as *const u16) }, 16), BlockBF16::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    fn f16_conversion_is_exact_for_every_f16() {
+        for bits in 0..=u16::MAX {
+            let h = u32x4_splat(bits as u32);
+            let got = f32x4_extract_lane::<0>(f16x4_to_f32(h));
+            let want = half::f16::from_bits(bits).to_f32();
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
+        }
+    }
+}

@@ -1,0 +1,12 @@
+// Browser entry: the wasm file is fetched from beside the glue module (bundlers follow `new URL(..., import.meta.url)`).
+import init from '../wasm/ruvllm.js';
+import { setPlatform } from './llm.js';
+
+setPlatform({
+  init: async () => {
+    await init({ module_or_path: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) });
+  },
+  open: () => undefined,
+});
+
+export * from './index.js';

@@ -1,0 +1,134 @@
+import { invalid } from './errors.js';
+import type { GenerateResult, LLM } from './llm.js';
+import type { GenerateOptions } from './options.js';
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | (string & {});
+  content: string;
+}
+
+/** The OpenAI request fields this engine implements (plus `top_k`, `min_p`, `repeat_penalty`). */
+export interface ChatCompletionRequest {
+  messages: ChatMessage[];
+  stream?: boolean;
+  /** Accepted and echoed back; the loaded model answers whatever it says. */
+  model?: string;
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  repeat_penalty?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  seed?: number;
+  stop?: string | string[];
+  /** Only 1 is supported. */
+  n?: number;
+  /** Accepted; usage is always sent, on the last chunk. */
+  stream_options?: { include_usage?: boolean };
+  user?: string;
+}
+
+export interface ChatCompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+type FinishReason = 'stop' | 'length';
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{ index: 0; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: null }>;
+  usage: ChatCompletionUsage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{ index: 0; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: null }>;
+  /** Only on the last chunk (the one with a finish_reason). */
+  usage?: ChatCompletionUsage;
+}
+
+export interface Chat {
+  completions: {
+    create(body: ChatCompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<ChatCompletionChunk>>;
+    create(body: ChatCompletionRequest & { stream?: false }, options?: { signal?: AbortSignal }): Promise<ChatCompletion>;
+    create(body: ChatCompletionRequest, options?: { signal?: AbortSignal }): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
+  };
+}
+
+const FIELDS: Record<string, keyof GenerateOptions | null> = {
+  messages: null, stream: null, model: null, n: null, stream_options: null, user: null,
+  max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
+  top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
+  frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop',
+};
+
+function generateOptions(body: ChatCompletionRequest, signal: AbortSignal | undefined): GenerateOptions {
+  const options: Record<string, unknown> = { signal };
+  for (const [field, value] of Object.entries(body)) {
+    if (!(field in FIELDS)) throw invalid(`unsupported chat completion field '${field}'`);
+    const name = FIELDS[field];
+    if (name && value !== undefined && value !== null) options[name] = value;
+  }
+  if (body.n !== undefined && body.n !== 1) throw invalid('only n = 1 is supported');
+  return options as GenerateOptions;
+}
+
+function usage(r: GenerateResult): ChatCompletionUsage {
+  return {
+    prompt_tokens: r.usage.promptTokens,
+    completion_tokens: r.usage.completionTokens,
+    total_tokens: r.usage.totalTokens,
+    prompt_tokens_details: { cached_tokens: r.usage.cachedTokens },
+  };
+}
+
+export function createChat(llm: LLM): Chat {
+  async function create(body: ChatCompletionRequest, { signal }: { signal?: AbortSignal } = {}) {
+    if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');
+    const options = generateOptions(body, signal);
+    const prompt = llm.applyChatTemplate(body.messages);
+    const generation = llm.generate(prompt, options); // validates the options now
+    const head = {
+      id: `chatcmpl-${Math.random().toString(36).slice(2, 14)}`,
+      created: Math.floor(Date.now() / 1000),
+      model: body.model ?? llm.info().name ?? 'ruvllm',
+    };
+    if (!body.stream) {
+      let r = await generation.next();
+      while (!r.done) r = await generation.next();
+      const result = r.value;
+      const choice = { index: 0, message: { role: 'assistant', content: result.text }, finish_reason: result.finishReason, logprobs: null } as const;
+      return { ...head, object: 'chat.completion', choices: [choice], usage: usage(result) } satisfies ChatCompletion;
+    }
+    return (async function* (): AsyncGenerator<ChatCompletionChunk> {
+      const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish_reason: FinishReason | null): ChatCompletionChunk => ({
+        ...head,
+        object: 'chat.completion.chunk',
+        choices: [{ index: 0, delta, finish_reason, logprobs: null }],
+      });
+      try {
+        yield chunk({ role: 'assistant', content: '' }, null);
+        let r = await generation.next();
+        for (; !r.done; r = await generation.next()) {
+          if (r.value.text) yield chunk({ content: r.value.text }, null);
+        }
+        yield { ...chunk({}, r.value.finishReason), usage: usage(r.value) };
+      } finally {
+        await generation.return(undefined as never); // cancels a generation left early
+      }
+    })();
+  }
+  return { completions: { create } } as Chat;
+}

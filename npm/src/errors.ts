@@ -1,0 +1,46 @@
+/** Stable, machine-readable error codes. The first group comes from the engine (`Error::code` in Rust). */
+export type ErrorCode =
+  | 'E_GGUF'
+  | 'E_UNSUPPORTED_TENSOR_TYPE'
+  | 'E_UNSUPPORTED_ARCH'
+  | 'E_MODEL'
+  | 'E_TOKENIZER'
+  | 'E_CHAT_TEMPLATE'
+  | 'E_TOKEN_OUT_OF_RANGE'
+  | 'E_CONTEXT_OVERFLOW'
+  | 'E_INVALID_ARGUMENT'
+  | 'E_IO'
+  | 'E_OUT_OF_MEMORY'
+  | 'E_MODEL_TOO_LARGE'
+  | 'E_FETCH'
+  | 'E_ABORTED'
+  | 'E_DISPOSED'
+  | 'E_ENGINE_CRASHED';
+
+/** Every error this package throws or rejects with. */
+export class RuvllmError extends Error {
+  readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'RuvllmError';
+    this.code = code;
+  }
+}
+
+/** Thrown when an `AbortSignal` stops loading or generation; named like the DOM's AbortError. */
+export class AbortError extends RuvllmError {
+  constructor(reason?: unknown) {
+    const why = reason instanceof Error ? `: ${reason.message}` : reason !== undefined ? `: ${String(reason)}` : '';
+    super('E_ABORTED', `aborted${why}`, { cause: reason });
+    this.name = 'AbortError';
+  }
+}
+
+export function invalid(message: string): RuvllmError {
+  return new RuvllmError('E_INVALID_ARGUMENT', message);
+}
+
+export function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw new AbortError(signal.reason);
+}

@@ -1,0 +1,9 @@
+// The API shared by the Node and browser entry points (which pick how the wasm module is loaded).
+export { LLM } from './llm.js';
+export type { GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, Usage } from './llm.js';
+export type { GenerateOptions } from './options.js';
+export type { LoadProgress, ModelSource } from './source.js';
+export { MAX_MODEL_BYTES } from './source.js';
+export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage } from './chat.js';
+export { AbortError, RuvllmError } from './errors.js';
+export type { ErrorCode } from './errors.js';

@@ -1,0 +1,365 @@
+import { Engine, ModelBuffer, lastPanic } from '../wasm/ruvllm.js';
+import { createChat, type Chat, type ChatMessage } from './chat.js';
+import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
+import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
+import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
+
+/** What differs between Node and browsers: how the wasm module is instantiated, and extra sources. */
+export interface Platform {
+  init(): Promise<void>;
+  /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
+  open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
+}
+
+let platform: Platform | undefined;
+let initialized: Promise<void> | undefined;
+
+export function setPlatform(p: Platform): void {
+  platform = p;
+}
+
+/** Instantiate the wasm module once; a failed attempt (say, a network error) is retried by the next load. */
+function initWasm(): Promise<void> {
+  if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  initialized ??= platform.init().catch((e) => {
+    initialized = undefined;
+    throw new RuvllmError('E_FETCH', `cannot load the wasm engine: ${(e as Error).message}`, { cause: e });
+  });
+  return initialized;
+}
+
+export interface LoadOptions {
+  /** Called after each chunk of the file is read. */
+  onProgress?: (progress: LoadProgress) => void;
+  /** Context window in tokens (default: the model's, at most 4096). */
+  contextSize?: number;
+  signal?: AbortSignal;
+}
+
+export interface ModelInfo {
+  name: string | null;
+  architecture: string;
+  layers: number;
+  embeddingSize: number;
+  heads: number;
+  kvHeads: number;
+  vocabSize: number;
+  /** The context length the model was trained with. */
+  trainedContextLength: number;
+  /** This instance's context window in tokens. */
+  contextSize: number;
+  fileBytes: number;
+  kvCacheBytes: number;
+  /** The wasm instance's memory now (shared by every model loaded in it). */
+  wasmMemoryBytes: number;
+  simd128: boolean;
+  hasChatTemplate: boolean;
+}
+
+/** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */
+export interface GenerateChunk {
+  id: number;
+  text: string;
+}
+
+export interface Usage {
+  promptTokens: number;
+  /** Prompt tokens whose keys and values were reused from the previous call (a shared prefix). */
+  cachedTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+}
+
+export interface GenerateResult {
+  ids: number[];
+  text: string;
+  finishReason: 'stop' | 'length';
+  usage: Usage;
+  timings: { prefillMs: number; decodeMs: number; prefillTokensPerSecond: number; decodeTokensPerSecond: number };
+}
+
+/** Per prompt position, the top-k next tokens as [id, probability], most likely first. */
+export type ScorePositions = Array<Array<[number, number]>>;
+
+/** Let the event loop run (rendering, input, timers) between tokens, without timer clamping. */
+const nextTick: () => Promise<void> =
+  typeof setImmediate === 'function'
+    ? () => new Promise((resolve) => setImmediate(resolve))
+    : () =>
+        new Promise((resolve) => {
+          const channel = new MessageChannel();
+          channel.port1.onmessage = () => {
+            channel.port1.close();
+            resolve();
+          };
+          channel.port2.postMessage(null);
+        });
+
+/**
+ * A loaded model and its conversation state (one KV cache). Generations run one at a time: a call
+ * made while another runs waits for it (FIFO), and its `signal` also cancels the wait.
+ */
+export class LLM {
+  #engine: Engine | null;
+  #tail: Promise<void> = Promise.resolve();
+  #busy = false;
+  #disposed = false;
+  #crashed: RuvllmError | null = null;
+  /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
+  readonly chat: Chat;
+
+  private constructor(engine: Engine) {
+    this.#engine = engine;
+    this.chat = createChat(this);
+  }
+
+  /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
+  static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
+    const { onProgress, contextSize = 0, signal } = options;
+    if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
+    throwIfAborted(signal);
+    await initWasm();
+    let buffer: ModelBuffer | undefined;
+    try {
+      const opened = await (platform.open(source, signal) ?? openSource(source, signal));
+      if (opened.total !== undefined) checkModelSize(opened.total);
+      buffer = engineCall(() => new ModelBuffer(opened.total ?? 0));
+      let loaded = 0;
+      for await (const chunk of opened.chunks) {
+        throwIfAborted(signal);
+        loaded += chunk.length;
+        checkModelSize(loaded);
+        engineCall(() => buffer!.push(chunk));
+        onProgress?.({ loaded, total: opened.total });
+      }
+      throwIfAborted(signal);
+      if (opened.total !== undefined && loaded !== opened.total) {
+        throw new RuvllmError('E_IO', `the source ended after ${loaded} of ${opened.total} bytes`);
+      }
+      const bytes = buffer;
+      buffer = undefined; // the engine consumes it, even when it fails
+      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)));
+    } catch (e) {
+      buffer?.free();
+      if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
+      throw e;
+    }
+  }
+
+  info(): ModelInfo {
+    return parseInfo(this.#call((e) => e.info()));
+  }
+
+  /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
+   * exactly as `generate` does with a string (special tokens parsed, BOS added if the model asks). */
+  tokenize(text: string, options: { special?: boolean; prompt?: boolean } = {}): number[] {
+    if (typeof text !== 'string') throw invalid('text must be a string');
+    const ids = this.#call((e) => (options.prompt ? e.tokenizePrompt(text) : e.tokenize(text, Boolean(options.special))));
+    return Array.from(ids);
+  }
+
+  detokenize(ids: readonly number[] | Uint32Array): string {
+    const checked = tokenIds(ids, 'ids');
+    return this.#call((e) => e.detokenize(checked));
+  }
+
+  /** Render messages with the model's own chat template (GGUF `tokenizer.chat_template`). */
+  applyChatTemplate(messages: ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
+    if (!Array.isArray(messages)) throw invalid('messages must be an array');
+    for (const m of messages) {
+      if (typeof m?.role !== 'string' || typeof m.content !== 'string') {
+        throw invalid('each message needs a string role and a string content');
+      }
+    }
+    const json = JSON.stringify(messages.map(({ role, content }) => ({ role, content })));
+    return this.#call((e) => e.applyChatTemplate(json, options.addGenerationPrompt ?? true));
+  }
+
+  /**
+   * Stream tokens for `prompt` (text, tokenized with special tokens parsed, or token ids). Each chunk
+   * is yielded as soon as the engine produces it; the iterator's return value is the whole result.
+   * Leaving the loop early (break, throw, abort) cancels the generation and keeps the model usable.
+   */
+  generate(prompt: string | readonly number[], options: GenerateOptions = {}): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
+    this.#usable();
+    const json = engineOptions(options);
+    const ids = typeof prompt === 'string' ? prompt : tokenIds(prompt, 'prompt');
+    return this.#run(ids, json, options.signal);
+  }
+
+  /** `generate` run to the end. */
+  async complete(prompt: string | readonly number[], options: GenerateOptions = {}): Promise<GenerateResult> {
+    const it = this.generate(prompt, options);
+    for (;;) {
+      const r = await it.next();
+      if (r.done) return r.value;
+    }
+  }
+
+  /** Teacher-forced scoring: for each position of `ids`, the `topK` most likely next tokens. */
+  async score(ids: readonly number[], options: { topK?: number; signal?: AbortSignal } = {}): Promise<ScorePositions> {
+    const topK = options.topK ?? 5;
+    if (!Number.isSafeInteger(topK) || topK < 1) throw invalid(`topK must be an integer >= 1, got ${topK}`);
+    const checked = tokenIds(ids, 'ids');
+    return this.#exclusive(options.signal, () => JSON.parse(this.#call((e) => e.score(checked, topK))).positions);
+  }
+
+  /** Forget the conversation's KV cache (the next prompt is evaluated from scratch). */
+  async reset(): Promise<void> {
+    await this.#exclusive(undefined, () => this.#call((e) => e.reset()));
+  }
+
+  /** Free the model's memory. A generation in progress ends with an `E_DISPOSED` error. Idempotent. */
+  dispose(): void {
+    this.#disposed = true;
+    if (!this.#busy) this.#free();
+  }
+
+  async *#run(prompt: string | Uint32Array, json: string, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
+    const release = await this.#lock(signal);
+    let started = false;
+    try {
+      const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
+      this.#call((e) => e.start(ids, json));
+      started = true;
+      for (;;) {
+        await nextTick();
+        throwIfAborted(signal);
+        const step = this.#call((e) => e.nextStep()) as GenerateChunk | undefined;
+        if (!step) break;
+        yield { id: step.id, text: step.text };
+      }
+      started = false;
+      return parseResult(this.#call((e) => e.finish(false)));
+    } finally {
+      if (started && this.#engine) this.#engine.finish(true); // cancelled: the session is ready for the next call
+      release();
+    }
+  }
+
+  /** Wait for our turn; the returned function ends it. */
+  async #lock(signal: AbortSignal | undefined): Promise<() => void> {
+    throwIfAborted(signal);
+    const turn = this.#tail;
+    let release!: () => void;
+    const done = new Promise<void>((resolve) => (release = resolve));
+    this.#tail = turn.then(() => done);
+    try {
+      await abortable(turn, signal);
+      this.#usable();
+    } catch (e) {
+      turn.then(release); // give up our place once it comes
+      throw e;
+    }
+    this.#busy = true;
+    return () => {
+      this.#busy = false;
+      if (this.#disposed) this.#free();
+      release();
+    };
+  }
+
+  async #exclusive<T>(signal: AbortSignal | undefined, fn: () => T): Promise<T> {
+    const release = await this.#lock(signal);
+    try {
+      return fn();
+    } finally {
+      release();
+    }
+  }
+
+  #usable(): Engine {
+    if (this.#crashed) throw this.#crashed;
+    if (this.#disposed || !this.#engine) throw new RuvllmError('E_DISPOSED', 'the model was disposed');
+    return this.#engine;
+  }
+
+  /** Call the engine; its errors become RuvllmErrors, and a trap (a Rust panic) retires this model. */
+  #call<T>(fn: (engine: Engine) => T): T {
+    const engine = this.#usable();
+    try {
+      return fn(engine);
+    } catch (e) {
+      const err = engineError(e);
+      if (err.code === 'E_ENGINE_CRASHED') {
+        this.#crashed = err;
+        this.#engine = null; // its wasm state is unknown after a trap: never touch it again
+      }
+      throw err;
+    }
+  }
+
+  #free(): void {
+    this.#engine?.free();
+    this.#engine = null;
+  }
+}
+
+function engineCall<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw engineError(e);
+  }
+}
+
+/** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError). */
+function engineError(e: unknown): RuvllmError {
+  if (e instanceof RuvllmError) return e;
+  const code = (e as { code?: unknown } | null)?.code;
+  if (e instanceof Error && typeof code === 'string') return new RuvllmError(code as ErrorCode, e.message);
+  const panic = lastPanic();
+  const what = panic ? `the engine panicked: ${panic}` : `the engine failed: ${e instanceof Error ? e.message : String(e)}`;
+  return new RuvllmError('E_ENGINE_CRASHED', `${what} (load the model again)`, { cause: e });
+}
+
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new AbortError(signal.reason));
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+function parseInfo(json: string): ModelInfo {
+  const i = JSON.parse(json);
+  return {
+    name: i.name ?? null,
+    architecture: i.architecture,
+    layers: i.n_layers,
+    embeddingSize: i.d_model,
+    heads: i.n_heads,
+    kvHeads: i.n_kv_heads,
+    vocabSize: i.vocab_size,
+    trainedContextLength: i.context_length,
+    contextSize: i.n_ctx,
+    fileBytes: i.file_bytes,
+    kvCacheBytes: i.kv_cache_bytes,
+    wasmMemoryBytes: i.wasm_memory_bytes,
+    simd128: i.simd128,
+    hasChatTemplate: i.has_chat_template,
+  };
+}
+
+function parseResult(json: string | undefined): GenerateResult {
+  if (json === undefined) throw new RuvllmError('E_ENGINE_CRASHED', 'the engine lost the generation in progress');
+  const o = JSON.parse(json);
+  return {
+    ids: o.ids,
+    text: o.text,
+    finishReason: o.finish_reason,
+    usage: {
+      promptTokens: o.prompt_tokens,
+      cachedTokens: o.cached_tokens,
+      completionTokens: o.generated_tokens,
+      totalTokens: o.prompt_tokens + o.generated_tokens,
+    },
+    timings: {
+      prefillMs: o.prefill_ms,
+      decodeMs: o.decode_ms,
+      prefillTokensPerSecond: o.prefill_tok_s,
+      decodeTokensPerSecond: o.decode_tok_s,
+    },
+  };
+}

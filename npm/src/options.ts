@@ -1,0 +1,78 @@
+import { invalid } from './errors.js';
+
+/** Sampling and stopping options of `generate` (defaults are llama.cpp's, as in the native CLI). */
+export interface GenerateOptions {
+  /** Most tokens to generate, end-of-generation token included (default 256). */
+  maxTokens?: number;
+  /** 0 = greedy (default 0.8). */
+  temperature?: number;
+  /** Keep the k most likely tokens; 0 = off (default 40). */
+  topK?: number;
+  /** Nucleus sampling, in [0, 1]; 1 = off (default 0.95). */
+  topP?: number;
+  /** Drop tokens less likely than minP × the most likely one, in [0, 1]; 0 = off (default 0.05). */
+  minP?: number;
+  /** 1 = off (default). */
+  repeatPenalty?: number;
+  /** 0 = off (default). */
+  presencePenalty?: number;
+  /** 0 = off (default). */
+  frequencyPenalty?: number;
+  /** How many recent tokens the penalties look at (default 64). */
+  penaltyLastN?: number;
+  /** Integer seed; the same seed, prompt and options give the same tokens (default 0). */
+  seed?: number;
+  /** Generation ends when the text contains one of these; the stop string itself is not returned. */
+  stop?: string | string[];
+  /** Keep generating past end-of-generation tokens. */
+  ignoreEos?: boolean;
+  /** Stops generation (the iterator throws an `AbortError`); the model stays usable. */
+  signal?: AbortSignal;
+}
+
+const INTEGERS = ['maxTokens', 'topK', 'penaltyLastN', 'seed'] as const;
+const NUMBERS = ['temperature', 'topP', 'minP', 'repeatPenalty', 'presencePenalty', 'frequencyPenalty'] as const;
+const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal']);
+
+/** Check types and integer ranges here (the engine checks the float ranges) and build the engine's JSON. */
+export function engineOptions(options: GenerateOptions): string {
+  if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
+  for (const key of Object.keys(options)) {
+    if (!KNOWN.has(key)) throw invalid(`unknown option '${key}'`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const key of INTEGERS) {
+    const v = options[key];
+    if (v === undefined) continue;
+    const min = key === 'maxTokens' ? 1 : 0;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) {
+      throw invalid(`${key} must be an integer >= ${min}${key === 'seed' ? ` and <= ${Number.MAX_SAFE_INTEGER}` : ''}, got ${String(v)}`);
+    }
+    out[key] = v;
+  }
+  for (const key of NUMBERS) {
+    const v = options[key];
+    if (v === undefined) continue;
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw invalid(`${key} must be a finite number, got ${String(v)}`);
+    out[key] = v;
+  }
+  if (options.stop !== undefined) {
+    const stop = typeof options.stop === 'string' ? [options.stop] : options.stop;
+    if (!Array.isArray(stop) || stop.some((s) => typeof s !== 'string' || s.length === 0)) {
+      throw invalid('stop must be a non-empty string or an array of them');
+    }
+    out.stop = stop;
+  }
+  if (options.ignoreEos !== undefined) out.ignoreEos = Boolean(options.ignoreEos);
+  if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) throw invalid('signal must be an AbortSignal');
+  return JSON.stringify(out);
+}
+
+/** Token ids as the engine takes them: integers in 0..2^32. */
+export function tokenIds(ids: unknown, what: string): Uint32Array {
+  if (!Array.isArray(ids) && !(ids instanceof Uint32Array)) throw invalid(`${what} must be an array of token ids`);
+  for (const id of ids) {
+    if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) throw invalid(`${what}: ${String(id)} is not a token id`);
+  }
+  return Uint32Array.from(ids);
+}

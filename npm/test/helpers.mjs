@@ -1,0 +1,45 @@
+// Shared by the node:test suites: where the model and the llama.cpp reference live, and one loaded model.
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const PACKAGE_DIR = fileURLToPath(new URL('..', import.meta.url));
+export const REPO_DIR = join(PACKAGE_DIR, '..');
+
+/** The default model: $RUVLLM_MODEL, else the cache path scripts/fetch-model.sh uses. */
+export const MODEL_PATH =
+  process.env.RUVLLM_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'SmolLM2-135M-Instruct.Q4_1.gguf');
+
+const referenceDir = process.env.RUVLLM_REFERENCE_DIR ?? join(REPO_DIR, '..', 'shared', 'reference');
+const france = JSON.parse(readFileSync(join(referenceDir, 'logits.json'), 'utf8')).prompts.find((p) => p.name === 'chat_france_nosystem');
+
+/** llama.cpp's greedy answer to the raw ChatML France prompt, up to and including its first end-of-generation token. */
+export const FRANCE = {
+  prompt: france.prompt,
+  ids: france.continuation.ids.slice(0, france.continuation.first_eog_index + 1),
+  text: france.continuation.text_until_eog,
+};
+
+/** Collect a generation: its chunks and its return value. */
+export async function drain(iterator) {
+  const chunks = [];
+  for (;;) {
+    const r = await iterator.next();
+    if (r.done) return { chunks, result: r.value };
+    chunks.push(r.value);
+  }
+}
+
+/** Assert that `promise` rejects with a RuvllmError of `code`, and return the error. */
+export async function rejectsWith(promise, code) {
+  const { RuvllmError } = await import('@ruvector/ruvllm');
+  try {
+    await promise;
+  } catch (e) {
+    if (!(e instanceof RuvllmError) || !(e instanceof Error)) throw new Error(`expected a RuvllmError ${code}, got ${e?.stack ?? e}`);
+    if (e.code !== code) throw new Error(`expected ${code}, got ${e.code}: ${e.message}`);
+    return e;
+  }
+  throw new Error(`expected a rejection with ${code}`);
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Build the wasm engine for the npm package into npm/wasm/: one ESM build (wasm-bindgen --target web)
+# that both entry points use (browsers fetch the .wasm, Node reads it from the package directory).
+#   cargo (release, simd128 from .cargo/config.toml) -> wasm-bindgen 0.2.130 -> wasm-opt -O3 (npm binaryen@132)
+# wasm-pack is not used: it would only run these same steps, and installing it costs ~400 s in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=npm/wasm
+wasm_opt=npm/node_modules/.bin/wasm-opt
+[ -x "$wasm_opt" ] || { echo "build-wasm: $wasm_opt missing (run: cd npm && npm ci)" >&2; exit 1; }
+
+cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
+rm -rf "$out" && mkdir -p "$out"
+wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/ruvllm.wasm"
+rm -f "$out/ruvllm_bg.wasm.d.ts"
+# The features rustc enables for wasm32 by default, plus simd128; wasm-opt must not emit anything beyond them.
+"$wasm_opt" -O3 --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+  --enable-mutable-globals --enable-multivalue --enable-reference-types \
+  "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
+echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2

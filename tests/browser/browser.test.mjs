@@ -1,0 +1,138 @@
+// The package in headless Chromium (playwright-core driving Debian's /usr/bin/chromium): the example
+// page loads the real model from a local server and streams the reference answer.
+// Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+
+// playwright-core is a dev dependency of the npm package.
+const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+// As root in a container, without the sandbox; no background traffic to Google on a closed network.
+const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+let server, context, page, profile;
+const pageErrors = [];
+
+before(async () => {
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
+  profile = mkdtempSync(join(tmpdir(), 'ruvllm-chromium-'));
+  context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on('pageerror', (e) => pageErrors.push(e));
+  await page.goto(`${server.origin}/examples/browser/index.html?model=/model.gguf`);
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+const state = (s) => page.waitForSelector(`body[data-state="${s}"]`, { timeout: 120_000 });
+
+test('the example page loads the model with progress and streams the reference answer', async () => {
+  await page.click('#load');
+  await state('ready');
+  assert.equal(await page.inputValue('#model-url'), '/model.gguf');
+  assert.equal(await page.$eval('#progress', (p) => p.value), 1);
+  assert.match(await page.textContent('#status'), new RegExp(`30 layers, ${Math.round(statSync(MODEL_PATH).size / 1e6)} MB`));
+  await page.fill('#temperature', '0');
+  await page.click('#generate');
+  await state('done');
+  assert.equal(await page.textContent('#output'), FRANCE.text);
+  assert.deepEqual(await page.evaluate(() => window.demo.ids), FRANCE.ids);
+  assert.match(await page.textContent('#stats'), /8 generated tokens; prefill [\d.]+ tok\/s, decode [\d.]+ tok\/s/);
+});
+
+test('the Stop button aborts a generation; the next one works', async () => {
+  await page.fill('#prompt', 'Once upon a time');
+  await page.fill('#max-tokens', '500');
+  await page.click('#generate');
+  await page.waitForFunction(() => window.demo.ids.length >= 3);
+  await page.click('#stop');
+  await state('stopped');
+  const n = await page.evaluate(() => window.demo.ids.length);
+  assert.ok(n < 500 && n >= 3, `${n} tokens`);
+  await page.fill('#prompt', FRANCE.prompt);
+  await page.click('#generate');
+  await state('done');
+  assert.equal(await page.textContent('#output'), FRANCE.text);
+});
+
+test('a model picked with the file input (a File) loads and answers', async () => {
+  await page.setInputFiles('#model-file', MODEL_PATH);
+  await page.click('#load');
+  await state('ready');
+  await page.click('#generate');
+  await state('done');
+  assert.deepEqual(await page.evaluate(() => window.demo.ids), FRANCE.ids);
+});
+
+test('in the page: tokens arrive one by one while the page keeps rendering', async () => {
+  const r = await page.evaluate(async (prompt) => {
+    const llm = window.demo.llm;
+    let frames = 0;
+    let timers = 0;
+    let running = true;
+    const frame = () => running && (frames++, requestAnimationFrame(frame));
+    const timer = () => running && (timers++, setTimeout(timer, 0));
+    requestAnimationFrame(frame);
+    setTimeout(timer, 0);
+    const t0 = performance.now();
+    const ids = [];
+    for await (const c of llm.generate(prompt, { temperature: 0, maxTokens: 40, ignoreEos: true })) ids.push(c.id);
+    running = false;
+    return { ids, frames, timers, ms: performance.now() - t0 };
+  }, FRANCE.prompt);
+  assert.deepEqual(r.ids.slice(0, FRANCE.ids.length), FRANCE.ids);
+  assert.equal(r.ids.length, 40);
+  // Each token is one blocking forward pass; the page can paint and run timers only between tokens,
+  // and without a yield there it could not until the end. Expect that to happen for most tokens.
+  assert.ok(r.frames >= r.ids.length / 2, `${r.frames} frames for ${r.ids.length} tokens in ${r.ms.toFixed(0)} ms`);
+  assert.ok(r.timers >= r.ids.length / 4, `${r.timers} timers for ${r.ids.length} tokens`);
+});
+
+test('in the page: chat.completions, abort, and load errors with codes', async () => {
+  const r = await page.evaluate(async () => {
+    const { LLM, RuvllmError } = await import('@ruvector/ruvllm');
+    const llm = window.demo.llm;
+    const out = {};
+    const reply = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'What is the capital of France?' }], temperature: 0, max_tokens: 32 });
+    out.chat = reply.choices[0].message.content;
+    out.finish = reply.choices[0].finish_reason;
+    const stream = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'What is the capital of France?' }], temperature: 0, max_tokens: 32, stream: true });
+    out.streamed = '';
+    for await (const c of stream) out.streamed += c.choices[0].delta.content ?? '';
+    const controller = new AbortController();
+    try {
+      for await (const c of llm.generate('Once upon a time', { maxTokens: 300, signal: controller.signal })) controller.abort();
+    } catch (e) {
+      out.abort = { code: e.code, name: e.name, isError: e instanceof RuvllmError && e instanceof Error };
+    }
+    const codeOf = (p) => p.then(() => 'loaded', (e) => `${e.code}: ${e.message}`);
+    out.notGguf = await codeOf(LLM.load('/package.json'));
+    out.tooLarge = await codeOf(LLM.load('/too-large.gguf'));
+    out.missing = await codeOf(LLM.load('/missing.gguf'));
+    out.truncated = await codeOf(LLM.load((await (await fetch('/model.gguf')).blob()).slice(0, 1 << 20)));
+    return out;
+  });
+  assert.ok(r.chat.length > 0);
+  assert.equal(r.finish, 'length'); // this model rambles after its default system prompt (see the Node suite)
+  assert.equal(r.streamed, r.chat);
+  assert.deepEqual(r.abort, { code: 'E_ABORTED', name: 'AbortError', isError: true });
+  assert.match(r.notGguf, /^E_GGUF: invalid GGUF: bad magic/);
+  assert.match(r.tooLarge, /^E_MODEL_TOO_LARGE: the model is 5\.37 GB \(5368709120 bytes\)/);
+  assert.match(r.missing, /^E_FETCH: .*HTTP 404/);
+  assert.match(r.truncated, /^E_GGUF: /);
+  console.log(`chat.completions in Chromium answered: ${JSON.stringify(r.chat)}`);
+});
+
+test('no uncaught errors in the page', () => {
+  assert.deepEqual(pageErrors.map(String), []);
+});

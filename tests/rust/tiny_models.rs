@@ -1,0 +1,194 @@
+//! The engine end to end on the tiny models that tests/fixtures/make_tiny_models.py generates into $RUVLLM_FIXTURES:
+//! a llama with a SentencePiece tokenizer and every legacy and K-quant weight type, and a qwen2 (q/k/v biases, NEOX
+//! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens.
+//!
+//! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
+//! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
+//! rounds matmul inputs to 8 bits, which moves logits by up to ~0.1 std(logits) at some vocabulary entry (~0.03 rms);
+//! expected.json records that deviation for a ggml-like simulation (`ggml_like_deviation`, matched by llama.cpp
+//! itself, see tests/fixtures/README.md), and the engine may deviate by at most twice as much. A wrong RoPE layout, GQA
+//! mapping, bias or quant kernel moves logits by ~1 std.
+//! Runs natively and on wasm32 (Node), with the same expectations on both.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use ruvllm::{Model, Session, SessionOptions};
+use serde_json::Value;
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+const LLAMA_SPM: &str = "tiny-llama-spm.gguf";
+const QWEN2: &str = "tiny-qwen2.gguf";
+
+/// Allowed deviation from the float64 reference, as a multiple of the ggml-like simulation's.
+const TOLERANCE_FACTOR: f64 = 2.0;
+
+fn fixtures_dir() -> String {
+    support::env("RUVLLM_FIXTURES").unwrap_or_else(|| {
+        panic!(
+            "RUVLLM_FIXTURES is not set: generate the tiny test models with \
+             `.venv/bin/python tests/fixtures/make_tiny_models.py target/fixtures` and set \
+             RUVLLM_FIXTURES=$PWD/target/fixtures (scripts/test.sh does both)"
+        )
+    })
+}
+
+/// The model `file` and its entry in expected.json.
+fn load(file: &str) -> (Arc<Model>, Value) {
+    let dir = fixtures_dir();
+    let mut expected = support::read_json(&format!("{dir}/expected.json"));
+    let entry = expected["models"][file].take();
+    assert!(entry.is_object(), "{dir}/expected.json has no entry for {file}: regenerate the fixtures");
+    let model = Model::from_bytes(support::read_file(&format!("{dir}/{file}")))
+        .unwrap_or_else(|e| panic!("{file} does not load: {e}"));
+    assert_eq!(model.config.vocab_size as u64, entry["vocab_size"].as_u64().unwrap(), "{file}: vocabulary size");
+    (Arc::new(model), entry)
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    serde_json::from_value(v.clone()).expect("a list of token ids")
+}
+
+fn check_tokenizer(file: &str) {
+    let (model, entry) = load(file);
+    let cases = entry["tokenize"].as_array().expect("tokenize cases");
+    assert!(cases.len() >= 15, "{file}: only {} tokenizer cases", cases.len());
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let parse_special = case["parse_special"].as_bool().unwrap();
+        let want = ids(&case["ids"]);
+        match model.tokenizer().encode(text, parse_special) {
+            Ok(got) if got != want => {
+                failures.push(format!("encode({text:?}, {parse_special}) = {got:?}, want {want:?}"))
+            }
+            Err(e) => failures.push(format!("encode({text:?}, {parse_special}) failed: {e}")),
+            Ok(_) => {}
+        }
+        match model.tokenizer().decode(&want) {
+            Ok(back) if back != text => failures.push(format!("decode({want:?}) = {back:?}, want {text:?}")),
+            Err(e) => failures.push(format!("decode({want:?}) failed: {e}")),
+            Ok(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{file}: {} tokenizer failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// How one sequence's logits compare with the reference.
+#[derive(Default, Debug)]
+struct Deviation {
+    /// Worst over positions of max |engine - reference| / std(reference logits at that position).
+    max_over_std: f64,
+    /// Worst over positions of rms(engine - reference) / std(reference).
+    rms_over_std: f64,
+    /// Positions where the reference's top token leads by more than the allowed error, and of those, how many the
+    /// engine ranks first too.
+    clear_top1: usize,
+    clear_top1_agree: usize,
+}
+
+fn argmax<T: PartialOrd + Copy>(v: &[T]) -> usize {
+    (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best })
+}
+
+fn compare(got: &[f32], reference: &[Value], vocab: usize, tol_max: f64) -> Deviation {
+    assert_eq!(got.len(), reference.len() * vocab, "one row of logits per position");
+    let mut d = Deviation::default();
+    for (row, want) in got.chunks(vocab).zip(reference) {
+        let want: Vec<f64> = serde_json::from_value(want.clone()).expect("a row of logits");
+        assert_eq!(want.len(), vocab);
+        assert!(row.iter().all(|v| v.is_finite()), "non-finite logits");
+        let mean = want.iter().sum::<f64>() / vocab as f64;
+        let std = (want.iter().map(|w| (w - mean).powi(2)).sum::<f64>() / vocab as f64).sqrt();
+        let diffs = row.iter().zip(&want).map(|(&g, w)| g as f64 - w);
+        let (max, sq) = diffs.fold((0f64, 0f64), |(m, s), x| (m.max(x.abs()), s + x * x));
+        d.max_over_std = d.max_over_std.max(max / std);
+        d.rms_over_std = d.rms_over_std.max((sq / vocab as f64).sqrt() / std);
+        let mut sorted = want.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted[0] - sorted[1] > 2.0 * tol_max * std {
+            d.clear_top1 += 1;
+            d.clear_top1_agree += (argmax(row) == argmax(&want)) as usize;
+        }
+    }
+    d
+}
+
+/// Evaluate every reference sequence in a fresh session, feeding it in pieces of `chunks` (cycled; `None`: all at
+/// once), and compare the logits at every position with the reference.
+fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>) {
+    let (model, entry) = load(file);
+    let vocab = model.config.vocab_size;
+    let sim = &entry["ggml_like_deviation"];
+    let (sim_max, sim_rms) = (sim["max_over_std"].as_f64().unwrap(), sim["rms_over_std"].as_f64().unwrap());
+    // A regenerated fixture must not quietly widen the tolerance.
+    assert!(sim_max < 0.15 && sim_rms < 0.05, "{file}: implausible ggml-like deviation {sim}");
+    let (tol_max, tol_rms) = (TOLERANCE_FACTOR * sim_max, TOLERANCE_FACTOR * sim_rms);
+
+    let sequences = entry["forward"].as_array().expect("forward cases");
+    assert!(!sequences.is_empty());
+    for seq in sequences {
+        let ids = ids(&seq["ids"]);
+        let mut session = Session::with_options(model.clone(), opts).expect("session options");
+        let mut logits = Vec::with_capacity(ids.len() * vocab);
+        let sizes = chunks.map_or_else(|| vec![ids.len()], |c| c.iter().copied().cycle().take(ids.len()).collect());
+        let mut start = 0;
+        for n in sizes {
+            let end = (start + n).min(ids.len());
+            if start == end {
+                break;
+            }
+            logits.extend_from_slice(session.eval(&ids[start..end], true).expect("eval"));
+            start = end;
+        }
+        let d = compare(&logits, seq["logits"].as_array().unwrap(), vocab, tol_max);
+        eprintln!("{file} {} tokens, chunks {chunks:?}, n_batch {}: {d:?}", ids.len(), opts.n_batch);
+        assert!(
+            d.max_over_std <= tol_max && d.rms_over_std <= tol_rms,
+            "{file}, sequence {ids:?}: logits deviate from the reference by max {:.4} / rms {:.4} of their std; \
+             allowed {tol_max:.4} / {tol_rms:.4} ({TOLERANCE_FACTOR} x ggml's own 8-bit activation rounding)",
+            d.max_over_std,
+            d.rms_over_std
+        );
+        assert_eq!(
+            d.clear_top1_agree, d.clear_top1,
+            "{file}, sequence {ids:?}: top token differs where the reference is clear"
+        );
+    }
+}
+
+#[test]
+fn llama_spm_tokenizer_matches_sentencepiece() {
+    check_tokenizer(LLAMA_SPM);
+}
+
+#[test]
+fn qwen2_tokenizer_matches_hf_tokenizers() {
+    check_tokenizer(QWEN2);
+}
+
+#[test]
+fn llama_spm_logits_match_reference() {
+    check_logits(LLAMA_SPM, &SessionOptions::default(), None);
+}
+
+#[test]
+fn qwen2_logits_match_reference() {
+    check_logits(QWEN2, &SessionOptions::default(), None);
+}
+
+/// The same sequences fed in pieces of 1, 2 and 3 tokens with prefill batches of 2: every position reads keys and
+/// values that earlier calls wrote to the cache.
+#[test]
+fn llama_spm_incremental_eval_matches_reference() {
+    check_logits(LLAMA_SPM, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[1, 2, 3]));
+}
+
+#[test]
+fn qwen2_incremental_eval_matches_reference() {
+    check_logits(QWEN2, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[3, 1, 2]));
+}
