@@ -1,10 +1,10 @@
 // Matvec input stage: the attention output, merged from the per-chunk partial results of
 // attn_decode (online-softmax merge). Partials: [N_HEADS][n_chunks][HEAD_DIM + 2] as
-// (unnormalized output, running max m, sum of exp l).
+// (unnormalized output, running max m, sum of exp l). Each chunk's weight exp(m_c - m) / l is
+// computed once per workgroup.
 @group(0) @binding(5) var<storage, read> part: array<f32>;
 
-var<workgroup> head_max: array<f32, N_HEADS>;
-var<workgroup> head_inv_sum: array<f32, N_HEADS>;
+var<workgroup> chunk_w: array<f32, N_HEADS * MAX_CHUNKS>;
 
 fn input_prepare(lid: u32) {
     let nc = step.n_chunks;
@@ -16,10 +16,13 @@ fn input_prepare(lid: u32) {
         var l = 0.0;
         for (var c = 0u; c < nc; c++) {
             let b = (h * nc + c) * (HEAD_DIM + 2u) + HEAD_DIM;
-            l += part[b + 1u] * exp(part[b] - m);
+            let w = exp(part[b] - m);
+            chunk_w[h * nc + c] = w;
+            l += part[b + 1u] * w;
         }
-        head_max[h] = m;
-        head_inv_sum[h] = 1.0 / l;
+        for (var c = 0u; c < nc; c++) {
+            chunk_w[h * nc + c] /= l;
+        }
     }
     workgroupBarrier();
 }
@@ -30,9 +33,8 @@ fn input_load4(i: u32) -> vec4<f32> {
     let d = i % HEAD_DIM;
     var acc = vec4<f32>(0.0);
     for (var c = 0u; c < nc; c++) {
-        let b = (h * nc + c) * (HEAD_DIM + 2u);
-        let o = vec4<f32>(part[b + d], part[b + d + 1u], part[b + d + 2u], part[b + d + 3u]);
-        acc += o * exp(part[b + HEAD_DIM] - head_max[h]);
+        let b = (h * nc + c) * (HEAD_DIM + 2u) + d;
+        acc += vec4<f32>(part[b], part[b + 1u], part[b + 2u], part[b + 3u]) * chunk_w[h * nc + c];
     }
-    return acc * head_inv_sum[h];
+    return acc;
 }

@@ -208,3 +208,19 @@ fn a_lost_device_falls_back_to_the_cpu_under_auto_and_is_an_error_under_webgpu()
     assert!(!s.on_gpu(), "the session moved to the CPU");
     assert_eq!(ids, FRANCE_IDS);
 }
+
+#[test]
+fn decode_across_attention_chunks_agrees_with_prefill() {
+    // 140 tokens: decoding the last one splits attention over 2 chunks (128 + 12 positions) and
+    // merges them; prefill computes the same position in one causal pass.
+    let ids: Vec<u32> = france_prompt().into_iter().cycle().take(140).collect();
+    let opts = SessionOptions { n_ctx: 256, n_batch: 128 };
+    let mut whole = gpu_session(&opts);
+    let want = whole.eval(&ids, false).unwrap().to_vec();
+    let mut stepped = gpu_session(&opts);
+    stepped.eval(&ids[..139], false).unwrap();
+    let got = stepped.eval(&ids[139..], false).unwrap();
+    let max_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max_diff < 2e-3, "decode and prefill logits differ by {max_diff}");
+    assert_eq!(argmax(got), argmax(&want));
+}

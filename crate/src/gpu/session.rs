@@ -15,8 +15,6 @@ use super::model::{GpuModel, MatLoc};
 use super::shaders::{self, Input, Kernel, OutMode};
 use crate::error::{GpuFault, Result};
 
-/// Decode attention splits the cached positions into at most this many chunks per head.
-const MAX_CHUNKS: usize = 32;
 /// Keys per decode-attention workgroup step (its workgroup size).
 const CHUNK_STEP: usize = 128;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -177,7 +175,13 @@ impl GpuSession {
             qkv: gpu.buffer("qkv", f32s(nb * qkv_dim), storage).await?,
             q_rot: gpu.buffer("q_rot", f32s(nb * c.q_dim()), storage).await?,
             att: gpu.buffer("att", f32s(nb * c.q_dim()), storage).await?,
-            part: gpu.buffer("attention partials", f32s(c.n_heads * MAX_CHUNKS * (c.head_dim + 2)), storage).await?,
+            part: gpu
+                .buffer(
+                    "attention partials",
+                    f32s(c.n_heads * shaders::max_chunks(c.n_heads) * (c.head_dim + 2)),
+                    storage,
+                )
+                .await?,
             gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
@@ -383,7 +387,8 @@ impl GpuSession {
             gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
         let kv_len = pos0 + n;
-        let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * MAX_CHUNKS).max(1);
+        let max_chunks = shaders::max_chunks(self.m.model.config.n_heads);
+        let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * max_chunks).max(1);
         let step = Step {
             n: n as u32,
             pos0: pos0 as u32,

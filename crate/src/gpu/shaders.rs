@@ -92,14 +92,21 @@ pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {
     (bq, bk)
 }
 
+/// Most key chunks per head in decode attention: the merge keeps one weight per head and chunk in
+/// workgroup memory (at most 8 KiB of it).
+pub(crate) fn max_chunks(n_heads: usize) -> usize {
+    (2048 / n_heads).clamp(1, 32)
+}
+
 /// The model-shape constants every kernel of this model sees.
 pub(crate) fn model_header(c: &Config) -> String {
     let (bq, bk) = attn_tiles(c.head_dim);
+    let max_chunks = max_chunks(c.n_heads);
     format!(
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
          const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
          const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
-         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\n",
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
         c.d_model,
         c.n_heads,
         c.n_kv_heads,
