@@ -21,6 +21,7 @@ case "${1:-}" in
     mkdir -p "$dir"
     exe="$(build)"
     cp "$exe" "$dir/gpu_bench"
+    strip "$dir/gpu_bench" # debug info is most of its size; the device call carries at most 64 MiB
     "$dir/gpu_bench" --write-twin-header "$(scripts/fetch-model.sh)" "$dir/twin.hdr"
     o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64-lists'
     mkdir -p /tmp/amd64-lists/partial
@@ -36,7 +37,8 @@ case "${1:-}" in
     icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; fi
     shift 2
-    "$dir/gpu_bench" --twin "$dir/twin.hdr" --prompt-tokens 128 --gen-tokens 64 "$@"
+    # Later copies of an option lose: extra arguments override the defaults.
+    "$dir/gpu_bench" --twin "$dir/twin.hdr" "$@" --prompt-tokens 128 --gen-tokens 64
     ;;
   local)
     shift
