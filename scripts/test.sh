@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every test: native (x86_64) and wasm32 (Node) Rust suites, the aarch64 (NEON) compile check,
+# Run every test: native (x86_64) and wasm32 (Node) Rust suites, the WebGPU backend on lavapipe, the aarch64 (NEON) compile check,
 # then the npm package's suites (Node, the packed tarball, headless Chromium).
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)
 set -euo pipefail
@@ -16,6 +16,11 @@ cargo test --workspace --locked
 
 echo "== wasm32 tests (Node)"
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm
+
+echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the model vs llama.cpp"
+cargo test --locked -p ruvllm --features gpu --lib gpu::
+cargo test --locked -p ruvllm --features gpu --test gpu
+cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
 echo "== aarch64 (NEON) compile check"
 cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm
