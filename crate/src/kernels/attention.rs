@@ -16,6 +16,9 @@ pub struct AttentionShape {
 
 /// `q`: [n_tokens × n_heads·head_dim], token `t` at position `pos0 + t`. Writes `out` (same shape as `q`).
 /// `scores` is scratch of at least `n_tokens · n_heads · (pos0 + n_tokens)` floats.
+///
+/// One task per (token, KV head) handles the query heads that share the KV head: each cached key and
+/// value is converted from f16 once for all of them.
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
@@ -30,31 +33,41 @@ pub fn attention(
     let span = pos0 + n_tokens; // cached positions visible to the last token
     let group = n_heads / n_kv_heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let tasks = n_tokens * n_heads;
     let out_ptr = crate::kernels::parallel::SharedMut::new(out);
     let scores_ptr = crate::kernels::parallel::SharedMut::new(scores);
-    for_each_chunk(tasks, 1, |range| {
-        for task in range {
-            let (t, h) = (task / n_heads, task % n_heads);
-            let kvh = h / group;
+    for_each_chunk(n_tokens * n_kv_heads, 1, |tasks| {
+        let mut row = vec![0f32; head_dim]; // one cached key or value, as f32
+        for task in tasks {
+            let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let n_ctx = pos0 + t + 1;
-            let qh = &q[t * q_dim + h * head_dim..][..head_dim];
-            // SAFETY: each task owns scores[task*span ..][..span] and out[t*q_dim + h*head_dim ..][..head_dim].
-            let sc = unsafe { scores_ptr.slice(task * span, n_ctx) };
-            let mut max = f32::NEG_INFINITY;
-            for (j, s) in sc.iter_mut().enumerate() {
-                *s = f16::dot(qh, cache.key(j, kvh)) * scale;
-                max = max.max(*s);
+            // The group's query heads, output heads and score rows are contiguous.
+            let first = t * n_heads + kvh * group; // (token, head) index of the group's first head
+            let qg = &q[first * head_dim..][..group * head_dim];
+            // SAFETY: each task owns scores[first*span ..][..group*span] and out[first*head_dim ..][..group*head_dim].
+            let sc = unsafe { scores_ptr.slice(first * span, group * span) };
+            let og = unsafe { out_ptr.slice(first * head_dim, group * head_dim) };
+            for j in 0..n_ctx {
+                f16::to_f32(cache.key(j, kvh), &mut row);
+                for (g, qh) in qg.chunks_exact(head_dim).enumerate() {
+                    sc[g * span + j] = f16::dot(qh, &row) * scale;
+                }
             }
-            let mut sum = 0f32;
-            for s in sc.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
+            for s in sc.chunks_exact_mut(span) {
+                let s = &mut s[..n_ctx];
+                let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0f32;
+                for s in s.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                s.iter_mut().for_each(|s| *s /= sum);
             }
-            let o = unsafe { out_ptr.slice(t * q_dim + h * head_dim, head_dim) };
-            o.fill(0.0);
-            for (j, &s) in sc.iter().enumerate() {
-                f16::axpy(o, s / sum, cache.value(j, kvh));
+            og.fill(0.0);
+            for j in 0..n_ctx {
+                f16::to_f32(cache.value(j, kvh), &mut row);
+                for (g, o) in og.chunks_exact_mut(head_dim).enumerate() {
+                    f16::axpy(o, sc[g * span + j], &row);
+                }
             }
         }
     });

@@ -116,6 +116,185 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     }
 }
 
+/// SIMD versions of the Q8_0 and Q8_1 quantizers, byte-identical to the references above: the same
+/// block maximum (NaN ignored, as `f32::max` does), round half away from zero computed exactly as
+/// `trunc(v) + (|v - trunc(v)| >= 0.5 ? sign(v) : 0)`, and the saturating float-to-i8 conversion of
+/// Rust's `as` (NaN to 0). AVX2 on x86_64 at run time, simd128 on wasm32; elsewhere the references.
+mod fast {
+    use super::*;
+
+    /// One block of 32 values: its quants into `q`, returning `d` and the sum of the quants.
+    type BlockFn = fn(&[f32; QK8], &mut [i8; QK8]) -> (f32, i32);
+
+    fn block_kernel() -> Option<BlockFn> {
+        #[cfg(target_arch = "x86_64")]
+        if crate::quant::has_avx2() {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return Some(|x, q| unsafe { avx2::block(x, q) });
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Some(simd128::block);
+        #[allow(unreachable_code)]
+        None
+    }
+
+    pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+        let Some(block) = block_kernel() else { return super::quantize_q8_0(x, out) };
+        for (xb, y) in x.chunks_exact(QK8).zip(out.iter_mut()) {
+            let (d, _) = block(xb.try_into().expect("32 values"), &mut y.qs);
+            y.d = f32_to_f16(d);
+        }
+    }
+
+    pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+        let Some(block) = block_kernel() else { return super::quantize_q8_1(x, out) };
+        for (xb, y) in x.chunks_exact(QK8).zip(out.iter_mut()) {
+            let (d, sum) = block(xb.try_into().expect("32 values"), &mut y.qs);
+            y.d = f32_to_f16(d);
+            y.s = f32_to_f16(sum as f32 * d);
+        }
+    }
+
+    /// `d` and its inverse as the references compute them.
+    #[inline]
+    fn scale(amax: f32) -> (f32, f32) {
+        let d = amax / 127.0;
+        (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod avx2 {
+        use std::arch::x86_64::*;
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn block(x: &[f32; 32], q: &mut [i8; 32]) -> (f32, i32) {
+            let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(x.as_ptr().add(8 * k)));
+            let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+            // max_ps returns its second operand when either is NaN: NaN values are skipped.
+            let mut m = _mm256_setzero_ps();
+            for v in v {
+                m = _mm256_max_ps(_mm256_and_ps(v, abs_mask), m);
+            }
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let (d, id) = super::scale(amax);
+            let idv = _mm256_set1_ps(id);
+            let (half, one, sign) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0), _mm256_set1_ps(-0.0));
+            let ints = v.map(|v| {
+                let p = _mm256_mul_ps(v, idv);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+                let away = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_and_ps(_mm256_sub_ps(p, t), abs_mask), half);
+                let r = _mm256_add_ps(t, _mm256_and_ps(away, _mm256_or_ps(_mm256_and_ps(p, sign), one)));
+                // Saturate as `as i8` does (min/max_ps keep a NaN second operand), then NaN to 0.
+                let r = _mm256_max_ps(_mm256_set1_ps(-128.0), _mm256_min_ps(_mm256_set1_ps(127.0), r));
+                _mm256_cvttps_epi32(_mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r)))
+            });
+            let sum = ints.iter().fold(_mm256_setzero_si256(), |s, &i| _mm256_add_epi32(s, i));
+            let sum = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum)));
+            // packs work within 128-bit lanes: undo the interleaving with one permute.
+            let i16s = (_mm256_packs_epi32(ints[0], ints[1]), _mm256_packs_epi32(ints[2], ints[3]));
+            let i8s = _mm256_packs_epi16(i16s.0, i16s.1);
+            let i8s = _mm256_permutevar8x32_epi32(i8s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(q.as_mut_ptr().cast(), i8s);
+            (d, sum)
+        }
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    mod simd128 {
+        use core::arch::wasm32::*;
+
+        pub fn block(x: &[f32; 32], q: &mut [i8; 32]) -> (f32, i32) {
+            // SAFETY: 8 loads of 16 bytes within the 128-byte block; no alignment requirement.
+            let v: [v128; 8] = std::array::from_fn(|k| unsafe { v128_load(x.as_ptr().add(4 * k) as *const v128) });
+            // pmax(m, a) is `m < a ? a : m`: a NaN `a` leaves m.
+            let m = v.iter().fold(f32x4_splat(0.0), |m, &v| f32x4_pmax(m, f32x4_abs(v)));
+            let m = f32x4_pmax(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+            let m = f32x4_pmax(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+            let (d, id) = super::scale(f32x4_extract_lane::<0>(m));
+            let idv = f32x4_splat(id);
+            let ints = v.map(|v| {
+                let p = f32x4_mul(v, idv);
+                let t = f32x4_trunc(p);
+                let away = f32x4_ge(f32x4_abs(f32x4_sub(p, t)), f32x4_splat(0.5));
+                let sign_one = v128_or(v128_and(p, f32x4_splat(-0.0)), f32x4_splat(1.0));
+                let r = f32x4_add(t, v128_and(away, sign_one));
+                // Saturate as `as i8` does (`pmin(r, c)` is `c < r ? c : r`, so NaN stays NaN), then
+                // trunc_sat maps NaN to 0.
+                let r = f32x4_pmax(f32x4_pmin(r, f32x4_splat(127.0)), f32x4_splat(-128.0));
+                i32x4_trunc_sat_f32x4(r)
+            });
+            let sum = ints.iter().fold(i32x4_splat(0), |s, &i| i32x4_add(s, i));
+            let sum = i32x4_extract_lane::<0>(sum)
+                + i32x4_extract_lane::<1>(sum)
+                + i32x4_extract_lane::<2>(sum)
+                + i32x4_extract_lane::<3>(sum);
+            let i16s: [v128; 4] = std::array::from_fn(|k| i16x8_narrow_i32x4(ints[2 * k], ints[2 * k + 1]));
+            let lo = i8x16_narrow_i16x8(i16s[0], i16s[1]);
+            let hi = i8x16_narrow_i16x8(i16s[2], i16s[3]);
+            // SAFETY: 32 bytes in bounds; no alignment requirement.
+            unsafe {
+                v128_store(q.as_mut_ptr() as *mut v128, lo);
+                v128_store(q.as_mut_ptr().add(16) as *mut v128, hi);
+            }
+            (d, sum)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Blocks of every kind: random, exact ties (amax 127 makes `id` 1), zeros, tiny (subnormal `d`,
+        /// infinite `id`), huge, with NaN and infinities.
+        fn blocks() -> Vec<f32> {
+            let mut s = 0x2545_F491u32;
+            let mut next = || {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+            };
+            let mut x = Vec::new();
+            for b in 0..64 {
+                let block: Vec<f32> = match b % 8 {
+                    0 | 1 => (0..32).map(|_| next() * 10.0).collect(),
+                    2 => (0..32).map(|i| if i == 0 { 127.0 } else { (i as f32 - 16.0) * 3.5 + 0.5 }).collect(),
+                    3 => vec![0.0; 32],
+                    4 => (0..32).map(|_| next() * 1e-39).collect(),
+                    5 => (0..32).map(|_| next() * 3e38).collect(),
+                    6 => (0..32).map(|i| [f32::NAN, 1.0, -2.5, f32::INFINITY][i % 4] * next()).collect(),
+                    _ => (0..32).map(|i| if i == 5 { f32::NEG_INFINITY } else { next() }).collect(),
+                };
+                x.extend(block);
+            }
+            x
+        }
+
+        #[cfg_attr(not(target_arch = "wasm32"), test)]
+        #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+        fn simd_quantizers_are_byte_identical_to_the_references() {
+            let x = blocks();
+            let n = x.len() / QK8;
+            let (mut fast0, mut ref0) = (vec![BlockQ8_0::default(); n], vec![BlockQ8_0::default(); n]);
+            quantize_q8_0(&x, &mut fast0);
+            super::super::quantize_q8_0(&x, &mut ref0);
+            for (b, (f, r)) in fast0.iter().zip(&ref0).enumerate() {
+                assert_eq!(f, r, "Q8_0 block {b}");
+            }
+            let (mut fast1, mut ref1) = (vec![BlockQ8_1::default(); n], vec![BlockQ8_1::default(); n]);
+            quantize_q8_1(&x, &mut fast1);
+            super::super::quantize_q8_1(&x, &mut ref1);
+            for (b, (f, r)) in fast1.iter().zip(&ref1).enumerate() {
+                assert_eq!(f, r, "Q8_1 block {b}");
+            }
+        }
+    }
+}
+
 /// A batch of activation rows, quantized for one weight type. Buffers are kept and reused
 /// across calls, so the decode loop does not allocate.
 #[derive(Default)]
@@ -154,7 +333,7 @@ impl Activations {
             }
             ActKind::Q8_0 => {
                 self.q8_0.resize(n / QK8, BlockQ8_0::default());
-                quantize_q8_0(x, &mut self.q8_0);
+                fast::quantize_q8_0(x, &mut self.q8_0);
                 self.scales.clear();
                 self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
                 #[cfg(target_arch = "wasm32")]
@@ -165,7 +344,7 @@ impl Activations {
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
-                quantize_q8_1(x, &mut self.q8_1);
+                fast::quantize_q8_1(x, &mut self.q8_1);
                 self.scales.clear();
                 self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
                 #[cfg(target_arch = "wasm32")]
