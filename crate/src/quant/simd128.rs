@@ -230,6 +230,54 @@ pub fn q4_1_q8_1_rows<const A: usize>(
     }
 }
 
+/// [`q4_1_q8_1_rows`] for four activation rows `4g..4g+4`, with their scales side by side (`scales4[i]` is
+/// block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one the four `m * s`.
+/// Each output sees the same float operations as in `q4_1_q8_1_rows`, so the results are identical.
+pub fn q4_1_q8_1_rows4(
+    w: &[BlockQ4_1],
+    row_blocks: usize,
+    a: [&[[i16; 32]]; 4],
+    scales4: &[[[f32; 4]; 2]],
+    out: &mut [[f32; 4]],
+) {
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    assert!(a.iter().all(|a| a.len() >= row_blocks) && scales4.len() >= row_blocks, "activation rows too short");
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut acc = [f32x4_splat(0.0); 4];
+        let mut mins = f32x4_splat(0.0); // lane j sums row j's m * s terms
+        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
+            let q = nibbles_wide(&x.qs);
+            // SAFETY: i < row_blocks <= every row's length (checked above).
+            let [d4, s4] = unsafe { scales4.get_unchecked(i) };
+            // SAFETY: 16 bytes each, in bounds; no alignment requirement.
+            let (d4, s4) = unsafe { (v128_load(d4.as_ptr() as *const v128), v128_load(s4.as_ptr() as *const v128)) };
+            let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), d4);
+            mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
+            let dot = |j: usize| dot_wide(&q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(0)));
+            acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(1)));
+            acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(2)));
+            acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(3)));
+        };
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], dm0);
+            block(2 * i + 1, &x[1], dm1);
+        }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
+        }
+        let m = [
+            f32x4_extract_lane::<0>(mins),
+            f32x4_extract_lane::<1>(mins),
+            f32x4_extract_lane::<2>(mins),
+            f32x4_extract_lane::<3>(mins),
+        ];
+        *out = std::array::from_fn(|j| hsum(acc[j]) + m[j]);
+    }
+}
+
 /// Q8_0 weight rows · Q8_0 activation rows, as [`q4_1_q8_1_rows`] (`a_scales[j][i][0]` is `d`).
 pub fn q8_0_q8_0_rows<const A: usize>(
     w: &[BlockQ8_0],
