@@ -173,7 +173,10 @@ fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
 #[inline]
 fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
     assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks), "activation rows too short");
+    assert!(
+        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
+        "activation rows too short"
+    );
 }
 
 /// An activation block's `(d, s)` as `[d, s, d, s]`.
