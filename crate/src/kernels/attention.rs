@@ -5,7 +5,7 @@
 //! default cache), scores and the softmax are f32.
 
 use crate::kernels::f16;
-use crate::kernels::parallel::for_each_chunk;
+use crate::kernels::parallel::{chunk_size, for_each_chunk};
 use crate::kv_cache::LayerCache;
 
 pub struct AttentionShape {
@@ -35,7 +35,8 @@ pub fn attention(
     let scale = 1.0 / (head_dim as f32).sqrt();
     let out_ptr = crate::kernels::parallel::SharedMut::new(out);
     let scores_ptr = crate::kernels::parallel::SharedMut::new(scores);
-    for_each_chunk(n_tokens * n_kv_heads, 1, |tasks| {
+    let n_tasks = n_tokens * n_kv_heads;
+    for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8, 1), |tasks| {
         let mut row = vec![0f32; head_dim]; // one cached key or value, as f32
         for task in tasks {
             let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
@@ -151,7 +152,10 @@ mod tests {
                             .map(|(j, w)| w / total * f16_to_f32(layer.value(j, kvh)[i]) as f64)
                             .sum();
                         let got = out[t * q_dim + h * head_dim + i] as f64;
-                        assert!((got - want).abs() < 1e-5, "heads {n_heads}, token {t}, head {h}, [{i}]: {got} vs {want}");
+                        assert!(
+                            (got - want).abs() < 1e-5,
+                            "heads {n_heads}, token {t}, head {h}, [{i}]: {got} vs {want}"
+                        );
                     }
                 }
             }

@@ -234,7 +234,8 @@ mod tests {
             let (mut fast, mut reference) = (vec![0f32; n], vec![0f32; n]);
             to_f32(&halves, &mut fast);
             to_f32_ref(&halves, &mut reference);
-            let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
+            let bits =
+                |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
             assert_eq!(bits(&fast), bits(&reference), "to_f32, n = {n}");
         }
     }

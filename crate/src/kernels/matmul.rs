@@ -162,7 +162,11 @@ mod timing {
                 }
             });
             let per = |ns: f64| ns / (rows * n) as f64;
-            println!("{ty:?} {rows}x{cols}, {n} rows: matmul {:.1} ns/dot, plain vec_dot {:.1} ns/dot", per(fast), per(plain));
+            println!(
+                "{ty:?} {rows}x{cols}, {n} rows: matmul {:.1} ns/dot, plain vec_dot {:.1} ns/dot",
+                per(fast),
+                per(plain)
+            );
         }
     }
 }
@@ -180,7 +184,8 @@ mod wasm_timing {
         for (ty, rows, cols, n) in
             [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
         {
-            let x: Vec<f32> = (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x: Vec<f32> =
+                (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut file = vec![0u8; ty.row_bytes(rows * cols)];
             quantize_row(ty, &x[..rows * cols], &mut file);
             let w = MatrixRef { ty, rows, cols, offset: 0 };

@@ -312,6 +312,10 @@ pub struct Activations {
     /// and widening is several instructions there (the tile kernels would redo it for every weight row).
     #[cfg(target_arch = "wasm32")]
     wide: Vec<[i16; QK8]>,
+    /// On wasm32, per group of four rows (`4g..4g+4`) and block: the four rows' `d`s and `s`s side by
+    /// side, so a kernel scales four rows' sums with one multiply.
+    #[cfg(target_arch = "wasm32")]
+    scales4: Vec<[[f32; 4]; 2]>,
 }
 
 impl Activations {
@@ -341,6 +345,8 @@ impl Activations {
                     self.wide.clear();
                     self.wide.extend(self.q8_0.iter().map(|b| b.qs.map(i16::from)));
                 }
+                #[cfg(target_arch = "wasm32")]
+                self.transpose_scales();
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
@@ -352,6 +358,8 @@ impl Activations {
                     self.wide.clear();
                     self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
                 }
+                #[cfg(target_arch = "wasm32")]
+                self.transpose_scales();
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
@@ -377,6 +385,24 @@ impl Activations {
         assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
         let per = self.scales.len() / self.rows;
         &self.scales[r * per..(r + 1) * per]
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn transpose_scales(&mut self) {
+        let per = self.scales.len() / self.rows;
+        self.scales4.clear();
+        for g in 0..self.rows / 4 {
+            let rows: [&[[f32; 2]]; 4] = std::array::from_fn(|j| &self.scales[(4 * g + j) * per..][..per]);
+            self.scales4.extend((0..per).map(|i| [rows.map(|r| r[i][0]), rows.map(|r| r[i][1])]));
+        }
+    }
+
+    /// Rows `4g..4g+4`'s block scales side by side: `[[d; 4], [s; 4]]` per block (wasm32).
+    #[cfg(target_arch = "wasm32")]
+    pub fn group_scales(&self, g: usize) -> &[[[f32; 4]; 2]] {
+        assert!(4 * g + 4 <= self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
+        let per = self.scales.len() / self.rows;
+        &self.scales4[g * per..(g + 1) * per]
     }
 
     /// Row `r`'s Q8_0/Q8_1 quants widened to i16 (wasm32).

@@ -176,7 +176,10 @@ unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
 #[inline]
 fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
     assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks), "activation rows too short");
+    assert!(
+        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
+        "activation rows too short"
+    );
 }
 
 /// `u[i] * s[i]` summed in groups of four bytes into 8 i32 lanes, with AVX512-VNNI's `vpdpbusd` (one

@@ -318,6 +318,14 @@ pub fn dot_rows<const A: usize>(
     {
         let wide = || a_rows.map(|r| acts.row_wide(r));
         let scales = || a_rows.map(|r| acts.row_scales(r));
+        // Four consecutive rows from a multiple of 4 (how matmul batches them): scales side by side.
+        if ty == GgmlType::Q4_1 && A == 4 && a_rows[0] % 4 == 0 && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
+            // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
+            let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
+            let a4 = std::array::from_fn(|j| acts.row_wide(a_rows[j]));
+            simd128::q4_1_q8_1_rows4(as_blocks(w), row_blocks, a4, acts.group_scales(a_rows[0] / 4), out4);
+            return true;
+        }
         match ty {
             GgmlType::Q4_1 => simd128::q4_1_q8_1_rows(as_blocks(w), row_blocks, wide(), scales(), out),
             GgmlType::Q8_0 => simd128::q8_0_q8_0_rows(as_blocks(w), row_blocks, wide(), scales(), out),

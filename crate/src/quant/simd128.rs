@@ -173,7 +173,10 @@ fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
 #[inline]
 fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
     assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks), "activation rows too short");
+    assert!(
+        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
+        "activation rows too short"
+    );
 }
 
 /// An activation block's `(d, s)` as `[d, s, d, s]`.
@@ -227,6 +230,54 @@ pub fn q4_1_q8_1_rows<const A: usize>(
             block(row_blocks - 1, x, leading_pairs([x])[0]);
         }
         *out = std::array::from_fn(|j| hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]));
+    }
+}
+
+/// [`q4_1_q8_1_rows`] for four activation rows `4g..4g+4`, with their scales side by side (`scales4[i]` is
+/// block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one the four `m * s`.
+/// Each output sees the same float operations as in `q4_1_q8_1_rows`, so the results are identical.
+pub fn q4_1_q8_1_rows4(
+    w: &[BlockQ4_1],
+    row_blocks: usize,
+    a: [&[[i16; 32]]; 4],
+    scales4: &[[[f32; 4]; 2]],
+    out: &mut [[f32; 4]],
+) {
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    assert!(a.iter().all(|a| a.len() >= row_blocks) && scales4.len() >= row_blocks, "activation rows too short");
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut acc = [f32x4_splat(0.0); 4];
+        let mut mins = f32x4_splat(0.0); // lane j sums row j's m * s terms
+        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
+            let q = nibbles_wide(&x.qs);
+            // SAFETY: i < row_blocks <= every row's length (checked above).
+            let [d4, s4] = unsafe { scales4.get_unchecked(i) };
+            // SAFETY: 16 bytes each, in bounds; no alignment requirement.
+            let (d4, s4) = unsafe { (v128_load(d4.as_ptr() as *const v128), v128_load(s4.as_ptr() as *const v128)) };
+            let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), d4);
+            mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
+            let dot = |j: usize| dot_wide(&q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(0)));
+            acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(1)));
+            acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(2)));
+            acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(3)));
+        };
+        for (i, x) in w.chunks_exact(2).enumerate() {
+            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
+            block(2 * i, &x[0], dm0);
+            block(2 * i + 1, &x[1], dm1);
+        }
+        if row_blocks % 2 == 1 {
+            let x = &w[row_blocks - 1];
+            block(row_blocks - 1, x, leading_pairs([x])[0]);
+        }
+        let m = [
+            f32x4_extract_lane::<0>(mins),
+            f32x4_extract_lane::<1>(mins),
+            f32x4_extract_lane::<2>(mins),
+            f32x4_extract_lane::<3>(mins),
+        ];
+        *out = std::array::from_fn(|j| hsum(acc[j]) + m[j]);
     }
 }
 
