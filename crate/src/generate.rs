@@ -151,7 +151,13 @@ impl Session {
             opts,
             ids: Vec::new(),
             text: String::new(),
-            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), cached_tokens: common, prefill_ms, ..Stats::default() },
+            stats: Stats {
+                load_ms: model.load_ms(),
+                prompt_tokens: prompt.len(),
+                cached_tokens: common,
+                prefill_ms,
+                ..Stats::default()
+            },
             finish: None,
             pending: None,
         };

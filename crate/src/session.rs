@@ -58,7 +58,12 @@ impl Session {
 
     /// [`with_backend`](Self::with_backend) with device choices (software adapters under `Auto`,
     /// binding size caps, timestamp queries).
-    pub fn with_gpu_options(model: Arc<Model>, opts: &SessionOptions, backend: Backend, gpu: &GpuOptions) -> Result<Session> {
+    pub fn with_gpu_options(
+        model: Arc<Model>,
+        opts: &SessionOptions,
+        backend: Backend,
+        gpu: &GpuOptions,
+    ) -> Result<Session> {
         let c = &model.config;
         let n_ctx = if opts.n_ctx == 0 { c.context_length.min(4096) } else { opts.n_ctx };
         if n_ctx > c.context_length {
@@ -73,7 +78,17 @@ impl Session {
         let n_batch = opts.n_batch.min(n_ctx);
         let gpu = Engine::open(&model, n_ctx, n_batch, backend, gpu)?;
         let cpu = gpu.is_none().then(|| (KvCache::new(c, n_ctx), RunState::new(&model, n_batch, n_ctx)));
-        Ok(Session { model, n_ctx, n_batch, backend, gpu, cpu, tokens: Vec::new(), logits: Vec::new(), generation: None })
+        Ok(Session {
+            model,
+            n_ctx,
+            n_batch,
+            backend,
+            gpu,
+            cpu,
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            generation: None,
+        })
     }
 
     /// Whether the forward passes run on the GPU (false after a fallback to the CPU).
@@ -154,7 +169,8 @@ impl Session {
         }
         let start = self.tokens.len();
         self.forward_cpu(tokens, start, false);
-        let best = self.logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+        let best =
+            self.logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
         Ok(best.0 as u32)
     }
 
@@ -200,9 +216,9 @@ impl Session {
     /// Run `tokens` at positions `start..` on the CPU, appending them to the history, and leave
     /// their logits (all rows, or the last) in `self.logits`.
     fn forward_cpu(&mut self, tokens: &[u32], start: usize, all_logits: bool) {
-        let (kv, state) = self
-            .cpu
-            .get_or_insert_with(|| (KvCache::new(&self.model.config, self.n_ctx), RunState::new(&self.model, self.n_batch, self.n_ctx)));
+        let (kv, state) = self.cpu.get_or_insert_with(|| {
+            (KvCache::new(&self.model.config, self.n_ctx), RunState::new(&self.model, self.n_batch, self.n_ctx))
+        });
         let chunks = tokens.chunks(self.n_batch);
         let n_chunks = chunks.len();
         for (i, chunk) in chunks.enumerate() {

@@ -93,73 +93,13 @@ fn chat_template_renders_the_reference_prompts() {
     assert_eq!(france, format!("{system}{}", prompt("chat_france_nosystem")));
 }
 
-/// Softmax probability of every id in `ids` under `logits` (temperature 1, computed in f64).
-fn probs(logits: &[f32], ids: &[u32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
-    ids.iter().map(|&i| (logits[i as usize] as f64 - max).exp() / sum).collect()
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 #[test]
 fn teacher_forced_distributions_match_llama_cpp() {
     let model = model();
-    let vocab = model.config.vocab_size;
-    let reference = support::read_json(&format!("{}/logits.json", support::reference_dir()));
-    let (mut n_clear, mut n_close, mut n_close_agree) = (0, 0, 0);
-    let mut dp1 = Vec::new();
-    for prompt in reference["prompts"].as_array().unwrap() {
-        let mut ids: Vec<u32> = serde_json::from_value(prompt["prompt_ids"].clone()).unwrap();
-        let cont: Vec<u32> = serde_json::from_value(prompt["continuation"]["ids"].clone()).unwrap();
-        ids.extend(cont);
-        let positions = prompt["positions"].as_array().unwrap();
-        assert_eq!(positions.len(), ids.len(), "one distribution per input token");
+    support::logits::assert_matches_llama_cpp(model.config.vocab_size, |ids| {
         let mut session = Session::new(model.clone());
-        let logits = session.eval(&ids, true).unwrap().to_vec();
-        for (i, pos) in positions.iter().enumerate() {
-            let row = &logits[i * vocab..(i + 1) * vocab];
-            let top: Vec<(u32, f64)> = pos["top"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| (t["id"].as_u64().unwrap() as u32, t["prob"].as_f64().unwrap()))
-                .collect();
-            let (ref_top1, ref_p1) = top[0];
-            let gap = ref_p1 - top[1].1;
-            let ours = argmax(row);
-            let our_p1 = probs(row, &[ref_top1])[0];
-            dp1.push((our_p1 - ref_p1).abs());
-            if gap >= 0.2 {
-                n_clear += 1;
-                assert_eq!(ours, ref_top1, "{}: position {i}: llama.cpp's top-1 leads by {gap:.3}", prompt["prompt"]);
-            }
-            if gap >= 0.05 {
-                n_close += 1;
-                n_close_agree += (ours == ref_top1) as usize;
-            }
-        }
-    }
-    dp1.sort_by(f64::total_cmp);
-    let median = dp1[dp1.len() / 2];
-    let max = dp1[dp1.len() - 1];
-    let agree = n_close_agree as f64 / n_close as f64;
-    println!(
-        "{} positions; top-1 agreement {agree:.4} where gap>=0.05 ({n_close}), {n_clear} clear; |dp1| median {median:.4} max {max:.4}",
-        dp1.len()
-    );
-    assert!(n_clear > 100, "the reference has enough clear positions to test");
-    assert!(agree >= 0.98, "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05");
-    assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
-    assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
+        session.eval(ids, true).unwrap().to_vec()
+    });
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod gguf_writer;
+pub mod logits;
 
 #[cfg(target_arch = "wasm32")]
 mod node {
