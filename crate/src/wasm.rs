@@ -162,8 +162,9 @@ pub struct Engine {
 }
 
 /// Check that the session's buffers can be allocated, so that a context window too large for wasm
-/// memory is an error rather than an allocation-failure trap. The KV cache dominates; the run
-/// state's largest buffer is one prefill batch (64 rows) of logits.
+/// memory is an error rather than an allocation-failure trap. The KV cache dominates, then the run
+/// state's attention scores (one prefill batch of 64 rows over the window). The probe is sized to
+/// what the session allocates next (wasm memory never shrinks, so a larger probe would raise the peak).
 fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
     let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx }; // as Session::with_options
@@ -171,7 +172,8 @@ fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
         return Ok(()); // Session::with_options names this error
     }
     let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
-    let bytes = kv.saturating_add(c.vocab_size.saturating_mul(64 * 4)).saturating_add(16 << 20);
+    let scores = 64usize.saturating_mul(c.n_heads).saturating_mul(n_ctx).saturating_mul(4);
+    let bytes = kv.saturating_add(scores).saturating_add(1 << 20);
     let mut probe: Vec<u8> = Vec::new();
     probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
 }
