@@ -156,6 +156,7 @@ mod fast {
     }
 
     /// `d` and its inverse as the references compute them.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
     #[inline]
     fn scale(amax: f32) -> (f32, f32) {
         let d = amax / 127.0;
@@ -325,7 +326,7 @@ impl Activations {
 
     /// Quantize `rows` rows of `x` (row-major, `x.len() / rows` columns each) into `kind`.
     pub fn quantize(&mut self, kind: ActKind, x: &[f32], rows: usize) {
-        assert!(rows > 0 && x.len() % rows == 0);
+        assert!(rows > 0 && x.len().is_multiple_of(rows));
         self.kind = Some(kind);
         self.rows = rows;
         self.cols = x.len() / rows;
@@ -374,7 +375,7 @@ impl Activations {
                 (ActKind::Q8K, b.len() * QK_K)
             }
         };
-        assert!(rows > 0 && n % rows == 0);
+        assert!(rows > 0 && n.is_multiple_of(rows));
         (acts.kind, acts.rows, acts.cols) = (Some(kind), rows, n / rows);
         acts.prepare_tiles();
         acts
@@ -397,7 +398,7 @@ impl Activations {
                 #[cfg(target_arch = "wasm32")]
                 self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
             }
-            _ => return,
+            _ => {}
         }
         #[cfg(target_arch = "wasm32")]
         self.transpose_scales();
@@ -476,7 +477,7 @@ pub enum ActRow<'a> {
 impl<'a> ActRow<'a> {
     /// The row as blocks of `T`. Panics when `T` is not this row's block type (a caller bug).
     pub fn blocks<T: 'static>(self) -> &'a [T] {
-        fn cast<'b, S: 'static, T: 'static>(s: &'b [S]) -> Option<&'b [T]> {
+        fn cast<S: 'static, T: 'static>(s: &[S]) -> Option<&[T]> {
             // SAFETY: S and T are the same type when their TypeIds are equal.
             (TypeId::of::<S>() == TypeId::of::<T>())
                 .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) })

@@ -64,7 +64,7 @@ pub(super) fn saturated_dots(ty: GgmlType, tolerance: f64) {
 /// kernels equal `vec_dot_ref`, which equals the f64 dot of the dequantized values, all within `tolerance`.
 fn check_dots(ty: GgmlType, tolerance: f64, w: &[u8], cols: usize, acts: &Activations, at: &str) {
     let row_bytes = ty.row_bytes(cols);
-    let rows = if row_bytes == 0 { W_ROWS } else { w.len() / row_bytes };
+    let rows = w.len().checked_div(row_bytes).unwrap_or(W_ROWS); // rows of 0 columns: W_ROWS
     let mut references = vec![vec![0f64; acts.rows()]; rows];
     let mut limits = references.clone();
     for r in 0..rows {
