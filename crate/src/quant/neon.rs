@@ -208,6 +208,7 @@ unsafe fn leading_f16s<T>(block: &T, with_m: bool) -> float32x2_t {
 /// row `j`'s block `i` `(d, s)` as f32 (`s` unused for Q8_0). Every output has its own two accumulators,
 /// for even and odd blocks (so one block's FMA does not wait for the previous one's), and sees the same
 /// float operations whatever `A`: results do not depend on it. As the AVX2 and simd128 row kernels.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn rows<D: ByteDot, W, Y, const A: usize>(
     w: &[W],

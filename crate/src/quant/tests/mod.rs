@@ -22,8 +22,8 @@ enum RoundTrip {
     /// Element `x` of block `block` within `bound(block, x)`.
     PerElement(fn(block: &[f32], x: f32) -> f32),
     /// Per block: the largest error at most `max * max|x|`, the RMS error at most `rms * rms(x)`;
-    /// all-zero blocks stay zero. Where tiny inputs make the f16 super-block scale `d` subnormal, both
-    /// bounds also allow its rounding at `d_multiple`, the largest multiple of `d` a value takes.
+    /// all-zero blocks stay zero. Where tiny inputs make the f16 super-block scale `d` subnormal, each
+    /// bound is at least the rounding of `d` (2^-25) at `d_multiple`, the largest multiple of `d` a value takes.
     Relative { max: f32, rms: f32, d_multiple: f32 },
 }
 
