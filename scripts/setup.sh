@@ -15,8 +15,16 @@ for tc in stable nightly; do
 done
 
 if ! rustup target list --installed | grep -q aarch64-unknown-linux-gnu; then
-  step "rustup target add aarch64-unknown-linux-gnu (NEON compile check)"
+  step "rustup target add aarch64-unknown-linux-gnu (NEON tests)"
   rustup target add aarch64-unknown-linux-gnu >&2
+fi
+
+# The NEON tests run under qemu-user: a cross linker and libc, and qemu (both set in .cargo/config.toml).
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+  step "apt-get install gcc-aarch64-linux-gnu qemu-user (NEON tests under qemu)"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user >&2
 fi
 
 if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then

@@ -22,8 +22,9 @@ cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
-echo "== aarch64 (NEON) compile check"
-cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm
+echo "== aarch64 (NEON) quant and kernel tests under qemu: with dotprod (sdot), then without (cortex-a72)"
+cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
+QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
 
 echo "== npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh

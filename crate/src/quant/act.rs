@@ -156,6 +156,7 @@ mod fast {
     }
 
     /// `d` and its inverse as the references compute them.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
     #[inline]
     fn scale(amax: f32) -> (f32, f32) {
         let d = amax / 127.0;
@@ -325,7 +326,7 @@ impl Activations {
 
     /// Quantize `rows` rows of `x` (row-major, `x.len() / rows` columns each) into `kind`.
     pub fn quantize(&mut self, kind: ActKind, x: &[f32], rows: usize) {
-        assert!(rows > 0 && x.len() % rows == 0);
+        assert!(rows > 0 && x.len().is_multiple_of(rows));
         self.kind = Some(kind);
         self.rows = rows;
         self.cols = x.len() / rows;
@@ -338,34 +339,69 @@ impl Activations {
             ActKind::Q8_0 => {
                 self.q8_0.resize(n / QK8, BlockQ8_0::default());
                 fast::quantize_q8_0(x, &mut self.q8_0);
-                self.scales.clear();
-                self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
-                #[cfg(target_arch = "wasm32")]
-                {
-                    self.wide.clear();
-                    self.wide.extend(self.q8_0.iter().map(|b| b.qs.map(i16::from)));
-                }
-                #[cfg(target_arch = "wasm32")]
-                self.transpose_scales();
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
                 fast::quantize_q8_1(x, &mut self.q8_1);
-                self.scales.clear();
-                self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
-                #[cfg(target_arch = "wasm32")]
-                {
-                    self.wide.clear();
-                    self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
-                }
-                #[cfg(target_arch = "wasm32")]
-                self.transpose_scales();
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
                 quantize_q8k(x, &mut self.q8k);
             }
         }
+        self.prepare_tiles();
+    }
+
+    /// Rows of ready-made blocks: `all` holds `rows` rows back to back. For tests, which need quants
+    /// that the quantizers never write (-128 in Q8_K, every value at its extreme).
+    #[cfg(test)]
+    pub(crate) fn from_blocks(all: ActRow<'_>, rows: usize) -> Activations {
+        let mut acts = Activations::new();
+        let (kind, n) = match all {
+            ActRow::F32(x) => {
+                acts.f32s = x.to_vec();
+                (ActKind::F32, x.len())
+            }
+            ActRow::Q8_0(b) => {
+                acts.q8_0 = b.to_vec();
+                (ActKind::Q8_0, b.len() * QK8)
+            }
+            ActRow::Q8_1(b) => {
+                acts.q8_1 = b.to_vec();
+                (ActKind::Q8_1, b.len() * QK8)
+            }
+            ActRow::Q8K(b) => {
+                acts.q8k = b.to_vec();
+                (ActKind::Q8K, b.len() * QK_K)
+            }
+        };
+        assert!(rows > 0 && n.is_multiple_of(rows));
+        (acts.kind, acts.rows, acts.cols) = (Some(kind), rows, n / rows);
+        acts.prepare_tiles();
+        acts
+    }
+
+    /// What the tile kernels read besides the Q8_0/Q8_1 blocks: each block's `(d, s)` as f32 and, on
+    /// wasm32, its quants widened to i16 and the scales of each group of four rows side by side.
+    fn prepare_tiles(&mut self) {
+        self.scales.clear();
+        #[cfg(target_arch = "wasm32")]
+        self.wide.clear();
+        match self.kind {
+            Some(ActKind::Q8_0) => {
+                self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
+                #[cfg(target_arch = "wasm32")]
+                self.wide.extend(self.q8_0.iter().map(|b| b.qs.map(i16::from)));
+            }
+            Some(ActKind::Q8_1) => {
+                self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
+                #[cfg(target_arch = "wasm32")]
+                self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
+            }
+            _ => {}
+        }
+        #[cfg(target_arch = "wasm32")]
+        self.transpose_scales();
     }
 
     pub fn kind(&self) -> Option<ActKind> {
@@ -441,7 +477,7 @@ pub enum ActRow<'a> {
 impl<'a> ActRow<'a> {
     /// The row as blocks of `T`. Panics when `T` is not this row's block type (a caller bug).
     pub fn blocks<T: 'static>(self) -> &'a [T] {
-        fn cast<'b, S: 'static, T: 'static>(s: &'b [S]) -> Option<&'b [T]> {
+        fn cast<S: 'static, T: 'static>(s: &[S]) -> Option<&[T]> {
             // SAFETY: S and T are the same type when their TypeIds are equal.
             (TypeId::of::<S>() == TypeId::of::<T>())
                 .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) })

@@ -12,6 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::act::{BlockQ8_0, BlockQ8_1};
+use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -169,17 +170,6 @@ pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scale_pair(s: &[f32; 2]) -> __m128 {
     _mm_castpd_ps(_mm_load_sd((s as *const [f32; 2]).cast()))
-}
-
-/// Checks the row kernels' arguments: `w` holds `rows` whole rows of `row_blocks`, the activation rows have
-/// at least `row_blocks` blocks and scales.
-#[inline]
-fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
-    assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(
-        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
-        "activation rows too short"
-    );
 }
 
 /// `u[i] * s[i]` summed in groups of four bytes into 8 i32 lanes, with AVX512-VNNI's `vpdpbusd` (one

@@ -333,11 +333,39 @@ pub fn dot_rows<const A: usize>(
         }
         return true;
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let scales = || a_rows.map(|r| acts.row_scales(r));
+        match ty {
+            GgmlType::Q4_1 => {
+                let a = a_rows.map(|r| acts.row(r).blocks());
+                neon::q4_1_q8_1_rows(as_blocks(w), row_blocks, a, scales(), out)
+            }
+            GgmlType::Q8_0 => {
+                let a = a_rows.map(|r| acts.row(r).blocks());
+                neon::q8_0_q8_0_rows(as_blocks(w), row_blocks, a, scales(), out)
+            }
+            _ => return false,
+        }
+        return true;
+    }
     #[allow(unreachable_code)]
     {
         let _ = (ty, w, row_blocks, acts, a_rows, out);
         false
     }
+}
+
+/// Checks the row kernels' arguments: `w` blocks are `rows` whole rows of `row_blocks`, the activation rows
+/// have at least `row_blocks` blocks and scales (the kernels then read them unchecked).
+#[allow(dead_code)] // on targets without row kernels
+#[inline]
+fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
+    assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(
+        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
+        "activation rows too short"
+    );
 }
 
 /// The scalar reference of [`vec_dot`].

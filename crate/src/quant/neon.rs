@@ -3,13 +3,15 @@
 //! The quantized dots unpack a block's 32 weights to signed bytes and sum the byte products into
 //! i32x4: with `sdot` where the CPU has the dotprod extension (checked at run time), else with widening
 //! multiplies. Each block's sums are converted to f32 and scaled into an f32x4 accumulator with FMA.
-//! A block's f16 scales are converted together, in one vector.
+//! A block's f16 scales are converted together, in one vector. The row kernels (`*_rows`, for
+//! `dot_rows`) unpack each weight block once for several activation rows, as the AVX2 and simd128 ones.
 //! `sdot` and `fcvtl` are written as inline assembly: their intrinsics are not stable Rust yet.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::act::{BlockQ8_0, BlockQ8_1};
+use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -25,7 +27,10 @@ struct SDot;
 impl ByteDot for SDot {
     #[inline(always)]
     unsafe fn dot(mut acc: int32x4_t, x: int8x16_t, y: int8x16_t) -> int32x4_t {
+        // The directive lets the assembler take `sdot` wherever this lands (a closure left out of line, say,
+        // compiled without the caller's `dotprod` feature): it only runs where dotprod was detected.
         asm!(
+            ".arch_extension dotprod",
             "sdot {acc:v}.4s, {x:v}.16b, {y:v}.16b",
             acc = inout(vreg) acc,
             x = in(vreg) x,
@@ -187,6 +192,116 @@ kernels! {
     q5_0_q8_0 = q5_0(BlockQ5_0, BlockQ8_0);
     q5_1_q8_1 = q5_1(BlockQ5_1, BlockQ8_1);
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
+}
+
+/// A block's leading f16s (`d`, and `m` where `with_m`) as f32 `[d, m]` (`m` 0 otherwise).
+#[inline(always)]
+unsafe fn leading_f16s<T>(block: &T, with_m: bool) -> float32x2_t {
+    debug_assert!(std::mem::size_of::<T>() >= 4);
+    let word = (block as *const T as *const u32).read_unaligned();
+    let bits = if with_m { word } else { word & 0xFFFF };
+    vget_low_f32(f16x4_to_f32(vcreate_u16(bits as u64)))
+}
+
+/// The row kernels: every weight row in `w` (rows of `row_blocks` blocks) dotted with `A` activation rows,
+/// into `out[row][j]`, each weight block unpacked once for the `A` rows. `a_scales[j][i]` is activation
+/// row `j`'s block `i` `(d, s)` as f32 (`s` unused for Q8_0). Every output has its own two accumulators,
+/// for even and odd blocks (so one block's FMA does not wait for the previous one's), and sees the same
+/// float operations whatever `A`: results do not depend on it. As the AVX2 and simd128 row kernels.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rows<D: ByteDot, W, Y, const A: usize>(
+    w: &[W],
+    row_blocks: usize,
+    a: [&[Y]; A],
+    a_scales: [&[[f32; 2]]; A],
+    out: &mut [[f32; A]],
+    with_m: bool,
+    quants: impl Fn(&W) -> (int8x16_t, int8x16_t),
+    act_quants: impl Fn(&Y) -> &[i8; 32],
+) {
+    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut acc = [[vdupq_n_f32(0.0); 2]; A];
+        let mut mins = [vdup_n_f32(0.0); A]; // lane 1 sums the blocks' m * s terms
+        let mut block = |i: usize, p: usize| {
+            let x = w.get_unchecked(i);
+            let (q, dm) = (quants(x), leading_f16s(x, with_m));
+            for j in 0..A {
+                let scales = vmul_f32(dm, vld1_f32(a_scales[j].get_unchecked(i).as_ptr())); // [d * d, m * s]
+                mins[j] = vadd_f32(mins[j], scales);
+                let sums = dot32::<D>(q, act_quants(a[j].get_unchecked(i)));
+                acc[j][p] = vfmaq_lane_f32::<0>(acc[j][p], sums, scales);
+            }
+        };
+        for i in (0..row_blocks / 2).map(|i| 2 * i) {
+            block(i, 0);
+            block(i + 1, 1);
+        }
+        if row_blocks % 2 == 1 {
+            block(row_blocks - 1, 0);
+        }
+        *out = std::array::from_fn(|j| vaddvq_f32(vaddq_f32(acc[j][0], acc[j][1])) + vget_lane_f32::<1>(mins[j]));
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_1_rows<D: ByteDot, const A: usize>(
+    w: &[BlockQ4_1],
+    row_blocks: usize,
+    a: [&[BlockQ8_1]; A],
+    a_scales: [&[[f32; 2]]; A],
+    out: &mut [[f32; A]],
+) {
+    rows::<D, _, _, A>(w, row_blocks, a, a_scales, out, true, |x| signed(nibbles(&x.qs)), |y| &y.qs)
+}
+
+#[inline(always)]
+unsafe fn q8_0_rows<D: ByteDot, const A: usize>(
+    w: &[BlockQ8_0],
+    row_blocks: usize,
+    a: [&[BlockQ8_0]; A],
+    a_scales: [&[[f32; 2]]; A],
+    out: &mut [[f32; A]],
+) {
+    let quants = |x: &BlockQ8_0| (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16)));
+    rows::<D, _, _, A>(w, row_blocks, a, a_scales, out, false, quants, |y| &y.qs)
+}
+
+/// Public row kernels: `sdot` when the CPU has dotprod, widening multiplies otherwise.
+macro_rules! row_kernels {
+    ($($name:ident = $generic:ident($W:ty, $A:ty);)*) => {$(
+        pub fn $name<const A: usize>(
+            w: &[$W],
+            row_blocks: usize,
+            a: [&[$A]; A],
+            a_scales: [&[[f32; 2]]; A],
+            out: &mut [[f32; A]],
+        ) {
+            #[target_feature(enable = "dotprod")]
+            unsafe fn with_sdot<const A: usize>(
+                w: &[$W],
+                row_blocks: usize,
+                a: [&[$A]; A],
+                a_scales: [&[[f32; 2]]; A],
+                out: &mut [[f32; A]],
+            ) {
+                $generic::<SDot, A>(w, row_blocks, a, a_scales, out)
+            }
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: the CPU has dotprod; the kernels check their arguments before reading unchecked.
+                unsafe { with_sdot(w, row_blocks, a, a_scales, out) }
+            } else {
+                // SAFETY: NEON is part of every aarch64 CPU; as above for the arguments.
+                unsafe { $generic::<Widen, A>(w, row_blocks, a, a_scales, out) }
+            }
+        }
+    )*};
+}
+
+row_kernels! {
+    q4_1_q8_1_rows = q4_1_rows(BlockQ4_1, BlockQ8_1);
+    q8_0_q8_0_rows = q8_0_rows(BlockQ8_0, BlockQ8_0);
 }
 
 /// Dot of the weights, read 4 at a time by `load4(ptr to element i)` (one at a time by `get`), with

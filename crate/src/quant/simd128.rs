@@ -7,6 +7,7 @@
 use core::arch::wasm32::*;
 
 use super::act::{BlockQ8_0, BlockQ8_1};
+use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -166,17 +167,6 @@ fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
         }
     }
     out
-}
-
-/// Checks the row kernels' arguments: `w` holds `rows` whole rows of `row_blocks`, the activation rows have
-/// at least `row_blocks` blocks and scales.
-#[inline]
-fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_scales: &[&[[f32; 2]]; A], rows: usize) {
-    assert!(row_blocks > 0 && w == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(
-        a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
-        "activation rows too short"
-    );
 }
 
 /// An activation block's `(d, s)` as `[d, s, d, s]`.

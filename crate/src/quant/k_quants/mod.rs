@@ -302,12 +302,9 @@ pub(crate) fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8; QK_K / 4]) {
 }
 
 #[cfg(test)]
-pub(crate) mod test_util;
-
-#[cfg(test)]
 mod tests {
-    use super::test_util::Rng;
     use super::*;
+    use crate::quant::tests::Rng;
 
     /// ggml's `get_scale_min_k4`, byte by byte.
     fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {

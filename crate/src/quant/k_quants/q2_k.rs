@@ -136,34 +136,3 @@ impl QuantBlock for BlockQ2K {
         simd_vec_dot!(vec_dot_q2k, w, a, Self::vec_dot_ref)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_util::{self, Rng};
-    use super::*;
-
-    fn fix(b: &mut BlockQ2K, rng: &mut Rng) {
-        b.d = rng.f16_scale();
-        b.dmin = rng.f16_scale();
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn vec_dot_matches_reference() {
-        test_util::check_vec_dot_matches_ref::<BlockQ2K>(21, fix);
-        test_util::check_extremes::<BlockQ2K>(fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn reference_matches_dequantized_dot() {
-        test_util::check_ref_matches_dequantized::<BlockQ2K>(22, fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn quantize_roundtrip_error_is_bounded() {
-        // Half a step of 4 levels over a sub-block range of up to 2·max|x| is max|x|/3, plus 4-bit scale rounding.
-        test_util::check_quantize_roundtrip::<BlockQ2K>(23, 0.45, 0.40);
-    }
-}

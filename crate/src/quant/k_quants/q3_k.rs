@@ -155,33 +155,3 @@ impl QuantBlock for BlockQ3K {
         simd_vec_dot!(vec_dot_q3k, w, a, Self::vec_dot_ref)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_util::{self, Rng};
-    use super::*;
-
-    fn fix(b: &mut BlockQ3K, rng: &mut Rng) {
-        b.d = rng.f16_scale();
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn vec_dot_matches_reference() {
-        test_util::check_vec_dot_matches_ref::<BlockQ3K>(31, fix);
-        test_util::check_extremes::<BlockQ3K>(fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn reference_matches_dequantized_dot() {
-        test_util::check_ref_matches_dequantized::<BlockQ3K>(32, fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn quantize_roundtrip_error_is_bounded() {
-        // Half a step of 8 signed levels is max|x|/8; the RMSE-optimal scales trade some clipping for a smaller step.
-        test_util::check_quantize_roundtrip::<BlockQ3K>(33, 0.30, 0.22);
-    }
-}

@@ -169,34 +169,3 @@ impl QuantBlock for BlockQ4K {
         simd_vec_dot!(vec_dot_q4k, w, a, Self::vec_dot_ref)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_util::{self, Rng};
-    use super::*;
-
-    fn fix(b: &mut BlockQ4K, rng: &mut Rng) {
-        b.d = rng.f16_scale();
-        b.dmin = rng.f16_scale();
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn vec_dot_matches_reference() {
-        test_util::check_vec_dot_matches_ref::<BlockQ4K>(41, fix);
-        test_util::check_extremes::<BlockQ4K>(fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn reference_matches_dequantized_dot() {
-        test_util::check_ref_matches_dequantized::<BlockQ4K>(42, fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn quantize_roundtrip_error_is_bounded() {
-        // Half a step of 16 levels over a range of up to 2·max|x| is max|x|/15, plus 6-bit scale rounding.
-        test_util::check_quantize_roundtrip::<BlockQ4K>(43, 0.12, 0.10);
-    }
-}

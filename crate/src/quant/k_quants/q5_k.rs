@@ -103,34 +103,3 @@ impl QuantBlock for BlockQ5K {
         simd_vec_dot!(vec_dot_q5k, w, a, Self::vec_dot_ref)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_util::{self, Rng};
-    use super::*;
-
-    fn fix(b: &mut BlockQ5K, rng: &mut Rng) {
-        b.d = rng.f16_scale();
-        b.dmin = rng.f16_scale();
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn vec_dot_matches_reference() {
-        test_util::check_vec_dot_matches_ref::<BlockQ5K>(51, fix);
-        test_util::check_extremes::<BlockQ5K>(fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn reference_matches_dequantized_dot() {
-        test_util::check_ref_matches_dequantized::<BlockQ5K>(52, fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn quantize_roundtrip_error_is_bounded() {
-        // Half a step of 32 levels over a range of up to 2·max|x| is max|x|/31, plus 6-bit scale rounding.
-        test_util::check_quantize_roundtrip::<BlockQ5K>(53, 0.06, 0.07);
-    }
-}

@@ -133,33 +133,3 @@ impl QuantBlock for BlockQ6K {
         simd_vec_dot!(vec_dot_q6k, w, a, Self::vec_dot_ref)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_util::{self, Rng};
-    use super::*;
-
-    fn fix(b: &mut BlockQ6K, rng: &mut Rng) {
-        b.d = rng.f16_scale();
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn vec_dot_matches_reference() {
-        test_util::check_vec_dot_matches_ref::<BlockQ6K>(61, fix);
-        test_util::check_extremes::<BlockQ6K>(fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn reference_matches_dequantized_dot() {
-        test_util::check_ref_matches_dequantized::<BlockQ6K>(62, fix);
-    }
-
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn quantize_roundtrip_error_is_bounded() {
-        // Half a step of 64 signed levels is max|x|/64, plus 8-bit scale rounding.
-        test_util::check_quantize_roundtrip::<BlockQ6K>(63, 0.03, 0.04);
-    }
-}
