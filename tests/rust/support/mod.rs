@@ -58,6 +58,7 @@ mod js {
 
     pub fn read(path: &str) -> Result<Vec<u8>, String> {
         if in_node() {
+            // `require` is not a global in the runner's module; getBuiltinModule is (Node >= 20.16).
             let buffer = call_js("return process.getBuiltinModule('fs').readFileSync(arg)", path)?;
             return Ok(Uint8Array::new(&buffer).to_vec());
         }
