@@ -51,12 +51,13 @@ if [ ! -x npm/node_modules/.bin/tsc ] || [ npm/package-lock.json -nt npm/node_mo
   (cd npm && npm ci --no-audit --no-fund) >&2
 fi
 
-# Chromium for the browser tests (driven by playwright-core; it cannot download its own browser here).
-if ! command -v chromium >/dev/null; then
-  step "apt-get install chromium (about a minute)"
+# Chromium for the browser tests (driven by playwright-core, which cannot download its own browser here, and by
+# wasm-bindgen-test-runner through chromedriver).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  step "apt-get install chromium chromium-driver (about a minute)"
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >&2
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every test: native (x86_64) and wasm32 (Node) Rust suites, the WebGPU backend on lavapipe, the aarch64 (NEON) compile check,
+# Run every test: native (x86_64) and wasm32 (Node, headless Chromium) Rust suites, the WebGPU backend on lavapipe, the aarch64 (NEON) compile check,
 # then the npm package's suites (Node, the packed tarball, headless Chromium).
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)
 set -euo pipefail
@@ -16,6 +16,22 @@ cargo test --workspace --locked
 
 echo "== wasm32 tests (Node)"
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm
+
+echo "== wasm32 tests (headless Chromium)"
+# The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.
+# A page has no file system: tests/rust/support fetches the model, the llama.cpp reference data and the fixtures from
+# the file server on port 8739 that with-file-server.mjs runs around the command.
+chromium_log=target/wasm32-chromium-tests.log
+WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" WASM_BINDGEN_TEST_TIMEOUT=900 \
+  node tests/browser/with-file-server.mjs 8739 "$(dirname "$RUVLLM_MODEL")" "${RUVLLM_REFERENCE_DIR:-$PWD/../shared/reference}" "$RUVLLM_FIXTURES" \
+  -- cargo test --locked --target wasm32-unknown-unknown -p ruvllm --tests 2>&1 | tee "$chromium_log"
+# Proof that no suite quietly ran elsewhere: the runner names the browser once per test binary.
+suites=$(grep -cE '^ +Running ' "$chromium_log" || true)
+in_chrome=$(grep -c '^Running headless tests in Chrome' "$chromium_log" || true)
+if [ "$suites" -eq 0 ] || [ "$in_chrome" -ne "$suites" ]; then
+  echo "only $in_chrome of $suites wasm32 test suites ran in headless Chromium" >&2
+  exit 1
+fi
 
 echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the model vs llama.cpp"
 cargo test --locked -p ruvllm --features gpu --lib gpu::

@@ -1,8 +1,9 @@
 //! Streaming generation on a [`Session`]: prefill the prompt, then sample one token at a time.
 //!
-//! The step API (`start` then `next_step` until `None`) lets a caller yield between tokens (the
-//! JavaScript binding does, so a page never freezes); `generate` is the same loop with a callback
-//! and a cancel flag.
+//! The step API (`start` then `next_step` until `None`) lets a caller yield and cancel between
+//! steps (the JavaScript binding does, so a page never freezes): each step evaluates one prefill
+//! batch of the prompt or produces one token. `generate` is the same loop with a callback and a
+//! cancel flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,9 +31,21 @@ impl Default for GenerateOptions {
     }
 }
 
+/// What one [`Session::next_step`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// One batch of the prompt was evaluated: `done` of its `total` tokens are in the KV cache
+    /// (cached ones included). No token yet.
+    Prefill {
+        done: usize,
+        total: usize,
+    },
+    Token(Token),
+}
+
 /// One generated token and the text it releases (possibly empty while UTF-8 or a stop string is pending).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Step {
+pub struct Token {
     pub id: u32,
     pub text: String,
 }
@@ -100,6 +113,9 @@ pub struct Output {
 
 /// State of the generation in progress on a session.
 pub(crate) struct Generation {
+    prompt: Vec<u32>,
+    /// Prompt tokens in the KV cache so far; the prefill is over when this reaches `prompt.len()`.
+    prefilled: usize,
     opts: GenerateOptions,
     sampler: Sampler,
     decoder: StreamDecoder,
@@ -109,7 +125,7 @@ pub(crate) struct Generation {
     text: String,
     stats: Stats,
     finish: Option<FinishReason>,
-    /// The token sampled but not yet fed back through the model.
+    /// The token sampled (after the prefill, or the previous token) but not yet fed back through the model.
     pending: Option<u32>,
 }
 
@@ -124,7 +140,8 @@ impl Generation {
 }
 
 impl Session {
-    /// Prefill `prompt` (reusing the cached prefix it shares with the session) and prepare to generate.
+    /// Prepare to generate from `prompt`, reusing the cached prefix it shares with the session. The
+    /// rest of the prompt is evaluated by the first `next_step` calls, one prefill batch each.
     pub fn start(&mut self, prompt: &[u32], opts: GenerateOptions) -> Result<()> {
         self.generation = None;
         if prompt.is_empty() {
@@ -137,14 +154,18 @@ impl Session {
         if prompt.len() >= self.n_ctx() {
             return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx() });
         }
+        // Bad ids are the caller's error now, not halfway through the prefill.
+        let vocab_size = self.model().config.vocab_size;
+        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
         // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
         let common = self.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(common);
-        let t0 = now_ms();
-        self.eval(&prompt[common..], false)?;
-        let prefill_ms = now_ms() - t0;
         let model = self.model().clone();
-        let mut g = Generation {
+        self.generation = Some(Generation {
+            prompt: prompt.to_vec(),
+            prefilled: common,
             decoder: model.tokenizer().decoder(),
             stop: StopMatcher::new(&opts.stop),
             sampler,
@@ -155,19 +176,16 @@ impl Session {
                 load_ms: model.load_ms(),
                 prompt_tokens: prompt.len(),
                 cached_tokens: common,
-                prefill_ms,
                 ..Stats::default()
             },
             finish: None,
             pending: None,
-        };
-        let id = g.sampler.sample(self.last_logits(), self.tokens());
-        g.pending = Some(id);
-        self.generation = Some(g);
+        });
         Ok(())
     }
 
-    /// The next generated token, or `None` once generation has finished (see [`Session::finish`]).
+    /// Evaluate the next prefill batch of the prompt or produce the next token; `None` once
+    /// generation has finished (see [`Session::finish`]).
     pub fn next_step(&mut self) -> Result<Option<Step>> {
         let Some(mut g) = self.generation.take() else {
             return Err(Error::InvalidArgument("no generation in progress: call start first".into()));
@@ -180,6 +198,9 @@ impl Session {
     fn advance(&mut self, g: &mut Generation) -> Result<Option<Step>> {
         if g.finish.is_some() {
             return Ok(None);
+        }
+        if g.prefilled < g.prompt.len() {
+            return self.prefill_batch(g).map(Some);
         }
         let Some(id) = g.pending.take() else {
             return Ok(None);
@@ -211,7 +232,21 @@ impl Session {
             text.push_str(&g.flush());
         }
         g.text.push_str(&text);
-        Ok(Some(Step { id, text }))
+        Ok(Some(Step::Token(Token { id, text })))
+    }
+
+    /// Evaluate the next `n_batch` prompt tokens (what one forward call takes, so a prefill in steps
+    /// runs the same batches as one `eval` of the whole prompt); after the last, sample the first token.
+    fn prefill_batch(&mut self, g: &mut Generation) -> Result<Step> {
+        let end = g.prompt.len().min(g.prefilled + self.n_batch());
+        let t0 = now_ms();
+        self.eval(&g.prompt[g.prefilled..end], false)?;
+        g.prefilled = end;
+        g.stats.prefill_ms += now_ms() - t0;
+        if end == g.prompt.len() {
+            g.pending = Some(g.sampler.sample(self.last_logits(), self.tokens()));
+        }
+        Ok(Step::Prefill { done: end, total: g.prompt.len() })
     }
 
     /// Stop the generation in progress (if any) as cancelled and return its result.
@@ -232,14 +267,14 @@ impl Session {
         Some(Output { ids: g.ids, text: g.text, finish: g.finish.unwrap_or(FinishReason::Cancelled), stats: g.stats })
     }
 
-    /// Generate from `prompt`, calling `on_step` for each token as it is produced. Setting `cancel`
-    /// stops after the current token, and the session stays usable.
+    /// Generate from `prompt`, calling `on_token` for each token as it is produced. Setting `cancel`
+    /// stops after the current step (a prefill batch or a token), and the session stays usable.
     pub fn generate(
         &mut self,
         prompt: &[u32],
         opts: GenerateOptions,
         cancel: Option<&AtomicBool>,
-        mut on_step: impl FnMut(&Step),
+        mut on_token: impl FnMut(&Token),
     ) -> Result<Output> {
         self.start(prompt, opts)?;
         loop {
@@ -247,7 +282,8 @@ impl Session {
                 return Ok(self.cancel().expect("generation was started"));
             }
             match self.next_step()? {
-                Some(step) => on_step(&step),
+                Some(Step::Token(token)) => on_token(&token),
+                Some(Step::Prefill { .. }) => {}
                 None => break,
             }
         }

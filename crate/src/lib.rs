@@ -23,7 +23,7 @@ pub mod wasm;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use error::{Error, GpuFault, Result};
-pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step};
+pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step, Token};
 pub use gpu::{Backend, GpuOptions};
 pub use model::Model;
 pub use sampler::SamplerConfig;

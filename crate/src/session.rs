@@ -104,6 +104,11 @@ impl Session {
         self.n_ctx
     }
 
+    /// Most tokens per forward call (a prefill runs in batches of this many).
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
     /// Tokens currently in the KV cache.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -2,7 +2,8 @@
 //!
 //! The surface is deliberately small and JSON-shaped; the TypeScript package (`npm/`) builds the
 //! user-facing API on it. Errors become JS `Error`s with a stable `code` property (see `Error::code`).
-//! Generation is stepwise (`start`, then `nextStep` per token), so JS can yield between tokens.
+//! Generation is stepwise (`start`, then `nextStep` per prefill batch or token), so JS can yield
+//! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
 
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
+use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 
 fn js_error(e: Error) -> JsValue {
     coded_error(e.code(), &e.to_string())
@@ -235,24 +236,26 @@ impl Engine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
-    /// Prefill `prompt_ids` and prepare to generate with `options_json` (see `JsGenerateOptions`).
+    /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).
     pub fn start(&mut self, prompt_ids: Vec<u32>, options_json: &str) -> Result<(), JsValue> {
         let opts: JsGenerateOptions = parse(options_json, "options")?;
         self.session.start(&prompt_ids, opts.into_options()).map_err(js_error)
     }
 
-    /// The next token as `{id, text}`, or `undefined` when generation has finished.
+    /// The next step: `{prefilled, total}` after a batch of the prompt (prompt tokens in the cache so
+    /// far), `{id, text}` for a token, `undefined` when generation has finished.
     #[wasm_bindgen(js_name = nextStep)]
     pub fn next_step(&mut self) -> Result<JsValue, JsValue> {
-        match self.session.next_step().map_err(js_error)? {
-            None => Ok(JsValue::UNDEFINED),
-            Some(step) => {
-                let o = js_sys::Object::new();
-                js_sys::Reflect::set(&o, &"id".into(), &step.id.into())?;
-                js_sys::Reflect::set(&o, &"text".into(), &step.text.into())?;
-                Ok(o.into())
-            }
+        let fields: [(&str, JsValue); 2] = match self.session.next_step().map_err(js_error)? {
+            None => return Ok(JsValue::UNDEFINED),
+            Some(Step::Prefill { done, total }) => [("prefilled", done.into()), ("total", total.into())],
+            Some(Step::Token(token)) => [("id", token.id.into()), ("text", token.text.into())],
+        };
+        let o = js_sys::Object::new();
+        for (name, value) in fields {
+            js_sys::Reflect::set(&o, &name.into(), &value)?;
         }
+        Ok(o.into())
     }
 
     /// The finished generation (ids, text, finish_reason, stats) as JSON; `cancel` marks it cancelled.

@@ -82,7 +82,10 @@ export interface GenerateResult {
 /** Per prompt position, the top-k next tokens as [id, probability], most likely first. */
 export type ScorePositions = Array<Array<[number, number]>>;
 
-/** Let the event loop run (rendering, input, timers) between tokens, without timer clamping. */
+/** What `Engine.nextStep` returns: progress of the prompt's prefill, or a generated token. */
+type EngineStep = { prefilled: number; total: number } | GenerateChunk;
+
+/** Let the event loop run (rendering, input, timers) between steps, without timer clamping. */
 const nextTick: () => Promise<void> =
   typeof setImmediate === 'function'
     ? () => new Promise((resolve) => setImmediate(resolve))
@@ -223,12 +226,14 @@ export class LLM {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
       this.#call((e) => e.start(ids, json));
       started = true;
+      // Each step is one prefill batch of the prompt or one token: yield to the event loop and
+      // honour the signal between steps, so a long prompt can be aborted too.
       for (;;) {
         await nextTick();
         throwIfAborted(signal);
-        const step = this.#call((e) => e.nextStep()) as GenerateChunk | undefined;
+        const step = this.#call((e) => e.nextStep()) as EngineStep | undefined;
         if (!step) break;
-        yield { id: step.id, text: step.text };
+        if ('id' in step) yield { id: step.id, text: step.text };
       }
       started = false;
       return parseResult(this.#call((e) => e.finish(false)));

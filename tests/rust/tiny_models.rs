@@ -15,7 +15,7 @@ mod support;
 
 use std::sync::Arc;
 
-use ruvllm::{Model, Session, SessionOptions};
+use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
 
 #[cfg(target_arch = "wasm32")]
@@ -191,4 +191,80 @@ fn llama_spm_incremental_eval_matches_reference() {
 #[test]
 fn qwen2_incremental_eval_matches_reference() {
     check_logits(QWEN2, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[3, 1, 2]));
+}
+
+/// The reference sequences of `file` end to end: a prompt of a few prefill batches.
+fn long_prompt(entry: &Value) -> Vec<u32> {
+    entry["forward"].as_array().expect("forward cases").iter().flat_map(|seq| ids(&seq["ids"])).collect()
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    let sampler = SamplerConfig { temperature: 0.0, ..SamplerConfig::default() };
+    GenerateOptions { max_tokens, sampler, ignore_eog: true, ..GenerateOptions::default() }
+}
+
+fn session(model: &Arc<Model>, n_batch: usize) -> Session {
+    Session::with_options(model.clone(), &SessionOptions { n_batch, ..SessionOptions::default() }).expect("options")
+}
+
+/// `next_step` evaluates the prompt one `n_batch` batch per step before the first token. The batches are those one
+/// `eval` of the whole prompt would run, and rows do not depend on their batch, so the logits and greedy ids equal
+/// those of a prefill in a single forward call exactly.
+#[test]
+fn stepwise_prefill_equals_a_single_forward_call() {
+    for file in [LLAMA_SPM, QWEN2] {
+        let (model, entry) = load(file);
+        let prompt = long_prompt(&entry);
+        assert!(prompt.len() > 40, "{file}: {} prompt tokens", prompt.len());
+
+        let mut one_call = session(&model, 64);
+        let want_logits = one_call.eval(&prompt, false).unwrap().to_vec();
+        one_call.reset();
+        let want = one_call.generate(&prompt, greedy(12), None, |_| {}).unwrap();
+
+        let mut stepwise = session(&model, 8);
+        stepwise.start(&prompt, greedy(12)).unwrap();
+        let (mut prefilled, mut ids) = (Vec::new(), Vec::new());
+        while let Some(step) = stepwise.next_step().unwrap() {
+            match step {
+                Step::Prefill { done, total } => {
+                    assert_eq!((total, ids.len()), (prompt.len(), 0), "{file}: the prefill comes first");
+                    assert_eq!(stepwise.tokens(), &prompt[..done], "{file}: {done} prompt tokens in the cache");
+                    prefilled.push(done);
+                    if done == total {
+                        assert!(stepwise.logits() == want_logits, "{file}: logits after the prefill differ");
+                    }
+                }
+                Step::Token(token) => ids.push(token.id),
+            }
+        }
+        let batches: Vec<usize> = (1..=prompt.len().div_ceil(8)).map(|i| (i * 8).min(prompt.len())).collect();
+        assert_eq!(prefilled, batches, "{file}: one prefill step per batch of 8");
+        assert_eq!(ids, want.ids, "{file}: greedy ids");
+        let out = stepwise.finish().unwrap();
+        assert_eq!((out.ids, out.stats.prompt_tokens, out.stats.cached_tokens), (ids, prompt.len(), 0));
+        assert_eq!(out.finish, FinishReason::Length);
+    }
+}
+
+/// Cancelling between prefill batches ends the generation with no tokens; the batches evaluated so far stay cached
+/// and the next generation of the same prompt resumes from them, with the same ids as an uninterrupted one.
+#[test]
+fn cancel_during_prefill_leaves_a_usable_session() {
+    let (model, entry) = load(QWEN2);
+    let prompt = long_prompt(&entry);
+    let want = session(&model, 8).generate(&prompt, greedy(6), None, |_| {}).unwrap();
+
+    let mut s = session(&model, 8);
+    s.start(&prompt, greedy(6)).unwrap();
+    assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 8, total: prompt.len() }));
+    assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 16, total: prompt.len() }));
+    let cancelled = s.cancel().expect("a generation was in progress");
+    assert_eq!(cancelled.finish, FinishReason::Cancelled);
+    assert!(cancelled.ids.is_empty() && cancelled.text.is_empty());
+    assert_eq!(s.tokens(), &prompt[..16]);
+
+    let again = s.generate(&prompt, greedy(6), None, |_| {}).unwrap();
+    assert_eq!(again.stats.cached_tokens, 16);
+    assert_eq!(again.ids, want.ids);
 }
