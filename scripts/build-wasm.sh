@@ -5,7 +5,7 @@
 #                 build-std, since std itself must be compiled with atomics): for Node, and for pages that are
 #                 cross-origin isolated (COOP/COEP), where SharedArrayBuffer is allowed
 # npm/src/builds.ts picks one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
-# wasm-opt -O3 (npm binaryen@132). wasm-pack is not used: it would only run these same steps (and costs ~400 s
+# wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only run these same steps (and costs ~400 s
 # to install in CI). `scripts/build-wasm.sh st` or `mt` builds only one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,20 +19,20 @@ NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
 WASM_OPT_FEATURES=(--enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
   --enable-mutable-globals --enable-multivalue --enable-reference-types)
 
-# bindgen_and_opt WASM OUT_DIR [extra wasm-opt flags]
+# bindgen_and_opt WASM OUT_DIR [wasm-opt flags]
 bindgen_and_opt() {
   local wasm=$1 out=$2
   shift 2
   rm -rf "$out" && mkdir -p "$out"
   wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "$wasm"
   rm -f "$out/ruvllm_bg.wasm.d.ts"
-  "$wasm_opt" -O3 "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
+  "$wasm_opt" "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
   echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
 }
 
 build_single_thread() {
   cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
-  bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm
+  bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
 }
 
 build_threaded() {
@@ -46,7 +46,9 @@ build_threaded() {
   done
   RUSTFLAGS="$flags" cargo "+$NIGHTLY" build --locked --release --target wasm32-unknown-unknown -p ruvllm \
     --features threads -Z build-std=panic_abort,std --target-dir "$target_dir/wasm-threads"
-  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-mt --enable-threads
+  # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
+  # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
+  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-mt -O2 --enable-threads
 }
 
 case "${1:-all}" in

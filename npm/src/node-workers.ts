@@ -7,10 +7,11 @@ import { resolveObjectURL } from 'node:buffer';
 import { readFile } from 'node:fs/promises';
 import { Worker as Thread } from 'node:worker_threads';
 
-// Runs first in each thread: the Web Worker globals the script uses; the first message is the script's
-// text (imported as a module), messages that arrive while it loads are handed to it once it listens.
+// Runs first in each thread (an ES module, whatever the parent's --input-type): the Web Worker globals the
+// script uses; the first message is the script's text (imported as a module), and messages that arrive
+// while it loads are handed to it once it listens.
 const PRELUDE = `
-const { parentPort } = require('node:worker_threads');
+import { parentPort } from 'node:worker_threads';
 const listeners = new Set();
 const early = [];
 let state = 'empty';
@@ -33,7 +34,7 @@ type Listener = (event: { data: unknown }) => void;
 
 /** The part of the Web Worker API that wasm-bindgen-rayon uses, for a blob: URL script. */
 class WebWorker {
-  readonly #thread = new Thread(PRELUDE, { eval: true });
+  readonly #thread = new Thread(new URL(`data:text/javascript,${encodeURIComponent(PRELUDE)}`));
   readonly #handlers = new Map<Listener, (data: unknown) => void>();
   #sent: Promise<void>;
 
