@@ -1,15 +1,48 @@
 // The wasm builds the package ships, which one a load uses, and starting it (once per process or page).
-import type * as Glue from '../wasm/ruvllm.js';
 import { RuvllmError, invalid } from './errors.js';
 
 /** `wasm`: one thread, runs everywhere. `wasm-mt`: rayon on Web Workers sharing the wasm memory. */
 export type BuildName = 'wasm' | 'wasm-mt';
 
-/** A started build: its wasm-bindgen glue module (the same exports in every build) and its thread count. */
+/**
+ * What the package uses of a build's wasm-bindgen glue module (the same in every build). Declared here
+ * rather than imported, so that the published types do not pull in the glue's DOM-typed declarations;
+ * FILES below checks that each glue module has this shape.
+ */
+export interface Glue {
+  default(init: { module_or_path: Uint8Array | URL }): Promise<unknown>;
+  /** wasm-bindgen-rayon's pool start (threaded build only). */
+  initThreadPool?(threads: number): Promise<unknown>;
+  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number): Engine };
+  ModelBuffer: new (capacity: number) => ModelBuffer;
+  lastPanic(): string | undefined;
+}
+
+export interface ModelBuffer {
+  push(chunk: Uint8Array): void;
+  free(): void;
+}
+
+/** An engine (crate/src/wasm.rs). The forward passes (start, nextStep, score) return Promises in the threaded build. */
+export interface Engine {
+  info(): string;
+  tokenize(text: string, parseSpecial: boolean): Uint32Array;
+  tokenizePrompt(text: string): Uint32Array;
+  detokenize(ids: Uint32Array): string;
+  applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string;
+  start(promptIds: Uint32Array, optionsJson: string): unknown;
+  nextStep(): unknown;
+  finish(cancel: boolean): string | undefined;
+  score(ids: Uint32Array, k: number): unknown;
+  reset(): void;
+  free(): void;
+}
+
+/** A started build: its glue module and its thread count. */
 export interface Wasm {
   build: BuildName;
   threads: number;
-  glue: typeof Glue;
+  glue: Glue;
   /** Await a forward pass (a Promise in the threaded build), keeping the process alive meanwhile. */
   settle<T>(result: T | Promise<T>): Promise<T>;
 }
@@ -30,7 +63,7 @@ export interface Host {
 }
 
 interface BuildFiles {
-  glue: () => Promise<unknown>;
+  glue: () => Promise<Glue>;
   wasm: URL;
 }
 
@@ -73,9 +106,9 @@ export async function startBuild(host: Host, build: BuildName, threads: number):
 async function start(host: Host, build: BuildName, threads: number): Promise<Wasm> {
   const files = FILES[build];
   try {
-    let glue!: typeof Glue & { initThreadPool?: (n: number) => Promise<unknown> };
+    let glue!: Glue;
     const run = async () => {
-      glue = (await files.glue()) as typeof glue;
+      glue = await files.glue();
       await glue.default({ module_or_path: await host.wasmSource(files.wasm) });
       if (build === 'wasm-mt') await glue.initThreadPool!(threads);
     };

@@ -1,5 +1,4 @@
-import type { Engine, ModelBuffer } from '../wasm/ruvllm.js';
-import { chooseBuild, startBuild, type BuildName, type Host, type Wasm } from './builds.js';
+import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
@@ -217,7 +216,7 @@ export class LLM {
     const topK = options.topK ?? 5;
     if (!Number.isSafeInteger(topK) || topK < 1) throw invalid(`topK must be an integer >= 1, got ${topK}`);
     const checked = tokenIds(ids, 'ids');
-    return this.#exclusive(options.signal, async () => JSON.parse(await this.#callAsync((e) => e.score(checked, topK))).positions);
+    return this.#exclusive(options.signal, async () => JSON.parse((await this.#callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
   /** Forget the conversation's KV cache (the next prompt is evaluated from scratch). */
