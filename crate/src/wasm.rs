@@ -314,7 +314,8 @@ impl Engine {
                 s.reset();
                 let logits = s.eval(&ids, true)?.to_vec();
                 s.reset();
-                let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
+                let positions: Vec<_> =
+                    logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
                 Ok(json(&serde_json::json!({ "positions": positions })))
             },
             |json| Ok(json.into()),
