@@ -49,6 +49,12 @@ build_threaded() {
   # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
   # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
   bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-mt -O2 --enable-threads
+  # wasm-bindgen-rayon 1.3's worker start-up calls the glue's init with positional arguments, which wasm-bindgen
+  # 0.2.130 still takes but warns about on every worker's console: pass them as the object it asks for.
+  local helper
+  helper=$(ls npm/wasm-mt/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
+  grep -q 'pkg.default(data.module, data.memory)' "$helper" || { echo "build-wasm: $helper changed; update this patch" >&2; exit 1; }
+  sed -i 's/pkg.default(data.module, data.memory)/pkg.default({ module_or_path: data.module, memory: data.memory })/' "$helper"
 }
 
 case "${1:-all}" in
