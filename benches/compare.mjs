@@ -4,8 +4,8 @@
 // everything and makes the models first; see benches/README.md.
 //
 // Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3]
-//          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--ruvllm-web-threads 1]
-//          [--ruvllm-web-pkg target/wasm-web] [--only ENGINE_SUBSTRING]
+//          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
+//          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--only ENGINE_SUBSTRING]
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -15,9 +15,9 @@ import { BENCHES, ROOT, parseArgs, loadavg1m } from './lib/common.mjs';
 
 const args = parseArgs({
   models: 'q4_1,q8_0,q4_0', reps: '3', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
-  // Threads for our wasm in Chromium. Add 2 ("1,2") once the threaded wasm build exists, and point
-  // --ruvllm-web-pkg at its wasm-bindgen output (web/ruvllm_worker.js calls its initThreadPool).
-  'ruvllm-web-threads': '1', 'ruvllm-web-pkg': 'target/wasm-web', 'node-pkg': 'target/wasm-node', only: '',
+  // Threads for our wasm (Node and Chromium): 1 runs the single-thread build (--wasm-pkg), more the threaded
+  // one (--wasm-mt-pkg, which starts that many workers). Both are scripts/build-wasm.sh's output.
+  'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'node-pkg': 'target/wasm-node', only: '',
 });
 const list = (s) => String(s).split(',').filter(Boolean);
 const threads = list(args.threads);
@@ -48,15 +48,18 @@ function writePrompt(model) {
   return file;
 }
 
+const wasmPkg = (t) => (Number(t) > 1 ? args['wasm-mt-pkg'] : args['wasm-pkg']);
+
 function runs(model, prompt) {
   const common = ['--model', model, '--gen-tokens', args['gen-tokens'], '--reps', args.reps, '--ctx', args.ctx];
   const label = (engine, runtime, t) => ({ engine, runtime, threads: Number(t) });
   return [
     ...threads.map((t) => [label('ruvllm', 'native', t),
       ['engines/ruvllm_native.mjs', ...common, '--threads', t, '--prompt-tokens', args['prompt-tokens']]]),
-    [label('ruvllm', 'wasm32 in Node', 1), ['bench_node.mjs', ...common, '--pkg', path.resolve(ROOT, args['node-pkg']), '--prompt', prompt]],
-    ...list(args['ruvllm-web-threads']).map((t) => [label('ruvllm', 'wasm in Chromium', t),
-      ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt, '--ruvllm-pkg', args['ruvllm-web-pkg']]]),
+    ...list(args['wasm-threads']).map((t) => [label('ruvllm', 'wasm32 in Node', t),
+      ['bench_node.mjs', ...common, '--threads', t, '--pkg', path.resolve(ROOT, wasmPkg(t)), '--prompt', prompt]]),
+    ...list(args['wasm-threads']).map((t) => [label('ruvllm', 'wasm in Chromium', t),
+      ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt, '--ruvllm-pkg', wasmPkg(t)]]),
     ...threads.map((t) => [label('llama.cpp', 'native (node-llama-cpp)', t),
       ['engines/llama_node.mjs', ...common, '--threads', t, '--prompt', prompt]]),
     ...threads.map((t) => [label('wllama', 'wasm in Chromium', t),
@@ -123,6 +126,12 @@ const ratioRows = results.filter((r) => r.engine === 'ruvllm' && !r.error && pee
     ratio(r.load_ms, p.load_ms), ratio(r.peak_rss_mb, p.peak_rss_mb)];
 });
 
+// Our wasm's thread scaling: each multi-thread row over the 1-thread row of the same runtime and model.
+const scalingRows = results.filter((r) => r.engine === 'ruvllm' && r.runtime !== 'native' && r.threads > 1 && !r.error).flatMap((r) => {
+  const one = results.find((o) => o.engine === r.engine && o.runtime === r.runtime && o.quant === r.quant && o.threads === 1 && !o.error);
+  return one ? [[r.quant, r.runtime, `${r.threads}T / 1T`, ratio(r.prefill_tok_s, one.prefill_tok_s), ratio(r.decode_tok_s, one.decode_tok_s)]] : [];
+});
+
 const report = [
   `Comparison benchmark, ${new Date().toISOString()}, ${os.cpus()[0]?.model}, ${os.cpus().length} logical CPUs.`,
   `Prompt ${args['prompt-tokens']} tokens (prefill), then ${args['gen-tokens']} greedy decode steps; median of ${args.reps} reps.`,
@@ -133,6 +142,10 @@ const report = [
   'Our ratio to each peer (ours / peer): speed > 1 = we are faster; load and memory < 1 = we are lighter.',
   '',
   table(['model', 'ours', 'peer', 'prefill', 'decode', 'load ms', 'peak RSS'], ratioRows),
+  '',
+  'Our wasm with threads (threaded build) over one thread (single-thread build):',
+  '',
+  table(['model', 'runtime', 'threads', 'prefill', 'decode'], scalingRows),
   '',
   'Our native CLI on the ChatML prompt "What is the capital of France?" (greedy, 24 tokens at most):',
   '',

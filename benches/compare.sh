@@ -5,7 +5,7 @@
 # then our ratio to each peer. Everything after the script name goes to compare.mjs, e.g.
 #   benches/compare.sh --models q4_1 --reps 1
 # Options: --models q4_1,q8_0,q4_0  --reps 3  --prompt-tokens 128  --gen-tokens 64  --ctx 1024  --threads 1,2
-#          --ruvllm-web-threads 1  --ruvllm-web-pkg target/wasm-web  --only "wllama"   (see benches/README.md)
+#          --wasm-threads 1,2  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt  --only "wllama"   (see benches/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh   # Rust targets, wasm-bindgen, Python venv with gguf, the default model
@@ -15,9 +15,9 @@ cargo build --release --locked -p ruvllm-cli >&2
 cargo build --release --locked --target wasm32-unknown-unknown -p ruvllm >&2
 wasm=target/wasm32-unknown-unknown/release/ruvllm.wasm
 wasm-bindgen --target nodejs --out-dir target/wasm-node "$wasm" >&2
-wasm-bindgen --target web --out-dir target/wasm-web "$wasm" >&2
-# Hook for the threaded wasm build: build it into its own folder here and pass
-# `--ruvllm-web-threads 1,2 --ruvllm-web-pkg <that folder>` (web/ruvllm_worker.js calls its initThreadPool).
+# Our wasm rows: the npm package's two builds (npm/wasm single-thread, npm/wasm-mt threaded) and its Node shims.
+scripts/build-wasm.sh >&2
+(cd npm && npm run build) >&2
 
 # The default model, and the same weights re-quantized to Q8_0 and Q4_0 next to it (made once).
 base="$(scripts/fetch-model.sh)"

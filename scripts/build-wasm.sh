@@ -1,20 +1,65 @@
 #!/usr/bin/env bash
-# Build the wasm engine for the npm package into npm/wasm/: one ESM build (wasm-bindgen --target web)
-# that both entry points use (browsers fetch the .wasm, Node reads it from the package directory).
-#   cargo (release, simd128 from .cargo/config.toml) -> wasm-bindgen 0.2.130 -> wasm-opt -O3 (npm binaryen@132)
-# wasm-pack is not used: it would only run these same steps, and installing it costs ~400 s in CI.
+# Build the wasm engine for the npm package, as two builds of the same crate:
+#   npm/wasm/     single-thread (stable Rust, simd128): for every page, and the fallback
+#   npm/wasm-mt/  threaded (feature `threads`: rayon on Web Workers over shared memory; nightly Rust with
+#                 build-std, since std itself must be compiled with atomics): for Node, and for pages that are
+#                 cross-origin isolated (COOP/COEP), where SharedArrayBuffer is allowed
+# npm/src/builds.ts picks one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
+# wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only run these same steps (and costs ~400 s
+# to install in CI). `scripts/build-wasm.sh st` or `mt` builds only one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=npm/wasm
 wasm_opt=npm/node_modules/.bin/wasm-opt
 [ -x "$wasm_opt" ] || { echo "build-wasm: $wasm_opt missing (run: cd npm && npm ci)" >&2; exit 1; }
+target_dir=${CARGO_TARGET_DIR:-target}
+# The nightly the threaded build was made with (rustc 1.97.0-nightly e50aa6fba 2026-05-19); any recent one works.
+NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
 
-cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
-rm -rf "$out" && mkdir -p "$out"
-wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/ruvllm.wasm"
-rm -f "$out/ruvllm_bg.wasm.d.ts"
 # The features rustc enables for wasm32 by default, plus simd128; wasm-opt must not emit anything beyond them.
-"$wasm_opt" -O3 --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-mutable-globals --enable-multivalue --enable-reference-types \
-  "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
-echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
+WASM_OPT_FEATURES=(--enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+  --enable-mutable-globals --enable-multivalue --enable-reference-types)
+
+# bindgen_and_opt WASM OUT_DIR [wasm-opt flags]
+bindgen_and_opt() {
+  local wasm=$1 out=$2
+  shift 2
+  rm -rf "$out" && mkdir -p "$out"
+  wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "$wasm"
+  rm -f "$out/ruvllm_bg.wasm.d.ts"
+  "$wasm_opt" "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
+  echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
+}
+
+build_single_thread() {
+  cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
+  bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
+}
+
+build_threaded() {
+  # Set here, not in .cargo/config.toml, so the stable build and the tests stay as they are. Current
+  # nightlies no longer make memory shared from +atomics alone: the link args ask for shared, imported
+  # memory (up to wasm32's 4 GiB) and export the TLS symbols wasm-bindgen's thread glue uses.
+  local flags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
+    --export=__tls_size --export=__tls_align --export=__tls_base; do
+    flags+=" -C link-arg=$arg"
+  done
+  RUSTFLAGS="$flags" cargo "+$NIGHTLY" build --locked --release --target wasm32-unknown-unknown -p ruvllm \
+    --features threads -Z build-std=panic_abort,std --target-dir "$target_dir/wasm-threads"
+  # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
+  # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
+  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-mt -O2 --enable-threads
+  # wasm-bindgen-rayon 1.3's worker start-up calls the glue's init with positional arguments, which wasm-bindgen
+  # 0.2.130 still takes but warns about on every worker's console: pass them as the object it asks for.
+  local helper
+  helper=$(ls npm/wasm-mt/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
+  grep -q 'pkg.default(data.module, data.memory)' "$helper" || { echo "build-wasm: $helper changed; update this patch" >&2; exit 1; }
+  sed -i 's/pkg.default(data.module, data.memory)/pkg.default({ module_or_path: data.module, memory: data.memory })/' "$helper"
+}
+
+case "${1:-all}" in
+  st) build_single_thread ;;
+  mt) build_threaded ;;
+  all) build_single_thread && build_threaded ;;
+  *) echo "usage: $0 [st|mt|all]" >&2; exit 2 ;;
+esac

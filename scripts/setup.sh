@@ -7,8 +7,20 @@ WASM_BINDGEN_VERSION=0.2.130
 
 step() { echo "== setup: $*" >&2; }
 
-for tc in stable nightly; do
-  if rustup toolchain list | grep -q "^$tc" && ! rustup +$tc target list --installed | grep -q wasm32-unknown-unknown; then
+# The threaded wasm build (scripts/build-wasm.sh) needs a nightly with rust-src: it rebuilds std with atomics.
+# Made with nightly 2026-05-19 (rustc 1.97.0-nightly e50aa6fba); RUVLLM_NIGHTLY names another toolchain.
+NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
+if ! rustup toolchain list | grep -q "^$NIGHTLY"; then
+  step "rustup toolchain install $NIGHTLY (for the threaded wasm build)"
+  rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src >&2
+fi
+if ! rustup +"$NIGHTLY" component list --installed | grep -q '^rust-src'; then
+  step "rustup component add rust-src ($NIGHTLY)"
+  rustup +"$NIGHTLY" component add rust-src >&2
+fi
+
+for tc in stable "$NIGHTLY"; do
+  if ! rustup +$tc target list --installed | grep -q wasm32-unknown-unknown; then
     step "rustup target add wasm32-unknown-unknown ($tc)"
     rustup +$tc target add wasm32-unknown-unknown >&2
   fi

@@ -3,7 +3,7 @@
 // Peak memory is the VmHWM of the renderer process, which hosts the page, its workers and their wasm memory.
 //
 // Usage: node benches/engines/browser.mjs --engine ruvllm|wllama --model M --prompt FILE [--threads 1]
-//          [--gen-tokens 64] [--reps 3] [--ctx 1024] [--ruvllm-pkg target/wasm-web] [--chromium /usr/bin/chromium]
+//          [--gen-tokens 64] [--reps 3] [--ctx 1024] [--ruvllm-pkg npm/wasm] [--chromium /usr/bin/chromium]
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -11,7 +11,7 @@ import { BENCHES, ROOT, parseArgs, loadavg1m, readPrompt, procMemMb, result, log
 import { startServer } from '../lib/serve.mjs';
 
 const args = parseArgs({
-  threads: '1', 'gen-tokens': '64', reps: '3', ctx: '1024', 'ruvllm-pkg': 'target/wasm-web', chromium: '/usr/bin/chromium',
+  threads: '1', 'gen-tokens': '64', reps: '3', ctx: '1024', 'ruvllm-pkg': 'npm/wasm', chromium: '/usr/bin/chromium',
   'timeout-s': '1200',
 });
 const loadavgStart = loadavg1m();

@@ -1,23 +1,24 @@
 // The ruvllm wasm measurement, shared by Node (bench_node.mjs) and the browser page (web/ruvllm_worker.js) so both
 // time exactly the same thing. Plain ES module: no Node or DOM APIs.
 //
-// `engine` is the wasm-bindgen `Engine`. Each repetition prefills `promptIds` from an empty cache and then
+// `engine` is the wasm-bindgen `Engine` of either build (the threaded build's `start` and `nextStep` return
+// Promises: its forward passes run on the thread pool, so they are awaited). Each repetition prefills `promptIds` from an empty cache and then
 // generates 1 + genTokens greedy tokens (EOS ignored); the speeds are the engine's own timings (Engine.finish):
 // prefill = prompt tokens / prefill time, decode = genTokens / time of the genTokens steps after the first token.
-export function benchEngine(engine, promptIds, { genTokens, reps }) {
-  const generate = (ids, maxTokens) => {
+export async function benchEngine(engine, promptIds, { genTokens, reps }) {
+  const generate = async (ids, maxTokens) => {
     engine.reset(); // an empty KV cache, so nothing of the prompt is reused from the previous run
-    engine.start(Uint32Array.from(ids), JSON.stringify({ maxTokens, temperature: 0, ignoreEos: true }));
-    while (engine.nextStep() !== undefined);
+    await engine.start(Uint32Array.from(ids), JSON.stringify({ maxTokens, temperature: 0, ignoreEos: true }));
+    while ((await engine.nextStep()) !== undefined);
     return JSON.parse(engine.finish(false));
   };
 
-  generate(promptIds.slice(0, 16), 2); // warm-up (compiles hot paths, touches the weights), not measured
+  await generate(promptIds.slice(0, 16), 2); // warm-up (compiles hot paths, touches the weights), not measured
 
   const runs = [];
   let first = null;
   for (let r = 0; r < reps; r++) {
-    const out = generate(promptIds, genTokens + 1);
+    const out = await generate(promptIds, genTokens + 1);
     if (out.cached_tokens !== 0 || out.prompt_tokens !== promptIds.length) {
       throw new Error(`prefilled ${out.prompt_tokens - out.cached_tokens} of ${promptIds.length} prompt tokens`);
     }

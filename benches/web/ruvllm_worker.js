@@ -1,5 +1,5 @@
-// Worker side of web/ruvllm.html: loads the wasm-bindgen `--target web` build served at /ruvllm/ and runs the same
-// measurement as the Node bench (lib/engine_bench.js).
+// Worker side of web/ruvllm.html: loads the wasm-bindgen `--target web` build served at /ruvllm/ (npm/wasm, or the
+// threaded npm/wasm-mt) and runs the same measurement as the Node bench (lib/engine_bench.js).
 import init, * as ruvllm from '/ruvllm/ruvllm.js';
 import { benchEngine } from '/lib/engine_bench.js';
 
@@ -11,8 +11,8 @@ self.onmessage = async ({ data: cfg }) => {
     const fetchMs = performance.now() - t0;
     await init({ module_or_path: '/ruvllm/ruvllm_bg.wasm' });
     if (cfg.threads > 1) {
-      // Hook for the threaded wasm build (wasm-bindgen-rayon): it exports initThreadPool(n), which starts n workers
-      // sharing this module's memory. The single-thread build has no such export.
+      // The threaded wasm build (wasm-bindgen-rayon) exports initThreadPool(n), which starts n workers sharing this
+      // module's memory. The single-thread build has no such export.
       if (typeof ruvllm.initThreadPool !== 'function') {
         throw new Error(`${cfg.threads} threads need the threaded wasm build (this one has no initThreadPool); see benches/README.md`);
       }
@@ -21,7 +21,7 @@ self.onmessage = async ({ data: cfg }) => {
     const engine = new ruvllm.Engine(bytes, cfg.ctx);
     const loadMs = performance.now() - t0;
 
-    const b = benchEngine(engine, cfg.promptIds, cfg);
+    const b = await benchEngine(engine, cfg.promptIds, cfg);
     self.postMessage({
       ok: true,
       result: {
@@ -33,6 +33,7 @@ self.onmessage = async ({ data: cfg }) => {
         extra: {
           load_fetch_ms: Math.round(fetchMs),
           simd128: b.info.simd128,
+          engine_threads: b.info.threads,
           cross_origin_isolated: self.crossOriginIsolated,
           wasm_memory_mb: Math.round(b.info.wasm_memory_bytes / 1e5) / 10,
           kv_cache_mb: Math.round(b.info.kv_cache_bytes / 1e5) / 10,

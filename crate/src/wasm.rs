@@ -6,9 +6,11 @@
 //! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
+//! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`) run on
+//! the thread pool and return Promises (see `crate::wasm_threads`); in the plain build they return values.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
@@ -16,7 +18,7 @@ use wasm_bindgen::prelude::*;
 use crate::error::Error;
 use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 
-fn js_error(e: Error) -> JsValue {
+pub(crate) fn js_error(e: Error) -> JsValue {
     coded_error(e.code(), &e.to_string())
 }
 
@@ -40,7 +42,11 @@ thread_local! {
 
 #[wasm_bindgen(start)]
 fn install_panic_hook() {
-    std::panic::set_hook(Box::new(|info| LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()))));
+    std::panic::set_hook(Box::new(|info| {
+        #[cfg(feature = "threads")]
+        crate::wasm_threads::fail_running_job(&info.to_string());
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()))
+    }));
 }
 
 /// Take the message of the last Rust panic (the engine is unusable after one), if any.
@@ -159,7 +165,10 @@ impl ModelBuffer {
 #[wasm_bindgen]
 pub struct Engine {
     model: Arc<Model>,
-    session: Session,
+    /// Shared with the pool job that runs a forward pass (threaded build); one job at a time.
+    session: Arc<Mutex<Session>>,
+    n_ctx: usize,
+    kv_cache_bytes: usize,
 }
 
 /// Check that the session's buffers can be allocated, so that a context window too large for wasm
@@ -198,7 +207,35 @@ impl Engine {
         probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
-        Ok(Engine { model, session })
+        let (n_ctx, kv_cache_bytes) = (session.n_ctx(), session.kv_cache_bytes());
+        Ok(Engine { model, session: Arc::new(Mutex::new(session)), n_ctx, kv_cache_bytes })
+    }
+
+    /// The session, for a quick call on this thread. `try_lock`, since a page's main thread must
+    /// never block: the npm package runs one call at a time, so a held lock is a caller's bug.
+    fn session_now(&self) -> Result<MutexGuard<'_, Session>, JsValue> {
+        match self.session.try_lock() {
+            Ok(s) => Ok(s),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => {
+                Err(js_error(Error::InvalidArgument("the engine is busy with another call".into())))
+            }
+        }
+    }
+
+    /// Run a forward-pass call `work` on the session and convert its result with `to_js`: here in the
+    /// plain build; as a pool job whose Promise this returns in the threaded build.
+    fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Session) -> crate::Result<T> + Send + 'static,
+        to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
+    ) -> Result<JsValue, JsValue> {
+        let session = self.session.clone();
+        let work = move || work(&mut session.lock().unwrap_or_else(PoisonError::into_inner));
+        #[cfg(feature = "threads")]
+        return Ok(crate::wasm_threads::on_pool(work, to_js).into());
+        #[cfg(not(feature = "threads"))]
+        to_js(work().map_err(js_error)?)
     }
 
     /// Model facts as JSON.
@@ -207,8 +244,9 @@ impl Engine {
         json(&serde_json::json!({
             "name": self.model.name(), "architecture": c.arch.name(), "n_layers": c.n_layers, "d_model": c.d_model,
             "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
-            "context_length": c.context_length, "n_ctx": self.session.n_ctx(), "file_bytes": self.model.file_size(),
-            "kv_cache_bytes": self.session.kv_cache_bytes(), "simd128": cfg!(target_feature = "simd128"),
+            "context_length": c.context_length, "n_ctx": self.n_ctx, "file_bytes": self.model.file_size(),
+            "kv_cache_bytes": self.kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
+            "threads": crate::kernels::parallel::threads(),
             "has_chat_template": self.model.chat_template().is_ok(),
             "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         }))
@@ -237,45 +275,61 @@ impl Engine {
     }
 
     /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).
-    pub fn start(&mut self, prompt_ids: Vec<u32>, options_json: &str) -> Result<(), JsValue> {
-        let opts: JsGenerateOptions = parse(options_json, "options")?;
-        self.session.start(&prompt_ids, opts.into_options()).map_err(js_error)
+    /// Returns undefined (a Promise of it in the threaded build).
+    pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> Result<JsValue, JsValue> {
+        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options();
+        self.run(move |s| s.start(&prompt_ids, opts), |()| Ok(JsValue::UNDEFINED))
     }
 
     /// The next step: `{prefilled, total}` after a batch of the prompt (prompt tokens in the cache so
-    /// far), `{id, text}` for a token, `undefined` when generation has finished.
+    /// far), `{id, text}` for a token, `undefined` when generation has finished (a Promise of these
+    /// in the threaded build).
     #[wasm_bindgen(js_name = nextStep)]
-    pub fn next_step(&mut self) -> Result<JsValue, JsValue> {
-        let fields: [(&str, JsValue); 2] = match self.session.next_step().map_err(js_error)? {
-            None => return Ok(JsValue::UNDEFINED),
-            Some(Step::Prefill { done, total }) => [("prefilled", done.into()), ("total", total.into())],
-            Some(Step::Token(token)) => [("id", token.id.into()), ("text", token.text.into())],
-        };
-        let o = js_sys::Object::new();
-        for (name, value) in fields {
-            js_sys::Reflect::set(&o, &name.into(), &value)?;
-        }
-        Ok(o.into())
+    pub fn next_step(&self) -> Result<JsValue, JsValue> {
+        self.run(
+            |s| s.next_step(),
+            |step| {
+                let fields: [(&str, JsValue); 2] = match step {
+                    None => return Ok(JsValue::UNDEFINED),
+                    Some(Step::Prefill { done, total }) => [("prefilled", done.into()), ("total", total.into())],
+                    Some(Step::Token(token)) => [("id", token.id.into()), ("text", token.text.into())],
+                };
+                let o = js_sys::Object::new();
+                for (name, value) in fields {
+                    js_sys::Reflect::set(&o, &name.into(), &value)?;
+                }
+                Ok(o.into())
+            },
+        )
     }
 
     /// The finished generation (ids, text, finish_reason, stats) as JSON; `cancel` marks it cancelled.
-    pub fn finish(&mut self, cancel: bool) -> Option<String> {
-        let out = if cancel { self.session.cancel() } else { self.session.finish() };
-        out.map(|o| json(&JsOutput::from(o)))
+    pub fn finish(&self, cancel: bool) -> Result<Option<String>, JsValue> {
+        let mut session = self.session_now()?;
+        let out = if cancel { session.cancel() } else { session.finish() };
+        Ok(out.map(|o| json(&JsOutput::from(o))))
     }
 
-    /// Teacher-forced scoring: for each position, the top-`k` next tokens with probabilities, as JSON.
-    pub fn score(&mut self, ids: Vec<u32>, k: usize) -> Result<String, JsValue> {
-        self.session.reset();
+    /// Teacher-forced scoring: for each position, the top-`k` next tokens with probabilities, as JSON
+    /// (a Promise of it in the threaded build).
+    pub fn score(&self, ids: Vec<u32>, k: usize) -> Result<JsValue, JsValue> {
         let vocab = self.model.config.vocab_size;
-        let logits = self.session.eval(&ids, true).map_err(js_error)?.to_vec();
-        self.session.reset();
-        let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
-        Ok(json(&serde_json::json!({ "positions": positions })))
+        self.run(
+            move |s| {
+                s.reset();
+                let logits = s.eval(&ids, true)?.to_vec();
+                s.reset();
+                let positions: Vec<_> =
+                    logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
+                Ok(json(&serde_json::json!({ "positions": positions })))
+            },
+            |json| Ok(json.into()),
+        )
     }
 
     /// Forget the conversation (the KV cache).
-    pub fn reset(&mut self) {
-        self.session.reset();
+    pub fn reset(&self) -> Result<(), JsValue> {
+        self.session_now()?.reset();
+        Ok(())
     }
 }

@@ -1,11 +1,13 @@
-// Browser entry: the wasm file is fetched from beside the glue module (bundlers follow `new URL(..., import.meta.url)`).
-import init from '../wasm/ruvllm.js';
+// Browser entry: the wasm files are fetched from beside the glue modules (bundlers follow `new URL(..., import.meta.url)`).
+// The threaded build needs SharedArrayBuffer, which browsers give only to cross-origin isolated pages.
 import { setPlatform } from './llm.js';
 
 setPlatform({
-  init: async () => {
-    await init({ module_or_path: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) });
-  },
+  wasmSource: async (url) => url,
+  canThread: () => globalThis.crossOriginIsolated === true,
+  defaultThreads: () => Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, 8),
+  startThreaded: (start) => start(),
+  keepAlive: (promise) => promise,
   open: () => undefined,
 });
 

@@ -12,7 +12,7 @@ const USAGE = `ruvllm (wasm engine, Node)
                   (an interactive conversation; one line per message, /reset forgets it, /exit or EOF ends)
   ruvllm score --model M --ids 1,2,3 [--top-k K]
   ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
-Common: --ctx N (context window). --threads is accepted; the wasm engine runs on one thread.
+Common: --ctx N (context window). --threads N (default: the cores, at most 8; 1 = the single-thread build).
 --backend auto|cpu (this wasm build has no WebGPU backend).
 --model defaults to $RUVLLM_MODEL.`;
 
@@ -74,10 +74,9 @@ async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
   if (!['auto', 'cpu', 'webgpu', 'gpu'].includes(backend)) throw new Error(`backend '${backend}' is not one of auto, webgpu, cpu`);
   if (backend !== 'auto' && backend !== 'cpu') throw new Error('this wasm build has no WebGPU backend: use --backend cpu (or auto)');
   const threads = args.num('threads', 0);
-  if (threads > 1) process.stderr.write(`note: --threads ${threads} ignored: the wasm engine runs on one thread\n`);
   const t0 = performance.now();
   try {
-    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0) });
+    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0), threads: threads || undefined });
     return { llm, loadMs: performance.now() - t0 };
   } catch (e) {
     throw new Error(`${path}: ${(e as Error).message}`, { cause: e });
@@ -214,7 +213,7 @@ async function bench(args: Args): Promise<void> {
   const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true });
   const info = llm.info();
   printJson({
-    engine: 'ruvllm-wasm', backend: 'cpu', threads: 1, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
+    engine: 'ruvllm-wasm', backend: 'cpu', threads: info.threads, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
     load_ms: loadMs, prefill_tok_s: r.timings.prefillTokensPerSecond, decode_tok_s: r.timings.decodeTokensPerSecond,
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
   });

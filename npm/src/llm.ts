@@ -1,32 +1,26 @@
-import { Engine, ModelBuffer, lastPanic } from '../wasm/ruvllm.js';
+import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 
-/** What differs between Node and browsers: how the wasm module is instantiated, and extra sources. */
-export interface Platform {
-  init(): Promise<void>;
+/** What differs between Node and browsers: how the wasm builds are started, and extra sources. */
+export interface Platform extends Host {
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
 }
 
 let platform: Platform | undefined;
-let initialized: Promise<void> | undefined;
 
 export function setPlatform(p: Platform): void {
   platform = p;
 }
 
-/** Instantiate the wasm module once (a failed attempt, say a network error, is retried by the next load). */
-async function initWasm(): Promise<Platform> {
+/** The platform and the started wasm build for a load that asks for `threads` (see builds.ts). */
+async function initWasm(threads: number | undefined): Promise<{ host: Platform; wasm: Wasm }> {
   if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
-  initialized ??= platform.init().catch((e) => {
-    initialized = undefined;
-    throw new RuvllmError('E_FETCH', `cannot load the wasm engine: ${(e as Error).message}`, { cause: e });
-  });
-  await initialized;
-  return platform;
+  const { build, threads: n } = chooseBuild(platform, threads);
+  return { host: platform, wasm: await startBuild(platform, build, n) };
 }
 
 export interface LoadOptions {
@@ -34,6 +28,12 @@ export interface LoadOptions {
   onProgress?: (progress: LoadProgress) => void;
   /** Context window in tokens (default: the model's, at most 4096). */
   contextSize?: number;
+  /**
+   * Threads for the forward passes (default: the cores, at most 8). More than one uses the threaded
+   * build, which needs Node or a cross-origin isolated page (COOP/COEP headers); elsewhere, and with 1,
+   * the single-thread build runs. The first threaded load fixes the count for the process or page.
+   */
+  threads?: number;
   signal?: AbortSignal;
 }
 
@@ -55,6 +55,10 @@ export interface ModelInfo {
   wasmMemoryBytes: number;
   simd128: boolean;
   hasChatTemplate: boolean;
+  /** The wasm build running this model: `wasm` (single thread) or `wasm-mt` (threads on Web Workers). */
+  build: BuildName;
+  /** Threads its forward passes use. */
+  threads: number;
 }
 
 /** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */
@@ -105,6 +109,7 @@ const nextTick: () => Promise<void> =
  */
 export class LLM {
   #engine: Engine | null;
+  readonly #wasm: Wasm;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -112,17 +117,26 @@ export class LLM {
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
 
-  private constructor(engine: Engine) {
+  private constructor(engine: Engine, wasm: Wasm) {
     this.#engine = engine;
+    this.#wasm = wasm;
     this.chat = createChat(this);
   }
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, signal } = options;
+    const { onProgress, contextSize = 0, threads, signal } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     throwIfAborted(signal);
-    const host = await initWasm();
+    const { host, wasm } = await initWasm(threads);
+    const { Engine, ModelBuffer } = wasm.glue;
+    const engineCall = <T>(fn: () => T): T => {
+      try {
+        return fn();
+      } catch (e) {
+        throw engineError(e, wasm);
+      }
+    };
     let buffer: ModelBuffer | undefined;
     try {
       const opened = await (host.open(source, signal) ?? openSource(source, signal));
@@ -142,7 +156,7 @@ export class LLM {
       }
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
-      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)));
+      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -151,7 +165,7 @@ export class LLM {
   }
 
   info(): ModelInfo {
-    return parseInfo(this.#call((e) => e.info()));
+    return { ...parseInfo(this.#call((e) => e.info())), build: this.#wasm.build };
   }
 
   /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
@@ -205,7 +219,7 @@ export class LLM {
     const topK = options.topK ?? 5;
     if (!Number.isSafeInteger(topK) || topK < 1) throw invalid(`topK must be an integer >= 1, got ${topK}`);
     const checked = tokenIds(ids, 'ids');
-    return this.#exclusive(options.signal, () => JSON.parse(this.#call((e) => e.score(checked, topK))).positions);
+    return this.#exclusive(options.signal, async () => JSON.parse((await this.#callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
   /** Forget the conversation's KV cache (the next prompt is evaluated from scratch). */
@@ -224,14 +238,14 @@ export class LLM {
     let started = false;
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
-      this.#call((e) => e.start(ids, json));
+      await this.#callAsync((e) => e.start(ids, json));
       started = true;
       // Each step is one prefill batch of the prompt or one token: yield to the event loop and
       // honour the signal between steps, so a long prompt can be aborted too.
       for (;;) {
         await nextTick();
         throwIfAborted(signal);
-        const step = this.#call((e) => e.nextStep()) as EngineStep | undefined;
+        const step = (await this.#callAsync((e) => e.nextStep())) as EngineStep | undefined;
         if (!step) break;
         if ('id' in step) yield { id: step.id, text: step.text };
       }
@@ -265,10 +279,10 @@ export class LLM {
     };
   }
 
-  async #exclusive<T>(signal: AbortSignal | undefined, fn: () => T): Promise<T> {
+  async #exclusive<T>(signal: AbortSignal | undefined, fn: () => T | Promise<T>): Promise<T> {
     const release = await this.#lock(signal);
     try {
-      return fn();
+      return await fn();
     } finally {
       release();
     }
@@ -286,13 +300,27 @@ export class LLM {
     try {
       return fn(engine);
     } catch (e) {
-      const err = engineError(e);
-      if (err.code === 'E_ENGINE_CRASHED') {
-        this.#crashed = err;
-        this.#engine = null; // its wasm state is unknown after a trap: never touch it again
-      }
-      throw err;
+      throw this.#failed(e);
     }
+  }
+
+  /** `#call` for the forward passes, which the threaded build runs on its pool and returns as Promises. */
+  async #callAsync<T>(fn: (engine: Engine) => T | Promise<T>): Promise<T> {
+    const engine = this.#usable();
+    try {
+      return await this.#wasm.settle(fn(engine));
+    } catch (e) {
+      throw this.#failed(e);
+    }
+  }
+
+  #failed(e: unknown): RuvllmError {
+    const err = engineError(e, this.#wasm);
+    if (err.code === 'E_ENGINE_CRASHED') {
+      this.#crashed = err;
+      this.#engine = null; // its wasm state is unknown after a trap: never touch it again
+    }
+    return err;
   }
 
   #free(): void {
@@ -301,20 +329,12 @@ export class LLM {
   }
 }
 
-function engineCall<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (e) {
-    throw engineError(e);
-  }
-}
-
 /** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError). */
-function engineError(e: unknown): RuvllmError {
+function engineError(e: unknown, wasm: Wasm): RuvllmError {
   if (e instanceof RuvllmError) return e;
   const code = (e as { code?: unknown } | null)?.code;
   if (e instanceof Error && typeof code === 'string') return new RuvllmError(code as ErrorCode, e.message);
-  const panic = lastPanic();
+  const panic = wasm.glue.lastPanic();
   const what = panic ? `the engine panicked: ${panic}` : `the engine failed: ${e instanceof Error ? e.message : String(e)}`;
   return new RuvllmError('E_ENGINE_CRASHED', `${what} (load the model again)`, { cause: e });
 }
@@ -328,7 +348,7 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-function parseInfo(json: string): ModelInfo {
+function parseInfo(json: string): Omit<ModelInfo, 'build'> {
   const i = JSON.parse(json);
   return {
     name: i.name ?? null,
@@ -345,6 +365,7 @@ function parseInfo(json: string): ModelInfo {
     wasmMemoryBytes: i.wasm_memory_bytes,
     simd128: i.simd128,
     hasChatTemplate: i.has_chat_template,
+    threads: i.threads,
   };
 }
 

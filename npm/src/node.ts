@@ -1,10 +1,11 @@
-// Node entry: the wasm file is read from the package directory, and model sources may be file paths.
+// Node entry: the wasm files are read from the package directory, and model sources may be file paths.
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import init from '../wasm/ruvllm.js';
 import { RuvllmError } from './errors.js';
 import { setPlatform } from './llm.js';
+import { withWebWorkers } from './node-workers.js';
 import type { ModelSource, OpenedSource } from './source.js';
 
 const REMOTE = /^(https?|data|blob):/i;
@@ -22,8 +23,17 @@ async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSourc
 }
 
 setPlatform({
-  init: async () => {
-    await init({ module_or_path: await readFile(new URL('../wasm/ruvllm_bg.wasm', import.meta.url)) });
+  wasmSource: (url) => readFile(url),
+  canThread: () => true,
+  defaultThreads: () => Math.min(availableParallelism(), 8),
+  startThreaded: (start) => withWebWorkers(start),
+  keepAlive: async (promise) => {
+    const timer = setInterval(() => {}, 1 << 30);
+    try {
+      return await promise;
+    } finally {
+      clearInterval(timer);
+    }
   },
   open: (source: ModelSource, signal?: AbortSignal) => {
     if (source instanceof URL && source.protocol === 'file:') return openFile(fileURLToPath(source), signal);

@@ -103,11 +103,12 @@ test('score gives the native CLI top tokens and probabilities within the kernels
 });
 
 test('bench prints the native JSON fields for the wasm engine', () => {
-  const [wasm, native] = both('bench', '--model', MODEL_PATH, '--prompt-tokens', '16', '--gen-tokens', '4');
+  const [wasm, native] = both('bench', '--model', MODEL_PATH, '--prompt-tokens', '16', '--gen-tokens', '4', '--threads', '1');
   assert.deepEqual(Object.keys(wasm), Object.keys(native));
   assert.equal(wasm.engine, 'ruvllm-wasm');
   assert.equal(wasm.backend, 'cpu');
   assert.equal(wasm.threads, 1);
+  assert.equal(native.threads, 1);
   assert.equal(wasm.prompt_tokens, 16);
   assert.equal(wasm.gen_tokens, 5);
   for (const k of ['load_ms', 'prefill_tok_s', 'decode_tok_s', 'peak_rss_mb', 'model_mb', 'kv_cache_mb']) assert.ok(wasm[k] > 0, k);

@@ -7,12 +7,14 @@ const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/ja
 
 /**
  * Serve `root` (static files) and `files` (URL path -> file path). `/too-large.gguf` claims 5 GiB and
- * sends 64 bytes; requests are counted per path in `server.hits`.
+ * sends 64 bytes; requests are counted per path in `server.hits`. `headers` go with every response
+ * (e.g. COOP/COEP, which make a page cross-origin isolated).
  */
-export async function serve({ root, files = {} }) {
+export async function serve({ root, files = {}, headers = {} }) {
   const hits = new Map();
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
     hits.set(path, (hits.get(path) ?? 0) + 1);
     if (path === '/too-large.gguf') {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(5 * 1024 ** 3) });

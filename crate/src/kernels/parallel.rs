@@ -1,5 +1,5 @@
-//! Data parallelism over index ranges: rayon natively, the calling thread on wasm32
-//! (wasm threads come with the threaded build).
+//! Data parallelism over index ranges: rayon natively and in the threaded wasm build (feature
+//! `threads`: rayon on Web Workers, see `crate::wasm_threads`), the calling thread in the plain wasm build.
 
 use std::ops::Range;
 
@@ -8,7 +8,7 @@ pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + 
     let chunk = chunk.max(1);
     let n_chunks = n.div_ceil(chunk);
     let run = |c: usize| f(c * chunk..((c + 1) * chunk).min(n));
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
     {
         use rayon::prelude::*;
         if n_chunks > 1 && rayon::current_num_threads() > 1 {
@@ -24,7 +24,7 @@ pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + 
 /// outside thread that must hand each loop to the pool and sleep until it is done: with decode's
 /// hundreds of short loops per token, those hand-offs cost more than the second thread gained.
 pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
     if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
         return rayon::scope(|_| f());
     }
@@ -81,8 +81,8 @@ pub fn set_threads(n: usize) -> crate::Result<()> {
 
 /// Worker threads the kernels use.
 pub fn threads() -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
     return rayon::current_num_threads();
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     return 1;
 }

@@ -1,0 +1,121 @@
+// The wasm builds the package ships, which one a load uses, and starting it (once per process or page).
+import { RuvllmError, invalid } from './errors.js';
+
+/** `wasm`: one thread, runs everywhere. `wasm-mt`: rayon on Web Workers sharing the wasm memory. */
+export type BuildName = 'wasm' | 'wasm-mt';
+
+/**
+ * What the package uses of a build's wasm-bindgen glue module (the same in every build). Declared here
+ * rather than imported, so that the published types do not pull in the glue's DOM-typed declarations;
+ * FILES below checks that each glue module has this shape.
+ */
+export interface Glue {
+  default(init: { module_or_path: Uint8Array | URL }): Promise<unknown>;
+  /** wasm-bindgen-rayon's pool start (threaded build only). */
+  initThreadPool?(threads: number): Promise<unknown>;
+  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number): Engine };
+  ModelBuffer: new (capacity: number) => ModelBuffer;
+  lastPanic(): string | undefined;
+}
+
+export interface ModelBuffer {
+  push(chunk: Uint8Array): void;
+  free(): void;
+}
+
+/** An engine (crate/src/wasm.rs). The forward passes (start, nextStep, score) return Promises in the threaded build. */
+export interface Engine {
+  info(): string;
+  tokenize(text: string, parseSpecial: boolean): Uint32Array;
+  tokenizePrompt(text: string): Uint32Array;
+  detokenize(ids: Uint32Array): string;
+  applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string;
+  start(promptIds: Uint32Array, optionsJson: string): unknown;
+  nextStep(): unknown;
+  finish(cancel: boolean): string | undefined;
+  score(ids: Uint32Array, k: number): unknown;
+  reset(): void;
+  free(): void;
+}
+
+/** A started build: its glue module and its thread count. */
+export interface Wasm {
+  build: BuildName;
+  threads: number;
+  glue: Glue;
+  /** Await a forward pass (a Promise in the threaded build), keeping the process alive meanwhile. */
+  settle<T>(result: T | Promise<T>): Promise<T>;
+}
+
+/** What differs between Node and browsers. */
+export interface Host {
+  /** What wasm-bindgen's init takes for a build's .wasm: its bytes (Node) or its URL (browsers). */
+  wasmSource(url: URL): Promise<Uint8Array | URL>;
+  /** Whether the threaded build can run here: Node, or a cross-origin isolated page (SharedArrayBuffer). */
+  canThread(): boolean;
+  /** Threads to use when the caller does not say: the cores, at most 8. */
+  defaultThreads(): number;
+  /** Start the threaded build: import its glue, instantiate, run wasm-bindgen-rayon's `initThreadPool`
+   * (Node wraps this in the Web Worker shims that needs). */
+  startThreaded(start: () => Promise<void>): Promise<void>;
+  /** Await `promise` keeping the process alive (Node does not wait for a wasm thread to wake it up). */
+  keepAlive<T>(promise: Promise<T>): Promise<T>;
+}
+
+interface BuildFiles {
+  glue: () => Promise<Glue>;
+  wasm: URL;
+}
+
+// One row per build; literal paths so that bundlers find every file.
+const FILES: Record<BuildName, BuildFiles> = {
+  wasm: { glue: () => import('../wasm/ruvllm.js'), wasm: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) },
+  'wasm-mt': { glue: () => import('../wasm-mt/ruvllm.js'), wasm: new URL('../wasm-mt/ruvllm_bg.wasm', import.meta.url) },
+};
+
+/**
+ * The build for a load that asks for `threads` (undefined = as many as suit this host): the threaded
+ * one where it can run and more than one thread is wanted, else the single-thread one.
+ */
+export function chooseBuild(host: Host, threads: number | undefined): { build: BuildName; threads: number } {
+  if (threads !== undefined && (!Number.isSafeInteger(threads) || threads < 1)) {
+    throw invalid(`threads must be an integer >= 1, got ${String(threads)}`);
+  }
+  const wanted = threads ?? host.defaultThreads();
+  return wanted > 1 && host.canThread() ? { build: 'wasm-mt', threads: wanted } : { build: 'wasm', threads: 1 };
+}
+
+const started = new Map<BuildName, Promise<Wasm>>();
+
+/** Start `build` once (a failed start, say a network error, is retried by the next load). Its thread
+ * pool is made at the first start, so a later load asking for another thread count is refused. */
+export async function startBuild(host: Host, build: BuildName, threads: number): Promise<Wasm> {
+  let wasm = started.get(build);
+  if (!wasm) {
+    wasm = start(host, build, threads);
+    started.set(build, wasm);
+    wasm.catch(() => started.delete(build));
+  }
+  const w = await wasm;
+  if (w.threads !== threads) {
+    throw invalid(`the threaded engine already runs ${w.threads} threads in this ${typeof window === 'undefined' ? 'process' : 'page'}; it cannot change to ${threads}`);
+  }
+  return w;
+}
+
+async function start(host: Host, build: BuildName, threads: number): Promise<Wasm> {
+  const files = FILES[build];
+  try {
+    let glue!: Glue;
+    const run = async () => {
+      glue = await files.glue();
+      await glue.default({ module_or_path: await host.wasmSource(files.wasm) });
+      if (build === 'wasm-mt') await glue.initThreadPool!(threads);
+    };
+    await (build === 'wasm-mt' ? host.startThreaded(run) : run());
+    const settle = <T>(result: T | Promise<T>) => (result instanceof Promise ? host.keepAlive(result) : Promise.resolve(result));
+    return { build, threads, glue, settle };
+  } catch (e) {
+    throw new RuvllmError('E_FETCH', `cannot load the wasm engine (${build}): ${(e as Error).message}`, { cause: e });
+  }
+}

@@ -1,0 +1,79 @@
+// The build choice in headless Chromium: a page served with COOP/COEP (cross-origin isolated, so
+// SharedArrayBuffer is allowed) runs the threaded build on its Web Workers; the same page without
+// those headers falls back to the single-thread build. Both answer the France prompt.
+// Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+
+const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const ISOLATED = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
+
+let context, profile;
+const servers = [];
+const pageErrors = [];
+
+before(async () => {
+  profile = mkdtempSync(join(tmpdir(), 'ruvllm-chromium-'));
+  context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+});
+
+after(async () => {
+  await context?.close();
+  for (const s of servers) await s.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+/** Open the example page from a server sending `headers`, load the model there with `threads`, answer France. */
+async function runPage(headers, threads) {
+  const server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH }, headers });
+  servers.push(server);
+  const page = await context.newPage();
+  page.on('pageerror', (e) => pageErrors.push(e));
+  try {
+    await page.goto(`${server.origin}/examples/browser/index.html`);
+    return await page.evaluate(async ({ prompt, threads }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/model.gguf', { threads });
+      // The page's main thread must stay free while the forward passes run (on the pool, in the threaded build).
+      let frames = 0;
+      let running = true;
+      const frame = () => running && (frames++, requestAnimationFrame(frame));
+      requestAnimationFrame(frame);
+      const r = await llm.complete(prompt, { temperature: 0 });
+      running = false;
+      const { build, threads: n } = llm.info();
+      llm.dispose();
+      return { isolated: crossOriginIsolated, build, threads: n, ids: r.ids, frames };
+    }, { prompt: FRANCE.prompt, threads });
+  } finally {
+    await page.close();
+  }
+}
+
+test('with COOP/COEP the page runs the threaded build on 2 threads and answers', async () => {
+  const r = await runPage(ISOLATED, 2);
+  assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm-mt', threads: 2, ids: FRANCE.ids });
+  console.log(`threaded build in Chromium: ${r.frames} frames painted during the answer`);
+});
+
+test('without COOP/COEP the page falls back to the single-thread build and still answers', async () => {
+  const r = await runPage({}, 2);
+  assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: false, build: 'wasm', threads: 1, ids: FRANCE.ids });
+});
+
+test('with COOP/COEP, threads: 1 picks the single-thread build', async () => {
+  const r = await runPage(ISOLATED, 1);
+  assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm', threads: 1, ids: FRANCE.ids });
+});
+
+test('no uncaught errors in the pages', () => {
+  assert.deepEqual(pageErrors.map(String), []);
+});
