@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::session::Session;
 use crate::stop::StopMatcher;
@@ -114,6 +115,98 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
+    /// A generation of `opts` for a prompt of `prompt_tokens`, `cached_tokens` of them already in the cache.
+    pub(crate) fn new(
+        model: &Model,
+        opts: GenerateOptions,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    ) -> Result<Generation> {
+        if opts.max_tokens == 0 {
+            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
+        }
+        Ok(Generation {
+            decoder: model.tokenizer().decoder(),
+            stop: StopMatcher::new(&opts.stop),
+            sampler: Sampler::new(opts.sampler.clone())?,
+            opts,
+            ids: Vec::new(),
+            text: String::new(),
+            stats: Stats { load_ms: model.load_ms(), prompt_tokens, cached_tokens, ..Stats::default() },
+            finish: None,
+            pending: None,
+        })
+    }
+
+    pub(crate) fn sampler(&mut self) -> &mut Sampler {
+        &mut self.sampler
+    }
+
+    /// The prompt is in the cache (after `prefill_ms`); `first` is the first token to emit.
+    pub(crate) fn prefilled(&mut self, prefill_ms: f64, first: u32) {
+        self.stats.prefill_ms = prefill_ms;
+        self.pending = Some(first);
+    }
+
+    /// The token fed back after the last emitted one gave `next` (after `decode_ms`).
+    pub(crate) fn set_pending(&mut self, next: u32, decode_ms: f64) {
+        self.pending = Some(next);
+        self.stats.decode_ms += decode_ms;
+    }
+
+    /// Emit the pending token: its step, and whether generation goes on (then the caller feeds
+    /// `step.id` through the model and calls `set_pending`). `None` once generation has finished.
+    /// `cached` is the number of tokens in the cache, `n_ctx` the context window.
+    pub(crate) fn emit(&mut self, model: &Model, cached: usize, n_ctx: usize) -> Result<Option<(Step, bool)>> {
+        if self.finish.is_some() {
+            return Ok(None);
+        }
+        let Some(id) = self.pending.take() else {
+            return Ok(None);
+        };
+        self.ids.push(id);
+        self.stats.generated_tokens += 1;
+        let mut text = String::new();
+        let mut hit_stop_string = false;
+        if model.tokenizer().is_eog(id) && !self.opts.ignore_eog {
+            self.finish = Some(FinishReason::Stop);
+        } else {
+            let piece = self.decoder.push(id)?;
+            let (released, stopped) = self.stop.push(&piece);
+            text = released;
+            if stopped {
+                hit_stop_string = true;
+                self.finish = Some(FinishReason::Stop);
+            } else if self.ids.len() >= self.opts.max_tokens || cached + 1 >= n_ctx {
+                self.finish = Some(FinishReason::Length);
+            }
+        }
+        if self.finish.is_some() && !hit_stop_string {
+            text.push_str(&self.flush());
+        }
+        self.text.push_str(&text);
+        Ok(Some((Step { id, text }, self.finish.is_none())))
+    }
+
+    /// Mark the generation cancelled (unless it has finished).
+    pub(crate) fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Cancelled);
+            let rest = self.flush();
+            self.text.push_str(&rest);
+        }
+    }
+
+    /// The generation's ids, text and stats.
+    pub(crate) fn output(self) -> Output {
+        Output {
+            ids: self.ids,
+            text: self.text,
+            finish: self.finish.unwrap_or(FinishReason::Cancelled),
+            stats: self.stats,
+        }
+    }
+
     /// Release text still held for an incomplete UTF-8 sequence or a possible stop string.
     fn flush(&mut self) -> String {
         let rest = self.decoder.finish();
@@ -130,39 +223,18 @@ impl Session {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
-        if opts.max_tokens == 0 {
-            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
-        }
-        let sampler = Sampler::new(opts.sampler.clone())?;
         if prompt.len() >= self.n_ctx() {
             return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx() });
         }
         // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
         let common = self.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
+        let mut g = Generation::new(self.model(), opts, prompt.len(), common)?;
         self.truncate(common);
         let t0 = now_ms();
         self.eval(&prompt[common..], false)?;
         let prefill_ms = now_ms() - t0;
-        let model = self.model().clone();
-        let mut g = Generation {
-            decoder: model.tokenizer().decoder(),
-            stop: StopMatcher::new(&opts.stop),
-            sampler,
-            opts,
-            ids: Vec::new(),
-            text: String::new(),
-            stats: Stats {
-                load_ms: model.load_ms(),
-                prompt_tokens: prompt.len(),
-                cached_tokens: common,
-                prefill_ms,
-                ..Stats::default()
-            },
-            finish: None,
-            pending: None,
-        };
-        let id = g.sampler.sample(self.last_logits(), self.tokens());
-        g.pending = Some(id);
+        let first = g.sampler().sample(self.last_logits(), self.tokens());
+        g.prefilled(prefill_ms, first);
         self.generation = Some(g);
         Ok(())
     }
@@ -178,58 +250,30 @@ impl Session {
     }
 
     fn advance(&mut self, g: &mut Generation) -> Result<Option<Step>> {
-        if g.finish.is_some() {
-            return Ok(None);
-        }
-        let Some(id) = g.pending.take() else {
+        let Some((step, goes_on)) = g.emit(self.model(), self.tokens().len(), self.n_ctx())? else {
             return Ok(None);
         };
-        g.ids.push(id);
-        g.stats.generated_tokens += 1;
-        let mut text = String::new();
-        let mut hit_stop_string = false;
-        if self.model().tokenizer().is_eog(id) && !g.opts.ignore_eog {
-            g.finish = Some(FinishReason::Stop);
-        } else {
-            let piece = g.decoder.push(id)?;
-            let (released, stopped) = g.stop.push(&piece);
-            text = released;
-            if stopped {
-                hit_stop_string = true;
-                g.finish = Some(FinishReason::Stop);
-            } else if g.ids.len() >= g.opts.max_tokens || self.tokens().len() + 1 >= self.n_ctx() {
-                g.finish = Some(FinishReason::Length);
-            } else {
-                // Feed the token back and sample the next one (returned by the next call).
-                let t0 = now_ms();
-                self.eval(&[id], false)?;
-                g.pending = Some(g.sampler.sample(self.last_logits(), self.tokens()));
-                g.stats.decode_ms += now_ms() - t0;
-            }
+        if goes_on {
+            // Feed the token back and sample the next one (returned by the next call).
+            let t0 = now_ms();
+            self.eval(&[step.id], false)?;
+            let next = g.sampler().sample(self.last_logits(), self.tokens());
+            g.set_pending(next, now_ms() - t0);
         }
-        if g.finish.is_some() && !hit_stop_string {
-            text.push_str(&g.flush());
-        }
-        g.text.push_str(&text);
-        Ok(Some(Step { id, text }))
+        Ok(Some(step))
     }
 
     /// Stop the generation in progress (if any) as cancelled and return its result.
     pub fn cancel(&mut self) -> Option<Output> {
         if let Some(g) = self.generation.as_mut() {
-            if g.finish.is_none() {
-                g.finish = Some(FinishReason::Cancelled);
-                let rest = g.flush();
-                g.text.push_str(&rest);
-            }
+            g.cancel();
         }
         self.finish()
     }
 
     /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
     pub fn finish(&mut self) -> Option<Output> {
-        let g = self.generation.take()?;
-        Some(Output { ids: g.ids, text: g.text, finish: g.finish.unwrap_or(FinishReason::Cancelled), stats: g.stats })
+        self.generation.take().map(Generation::output)
     }
 
     /// Generate from `prompt`, calling `on_step` for each token as it is produced. Setting `cancel`
