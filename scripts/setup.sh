@@ -43,12 +43,13 @@ if [ ! -x npm/node_modules/.bin/tsc ] || [ npm/package-lock.json -nt npm/node_mo
   (cd npm && npm ci --no-audit --no-fund) >&2
 fi
 
-# Chromium for the browser tests (driven by playwright-core; it cannot download its own browser here).
-if ! command -v chromium >/dev/null; then
-  step "apt-get install chromium (about a minute)"
+# Chromium for the browser tests (driven by playwright-core; it cannot download its own browser here), and
+# chromedriver for the Rust suites that run in it (wasm-bindgen-test-runner, crate/webdriver.json).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  step "apt-get install chromium chromium-driver (about a minute)"
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >&2
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -22,6 +22,9 @@ cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
+echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
+cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
+
 echo "== aarch64 (NEON) compile check"
 cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm
 

@@ -6,6 +6,12 @@ setPlatform({
   init: async () => {
     await init({ module_or_path: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) });
   },
+  // Fetched only for backend "webgpu"/"auto" where navigator.gpu offers an adapter.
+  initGpu: async () => {
+    const gpu = await import('../wasm-gpu/ruvllm.js');
+    await gpu.default({ module_or_path: new URL('../wasm-gpu/ruvllm_bg.wasm', import.meta.url) });
+    return gpu;
+  },
   open: () => undefined,
 });
 

@@ -1,4 +1,6 @@
 import { Engine, ModelBuffer, lastPanic } from '../wasm/ruvllm.js';
+import type * as GpuWasm from '../wasm-gpu/ruvllm.js';
+import { checkBackend, chooseBuild, type Backend, type BackendFallback } from './backend.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
@@ -9,7 +11,13 @@ export interface Platform {
   init(): Promise<void>;
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
+  /** Import and instantiate the WebGPU build (npm/wasm-gpu/). */
+  initGpu(): Promise<GpuModule>;
 }
+
+type GpuModule = typeof GpuWasm;
+/** The CPU build's engine, or the WebGPU build's (whose prefill, decode and scoring return Promises). */
+type AnyEngine = Engine | GpuWasm.GpuEngine;
 
 let platform: Platform | undefined;
 let initialized: Promise<void> | undefined;
@@ -29,12 +37,47 @@ async function initWasm(): Promise<Platform> {
   return platform;
 }
 
+let gpuInitialized: Promise<GpuModule> | undefined;
+
+/** Instantiate the WebGPU build once (only loads with backend "webgpu" or "auto" on a machine with WebGPU get here). */
+async function initGpuWasm(): Promise<GpuModule> {
+  if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  gpuInitialized ??= platform.initGpu().catch((e) => {
+    gpuInitialized = undefined;
+    throw new RuvllmError('E_FETCH', `cannot load the WebGPU engine: ${(e as Error).message}`, { cause: e });
+  });
+  return gpuInitialized;
+}
+
+/**
+ * wgpu finds `navigator.gpu` through `globalThis.Window`, which only browsers define. Node with a WebGPU
+ * implementation (the npm `webgpu` package) gets a placeholder while the engine opens its device.
+ */
+async function withWindowGlobal<T>(fn: () => Promise<T>): Promise<T> {
+  const g = globalThis as { Window?: unknown };
+  if (g.Window !== undefined) return fn();
+  g.Window = class Window {};
+  try {
+    return await fn();
+  } finally {
+    delete g.Window;
+  }
+}
+
 export interface LoadOptions {
   /** Called after each chunk of the file is read. */
   onProgress?: (progress: LoadProgress) => void;
   /** Context window in tokens (default: the model's, at most 4096). */
   contextSize?: number;
   signal?: AbortSignal;
+  /**
+   * Where the model runs: `cpu` (the wasm CPU engine), `webgpu` (WebGPU only: failures are `E_GPU_*` errors),
+   * or `auto` (default: WebGPU when an adapter is usable, else the CPU; a GPU fault, even mid-generation,
+   * moves the work to the CPU, and `info().fallback` says why).
+   */
+  backend?: Backend;
+  /** Cap each GPU storage binding at this many bytes (below the device's limit), e.g. to test the too-small-limits path. */
+  gpuMaxBindingBytes?: number;
 }
 
 export interface ModelInfo {
@@ -55,6 +98,14 @@ export interface ModelInfo {
   wasmMemoryBytes: number;
   simd128: boolean;
   hasChatTemplate: boolean;
+  /** Where forward passes run now: 'webgpu', or 'cpu' (also after a fallback). */
+  backend: 'webgpu' | 'cpu';
+  /** The backend the load asked for. */
+  requestedBackend: Backend;
+  /** The WebGPU adapter in use (or that was in use before a fallback), as the browser describes it. */
+  gpuAdapter: string | null;
+  /** Why the CPU runs although the GPU was asked for (no adapter, limits, a shader or memory error, a lost device). */
+  fallback: BackendFallback | null;
 }
 
 /** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */
@@ -101,7 +152,12 @@ const nextTick: () => Promise<void> =
  * made while another runs waits for it (FIFO), and its `signal` also cancels the wait.
  */
 export class LLM {
-  #engine: Engine | null;
+  #engine: AnyEngine | null;
+  /** The last Rust panic of the engine's wasm instance (each build has its own). */
+  readonly #lastPanic: () => string | undefined;
+  readonly #requested: Backend;
+  /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
+  readonly #fallback: BackendFallback | null;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -109,28 +165,37 @@ export class LLM {
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
 
-  private constructor(engine: Engine) {
+  private constructor(engine: AnyEngine, lastPanicOf: () => string | undefined, requested: Backend, fallback: BackendFallback | null) {
     this.#engine = engine;
+    this.#lastPanic = lastPanicOf;
+    this.#requested = requested;
+    this.#fallback = fallback;
     this.chat = createChat(this);
   }
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, signal } = options;
+    const { onProgress, contextSize = 0, signal, gpuMaxBindingBytes } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
+    const backend = checkBackend(options.backend ?? 'auto');
+    if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
+      throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
+    }
     throwIfAborted(signal);
     const host = await initWasm();
-    let buffer: ModelBuffer | undefined;
+    const { gpu, fallback } = await loadGpuBuild(backend);
+    const wasm = gpu ?? { ModelBuffer, lastPanic };
+    let buffer: ModelBuffer | GpuWasm.ModelBuffer | undefined;
     try {
       const opened = await (host.open(source, signal) ?? openSource(source, signal));
       if (opened.total !== undefined) checkModelSize(opened.total);
-      buffer = engineCall(() => new ModelBuffer(opened.total ?? 0));
+      buffer = engineCall(() => new wasm.ModelBuffer(opened.total ?? 0), wasm.lastPanic);
       let loaded = 0;
       for await (const chunk of opened.chunks) {
         throwIfAborted(signal);
         loaded += chunk.length;
         checkModelSize(loaded);
-        engineCall(() => buffer!.push(chunk));
+        engineCall(() => buffer!.push(chunk), wasm.lastPanic);
         onProgress?.({ loaded, total: opened.total });
       }
       throwIfAborted(signal);
@@ -139,7 +204,16 @@ export class LLM {
       }
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
-      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)));
+      if (gpu) {
+        const options = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes });
+        const { GpuEngine, lastPanic: gpuPanic } = gpu;
+        const engine = await withWindowGlobal(() => GpuEngine.load(bytes as GpuWasm.ModelBuffer, contextSize, options)).catch((e) => {
+          throw engineError(e, gpuPanic);
+        });
+        return new LLM(engine, gpuPanic, backend, null);
+      }
+      const engine = engineCall(() => Engine.fromBuffer(bytes as ModelBuffer, contextSize), lastPanic);
+      return new LLM(engine, lastPanic, backend, fallback);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -148,7 +222,8 @@ export class LLM {
   }
 
   info(): ModelInfo {
-    return parseInfo(this.#call((e) => e.info()));
+    const info = parseInfo(this.#call((e) => e.info()));
+    return { ...info, requestedBackend: this.#requested, fallback: info.fallback ?? this.#fallback };
   }
 
   /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
@@ -202,7 +277,7 @@ export class LLM {
     const topK = options.topK ?? 5;
     if (!Number.isSafeInteger(topK) || topK < 1) throw invalid(`topK must be an integer >= 1, got ${topK}`);
     const checked = tokenIds(ids, 'ids');
-    return this.#exclusive(options.signal, () => JSON.parse(this.#call((e) => e.score(checked, topK))).positions);
+    return this.#exclusive(options.signal, async () => JSON.parse(await this.#callAsync((e) => e.score(checked, topK))).positions);
   }
 
   /** Forget the conversation's KV cache (the next prompt is evaluated from scratch). */
@@ -221,12 +296,12 @@ export class LLM {
     let started = false;
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
-      this.#call((e) => e.start(ids, json));
+      await this.#callAsync((e) => e.start(ids, json));
       started = true;
       for (;;) {
         await nextTick();
         throwIfAborted(signal);
-        const step = this.#call((e) => e.nextStep()) as GenerateChunk | undefined;
+        const step = (await this.#callAsync((e) => e.nextStep())) as GenerateChunk | undefined;
         if (!step) break;
         yield { id: step.id, text: step.text };
       }
@@ -260,34 +335,48 @@ export class LLM {
     };
   }
 
-  async #exclusive<T>(signal: AbortSignal | undefined, fn: () => T): Promise<T> {
+  async #exclusive<T>(signal: AbortSignal | undefined, fn: () => T | Promise<T>): Promise<T> {
     const release = await this.#lock(signal);
     try {
-      return fn();
+      return await fn();
     } finally {
       release();
     }
   }
 
-  #usable(): Engine {
+  #usable(): AnyEngine {
     if (this.#crashed) throw this.#crashed;
     if (this.#disposed || !this.#engine) throw new RuvllmError('E_DISPOSED', 'the model was disposed');
     return this.#engine;
   }
 
   /** Call the engine; its errors become RuvllmErrors, and a trap (a Rust panic) retires this model. */
-  #call<T>(fn: (engine: Engine) => T): T {
+  #call<T>(fn: (engine: AnyEngine) => T): T {
     const engine = this.#usable();
     try {
       return fn(engine);
     } catch (e) {
-      const err = engineError(e);
-      if (err.code === 'E_ENGINE_CRASHED') {
-        this.#crashed = err;
-        this.#engine = null; // its wasm state is unknown after a trap: never touch it again
-      }
-      throw err;
+      throw this.#failed(e);
     }
+  }
+
+  /** `#call` for the engine calls that return Promises on the GPU engine. */
+  async #callAsync<T>(fn: (engine: AnyEngine) => T | Promise<T>): Promise<T> {
+    const engine = this.#usable();
+    try {
+      return await fn(engine);
+    } catch (e) {
+      throw this.#failed(e);
+    }
+  }
+
+  #failed(e: unknown): RuvllmError {
+    const err = engineError(e, this.#lastPanic);
+    if (err.code === 'E_ENGINE_CRASHED') {
+      this.#crashed = err;
+      this.#engine = null; // its wasm state is unknown after a trap: never touch it again
+    }
+    return err;
   }
 
   #free(): void {
@@ -296,20 +385,32 @@ export class LLM {
   }
 }
 
-function engineCall<T>(fn: () => T): T {
+/** The WebGPU build when `backend` chooses it, else the reason the CPU build runs (if the GPU was asked for). */
+async function loadGpuBuild(backend: Backend): Promise<{ gpu?: GpuModule; fallback: BackendFallback | null }> {
+  const choice = await chooseBuild(backend);
+  if (choice.build === 'cpu') return { fallback: choice.fallback };
+  try {
+    return { gpu: await initGpuWasm(), fallback: null };
+  } catch (e) {
+    if (backend === 'webgpu') throw e;
+    return { fallback: { code: (e as RuvllmError).code, message: (e as Error).message } };
+  }
+}
+
+function engineCall<T>(fn: () => T, lastPanicOf: () => string | undefined): T {
   try {
     return fn();
   } catch (e) {
-    throw engineError(e);
+    throw engineError(e, lastPanicOf);
   }
 }
 
 /** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError). */
-function engineError(e: unknown): RuvllmError {
+function engineError(e: unknown, lastPanicOf: () => string | undefined): RuvllmError {
   if (e instanceof RuvllmError) return e;
   const code = (e as { code?: unknown } | null)?.code;
   if (e instanceof Error && typeof code === 'string') return new RuvllmError(code as ErrorCode, e.message);
-  const panic = lastPanic();
+  const panic = lastPanicOf();
   const what = panic ? `the engine panicked: ${panic}` : `the engine failed: ${e instanceof Error ? e.message : String(e)}`;
   return new RuvllmError('E_ENGINE_CRASHED', `${what} (load the model again)`, { cause: e });
 }
@@ -340,6 +441,10 @@ function parseInfo(json: string): ModelInfo {
     wasmMemoryBytes: i.wasm_memory_bytes,
     simd128: i.simd128,
     hasChatTemplate: i.has_chat_template,
+    backend: i.backend,
+    requestedBackend: 'cpu', // set by info()
+    gpuAdapter: i.adapter?.name ?? null,
+    fallback: i.fallback ?? null,
   };
 }
 

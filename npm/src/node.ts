@@ -25,6 +25,11 @@ setPlatform({
   init: async () => {
     await init({ module_or_path: await readFile(new URL('../wasm/ruvllm_bg.wasm', import.meta.url)) });
   },
+  initGpu: async () => {
+    const gpu = await import('../wasm-gpu/ruvllm.js');
+    await gpu.default({ module_or_path: await readFile(new URL('../wasm-gpu/ruvllm_bg.wasm', import.meta.url)) });
+    return gpu;
+  },
   open: (source: ModelSource, signal?: AbortSignal) => {
     if (source instanceof URL && source.protocol === 'file:') return openFile(fileURLToPath(source), signal);
     if (typeof source === 'string' && source.startsWith('file:')) return openFile(fileURLToPath(source), signal);
