@@ -23,7 +23,8 @@ cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
 echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
-cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
+# (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)
+WASM_BINDGEN_TEST_TIMEOUT=900 cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
 
 echo "== aarch64 (NEON) compile check"
 cargo check --locked --target aarch64-unknown-linux-gnu -p ruvllm

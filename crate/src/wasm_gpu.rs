@@ -31,6 +31,9 @@ struct JsLoadOptions {
     /// Use at most this many bytes per storage binding (tests of the too-small-limits path).
     #[serde(default)]
     max_binding_bytes: Option<u64>,
+    /// Let "auto" use a software adapter (SwiftShader) too, as "webgpu" does.
+    #[serde(default)]
+    allow_software: bool,
 }
 
 /// Why the CPU runs a request that asked for the GPU.
@@ -70,7 +73,7 @@ struct Inner {
 #[wasm_bindgen]
 impl GpuEngine {
     /// Load the GGUF file in `buffer` (consumed) onto the GPU. `options_json`: `{backend: "auto" |
-    /// "webgpu" | "cpu", maxBindingBytes?}`. Under "webgpu" a GPU failure rejects with its `E_GPU_*`
+    /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?}`. Under "webgpu" a GPU failure rejects with its `E_GPU_*`
     /// code; under "auto" the engine runs on the CPU instead.
     pub async fn load(buffer: ModelBuffer, n_ctx: usize, options_json: String) -> std::result::Result<GpuEngine, JsValue> {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
@@ -92,7 +95,7 @@ impl GpuEngine {
         if backend != Backend::Cpu {
             // Under WebGpu any adapter will do; under Auto a software one would be slower than the CPU.
             let gpu_opts = GpuOptions {
-                allow_software: backend == Backend::WebGpu,
+                allow_software: opts.allow_software || backend == Backend::WebGpu,
                 max_binding_bytes: opts.max_binding_bytes,
                 ..GpuOptions::default()
             };
@@ -211,15 +214,6 @@ impl GpuEngine {
     /// Forget the conversation (the KV cache).
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.borrow()?.reset();
-        Ok(())
-    }
-
-    /// Lose the GPU device on purpose, as a driver reset would (tests of the CPU fallback).
-    #[wasm_bindgen(js_name = simulateDeviceLoss)]
-    pub fn simulate_device_loss(&self) -> std::result::Result<(), JsValue> {
-        if let Some(gpu) = &self.borrow()?.gpu {
-            gpu.model().destroy_device();
-        }
         Ok(())
     }
 }

@@ -78,6 +78,8 @@ export interface LoadOptions {
   backend?: Backend;
   /** Cap each GPU storage binding at this many bytes (below the device's limit), e.g. to test the too-small-limits path. */
   gpuMaxBindingBytes?: number;
+  /** Let `auto` use a software adapter (SwiftShader, lavapipe), which it skips by default as slower than the CPU engine. */
+  gpuAllowSoftware?: boolean;
 }
 
 export interface ModelInfo {
@@ -175,7 +177,7 @@ export class LLM {
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, signal, gpuMaxBindingBytes } = options;
+    const { onProgress, contextSize = 0, signal, gpuMaxBindingBytes, gpuAllowSoftware = false } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
@@ -205,7 +207,7 @@ export class LLM {
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
       if (gpu) {
-        const options = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes });
+        const options = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware) });
         const { GpuEngine, lastPanic: gpuPanic } = gpu;
         const engine = await withWindowGlobal(() => GpuEngine.load(bytes as GpuWasm.ModelBuffer, contextSize, options)).catch((e) => {
           throw engineError(e, gpuPanic);
