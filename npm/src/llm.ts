@@ -11,8 +11,9 @@ export interface Platform {
   init(): Promise<void>;
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
-  /** Import and instantiate the WebGPU build (npm/wasm-gpu/). */
-  initGpu(): Promise<GpuModule>;
+  /** Import and instantiate the WebGPU build (npm/wasm-gpu/): its module namespace. (Typed `unknown` here so that
+   * the published declarations never load that build's, which need the DOM library.) */
+  initGpu(): Promise<unknown>;
 }
 
 type GpuModule = typeof GpuWasm;
@@ -42,7 +43,7 @@ let gpuInitialized: Promise<GpuModule> | undefined;
 /** Instantiate the WebGPU build once (only loads with backend "webgpu" or "auto" on a machine with WebGPU get here). */
 async function initGpuWasm(): Promise<GpuModule> {
   if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
-  gpuInitialized ??= platform.initGpu().catch((e) => {
+  gpuInitialized ??= (platform.initGpu() as Promise<GpuModule>).catch((e) => {
     gpuInitialized = undefined;
     throw new RuvllmError('E_FETCH', `cannot load the WebGPU engine: ${(e as Error).message}`, { cause: e });
   });
