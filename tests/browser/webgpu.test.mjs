@@ -3,6 +3,7 @@
 // - backend "webgpu" answers the France prompt on the GPU path;
 // - backend "auto" finishes a generation on the CPU when the device is lost mid-generation;
 // - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
+// - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
 // - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER.
 // Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
 import assert from 'node:assert/strict';
@@ -119,6 +120,21 @@ test('limits too small for the model: E_GPU_LIMITS under "webgpu", the CPU under
   assert.equal(r.info.backend, 'cpu');
   assert.equal(r.info.fallback?.code, 'E_GPU_LIMITS');
   assert.deepEqual(r.ids, FRANCE.ids);
+  await page.close();
+});
+
+test('backend "auto" skips a software adapter (SwiftShader) and runs on the CPU', { timeout: 300_000 }, async () => {
+  const page = await openPage();
+  const r = await page.evaluate(async (context) => {
+    const { LLM } = await import('@ruvector/ruvllm');
+    const adapter = await navigator.gpu.requestAdapter();
+    const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
+    return { software: adapter.info.isFallbackAdapter, info: llm.info() };
+  }, CONTEXT);
+  assert.equal(r.software, true, 'Chromium flags SwiftShader as a fallback adapter');
+  assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.fallback?.code, 'E_GPU_NO_ADAPTER');
+  assert.match(r.info.fallback.message, /only a software adapter/);
   await page.close();
 });
 
