@@ -16,7 +16,7 @@ export type BuildChoice = { build: 'gpu' } | { build: 'cpu'; fallback: BackendFa
 
 /** The minimal part of the WebGPU API (`navigator.gpu`) the choice looks at. */
 interface GpuLike {
-  requestAdapter(): Promise<unknown>;
+  requestAdapter(): Promise<{ info?: { isFallbackAdapter?: boolean }; isFallbackAdapter?: boolean } | null>;
 }
 
 export function checkBackend(backend: unknown): Backend {
@@ -28,17 +28,23 @@ export function checkBackend(backend: unknown): Backend {
 /**
  * Choose the build for `backend`. `cpu` is the CPU build. `webgpu` and `auto` take the WebGPU build when
  * `navigator.gpu` offers an adapter; without one, `auto` takes the CPU build and `webgpu` fails with
- * E_GPU_NO_ADAPTER. (Faults after this point, limits, shaders, memory, a lost device, are the engine's:
- * under `auto` it finishes on the CPU itself.)
+ * E_GPU_NO_ADAPTER. `auto` also takes the CPU build when the adapter is a software one (SwiftShader), slower
+ * than the CPU engine, unless `allowSoftware`. (Faults after this point, limits, shaders, memory, a lost
+ * device, are the engine's: under `auto` it finishes on the CPU itself.)
  */
-export async function chooseBuild(backend: Backend, gpu: GpuLike | undefined = navigatorGpu()): Promise<BuildChoice> {
+export async function chooseBuild(backend: Backend, allowSoftware = false, gpu: GpuLike | undefined = navigatorGpu()): Promise<BuildChoice> {
   if (backend === 'cpu') return { build: 'cpu', fallback: null };
   let why: string | undefined;
   if (!gpu) {
     why = 'WebGPU is not available here (no navigator.gpu; in Node, see the README for the npm `webgpu` package)';
   } else {
     try {
-      if (!(await gpu.requestAdapter())) why = 'WebGPU is not available here: navigator.gpu offers no adapter';
+      const adapter = await gpu.requestAdapter();
+      if (!adapter) {
+        why = 'WebGPU is not available here: navigator.gpu offers no adapter';
+      } else if (backend === 'auto' && !allowSoftware && (adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter)) {
+        why = 'only a software adapter, slower than the CPU engine';
+      }
     } catch (e) {
       why = `WebGPU is not available here: requestAdapter failed: ${(e as Error)?.message ?? String(e)}`;
     }

@@ -186,7 +186,7 @@ export class LLM {
     }
     throwIfAborted(signal);
     const host = await initWasm();
-    const { gpu, fallback } = await loadGpuBuild(backend);
+    const { gpu, fallback } = await loadGpuBuild(backend, gpuAllowSoftware);
     const wasm = gpu ?? { ModelBuffer, lastPanic };
     let buffer: ModelBuffer | GpuWasm.ModelBuffer | undefined;
     try {
@@ -389,8 +389,8 @@ export class LLM {
 }
 
 /** The WebGPU build when `backend` chooses it, else the reason the CPU build runs (if the GPU was asked for). */
-async function loadGpuBuild(backend: Backend): Promise<{ gpu?: GpuModule; fallback: BackendFallback | null }> {
-  const choice = await chooseBuild(backend);
+async function loadGpuBuild(backend: Backend, allowSoftware: boolean): Promise<{ gpu?: GpuModule; fallback: BackendFallback | null }> {
+  const choice = await chooseBuild(backend, allowSoftware);
   if (choice.build === 'cpu') return { fallback: choice.fallback };
   try {
     return { gpu: await initGpuWasm(), fallback: null };

@@ -129,12 +129,14 @@ test('backend "auto" skips a software adapter (SwiftShader) and runs on the CPU'
     const { LLM } = await import('@ruvector/ruvllm');
     const adapter = await navigator.gpu.requestAdapter();
     const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
-    return { software: adapter.info.isFallbackAdapter, info: llm.info() };
+    const gpuBuildFetched = performance.getEntriesByType('resource').some((e) => e.name.includes('/wasm-gpu/'));
+    return { software: adapter.info.isFallbackAdapter, info: llm.info(), gpuBuildFetched };
   }, CONTEXT);
   assert.equal(r.software, true, 'Chromium flags SwiftShader as a fallback adapter');
   assert.equal(r.info.backend, 'cpu');
   assert.equal(r.info.fallback?.code, 'E_GPU_NO_ADAPTER');
   assert.match(r.info.fallback.message, /only a software adapter/);
+  assert.equal(r.gpuBuildFetched, false, 'the CPU build runs: the WebGPU build is not even fetched');
   await page.close();
 });
 
