@@ -75,7 +75,11 @@ impl GpuEngine {
     /// Load the GGUF file in `buffer` (consumed) onto the GPU. `options_json`: `{backend: "auto" |
     /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?}`. Under "webgpu" a GPU failure rejects with its `E_GPU_*`
     /// code; under "auto" the engine runs on the CPU instead.
-    pub async fn load(buffer: ModelBuffer, n_ctx: usize, options_json: String) -> std::result::Result<GpuEngine, JsValue> {
+    pub async fn load(
+        buffer: ModelBuffer,
+        n_ctx: usize,
+        options_json: String,
+    ) -> std::result::Result<GpuEngine, JsValue> {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
         let model = Arc::new(Model::from_bytes(buffer.bytes).map_err(js_error)?);
@@ -205,8 +209,7 @@ impl GpuEngine {
             let logits = inner.eval_logits(&ids, true).await;
             inner.reset();
             let logits = logits.map_err(js_error)?;
-            let positions: Vec<_> =
-                logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
+            let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
             Ok(json(&serde_json::json!({ "positions": positions })).into())
         })
     }

@@ -151,7 +151,10 @@ impl Gpu {
         // Checked here: a browser throws (wgpu panics) on sizes past 2^53 instead of reporting an error.
         let max_buffer = self.device.limits().max_buffer_size;
         if size > max_buffer {
-            return Err(gpu_error(GpuFault::Limits, format!("{label} needs {size} bytes; the device allows {max_buffer}")));
+            return Err(gpu_error(
+                GpuFault::Limits,
+                format!("{label} needs {size} bytes; the device allows {max_buffer}"),
+            ));
         }
         if usage.contains(wgpu::BufferUsages::STORAGE) && size > self.max_binding {
             return Err(gpu_error(

@@ -9,11 +9,11 @@
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::OnceLock;
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::block_on;
 use super::device::Gpu;
 use super::session::{mat_params, rope_table, Step};
 use super::shaders::{self, Input, Kernel, OutMode};
-#[cfg(not(target_arch = "wasm32"))]
-use super::block_on;
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionShape};
@@ -129,22 +129,23 @@ async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3
     let gpu = gpu().await;
     let device = &gpu.device;
     let src = shaders::source(kernel, header).expect("a kernel for this type");
-    let pipeline = gpu.guarded("test kernel", GpuFault::Shader, || {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
-        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("test"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
+    let pipeline = gpu
+        .guarded("test kernel", GpuFault::Shader, || {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("test"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
         })
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        .await
+        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
     use wgpu::BufferUsages as U;
     let mut buffers: Vec<(u32, wgpu::Buffer)> = Vec::new();
     for (binding, d) in data {
@@ -667,14 +668,15 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
 
 pub async fn shader_and_buffer_failures_are_typed_errors() {
     let gpu = gpu().await;
-    let e = gpu.guarded("broken", GpuFault::Shader, || {
-        gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl("fn main( {".into()),
+    let e = gpu
+        .guarded("broken", GpuFault::Shader, || {
+            gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl("fn main( {".into()),
+            })
         })
-    })
-    .await
-    .unwrap_err();
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Gpu { kind: GpuFault::Shader, .. }), "{e}");
 
     let too_big = gpu.max_binding + 4;
