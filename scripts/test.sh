@@ -37,10 +37,7 @@ echo "== npm package tests in Node (against the native CLI: release build)"
 cargo build --locked --release -p ruvllm-cli
 (cd npm && npm test)
 
-echo "== browser tests (headless Chromium)"
-node --test --test-timeout=300000 tests/browser/browser.test.mjs
-
-echo "== the npm package's WebGPU backend in headless Chromium (SwiftShader: the France answer on the GPU, the CPU fallbacks)"
-# Slow: SwiftShader runs the model's ~150 dispatches per token on the CPU (about a minute per token on 2 busy cores).
-node --test tests/browser/webgpu.test.mjs
+echo "== browser tests (headless Chromium; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks)"
+# webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
+node --test --test-timeout=300000 tests/browser/
 echo "== all tests passed"
