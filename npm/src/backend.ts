@@ -1,4 +1,4 @@
-// Which engine a load uses: the CPU build (npm/wasm/) or the WebGPU build (npm/wasm-gpu/), from the
+// Which engine a load uses: a CPU build or the WebGPU build (npm/wasm-gpu/), from the
 // `backend` option first, then from what this JavaScript environment offers.
 import { RuvllmError, invalid } from './errors.js';
 
@@ -12,7 +12,7 @@ export interface BackendFallback {
 }
 
 /** The build to load: the WebGPU one, or the CPU one (with the reason when the GPU was asked for). */
-export type BuildChoice = { build: 'gpu' } | { build: 'cpu'; fallback: BackendFallback | null };
+export type BackendChoice = { build: 'gpu' } | { build: 'cpu'; fallback: BackendFallback | null };
 
 /** The minimal part of the WebGPU API (`navigator.gpu`) the choice looks at. */
 interface GpuLike {
@@ -32,7 +32,7 @@ export function checkBackend(backend: unknown): Backend {
  * than the CPU engine, unless `allowSoftware`. (Faults after this point, limits, shaders, memory, a lost
  * device, are the engine's: under `auto` it finishes on the CPU itself.)
  */
-export async function chooseBuild(backend: Backend, allowSoftware = false, gpu: GpuLike | undefined = navigatorGpu()): Promise<BuildChoice> {
+export async function chooseBackend(backend: Backend, allowSoftware = false, gpu: GpuLike | undefined = navigatorGpu()): Promise<BackendChoice> {
   if (backend === 'cpu') return { build: 'cpu', fallback: null };
   let why: string | undefined;
   if (!gpu) {

@@ -1,6 +1,6 @@
 import { Engine, ModelBuffer, lastPanic } from '../wasm/ruvllm.js';
 import type * as GpuWasm from '../wasm-gpu/ruvllm.js';
-import { checkBackend, chooseBuild, type Backend, type BackendFallback } from './backend.js';
+import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
@@ -390,7 +390,7 @@ export class LLM {
 
 /** The WebGPU build when `backend` chooses it, else the reason the CPU build runs (if the GPU was asked for). */
 async function loadGpuBuild(backend: Backend, allowSoftware: boolean): Promise<{ gpu?: GpuModule; fallback: BackendFallback | null }> {
-  const choice = await chooseBuild(backend, allowSoftware);
+  const choice = await chooseBackend(backend, allowSoftware);
   if (choice.build === 'cpu') return { fallback: choice.fallback };
   try {
     return { gpu: await initGpuWasm(), fallback: null };
