@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build the wasm engine for the npm package, as two builds of the same crate:
-#   npm/wasm/     single-thread (stable Rust, simd128): for every page, and the fallback
-#   npm/wasm-mt/  threaded (feature `threads`: rayon on Web Workers over shared memory; nightly Rust with
-#                 build-std, since std itself must be compiled with atomics): for Node, and for pages that are
-#                 cross-origin isolated (COOP/COEP), where SharedArrayBuffer is allowed
-# npm/src/builds.ts picks one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
-# wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only run these same steps (and costs ~400 s
-# to install in CI). `scripts/build-wasm.sh st` or `mt` builds only one of them.
+# Build the wasm engine for the npm package, as three builds of the same crate:
+#   npm/wasm/      single-thread CPU engine (stable Rust, simd128; kept small: no wgpu): for every page, and the fallback
+#   npm/wasm-mt/   threaded (feature `threads`: rayon on Web Workers over shared memory; nightly Rust with
+#                  build-std, since std itself must be compiled with atomics): for Node, and for pages that are
+#                  cross-origin isolated (COOP/COEP), where SharedArrayBuffer is allowed
+#   npm/wasm-gpu/  single-thread CPU engine plus the WebGPU engine (feature `gpu`), loaded only for backend
+#                  "webgpu"/"auto" where the browser has a GPU adapter
+# npm/src/backend.ts and builds.ts pick one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
+# wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only
+# run these same steps (and costs ~400 s to install in CI). `scripts/build-wasm.sh st|mt|gpu` builds only one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wasm_opt=npm/node_modules/.bin/wasm-opt
@@ -57,9 +59,15 @@ build_threaded() {
   sed -i 's/pkg.default(data.module, data.memory)/pkg.default({ module_or_path: data.module, memory: data.memory })/' "$helper"
 }
 
+build_gpu() {
+  cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm --features gpu
+  bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-gpu -O3
+}
+
 case "${1:-all}" in
   st) build_single_thread ;;
   mt) build_threaded ;;
-  all) build_single_thread && build_threaded ;;
-  *) echo "usage: $0 [st|mt|all]" >&2; exit 2 ;;
+  gpu) build_gpu ;;
+  all) build_single_thread && build_threaded && build_gpu ;;
+  *) echo "usage: $0 [st|mt|gpu|all]" >&2; exit 2 ;;
 esac

@@ -63,8 +63,8 @@ if [ ! -x npm/node_modules/.bin/tsc ] || [ npm/package-lock.json -nt npm/node_mo
   (cd npm && npm ci --no-audit --no-fund) >&2
 fi
 
-# Chromium for the browser tests (driven by playwright-core, which cannot download its own browser here, and by
-# wasm-bindgen-test-runner through chromedriver).
+# Chromium for the browser tests (driven by playwright-core; it cannot download its own browser here), and
+# chromedriver for the Rust suites that run in it (wasm-bindgen-test-runner, tests/browser/webdriver.json).
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   step "apt-get install chromium chromium-driver (about a minute)"
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every test: native (x86_64) and wasm32 (Node, headless Chromium) Rust suites, the WebGPU backend on lavapipe, the aarch64 (NEON) compile check,
+# Run every test: native (x86_64) and wasm32 (Node, headless Chromium) Rust suites, the WebGPU backend on lavapipe and in
+# Chromium (SwiftShader), the NEON kernels under qemu (aarch64),
 # then the npm package's suites (Node, the packed tarball, headless Chromium).
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)
 set -euo pipefail
@@ -38,6 +39,11 @@ cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
+echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
+# (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)
+WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
+  cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
+
 echo "== aarch64 (NEON) quant and kernel tests under qemu: with dotprod (sdot), then without (cortex-a72)"
 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
 QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
@@ -50,6 +56,7 @@ echo "== npm package tests in Node (against the native CLI: release build)"
 cargo build --locked --release -p ruvllm-cli
 (cd npm && npm test)
 
-echo "== browser tests (headless Chromium)"
+echo "== browser tests (headless Chromium; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks)"
+# webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
 node --test --test-timeout=300000 tests/browser/
 echo "== all tests passed"

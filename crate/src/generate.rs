@@ -5,10 +5,12 @@
 //! batch of the prompt or produces one token. `generate` is the same loop with a callback and a
 //! cancel flag.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::session::Session;
 use crate::stop::StopMatcher;
@@ -130,6 +132,115 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
+    /// A generation of `opts` for `prompt`, whose first `cached_tokens` are already in the cache.
+    pub(crate) fn new(
+        model: &Model,
+        opts: GenerateOptions,
+        prompt: &[u32],
+        cached_tokens: usize,
+    ) -> Result<Generation> {
+        if opts.max_tokens == 0 {
+            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
+        }
+        Ok(Generation {
+            prompt: prompt.to_vec(),
+            prefilled: cached_tokens,
+            decoder: model.tokenizer().decoder(),
+            stop: StopMatcher::new(&opts.stop),
+            sampler: Sampler::new(opts.sampler.clone())?,
+            opts,
+            ids: Vec::new(),
+            text: String::new(),
+            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), cached_tokens, ..Stats::default() },
+            finish: None,
+            pending: None,
+        })
+    }
+
+    pub(crate) fn sampler(&mut self) -> &mut Sampler {
+        &mut self.sampler
+    }
+
+    pub(crate) fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+
+    /// The prompt positions to evaluate next (at most `n_batch`), or `None` once the prompt is in the
+    /// cache (or the generation has finished).
+    pub(crate) fn next_prefill_batch(&self, n_batch: usize) -> Option<Range<usize>> {
+        (self.finish.is_none() && self.prefilled < self.prompt.len())
+            .then(|| self.prefilled..self.prompt.len().min(self.prefilled + n_batch))
+    }
+
+    /// The prompt is in the cache up to position `end` (after another `ms` of prefill); `first`, the
+    /// first token to emit, comes with the last batch.
+    pub(crate) fn prefilled(&mut self, end: usize, ms: f64, first: Option<u32>) {
+        self.prefilled = end;
+        self.stats.prefill_ms += ms;
+        if first.is_some() {
+            self.pending = first;
+        }
+    }
+
+    /// The token fed back after the last emitted one gave `next` (after `decode_ms`).
+    pub(crate) fn set_pending(&mut self, next: u32, decode_ms: f64) {
+        self.pending = Some(next);
+        self.stats.decode_ms += decode_ms;
+    }
+
+    /// Emit the pending token (once the prompt is in the cache), and whether generation goes on (then the caller feeds
+    /// its id through the model and calls `set_pending`). `None` once generation has finished.
+    /// `cached` is the number of tokens in the cache, `n_ctx` the context window.
+    pub(crate) fn emit(&mut self, model: &Model, cached: usize, n_ctx: usize) -> Result<Option<(Token, bool)>> {
+        if self.finish.is_some() {
+            return Ok(None);
+        }
+        let Some(id) = self.pending.take() else {
+            return Ok(None);
+        };
+        self.ids.push(id);
+        self.stats.generated_tokens += 1;
+        let mut text = String::new();
+        let mut hit_stop_string = false;
+        if model.tokenizer().is_eog(id) && !self.opts.ignore_eog {
+            self.finish = Some(FinishReason::Stop);
+        } else {
+            let piece = self.decoder.push(id)?;
+            let (released, stopped) = self.stop.push(&piece);
+            text = released;
+            if stopped {
+                hit_stop_string = true;
+                self.finish = Some(FinishReason::Stop);
+            } else if self.ids.len() >= self.opts.max_tokens || cached + 1 >= n_ctx {
+                self.finish = Some(FinishReason::Length);
+            }
+        }
+        if self.finish.is_some() && !hit_stop_string {
+            text.push_str(&self.flush());
+        }
+        self.text.push_str(&text);
+        Ok(Some((Token { id, text }, self.finish.is_none())))
+    }
+
+    /// Mark the generation cancelled (unless it has finished).
+    pub(crate) fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Cancelled);
+            let rest = self.flush();
+            self.text.push_str(&rest);
+        }
+    }
+
+    /// The generation's ids, text and stats.
+    pub(crate) fn output(self) -> Output {
+        Output {
+            ids: self.ids,
+            text: self.text,
+            finish: self.finish.unwrap_or(FinishReason::Cancelled),
+            stats: self.stats,
+        }
+    }
+
     /// Release text still held for an incomplete UTF-8 sequence or a possible stop string.
     fn flush(&mut self) -> String {
         let rest = self.decoder.finish();
@@ -147,10 +258,6 @@ impl Session {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
-        if opts.max_tokens == 0 {
-            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
-        }
-        let sampler = Sampler::new(opts.sampler.clone())?;
         if prompt.len() >= self.n_ctx() {
             return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx() });
         }
@@ -161,26 +268,9 @@ impl Session {
         }
         // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
         let common = self.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
+        let g = Generation::new(self.model(), opts, prompt, common)?;
         self.truncate(common);
-        let model = self.model().clone();
-        self.generation = Some(Generation {
-            prompt: prompt.to_vec(),
-            prefilled: common,
-            decoder: model.tokenizer().decoder(),
-            stop: StopMatcher::new(&opts.stop),
-            sampler,
-            opts,
-            ids: Vec::new(),
-            text: String::new(),
-            stats: Stats {
-                load_ms: model.load_ms(),
-                prompt_tokens: prompt.len(),
-                cached_tokens: common,
-                ..Stats::default()
-            },
-            finish: None,
-            pending: None,
-        });
+        self.generation = Some(g);
         Ok(())
     }
 
@@ -196,75 +286,45 @@ impl Session {
     }
 
     fn advance(&mut self, g: &mut Generation) -> Result<Option<Step>> {
-        if g.finish.is_some() {
-            return Ok(None);
+        if let Some(batch) = g.next_prefill_batch(self.n_batch()) {
+            return self.prefill_batch(g, batch).map(Some);
         }
-        if g.prefilled < g.prompt.len() {
-            return self.prefill_batch(g).map(Some);
-        }
-        let Some(id) = g.pending.take() else {
+        let Some((token, goes_on)) = g.emit(self.model(), self.tokens().len(), self.n_ctx())? else {
             return Ok(None);
         };
-        g.ids.push(id);
-        g.stats.generated_tokens += 1;
-        let mut text = String::new();
-        let mut hit_stop_string = false;
-        if self.model().tokenizer().is_eog(id) && !g.opts.ignore_eog {
-            g.finish = Some(FinishReason::Stop);
-        } else {
-            let piece = g.decoder.push(id)?;
-            let (released, stopped) = g.stop.push(&piece);
-            text = released;
-            if stopped {
-                hit_stop_string = true;
-                g.finish = Some(FinishReason::Stop);
-            } else if g.ids.len() >= g.opts.max_tokens || self.tokens().len() + 1 >= self.n_ctx() {
-                g.finish = Some(FinishReason::Length);
-            } else {
-                // Feed the token back and sample the next one (returned by the next call).
-                let t0 = now_ms();
-                self.eval(&[id], false)?;
-                g.pending = Some(g.sampler.sample(self.last_logits(), self.tokens()));
-                g.stats.decode_ms += now_ms() - t0;
-            }
+        if goes_on {
+            // Feed the token back and sample the next one (returned by the next call).
+            let t0 = now_ms();
+            self.eval(&[token.id], false)?;
+            let next = g.sampler().sample(self.last_logits(), self.tokens());
+            g.set_pending(next, now_ms() - t0);
         }
-        if g.finish.is_some() && !hit_stop_string {
-            text.push_str(&g.flush());
-        }
-        g.text.push_str(&text);
-        Ok(Some(Step::Token(Token { id, text })))
+        Ok(Some(Step::Token(token)))
     }
 
-    /// Evaluate the next `n_batch` prompt tokens (what one forward call takes, so a prefill in steps
-    /// runs the same batches as one `eval` of the whole prompt); after the last, sample the first token.
-    fn prefill_batch(&mut self, g: &mut Generation) -> Result<Step> {
-        let end = g.prompt.len().min(g.prefilled + self.n_batch());
+    /// Evaluate one batch of the prompt (`n_batch` tokens, what one forward call takes, so a prefill
+    /// in steps runs the same batches as one `eval` of the whole prompt); after the last, sample the
+    /// first token.
+    fn prefill_batch(&mut self, g: &mut Generation, batch: Range<usize>) -> Result<Step> {
         let t0 = now_ms();
-        self.eval(&g.prompt[g.prefilled..end], false)?;
-        g.prefilled = end;
-        g.stats.prefill_ms += now_ms() - t0;
-        if end == g.prompt.len() {
-            g.pending = Some(g.sampler.sample(self.last_logits(), self.tokens()));
-        }
-        Ok(Step::Prefill { done: end, total: g.prompt.len() })
+        self.eval(&g.prompt()[batch.clone()], false)?;
+        let done = batch.end == g.prompt().len();
+        let first = done.then(|| g.sampler().sample(self.last_logits(), self.tokens()));
+        g.prefilled(batch.end, now_ms() - t0, first);
+        Ok(Step::Prefill { done: batch.end, total: g.prompt().len() })
     }
 
     /// Stop the generation in progress (if any) as cancelled and return its result.
     pub fn cancel(&mut self) -> Option<Output> {
         if let Some(g) = self.generation.as_mut() {
-            if g.finish.is_none() {
-                g.finish = Some(FinishReason::Cancelled);
-                let rest = g.flush();
-                g.text.push_str(&rest);
-            }
+            g.cancel();
         }
         self.finish()
     }
 
     /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
     pub fn finish(&mut self) -> Option<Output> {
-        let g = self.generation.take()?;
-        Some(Output { ids: g.ids, text: g.text, finish: g.finish.unwrap_or(FinishReason::Cancelled), stats: g.stats })
+        self.generation.take().map(Generation::output)
     }
 
     /// Generate from `prompt`, calling `on_token` for each token as it is produced. Setting `cancel`

@@ -20,6 +20,8 @@ pub mod stop;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
+#[cfg(all(target_arch = "wasm32", feature = "gpu"))]
+pub mod wasm_gpu;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod wasm_threads;
 

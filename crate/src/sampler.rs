@@ -84,6 +84,12 @@ impl SamplerConfig {
         Ok(())
     }
 
+    /// Whether sampling is the plain argmax of the logits (temperature 0, no penalties), which a
+    /// backend may compute without handing over the logits.
+    pub fn is_argmax(&self) -> bool {
+        self.temperature <= 0.0 && !self.penalties_active()
+    }
+
     fn penalties_active(&self) -> bool {
         self.penalty_last_n > 0
             && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)

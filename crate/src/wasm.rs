@@ -55,18 +55,18 @@ pub fn last_panic() -> Option<String> {
     LAST_PANIC.with(|p| p.borrow_mut().take())
 }
 
-fn json<T: Serialize>(v: &T) -> String {
+pub(crate) fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serializes")
 }
 
-fn parse<'a, T: Deserialize<'a>>(s: &'a str, what: &str) -> Result<T, JsValue> {
+pub(crate) fn parse<'a, T: Deserialize<'a>>(s: &'a str, what: &str) -> Result<T, JsValue> {
     serde_json::from_str(s).map_err(|e| js_error(Error::InvalidArgument(format!("{what}: {e}"))))
 }
 
 /// Generation options as the JS side sends them (camelCase; every field optional).
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct JsGenerateOptions {
+pub(crate) struct JsGenerateOptions {
     max_tokens: Option<usize>,
     temperature: Option<f32>,
     top_k: Option<usize>,
@@ -82,7 +82,7 @@ struct JsGenerateOptions {
 }
 
 impl JsGenerateOptions {
-    fn into_options(self) -> GenerateOptions {
+    pub(crate) fn into_options(self) -> GenerateOptions {
         let d = SamplerConfig::default();
         GenerateOptions {
             max_tokens: self.max_tokens.unwrap_or(GenerateOptions::default().max_tokens),
@@ -104,7 +104,7 @@ impl JsGenerateOptions {
 }
 
 #[derive(Serialize)]
-struct JsOutput {
+pub(crate) struct JsOutput {
     ids: Vec<u32>,
     text: String,
     finish_reason: &'static str,
@@ -140,7 +140,7 @@ impl From<crate::Output> for JsOutput {
 /// A GGUF file being received in chunks, held in wasm memory. Allocation failures are errors.
 #[wasm_bindgen]
 pub struct ModelBuffer {
-    bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 #[wasm_bindgen]
@@ -175,7 +175,7 @@ pub struct Engine {
 /// memory is an error rather than an allocation-failure trap. The KV cache dominates, then the run
 /// state's attention scores (one prefill batch of 64 rows over the window). The probe is sized to
 /// what the session allocates next (wasm memory never shrinks, so a larger probe would raise the peak).
-fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
+pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
     let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx }; // as Session::with_options
     if n_ctx > c.context_length {
@@ -186,6 +186,21 @@ fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let bytes = kv.saturating_add(scores).saturating_add(1 << 20);
     let mut probe: Vec<u8> = Vec::new();
     probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
+}
+
+/// Model facts (the `info()` JSON of both engines).
+pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> serde_json::Value {
+    let c = &model.config;
+    serde_json::json!({
+        "name": model.name(), "architecture": c.arch.name(), "n_layers": c.n_layers, "d_model": c.d_model,
+        "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
+        "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
+        "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
+        "threads": crate::kernels::parallel::threads(),
+        "has_chat_template": model.chat_template().is_ok(),
+        "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
+        "backend": "cpu",
+    })
 }
 
 #[wasm_bindgen]
@@ -240,16 +255,7 @@ impl Engine {
 
     /// Model facts as JSON.
     pub fn info(&self) -> String {
-        let c = &self.model.config;
-        json(&serde_json::json!({
-            "name": self.model.name(), "architecture": c.arch.name(), "n_layers": c.n_layers, "d_model": c.d_model,
-            "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
-            "context_length": c.context_length, "n_ctx": self.n_ctx, "file_bytes": self.model.file_size(),
-            "kv_cache_bytes": self.kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
-            "threads": crate::kernels::parallel::threads(),
-            "has_chat_template": self.model.chat_template().is_ok(),
-            "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
-        }))
+        json(&model_info(&self.model, self.n_ctx, self.kv_cache_bytes))
     }
 
     pub fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, JsValue> {

@@ -1,8 +1,9 @@
 // The wasm builds the package ships, which one a load uses, and starting it (once per process or page).
 import { RuvllmError, invalid } from './errors.js';
 
-/** `wasm`: one thread, runs everywhere. `wasm-mt`: rayon on Web Workers sharing the wasm memory. */
-export type BuildName = 'wasm' | 'wasm-mt';
+/** `wasm`: one thread, runs everywhere. `wasm-mt`: rayon on Web Workers sharing the wasm memory.
+ * `wasm-gpu`: `wasm` plus the WebGPU engine (chosen by the `backend` option, see backend.ts). */
+export type BuildName = 'wasm' | 'wasm-mt' | 'wasm-gpu';
 
 /**
  * What the package uses of a build's wasm-bindgen glue module (the same in every build). Declared here
@@ -14,6 +15,8 @@ export interface Glue {
   /** wasm-bindgen-rayon's pool start (threaded build only). */
   initThreadPool?(threads: number): Promise<unknown>;
   Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number): Engine };
+  /** The WebGPU engine (crate/src/wasm_gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
+  GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
   lastPanic(): string | undefined;
 }
@@ -23,7 +26,8 @@ export interface ModelBuffer {
   free(): void;
 }
 
-/** An engine (crate/src/wasm.rs). The forward passes (start, nextStep, score) return Promises in the threaded build. */
+/** An engine (crate/src/wasm.rs, wasm_gpu.rs). The forward passes (start, nextStep, score) return Promises in the
+ * threaded and WebGPU builds. */
 export interface Engine {
   info(): string;
   tokenize(text: string, parseSpecial: boolean): Uint32Array;
@@ -71,6 +75,7 @@ interface BuildFiles {
 const FILES: Record<BuildName, BuildFiles> = {
   wasm: { glue: () => import('../wasm/ruvllm.js'), wasm: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) },
   'wasm-mt': { glue: () => import('../wasm-mt/ruvllm.js'), wasm: new URL('../wasm-mt/ruvllm_bg.wasm', import.meta.url) },
+  'wasm-gpu': { glue: () => import('../wasm-gpu/ruvllm.js'), wasm: new URL('../wasm-gpu/ruvllm_bg.wasm', import.meta.url) },
 };
 
 /**

@@ -2,7 +2,7 @@
 // `ruvllm` for Node: the native CLI's commands, flags and JSON output (cli/src/main.rs), on the wasm engine.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { LLM, RuvllmError, type ChatMessage, type GenerateOptions, type GenerateResult } from './node.js';
+import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult } from './node.js';
 
 const USAGE = `ruvllm (wasm engine, Node)
   ruvllm tokenize --model M [--special] TEXT
@@ -13,7 +13,8 @@ const USAGE = `ruvllm (wasm engine, Node)
   ruvllm score --model M --ids 1,2,3 [--top-k K]
   ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
 Common: --ctx N (context window). --threads N (default: the cores, at most 8; 1 = the single-thread build).
---backend auto|cpu (this wasm build has no WebGPU backend).
+--backend auto|webgpu|cpu (default auto: WebGPU when navigator.gpu offers an adapter, e.g. the npm \`webgpu\`
+package in Node, see the README; else the CPU).
 --model defaults to $RUVLLM_MODEL.`;
 
 const FLAGS = new Set(['special', 'chat', 'json', 'ignore-eos']);
@@ -72,11 +73,10 @@ async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
   if (!path) throw new Error('--model is required (or set RUVLLM_MODEL)');
   const backend = args.opt('backend') ?? 'auto';
   if (!['auto', 'cpu', 'webgpu', 'gpu'].includes(backend)) throw new Error(`backend '${backend}' is not one of auto, webgpu, cpu`);
-  if (backend !== 'auto' && backend !== 'cpu') throw new Error('this wasm build has no WebGPU backend: use --backend cpu (or auto)');
   const threads = args.num('threads', 0);
   const t0 = performance.now();
   try {
-    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0), threads: threads || undefined });
+    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0), threads: threads || undefined, backend: backend as Backend });
     return { llm, loadMs: performance.now() - t0 };
   } catch (e) {
     throw new Error(`${path}: ${(e as Error).message}`, { cause: e });
@@ -213,7 +213,7 @@ async function bench(args: Args): Promise<void> {
   const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true });
   const info = llm.info();
   printJson({
-    engine: 'ruvllm-wasm', backend: 'cpu', threads: info.threads, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
+    engine: 'ruvllm-wasm', backend: info.backend, threads: info.threads, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
     load_ms: loadMs, prefill_tok_s: r.timings.prefillTokensPerSecond, decode_tok_s: r.timings.decodeTokensPerSecond,
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
   });

@@ -1,3 +1,4 @@
+import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
 import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
@@ -16,11 +17,43 @@ export function setPlatform(p: Platform): void {
   platform = p;
 }
 
-/** The platform and the started wasm build for a load that asks for `threads` (see builds.ts). */
-async function initWasm(threads: number | undefined): Promise<{ host: Platform; wasm: Wasm }> {
+/**
+ * The platform and the started wasm build for a load: the WebGPU build when `backend` chooses the GPU
+ * (backend.ts), else a CPU build for `threads` (builds.ts); with the reason the CPU runs where the GPU was asked for.
+ */
+async function initWasm(
+  backend: Backend,
+  allowSoftware: boolean,
+  threads: number | undefined,
+): Promise<{ host: Platform; wasm: Wasm; fallback: BackendFallback | null }> {
   if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  const choice = await chooseBackend(backend, allowSoftware);
+  let fallback = choice.build === 'cpu' ? choice.fallback : null;
+  if (choice.build === 'gpu') {
+    try {
+      return { host: platform, wasm: await startBuild(platform, 'wasm-gpu', 1), fallback };
+    } catch (e) {
+      if (backend === 'webgpu') throw e;
+      fallback = { code: (e as RuvllmError).code, message: (e as Error).message };
+    }
+  }
   const { build, threads: n } = chooseBuild(platform, threads);
-  return { host: platform, wasm: await startBuild(platform, build, n) };
+  return { host: platform, wasm: await startBuild(platform, build, n), fallback };
+}
+
+/**
+ * wgpu finds `navigator.gpu` through `globalThis.Window`, which only browsers define. Node with a WebGPU
+ * implementation (the npm `webgpu` package) gets a placeholder while the engine opens its device.
+ */
+async function withWindowGlobal<T>(fn: () => Promise<T>): Promise<T> {
+  const g = globalThis as { Window?: unknown };
+  if (g.Window !== undefined) return fn();
+  g.Window = class Window {};
+  try {
+    return await fn();
+  } finally {
+    delete g.Window;
+  }
 }
 
 export interface LoadOptions {
@@ -35,6 +68,16 @@ export interface LoadOptions {
    */
   threads?: number;
   signal?: AbortSignal;
+  /**
+   * Where the model runs: `cpu` (the wasm CPU engine), `webgpu` (WebGPU only: failures are `E_GPU_*` errors),
+   * or `auto` (default: WebGPU when an adapter is usable, else the CPU; a GPU fault, even mid-generation,
+   * moves the work to the CPU, and `info().fallback` says why).
+   */
+  backend?: Backend;
+  /** Cap each GPU storage binding at this many bytes (below the device's limit), e.g. to test the too-small-limits path. */
+  gpuMaxBindingBytes?: number;
+  /** Let `auto` use a software adapter (SwiftShader, lavapipe), which it skips by default as slower than the CPU engine. */
+  gpuAllowSoftware?: boolean;
 }
 
 export interface ModelInfo {
@@ -57,6 +100,14 @@ export interface ModelInfo {
   hasChatTemplate: boolean;
   /** The wasm build running this model: `wasm` (single thread) or `wasm-mt` (threads on Web Workers). */
   build: BuildName;
+  /** Where forward passes run now: 'webgpu', or 'cpu' (also after a fallback). */
+  backend: 'webgpu' | 'cpu';
+  /** The backend the load asked for. */
+  requestedBackend: Backend;
+  /** The WebGPU adapter in use (or that was in use before a fallback), as the browser describes it. */
+  gpuAdapter: string | null;
+  /** Why the CPU runs although the GPU was asked for (no adapter, limits, a shader or memory error, a lost device). */
+  fallback: BackendFallback | null;
   /** Threads its forward passes use. */
   threads: number;
 }
@@ -110,6 +161,9 @@ const nextTick: () => Promise<void> =
 export class LLM {
   #engine: Engine | null;
   readonly #wasm: Wasm;
+  readonly #requested: Backend;
+  /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
+  readonly #fallback: BackendFallback | null;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -117,18 +171,24 @@ export class LLM {
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
 
-  private constructor(engine: Engine, wasm: Wasm) {
+  private constructor(engine: Engine, wasm: Wasm, requested: Backend, fallback: BackendFallback | null) {
     this.#engine = engine;
     this.#wasm = wasm;
+    this.#requested = requested;
+    this.#fallback = fallback;
     this.chat = createChat(this);
   }
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, threads, signal } = options;
+    const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
+    const backend = checkBackend(options.backend ?? 'auto');
+    if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
+      throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
+    }
     throwIfAborted(signal);
-    const { host, wasm } = await initWasm(threads);
+    const { host, wasm, fallback } = await initWasm(backend, Boolean(gpuAllowSoftware), threads);
     const { Engine, ModelBuffer } = wasm.glue;
     const engineCall = <T>(fn: () => T): T => {
       try {
@@ -156,7 +216,14 @@ export class LLM {
       }
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
-      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm);
+      if (wasm.build === 'wasm-gpu') {
+        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware) });
+        const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
+          throw engineError(e, wasm);
+        });
+        return new LLM(engine, wasm, backend, fallback);
+      }
+      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm, backend, fallback);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -165,7 +232,8 @@ export class LLM {
   }
 
   info(): ModelInfo {
-    return { ...parseInfo(this.#call((e) => e.info())), build: this.#wasm.build };
+    const info = parseInfo(this.#call((e) => e.info()));
+    return { ...info, build: this.#wasm.build, requestedBackend: this.#requested, fallback: info.fallback ?? this.#fallback };
   }
 
   /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
@@ -348,7 +416,7 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-function parseInfo(json: string): Omit<ModelInfo, 'build'> {
+function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend'> {
   const i = JSON.parse(json);
   return {
     name: i.name ?? null,
@@ -366,6 +434,9 @@ function parseInfo(json: string): Omit<ModelInfo, 'build'> {
     simd128: i.simd128,
     hasChatTemplate: i.has_chat_template,
     threads: i.threads,
+    backend: i.backend,
+    gpuAdapter: i.adapter?.name ?? null,
+    fallback: i.fallback ?? null,
   };
 }
 

@@ -166,7 +166,7 @@ test('usage errors exit 2, other errors exit 1 with a message', () => {
     [['generate', '--model', '/nonexistent.gguf', '--prompt', 'x'], 1, /\/nonexistent.gguf: .*ENOENT|no such file/],
     [['generate', '--model', PACKAGE_DIR + '/package.json', '--prompt', 'x'], 1, /invalid GGUF: bad magic/],
     [['score', '--model', MODEL_PATH, '--ids', '1,x'], 1, /bad token id 'x'/],
-    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--backend', 'webgpu'], 1, /no WebGPU backend/],
+    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--backend', 'webgpu'], 1, /WebGPU is not available here/],
     [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--backend', 'tpu'], 1, /backend 'tpu' is not one of auto, webgpu, cpu/],
   ]) {
     const r = run(...args);

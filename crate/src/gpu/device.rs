@@ -148,6 +148,14 @@ impl Gpu {
     /// A buffer of `size` bytes (rounded up to 4), checked against the binding limit.
     pub async fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
         let size = size.max(4).div_ceil(4) * 4;
+        // Checked here: a browser throws (wgpu panics) on sizes past 2^53 instead of reporting an error.
+        let max_buffer = self.device.limits().max_buffer_size;
+        if size > max_buffer {
+            return Err(gpu_error(
+                GpuFault::Limits,
+                format!("{label} needs {size} bytes; the device allows {max_buffer}"),
+            ));
+        }
         if usage.contains(wgpu::BufferUsages::STORAGE) && size > self.max_binding {
             return Err(gpu_error(
                 GpuFault::Limits,

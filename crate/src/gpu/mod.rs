@@ -20,8 +20,11 @@ mod model;
 mod session;
 #[cfg(feature = "gpu")]
 mod shaders;
-#[cfg(all(test, feature = "gpu", not(target_arch = "wasm32")))]
-mod tests;
+/// Every kernel against the CPU reference: native unit tests, and on wasm32 public (hidden) checks
+/// for the browser suite (tests/rust/gpu_browser.rs).
+#[cfg(all(feature = "gpu", any(test, target_arch = "wasm32")))]
+#[doc(hidden)]
+pub mod tests;
 
 #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 pub use device::block_on;

@@ -1,13 +1,20 @@
 //! Every kernel against the CPU reference, one dispatch at a time, on whatever adapter wgpu finds
-//! (Mesa lavapipe on a machine without a GPU). Weights are made with the CPU reference quantizers
-//! and checked against `dequantize_row` followed by an f64 dot product.
+//! (Mesa lavapipe on a machine without a GPU; SwiftShader in headless Chromium). Weights are made with
+//! the CPU reference quantizers and checked against `dequantize_row` followed by an f64 dot product.
+//!
+//! The checks are async (a browser cannot block on the GPU) and public but hidden, so that the
+//! browser suite (tests/rust/gpu_browser.rs) runs them too; natively the `#[test]`s at the end run
+//! each with `block_on`. A new check goes in both lists.
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::sync::OnceLock;
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::block_on;
 use super::device::Gpu;
 use super::session::{mat_params, rope_table, Step};
 use super::shaders::{self, Input, Kernel, OutMode};
-use super::{block_on, GpuOptions};
+use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionShape};
 use crate::kernels::rmsnorm::rmsnorm;
@@ -33,12 +40,30 @@ const TYPES: [GgmlType; 11] = [
     GgmlType::Q8_0,
 ];
 
-fn gpu() -> &'static Gpu {
+fn options() -> GpuOptions {
+    GpuOptions { allow_software: true, ..GpuOptions::default() }
+}
+
+const NO_ADAPTER: &str =
+    "a WebGPU adapter (without a GPU: apt-get install mesa-vulkan-drivers; in Chromium: --enable-unsafe-webgpu)";
+
+/// One device for every check (natively shared by the test threads).
+#[cfg(not(target_arch = "wasm32"))]
+async fn gpu() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let opts = GpuOptions { allow_software: true, ..GpuOptions::default() };
-        block_on(Gpu::new(&opts)).expect("a WebGPU adapter (without a GPU: apt-get install mesa-vulkan-drivers)")
-    })
+    GPU.get_or_init(|| block_on(Gpu::new(&options())).expect(NO_ADAPTER))
+}
+
+/// One device for every check (the browser runs them one after another on one thread).
+#[cfg(target_arch = "wasm32")]
+async fn gpu() -> &'static Gpu {
+    thread_local!(static GPU: std::cell::Cell<Option<&'static Gpu>> = const { std::cell::Cell::new(None) });
+    if let Some(gpu) = GPU.get() {
+        return gpu;
+    }
+    let gpu: &'static Gpu = Box::leak(Box::new(Gpu::new(&options()).await.expect(NO_ADAPTER)));
+    GPU.set(Some(gpu));
+    gpu
 }
 
 /// splitmix64 with normal and uniform draws: deterministic test data.
@@ -100,36 +125,36 @@ enum Data {
 
 /// Dispatch `kernel` once over `grid` with `data` at its bindings; return the bytes of the
 /// bindings in `read`, in that order.
-fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], read: &[u32]) -> Vec<Vec<u8>> {
-    let gpu = gpu();
+async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], read: &[u32]) -> Vec<Vec<u8>> {
+    let gpu = gpu().await;
     let device = &gpu.device;
     let src = shaders::source(kernel, header).expect("a kernel for this type");
-    let pipeline = block_on(gpu.guarded("test kernel", GpuFault::Shader, || {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
-        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("test"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
+    let pipeline = gpu
+        .guarded("test kernel", GpuFault::Shader, || {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("test"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
         })
-    }))
-    .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        .await
+        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
     use wgpu::BufferUsages as U;
-    let buffers: Vec<(u32, wgpu::Buffer)> = data
-        .into_iter()
-        .map(|(binding, d)| {
-            let (bytes, usage) = match d {
-                Data::Storage(b) => (b, U::STORAGE | U::COPY_SRC),
-                Data::Uniform(b) => (b, U::UNIFORM),
-            };
-            (binding, block_on(gpu.buffer_with("test", &bytes, usage)).unwrap())
-        })
-        .collect();
+    let mut buffers: Vec<(u32, wgpu::Buffer)> = Vec::new();
+    for (binding, d) in data {
+        let (bytes, usage) = match d {
+            Data::Storage(b) => (b, U::STORAGE | U::COPY_SRC),
+            Data::Uniform(b) => (b, U::UNIFORM),
+        };
+        buffers.push((binding, gpu.buffer_with("test", &bytes, usage).await.unwrap()));
+    }
     let entries: Vec<wgpu::BindGroupEntry> = buffers
         .iter()
         .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
@@ -149,12 +174,16 @@ fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], rea
     let mut staging = Vec::new();
     for r in read {
         let src = &buffers.iter().find(|(b, _)| b == r).expect("read a bound buffer").1;
-        let dst = block_on(gpu.buffer("staging", src.size(), U::MAP_READ | U::COPY_DST)).unwrap();
+        let dst = gpu.buffer("staging", src.size(), U::MAP_READ | U::COPY_DST).await.unwrap();
         enc.copy_buffer_to_buffer(src, 0, &dst, 0, src.size());
         staging.push(dst);
     }
     gpu.queue.submit([enc.finish()]);
-    staging.iter().map(|s| block_on(gpu.read(s, s.size())).unwrap()).collect()
+    let mut out = Vec::new();
+    for s in &staging {
+        out.push(gpu.read(s, s.size()).await.unwrap());
+    }
+    out
 }
 
 fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, neox: bool) -> Config {
@@ -239,8 +268,7 @@ fn test_cols(ty: GgmlType) -> usize {
     }
 }
 
-#[test]
-fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
+pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(100 + i as u64);
         let cols = test_cols(ty);
@@ -265,7 +293,7 @@ fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
             (5, Data::Storage(f32_bytes(&x))),
             (6, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(8), 1, 1], &[3])[0]);
+        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(8), 1, 1], &[3]).await[0]);
 
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x[cols..], &norm_w, 1e-5);
@@ -279,8 +307,7 @@ fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     }
 }
 
-#[test]
-fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
+pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(200 + i as u64);
         let cols = test_cols(ty);
@@ -302,7 +329,7 @@ fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
             (3, Data::Storage(f32_bytes(&resid))),
             (5, Data::Storage(f32_bytes(&x))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[3])[0]);
+        let out = to_f32(&run(kernel, &header(), data, grid, &[3]).await[0]);
         for r in 0..rows {
             let (want, scale) = dot(&g_rows[r], &x);
             assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
@@ -319,7 +346,7 @@ fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
             (5, Data::Storage(f32_bytes(&x))),
             (6, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[3])[0]);
+        let out = to_f32(&run(kernel, &header(), data, grid, &[3]).await[0]);
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x, &norm_w, 1e-5);
         for r in 0..rows {
@@ -332,8 +359,7 @@ fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
     }
 }
 
-#[test]
-fn matmul_tiles_match_cpu_for_every_type() {
+pub async fn matmul_tiles_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(300 + i as u64);
         let cols = if ty.block_size() == 256 { 512 } else { 96 };
@@ -361,7 +387,7 @@ fn matmul_tiles_match_cpu_for_every_type() {
             if with_bias {
                 data.push((4, Data::Storage(f32_bytes(&bias))));
             }
-            let out = to_f32(&run(Kernel::Matmul { ty, mode, bias: with_bias }, &header(), data, grid, &[3])[0]);
+            let out = to_f32(&run(Kernel::Matmul { ty, mode, bias: with_bias }, &header(), data, grid, &[3]).await[0]);
             for t in 0..n {
                 for c in 0..stride {
                     let got = out[t * stride + c];
@@ -383,8 +409,7 @@ fn matmul_tiles_match_cpu_for_every_type() {
     }
 }
 
-#[test]
-fn embedding_rows_match_dequantize_for_every_type() {
+pub async fn embedding_rows_match_dequantize_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(400 + i as u64);
         let cols = test_cols(ty);
@@ -403,7 +428,7 @@ fn embedding_rows_match_dequantize_for_every_type() {
             (5, Data::Storage(u32_bytes(&tokens))),
         ];
         let grid = [(cols as u32 / 8).div_ceil(64), tokens.len() as u32, 1];
-        let out = to_f32(&run(Kernel::Embed { ty }, &header(), data, grid, &[3])[0]);
+        let out = to_f32(&run(Kernel::Embed { ty }, &header(), data, grid, &[3]).await[0]);
         let rows = dequantized(ty, &table, rows, cols);
         for (t, &id) in tokens.iter().enumerate() {
             let got = &out[t * cols..(t + 1) * cols];
@@ -416,8 +441,7 @@ fn embedding_rows_match_dequantize_for_every_type() {
     }
 }
 
-#[test]
-fn rope_and_kv_store_match_cpu_normal_and_neox() {
+pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
     for (neox, rope_dims) in [(false, 32), (true, 32), (true, 16), (false, 16)] {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
@@ -433,7 +457,7 @@ fn rope_and_kv_store_match_cpu_normal_and_neox() {
             (7, Data::Storage(vec![0; n_ctx * kvd * 2])),
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
-        let got = run(Kernel::RopeStore, &shaders::model_header(&c), data, grid, &[3, 4, 7]);
+        let got = run(Kernel::RopeStore, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
         let (q_rot, k_cache, v_cache) = (to_f32(&got[0]), halves(&got[1]), halves(&got[2]));
         let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         for t in 0..n {
@@ -480,8 +504,7 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
     out
 }
 
-#[test]
-fn decode_attention_with_rope_and_kv_store_matches_cpu() {
+pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     // NeoX pairs on half of each head: the rotation is fused into the kernel.
     let c = config(64, 4, 2, 32, true);
     let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
@@ -518,7 +541,7 @@ fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         (7, Data::Storage(vb)),
     ];
     let header = shaders::model_header(&c);
-    let mut got = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3, 4, 7]);
+    let mut got = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3, 4, 7]).await;
     let (k_cache, v_cache) = (halves(&got[1]), halves(&got[2]));
     let part = got.remove(0);
     for e in 0..kvd {
@@ -554,14 +577,13 @@ fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         (3, Data::Storage(vec![0; qd * 4])),
         (5, Data::Storage(part)),
     ];
-    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(8), 1, 1], &[3])[0]);
+    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(8), 1, 1], &[3]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "merged output {i}: {g} vs {w}");
     }
 }
 
-#[test]
-fn prefill_attention_is_causal_and_matches_cpu() {
+pub async fn prefill_attention_is_causal_and_matches_cpu() {
     for c in [config(64, 4, 2, 64, false), config(128, 2, 1, 128, false)] {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (20, 5, 32);
@@ -578,15 +600,14 @@ fn prefill_attention_is_causal_and_matches_cpu() {
         ];
         let bq = shaders::attn_tiles(c.head_dim).0 as u32;
         let grid = [(n as u32).div_ceil(bq), heads as u32, 1];
-        let out = to_f32(&run(Kernel::AttnPrefill, &shaders::model_header(&c), data, grid, &[3])[0]);
+        let out = to_f32(&run(Kernel::AttnPrefill, &shaders::model_header(&c), data, grid, &[3]).await[0]);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {}: output {i}: {g} vs {w}", c.head_dim);
         }
     }
 }
 
-#[test]
-fn rmsnorm_and_swiglu_match_cpu() {
+pub async fn rmsnorm_and_swiglu_match_cpu() {
     let c = config(64, 4, 2, 64, false);
     let (d, ff, n) = (c.d_model, c.ffn_dim, 3);
     let mut rng = Rng(800);
@@ -597,7 +618,7 @@ fn rmsnorm_and_swiglu_match_cpu() {
         (5, Data::Storage(f32_bytes(&x))),
         (6, Data::Storage(f32_bytes(&w))),
     ];
-    let out = to_f32(&run(Kernel::RmsNorm, &header(), data, [n as u32, 1, 1], &[3])[0]);
+    let out = to_f32(&run(Kernel::RmsNorm, &header(), data, [n as u32, 1, 1], &[3]).await[0]);
     let mut want = vec![0f32; n * d];
     rmsnorm(&mut want, &x, &w, c.rms_eps);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
@@ -606,7 +627,7 @@ fn rmsnorm_and_swiglu_match_cpu() {
 
     let gu = rng.normals(n * 2 * ff);
     let data = vec![(2, step(n, 0)), (3, Data::Storage(vec![0; n * ff * 4])), (5, Data::Storage(f32_bytes(&gu)))];
-    let out = to_f32(&run(Kernel::Swiglu, &header(), data, [(ff as u32).div_ceil(256), n as u32, 1], &[3])[0]);
+    let out = to_f32(&run(Kernel::Swiglu, &header(), data, [(ff as u32).div_ceil(256), n as u32, 1], &[3]).await[0]);
     for t in 0..n {
         let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
         swiglu(&mut g, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
@@ -616,8 +637,7 @@ fn rmsnorm_and_swiglu_match_cpu() {
     }
 }
 
-#[test]
-fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
+pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
     let mut rng = Rng(900);
     let mut logits = rng.normals(3 * vocab);
@@ -638,7 +658,7 @@ fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0xFF; 4 * 4])),
             (5, Data::Storage(f32_bytes(&logits))),
         ];
-        let got = run(Kernel::Argmax, &header(), data, [1, 1, 1], &[3, 4]);
+        let got = run(Kernel::Argmax, &header(), data, [1, 1, 1], &[3, 4]).await;
         let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
         assert_eq!(ids[3], want, "row {row}: the id lands in its slot");
         assert_eq!(tokens[0], want, "row {row}: and becomes the next input token");
@@ -646,23 +666,50 @@ fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     }
 }
 
-#[test]
-fn shader_and_buffer_failures_are_typed_errors() {
-    let gpu = gpu();
-    let e = block_on(gpu.guarded("broken", GpuFault::Shader, || {
-        gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl("fn main( {".into()),
+pub async fn shader_and_buffer_failures_are_typed_errors() {
+    let gpu = gpu().await;
+    let e = gpu
+        .guarded("broken", GpuFault::Shader, || {
+            gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl("fn main( {".into()),
+            })
         })
-    }))
-    .unwrap_err();
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Gpu { kind: GpuFault::Shader, .. }), "{e}");
 
     let too_big = gpu.max_binding + 4;
-    let e = block_on(gpu.buffer("too big", too_big, wgpu::BufferUsages::STORAGE)).unwrap_err();
+    let e = gpu.buffer("too big", too_big, wgpu::BufferUsages::STORAGE).await.unwrap_err();
     assert!(matches!(e, Error::Gpu { kind: GpuFault::Limits, .. }), "{e}");
-    let e = block_on(gpu.buffer("past max_buffer_size", u64::MAX / 2, wgpu::BufferUsages::COPY_DST)).unwrap_err();
+    let e = gpu.buffer("past max_buffer_size", u64::MAX / 2, wgpu::BufferUsages::COPY_DST).await.unwrap_err();
     assert!(matches!(e, Error::Gpu { kind: GpuFault::Limits | GpuFault::OutOfMemory, .. }), "{e}");
     // The device still works after errors caught in scopes.
     gpu.check().unwrap();
+}
+
+/// The checks as native tests.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod native {
+    macro_rules! native {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                super::block_on(super::$name());
+            }
+        )*};
+    }
+
+    native!(
+        matvec_norm_segments_and_bias_match_cpu_for_every_type,
+        matvec_residual_add_and_swiglu_match_cpu_for_every_type,
+        matmul_tiles_match_cpu_for_every_type,
+        embedding_rows_match_dequantize_for_every_type,
+        rope_and_kv_store_match_cpu_normal_and_neox,
+        decode_attention_with_rope_and_kv_store_matches_cpu,
+        prefill_attention_is_causal_and_matches_cpu,
+        rmsnorm_and_swiglu_match_cpu,
+        argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
+        shader_and_buffer_failures_are_typed_errors,
+    );
 }

@@ -1,0 +1,171 @@
+// The npm package's WebGPU backend in headless Chromium with --enable-unsafe-webgpu (the adapter is
+// SwiftShader, a CPU implementation of the GPU: slow, so these tests keep forward passes few).
+// - backend "webgpu" answers the France prompt on the GPU path;
+// - backend "auto" finishes a generation on the CPU when the device is lost mid-generation;
+// - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
+// - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
+// - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER.
+// Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+
+const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const ARGS = ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+// A short context window keeps the GPU's KV cache and the CPU fallback's allocations small.
+const CONTEXT = 256;
+
+let server, browser;
+const pageErrors = [];
+
+before(async () => {
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** A page of the example (its import map names the package); `init` runs before the page's scripts. */
+async function openPage(init) {
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => pageErrors.push(e));
+  if (init) await page.addInitScript(init);
+  await page.goto(`${server.origin}/examples/browser/index.html`);
+  return page;
+}
+
+/** Keep each GPUDevice the page requests in window.devices (to lose one on purpose). */
+function recordDevices() {
+  window.devices = [];
+  const request = GPUAdapter.prototype.requestDevice;
+  GPUAdapter.prototype.requestDevice = async function (...args) {
+    const device = await request.apply(this, args);
+    window.devices.push(device);
+    return device;
+  };
+}
+
+test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { timeout: 1_200_000 }, async () => {
+  const page = await openPage();
+  const r = await page.evaluate(
+    async ({ prompt, context }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const t0 = performance.now();
+      const llm = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context });
+      const loadMs = performance.now() - t0;
+      const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
+      return { info: llm.info(), ids: result.ids, text: result.text, timings: result.timings, loadMs };
+    },
+    { prompt: FRANCE.prompt, context: CONTEXT },
+  );
+  assert.equal(r.info.backend, 'webgpu');
+  assert.equal(r.info.requestedBackend, 'webgpu');
+  assert.equal(r.info.fallback, null);
+  assert.deepEqual(r.ids, FRANCE.ids);
+  assert.equal(r.text, FRANCE.text);
+  console.log(`WebGPU in Chromium: load ${r.loadMs.toFixed(0)} ms, prefill ${r.timings.prefillMs.toFixed(0)} ms, decode ${r.timings.decodeMs.toFixed(0)} ms`);
+  await page.close();
+});
+
+test('backend "auto": a device lost mid-generation, the generation finishes on the CPU', { timeout: 600_000 }, async () => {
+  const page = await openPage(recordDevices);
+  const r = await page.evaluate(
+    async ({ prompt, context }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      // SwiftShader is a software adapter, which "auto" would skip (slower than the CPU engine):
+      // gpuAllowSoftware lets this test run "auto" on it.
+      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context, gpuAllowSoftware: true });
+      const before = llm.info();
+      const ids = [];
+      for await (const chunk of llm.generate(prompt, { temperature: 0, maxTokens: 8 })) {
+        ids.push(chunk.id);
+        if (ids.length === 1) window.devices.forEach((d) => d.destroy());
+      }
+      return { before, after: llm.info(), ids };
+    },
+    { prompt: FRANCE.prompt, context: CONTEXT },
+  );
+  assert.equal(r.before.backend, 'webgpu');
+  assert.equal(r.after.backend, 'cpu');
+  assert.equal(r.after.fallback?.code, 'E_GPU_DEVICE_LOST', JSON.stringify(r.after.fallback));
+  assert.deepEqual(r.ids, FRANCE.ids);
+  await page.close();
+});
+
+test('limits too small for the model: E_GPU_LIMITS under "webgpu", the CPU under "auto"', { timeout: 300_000 }, async () => {
+  const page = await openPage();
+  const r = await page.evaluate(
+    async ({ prompt, context }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      // No weight row fits in a 256-byte binding.
+      const limits = { contextSize: context, gpuMaxBindingBytes: 256, gpuAllowSoftware: true };
+      const webgpu = await LLM.load('/model.gguf', { ...limits, backend: 'webgpu' }).then(
+        () => 'loaded',
+        (e) => `${e.code}: ${e.message}`,
+      );
+      const llm = await LLM.load('/model.gguf', { ...limits, backend: 'auto' });
+      const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
+      return { webgpu, info: llm.info(), ids: result.ids };
+    },
+    { prompt: FRANCE.prompt, context: CONTEXT },
+  );
+  assert.match(r.webgpu, /^E_GPU_LIMITS: /);
+  assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.fallback?.code, 'E_GPU_LIMITS');
+  assert.deepEqual(r.ids, FRANCE.ids);
+  await page.close();
+});
+
+test('backend "auto" skips a software adapter (SwiftShader) and runs on the CPU', { timeout: 300_000 }, async () => {
+  const page = await openPage();
+  const r = await page.evaluate(async (context) => {
+    const { LLM } = await import('@ruvector/ruvllm');
+    const adapter = await navigator.gpu.requestAdapter();
+    const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
+    const gpuBuildFetched = performance.getEntriesByType('resource').some((e) => e.name.includes('/wasm-gpu/'));
+    return { software: adapter.info.isFallbackAdapter, info: llm.info(), gpuBuildFetched };
+  }, CONTEXT);
+  assert.equal(r.software, true, 'Chromium flags SwiftShader as a fallback adapter');
+  assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.fallback?.code, 'E_GPU_NO_ADAPTER');
+  assert.match(r.info.fallback.message, /only a software adapter/);
+  assert.equal(r.gpuBuildFetched, false, 'the CPU build runs: the WebGPU build is not even fetched');
+  await page.close();
+});
+
+test('a page without WebGPU: "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER', { timeout: 300_000 }, async () => {
+  const page = await openPage(() => delete Navigator.prototype.gpu);
+  const r = await page.evaluate(
+    async ({ prompt, context }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const webgpu = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context }).then(
+        () => 'loaded',
+        (e) => `${e.code}: ${e.message}`,
+      );
+      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
+      const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
+      const gpuBuildFetched = performance.getEntriesByType('resource').some((e) => e.name.includes('/wasm-gpu/'));
+      return { hasGpu: 'gpu' in navigator, webgpu, info: llm.info(), text: result.text, gpuBuildFetched };
+    },
+    { prompt: FRANCE.prompt, context: CONTEXT },
+  );
+  assert.equal(r.hasGpu, false);
+  assert.match(r.webgpu, /^E_GPU_NO_ADAPTER: WebGPU is not available here/);
+  assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.requestedBackend, 'auto');
+  assert.equal(r.info.fallback?.code, 'E_GPU_NO_ADAPTER');
+  assert.equal(r.text, FRANCE.text);
+  assert.equal(r.gpuBuildFetched, false, 'the CPU build runs: the WebGPU build is not even fetched');
+  await page.close();
+});
+
+test('no uncaught errors in the pages', () => {
+  assert.deepEqual(pageErrors.map(String), []);
+});
