@@ -92,10 +92,10 @@ pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {
     (bq, bk)
 }
 
-/// Most key chunks per head in decode attention: the merge keeps one weight per head and chunk in
+/// Most key chunks per head in decode attention: the merge keeps each chunk's max and sum in
 /// workgroup memory (at most 8 KiB of it).
 pub(crate) fn max_chunks(n_heads: usize) -> usize {
-    (2048 / n_heads).clamp(1, 32)
+    (1024 / n_heads).clamp(1, 32)
 }
 
 /// The model-shape constants every kernel of this model sees.
