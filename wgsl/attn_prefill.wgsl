@@ -1,8 +1,11 @@
 // Prefill attention: causal, tiled. A workgroup takes BQ consecutive query tokens of one head and
 // walks the cached keys in tiles of BK, sharing each key and value tile in workgroup memory, with
 // an online softmax per query row. Invocation (qi, kj) scores query qi against key kj of a tile
-// and owns output dimensions kj, kj + BK, ... of query qi. BQ and BK come from the header
-// (BQ * BK invocations; BQ * HEAD_DIM + BK * HEAD_DIM floats of workgroup memory).
+// and owns output dimensions kj, kj + BK, ... of query qi (at most 8: HEAD_DIM <= 128, BK = 16),
+// kept in separate registers (a dynamically indexed local array can end up in slow local memory).
+// Tile rows are padded by one float so that the 16 keys of a score step fall in distinct banks.
+// BQ and BK come from the header (BQ * BK invocations; BQ * HEAD_DIM + BK * (HEAD_DIM + 1) +
+// 2 * BQ * BK floats of workgroup memory).
 
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> att: array<f32>;
@@ -12,10 +15,12 @@
 
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
 const DIMS: u32 = HEAD_DIM / BK; // output dimensions per invocation
+const STRIDE: u32 = HEAD_DIM + 1u; // floats per tile row
 
 var<workgroup> qs: array<f32, BQ * HEAD_DIM>;
-var<workgroup> kv: array<f32, BK * HEAD_DIM>;
+var<workgroup> kv: array<f32, BK * STRIDE>;
 var<workgroup> s_sh: array<f32, BQ * BK>;
+var<workgroup> p_sh: array<f32, BQ * BK>;
 
 // Keys (or values) of positions k0 .. k0 + BK of kv head kvh into kv (zeros past the cache).
 fn load_tile(lid: u32, k0: u32, kvh: u32, values: bool) {
@@ -31,9 +36,18 @@ fn load_tile(lid: u32, k0: u32, kvh: u32, values: bool) {
                 x = unpack2x16float(k_cache[w]);
             }
         }
-        kv[j * HEAD_DIM + 2u * e] = x.x;
-        kv[j * HEAD_DIM + 2u * e + 1u] = x.y;
+        kv[j * STRIDE + 2u * e] = x.x;
+        kv[j * STRIDE + 2u * e + 1u] = x.y;
     }
+}
+
+// Output dimension d of query qi over the value tile: sum over keys j of p[qi][j] * v[j][d].
+fn pv(qi: u32, d: u32) -> f32 {
+    var acc = 0.0;
+    for (var j = 0u; j < BK; j++) {
+        acc += p_sh[qi * BK + j] * kv[j * STRIDE + d];
+    }
+    return acc;
 }
 
 @compute @workgroup_size(BQ * BK)
@@ -60,21 +74,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let k_end = step.pos0 + min(t0 + BQ, step.n);
     var m = NEG_BIG;
     var l = 0.0;
-    var o: array<f32, DIMS>;
-    for (var e = 0u; e < DIMS; e++) {
-        o[e] = 0.0;
-    }
+    var o0 = 0.0;
+    var o1 = 0.0;
+    var o2 = 0.0;
+    var o3 = 0.0;
+    var o4 = 0.0;
+    var o5 = 0.0;
+    var o6 = 0.0;
+    var o7 = 0.0;
     for (var k0 = 0u; k0 < k_end; k0 += BK) {
         workgroupBarrier();
         load_tile(lid, k0, kvh, false);
         workgroupBarrier();
         var s = NEG_BIG;
         if (valid && k0 + kj <= qpos) {
-            var dot = 0.0;
+            var qk = 0.0;
             for (var d = 0u; d < HEAD_DIM; d++) {
-                dot += qs[qi * HEAD_DIM + d] * kv[kj * HEAD_DIM + d];
+                qk += qs[qi * HEAD_DIM + d] * kv[kj * STRIDE + d];
             }
-            s = dot * SCALE;
+            s = qk * SCALE;
         }
         s_sh[lid] = s;
         workgroupBarrier();
@@ -83,29 +101,35 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             tile_max = max(tile_max, s_sh[qi * BK + j]);
         }
         let m_new = max(m, tile_max);
-        var p: array<f32, BK>;
-        var p_sum = 0.0;
-        for (var j = 0u; j < BK; j++) {
-            p[j] = exp(s_sh[qi * BK + j] - m_new);
-            p_sum += p[j];
-        }
+        p_sh[lid] = exp(s - m_new);
         let alpha = exp(m - m_new);
-        l = l * alpha + p_sum;
         m = m_new;
         workgroupBarrier();
+        var p_sum = 0.0;
+        for (var j = 0u; j < BK; j++) {
+            p_sum += p_sh[qi * BK + j];
+        }
+        l = l * alpha + p_sum;
         load_tile(lid, k0, kvh, true);
         workgroupBarrier();
-        for (var e = 0u; e < DIMS; e++) {
-            var acc = o[e] * alpha;
-            for (var j = 0u; j < BK; j++) {
-                acc += p[j] * kv[j * HEAD_DIM + kj + BK * e];
-            }
-            o[e] = acc;
-        }
+        o0 = o0 * alpha + pv(qi, kj);
+        if (DIMS > 1u) { o1 = o1 * alpha + pv(qi, kj + BK); }
+        if (DIMS > 2u) { o2 = o2 * alpha + pv(qi, kj + 2u * BK); }
+        if (DIMS > 3u) { o3 = o3 * alpha + pv(qi, kj + 3u * BK); }
+        if (DIMS > 4u) { o4 = o4 * alpha + pv(qi, kj + 4u * BK); }
+        if (DIMS > 5u) { o5 = o5 * alpha + pv(qi, kj + 5u * BK); }
+        if (DIMS > 6u) { o6 = o6 * alpha + pv(qi, kj + 6u * BK); }
+        if (DIMS > 7u) { o7 = o7 * alpha + pv(qi, kj + 7u * BK); }
     }
     if (valid) {
-        for (var e = 0u; e < DIMS; e++) {
-            att[t * Q_DIM + h * HEAD_DIM + kj + BK * e] = o[e] / l;
-        }
+        let b = t * Q_DIM + h * HEAD_DIM + kj;
+        att[b] = o0 / l;
+        if (DIMS > 1u) { att[b + BK] = o1 / l; }
+        if (DIMS > 2u) { att[b + 2u * BK] = o2 / l; }
+        if (DIMS > 3u) { att[b + 3u * BK] = o3 / l; }
+        if (DIMS > 4u) { att[b + 4u * BK] = o4 / l; }
+        if (DIMS > 5u) { att[b + 5u * BK] = o5 / l; }
+        if (DIMS > 6u) { att[b + 6u * BK] = o6 / l; }
+        if (DIMS > 7u) { att[b + 7u * BK] = o7 / l; }
     }
 }

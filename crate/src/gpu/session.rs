@@ -15,8 +15,9 @@ use super::model::{GpuModel, MatLoc};
 use super::shaders::{self, Input, Kernel, OutMode};
 use crate::error::{GpuFault, Result};
 
-/// Keys per decode-attention workgroup step (its workgroup size).
-const CHUNK_STEP: usize = 128;
+/// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
+/// each: small chunks spread a short context over more workgroups (each finishes sooner).
+const CHUNK_STEP: usize = 32;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
 /// Bytes between the parameter blocks of consecutive ops (the uniform offset alignment).
@@ -38,7 +39,7 @@ enum Grid {
     PerToken(u32),
     /// One workgroup per token.
     Tokens,
-    /// Matmul tiles of 64 rows by 64 tokens.
+    /// Matmul tiles of `shaders::MATMUL_TILE` rows by tokens.
     Tiles(u32),
     /// One workgroup per head and key chunk.
     AttnDecode {
@@ -476,7 +477,7 @@ fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, step: &Step) {
         Grid::Fixed(g) => g,
         Grid::PerToken(x) => [x, n, 1],
         Grid::Tokens => [n, 1, 1],
-        Grid::Tiles(rows) => [rows.div_ceil(64), n.div_ceil(64), 1],
+        Grid::Tiles(rows) => [rows.div_ceil(shaders::MATMUL_TILE.0), n.div_ceil(shaders::MATMUL_TILE.1), 1],
         Grid::AttnDecode { heads } => [heads, step.n_chunks, 1],
         Grid::AttnPrefill { heads, bq } => [n.div_ceil(bq), heads, 1],
     };

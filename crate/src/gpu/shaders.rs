@@ -84,6 +84,9 @@ pub(crate) enum Kernel {
     Argmax,
 }
 
+/// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
+pub(crate) const MATMUL_TILE: (u32, u32) = (32, 32);
+
 /// Prefill attention tile: `BQ` queries by `BK` keys, sized so that the query and key tiles fit in
 /// the default 16 KiB of workgroup memory.
 pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {

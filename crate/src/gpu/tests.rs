@@ -337,8 +337,8 @@ fn matmul_tiles_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(300 + i as u64);
         let cols = if ty.block_size() == 256 { 512 } else { 96 };
-        let seg_rows = [50, 21]; // 71 rows: two row tiles
-        let n = 70; // two token tiles
+        let seg_rows = [50, 21]; // 71 rows: several row tiles
+        let n = 70; // several token tiles
         let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
         let (w, offs) = pack(&mats.iter().map(Vec::as_slice).collect::<Vec<_>>());
         let segs: Vec<(u64, usize)> = offs.iter().copied().zip(seg_rows).collect();
@@ -347,7 +347,8 @@ fn matmul_tiles_match_cpu_for_every_type() {
         let x = rng.normals(n * cols);
         let bias = rng.normals(col0 + total);
         let rows: Vec<Vec<f32>> = mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
-        let grid = [(total as u32).div_ceil(64), (n as u32).div_ceil(64), 1];
+        let (tm, tn) = shaders::MATMUL_TILE;
+        let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
         for mode in [OutMode::Store, OutMode::Add] {
             let with_bias = mode == OutMode::Store;
             let out0 = rng.normals(n * stride);
