@@ -3,24 +3,14 @@
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 @group(0) @binding(6) var<storage, read> norm_w: array<f32>;
 
-const TILE: u32 = 1024u;
-
 var<workgroup> norm_red: array<f32, 256>;
-// Values 4 * lid .. +4 of the first tile (x and the norm weight), loaded once by invocation lid,
-// which is also the one that stages them (matvec's first tile: invocation i stages values 4i..).
-var<private> first_x: vec4<f32>;
-var<private> first_w: vec4<f32>;
 
 fn input_prepare(lid: u32) {
     let base = (step.n - 1u) * op.cols;
     var ss = 0.0;
-    for (var i = 4u * lid; i < op.cols; i += 1024u) {
-        let x = vec4<f32>(x_in[base + i], x_in[base + i + 1u], x_in[base + i + 2u], x_in[base + i + 3u]);
-        if (i < TILE) {
-            first_x = x;
-            first_w = vec4<f32>(norm_w[i], norm_w[i + 1u], norm_w[i + 2u], norm_w[i + 3u]);
-        }
-        ss += dot(x, x);
+    for (var i = lid; i < op.cols; i += 256u) {
+        let v = x_in[base + i];
+        ss += v * v;
     }
     norm_red[lid] = ss;
     workgroupBarrier();
@@ -34,9 +24,6 @@ fn input_prepare(lid: u32) {
 
 fn input_load4(i: u32) -> vec4<f32> {
     let scale = 1.0 / sqrt(norm_red[0] / f32(op.cols) + EPS);
-    if (i < TILE) {
-        return (first_x * scale) * first_w;
-    }
     let b = (step.n - 1u) * op.cols + i;
     let x = vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]);
     return (x * scale) * vec4<f32>(norm_w[i], norm_w[i + 1u], norm_w[i + 2u], norm_w[i + 3u]);

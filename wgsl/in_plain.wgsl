@@ -1,10 +1,6 @@
 // Matvec input stage: the last token's row of x as it is.
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 
-// Values staged per tile: the long rows of ffn_down (e.g. 1536) in one tile, so that all of a
-// row's weight loads are issued at once.
-const TILE: u32 = 2048u;
-
 fn input_prepare(lid: u32) {}
 
 fn input_load4(i: u32) -> vec4<f32> {

@@ -5,18 +5,17 @@
 // A workgroup of 64 invocations computes a 32-row x 32-token tile; each invocation 4 rows x 4
 // tokens, held in four vec4 registers (not an array: a dynamically indexed local array can end up
 // in slow local memory). Small tiles give the small matrices of a short prompt enough workgroups
-// to fill the GPU. Weights are dequantized into workgroup memory 64 columns at a time, next to the
-// matching slice of X (8 KiB each: the 16 KiB default); long slices make few rounds of global
-// loads and barriers. OUT_MODE: 0 store, 1 add (residual).
+// to fill the GPU. Weights are dequantized into workgroup memory 32 columns at a time, next to the
+// matching slice of X. OUT_MODE: 0 store, 1 add (residual).
 
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 
 const TM: u32 = 32u;
 const TN: u32 = 32u;
-const TK: u32 = 64u;
+const TK: u32 = 32u;
 
-var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
-var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
+var<workgroup> ws: array<vec4<f32>, 256>; // [TK][TM / 4]
+var<workgroup> xt: array<vec4<f32>, 256>; // [TK][TN / 4]
 
 // Eight weights of a row (zeros past the last row and column: float matrices may have a
 // multiple of 16 columns).
@@ -78,10 +77,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t0 = wg.y * TN;
     let row_bytes = op.cols / QK * BLOCK_BYTES;
 
-    // Loading roles: each invocation dequantizes 32 columns of one weight row and loads 32
-    // columns of one token row (as four groups of 8).
+    // Loading roles: each invocation dequantizes 16 columns of one weight row and loads 16
+    // columns of one token row (as two halves of 8).
     let l_i = lid / 2u;
-    let l_k = (lid % 2u) * 32u;
+    let l_k = (lid % 2u) * 16u;
     let lw_valid = r0 + l_i < n_rows;
     var lw_off = 0u;
     if (lw_valid) {
@@ -99,34 +98,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     // The next slice of W and X is loaded into registers while the current one, in workgroup
     // memory, is multiplied: global loads overlap the arithmetic.
-    var x0 = load_x(lx_valid, t0 + l_i, l_k);
-    var x1 = load_x(lx_valid, t0 + l_i, l_k + 8u);
-    var x2 = load_x(lx_valid, t0 + l_i, l_k + 16u);
-    var x3 = load_x(lx_valid, t0 + l_i, l_k + 24u);
     var d0 = load_w(lw_valid, lw_off, l_k);
     var d1 = load_w(lw_valid, lw_off, l_k + 8u);
-    var d2 = load_w(lw_valid, lw_off, l_k + 16u);
-    var d3 = load_w(lw_valid, lw_off, l_k + 24u);
+    var x0 = load_x(lx_valid, t0 + l_i, l_k);
+    var x1 = load_x(lx_valid, t0 + l_i, l_k + 8u);
     for (var k0 = 0u; k0 < op.cols; k0 += TK) {
         put_w(l_k, l_i, d0);
         put_w(l_k + 8u, l_i, d1);
-        put_w(l_k + 16u, l_i, d2);
-        put_w(l_k + 24u, l_i, d3);
         put_x(l_k, l_i, x0);
         put_x(l_k + 8u, l_i, x1);
-        put_x(l_k + 16u, l_i, x2);
-        put_x(l_k + 24u, l_i, x3);
         workgroupBarrier();
         if (k0 + TK < op.cols) {
             let k = k0 + TK + l_k;
-            x0 = load_x(lx_valid, t0 + l_i, k);
-            x1 = load_x(lx_valid, t0 + l_i, k + 8u);
-            x2 = load_x(lx_valid, t0 + l_i, k + 16u);
-            x3 = load_x(lx_valid, t0 + l_i, k + 24u);
             d0 = load_w(lw_valid, lw_off, k);
             d1 = load_w(lw_valid, lw_off, k + 8u);
-            d2 = load_w(lw_valid, lw_off, k + 16u);
-            d3 = load_w(lw_valid, lw_off, k + 24u);
+            x0 = load_x(lx_valid, t0 + l_i, k);
+            x1 = load_x(lx_valid, t0 + l_i, k + 8u);
         }
         for (var k = 0u; k < TK; k++) {
             let w = ws[k * (TM / 4u) + tx];

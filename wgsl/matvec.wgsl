@@ -3,8 +3,7 @@
 // (dequant8), mat_common.wgsl, a bias function and an input stage (input_prepare, input_load4).
 //
 // A team of 32 invocations shares a row; a workgroup has 8 teams. The input is staged through
-// workgroup memory TILE values at a time (TILE, 1024 or 2048, comes with the input stage), so any
-// row length works under the 16 KiB default.
+// workgroup memory TILE values at a time, so any row length works under the 16 KiB default.
 // Each tile's weights are loaded into registers before the input is prepared and staged: the
 // weight loads do not depend on it, so their latency overlaps the input stage's.
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
@@ -12,8 +11,9 @@
 
 const TEAM: u32 = 32u;
 const ROWS: u32 = 8u;
+const TILE: u32 = 1024u; // 4 groups of 8 values per lane
 
-var<workgroup> xs: array<vec4<f32>, TILE / 4u>;
+var<workgroup> xs: array<vec4<f32>, 256>; // TILE / 4
 var<workgroup> red: array<f32, 512>;
 
 // Eight weights at column k of the row at byte `row` (zeros where `valid` is false).
@@ -54,31 +54,18 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let g = lane * 8u;
     for (var t0 = 0u; t0 < op.cols; t0 += TILE) {
         let n = min(TILE, op.cols - t0);
-        // Up to 8 groups of 8 values per lane and tile, each at g + 256 * j.
         let in0 = valid && g < n;
         let in1 = valid && g + 256u < n;
         let in2 = valid && g + 512u < n;
         let in3 = valid && g + 768u < n;
-        let in4 = valid && g + 1024u < n;
-        let in5 = valid && g + 1280u < n;
-        let in6 = valid && g + 1536u < n;
-        let in7 = valid && g + 1792u < n;
         let a0 = load8(in0, w0, t0 + g);
         let a1 = load8(in1, w0, t0 + g + 256u);
         let a2 = load8(in2, w0, t0 + g + 512u);
         let a3 = load8(in3, w0, t0 + g + 768u);
-        let a4 = load8(in4, w0, t0 + g + 1024u);
-        let a5 = load8(in5, w0, t0 + g + 1280u);
-        let a6 = load8(in6, w0, t0 + g + 1536u);
-        let a7 = load8(in7, w0, t0 + g + 1792u);
         let u0 = load8(in0 && paired, w1, t0 + g);
         let u1 = load8(in1 && paired, w1, t0 + g + 256u);
         let u2 = load8(in2 && paired, w1, t0 + g + 512u);
         let u3 = load8(in3 && paired, w1, t0 + g + 768u);
-        let u4 = load8(in4 && paired, w1, t0 + g + 1024u);
-        let u5 = load8(in5 && paired, w1, t0 + g + 1280u);
-        let u6 = load8(in6 && paired, w1, t0 + g + 1536u);
-        let u7 = load8(in7 && paired, w1, t0 + g + 1792u);
         if (t0 == 0u) {
             input_prepare(lid);
         }
@@ -87,14 +74,22 @@ fn main(@builtin(local_invocation_index) lid: u32,
             xs[i] = input_load4(t0 + 4u * i);
         }
         workgroupBarrier();
-        if (in0) { acc0 += dot8(a0, g); acc1 += dot8(u0, g); }
-        if (in1) { acc0 += dot8(a1, g + 256u); acc1 += dot8(u1, g + 256u); }
-        if (in2) { acc0 += dot8(a2, g + 512u); acc1 += dot8(u2, g + 512u); }
-        if (in3) { acc0 += dot8(a3, g + 768u); acc1 += dot8(u3, g + 768u); }
-        if (in4) { acc0 += dot8(a4, g + 1024u); acc1 += dot8(u4, g + 1024u); }
-        if (in5) { acc0 += dot8(a5, g + 1280u); acc1 += dot8(u5, g + 1280u); }
-        if (in6) { acc0 += dot8(a6, g + 1536u); acc1 += dot8(u6, g + 1536u); }
-        if (in7) { acc0 += dot8(a7, g + 1792u); acc1 += dot8(u7, g + 1792u); }
+        if (in0) {
+            acc0 += dot8(a0, g);
+            acc1 += dot8(u0, g);
+        }
+        if (in1) {
+            acc0 += dot8(a1, g + 256u);
+            acc1 += dot8(u1, g + 256u);
+        }
+        if (in2) {
+            acc0 += dot8(a2, g + 512u);
+            acc1 += dot8(u2, g + 512u);
+        }
+        if (in3) {
+            acc0 += dot8(a3, g + 768u);
+            acc1 += dot8(u3, g + 768u);
+        }
     }
     red[lid] = acc0;
     red[256u + lid] = acc1;
