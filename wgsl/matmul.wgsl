@@ -2,20 +2,19 @@
 // rows X, reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
 // (dequant8), mat_common.wgsl and a bias function.
 //
-// A workgroup of 64 invocations computes a 32-row x 32-token tile; each invocation 4 rows x 4
-// tokens, held in four vec4 registers (not an array: a dynamically indexed local array can end up
-// in slow local memory). Small tiles give the small matrices of a short prompt enough workgroups
-// to fill the GPU. Weights are dequantized into workgroup memory 32 columns at a time, next to the
-// matching slice of X. OUT_MODE: 0 store, 1 add (residual).
+// A workgroup computes a 64-row x 64-token tile; each invocation 4 rows x 4 tokens, held in four
+// vec4 registers (not an array: a dynamically indexed local array can end up in slow local memory).
+// Weights are dequantized into workgroup memory 32 columns at a time, next to the matching slice
+// of X (8 KiB each: the 16 KiB default). OUT_MODE: 0 store, 1 add (residual).
 
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 
-const TM: u32 = 32u;
-const TN: u32 = 32u;
+const TM: u32 = 64u;
+const TN: u32 = 64u;
 const TK: u32 = 32u;
 
-var<workgroup> ws: array<vec4<f32>, 256>; // [TK][TM / 4]
-var<workgroup> xt: array<vec4<f32>, 256>; // [TK][TN / 4]
+var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
+var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
 
 // Eight weights of a row (zeros past the last row and column: float matrices may have a
 // multiple of 16 columns).
@@ -69,7 +68,7 @@ fn store(t: u32, r0: u32, n: u32, n_rows: u32, acc: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let n_rows = op.seg_end[op.n_segs - 1u];
     let n = step.n;
@@ -77,10 +76,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t0 = wg.y * TN;
     let row_bytes = op.cols / QK * BLOCK_BYTES;
 
-    // Loading roles: each invocation dequantizes 16 columns of one weight row and loads 16
-    // columns of one token row (as two halves of 8).
-    let l_i = lid / 2u;
-    let l_k = (lid % 2u) * 16u;
+    // Loading roles: each invocation dequantizes 8 columns of one weight row and loads 8 columns
+    // of one token row.
+    let l_i = lid / 4u;
+    let l_k = (lid % 4u) * 8u;
     let lw_valid = r0 + l_i < n_rows;
     var lw_off = 0u;
     if (lw_valid) {
@@ -89,8 +88,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let lx_valid = t0 + l_i < n;
 
     // Compute role: rows r0 + 4 * tx .. +4, tokens t0 + 4 * ty .. +4.
-    let tx = lid % 8u;
-    let ty = lid / 8u;
+    let tx = lid % 16u;
+    let ty = lid / 16u;
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
@@ -98,22 +97,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     // The next slice of W and X is loaded into registers while the current one, in workgroup
     // memory, is multiplied: global loads overlap the arithmetic.
-    var d0 = load_w(lw_valid, lw_off, l_k);
-    var d1 = load_w(lw_valid, lw_off, l_k + 8u);
-    var x0 = load_x(lx_valid, t0 + l_i, l_k);
-    var x1 = load_x(lx_valid, t0 + l_i, l_k + 8u);
+    var d = load_w(lw_valid, lw_off, l_k);
+    var xv = load_x(lx_valid, t0 + l_i, l_k);
     for (var k0 = 0u; k0 < op.cols; k0 += TK) {
-        put_w(l_k, l_i, d0);
-        put_w(l_k + 8u, l_i, d1);
-        put_x(l_k, l_i, x0);
-        put_x(l_k + 8u, l_i, x1);
+        put_w(l_k, l_i, d);
+        put_x(l_k, l_i, xv);
         workgroupBarrier();
         if (k0 + TK < op.cols) {
-            let k = k0 + TK + l_k;
-            d0 = load_w(lw_valid, lw_off, k);
-            d1 = load_w(lw_valid, lw_off, k + 8u);
-            x0 = load_x(lx_valid, t0 + l_i, k);
-            x1 = load_x(lx_valid, t0 + l_i, k + 8u);
+            d = load_w(lw_valid, lw_off, k0 + TK + l_k);
+            xv = load_x(lx_valid, t0 + l_i, k0 + TK + l_k);
         }
         for (var k = 0u; k < TK; k++) {
             let w = ws[k * (TM / 4u) + tx];

@@ -85,7 +85,7 @@ pub(crate) enum Kernel {
 }
 
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
-pub(crate) const MATMUL_TILE: (u32, u32) = (32, 32);
+pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
 
 /// Prefill attention tile: `BQ` queries by `BK` keys, sized so that the query and key tiles fit in
 /// the default 16 KiB of workgroup memory.
