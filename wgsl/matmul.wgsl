@@ -5,7 +5,10 @@
 // A workgroup computes a 64-row x 64-token tile; each invocation 4 rows x 4 tokens, held in four
 // vec4 registers (not an array: a dynamically indexed local array can end up in slow local memory).
 // Weights are dequantized into workgroup memory 32 columns at a time, next to the matching slice
-// of X (8 KiB each: the 16 KiB default). OUT_MODE: 0 store, 1 add (residual).
+// of X (8 KiB each: the 16 KiB default). OUT_MODE: 0 store, 1 add (residual), 3 partial: the
+// workgroup's columns are split z of op.k_len each, and it stores its partial product at
+// [z][token][row] (rows packed) for split_reduce.wgsl to sum. A short prompt has few tiles, each
+// a long serial walk over the columns: splitting the columns puts more workgroups to work.
 
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 
@@ -16,18 +19,18 @@ const TK: u32 = 32u;
 var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
 var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
 
-// Eight weights of a row (zeros past the last row and column: float matrices may have a
-// multiple of 16 columns).
-fn load_w(valid: bool, row_off: u32, k: u32) -> Deq8 {
-    if (valid && k < op.cols) {
+// Eight weights of a row (zeros past the last row and the split's last column: float matrices
+// may have a multiple of 16 columns).
+fn load_w(valid: bool, row_off: u32, k: u32, k_end: u32) -> Deq8 {
+    if (valid && k < k_end) {
         return dequant8(row_off, k);
     }
     return Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
 }
 
-// Eight values of a token row (zeros past the last token and column).
-fn load_x(valid: bool, t: u32, k: u32) -> Deq8 {
-    if (valid && k < op.cols) {
+// Eight values of a token row (zeros past the last token and the split's last column).
+fn load_x(valid: bool, t: u32, k: u32, k_end: u32) -> Deq8 {
+    if (valid && k < k_end) {
         let b = t * op.cols + k;
         return Deq8(vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]),
                     vec4<f32>(x_in[b + 4u], x_in[b + 5u], x_in[b + 6u], x_in[b + 7u]));
@@ -51,7 +54,7 @@ fn put_x(k: u32, i: u32, v: Deq8) {
     }
 }
 
-fn store(t: u32, r0: u32, n: u32, n_rows: u32, acc: vec4<f32>) {
+fn store(t: u32, r0: u32, n: u32, n_rows: u32, wg_z: u32, acc: vec4<f32>) {
     if (t >= n) {
         return;
     }
@@ -59,7 +62,9 @@ fn store(t: u32, r0: u32, n: u32, n_rows: u32, acc: vec4<f32>) {
         let r = r0 + i;
         if (r < n_rows) {
             let o = t * op.out_stride + op.out_col0 + r;
-            if (OUT_MODE == 0u) {
+            if (OUT_MODE == 3u) {
+                out[(wg_z * n + t) * n_rows + r] = acc[i];
+            } else if (OUT_MODE == 0u) {
                 out[o] = acc[i] + bias(r);
             } else {
                 out[o] += acc[i] + bias(r);
@@ -97,15 +102,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     // The next slice of W and X is loaded into registers while the current one, in workgroup
     // memory, is multiplied: global loads overlap the arithmetic.
-    var d = load_w(lw_valid, lw_off, l_k);
-    var xv = load_x(lx_valid, t0 + l_i, l_k);
-    for (var k0 = 0u; k0 < op.cols; k0 += TK) {
+    let k_begin = wg.z * op.k_len;
+    let k_end = min(k_begin + op.k_len, op.cols);
+    var d = load_w(lw_valid, lw_off, k_begin + l_k, k_end);
+    var xv = load_x(lx_valid, t0 + l_i, k_begin + l_k, k_end);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         put_w(l_k, l_i, d);
         put_x(l_k, l_i, xv);
         workgroupBarrier();
-        if (k0 + TK < op.cols) {
-            d = load_w(lw_valid, lw_off, k0 + TK + l_k);
-            xv = load_x(lx_valid, t0 + l_i, k0 + TK + l_k);
+        if (k0 + TK < k_end) {
+            d = load_w(lw_valid, lw_off, k0 + TK + l_k, k_end);
+            xv = load_x(lx_valid, t0 + l_i, k0 + TK + l_k, k_end);
         }
         for (var k = 0u; k < TK; k++) {
             let w = ws[k * (TM / 4u) + tx];
@@ -120,8 +127,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     let t = t0 + 4u * ty;
     let r = r0 + 4u * tx;
-    store(t, r, n, n_rows, acc0);
-    store(t + 1u, r, n, n_rows, acc1);
-    store(t + 2u, r, n, n_rows, acc2);
-    store(t + 3u, r, n, n_rows, acc3);
+    store(t, r, n, n_rows, wg.z, acc0);
+    store(t + 1u, r, n, n_rows, wg.z, acc1);
+    store(t + 2u, r, n, n_rows, wg.z, acc2);
+    store(t + 3u, r, n, n_rows, wg.z, acc3);
 }

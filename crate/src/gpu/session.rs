@@ -18,6 +18,8 @@ use crate::error::{GpuFault, Result};
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
 /// each: small chunks spread a short context over more workgroups (each finishes sooner).
 const CHUNK_STEP: usize = 32;
+/// Most column splits of a prefill matmul (see `split_count`).
+const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
 /// Bytes between the parameter blocks of consecutive ops (the uniform offset alignment).
@@ -39,8 +41,11 @@ enum Grid {
     PerToken(u32),
     /// One workgroup per token.
     Tokens,
-    /// Matmul tiles of `shaders::MATMUL_TILE` rows by tokens.
-    Tiles(u32),
+    /// Matmul tiles of `shaders::MATMUL_TILE` rows by tokens, by column splits.
+    Tiles {
+        rows: u32,
+        splits: u32,
+    },
     /// One workgroup per head and key chunk.
     AttnDecode {
         heads: u32,
@@ -101,6 +106,8 @@ struct Buffers {
     q_rot: wgpu::Buffer,
     att: wgpu::Buffer,
     part: wgpu::Buffer,
+    /// Partial products of split matmuls.
+    split: wgpu::Buffer,
     gu: wgpu::Buffer,
     h: wgpu::Buffer,
     logits: wgpu::Buffer,
@@ -169,7 +176,7 @@ impl GpuSession {
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
         let b = Buffers {
             step: gpu.buffer("step", 32, U::UNIFORM | U::COPY_DST).await?,
-            params: gpu.buffer("params", PARAM_SLOT * 512, U::UNIFORM | U::COPY_DST).await?,
+            params: gpu.buffer("params", PARAM_SLOT * 2048, U::UNIFORM | U::COPY_DST).await?,
             tokens: gpu.buffer("tokens", f32s(nb), storage).await?,
             x: gpu.buffer("x", f32s(nb * c.d_model), storage).await?,
             xb: gpu.buffer("xb", f32s(nb * c.d_model), storage).await?,
@@ -183,6 +190,10 @@ impl GpuSession {
                     storage,
                 )
                 .await?,
+            split: {
+                let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
+                gpu.buffer("split partials", f32s(MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
+            },
             gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
@@ -195,7 +206,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let mut builder = Builder { m: &m, b: &b, params: Vec::new() };
+        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new() };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
         let mut prefill_layers = Vec::new();
@@ -477,7 +488,9 @@ fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, step: &Step) {
         Grid::Fixed(g) => g,
         Grid::PerToken(x) => [x, n, 1],
         Grid::Tokens => [n, 1, 1],
-        Grid::Tiles(rows) => [rows.div_ceil(shaders::MATMUL_TILE.0), n.div_ceil(shaders::MATMUL_TILE.1), 1],
+        Grid::Tiles { rows, splits } => {
+            [rows.div_ceil(shaders::MATMUL_TILE.0), n.div_ceil(shaders::MATMUL_TILE.1), splits]
+        }
         Grid::AttnDecode { heads } => [heads, step.n_chunks, 1],
         Grid::AttnPrefill { heads, bq } => [n.div_ceil(bq), heads, 1],
     };
@@ -546,8 +559,20 @@ fn groups(mats: &[(&MatLoc, usize)]) -> Vec<Group> {
     out
 }
 
-/// The 48-byte `MatParams` uniform (mat_common.wgsl).
+/// The `MatParams` uniform (mat_common.wgsl) of an unsplit op.
 pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, out_col0: usize) -> Vec<u8> {
+    mat_params_split(segs, cols, out_stride, out_col0, cols, 1)
+}
+
+/// The 64-byte `MatParams` uniform of a matmul split into `splits` runs of `k_len` columns.
+pub(crate) fn mat_params_split(
+    segs: &[(u64, usize)],
+    cols: usize,
+    out_stride: usize,
+    out_col0: usize,
+    k_len: usize,
+    splits: usize,
+) -> Vec<u8> {
     let mut off = [0u32; 4];
     let mut end = [0u32; 4];
     let mut total = 0;
@@ -556,8 +581,22 @@ pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, 
         total += rows;
         end[i] = total as u32;
     }
-    let words = off.into_iter().chain(end).chain([cols as u32, out_stride as u32, out_col0 as u32, segs.len() as u32]);
-    words.flat_map(u32::to_le_bytes).collect()
+    let shape = [cols, out_stride, out_col0, segs.len(), k_len, splits, 0, 0].map(|v| v as u32);
+    off.into_iter().chain(end).chain(shape).flat_map(u32::to_le_bytes).collect()
+}
+
+/// Column splits for a prefill matmul of `rows` x `cols`: a short prompt has few tiles, and each
+/// walks all the columns serially, so the columns are split until there are about 128 workgroups
+/// at a 128-token batch (two token tiles), keeping at least 4 column slices per split and the
+/// partials within `capacity` bytes for `n_batch` tokens.
+fn split_count(rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
+    let (tm, _) = shaders::MATMUL_TILE;
+    let slices = cols.div_ceil(shaders::MATMUL_TK);
+    let mut s = 64usize.div_ceil(rows.div_ceil(tm as usize)).min(slices / 4).clamp(1, MAX_SPLITS);
+    while s > 1 && (s * n_batch * rows * 4) as u64 > capacity {
+        s -= 1;
+    }
+    s
 }
 
 /// Builds a session's ops: pipelines from the model's cache, one bind group each, and their
@@ -565,6 +604,7 @@ pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, 
 struct Builder<'a> {
     m: &'a GpuModel,
     b: &'a Buffers,
+    n_batch: usize,
     params: Vec<u8>,
 }
 
@@ -646,9 +686,23 @@ impl<'a> Builder<'a> {
         let MatOut { buf: out, stride: out_stride, mode, bias } = out;
         let mut ops = Vec::new();
         for g in groups(mats) {
-            let params = self.add_params(&mat_params(&g.segs, g.cols, out_stride, g.col0));
+            let splits = match input {
+                MatIn::Rows(_) => split_count(g.rows, g.cols, self.n_batch, self.b.split.size()),
+                _ => 1,
+            };
+            let tk = shaders::MATMUL_TK;
+            let k_len = g.cols.div_ceil(tk).div_ceil(splits) * tk;
+            let param_bytes = mat_params_split(&g.segs, g.cols, out_stride, g.col0, k_len, splits);
+            let params = self.add_params(&param_bytes);
             let (kernel, grid) = match input {
-                MatIn::Rows(_) => (Kernel::Matmul { ty: g.ty, mode, bias: bias.is_some() }, Grid::Tiles(g.rows as u32)),
+                MatIn::Rows(_) => {
+                    let mode = if splits > 1 { OutMode::Partial } else { mode };
+                    let bias = bias.is_some() && splits == 1;
+                    (
+                        Kernel::Matmul { ty: g.ty, mode, bias },
+                        Grid::Tiles { rows: g.rows as u32, splits: splits as u32 },
+                    )
+                }
                 MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn => {
                     let input = match input {
                         MatIn::Norm(..) => Input::Norm,
@@ -659,7 +713,7 @@ impl<'a> Builder<'a> {
                 }
             };
             let mut entries = self.common(g.arena, params);
-            entries.push((3, out.as_entire_binding()));
+            entries.push((3, if splits > 1 { self.b.split.as_entire_binding() } else { out.as_entire_binding() }));
             if let Some(bias) = bias {
                 entries.push((4, bias.as_entire_binding()));
             }
@@ -669,6 +723,20 @@ impl<'a> Builder<'a> {
                 MatIn::Attn => entries.push((5, self.b.part.as_entire_binding())),
             }
             ops.push(self.op(label, kernel, grid, entries).await?);
+            if splits > 1 {
+                let mut entries = vec![
+                    (1, self.add_params(&param_bytes)),
+                    (2, self.b.step.as_entire_binding()),
+                    (3, out.as_entire_binding()),
+                    (5, self.b.split.as_entire_binding()),
+                ];
+                if let Some(bias) = bias {
+                    entries.push((4, bias.as_entire_binding()));
+                }
+                let kernel = Kernel::SplitReduce { mode, bias: bias.is_some() };
+                let grid = Grid::PerToken((g.rows as u32).div_ceil(256));
+                ops.push(self.op("split_reduce", kernel, grid, entries).await?);
+            }
         }
         Ok(ops)
     }

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use super::device::Gpu;
-use super::session::{mat_params, rope_table, Step};
+use super::session::{mat_params, mat_params_split, rope_table, Step};
 use super::shaders::{self, Input, Kernel, OutMode};
 use super::{block_on, GpuOptions};
 use crate::error::{Error, GpuFault};
@@ -379,6 +379,55 @@ fn matmul_tiles_match_cpu_for_every_type() {
                     }
                     assert_close(&format!("{} {mode:?} token {t} row {r}", ty.name()), got, want, scale);
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn split_matmul_partials_sum_to_the_product() {
+    for ty in [GgmlType::Q4_1, GgmlType::F32] {
+        let mut rng = Rng(350);
+        let (rows, cols, n, splits) = (71, 320, 70, 3);
+        let k_len = 128; // splits of 128, 128 and 64 columns
+        let m = random_matrix(ty, rows, cols, &mut rng);
+        let w = dequantized(ty, &m, rows, cols);
+        let (stride, col0) = (rows + 3, 1);
+        let x = rng.normals(n * cols);
+        let bias = rng.normals(col0 + rows);
+        let out0 = rng.normals(n * stride);
+        let params = mat_params_split(&[(0, rows)], cols, stride, col0, k_len, splits);
+        let (tm, tn) = shaders::MATMUL_TILE;
+        let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
+        let data = vec![
+            (0, Data::Storage(m.clone())),
+            (1, Data::Uniform(params.clone())),
+            (2, step(n, 0)),
+            (3, Data::Storage(vec![0; splits * n * rows * 4])),
+            (5, Data::Storage(f32_bytes(&x))),
+        ];
+        let partial = Kernel::Matmul { ty, mode: OutMode::Partial, bias: false };
+        let part = run(partial, &header(), data, grid, &[3]).remove(0);
+        let data = vec![
+            (1, Data::Uniform(params)),
+            (2, step(n, 0)),
+            (3, Data::Storage(f32_bytes(&out0))),
+            (4, Data::Storage(f32_bytes(&bias))),
+            (5, Data::Storage(part)),
+        ];
+        let reduce = Kernel::SplitReduce { mode: OutMode::Add, bias: true };
+        let out = to_f32(&run(reduce, &header(), data, [(rows as u32).div_ceil(256), n as u32, 1], &[3])[0]);
+        for t in 0..n {
+            for c in 0..stride {
+                let got = out[t * stride + c];
+                if c < col0 || c >= col0 + rows {
+                    assert_eq!(got, out0[t * stride + c], "{}: column {c} is not the op's", ty.name());
+                    continue;
+                }
+                let r = c - col0;
+                let (want, scale) = dot(&w[r], &x[t * cols..(t + 1) * cols]);
+                let want = want + bias[c] as f64 + out0[t * stride + c] as f64;
+                assert_close(&format!("{} split token {t} row {r}", ty.name()), got, want, scale);
             }
         }
     }
