@@ -5,7 +5,8 @@
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
 //! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
-//! layer. Prefill uses tiled matrix-matrix kernels and separate small kernels.
+//! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! short batch gives too few tiles to fill the GPU) and separate small kernels.
 
 use std::collections::HashMap;
 use std::sync::Arc;
