@@ -588,15 +588,16 @@ pub(crate) fn mat_params_split(
     off.into_iter().chain(end).chain(shape).flat_map(u32::to_le_bytes).collect()
 }
 
-/// Column splits for a prefill matmul of `rows` x `cols`: a short prompt has few tiles, and each
-/// walks all the columns serially, so the columns are split until there are about 128 workgroups
-/// at a 128-token batch (two token tiles), keeping at least 4 column slices per split and the
-/// partials within `capacity` bytes for `n_batch` tokens.
-fn split_count(rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
+/// Column splits for a prefill matmul of `rows` x `cols` (all the rows of the op's matrices, so that
+/// a matrix split over several buffers sums in the same order): a short prompt has few tiles, and
+/// each walks all the columns serially, so the columns are split until there are about 128
+/// workgroups at a 128-token batch (two token tiles), keeping at least 4 column slices per split
+/// and the partials of a dispatch's `group_rows` within `capacity` bytes for `n_batch` tokens.
+fn split_count(rows: usize, group_rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
     let (tm, _) = shaders::MATMUL_TILE;
     let slices = cols.div_ceil(shaders::MATMUL_TK);
     let mut s = 64usize.div_ceil(rows.div_ceil(tm as usize)).min(slices / 4).clamp(1, MAX_SPLITS);
-    while s > 1 && (s * n_batch * rows * 4) as u64 > capacity {
+    while s > 1 && (s * n_batch * group_rows * 4) as u64 > capacity {
         s -= 1;
     }
     s
@@ -688,9 +689,10 @@ impl<'a> Builder<'a> {
     ) -> Result<Vec<Op>> {
         let MatOut { buf: out, stride: out_stride, mode, bias } = out;
         let mut ops = Vec::new();
+        let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
         for g in groups(mats) {
             let splits = match input {
-                MatIn::Rows(_) => split_count(g.rows, g.cols, self.n_batch, self.b.split.size()),
+                MatIn::Rows(_) => split_count(rows, g.rows, g.cols, self.n_batch, self.b.split.size()),
                 _ => 1,
             };
             let tk = shaders::MATMUL_TK;
