@@ -9,7 +9,7 @@ struct MatParams {
     n_segs: u32,
     k_len: u32,          // matmul split over the columns: columns per split (cols when not split)
     splits: u32,         // number of splits (split_reduce.wgsl sums their partial products)
-    row_steps: u32,      // matvec: blocks of rows per workgroup
+    pad0: u32,
     pad1: u32,
 }
 

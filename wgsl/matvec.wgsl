@@ -19,69 +19,64 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    let wg_index = wg.y * nwg.x + wg.x;
-    // A workgroup takes op.row_steps blocks of ROWS rows (several for very tall matrices, e.g. the
-    // output head: fewer workgroups, each preparing the input once).
-    for (var rr = 0u; rr < op.row_steps; rr++) {
-        let paired = OUT_MODE == 2u;
-        let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
-        let row = (wg_index * op.row_steps + rr) * ROWS + lid / TEAM;
-        let lane = lid % TEAM;
-        let valid = row < n_rows;
-        let row_bytes = op.cols / QK * BLOCK_BYTES;
-        var w0 = 0u;
-        var w1 = 0u;
-        if (valid) {
-            if (paired) {
-                w0 = op.seg_off.x + row * row_bytes;
-                w1 = op.seg_off.y + row * row_bytes;
-            } else {
-                w0 = weight_row(row, row_bytes);
-            }
+    let paired = OUT_MODE == 2u;
+    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
+    let row = (wg.y * nwg.x + wg.x) * ROWS + lid / TEAM;
+    let lane = lid % TEAM;
+    let valid = row < n_rows;
+    let row_bytes = op.cols / QK * BLOCK_BYTES;
+    var w0 = 0u;
+    var w1 = 0u;
+    if (valid) {
+        if (paired) {
+            w0 = op.seg_off.x + row * row_bytes;
+            w1 = op.seg_off.y + row * row_bytes;
+        } else {
+            w0 = weight_row(row, row_bytes);
         }
-        var acc0 = 0.0;
-        var acc1 = 0.0;
-        for (var t0 = 0u; t0 < op.cols; t0 += TILE) {
-            let n = min(TILE, op.cols - t0);
-            workgroupBarrier();
-            for (var i = lid; i < n / 4u; i += 256u) {
-                xs[i] = input_load4(t0 + 4u * i);
-            }
-            workgroupBarrier();
-            if (valid) {
-                for (var g = lane * 8u; g < n; g += TEAM * 8u) {
-                    let xa = xs[g / 4u];
-                    let xb = xs[g / 4u + 1u];
-                    let a = dequant8(w0, t0 + g);
-                    acc0 += dot(a.lo, xa) + dot(a.hi, xb);
-                    if (paired) {
-                        let u = dequant8(w1, t0 + g);
-                        acc1 += dot(u.lo, xa) + dot(u.hi, xb);
-                    }
+    }
+    var acc0 = 0.0;
+    var acc1 = 0.0;
+    for (var t0 = 0u; t0 < op.cols; t0 += TILE) {
+        let n = min(TILE, op.cols - t0);
+        workgroupBarrier();
+        for (var i = lid; i < n / 4u; i += 256u) {
+            xs[i] = input_load4(t0 + 4u * i);
+        }
+        workgroupBarrier();
+        if (valid) {
+            for (var g = lane * 8u; g < n; g += TEAM * 8u) {
+                let xa = xs[g / 4u];
+                let xb = xs[g / 4u + 1u];
+                let a = dequant8(w0, t0 + g);
+                acc0 += dot(a.lo, xa) + dot(a.hi, xb);
+                if (paired) {
+                    let u = dequant8(w1, t0 + g);
+                    acc1 += dot(u.lo, xa) + dot(u.hi, xb);
                 }
             }
         }
-        red[lid] = acc0;
-        red[256u + lid] = acc1;
-        workgroupBarrier();
-        for (var s = TEAM / 2u; s > 0u; s >>= 1u) {
-            if (lane < s) {
-                red[lid] += red[lid + s];
-                red[256u + lid] += red[256u + lid + s];
-            }
-            workgroupBarrier();
+    }
+    red[lid] = acc0;
+    red[256u + lid] = acc1;
+    workgroupBarrier();
+    for (var s = TEAM / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            red[lid] += red[lid + s];
+            red[256u + lid] += red[256u + lid + s];
         }
-        if (valid && lane == 0u) {
-            let o = op.out_col0 + row;
-            let v = red[lid];
-            if (OUT_MODE == 0u) {
-                out[o] = v + bias(row);
-            } else if (OUT_MODE == 1u) {
-                out[o] += v + bias(row);
-            } else {
-                let u = red[256u + lid];
-                out[o] = v / (1.0 + exp(-v)) * u;
-            }
+        workgroupBarrier();
+    }
+    if (valid && lane == 0u) {
+        let o = op.out_col0 + row;
+        let v = red[lid];
+        if (OUT_MODE == 0u) {
+            out[o] = v + bias(row);
+        } else if (OUT_MODE == 1u) {
+            out[o] += v + bias(row);
+        } else {
+            let u = red[256u + lid];
+            out[o] = v / (1.0 + exp(-v)) * u;
         }
     }
 }

@@ -562,11 +562,10 @@ fn groups(mats: &[(&MatLoc, usize)]) -> Vec<Group> {
 
 /// The `MatParams` uniform (mat_common.wgsl) of an unsplit op.
 pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, out_col0: usize) -> Vec<u8> {
-    mat_params_split(segs, cols, out_stride, out_col0, cols, 1, 1)
+    mat_params_split(segs, cols, out_stride, out_col0, cols, 1)
 }
 
-/// The 64-byte `MatParams` uniform of a matmul split into `splits` runs of `k_len` columns, or of
-/// a matvec whose workgroups take `row_steps` blocks of rows.
+/// The 64-byte `MatParams` uniform of a matmul split into `splits` runs of `k_len` columns.
 pub(crate) fn mat_params_split(
     segs: &[(u64, usize)],
     cols: usize,
@@ -574,7 +573,6 @@ pub(crate) fn mat_params_split(
     out_col0: usize,
     k_len: usize,
     splits: usize,
-    row_steps: usize,
 ) -> Vec<u8> {
     let mut off = [0u32; 4];
     let mut end = [0u32; 4];
@@ -584,7 +582,7 @@ pub(crate) fn mat_params_split(
         total += rows;
         end[i] = total as u32;
     }
-    let shape = [cols, out_stride, out_col0, segs.len(), k_len, splits, row_steps, 0].map(|v| v as u32);
+    let shape = [cols, out_stride, out_col0, segs.len(), k_len, splits, 0, 0].map(|v| v as u32);
     off.into_iter().chain(end).chain(shape).flat_map(u32::to_le_bytes).collect()
 }
 
@@ -697,9 +695,7 @@ impl<'a> Builder<'a> {
             };
             let tk = shaders::MATMUL_TK;
             let k_len = g.cols.div_ceil(tk).div_ceil(splits) * tk;
-            // Very tall matvecs (the output head) take several row blocks per workgroup.
-            let row_steps = if matches!(input, MatIn::Rows(_)) || g.rows < 16384 { 1 } else { 4 };
-            let param_bytes = mat_params_split(&g.segs, g.cols, out_stride, g.col0, k_len, splits, row_steps);
+            let param_bytes = mat_params_split(&g.segs, g.cols, out_stride, g.col0, k_len, splits);
             let params = self.add_params(&param_bytes);
             let (kernel, grid) = match input {
                 MatIn::Rows(_) => {
@@ -716,8 +712,7 @@ impl<'a> Builder<'a> {
                         MatIn::Plain(_) => Input::Plain,
                         _ => Input::Attn,
                     };
-                    let grid = matvec_grid(g.rows.div_ceil(row_steps));
-                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some() }, grid)
+                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some() }, matvec_grid(g.rows))
                 }
             };
             let mut entries = self.common(g.arena, params);

@@ -396,7 +396,7 @@ fn split_matmul_partials_sum_to_the_product() {
         let x = rng.normals(n * cols);
         let bias = rng.normals(col0 + rows);
         let out0 = rng.normals(n * stride);
-        let params = mat_params_split(&[(0, rows)], cols, stride, col0, k_len, splits, 1);
+        let params = mat_params_split(&[(0, rows)], cols, stride, col0, k_len, splits);
         let (tm, tn) = shaders::MATMUL_TILE;
         let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
         let data = vec![
