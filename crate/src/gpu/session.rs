@@ -815,14 +815,12 @@ impl<'a> Builder<'a> {
         self.op(label, Kernel::RmsNorm, Grid::Tokens, entries).await
     }
 
-    async fn swiglu(&self) -> Result<Op> {
+    /// SwiGLU into `h` from gate/up rows in `gu`, or from `splits` partial products there.
+    async fn swiglu(&self, gu: &wgpu::Buffer, splits: u32) -> Result<Op> {
         let ff = self.m.model.config.ffn_dim as u32;
-        let entries = vec![
-            (2, self.b.step.as_entire_binding()),
-            (3, self.b.h.as_entire_binding()),
-            (5, self.b.gu.as_entire_binding()),
-        ];
-        self.op("swiglu", Kernel::Swiglu, Grid::PerToken(ff.div_ceil(256)), entries).await
+        let entries =
+            vec![(2, self.b.step.as_entire_binding()), (3, self.b.h.as_entire_binding()), (5, gu.as_entire_binding())];
+        self.op("swiglu", Kernel::Swiglu { splits }, Grid::PerToken(ff.div_ceil(256)), entries).await
     }
 
     async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
@@ -869,7 +867,7 @@ impl<'a> Builder<'a> {
                 )
                 .await?,
             );
-            ops.push(self.swiglu().await?);
+            ops.push(self.swiglu(&b.gu, 1).await?);
         }
         ops.extend(
             self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, OutMode::Add, None))
@@ -902,10 +900,21 @@ impl<'a> Builder<'a> {
         );
         ops.push(self.rmsnorm("rmsnorm", &lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
-        ops.extend(
-            self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?,
-        );
-        ops.push(self.swiglu().await?);
+        let mut gu_ops =
+            self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?;
+        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
+        let split = match gu_ops.as_slice() {
+            [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => Some(*splits),
+            _ => None,
+        };
+        if let Some(splits) = split {
+            gu_ops.pop();
+            ops.extend(gu_ops);
+            ops.push(self.swiglu(&b.split, splits).await?);
+        } else {
+            ops.extend(gu_ops);
+            ops.push(self.swiglu(&b.gu, 1).await?);
+        }
         ops.extend(
             self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?,
         );

@@ -99,7 +99,10 @@ pub(crate) enum Kernel {
     AttnDecode,
     AttnPrefill,
     RmsNorm,
-    Swiglu,
+    /// SwiGLU of gate/up rows, summing `splits` partial products of a split matmul (1: plain rows).
+    Swiglu {
+        splits: u32,
+    },
     Argmax,
 }
 
@@ -189,7 +192,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.push(RMSNORM),
-        Kernel::Swiglu => parts.push(SWIGLU),
+        Kernel::Swiglu { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), SWIGLU]);
+        }
         Kernel::Argmax => parts.push(ARGMAX),
     }
     Some(parts.join("\n"))
@@ -208,7 +214,7 @@ pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
         Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
         Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
-        Kernel::Swiglu => &[2, 3, 5],
+        Kernel::Swiglu { .. } => &[2, 3, 5],
         Kernel::Argmax => &[2, 3, 4, 5],
     }
 }
