@@ -17,16 +17,37 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
 }
 
+// Logit i of the row, or NEG_BIG past its end.
+fn logit(base: u32, i: u32) -> f32 {
+    if (i < VOCAB) {
+        return logits[base + i];
+    }
+    return NEG_BIG;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32) {
     let base = step.logit_row * VOCAB;
     var bv = NEG_BIG;
     var bi = 0xFFFFFFFFu;
-    for (var i = lid; i < VOCAB; i += WG) {
-        let v = logits[base + i];
-        if (better(v, i, bv, bi)) {
-            bv = v;
-            bi = i;
+    // Eight independent loads per round, in flight together (one round trip each, not eight);
+    // ids rise within and across rounds, so the first of equal values is kept.
+    for (var i0 = lid; i0 < VOCAB; i0 += 8u * WG) {
+        var v: array<f32, 8>;
+        v[0] = logit(base, i0);
+        v[1] = logit(base, i0 + WG);
+        v[2] = logit(base, i0 + 2u * WG);
+        v[3] = logit(base, i0 + 3u * WG);
+        v[4] = logit(base, i0 + 4u * WG);
+        v[5] = logit(base, i0 + 5u * WG);
+        v[6] = logit(base, i0 + 6u * WG);
+        v[7] = logit(base, i0 + 7u * WG);
+        for (var k = 0u; k < 8u; k++) {
+            let i = i0 + k * WG;
+            if (i < VOCAB && better(v[k], i, bv, bi)) {
+                bv = v[k];
+                bi = i;
+            }
         }
     }
     best_v[lid] = bv;

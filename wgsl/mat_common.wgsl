@@ -1,4 +1,4 @@
-// Declarations shared by matvec.wgsl and matmul.wgsl.
+// Declarations shared by matvec.wgsl, matmul.wgsl and split_reduce.wgsl.
 
 struct MatParams {
     seg_off: vec4<u32>,  // byte offset in W of each segment's first row
@@ -7,6 +7,10 @@ struct MatParams {
     out_stride: u32,     // floats between the output rows of consecutive tokens (matmul)
     out_col0: u32,       // output column of this op's first row
     n_segs: u32,
+    k_len: u32,          // matmul split over the columns: columns per split (cols when not split)
+    splits: u32,         // number of splits (split_reduce.wgsl sums their partial products)
+    pad0: u32,
+    pad1: u32,
 }
 
 @group(0) @binding(1) var<uniform> op: MatParams;

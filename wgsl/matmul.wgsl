@@ -2,34 +2,75 @@
 // rows X, reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
 // (dequant8), mat_common.wgsl and a bias function.
 //
-// A workgroup computes a 64-row x 64-token tile; each invocation 4 rows x 4 tokens. Weights are
-// dequantized into workgroup memory 16 columns at a time, next to the matching slice of X.
-// OUT_MODE: 0 store, 1 add (residual).
+// A workgroup computes a 64-row x 64-token tile; each invocation 4 rows x 4 tokens, held in four
+// vec4 registers (not an array: a dynamically indexed local array can end up in slow local memory).
+// Weights are dequantized into workgroup memory 32 columns at a time, next to the matching slice
+// of X (8 KiB each: the 16 KiB default). OUT_MODE: 0 store, 1 add (residual), 3 partial: the
+// workgroup's columns are split z of op.k_len each, and it stores its partial product at
+// [z][token][row] (rows packed) for split_reduce.wgsl to sum. A short prompt has few tiles, each
+// a long serial walk over the columns: splitting the columns puts more workgroups to work.
 
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
-const TK: u32 = 16u;
+const TK: u32 = 32u;
 
-var<workgroup> ws: array<vec4<f32>, 256>; // [TK][TM / 4]
-var<workgroup> xt: array<vec4<f32>, 256>; // [TK][TN / 4]
+var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
+var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
 
-// Eight weights of a row (zeros past the last row; only invocations 0..128 load weights).
-fn load_w(valid: bool, row_off: u32, k: u32) -> Deq8 {
-    if (valid) {
+// Eight weights of a row (zeros past the last row and the split's last column: float matrices
+// may have a multiple of 16 columns).
+fn load_w(valid: bool, row_off: u32, k: u32, k_end: u32) -> Deq8 {
+    if (valid && k < k_end) {
         return dequant8(row_off, k);
     }
     return Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
 }
 
-// Four values of a token row (zeros past the last token).
-fn load_x(valid: bool, t: u32, k: u32) -> vec4<f32> {
-    if (valid) {
+// Eight values of a token row (zeros past the last token and the split's last column).
+fn load_x(valid: bool, t: u32, k: u32, k_end: u32) -> Deq8 {
+    if (valid && k < k_end) {
         let b = t * op.cols + k;
-        return vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]);
+        return Deq8(vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]),
+                    vec4<f32>(x_in[b + 4u], x_in[b + 5u], x_in[b + 6u], x_in[b + 7u]));
     }
-    return vec4<f32>(0.0);
+    return Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
+}
+
+// Columns k .. k + 8 of the slice into workgroup memory, transposed: element `i` (a row or a
+// token) of column k at [k][i / 4][i % 4].
+fn put_w(k: u32, i: u32, v: Deq8) {
+    for (var e = 0u; e < 4u; e++) {
+        ws[((k + e) * TM + i) / 4u][i % 4u] = v.lo[e];
+        ws[((k + 4u + e) * TM + i) / 4u][i % 4u] = v.hi[e];
+    }
+}
+
+fn put_x(k: u32, i: u32, v: Deq8) {
+    for (var e = 0u; e < 4u; e++) {
+        xt[((k + e) * TN + i) / 4u][i % 4u] = v.lo[e];
+        xt[((k + 4u + e) * TN + i) / 4u][i % 4u] = v.hi[e];
+    }
+}
+
+fn store(t: u32, r0: u32, n: u32, n_rows: u32, wg_z: u32, acc: vec4<f32>) {
+    if (t >= n) {
+        return;
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let r = r0 + i;
+        if (r < n_rows) {
+            let o = t * op.out_stride + op.out_col0 + r;
+            if (OUT_MODE == 3u) {
+                out[(wg_z * n + t) * n_rows + r] = acc[i];
+            } else if (OUT_MODE == 0u) {
+                out[o] = acc[i] + bias(r);
+            } else {
+                out[o] += acc[i] + bias(r);
+            }
+        }
+    }
 }
 
 @compute @workgroup_size(256)
@@ -40,69 +81,54 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t0 = wg.y * TN;
     let row_bytes = op.cols / QK * BLOCK_BYTES;
 
-    // Loading roles: invocations 0..128 dequantize 8 columns of one weight row each; all 256
-    // load 4 columns of one token row.
-    let lw_row = lid / 2u;
-    let lw_k = (lid % 2u) * 8u;
-    let lw_valid = lid < 128u && r0 + lw_row < n_rows;
+    // Loading roles: each invocation dequantizes 8 columns of one weight row and loads 8 columns
+    // of one token row.
+    let l_i = lid / 4u;
+    let l_k = (lid % 4u) * 8u;
+    let lw_valid = r0 + l_i < n_rows;
     var lw_off = 0u;
     if (lw_valid) {
-        lw_off = weight_row(r0 + lw_row, row_bytes);
+        lw_off = weight_row(r0 + l_i, row_bytes);
     }
-    let lx_tok = lid / 4u;
-    let lx_k = (lid % 4u) * 4u;
-    let lx_valid = t0 + lx_tok < n;
+    let lx_valid = t0 + l_i < n;
 
     // Compute role: rows r0 + 4 * tx .. +4, tokens t0 + 4 * ty .. +4.
     let tx = lid % 16u;
     let ty = lid / 16u;
-    var acc: array<vec4<f32>, 4>;
-    for (var j = 0u; j < 4u; j++) {
-        acc[j] = vec4<f32>(0.0);
-    }
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
 
     // The next slice of W and X is loaded into registers while the current one, in workgroup
     // memory, is multiplied: global loads overlap the arithmetic.
-    var d = load_w(lw_valid, lw_off, lw_k);
-    var xv = load_x(lx_valid, t0 + lx_tok, lx_k);
-    for (var k0 = 0u; k0 < op.cols; k0 += TK) {
-        if (lid < 128u) {
-            for (var e = 0u; e < 4u; e++) {
-                ws[((lw_k + e) * TM + lw_row) / 4u][lw_row % 4u] = d.lo[e];
-                ws[((lw_k + 4u + e) * TM + lw_row) / 4u][lw_row % 4u] = d.hi[e];
-            }
-        }
-        for (var e = 0u; e < 4u; e++) {
-            xt[((lx_k + e) * TN + lx_tok) / 4u][lx_tok % 4u] = xv[e];
-        }
+    let k_begin = wg.z * op.k_len;
+    let k_end = min(k_begin + op.k_len, op.cols);
+    var d = load_w(lw_valid, lw_off, k_begin + l_k, k_end);
+    var xv = load_x(lx_valid, t0 + l_i, k_begin + l_k, k_end);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
+        put_w(l_k, l_i, d);
+        put_x(l_k, l_i, xv);
         workgroupBarrier();
-        if (k0 + TK < op.cols) {
-            d = load_w(lw_valid, lw_off, k0 + TK + lw_k);
-            xv = load_x(lx_valid, t0 + lx_tok, k0 + TK + lx_k);
+        if (k0 + TK < k_end) {
+            d = load_w(lw_valid, lw_off, k0 + TK + l_k, k_end);
+            xv = load_x(lx_valid, t0 + l_i, k0 + TK + l_k, k_end);
         }
         for (var k = 0u; k < TK; k++) {
             let w = ws[k * (TM / 4u) + tx];
             let x = xt[k * (TN / 4u) + ty];
-            acc[0] += w * x.x;
-            acc[1] += w * x.y;
-            acc[2] += w * x.z;
-            acc[3] += w * x.w;
+            acc0 += w * x.x;
+            acc1 += w * x.y;
+            acc2 += w * x.z;
+            acc3 += w * x.w;
         }
         workgroupBarrier();
     }
 
-    for (var j = 0u; j < 4u; j++) {
-        let t = t0 + 4u * ty + j;
-        for (var i = 0u; i < 4u; i++) {
-            let r = r0 + 4u * tx + i;
-            if (t < n && r < n_rows) {
-                let o = t * op.out_stride + op.out_col0 + r;
-                if (OUT_MODE == 0u) {
-                    out[o] = acc[j][i] + bias(r);
-                } else {
-                    out[o] += acc[j][i] + bias(r);
-                }
-            }
-        }
-    }
+    let t = t0 + 4u * ty;
+    let r = r0 + 4u * tx;
+    store(t, r, n, n_rows, wg.z, acc0);
+    store(t + 1u, r, n, n_rows, wg.z, acc1);
+    store(t + 2u, r, n, n_rows, wg.z, acc2);
+    store(t + 3u, r, n, n_rows, wg.z, acc3);
 }

@@ -1,4 +1,6 @@
-// SwiGLU of the prefill feed-forward: h = silu(gate) * up, from rows [gate (FFN) | up (FFN)].
+// SwiGLU of the prefill feed-forward: h = silu(gate) * up, from rows [gate (FFN) | up (FFN)], or
+// from the SPLITS partial products of a split gate/up matmul ([split][token][2 FFN], summed here:
+// the split's reduce step folded in).
 
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> h: array<f32>;
@@ -11,7 +13,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (t >= step.n || r >= FFN) {
         return;
     }
-    let g = gu[t * 2u * FFN + r];
-    let u = gu[t * 2u * FFN + FFN + r];
+    var g = 0.0;
+    var u = 0.0;
+    for (var z = 0u; z < SPLITS; z++) {
+        let b = (z * step.n + t) * 2u * FFN + r;
+        g += gu[b];
+        u += gu[b + FFN];
+    }
     h[t * FFN + r] = g / (1.0 + exp(-g)) * u;
 }

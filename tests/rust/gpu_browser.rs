@@ -22,6 +22,7 @@ in_browser!(
     matvec_norm_segments_and_bias_match_cpu_for_every_type,
     matvec_residual_add_and_swiglu_match_cpu_for_every_type,
     matmul_tiles_match_cpu_for_every_type,
+    split_matmul_partials_sum_to_the_product,
     embedding_rows_match_dequantize_for_every_type,
     rope_and_kv_store_match_cpu_normal_and_neox,
     decode_attention_with_rope_and_kv_store_matches_cpu,

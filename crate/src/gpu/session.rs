@@ -5,7 +5,8 @@
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
 //! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
-//! layer. Prefill uses tiled matrix-matrix kernels and separate small kernels.
+//! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! short batch gives too few tiles to fill the GPU) and separate small kernels.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +16,11 @@ use super::model::{GpuModel, MatLoc};
 use super::shaders::{self, Input, Kernel, OutMode};
 use crate::error::{GpuFault, Result};
 
-/// Keys per decode-attention workgroup step (its workgroup size).
-const CHUNK_STEP: usize = 128;
+/// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
+/// each: small chunks spread a short context over more workgroups (each finishes sooner).
+const CHUNK_STEP: usize = 32;
+/// Most column splits of a prefill matmul (see `split_count`).
+const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
 /// Bytes between the parameter blocks of consecutive ops (the uniform offset alignment).
@@ -38,8 +42,11 @@ enum Grid {
     PerToken(u32),
     /// One workgroup per token.
     Tokens,
-    /// Matmul tiles of 64 rows by 64 tokens.
-    Tiles(u32),
+    /// Matmul tiles of `shaders::MATMUL_TILE` rows by tokens, by column splits.
+    Tiles {
+        rows: u32,
+        splits: u32,
+    },
     /// One workgroup per head and key chunk.
     AttnDecode {
         heads: u32,
@@ -100,6 +107,8 @@ struct Buffers {
     q_rot: wgpu::Buffer,
     att: wgpu::Buffer,
     part: wgpu::Buffer,
+    /// Partial products of split matmuls.
+    split: wgpu::Buffer,
     gu: wgpu::Buffer,
     h: wgpu::Buffer,
     logits: wgpu::Buffer,
@@ -168,7 +177,7 @@ impl GpuSession {
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
         let b = Buffers {
             step: gpu.buffer("step", 32, U::UNIFORM | U::COPY_DST).await?,
-            params: gpu.buffer("params", PARAM_SLOT * 512, U::UNIFORM | U::COPY_DST).await?,
+            params: gpu.buffer("params", PARAM_SLOT * 2048, U::UNIFORM | U::COPY_DST).await?,
             tokens: gpu.buffer("tokens", f32s(nb), storage).await?,
             x: gpu.buffer("x", f32s(nb * c.d_model), storage).await?,
             xb: gpu.buffer("xb", f32s(nb * c.d_model), storage).await?,
@@ -182,6 +191,10 @@ impl GpuSession {
                     storage,
                 )
                 .await?,
+            split: {
+                let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
+                gpu.buffer("split partials", f32s(MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
+            },
             gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
@@ -194,7 +207,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let mut builder = Builder { m: &m, b: &b, params: Vec::new() };
+        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new() };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
         let mut prefill_layers = Vec::new();
@@ -476,7 +489,9 @@ fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, step: &Step) {
         Grid::Fixed(g) => g,
         Grid::PerToken(x) => [x, n, 1],
         Grid::Tokens => [n, 1, 1],
-        Grid::Tiles(rows) => [rows.div_ceil(64), n.div_ceil(64), 1],
+        Grid::Tiles { rows, splits } => {
+            [rows.div_ceil(shaders::MATMUL_TILE.0), n.div_ceil(shaders::MATMUL_TILE.1), splits]
+        }
         Grid::AttnDecode { heads } => [heads, step.n_chunks, 1],
         Grid::AttnPrefill { heads, bq } => [n.div_ceil(bq), heads, 1],
     };
@@ -545,8 +560,20 @@ fn groups(mats: &[(&MatLoc, usize)]) -> Vec<Group> {
     out
 }
 
-/// The 48-byte `MatParams` uniform (mat_common.wgsl).
+/// The `MatParams` uniform (mat_common.wgsl) of an unsplit op.
 pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, out_col0: usize) -> Vec<u8> {
+    mat_params_split(segs, cols, out_stride, out_col0, cols, 1)
+}
+
+/// The 64-byte `MatParams` uniform of a matmul split into `splits` runs of `k_len` columns.
+pub(crate) fn mat_params_split(
+    segs: &[(u64, usize)],
+    cols: usize,
+    out_stride: usize,
+    out_col0: usize,
+    k_len: usize,
+    splits: usize,
+) -> Vec<u8> {
     let mut off = [0u32; 4];
     let mut end = [0u32; 4];
     let mut total = 0;
@@ -555,8 +582,23 @@ pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, 
         total += rows;
         end[i] = total as u32;
     }
-    let words = off.into_iter().chain(end).chain([cols as u32, out_stride as u32, out_col0 as u32, segs.len() as u32]);
-    words.flat_map(u32::to_le_bytes).collect()
+    let shape = [cols, out_stride, out_col0, segs.len(), k_len, splits, 0, 0].map(|v| v as u32);
+    off.into_iter().chain(end).chain(shape).flat_map(u32::to_le_bytes).collect()
+}
+
+/// Column splits for a prefill matmul of `rows` x `cols` (all the rows of the op's matrices, so that
+/// a matrix split over several buffers sums in the same order): a short prompt has few tiles, and
+/// each walks all the columns serially, so the columns are split until there are about 128
+/// workgroups at a 128-token batch (two token tiles), keeping at least 4 column slices per split
+/// and the partials of a dispatch's `group_rows` within `capacity` bytes for `n_batch` tokens.
+fn split_count(rows: usize, group_rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
+    let (tm, _) = shaders::MATMUL_TILE;
+    let slices = cols.div_ceil(shaders::MATMUL_TK);
+    let mut s = 64usize.div_ceil(rows.div_ceil(tm as usize)).min(slices / 4).clamp(1, MAX_SPLITS);
+    while s > 1 && (s * n_batch * group_rows * 4) as u64 > capacity {
+        s -= 1;
+    }
+    s
 }
 
 /// Builds a session's ops: pipelines from the model's cache, one bind group each, and their
@@ -564,6 +606,7 @@ pub(crate) fn mat_params(segs: &[(u64, usize)], cols: usize, out_stride: usize, 
 struct Builder<'a> {
     m: &'a GpuModel,
     b: &'a Buffers,
+    n_batch: usize,
     params: Vec<u8>,
 }
 
@@ -644,10 +687,25 @@ impl<'a> Builder<'a> {
     ) -> Result<Vec<Op>> {
         let MatOut { buf: out, stride: out_stride, mode, bias } = out;
         let mut ops = Vec::new();
+        let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
         for g in groups(mats) {
-            let params = self.add_params(&mat_params(&g.segs, g.cols, out_stride, g.col0));
+            let splits = match input {
+                MatIn::Rows(_) => split_count(rows, g.rows, g.cols, self.n_batch, self.b.split.size()),
+                _ => 1,
+            };
+            let tk = shaders::MATMUL_TK;
+            let k_len = g.cols.div_ceil(tk).div_ceil(splits) * tk;
+            let param_bytes = mat_params_split(&g.segs, g.cols, out_stride, g.col0, k_len, splits);
+            let params = self.add_params(&param_bytes);
             let (kernel, grid) = match input {
-                MatIn::Rows(_) => (Kernel::Matmul { ty: g.ty, mode, bias: bias.is_some() }, Grid::Tiles(g.rows as u32)),
+                MatIn::Rows(_) => {
+                    let mode = if splits > 1 { OutMode::Partial } else { mode };
+                    let bias = bias.is_some() && splits == 1;
+                    (
+                        Kernel::Matmul { ty: g.ty, mode, bias },
+                        Grid::Tiles { rows: g.rows as u32, splits: splits as u32 },
+                    )
+                }
                 MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn => {
                     let input = match input {
                         MatIn::Norm(..) => Input::Norm,
@@ -658,7 +716,7 @@ impl<'a> Builder<'a> {
                 }
             };
             let mut entries = self.common(g.arena, params);
-            entries.push((3, out.as_entire_binding()));
+            entries.push((3, if splits > 1 { self.b.split.as_entire_binding() } else { out.as_entire_binding() }));
             if let Some(bias) = bias {
                 entries.push((4, bias.as_entire_binding()));
             }
@@ -668,6 +726,20 @@ impl<'a> Builder<'a> {
                 MatIn::Attn => entries.push((5, self.b.part.as_entire_binding())),
             }
             ops.push(self.op(label, kernel, grid, entries).await?);
+            if splits > 1 {
+                let mut entries = vec![
+                    (1, self.add_params(&param_bytes)),
+                    (2, self.b.step.as_entire_binding()),
+                    (3, out.as_entire_binding()),
+                    (5, self.b.split.as_entire_binding()),
+                ];
+                if let Some(bias) = bias {
+                    entries.push((4, bias.as_entire_binding()));
+                }
+                let kernel = Kernel::SplitReduce { mode, bias: bias.is_some() };
+                let grid = Grid::PerToken((g.rows as u32).div_ceil(256));
+                ops.push(self.op("split_reduce", kernel, grid, entries).await?);
+            }
         }
         Ok(ops)
     }
@@ -743,14 +815,12 @@ impl<'a> Builder<'a> {
         self.op(label, Kernel::RmsNorm, Grid::Tokens, entries).await
     }
 
-    async fn swiglu(&self) -> Result<Op> {
+    /// SwiGLU into `h` from gate/up rows in `gu`, or from `splits` partial products there.
+    async fn swiglu(&self, gu: &wgpu::Buffer, splits: u32) -> Result<Op> {
         let ff = self.m.model.config.ffn_dim as u32;
-        let entries = vec![
-            (2, self.b.step.as_entire_binding()),
-            (3, self.b.h.as_entire_binding()),
-            (5, self.b.gu.as_entire_binding()),
-        ];
-        self.op("swiglu", Kernel::Swiglu, Grid::PerToken(ff.div_ceil(256)), entries).await
+        let entries =
+            vec![(2, self.b.step.as_entire_binding()), (3, self.b.h.as_entire_binding()), (5, gu.as_entire_binding())];
+        self.op("swiglu", Kernel::Swiglu { splits }, Grid::PerToken(ff.div_ceil(256)), entries).await
     }
 
     async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
@@ -797,7 +867,7 @@ impl<'a> Builder<'a> {
                 )
                 .await?,
             );
-            ops.push(self.swiglu().await?);
+            ops.push(self.swiglu(&b.gu, 1).await?);
         }
         ops.extend(
             self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, OutMode::Add, None))
@@ -830,10 +900,21 @@ impl<'a> Builder<'a> {
         );
         ops.push(self.rmsnorm("rmsnorm", &lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
-        ops.extend(
-            self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?,
-        );
-        ops.push(self.swiglu().await?);
+        let mut gu_ops =
+            self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?;
+        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
+        let split = match gu_ops.as_slice() {
+            [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => Some(*splits),
+            _ => None,
+        };
+        if let Some(splits) = split {
+            gu_ops.pop();
+            ops.extend(gu_ops);
+            ops.push(self.swiglu(&b.split, splits).await?);
+        } else {
+            ops.extend(gu_ops);
+            ops.push(self.swiglu(&b.gu, 1).await?);
+        }
         ops.extend(
             self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?,
         );

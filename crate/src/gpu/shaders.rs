@@ -22,6 +22,7 @@ const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
 const IN_ATTN: &str = wgsl!("in_attn.wgsl");
 const MATVEC: &str = wgsl!("matvec.wgsl");
 const MATMUL: &str = wgsl!("matmul.wgsl");
+const SPLIT_REDUCE: &str = wgsl!("split_reduce.wgsl");
 const EMBED: &str = wgsl!("embed.wgsl");
 const ROPE: &str = wgsl!("rope.wgsl");
 const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
@@ -57,6 +58,8 @@ pub(crate) enum OutMode {
     Add = 1,
     /// `silu(gate) * up` of segment 0 and 1 (matvec only).
     Swiglu = 2,
+    /// A partial product over one split of the columns, summed by `SplitReduce` (matmul only).
+    Partial = 3,
 }
 
 /// Where a matvec's input vector comes from.
@@ -73,16 +76,40 @@ pub(crate) enum Input {
 /// One compiled pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    Matvec { ty: GgmlType, input: Input, mode: OutMode, bias: bool },
-    Matmul { ty: GgmlType, mode: OutMode, bias: bool },
-    Embed { ty: GgmlType },
+    Matvec {
+        ty: GgmlType,
+        input: Input,
+        mode: OutMode,
+        bias: bool,
+    },
+    Matmul {
+        ty: GgmlType,
+        mode: OutMode,
+        bias: bool,
+    },
+    /// The sum of a split matmul's partial products, stored or added (`mode`) with the bias.
+    SplitReduce {
+        mode: OutMode,
+        bias: bool,
+    },
+    Embed {
+        ty: GgmlType,
+    },
     RopeStore,
     AttnDecode,
     AttnPrefill,
     RmsNorm,
-    Swiglu,
+    /// SwiGLU of gate/up rows, summing `splits` partial products of a split matmul (1: plain rows).
+    Swiglu {
+        splits: u32,
+    },
     Argmax,
 }
+
+/// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
+pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
+/// Columns a matmul workgroup takes per step (matmul.wgsl `TK`): column splits are multiples of it.
+pub(crate) const MATMUL_TK: usize = 32;
 
 /// Prefill attention tile: `BQ` queries by `BK` keys, sized so that the query and key tiles fit in
 /// the default 16 KiB of workgroup memory.
@@ -92,10 +119,10 @@ pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {
     (bq, bk)
 }
 
-/// Most key chunks per head in decode attention: the merge keeps one weight per head and chunk in
+/// Most key chunks per head in decode attention: the merge keeps each chunk's max and sum in
 /// workgroup memory (at most 8 KiB of it).
 pub(crate) fn max_chunks(n_heads: usize) -> usize {
-    (2048 / n_heads).clamp(1, 32)
+    (1024 / n_heads).clamp(1, 16)
 }
 
 /// The model-shape constants every kernel of this model sees.
@@ -153,6 +180,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             weights(&mut parts, ty)?;
             parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }, MATMUL]);
         }
+        Kernel::SplitReduce { mode, bias } => {
+            mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
+            parts.extend([mode_line.as_str(), MAT_COMMON, if bias { BIAS } else { NO_BIAS }, SPLIT_REDUCE]);
+        }
         Kernel::Embed { ty } => {
             weights(&mut parts, ty)?;
             parts.push(EMBED);
@@ -161,7 +192,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.push(RMSNORM),
-        Kernel::Swiglu => parts.push(SWIGLU),
+        Kernel::Swiglu { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), SWIGLU]);
+        }
         Kernel::Argmax => parts.push(ARGMAX),
     }
     Some(parts.join("\n"))
@@ -174,11 +208,13 @@ pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
         Kernel::Matvec { input: Input::Norm, bias: false, .. } => &[0, 1, 2, 3, 5, 6],
         Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
+        Kernel::SplitReduce { bias: true, .. } => &[1, 2, 3, 4, 5],
+        Kernel::SplitReduce { bias: false, .. } => &[1, 2, 3, 5],
         Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
         Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
         Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
-        Kernel::Swiglu => &[2, 3, 5],
+        Kernel::Swiglu { .. } => &[2, 3, 5],
         Kernel::Argmax => &[2, 3, 4, 5],
     }
 }

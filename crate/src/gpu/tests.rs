@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 #[cfg(not(target_arch = "wasm32"))]
 use super::block_on;
 use super::device::Gpu;
-use super::session::{mat_params, rope_table, Step};
+use super::session::{mat_params, mat_params_split, rope_table, Step};
 use super::shaders::{self, Input, Kernel, OutMode};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
@@ -363,8 +363,8 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = Rng(300 + i as u64);
         let cols = if ty.block_size() == 256 { 512 } else { 96 };
-        let seg_rows = [50, 21]; // 71 rows: two row tiles
-        let n = 70; // two token tiles
+        let seg_rows = [50, 21]; // 71 rows: several row tiles
+        let n = 70; // several token tiles
         let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
         let (w, offs) = pack(&mats.iter().map(Vec::as_slice).collect::<Vec<_>>());
         let segs: Vec<(u64, usize)> = offs.iter().copied().zip(seg_rows).collect();
@@ -373,7 +373,8 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
         let x = rng.normals(n * cols);
         let bias = rng.normals(col0 + total);
         let rows: Vec<Vec<f32>> = mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
-        let grid = [(total as u32).div_ceil(64), (n as u32).div_ceil(64), 1];
+        let (tm, tn) = shaders::MATMUL_TILE;
+        let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
         for mode in [OutMode::Store, OutMode::Add] {
             let with_bias = mode == OutMode::Store;
             let out0 = rng.normals(n * stride);
@@ -404,6 +405,54 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                     }
                     assert_close(&format!("{} {mode:?} token {t} row {r}", ty.name()), got, want, scale);
                 }
+            }
+        }
+    }
+}
+
+pub async fn split_matmul_partials_sum_to_the_product() {
+    for ty in [GgmlType::Q4_1, GgmlType::F32] {
+        let mut rng = Rng(350);
+        let (rows, cols, n, splits) = (71, 320, 70, 3);
+        let k_len = 128; // splits of 128, 128 and 64 columns
+        let m = random_matrix(ty, rows, cols, &mut rng);
+        let w = dequantized(ty, &m, rows, cols);
+        let (stride, col0) = (rows + 3, 1);
+        let x = rng.normals(n * cols);
+        let bias = rng.normals(col0 + rows);
+        let out0 = rng.normals(n * stride);
+        let params = mat_params_split(&[(0, rows)], cols, stride, col0, k_len, splits);
+        let (tm, tn) = shaders::MATMUL_TILE;
+        let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
+        let data = vec![
+            (0, Data::Storage(m.clone())),
+            (1, Data::Uniform(params.clone())),
+            (2, step(n, 0)),
+            (3, Data::Storage(vec![0; splits * n * rows * 4])),
+            (5, Data::Storage(f32_bytes(&x))),
+        ];
+        let partial = Kernel::Matmul { ty, mode: OutMode::Partial, bias: false };
+        let part = run(partial, &header(), data, grid, &[3]).await.remove(0);
+        let data = vec![
+            (1, Data::Uniform(params)),
+            (2, step(n, 0)),
+            (3, Data::Storage(f32_bytes(&out0))),
+            (4, Data::Storage(f32_bytes(&bias))),
+            (5, Data::Storage(part)),
+        ];
+        let reduce = Kernel::SplitReduce { mode: OutMode::Add, bias: true };
+        let out = to_f32(&run(reduce, &header(), data, [(rows as u32).div_ceil(256), n as u32, 1], &[3]).await[0]);
+        for t in 0..n {
+            for c in 0..stride {
+                let got = out[t * stride + c];
+                if c < col0 || c >= col0 + rows {
+                    assert_eq!(got, out0[t * stride + c], "{}: column {c} is not the op's", ty.name());
+                    continue;
+                }
+                let r = c - col0;
+                let (want, scale) = dot(&w[r], &x[t * cols..(t + 1) * cols]);
+                let want = want + bias[c] as f64 + out0[t * stride + c] as f64;
+                assert_close(&format!("{} split token {t} row {r}", ty.name()), got, want, scale);
             }
         }
     }
@@ -626,13 +675,22 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     }
 
     let gu = rng.normals(n * 2 * ff);
-    let data = vec![(2, step(n, 0)), (3, Data::Storage(vec![0; n * ff * 4])), (5, Data::Storage(f32_bytes(&gu)))];
-    let out = to_f32(&run(Kernel::Swiglu, &header(), data, [(ff as u32).div_ceil(256), n as u32, 1], &[3]).await[0]);
-    for t in 0..n {
-        let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
-        swiglu(&mut g, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
-        for (r, (&a, &b)) in out[t * ff..(t + 1) * ff].iter().zip(&g).enumerate() {
-            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "swiglu token {t} row {r}: {a} vs {b}");
+    // Plain gate/up rows, and the same rows as two split partials (gu - e and e) to be summed.
+    let e = rng.normals(n * 2 * ff);
+    let parts: Vec<f32> = gu.iter().zip(&e).map(|(a, b)| a - b).chain(e.iter().copied()).collect();
+    for (splits, input) in [(1, &gu), (2, &parts)] {
+        let data = vec![(2, step(n, 0)), (3, Data::Storage(vec![0; n * ff * 4])), (5, Data::Storage(f32_bytes(input)))];
+        let grid = [(ff as u32).div_ceil(256), n as u32, 1];
+        let out = to_f32(&run(Kernel::Swiglu { splits }, &header(), data, grid, &[3]).await[0]);
+        for t in 0..n {
+            let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
+            swiglu(&mut g, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
+            for (r, (&a, &b)) in out[t * ff..(t + 1) * ff].iter().zip(&g).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "swiglu ({splits} splits) token {t} row {r}: {a} vs {b}"
+                );
+            }
         }
     }
 }
@@ -704,6 +762,7 @@ mod native {
         matvec_norm_segments_and_bias_match_cpu_for_every_type,
         matvec_residual_add_and_swiglu_match_cpu_for_every_type,
         matmul_tiles_match_cpu_for_every_type,
+        split_matmul_partials_sum_to_the_product,
         embedding_rows_match_dequantize_for_every_type,
         rope_and_kv_store_match_cpu_normal_and_neox,
         decode_attention_with_rope_and_kv_store_matches_cpu,

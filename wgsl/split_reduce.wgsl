@@ -1,0 +1,26 @@
+// The sum of a split matmul's partial products ([split][token][row], rows packed; matmul.wgsl
+// OUT_MODE 3), stored or added to the output like an unsplit matmul (OUT_MODE 0 or 1), with the
+// bias. Prepended: mat_common.wgsl and a bias function. One invocation per output value.
+
+@group(0) @binding(5) var<storage, read> part: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let r = gid.x;
+    let n = step.n;
+    let n_rows = op.seg_end[op.n_segs - 1u];
+    if (t >= n || r >= n_rows) {
+        return;
+    }
+    var v = 0.0;
+    for (var z = 0u; z < op.splits; z++) {
+        v += part[(z * n + t) * n_rows + r];
+    }
+    let o = t * op.out_stride + op.out_col0 + r;
+    if (OUT_MODE == 0u) {
+        out[o] = v + bias(r);
+    } else {
+        out[o] += v + bias(r);
+    }
+}
