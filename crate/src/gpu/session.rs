@@ -207,7 +207,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new() };
+        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
         let mut prefill_layers = Vec::new();
@@ -608,6 +608,9 @@ struct Builder<'a> {
     b: &'a Buffers,
     n_batch: usize,
     params: Vec<u8>,
+    /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
+    /// to sum (its reduce dispatch folded into the norm).
+    pending_add: Option<u32>,
 }
 
 /// Where and how a matrix op writes: `stride` floats between token rows, `mode`, optional bias.
@@ -763,20 +766,21 @@ impl<'a> Builder<'a> {
         Ok(ops)
     }
 
-    /// The rope/KV-store op of layer `l` (decode and prefill alike).
-    async fn rope_store(&self, l: usize) -> Result<Op> {
+    /// The rope/KV-store op of layer `l` (prefill), reading the qkv rows or `splits` partials of
+    /// them in the split buffer.
+    async fn rope_store(&self, l: usize, splits: u32) -> Result<Op> {
         let c = &self.m.model.config;
         let (k, v) = &self.b.kv[l];
         let entries = vec![
             (2, self.b.step.as_entire_binding()),
             (3, self.b.q_rot.as_entire_binding()),
             (4, k.as_entire_binding()),
-            (5, self.b.qkv.as_entire_binding()),
+            (5, if splits > 1 { &self.b.split } else { &self.b.qkv }.as_entire_binding()),
             (6, self.b.rope.as_entire_binding()),
             (7, v.as_entire_binding()),
         ];
         let pairs = (c.q_dim() / 2 + c.kv_dim()) as u32;
-        self.op("rope_store", Kernel::RopeStore, Grid::PerToken(pairs.div_ceil(64)), entries).await
+        self.op("rope_store", Kernel::RopeStore { splits }, Grid::PerToken(pairs.div_ceil(64)), entries).await
     }
 
     /// Prefill attention over the cache (after rope_store), into `att`.
@@ -813,6 +817,21 @@ impl<'a> Builder<'a> {
         let entries =
             vec![(3, self.b.xb.as_entire_binding()), (5, self.b.x.as_entire_binding()), (6, norm.as_entire_binding())];
         self.op(label, Kernel::RmsNorm, Grid::Tokens, entries).await
+    }
+
+    /// Prefill RMSNorm of `x` into `xb`, first adding the residual partials a split matmul left
+    /// pending.
+    async fn prefill_norm(&mut self, norm: &wgpu::Buffer) -> Result<Op> {
+        let Some(splits) = self.pending_add.take() else { return self.rmsnorm("rmsnorm", norm).await };
+        let b = self.b;
+        let entries = vec![
+            (2, b.step.as_entire_binding()),
+            (3, b.xb.as_entire_binding()),
+            (4, b.x.as_entire_binding()),
+            (5, b.split.as_entire_binding()),
+            (6, norm.as_entire_binding()),
+        ];
+        self.op("add_rmsnorm", Kernel::AddRmsNorm { splits }, Grid::Tokens, entries).await
     }
 
     /// SwiGLU into `h` from gate/up rows in `gu`, or from `splits` partial products there.
@@ -882,42 +901,43 @@ impl<'a> Builder<'a> {
         let c = &m.model.config;
         let lw = &m.layers[l];
         let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
-        let mut ops = vec![self.rmsnorm("rmsnorm", &lw.attn_norm).await?];
+        let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
-        ops.extend(
-            self.mat_ops(
+        let mut qkv_ops = self
+            .mat_ops(
                 "matmul_qkv",
                 &qkv,
                 MatIn::Rows(&b.xb),
                 to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
-            .await?,
-        );
-        ops.push(self.rope_store(l).await?);
+            .await?;
+        // rope_store sums a split qkv matmul's partials itself (no bias to add).
+        let qkv_splits = if lw.qkv_bias.is_none() { take_reduce(&mut qkv_ops) } else { None };
+        ops.extend(qkv_ops);
+        ops.push(self.rope_store(l, qkv_splits.unwrap_or(1)).await?);
         ops.push(self.attn_prefill(l).await?);
-        ops.extend(
-            self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?,
-        );
-        ops.push(self.rmsnorm("rmsnorm", &lw.ffn_norm).await?);
+        let mut wo_ops =
+            self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?;
+        self.pending_add = take_reduce(&mut wo_ops);
+        ops.extend(wo_ops);
+        ops.push(self.prefill_norm(&lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let mut gu_ops =
             self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?;
         // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
-        let split = match gu_ops.as_slice() {
-            [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => Some(*splits),
-            _ => None,
-        };
-        if let Some(splits) = split {
-            gu_ops.pop();
-            ops.extend(gu_ops);
-            ops.push(self.swiglu(&b.split, splits).await?);
-        } else {
-            ops.extend(gu_ops);
-            ops.push(self.swiglu(&b.gu, 1).await?);
+        let split = take_reduce(&mut gu_ops);
+        ops.extend(gu_ops);
+        ops.push(match split {
+            Some(splits) => self.swiglu(&b.split, splits).await?,
+            None => self.swiglu(&b.gu, 1).await?,
+        });
+        let mut down_ops =
+            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?;
+        // The next layer's attention norm adds the partials; the last layer's head reads x itself.
+        if l + 1 < c.n_layers {
+            self.pending_add = take_reduce(&mut down_ops);
         }
-        ops.extend(
-            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?,
-        );
+        ops.extend(down_ops);
         Ok(ops)
     }
 
@@ -952,6 +972,19 @@ impl<'a> Builder<'a> {
             (5, self.b.logits.as_entire_binding()),
         ];
         self.op("argmax", Kernel::Argmax, Grid::Fixed([1, 1, 1]), entries).await
+    }
+}
+
+/// Drop the reduce of a single split matmul (`ops` = [matmul, split_reduce]) whose partials the
+/// next op sums itself; its split count. (A matrix over several buffers keeps its reduces.)
+fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
+    match ops.as_slice() {
+        [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => {
+            let splits = *splits;
+            ops.pop();
+            Some(splits)
+        }
+        _ => None,
     }
 }
 

@@ -29,6 +29,7 @@ const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
 const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
 const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
 const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
+const ADD_RMSNORM: &str = wgsl!("add_rmsnorm.wgsl");
 const SWIGLU: &str = wgsl!("swiglu.wgsl");
 const ARGMAX: &str = wgsl!("argmax.wgsl");
 
@@ -95,10 +96,17 @@ pub(crate) enum Kernel {
     Embed {
         ty: GgmlType,
     },
-    RopeStore,
+    /// RoPE and the KV store, from qkv rows or (`splits` > 1) a split qkv matmul's partials.
+    RopeStore {
+        splits: u32,
+    },
     AttnDecode,
     AttnPrefill,
     RmsNorm,
+    /// The residual add of a split matmul's `splits` partials, then RMSNorm.
+    AddRmsNorm {
+        splits: u32,
+    },
     /// SwiGLU of gate/up rows, summing `splits` partial products of a split matmul (1: plain rows).
     Swiglu {
         splits: u32,
@@ -188,10 +196,17 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             weights(&mut parts, ty)?;
             parts.push(EMBED);
         }
-        Kernel::RopeStore => parts.extend([ROPE, ROPE_STORE]),
+        Kernel::RopeStore { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), ROPE, ROPE_STORE]);
+        }
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.push(RMSNORM),
+        Kernel::AddRmsNorm { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), ADD_RMSNORM]);
+        }
         Kernel::Swiglu { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
             parts.extend([mode_line.as_str(), SWIGLU]);
@@ -211,9 +226,10 @@ pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
         Kernel::SplitReduce { bias: true, .. } => &[1, 2, 3, 4, 5],
         Kernel::SplitReduce { bias: false, .. } => &[1, 2, 3, 5],
         Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
-        Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
+        Kernel::RopeStore { .. } | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
         Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
+        Kernel::AddRmsNorm { .. } => &[2, 3, 4, 5, 6],
         Kernel::Swiglu { .. } => &[2, 3, 5],
         Kernel::Argmax => &[2, 3, 4, 5],
     }

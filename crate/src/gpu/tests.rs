@@ -491,22 +491,24 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
 }
 
 pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
-    for (neox, rope_dims) in [(false, 32), (true, 32), (true, 16), (false, 16)] {
+    // Also from a split qkv matmul's partials (two halves: their sum is exact).
+    for (neox, rope_dims, splits) in [(false, 32, 1), (true, 32, 1), (true, 16, 1), (false, 16, 1), (true, 32, 2)] {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let (n, pos0, n_ctx) = (3, 5, 16);
         let mut rng = Rng(500 + rope_dims as u64);
         let qkv = rng.normals(n * (qd + 2 * kvd));
+        let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
             (2, step(n, pos0)),
             (3, Data::Storage(vec![0; n * qd * 4])),
             (4, Data::Storage(vec![0; n_ctx * kvd * 2])),
-            (5, Data::Storage(f32_bytes(&qkv))),
+            (5, Data::Storage(f32_bytes(&input))),
             (6, Data::Storage(rope_table(&c, n_ctx))),
             (7, Data::Storage(vec![0; n_ctx * kvd * 2])),
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
-        let got = run(Kernel::RopeStore, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
+        let got = run(Kernel::RopeStore { splits }, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
         let (q_rot, k_cache, v_cache) = (to_f32(&got[0]), halves(&got[1]), halves(&got[2]));
         let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         for t in 0..n {
@@ -672,6 +674,25 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     rmsnorm(&mut want, &x, &w, c.rms_eps);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "rmsnorm {i}: {g} vs {w}");
+    }
+
+    // The residual add of a split matmul's partials (two halves of r: their sum is exact) folded in.
+    let r = rng.normals(n * d);
+    let parts: Vec<f32> = r.iter().chain(&r).map(|v| v / 2.0).collect();
+    let data = vec![
+        (2, step(n, 0)),
+        (3, Data::Storage(vec![0; n * d * 4])),
+        (4, Data::Storage(f32_bytes(&x))),
+        (5, Data::Storage(f32_bytes(&parts))),
+        (6, Data::Storage(f32_bytes(&w))),
+    ];
+    let got = run(Kernel::AddRmsNorm { splits: 2 }, &header(), data, [n as u32, 1, 1], &[3, 4]).await;
+    let (out, sum) = (to_f32(&got[0]), to_f32(&got[1]));
+    let want_sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
+    assert_eq!(sum, want_sum, "add_rmsnorm residual");
+    rmsnorm(&mut want, &want_sum, &w, c.rms_eps);
+    for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "add_rmsnorm {i}: {g} vs {w}");
     }
 
     let gu = rng.normals(n * 2 * ff);
