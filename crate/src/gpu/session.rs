@@ -112,6 +112,8 @@ struct Buffers {
     gu: wgpu::Buffer,
     h: wgpu::Buffer,
     logits: wgpu::Buffer,
+    /// The best (value, id) of each output-head matvec workgroup, for argmax.
+    best: wgpu::Buffer,
     ids: wgpu::Buffer,
     rope: wgpu::Buffer,
     kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
@@ -198,6 +200,9 @@ impl GpuSession {
             gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
+            best: gpu
+                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(shaders::MATVEC_ROWS as usize)), storage)
+                .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,
             kv,
@@ -207,7 +212,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None };
+        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None, argmax_per: 1 };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
         let mut prefill_layers = Vec::new();
@@ -611,6 +616,9 @@ struct Builder<'a> {
     /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
     /// to sum (its reduce dispatch folded into the norm).
     pending_add: Option<u32>,
+    /// Logits per argmax candidate: `MATVEC_ROWS` when the output head leaves its workgroups'
+    /// best rows.
+    argmax_per: u32,
 }
 
 /// Where and how a matrix op writes: `stride` floats between token rows, `mode`, optional bias.
@@ -722,6 +730,9 @@ impl<'a> Builder<'a> {
             entries.push((3, if splits > 1 { self.b.split.as_entire_binding() } else { out.as_entire_binding() }));
             if let Some(bias) = bias {
                 entries.push((4, bias.as_entire_binding()));
+            }
+            if mode == OutMode::Argmax {
+                entries.push((4, self.b.best.as_entire_binding()));
             }
             match input {
                 MatIn::Norm(x, w) => entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())]),
@@ -945,7 +956,10 @@ impl<'a> Builder<'a> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let input = MatIn::Norm(&b.x, &m.output_norm);
-        self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, OutMode::Store, None)).await
+        // One dispatch (the head in one buffer): its workgroups leave their best rows for argmax.
+        let mode = if m.output.chunks.len() == 1 { OutMode::Argmax } else { OutMode::Store };
+        self.argmax_per = if mode == OutMode::Argmax { shaders::MATVEC_ROWS } else { 1 };
+        self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, mode, None)).await
     }
 
     async fn head_all(&mut self) -> Result<Vec<Op>> {
@@ -969,9 +983,10 @@ impl<'a> Builder<'a> {
             (2, self.b.step.as_entire_binding()),
             (3, self.b.ids.as_entire_binding()),
             (4, self.b.tokens.as_entire_binding()),
-            (5, self.b.logits.as_entire_binding()),
+            (5, if self.argmax_per > 1 { &self.b.best } else { &self.b.logits }.as_entire_binding()),
         ];
-        self.op("argmax", Kernel::Argmax, Grid::Fixed([1, 1, 1]), entries).await
+        let kernel = Kernel::Argmax { per: self.argmax_per };
+        self.op("argmax", kernel, Grid::Fixed([1, 1, 1]), entries).await
     }
 }
 

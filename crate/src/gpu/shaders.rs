@@ -17,6 +17,8 @@ const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
 const MAT_COMMON: &str = wgsl!("mat_common.wgsl");
 const BIAS: &str = wgsl!("bias.wgsl");
 const NO_BIAS: &str = wgsl!("no_bias.wgsl");
+const BEST_OUT: &str = wgsl!("best_out.wgsl");
+const NO_BEST: &str = wgsl!("no_best.wgsl");
 const IN_NORM: &str = wgsl!("in_norm.wgsl");
 const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
 const IN_ATTN: &str = wgsl!("in_attn.wgsl");
@@ -61,6 +63,9 @@ pub(crate) enum OutMode {
     Swiglu = 2,
     /// A partial product over one split of the columns, summed by `SplitReduce` (matmul only).
     Partial = 3,
+    /// Store, and each workgroup's best row for `Argmax { per: MATVEC_ROWS }` (matvec without
+    /// bias only: the output head in greedy decoding).
+    Argmax = 4,
 }
 
 /// Where a matvec's input vector comes from.
@@ -111,8 +116,15 @@ pub(crate) enum Kernel {
     Swiglu {
         splits: u32,
     },
-    Argmax,
+    /// The argmax of a logits row (`per` 1) or of the best rows of an `OutMode::Argmax` matvec's
+    /// workgroups (`per` `MATVEC_ROWS`).
+    Argmax {
+        per: u32,
+    },
 }
+
+/// Output rows per matvec workgroup (matvec.wgsl `ROWS`).
+pub(crate) const MATVEC_ROWS: u32 = 8;
 
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
 pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
@@ -171,10 +183,12 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
     };
     match kernel {
         Kernel::Matvec { ty, input, mode, bias } => {
+            debug_assert!(!(bias && mode == OutMode::Argmax), "binding 4 is the bias or the best rows");
             mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
             parts.push(&mode_line);
             weights(&mut parts, ty)?;
             parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);
+            parts.push(if mode == OutMode::Argmax { BEST_OUT } else { NO_BEST });
             parts.push(match input {
                 Input::Norm => IN_NORM,
                 Input::Plain => IN_PLAIN,
@@ -211,7 +225,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
             parts.extend([mode_line.as_str(), SWIGLU]);
         }
-        Kernel::Argmax => parts.push(ARGMAX),
+        Kernel::Argmax { per } => {
+            mode_line = format!("const PER: u32 = {per}u;\n");
+            parts.extend([mode_line.as_str(), ARGMAX]);
+        }
     }
     Some(parts.join("\n"))
 }
@@ -219,7 +236,9 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
 /// The bindings (group 0) each kernel's bind group provides, in the order the session passes them.
 pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
     match kernel {
-        Kernel::Matvec { input: Input::Norm, bias: true, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { input: Input::Norm, bias: true, .. }
+        | Kernel::Matvec { input: Input::Norm, mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { input: Input::Norm, bias: false, .. } => &[0, 1, 2, 3, 5, 6],
         Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
@@ -231,6 +250,6 @@ pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
         Kernel::RmsNorm => &[3, 5, 6],
         Kernel::AddRmsNorm { .. } => &[2, 3, 4, 5, 6],
         Kernel::Swiglu { .. } => &[2, 3, 5],
-        Kernel::Argmax => &[2, 3, 4, 5],
+        Kernel::Argmax { .. } => &[2, 3, 4, 5],
     }
 }

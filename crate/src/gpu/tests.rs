@@ -737,11 +737,45 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0xFF; 4 * 4])),
             (5, Data::Storage(f32_bytes(&logits))),
         ];
-        let got = run(Kernel::Argmax, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let got = run(Kernel::Argmax { per: 1 }, &header(), data, [1, 1, 1], &[3, 4]).await;
         let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
         assert_eq!(ids[3], want, "row {row}: the id lands in its slot");
         assert_eq!(tokens[0], want, "row {row}: and becomes the next input token");
         assert_eq!(ids[2], u32::MAX, "other slots untouched");
+
+        // The same row as the output of a matvec that leaves its workgroups' best rows: an F32
+        // matrix whose column 0 holds the logits, times a one-hot input.
+        let cols = 64;
+        let row_logits = &logits[row as usize * vocab..(row as usize + 1) * vocab];
+        let w: Vec<f32> = row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
+        let mut x = vec![0f32; cols];
+        x[0] = 1.0;
+        let per = shaders::MATVEC_ROWS;
+        let groups = vocab.div_ceil(per as usize);
+        let data = vec![
+            (0, Data::Storage(f32_bytes(&w))),
+            (1, Data::Uniform(mat_params(&[(0, vocab)], cols, vocab, 0))),
+            (2, step(1, 0)),
+            (3, Data::Storage(vec![0; vocab * 4])),
+            (4, Data::Storage(vec![0; groups * 8])),
+            (5, Data::Storage(f32_bytes(&x))),
+        ];
+        let matvec = Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false };
+        let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
+        let best = got.remove(1);
+        for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
+            assert!(g.to_bits() == l.to_bits() || (g.is_nan() && l.is_nan()), "row {row} logit {i}: {g} vs {l}");
+        }
+        let s = Step { n: 1, slot: 3, ..Step::default() };
+        let data = vec![
+            (2, Data::Uniform(s.bytes().to_vec())),
+            (3, Data::Storage(vec![0xFF; 8 * 4])),
+            (4, Data::Storage(vec![0xFF; 4 * 4])),
+            (5, Data::Storage(best)),
+        ];
+        let got = run(Kernel::Argmax { per }, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
+        assert_eq!((ids[3], tokens[0]), (want, want), "row {row} from the matvec's best rows");
     }
 }
 
