@@ -2,15 +2,15 @@
 // token's row), reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
 // (dequant8), mat_common.wgsl, a bias function and an input stage (input_prepare, input_load4).
 //
-// A team of 32 invocations shares a row; a workgroup has 8 teams. The input is staged through
-// workgroup memory TILE values at a time, so any row length works under the 16 KiB default.
+// A workgroup computes ROWS rows (set by the Rust side), a team of 256 / ROWS invocations each. The
+// input is staged through workgroup memory TILE values at a time, so any row length works under the
+// 16 KiB default.
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
 // OUT_MODE: 0 store, 1 add to out (residual), 2 SwiGLU of segment 0 (gate) and 1 (up) row pairs,
 // 4 store, and the workgroup's best row for argmax.wgsl (put_best: the output head of greedy
 // decoding).
 
-const TEAM: u32 = 32u;
-const ROWS: u32 = 8u;
+const TEAM: u32 = 256u / ROWS;
 const TILE: u32 = 1024u;
 
 var<workgroup> xs: array<vec4<f32>, 256>; // TILE / 4

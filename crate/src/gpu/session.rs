@@ -201,7 +201,7 @@ impl GpuSession {
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
             best: gpu
-                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(shaders::MATVEC_ROWS as usize)), storage)
+                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(shaders::matvec_rows(c.vocab_size) as usize)), storage)
                 .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,
@@ -616,7 +616,7 @@ struct Builder<'a> {
     /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
     /// to sum (its reduce dispatch folded into the norm).
     pending_add: Option<u32>,
-    /// Logits per argmax candidate: `MATVEC_ROWS` when the output head leaves its workgroups'
+    /// Logits per argmax candidate: the output head's rows per workgroup when it leaves their
     /// best rows.
     argmax_per: u32,
 }
@@ -723,7 +723,8 @@ impl<'a> Builder<'a> {
                         MatIn::Plain(_) => Input::Plain,
                         _ => Input::Attn,
                     };
-                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some() }, matvec_grid(g.rows))
+                    let rows = shaders::matvec_rows(g.rows);
+                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some(), rows }, matvec_grid(g.rows, rows))
                 }
             };
             let mut entries = self.common(g.arena, params);
@@ -884,8 +885,9 @@ impl<'a> Builder<'a> {
                 (5, b.x.as_entire_binding()),
                 (6, lw.ffn_norm.as_entire_binding()),
             ]);
-            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false };
-            ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff), entries).await?);
+            let rows = shaders::matvec_rows(ff);
+            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows };
+            ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff, rows), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
             ops.extend(
@@ -958,7 +960,7 @@ impl<'a> Builder<'a> {
         let input = MatIn::Norm(&b.x, &m.output_norm);
         // One dispatch (the head in one buffer): its workgroups leave their best rows for argmax.
         let mode = if m.output.chunks.len() == 1 { OutMode::Argmax } else { OutMode::Store };
-        self.argmax_per = if mode == OutMode::Argmax { shaders::MATVEC_ROWS } else { 1 };
+        self.argmax_per = if mode == OutMode::Argmax { shaders::matvec_rows(vocab) } else { 1 };
         self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, mode, None)).await
     }
 
@@ -1003,8 +1005,8 @@ fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
     }
 }
 
-/// Matvec workgroups (8 rows each), folded into two dimensions past 65535.
-fn matvec_grid(rows: usize) -> Grid {
-    let wgs = rows.div_ceil(8) as u32;
+/// Matvec workgroups (`per_wg` rows each), folded into two dimensions past 65535.
+fn matvec_grid(rows: usize, per_wg: u32) -> Grid {
+    let wgs = rows.div_ceil(per_wg as usize) as u32;
     Grid::Fixed([wgs.min(65535), wgs.div_ceil(65535), 1])
 }

@@ -63,8 +63,8 @@ pub(crate) enum OutMode {
     Swiglu = 2,
     /// A partial product over one split of the columns, summed by `SplitReduce` (matmul only).
     Partial = 3,
-    /// Store, and each workgroup's best row for `Argmax { per: MATVEC_ROWS }` (matvec without
-    /// bias only: the output head in greedy decoding).
+    /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
+    /// only: the output head in greedy decoding).
     Argmax = 4,
 }
 
@@ -87,6 +87,8 @@ pub(crate) enum Kernel {
         input: Input,
         mode: OutMode,
         bias: bool,
+        /// Output rows per workgroup (`matvec_rows`).
+        rows: u32,
     },
     Matmul {
         ty: GgmlType,
@@ -117,14 +119,23 @@ pub(crate) enum Kernel {
         splits: u32,
     },
     /// The argmax of a logits row (`per` 1) or of the best rows of an `OutMode::Argmax` matvec's
-    /// workgroups (`per` `MATVEC_ROWS`).
+    /// workgroups (`per` = its rows per workgroup).
     Argmax {
         per: u32,
     },
 }
 
-/// Output rows per matvec workgroup (matvec.wgsl `ROWS`).
-pub(crate) const MATVEC_ROWS: u32 = 8;
+/// Output rows per workgroup of a matvec of `rows` rows (matvec.wgsl `ROWS`; a team of 256 / ROWS
+/// invocations per row). Four: each invocation walks a short part of a row (H100: 4 rows per
+/// workgroup beat 8 and 2), except for very tall matrices (the output head: 16), whose many
+/// workgroups cost more than the shorter walk gains (H100: 16 beat 8 and 4).
+pub(crate) fn matvec_rows(rows: usize) -> u32 {
+    if rows >= 8192 {
+        16
+    } else {
+        4
+    }
+}
 
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
 pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
@@ -182,9 +193,9 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         Some(())
     };
     match kernel {
-        Kernel::Matvec { ty, input, mode, bias } => {
+        Kernel::Matvec { ty, input, mode, bias, rows } => {
             debug_assert!(!(bias && mode == OutMode::Argmax), "binding 4 is the bias or the best rows");
-            mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
+            mode_line = format!("const OUT_MODE: u32 = {}u;\nconst ROWS: u32 = {rows}u;\n", mode as u32);
             parts.push(&mode_line);
             weights(&mut parts, ty)?;
             parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);

@@ -283,7 +283,8 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
         let bias = rng.normals(col0 + total);
         let out0 = vec![7.0f32; col0 + total + 2];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true };
+        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
+        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&segs, cols, 0, col0))),
@@ -293,7 +294,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
             (5, Data::Storage(f32_bytes(&x))),
             (6, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(8), 1, 1], &[3]).await[0]);
+        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(per), 1, 1], &[3]).await[0]);
 
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x[cols..], &norm_w, 1e-5);
@@ -318,10 +319,11 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let x = rng.normals(cols);
         let resid = rng.normals(rows);
         let (g_rows, u_rows) = (dequantized(ty, &gate, rows, cols), dequantized(ty, &up, rows, cols));
-        let grid = [(rows as u32).div_ceil(8), 1, 1];
+        let per = [4, 16][i % 2];
+        let grid = [(rows as u32).div_ceil(per), 1, 1];
 
         // out += W_gate · x (plain input).
-        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false };
+        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per };
         let data = vec![
             (0, Data::Storage(w.clone())),
             (1, Data::Uniform(mat_params(&[(offs[0], rows)], cols, 0, 0))),
@@ -337,7 +339,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false };
+        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
@@ -620,7 +622,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     for i in 0..qd {
         eye[i * qd + i] = 1.0;
     }
-    let kernel = Kernel::Matvec { ty: GgmlType::F32, input: Input::Attn, mode: OutMode::Store, bias: false };
+    let kernel = Kernel::Matvec { ty: GgmlType::F32, input: Input::Attn, mode: OutMode::Store, bias: false, rows: 4 };
     let data = vec![
         (0, Data::Storage(f32_bytes(&eye))),
         (1, Data::Uniform(mat_params(&[(0, qd)], qd, 0, 0))),
@@ -628,7 +630,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         (3, Data::Storage(vec![0; qd * 4])),
         (5, Data::Storage(part)),
     ];
-    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(8), 1, 1], &[3]).await[0]);
+    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[3]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "merged output {i}: {g} vs {w}");
     }
@@ -750,7 +752,7 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         let w: Vec<f32> = row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
         let mut x = vec![0f32; cols];
         x[0] = 1.0;
-        let per = shaders::MATVEC_ROWS;
+        let per = 16; // the output head's rows per workgroup
         let groups = vocab.div_ceil(per as usize);
         let data = vec![
             (0, Data::Storage(f32_bytes(&w))),
@@ -760,7 +762,8 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0; groups * 8])),
             (5, Data::Storage(f32_bytes(&x))),
         ];
-        let matvec = Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false };
+        let matvec =
+            Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false, rows: per };
         let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
         let best = got.remove(1);
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
