@@ -1,7 +1,8 @@
 //! One conversation on the GPU: the KV cache and activation buffers, allocated once, and the
 //! list of dispatches of a forward pass, with their bind groups built once. A forward call
-//! writes the token ids and a 32-byte step uniform, encodes the prebuilt dispatches into one
-//! compute pass and submits once.
+//! writes the token ids and a 32-byte step uniform, encodes the prebuilt dispatches and submits
+//! them: a decode step at once, a prefill call in parts of `SUBMIT_OPS` (the GPU starts on the
+//! first while the CPU encodes the rest).
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
 //! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
@@ -23,6 +24,9 @@ const CHUNK_STEP: usize = 32;
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
+/// Dispatches per submission of a multi-token call: the GPU starts on the first part while the
+/// CPU encodes the rest (a decode step, one token, is one submission).
+const SUBMIT_OPS: usize = 64;
 /// Bytes between the parameter blocks of consecutive ops (the uniform offset alignment).
 const PARAM_SLOT: u64 = 256;
 
@@ -432,12 +436,26 @@ impl GpuSession {
         let mut profiled = Vec::new();
         match self.profiler.as_ref() {
             None => {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("forward"),
-                    timestamp_writes: None,
-                });
-                for op in ops {
-                    dispatch(&mut pass, op, &step);
+                let per_submit = if n > 1 { SUBMIT_OPS } else { usize::MAX };
+                let mut ops = ops.peekable();
+                loop {
+                    {
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some("forward"),
+                            timestamp_writes: None,
+                        });
+                        for op in ops.by_ref().take(per_submit) {
+                            dispatch(&mut pass, op, &step);
+                        }
+                    }
+                    if ops.peek().is_none() {
+                        break;
+                    }
+                    let part = std::mem::replace(
+                        &mut enc,
+                        gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
+                    );
+                    gpu.queue.submit([part.finish()]);
                 }
             }
             Some(p) => {
