@@ -11,6 +11,10 @@
 // split over GROUPS invocations per slice, which then sum their outputs in workgroup memory.
 
 @group(0) @binding(2) var<uniform> step: Step;
+
+fn qkv_at(i: u32) -> f32 {
+    return qkv[i];
+}
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
 @group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read_write> v_cache: array<vec4<u32>>;

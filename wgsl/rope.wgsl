@@ -1,7 +1,8 @@
 // RoPE of one value of a head in the qkv rows ([q (Q_DIM) | k (KV_DIM) | v (KV_DIM)] per token),
 // as ggml applies it: pairs (2i, 2i+1), or (i, i + ROPE_DIMS/2) for NeoX, rotated by the angle of
 // pair i at the position. The cos/sin table is computed on the CPU exactly as ggml does
-// (theta = pos * base^(-2i/rope_dims), iterated in f32). Shared by rope_store and attn_decode.
+// (theta = pos * base^(-2i/rope_dims), iterated in f32). Shared by rope_store and attn_decode, which
+// define `qkv_at(i)`: the qkv value at index i (token row * QKV + column).
 
 @group(0) @binding(5) var<storage, read> qkv: array<f32>;
 @group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>; // [pos][ROPE_DIMS / 2] (cos, sin)
@@ -12,7 +13,7 @@ const ROPE_PAIRS: u32 = ROPE_DIMS / 2u;
 // Element e of the head whose values start at qkv[base], rotated for position pos.
 fn rotated(base: u32, e: u32, pos: u32) -> f32 {
     if (e >= ROPE_DIMS) {
-        return qkv[base + e];
+        return qkv_at(base + e);
     }
     var i: u32;
     var a: u32;
@@ -28,8 +29,8 @@ fn rotated(base: u32, e: u32, pos: u32) -> f32 {
     }
     let b = select(a + 1u, a + ROPE_PAIRS, NEOX);
     let cs = rope[pos * ROPE_PAIRS + i];
-    let x0 = qkv[base + a];
-    let x1 = qkv[base + b];
+    let x0 = qkv_at(base + a);
+    let x1 = qkv_at(base + b);
     if (second) {
         return x0 * cs.y + x1 * cs.x;
     }

@@ -1,11 +1,22 @@
 // RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
 // decode does this inside attn_decode). Prepended: rope.wgsl. One invocation per pair of adjacent
-// output values: q pairs, then k pairs, then v pairs.
+// output values: q pairs, then k pairs, then v pairs. With SPLITS > 1 the qkv rows are the partial
+// products of a split qkv matmul ([split][token][QKV]), summed here: the split's reduce step
+// folded in.
 
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> q_rot: array<f32>;
 @group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
+
+// In split_reduce.wgsl's order: 0 + the partials in split order (no bias).
+fn qkv_at(i: u32) -> f32 {
+    var v = 0.0;
+    for (var z = 0u; z < SPLITS; z++) {
+        v += qkv[z * step.n * QKV + i];
+    }
+    return v;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -31,6 +42,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     } else {
         let e = 2u * p - Q_DIM - KV_DIM;
         let b = row + Q_DIM + KV_DIM + e;
-        v_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(vec2<f32>(qkv[b], qkv[b + 1u]));
+        v_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(vec2<f32>(qkv_at(b), qkv_at(b + 1u)));
     }
 }

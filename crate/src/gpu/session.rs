@@ -1,7 +1,8 @@
 //! One conversation on the GPU: the KV cache and activation buffers, allocated once, and the
 //! list of dispatches of a forward pass, with their bind groups built once. A forward call
-//! writes the token ids and a 32-byte step uniform, encodes the prebuilt dispatches into one
-//! compute pass and submits once.
+//! writes the token ids and a 32-byte step uniform, encodes the prebuilt dispatches and submits
+//! them: a decode step at once, a prefill call in parts of `SUBMIT_OPS` (the GPU starts on the
+//! first while the CPU encodes the rest).
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
 //! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
@@ -23,6 +24,9 @@ const CHUNK_STEP: usize = 32;
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
+/// Dispatches per submission of a multi-token call: the GPU starts on the first part while the
+/// CPU encodes the rest (a decode step, one token, is one submission).
+const SUBMIT_OPS: usize = 64;
 /// Bytes between the parameter blocks of consecutive ops (the uniform offset alignment).
 const PARAM_SLOT: u64 = 256;
 
@@ -112,6 +116,8 @@ struct Buffers {
     gu: wgpu::Buffer,
     h: wgpu::Buffer,
     logits: wgpu::Buffer,
+    /// The best (value, id) of each output-head matvec workgroup, for argmax.
+    best: wgpu::Buffer,
     ids: wgpu::Buffer,
     rope: wgpu::Buffer,
     kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
@@ -198,6 +204,9 @@ impl GpuSession {
             gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
+            best: gpu
+                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(shaders::matvec_rows(c.vocab_size) as usize)), storage)
+                .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,
             kv,
@@ -207,7 +216,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new() };
+        let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None, argmax_per: 1 };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
         let mut prefill_layers = Vec::new();
@@ -427,12 +436,26 @@ impl GpuSession {
         let mut profiled = Vec::new();
         match self.profiler.as_ref() {
             None => {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("forward"),
-                    timestamp_writes: None,
-                });
-                for op in ops {
-                    dispatch(&mut pass, op, &step);
+                let per_submit = if n > 1 { SUBMIT_OPS } else { usize::MAX };
+                let mut ops = ops.peekable();
+                loop {
+                    {
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some("forward"),
+                            timestamp_writes: None,
+                        });
+                        for op in ops.by_ref().take(per_submit) {
+                            dispatch(&mut pass, op, &step);
+                        }
+                    }
+                    if ops.peek().is_none() {
+                        break;
+                    }
+                    let part = std::mem::replace(
+                        &mut enc,
+                        gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
+                    );
+                    gpu.queue.submit([part.finish()]);
                 }
             }
             Some(p) => {
@@ -608,6 +631,12 @@ struct Builder<'a> {
     b: &'a Buffers,
     n_batch: usize,
     params: Vec<u8>,
+    /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
+    /// to sum (its reduce dispatch folded into the norm).
+    pending_add: Option<u32>,
+    /// Logits per argmax candidate: the output head's rows per workgroup when it leaves their
+    /// best rows.
+    argmax_per: u32,
 }
 
 /// Where and how a matrix op writes: `stride` floats between token rows, `mode`, optional bias.
@@ -712,13 +741,17 @@ impl<'a> Builder<'a> {
                         MatIn::Plain(_) => Input::Plain,
                         _ => Input::Attn,
                     };
-                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some() }, matvec_grid(g.rows))
+                    let rows = shaders::matvec_rows(g.rows);
+                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some(), rows }, matvec_grid(g.rows, rows))
                 }
             };
             let mut entries = self.common(g.arena, params);
             entries.push((3, if splits > 1 { self.b.split.as_entire_binding() } else { out.as_entire_binding() }));
             if let Some(bias) = bias {
                 entries.push((4, bias.as_entire_binding()));
+            }
+            if mode == OutMode::Argmax {
+                entries.push((4, self.b.best.as_entire_binding()));
             }
             match input {
                 MatIn::Norm(x, w) => entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())]),
@@ -763,20 +796,21 @@ impl<'a> Builder<'a> {
         Ok(ops)
     }
 
-    /// The rope/KV-store op of layer `l` (decode and prefill alike).
-    async fn rope_store(&self, l: usize) -> Result<Op> {
+    /// The rope/KV-store op of layer `l` (prefill), reading the qkv rows or `splits` partials of
+    /// them in the split buffer.
+    async fn rope_store(&self, l: usize, splits: u32) -> Result<Op> {
         let c = &self.m.model.config;
         let (k, v) = &self.b.kv[l];
         let entries = vec![
             (2, self.b.step.as_entire_binding()),
             (3, self.b.q_rot.as_entire_binding()),
             (4, k.as_entire_binding()),
-            (5, self.b.qkv.as_entire_binding()),
+            (5, if splits > 1 { &self.b.split } else { &self.b.qkv }.as_entire_binding()),
             (6, self.b.rope.as_entire_binding()),
             (7, v.as_entire_binding()),
         ];
         let pairs = (c.q_dim() / 2 + c.kv_dim()) as u32;
-        self.op("rope_store", Kernel::RopeStore, Grid::PerToken(pairs.div_ceil(64)), entries).await
+        self.op("rope_store", Kernel::RopeStore { splits }, Grid::PerToken(pairs.div_ceil(64)), entries).await
     }
 
     /// Prefill attention over the cache (after rope_store), into `att`.
@@ -813,6 +847,21 @@ impl<'a> Builder<'a> {
         let entries =
             vec![(3, self.b.xb.as_entire_binding()), (5, self.b.x.as_entire_binding()), (6, norm.as_entire_binding())];
         self.op(label, Kernel::RmsNorm, Grid::Tokens, entries).await
+    }
+
+    /// Prefill RMSNorm of `x` into `xb`, first adding the residual partials a split matmul left
+    /// pending.
+    async fn prefill_norm(&mut self, norm: &wgpu::Buffer) -> Result<Op> {
+        let Some(splits) = self.pending_add.take() else { return self.rmsnorm("rmsnorm", norm).await };
+        let b = self.b;
+        let entries = vec![
+            (2, b.step.as_entire_binding()),
+            (3, b.xb.as_entire_binding()),
+            (4, b.x.as_entire_binding()),
+            (5, b.split.as_entire_binding()),
+            (6, norm.as_entire_binding()),
+        ];
+        self.op("add_rmsnorm", Kernel::AddRmsNorm { splits }, Grid::Tokens, entries).await
     }
 
     /// SwiGLU into `h` from gate/up rows in `gu`, or from `splits` partial products there.
@@ -854,8 +903,9 @@ impl<'a> Builder<'a> {
                 (5, b.x.as_entire_binding()),
                 (6, lw.ffn_norm.as_entire_binding()),
             ]);
-            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false };
-            ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff), entries).await?);
+            let rows = shaders::matvec_rows(ff);
+            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows };
+            ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff, rows), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
             ops.extend(
@@ -882,42 +932,43 @@ impl<'a> Builder<'a> {
         let c = &m.model.config;
         let lw = &m.layers[l];
         let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
-        let mut ops = vec![self.rmsnorm("rmsnorm", &lw.attn_norm).await?];
+        let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
-        ops.extend(
-            self.mat_ops(
+        let mut qkv_ops = self
+            .mat_ops(
                 "matmul_qkv",
                 &qkv,
                 MatIn::Rows(&b.xb),
                 to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
-            .await?,
-        );
-        ops.push(self.rope_store(l).await?);
+            .await?;
+        // rope_store sums a split qkv matmul's partials itself (no bias to add).
+        let qkv_splits = if lw.qkv_bias.is_none() { take_reduce(&mut qkv_ops) } else { None };
+        ops.extend(qkv_ops);
+        ops.push(self.rope_store(l, qkv_splits.unwrap_or(1)).await?);
         ops.push(self.attn_prefill(l).await?);
-        ops.extend(
-            self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?,
-        );
-        ops.push(self.rmsnorm("rmsnorm", &lw.ffn_norm).await?);
+        let mut wo_ops =
+            self.mat_ops("matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), to(&b.x, d, OutMode::Add, None)).await?;
+        self.pending_add = take_reduce(&mut wo_ops);
+        ops.extend(wo_ops);
+        ops.push(self.prefill_norm(&lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let mut gu_ops =
             self.mat_ops("matmul_gate_up", &gu, MatIn::Rows(&b.xb), to(&b.gu, 2 * ff, OutMode::Store, None)).await?;
         // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
-        let split = match gu_ops.as_slice() {
-            [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => Some(*splits),
-            _ => None,
-        };
-        if let Some(splits) = split {
-            gu_ops.pop();
-            ops.extend(gu_ops);
-            ops.push(self.swiglu(&b.split, splits).await?);
-        } else {
-            ops.extend(gu_ops);
-            ops.push(self.swiglu(&b.gu, 1).await?);
+        let split = take_reduce(&mut gu_ops);
+        ops.extend(gu_ops);
+        ops.push(match split {
+            Some(splits) => self.swiglu(&b.split, splits).await?,
+            None => self.swiglu(&b.gu, 1).await?,
+        });
+        let mut down_ops =
+            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?;
+        // The next layer's attention norm adds the partials; the last layer's head reads x itself.
+        if l + 1 < c.n_layers {
+            self.pending_add = take_reduce(&mut down_ops);
         }
-        ops.extend(
-            self.mat_ops("matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), to(&b.x, d, OutMode::Add, None)).await?,
-        );
+        ops.extend(down_ops);
         Ok(ops)
     }
 
@@ -925,7 +976,10 @@ impl<'a> Builder<'a> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let input = MatIn::Norm(&b.x, &m.output_norm);
-        self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, OutMode::Store, None)).await
+        // One dispatch (the head in one buffer): its workgroups leave their best rows for argmax.
+        let mode = if m.output.chunks.len() == 1 { OutMode::Argmax } else { OutMode::Store };
+        self.argmax_per = if mode == OutMode::Argmax { shaders::matvec_rows(vocab) } else { 1 };
+        self.mat_ops("matvec_output", &[(&m.output, 0)], input, to(&b.logits, vocab, mode, None)).await
     }
 
     async fn head_all(&mut self) -> Result<Vec<Op>> {
@@ -949,14 +1003,28 @@ impl<'a> Builder<'a> {
             (2, self.b.step.as_entire_binding()),
             (3, self.b.ids.as_entire_binding()),
             (4, self.b.tokens.as_entire_binding()),
-            (5, self.b.logits.as_entire_binding()),
+            (5, if self.argmax_per > 1 { &self.b.best } else { &self.b.logits }.as_entire_binding()),
         ];
-        self.op("argmax", Kernel::Argmax, Grid::Fixed([1, 1, 1]), entries).await
+        let kernel = Kernel::Argmax { per: self.argmax_per };
+        self.op("argmax", kernel, Grid::Fixed([1, 1, 1]), entries).await
     }
 }
 
-/// Matvec workgroups (8 rows each), folded into two dimensions past 65535.
-fn matvec_grid(rows: usize) -> Grid {
-    let wgs = rows.div_ceil(8) as u32;
+/// Drop the reduce of a single split matmul (`ops` = [matmul, split_reduce]) whose partials the
+/// next op sums itself; its split count. (A matrix over several buffers keeps its reduces.)
+fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
+    match ops.as_slice() {
+        [Op { grid: Grid::Tiles { splits, .. }, .. }, reduce] if reduce.label == "split_reduce" => {
+            let splits = *splits;
+            ops.pop();
+            Some(splits)
+        }
+        _ => None,
+    }
+}
+
+/// Matvec workgroups (`per_wg` rows each), folded into two dimensions past 65535.
+fn matvec_grid(rows: usize, per_wg: u32) -> Grid {
+    let wgs = rows.div_ceil(per_wg as usize) as u32;
     Grid::Fixed([wgs.min(65535), wgs.div_ceil(65535), 1])
 }

@@ -17,6 +17,8 @@ const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
 const MAT_COMMON: &str = wgsl!("mat_common.wgsl");
 const BIAS: &str = wgsl!("bias.wgsl");
 const NO_BIAS: &str = wgsl!("no_bias.wgsl");
+const BEST_OUT: &str = wgsl!("best_out.wgsl");
+const NO_BEST: &str = wgsl!("no_best.wgsl");
 const IN_NORM: &str = wgsl!("in_norm.wgsl");
 const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
 const IN_ATTN: &str = wgsl!("in_attn.wgsl");
@@ -29,6 +31,7 @@ const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
 const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
 const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
 const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
+const ADD_RMSNORM: &str = wgsl!("add_rmsnorm.wgsl");
 const SWIGLU: &str = wgsl!("swiglu.wgsl");
 const ARGMAX: &str = wgsl!("argmax.wgsl");
 
@@ -60,6 +63,9 @@ pub(crate) enum OutMode {
     Swiglu = 2,
     /// A partial product over one split of the columns, summed by `SplitReduce` (matmul only).
     Partial = 3,
+    /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
+    /// only: the output head in greedy decoding).
+    Argmax = 4,
 }
 
 /// Where a matvec's input vector comes from.
@@ -81,6 +87,8 @@ pub(crate) enum Kernel {
         input: Input,
         mode: OutMode,
         bias: bool,
+        /// Output rows per workgroup (`matvec_rows`).
+        rows: u32,
     },
     Matmul {
         ty: GgmlType,
@@ -95,15 +103,38 @@ pub(crate) enum Kernel {
     Embed {
         ty: GgmlType,
     },
-    RopeStore,
+    /// RoPE and the KV store, from qkv rows or (`splits` > 1) a split qkv matmul's partials.
+    RopeStore {
+        splits: u32,
+    },
     AttnDecode,
     AttnPrefill,
     RmsNorm,
+    /// The residual add of a split matmul's `splits` partials, then RMSNorm.
+    AddRmsNorm {
+        splits: u32,
+    },
     /// SwiGLU of gate/up rows, summing `splits` partial products of a split matmul (1: plain rows).
     Swiglu {
         splits: u32,
     },
-    Argmax,
+    /// The argmax of a logits row (`per` 1) or of the best rows of an `OutMode::Argmax` matvec's
+    /// workgroups (`per` = its rows per workgroup).
+    Argmax {
+        per: u32,
+    },
+}
+
+/// Output rows per workgroup of a matvec of `rows` rows (matvec.wgsl `ROWS`; a team of 256 / ROWS
+/// invocations per row). Four: each invocation walks a short part of a row (H100: 4 rows per
+/// workgroup beat 8 and 2), except for very tall matrices (the output head: 16), whose many
+/// workgroups cost more than the shorter walk gains (H100: 16 beat 8 and 4).
+pub(crate) fn matvec_rows(rows: usize) -> u32 {
+    if rows >= 8192 {
+        16
+    } else {
+        4
+    }
 }
 
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
@@ -162,11 +193,13 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         Some(())
     };
     match kernel {
-        Kernel::Matvec { ty, input, mode, bias } => {
-            mode_line = format!("const OUT_MODE: u32 = {}u;\n", mode as u32);
+        Kernel::Matvec { ty, input, mode, bias, rows } => {
+            debug_assert!(!(bias && mode == OutMode::Argmax), "binding 4 is the bias or the best rows");
+            mode_line = format!("const OUT_MODE: u32 = {}u;\nconst ROWS: u32 = {rows}u;\n", mode as u32);
             parts.push(&mode_line);
             weights(&mut parts, ty)?;
             parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);
+            parts.push(if mode == OutMode::Argmax { BEST_OUT } else { NO_BEST });
             parts.push(match input {
                 Input::Norm => IN_NORM,
                 Input::Plain => IN_PLAIN,
@@ -188,15 +221,25 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             weights(&mut parts, ty)?;
             parts.push(EMBED);
         }
-        Kernel::RopeStore => parts.extend([ROPE, ROPE_STORE]),
+        Kernel::RopeStore { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), ROPE, ROPE_STORE]);
+        }
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.push(RMSNORM),
+        Kernel::AddRmsNorm { splits } => {
+            mode_line = format!("const SPLITS: u32 = {splits}u;\n");
+            parts.extend([mode_line.as_str(), ADD_RMSNORM]);
+        }
         Kernel::Swiglu { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
             parts.extend([mode_line.as_str(), SWIGLU]);
         }
-        Kernel::Argmax => parts.push(ARGMAX),
+        Kernel::Argmax { per } => {
+            mode_line = format!("const PER: u32 = {per}u;\n");
+            parts.extend([mode_line.as_str(), ARGMAX]);
+        }
     }
     Some(parts.join("\n"))
 }
@@ -204,17 +247,20 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
 /// The bindings (group 0) each kernel's bind group provides, in the order the session passes them.
 pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
     match kernel {
-        Kernel::Matvec { input: Input::Norm, bias: true, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { input: Input::Norm, bias: true, .. }
+        | Kernel::Matvec { input: Input::Norm, mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { input: Input::Norm, bias: false, .. } => &[0, 1, 2, 3, 5, 6],
         Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
         Kernel::SplitReduce { bias: true, .. } => &[1, 2, 3, 4, 5],
         Kernel::SplitReduce { bias: false, .. } => &[1, 2, 3, 5],
         Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
-        Kernel::RopeStore | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
+        Kernel::RopeStore { .. } | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
         Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
+        Kernel::AddRmsNorm { .. } => &[2, 3, 4, 5, 6],
         Kernel::Swiglu { .. } => &[2, 3, 5],
-        Kernel::Argmax => &[2, 3, 4, 5],
+        Kernel::Argmax { .. } => &[2, 3, 4, 5],
     }
 }

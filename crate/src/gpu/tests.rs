@@ -283,7 +283,8 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
         let bias = rng.normals(col0 + total);
         let out0 = vec![7.0f32; col0 + total + 2];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true };
+        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
+        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&segs, cols, 0, col0))),
@@ -293,7 +294,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
             (5, Data::Storage(f32_bytes(&x))),
             (6, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(8), 1, 1], &[3]).await[0]);
+        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(per), 1, 1], &[3]).await[0]);
 
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x[cols..], &norm_w, 1e-5);
@@ -318,10 +319,11 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let x = rng.normals(cols);
         let resid = rng.normals(rows);
         let (g_rows, u_rows) = (dequantized(ty, &gate, rows, cols), dequantized(ty, &up, rows, cols));
-        let grid = [(rows as u32).div_ceil(8), 1, 1];
+        let per = [4, 16][i % 2];
+        let grid = [(rows as u32).div_ceil(per), 1, 1];
 
         // out += W_gate · x (plain input).
-        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false };
+        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per };
         let data = vec![
             (0, Data::Storage(w.clone())),
             (1, Data::Uniform(mat_params(&[(offs[0], rows)], cols, 0, 0))),
@@ -337,7 +339,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false };
+        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
@@ -491,22 +493,24 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
 }
 
 pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
-    for (neox, rope_dims) in [(false, 32), (true, 32), (true, 16), (false, 16)] {
+    // Also from a split qkv matmul's partials (two halves: their sum is exact).
+    for (neox, rope_dims, splits) in [(false, 32, 1), (true, 32, 1), (true, 16, 1), (false, 16, 1), (true, 32, 2)] {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let (n, pos0, n_ctx) = (3, 5, 16);
         let mut rng = Rng(500 + rope_dims as u64);
         let qkv = rng.normals(n * (qd + 2 * kvd));
+        let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
             (2, step(n, pos0)),
             (3, Data::Storage(vec![0; n * qd * 4])),
             (4, Data::Storage(vec![0; n_ctx * kvd * 2])),
-            (5, Data::Storage(f32_bytes(&qkv))),
+            (5, Data::Storage(f32_bytes(&input))),
             (6, Data::Storage(rope_table(&c, n_ctx))),
             (7, Data::Storage(vec![0; n_ctx * kvd * 2])),
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
-        let got = run(Kernel::RopeStore, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
+        let got = run(Kernel::RopeStore { splits }, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
         let (q_rot, k_cache, v_cache) = (to_f32(&got[0]), halves(&got[1]), halves(&got[2]));
         let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         for t in 0..n {
@@ -618,7 +622,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     for i in 0..qd {
         eye[i * qd + i] = 1.0;
     }
-    let kernel = Kernel::Matvec { ty: GgmlType::F32, input: Input::Attn, mode: OutMode::Store, bias: false };
+    let kernel = Kernel::Matvec { ty: GgmlType::F32, input: Input::Attn, mode: OutMode::Store, bias: false, rows: 4 };
     let data = vec![
         (0, Data::Storage(f32_bytes(&eye))),
         (1, Data::Uniform(mat_params(&[(0, qd)], qd, 0, 0))),
@@ -626,7 +630,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         (3, Data::Storage(vec![0; qd * 4])),
         (5, Data::Storage(part)),
     ];
-    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(8), 1, 1], &[3]).await[0]);
+    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[3]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "merged output {i}: {g} vs {w}");
     }
@@ -674,6 +678,25 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
         assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "rmsnorm {i}: {g} vs {w}");
     }
 
+    // The residual add of a split matmul's partials (two halves of r: their sum is exact) folded in.
+    let r = rng.normals(n * d);
+    let parts: Vec<f32> = r.iter().chain(&r).map(|v| v / 2.0).collect();
+    let data = vec![
+        (2, step(n, 0)),
+        (3, Data::Storage(vec![0; n * d * 4])),
+        (4, Data::Storage(f32_bytes(&x))),
+        (5, Data::Storage(f32_bytes(&parts))),
+        (6, Data::Storage(f32_bytes(&w))),
+    ];
+    let got = run(Kernel::AddRmsNorm { splits: 2 }, &header(), data, [n as u32, 1, 1], &[3, 4]).await;
+    let (out, sum) = (to_f32(&got[0]), to_f32(&got[1]));
+    let want_sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
+    assert_eq!(sum, want_sum, "add_rmsnorm residual");
+    rmsnorm(&mut want, &want_sum, &w, c.rms_eps);
+    for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "add_rmsnorm {i}: {g} vs {w}");
+    }
+
     let gu = rng.normals(n * 2 * ff);
     // Plain gate/up rows, and the same rows as two split partials (gu - e and e) to be summed.
     let e = rng.normals(n * 2 * ff);
@@ -716,11 +739,46 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0xFF; 4 * 4])),
             (5, Data::Storage(f32_bytes(&logits))),
         ];
-        let got = run(Kernel::Argmax, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let got = run(Kernel::Argmax { per: 1 }, &header(), data, [1, 1, 1], &[3, 4]).await;
         let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
         assert_eq!(ids[3], want, "row {row}: the id lands in its slot");
         assert_eq!(tokens[0], want, "row {row}: and becomes the next input token");
         assert_eq!(ids[2], u32::MAX, "other slots untouched");
+
+        // The same row as the output of a matvec that leaves its workgroups' best rows: an F32
+        // matrix whose column 0 holds the logits, times a one-hot input.
+        let cols = 64;
+        let row_logits = &logits[row as usize * vocab..(row as usize + 1) * vocab];
+        let w: Vec<f32> = row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
+        let mut x = vec![0f32; cols];
+        x[0] = 1.0;
+        let per = 16; // the output head's rows per workgroup
+        let groups = vocab.div_ceil(per as usize);
+        let data = vec![
+            (0, Data::Storage(f32_bytes(&w))),
+            (1, Data::Uniform(mat_params(&[(0, vocab)], cols, vocab, 0))),
+            (2, step(1, 0)),
+            (3, Data::Storage(vec![0; vocab * 4])),
+            (4, Data::Storage(vec![0; groups * 8])),
+            (5, Data::Storage(f32_bytes(&x))),
+        ];
+        let matvec =
+            Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false, rows: per };
+        let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
+        let best = got.remove(1);
+        for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
+            assert!(g.to_bits() == l.to_bits() || (g.is_nan() && l.is_nan()), "row {row} logit {i}: {g} vs {l}");
+        }
+        let s = Step { n: 1, slot: 3, ..Step::default() };
+        let data = vec![
+            (2, Data::Uniform(s.bytes().to_vec())),
+            (3, Data::Storage(vec![0xFF; 8 * 4])),
+            (4, Data::Storage(vec![0xFF; 4 * 4])),
+            (5, Data::Storage(best)),
+        ];
+        let got = run(Kernel::Argmax { per }, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
+        assert_eq!((ids[3], tokens[0]), (want, want), "row {row} from the matvec's best rows");
     }
 }
 

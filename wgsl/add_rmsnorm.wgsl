@@ -1,0 +1,39 @@
+// A split matmul's residual add folded into the RMSNorm after it (prefill): x += the sum of the
+// SPLITS partial products ([split][token][D_MODEL], matmul.wgsl OUT_MODE 3, summed in
+// split_reduce.wgsl's order), then out = x / sqrt(mean(x^2) + eps) * w. One workgroup per row:
+// one dispatch instead of a reduce and a norm.
+
+@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> x: array<f32>;
+@group(0) @binding(5) var<storage, read> part: array<f32>;
+@group(0) @binding(6) var<storage, read> norm_w: array<f32>;
+
+var<workgroup> red: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let base = wg.x * D_MODEL;
+    var ss = 0.0;
+    for (var i = lid; i < D_MODEL; i += 256u) {
+        var v = 0.0;
+        for (var z = 0u; z < SPLITS; z++) {
+            v += part[(z * step.n + wg.x) * D_MODEL + i];
+        }
+        let r = x[base + i] + v;
+        x[base + i] = r;
+        ss += r * r;
+    }
+    red[lid] = ss;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red[lid] += red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let scale = 1.0 / sqrt(red[0] / f32(D_MODEL) + EPS);
+    for (var i = lid; i < D_MODEL; i += 256u) {
+        out[base + i] = (x[base + i] * scale) * norm_w[i];
+    }
+}
