@@ -205,7 +205,11 @@ impl GpuSession {
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
             best: gpu
-                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(shaders::matvec_rows(c.vocab_size) as usize)), storage)
+                .buffer(
+                    "best rows",
+                    f32s(2 * c.vocab_size.div_ceil(shaders::matvec_rows(c.vocab_size) as usize)),
+                    storage,
+                )
                 .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,

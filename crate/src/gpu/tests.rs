@@ -749,7 +749,8 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         // matrix whose column 0 holds the logits, times a one-hot input.
         let cols = 64;
         let row_logits = &logits[row as usize * vocab..(row as usize + 1) * vocab];
-        let w: Vec<f32> = row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
+        let w: Vec<f32> =
+            row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
         let mut x = vec![0f32; cols];
         x[0] = 1.0;
         let per = 16; // the output head's rows per workgroup
