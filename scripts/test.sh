@@ -58,5 +58,5 @@ cargo build --locked --release -p ruvllm-cli
 
 echo "== browser tests (headless Chromium; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks)"
 # webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
-node --test --test-timeout=300000 tests/browser/
+node --test --test-timeout=900000 tests/browser/
 echo "== all tests passed"
