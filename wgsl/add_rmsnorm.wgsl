@@ -9,8 +9,6 @@
 @group(0) @binding(5) var<storage, read> part: array<f32>;
 @group(0) @binding(6) var<storage, read> norm_w: array<f32>;
 
-var<workgroup> red: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let base = wg.x * D_MODEL;
@@ -24,15 +22,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         x[base + i] = r;
         ss += r * r;
     }
-    red[lid] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(D_MODEL) + EPS);
+    let scale = row_rms_scale(lid, ss);
     for (var i = lid; i < D_MODEL; i += 256u) {
         out[base + i] = (x[base + i] * scale) * norm_w[i];
     }

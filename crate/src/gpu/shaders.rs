@@ -30,6 +30,7 @@ const ROPE: &str = wgsl!("rope.wgsl");
 const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
 const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
 const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
+const ROW_RMS: &str = wgsl!("row_rms.wgsl");
 const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
 const ADD_RMSNORM: &str = wgsl!("add_rmsnorm.wgsl");
 const SWIGLU: &str = wgsl!("swiglu.wgsl");
@@ -227,10 +228,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         }
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
-        Kernel::RmsNorm => parts.push(RMSNORM),
+        Kernel::RmsNorm => parts.extend([ROW_RMS, RMSNORM]),
         Kernel::AddRmsNorm { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
-            parts.extend([mode_line.as_str(), ADD_RMSNORM]);
+            parts.extend([mode_line.as_str(), ROW_RMS, ADD_RMSNORM]);
         }
         Kernel::Swiglu { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
