@@ -8,6 +8,9 @@ use crate::kernels::f16;
 use crate::kernels::parallel::{chunk_size, for_each_chunk};
 use crate::kv_cache::LayerCache;
 
+/// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
+pub const MAX_HEAD_DIM: usize = 512;
+
 pub struct AttentionShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
@@ -36,8 +39,9 @@ pub fn attention(
     let out_ptr = crate::kernels::parallel::SharedMut::new(out);
     let scores_ptr = crate::kernels::parallel::SharedMut::new(scores);
     let n_tasks = n_tokens * n_kv_heads;
-    for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8, 1), |tasks| {
-        let mut row = vec![0f32; head_dim]; // one cached key or value, as f32
+    for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
+        let mut row = [0f32; MAX_HEAD_DIM];
+        let row = &mut row[..head_dim]; // one cached key or value, as f32
         for task in tasks {
             let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let n_ctx = pos0 + t + 1;
@@ -48,9 +52,9 @@ pub fn attention(
             let sc = unsafe { scores_ptr.slice(first * span, group * span) };
             let og = unsafe { out_ptr.slice(first * head_dim, group * head_dim) };
             for j in 0..n_ctx {
-                f16::to_f32(cache.key(j, kvh), &mut row);
+                f16::to_f32(cache.key(j, kvh), row);
                 for (g, qh) in qg.chunks_exact(head_dim).enumerate() {
-                    sc[g * span + j] = f16::dot(qh, &row) * scale;
+                    sc[g * span + j] = f16::dot(qh, row) * scale;
                 }
             }
             for s in sc.chunks_exact_mut(span) {
@@ -65,9 +69,9 @@ pub fn attention(
             }
             og.fill(0.0);
             for j in 0..n_ctx {
-                f16::to_f32(cache.value(j, kvh), &mut row);
+                f16::to_f32(cache.value(j, kvh), row);
                 for (g, o) in og.chunks_exact_mut(head_dim).enumerate() {
-                    f16::axpy(o, sc[g * span + j], &row);
+                    f16::axpy(o, sc[g * span + j], row);
                 }
             }
         }

@@ -7,45 +7,75 @@
 //! output is computed the same way either way, so results depend neither on the batch size nor on
 //! the number of threads.
 
+use std::ops::Range;
+
 use crate::kernels::parallel::{chunk_size, for_each_chunk, SharedMut};
 use crate::model::weights::MatrixRef;
 use crate::quant::{dot_rows, vec_dot, Activations};
 
 /// Most weight rows per parallel task.
 const MAX_ROWS_PER_TASK: usize = 64;
+/// Most matrices one call multiplies (q/k/v).
+const MAX_MATRICES: usize = 4;
 
-/// `out[t * w.rows + r] = dot(W[r], acts[t])` for every activation row `t`.
-/// `acts` must have been quantized for `w.ty.act_kind()` with `w.cols` columns.
-pub fn matmul(w: &MatrixRef, file: &[u8], acts: &Activations, out: &mut [f32]) {
+/// For each matrix W with its output: `out[t * W.rows + r] = dot(W[r], acts[t])` for every activation
+/// row `t`. The matrices share the activations (`acts` quantized for their common `act_kind()`, with
+/// `cols` columns), and their rows are split over the pool in one loop: a decode step's q/k/v (and
+/// gate/up) are one parallel loop, not three, and the loops' fixed cost is most of decode's threading.
+pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activations) {
     let n = acts.rows();
-    assert_eq!(acts.cols(), w.cols, "activation width must equal the matrix's row length");
-    assert_eq!(acts.kind(), Some(w.ty.act_kind()));
-    assert_eq!(out.len(), n * w.rows);
-    let bytes = w.bytes(file);
-    let row_bytes = w.row_bytes();
-    let out_ptr = SharedMut::new(out);
-    for_each_chunk(w.rows, chunk_size(w.rows, 16, MAX_ROWS_PER_TASK, 1), |rows| {
-        let wr = &bytes[rows.start * row_bytes..rows.end * row_bytes];
-        // SAFETY: each task owns a distinct range of weight rows r, so indices t * w.rows + r are disjoint.
-        let put = |t: usize, r: usize, v: f32| unsafe { out_ptr.write(t * w.rows + r, v) };
-        // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
-        let mut t = 0;
-        let mut four = [[0f32; 4]; MAX_ROWS_PER_TASK];
-        while t + 4 <= n {
-            let four = &mut four[..rows.len()];
-            dots(w, wr, acts, [t, t + 1, t + 2, t + 3], four);
-            for (r, dots) in rows.clone().zip(four.iter()) {
-                dots.iter().enumerate().for_each(|(j, &v)| put(t + j, r, v));
-            }
-            t += 4;
-        }
-        let mut one = [[0f32; 1]; MAX_ROWS_PER_TASK];
-        for t in t..n {
-            let one = &mut one[..rows.len()];
-            dots(w, wr, acts, [t], one);
-            rows.clone().zip(one.iter()).for_each(|(r, &[v])| put(t, r, v));
+    assert!(mats.len() <= MAX_MATRICES);
+    let total_rows: usize = mats.iter().map(|(w, _)| w.rows).sum();
+    let chunk = chunk_size(total_rows, 16, MAX_ROWS_PER_TASK);
+    // Chunks never straddle two matrices: matrix i has chunks first_chunk[i]..first_chunk[i + 1].
+    let mut first_chunk = [0; MAX_MATRICES + 1];
+    let mut outs = [None; MAX_MATRICES];
+    for (i, (w, out)) in mats.iter_mut().enumerate() {
+        assert_eq!(acts.cols(), w.cols, "activation width must equal the matrix's row length");
+        assert_eq!(acts.kind(), Some(w.ty.act_kind()));
+        assert_eq!(out.len(), n * w.rows);
+        first_chunk[i + 1] = first_chunk[i] + w.rows.div_ceil(chunk);
+        outs[i] = Some(SharedMut::new(out));
+    }
+    let mats = &*mats;
+    for_each_chunk(first_chunk[mats.len()], 1, |chunks| {
+        for c in chunks {
+            let i = (0..mats.len()).find(|&i| c < first_chunk[i + 1]).expect("chunk index in range");
+            let w = mats[i].0;
+            let r0 = (c - first_chunk[i]) * chunk;
+            let out = outs[i].expect("an output per matrix");
+            // SAFETY: each chunk owns a distinct range of weight rows of one matrix, so the outputs
+            // it writes (t * w.rows + r for its rows r) are disjoint from every other chunk's.
+            unsafe { rows_task(w, file, acts, r0..(r0 + chunk).min(w.rows), out) };
         }
     });
+}
+
+/// The outputs of weight rows `rows` of `w` for every activation row.
+/// # Safety
+/// No other task writes `out` at `t * w.rows + r` for `r` in `rows`.
+unsafe fn rows_task(w: &MatrixRef, file: &[u8], acts: &Activations, rows: Range<usize>, out: SharedMut<f32>) {
+    let n = acts.rows();
+    let row_bytes = w.row_bytes();
+    let wr = &w.bytes(file)[rows.start * row_bytes..rows.end * row_bytes];
+    let put = |t: usize, r: usize, v: f32| out.write(t * w.rows + r, v);
+    // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
+    let mut t = 0;
+    let mut four = [[0f32; 4]; MAX_ROWS_PER_TASK];
+    while t + 4 <= n {
+        let four = &mut four[..rows.len()];
+        dots(w, wr, acts, [t, t + 1, t + 2, t + 3], four);
+        for (r, dots) in rows.clone().zip(four.iter()) {
+            dots.iter().enumerate().for_each(|(j, &v)| put(t + j, r, v));
+        }
+        t += 4;
+    }
+    let mut one = [[0f32; 1]; MAX_ROWS_PER_TASK];
+    for t in t..n {
+        let one = &mut one[..rows.len()];
+        dots(w, wr, acts, [t], one);
+        rows.clone().zip(one.iter()).for_each(|(r, &[v])| put(t, r, v));
+    }
 }
 
 /// The row kernel, or `vec_dot` output by output for types without one.
@@ -96,12 +126,12 @@ mod tests {
                     let mut acts = Activations::new();
                     acts.quantize(ty.act_kind(), &x, n);
                     let mut out = vec![0f32; n * rows];
-                    matmul(&w, &file, &acts, &mut out);
+                    matmul(&mut [(&w, &mut out)], &file, &acts);
                     for t in 0..n {
                         let mut one = Activations::new();
                         one.quantize(ty.act_kind(), &x[t * cols..(t + 1) * cols], 1);
                         let mut alone = vec![0f32; rows];
-                        matmul(&w, &file, &one, &mut alone);
+                        matmul(&mut [(&w, &mut alone)], &file, &one);
                         for r in 0..rows {
                             let at = format!("{ty:?} {cols} cols, batch {n}, [{t}, {r}]");
                             let got = out[t * rows + r];
@@ -115,6 +145,35 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn several_matrices_in_one_call_equal_one_call_each() {
+        let ty = GgmlType::Q4_1;
+        let cols = ty.block_size() * 4;
+        let shapes = [71, 16, 130]; // rows of each matrix, stored one after another
+        let mut file = Vec::new();
+        let mut mats = Vec::new();
+        for (i, &rows) in shapes.iter().enumerate() {
+            let offset = file.len();
+            let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
+            quantize_row(ty, &values(rows * cols, 7 + i as u64), &mut bytes);
+            file.extend(bytes);
+            mats.push(MatrixRef { ty, rows, cols, offset });
+        }
+        for n in [1, 6] {
+            let mut acts = Activations::new();
+            acts.quantize(ty.act_kind(), &values(n * cols, 50 + n as u64), n);
+            let mut together: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; n * m.rows]).collect();
+            let mut pairs: Vec<_> = mats.iter().zip(together.iter_mut()).map(|(m, o)| (m, &mut o[..])).collect();
+            matmul(&mut pairs, &file, &acts);
+            for (m, got) in mats.iter().zip(&together) {
+                let mut alone = vec![0f32; n * m.rows];
+                matmul(&mut [(m, &mut alone)], &file, &acts);
+                assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()), "{} rows, batch {n}", m.rows);
             }
         }
     }
@@ -152,7 +211,7 @@ mod timing {
             let mut acts = Activations::new();
             acts.quantize(ty.act_kind(), &x[..n * cols], n);
             let mut out = vec![0f32; n * rows];
-            let fast = best_ns(|| matmul(&w, &file, &acts, &mut out));
+            let fast = best_ns(|| matmul(&mut [(&w, &mut out)], &file, &acts));
             let plain = best_ns(|| {
                 for r in 0..rows {
                     let wr = &file[r * w.row_bytes()..][..w.row_bytes()];
@@ -197,7 +256,7 @@ mod wasm_timing {
             for _ in 0..5 {
                 let t = js_sys::Date::now();
                 for _ in 0..reps {
-                    matmul(&w, &file, &acts, &mut out);
+                    matmul(&mut [(&w, &mut out)], &file, &acts);
                 }
                 best = best.min((js_sys::Date::now() - t) * 1e6 / (reps * rows * n) as f64);
             }

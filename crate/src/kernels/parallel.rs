@@ -1,7 +1,13 @@
 //! Data parallelism over index ranges: rayon natively and in the threaded wasm build (feature
 //! `threads`: rayon on Web Workers, see `crate::wasm_threads`), the calling thread in the plain wasm build.
+//!
+//! A forward pass runs [`in_pool`]: it holds the pool's workers as a [`team::Team`] for its duration,
+//! and the parallel loops inside hand their chunks to that team (see `team.rs` for why).
 
 use std::ops::Range;
+
+#[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+mod team;
 
 /// Split `0..n` into chunks of `chunk` indices and run `f` on each, possibly in parallel.
 pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
@@ -9,9 +15,12 @@ pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + 
     let n_chunks = n.div_ceil(chunk);
     let run = |c: usize| f(c * chunk..((c + 1) * chunk).min(n));
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-    {
-        use rayon::prelude::*;
-        if n_chunks > 1 && rayon::current_num_threads() > 1 {
+    if n_chunks > 1 {
+        if n_chunks <= team::MAX_CHUNKS && with_team(|team| team.run(n_chunks, &run)).is_some() {
+            return;
+        }
+        if rayon::current_num_threads() > 1 {
+            use rayon::prelude::*;
             (0..n_chunks).into_par_iter().for_each(run);
             return;
         }
@@ -19,23 +28,68 @@ pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + 
     (0..n_chunks).for_each(run);
 }
 
-/// Run `f` on a worker of the kernel thread pool (natively, with more than one thread). The parallel
-/// loops inside `f` then start from a worker, which keeps working on its share, instead of from an
-/// outside thread that must hand each loop to the pool and sleep until it is done: with decode's
-/// hundreds of short loops per token, those hand-offs cost more than the second thread gained.
+#[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+thread_local! {
+    /// The team this thread leads, while it runs a forward pass under [`in_pool`] and is not inside
+    /// one of the team's chunks (a loop nested in a chunk goes through rayon).
+    static TEAM: std::cell::Cell<*const team::Team> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Run `f` with the team this thread leads, if any (taken away from the thread meanwhile).
+#[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
+fn with_team<R>(f: impl FnOnce(&team::Team) -> R) -> Option<R> {
+    let t = TEAM.with(|t| t.replace(std::ptr::null()));
+    if t.is_null() {
+        return None;
+    }
+    struct Restore(*const team::Team);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TEAM.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(t);
+    // SAFETY: `in_pool` keeps the team alive while TEAM points at it.
+    Some(f(unsafe { &*t }))
+}
+
+/// Run `f` (a forward pass) on a worker of the kernel thread pool, with the other workers held as a
+/// team for the parallel loops inside it. Starting from a worker matters too: a loop started from an
+/// outside thread must hand itself to the pool and sleep until it is done.
 pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-    if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
-        return rayon::scope(|_| f());
+    {
+        let n = rayon::current_num_threads();
+        if n > 1 && TEAM.with(|t| t.get().is_null()) {
+            let team = team::Team::new();
+            return rayon::scope(|s| {
+                for _ in 1..n {
+                    s.spawn(|_| team.help());
+                }
+                // Release the helpers however `f` ends (a panic must not leave them spinning).
+                struct Finish<'a>(&'a team::Team);
+                impl Drop for Finish<'_> {
+                    fn drop(&mut self) {
+                        TEAM.with(|t| t.set(std::ptr::null()));
+                        self.0.finish();
+                    }
+                }
+                let _finish = Finish(&team);
+                TEAM.with(|t| t.set(&team));
+                f()
+            });
+        }
     }
     f()
 }
 
-/// Chunk size for splitting `n` items over the pool: about four chunks per thread (for balance), at
-/// least `min` items each (to amortize scheduling) and at most `max`, rounded to a multiple of `multiple`.
-pub fn chunk_size(n: usize, min: usize, max: usize, multiple: usize) -> usize {
-    let per = n.div_ceil(4 * threads()).clamp(min, max);
-    per.div_ceil(multiple) * multiple
+/// Chunk size for splitting `n` items over the pool: at least four chunks per thread (for balance),
+/// as many for every thread where chunks of at most `max` items allow (so equal chunks end together:
+/// 576 rows on two threads are ten chunks of 58, not nine of 64), and at least `min` items each.
+pub fn chunk_size(n: usize, min: usize, max: usize) -> usize {
+    let t = threads();
+    let per_thread = n.div_ceil(max * t).max(4);
+    n.div_ceil(per_thread * t).clamp(min, max)
 }
 
 /// A raw pointer that parallel tasks may share to write *disjoint* parts of one output buffer.
@@ -85,4 +139,65 @@ pub fn threads() -> usize {
     return rayon::current_num_threads();
     #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     return 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// Run `loops` loops of `n` indices inside one forward-like `in_pool` call, each index counted.
+    fn count_indices(loops: usize, n: usize, chunk: usize) -> Vec<usize> {
+        let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        in_pool(|| {
+            for _ in 0..loops {
+                for_each_chunk(n, chunk, |r| r.for_each(|i| _ = counts[i].fetch_add(1, Relaxed)));
+            }
+        });
+        counts.into_iter().map(AtomicUsize::into_inner).collect()
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn every_index_runs_once_per_loop() {
+        for (loops, n, chunk) in [(1, 1, 1), (500, 37, 3), (2000, 9, 1), (3, 100_000, 7), (10, 5, 64)] {
+            assert!(count_indices(loops, n, chunk).iter().all(|&c| c == loops), "{loops} loops of {n} by {chunk}");
+        }
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn loops_nested_in_a_chunk_run_every_index() {
+        let total = AtomicUsize::new(0);
+        in_pool(|| {
+            for_each_chunk(8, 1, |_| {
+                for_each_chunk(50, 4, |r| _ = total.fetch_add(r.len(), Relaxed));
+            })
+        });
+        assert_eq!(total.into_inner(), 8 * 50);
+    }
+
+    /// Pauses longer than a helper spins, so loops are posted to sleeping helpers too.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn loops_after_long_serial_stretches_run_every_index() {
+        let counts: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+        in_pool(|| {
+            for pause_us in [0, 2_000, 0, 0, 20_000, 1, 5_000] {
+                std::thread::sleep(std::time::Duration::from_micros(pause_us));
+                for_each_chunk(64, 1, |r| r.for_each(|i| _ = counts[i].fetch_add(1, Relaxed)));
+            }
+        });
+        assert!(counts.iter().all(|c| c.load(Relaxed) == 7));
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_panicking_chunk_panics_the_caller_and_the_pool_still_works() {
+        let caught = std::panic::catch_unwind(|| {
+            in_pool(|| for_each_chunk(64, 1, |r| assert!(r.start != 40, "chunk 40 fails")));
+        });
+        assert!(caught.is_err());
+        assert!(count_indices(100, 33, 2).iter().all(|&c| c == 100));
+    }
 }

@@ -68,7 +68,7 @@ impl Config {
             Some(_) => req("attention.key_length")?,
             None => d_model / n_heads,
         };
-        if n_heads % n_kv_heads != 0 || head_dim % 2 != 0 {
+        if n_heads % n_kv_heads != 0 || head_dim % 2 != 0 || head_dim > crate::kernels::attention::MAX_HEAD_DIM {
             return Err(Error::Model(format!(
                 "{n_heads} attention heads cannot be grouped over {n_kv_heads} KV heads of dim {head_dim}"
             )));

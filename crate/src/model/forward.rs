@@ -138,16 +138,17 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(&w.output, &mut s.logits[..])], file);
 }
 
-/// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format.
+/// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
+/// and multiplying the matrices that share one in one call.
 fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(&MatrixRef, &mut [f32])], file: &[u8]) {
-    let mut quantized_for = None;
-    for (m, out) in outs.iter_mut() {
+    let mut rest = outs;
+    while let Some((m, _)) = rest.first() {
         let kind = m.ty.act_kind();
-        if quantized_for != Some(kind) {
-            acts.quantize(kind, x, n);
-            quantized_for = Some(kind);
-        }
-        matmul(m, file, acts, out);
+        let same = rest.iter().take_while(|(m, _)| m.ty.act_kind() == kind).count();
+        let (group, tail) = rest.split_at_mut(same);
+        acts.quantize(kind, x, n);
+        matmul(group, file, acts);
+        rest = tail;
     }
 }
 
