@@ -5,8 +5,10 @@
 //! first while the CPU encodes the rest).
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
-//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
-//! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in. Up to
+//! `FUSED_MAX_KV` cached positions (and for models whose shapes allow it) attention has the wo
+//! matvec fused in as well, and the next two matvecs merge its records: 4 dispatches per layer
+//! (qkv, attention, gate/up, down); past that, or otherwise, 5 (wo on its own). Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
 //! short batch gives too few tiles to fill the GPU) and separate small kernels.
 
 use std::collections::HashMap;
@@ -20,6 +22,12 @@ use crate::error::{GpuFault, Result};
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
 /// each: small chunks spread a short context over more workgroups (each finishes sooner).
 const CHUNK_STEP: usize = 32;
+/// Fused decode attention (wo fused in): most key chunks per head. Each chunk leaves a
+/// `d_model`-wide record that every gate/up workgroup reads, so fewer, longer chunks win here.
+const FUSED_MAX_CHUNKS: usize = 2;
+/// Fused decode attention runs up to this many cached positions; longer contexts want more chunks
+/// per head than its records allow, and use the separate wo matvec.
+const FUSED_MAX_KV: usize = 1024;
 /// Most column splits of a prefill matmul (see `split_count`).
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -111,6 +119,8 @@ struct Buffers {
     q_rot: wgpu::Buffer,
     att: wgpu::Buffer,
     part: wgpu::Buffer,
+    /// Records of fused decode attention (`d_model` wide, wo applied).
+    wo_part: wgpu::Buffer,
     /// Partial products of split matmuls.
     split: wgpu::Buffer,
     gu: wgpu::Buffer,
@@ -142,6 +152,9 @@ pub struct GpuSession {
     b: Buffers,
     embed: Vec<Op>,
     decode_layers: Vec<Op>,
+    /// Decode layers with wo fused into attention (empty when the model does not allow it).
+    decode_fused: Vec<Op>,
+    fuse: Fuse,
     prefill_layers: Vec<Op>,
     head_last: Vec<Op>,
     head_all: Vec<Op>,
@@ -197,6 +210,13 @@ impl GpuSession {
                     storage,
                 )
                 .await?,
+            wo_part: gpu
+                .buffer(
+                    "fused attention records",
+                    f32s(c.n_heads * shaders::max_chunks(c.n_heads) * (c.d_model + 2)),
+                    storage,
+                )
+                .await?,
             split: {
                 let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
                 gpu.buffer("split partials", f32s(MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
@@ -223,9 +243,15 @@ impl GpuSession {
         let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None, argmax_per: 1 };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
+        let mut decode_fused = Vec::new();
         let mut prefill_layers = Vec::new();
+        let fusable =
+            c.d_model <= 1024 && m.layers.iter().all(|lw| lw.wo.chunks.len() == 1 && lw.w_down.chunks.len() == 1);
         for l in 0..c.n_layers {
-            decode_layers.extend(builder.decode_layer(l).await?);
+            decode_layers.extend(builder.decode_layer(l, false).await?);
+            if fusable {
+                decode_fused.extend(builder.decode_layer(l, true).await?);
+            }
             prefill_layers.extend(builder.prefill_layer(l).await?);
         }
         let head_last = builder.head_last().await?;
@@ -246,6 +272,8 @@ impl GpuSession {
             b,
             embed,
             decode_layers,
+            decode_fused,
+            fuse: Fuse { max_chunks: FUSED_MAX_CHUNKS, max_kv: FUSED_MAX_KV },
             prefill_layers,
             head_last,
             head_all,
@@ -274,9 +302,17 @@ impl GpuSession {
         self.cpu_submit_ms
     }
 
-    /// Dispatches of one greedy decode step (embedding to sampled id).
+    /// Dispatches of one greedy decode step (embedding to sampled id) at a short context.
     pub fn dispatches_per_token(&self) -> usize {
-        self.embed.len() + self.decode_layers.len() + self.head_last.len() + 1
+        let layers = if self.decode_fused.is_empty() { &self.decode_layers } else { &self.decode_fused };
+        self.embed.len() + layers.len() + self.head_last.len() + 1
+    }
+
+    /// Limits of fused decode attention (wo inside): at most `max_chunks` key chunks per head, up to
+    /// `max_kv` cached positions (0: never fused). For tests and tuning; the defaults suit normal use.
+    #[doc(hidden)]
+    pub fn set_decode_fusion(&mut self, max_chunks: usize, max_kv: usize) {
+        self.fuse = Fuse { max_chunks: max_chunks.max(1), max_kv };
     }
 
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when
@@ -413,7 +449,9 @@ impl GpuSession {
             gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
         let kv_len = pos0 + n;
+        let fused = n == 1 && !self.decode_fused.is_empty() && kv_len <= self.fuse.max_kv;
         let max_chunks = shaders::max_chunks(self.m.model.config.n_heads);
+        let max_chunks = if fused { self.fuse.max_chunks.min(max_chunks) } else { max_chunks };
         let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * max_chunks).max(1);
         let step = Step {
             n: n as u32,
@@ -426,7 +464,11 @@ impl GpuSession {
         };
         gpu.queue.write_buffer(&self.b.step, 0, &step.bytes());
 
-        let layers = if n == 1 { &self.decode_layers } else { &self.prefill_layers };
+        let layers = match (n, fused) {
+            (1, true) => &self.decode_fused,
+            (1, false) => &self.decode_layers,
+            _ => &self.prefill_layers,
+        };
         let head_ops: &[Op] = match head {
             Head::None => &[],
             Head::Last => &self.head_last,
@@ -659,6 +701,8 @@ fn to<'b>(buf: &'b wgpu::Buffer, stride: usize, mode: OutMode, bias: Option<&'b 
 enum MatIn<'a> {
     /// matvec, RMSNorm of the last row of `x` with this norm weight.
     Norm(&'a wgpu::Buffer, &'a wgpu::Buffer),
+    /// matvec, RMSNorm of the last row of `x` plus fused decode attention's merged records.
+    NormAttn(&'a wgpu::Buffer, &'a wgpu::Buffer),
     /// matvec, the last row of a buffer.
     Plain(&'a wgpu::Buffer),
     /// matvec, the decode attention partials.
@@ -739,9 +783,10 @@ impl<'a> Builder<'a> {
                         Grid::Tiles { rows: g.rows as u32, splits: splits as u32 },
                     )
                 }
-                MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn => {
+                MatIn::Norm(..) | MatIn::NormAttn(..) | MatIn::Plain(_) | MatIn::Attn => {
                     let input = match input {
                         MatIn::Norm(..) => Input::Norm,
+                        MatIn::NormAttn(..) => Input::NormAttn,
                         MatIn::Plain(_) => Input::Plain,
                         _ => Input::Attn,
                     };
@@ -757,8 +802,13 @@ impl<'a> Builder<'a> {
             if mode == OutMode::Argmax {
                 entries.push((4, self.b.best.as_entire_binding()));
             }
+            if mode == OutMode::AddAttn || matches!(input, MatIn::NormAttn(..)) {
+                entries.push((4, self.b.wo_part.as_entire_binding()));
+            }
             match input {
-                MatIn::Norm(x, w) => entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())]),
+                MatIn::Norm(x, w) | MatIn::NormAttn(x, w) => {
+                    entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())])
+                }
                 MatIn::Plain(x) | MatIn::Rows(x) => entries.push((5, x.as_entire_binding())),
                 MatIn::Attn => entries.push((5, self.b.part.as_entire_binding())),
             }
@@ -832,19 +882,28 @@ impl<'a> Builder<'a> {
         self.op("attn_prefill", Kernel::AttnPrefill, grid, entries).await
     }
 
-    /// Decode attention with RoPE and the KV store fused in, into the partials.
-    async fn attn_decode(&self, l: usize) -> Result<Op> {
-        let (k, v) = &self.b.kv[l];
-        let entries = vec![
-            (2, self.b.step.as_entire_binding()),
-            (3, self.b.part.as_entire_binding()),
+    /// Decode attention with RoPE and the KV store fused in, into per-chunk records: of each
+    /// head's output, or with `wo` (in one arena) of the output projected through it.
+    async fn attn_decode(&mut self, l: usize, wo: Option<&MatLoc>) -> Result<Op> {
+        let b = self.b;
+        let (k, v) = &b.kv[l];
+        let mut entries = vec![
             (4, k.as_entire_binding()),
-            (5, self.b.qkv.as_entire_binding()),
-            (6, self.b.rope.as_entire_binding()),
+            (5, b.qkv.as_entire_binding()),
+            (6, b.rope.as_entire_binding()),
             (7, v.as_entire_binding()),
         ];
         let heads = self.m.model.config.n_heads as u32;
-        self.op("attn_decode", Kernel::AttnDecode, Grid::AttnDecode { heads }, entries).await
+        let grid = Grid::AttnDecode { heads };
+        let Some(wo) = wo else {
+            entries.extend([(2, b.step.as_entire_binding()), (3, b.part.as_entire_binding())]);
+            return self.op("attn_decode", Kernel::AttnDecode { wo: None }, grid, entries).await;
+        };
+        let ch = wo.chunks[0];
+        let params = self.add_params(&[ch.offset as u32, 0, 0, 0].map(u32::to_le_bytes).concat());
+        entries.extend(self.common(ch.arena, params)); // weights, params, step
+        entries.push((3, b.wo_part.as_entire_binding()));
+        self.op("attn_decode_wo", Kernel::AttnDecode { wo: Some(wo.ty) }, grid, entries).await
     }
 
     async fn rmsnorm(&self, label: &'static str, norm: &wgpu::Buffer) -> Result<Op> {
@@ -876,7 +935,9 @@ impl<'a> Builder<'a> {
         self.op("swiglu", Kernel::Swiglu { splits }, Grid::PerToken(ff.div_ceil(256)), entries).await
     }
 
-    async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
+    /// The decode ops of layer `l`; `fused`: wo inside attention, its records merged by the gate/up
+    /// input stage and by down's residual add.
+    async fn decode_layer(&mut self, l: usize, fused: bool) -> Result<Vec<Op>> {
         let m = self.m;
         let b = self.b;
         let c = &m.model.config;
@@ -891,8 +952,18 @@ impl<'a> Builder<'a> {
                 to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
             .await?;
-        ops.push(self.attn_decode(l).await?);
-        ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
+        if fused {
+            ops.push(self.attn_decode(l, Some(&lw.wo)).await?);
+        } else {
+            ops.push(self.attn_decode(l, None).await?);
+            ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
+        }
+        let (ffn_in, ffn_input) = if fused {
+            (MatIn::NormAttn(&b.x, &lw.ffn_norm), Input::NormAttn)
+        } else {
+            (MatIn::Norm(&b.x, &lw.ffn_norm), Input::Norm)
+        };
+        let down_mode = if fused { OutMode::AddAttn } else { OutMode::Add };
 
         // SwiGLU fused into one matvec when gate and up can share a dispatch.
         let (g, u) = (&lw.w_gate, &lw.w_up);
@@ -904,28 +975,20 @@ impl<'a> Builder<'a> {
             let mut entries = self.common(g.chunks[0].arena, params);
             entries.extend([
                 (3, b.h.as_entire_binding()),
+                (4, b.wo_part.as_entire_binding()),
                 (5, b.x.as_entire_binding()),
                 (6, lw.ffn_norm.as_entire_binding()),
             ]);
             let rows = shaders::matvec_rows(ff);
-            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows };
+            let kernel = Kernel::Matvec { ty: g.ty, input: ffn_input, mode: OutMode::Swiglu, bias: false, rows };
             ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff, rows), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
-            ops.extend(
-                self.mat_ops(
-                    "matvec_gate_up",
-                    &gu,
-                    MatIn::Norm(&b.x, &lw.ffn_norm),
-                    to(&b.gu, 2 * ff, OutMode::Store, None),
-                )
-                .await?,
-            );
+            ops.extend(self.mat_ops("matvec_gate_up", &gu, ffn_in, to(&b.gu, 2 * ff, OutMode::Store, None)).await?);
             ops.push(self.swiglu(&b.gu, 1).await?);
         }
         ops.extend(
-            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, OutMode::Add, None))
-                .await?,
+            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, down_mode, None)).await?,
         );
         Ok(ops)
     }
@@ -1031,4 +1094,11 @@ fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
 fn matvec_grid(rows: usize, per_wg: u32) -> Grid {
     let wgs = rows.div_ceil(per_wg as usize) as u32;
     Grid::Fixed([wgs.min(65535), wgs.div_ceil(65535), 1])
+}
+
+/// Fused decode attention's limits (`FUSED_MAX_CHUNKS`, `FUSED_MAX_KV`).
+#[derive(Clone, Copy, Debug)]
+struct Fuse {
+    max_chunks: usize,
+    max_kv: usize,
 }
