@@ -2,7 +2,7 @@
 //! per kernel from timestamp queries (when the device offers TIMESTAMP_QUERY). One JSON object per line.
 //!
 //!   cargo bench -p ruvllm --features gpu --bench gpu_bench -- --model M [--prompt-tokens 128] [--gen-tokens 64]
-//!       [--fuse MAX_CHUNKS,MAX_KV]   (limits of decode attention with wo fused in; MAX_KV 0: never)
+//!       [--fuse MAX_KV]   (decode attention with wo fused in up to MAX_KV positions; 0: never)
 //!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
 //!
@@ -60,10 +60,8 @@ fn run() -> Result<(), String> {
 
     let n_ctx = (n_prompt + n_gen + 1).next_multiple_of(256);
     let mut s = block_on(GpuSession::new(gm, n_ctx, n_prompt)).map_err(|e| e.to_string())?;
-    if let Some(f) = opt("--fuse") {
-        let v: Vec<usize> = f.split(',').filter_map(|x| x.parse().ok()).collect();
-        let [max_chunks, max_kv] = v[..] else { return Err(format!("--fuse: '{f}' is not MAX_CHUNKS,MAX_KV")) };
-        s.set_decode_fusion(max_chunks, max_kv);
+    if opt("--fuse").is_some() {
+        s.set_decode_fusion(num("--fuse", 0)?);
     }
     let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     let err = |e: ruvllm::Error| e.to_string();

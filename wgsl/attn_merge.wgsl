@@ -1,5 +1,5 @@
 // The online-softmax merge of decode attention's per-chunk records ([N_HEADS][n_chunks][REC],
-// each ending in the chunk's max m and sum l), for matvec stages. The includer declares the
+// each ending in the chunk's max m and sum l), for in_attn.wgsl. The includer declares the
 // records as `part` and their size REC. merge_prepare (256 invocations, uniform control flow)
 // computes each chunk's weight exp(m_c - m) / l once per workgroup: the (m, l) pairs are loaded
 // in parallel, then merged per head from workgroup memory.
@@ -33,11 +33,3 @@ fn merge_prepare(lid: u32) {
     workgroupBarrier();
 }
 
-// Value i of the merged output: the weighted sum of every record's value i.
-fn merged(i: u32) -> f32 {
-    var v = 0.0;
-    for (var k = 0u; k < N_HEADS * step.n_chunks; k++) {
-        v += part[k * REC + i] * chunk_w[k];
-    }
-    return v;
-}

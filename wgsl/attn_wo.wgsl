@@ -1,9 +1,9 @@
-// Decode attention output stage with the wo matvec fused in: the chunk's unnormalized output times
-// head h's HEAD_DIM columns of wo (a D_MODEL-wide share of the attention block's output, linear in
-// the output, so the online-softmax merge can come after it), with the chunk's max and sum, as
-// record `rec` of [N_HEADS][n_chunks][D_MODEL + 2]. The next matvecs merge the records
-// (attn_merge.wgsl): the gate/up input stage (in_norm_attn.wgsl) and matvec_down's residual add
-// (bias_attn.wgsl). Prepended: weights.wgsl and a quant/*.wgsl (dequant8).
+// Decode attention output stage with the wo matvec fused in (one key chunk per head: the session
+// runs it only for contexts one workgroup covers): head h's normalized output times its HEAD_DIM
+// columns of wo, a D_MODEL-wide share of the attention block's output, stored as row h of
+// [N_HEADS][D_MODEL]. The next matvecs sum the rows (attn_heads.wgsl): the gate/up input stage
+// (in_norm_attn.wgsl) and matvec_down's residual add (bias_attn.wgsl).
+// Prepended: weights.wgsl and a quant/*.wgsl (dequant8).
 
 struct WoParams {
     offset: u32, // byte offset of wo (D_MODEL rows of Q_DIM values) in W
@@ -15,21 +15,22 @@ struct WoParams {
 @group(0) @binding(1) var<uniform> wo: WoParams;
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
 
+const WO_PASSES: u32 = (D_MODEL + WG - 1u) / WG;
+
 fn put_output(lid: u32, h: u32, rec: u32, m: f32, l: f32) {
-    let b = rec * (D_MODEL + 2u);
     let row_bytes = Q_DIM / QK * BLOCK_BYTES;
-    // One row per invocation: its HEAD_DIM weights are independent loads, in flight together.
-    for (var r = lid; r < D_MODEL; r += WG) {
-        let w = wo.offset + r * row_bytes;
-        var acc = 0.0;
-        for (var e = 0u; e < HEAD_DIM / 8u; e++) {
-            let a = dequant8(w, h * HEAD_DIM + 8u * e);
-            acc += dot(a.lo, o_head[2u * e]) + dot(a.hi, o_head[2u * e + 1u]);
+    // One row per invocation and pass; constant trip counts, so every pass's loads can be in
+    // flight together (a loop over rows with a run-time bound waits for each row's loads in turn).
+    for (var p = 0u; p < WO_PASSES; p++) {
+        let r = p * WG + lid;
+        if (r < D_MODEL) {
+            let w = wo.offset + r * row_bytes;
+            var acc = 0.0;
+            for (var e = 0u; e < HEAD_DIM / 8u; e++) {
+                let a = dequant8(w, h * HEAD_DIM + 8u * e);
+                acc += dot(a.lo, o_head[2u * e]) + dot(a.hi, o_head[2u * e + 1u]);
+            }
+            part[h * D_MODEL + r] = acc / l;
         }
-        part[b + r] = acc;
-    }
-    if (lid == 0u) {
-        part[b + D_MODEL] = m;
-        part[b + D_MODEL + 1u] = l;
     }
 }

@@ -1,24 +1,23 @@
 // Matvec input stage of the fused decode path: RMSNorm (times the norm weight) of the residual
-// stream after attention, the last token's row of x plus the merged records of attn_decode with
-// attn_wo.wgsl ([N_HEADS][n_chunks][D_MODEL + 2]). The sum is kept in workgroup memory (D_MODEL
-// at most 1024); matvec_down stores it into x later (bias_attn.wgsl).
-@group(0) @binding(4) var<storage, read> part: array<f32>;
+// stream after attention, the last token's row of x plus the attention block's output
+// (attn_heads.wgsl). The sum is kept in workgroup memory (D_MODEL at most 1024); matvec_down
+// stores it into x later (bias_attn.wgsl).
 @group(0) @binding(5) var<storage, read> x_in: array<f32>;
 @group(0) @binding(6) var<storage, read> norm_w: array<f32>;
-
-const REC: u32 = D_MODEL + 2u;
 
 var<workgroup> x_attn: array<f32, D_MODEL>;
 var<workgroup> norm_red: array<f32, 256>;
 
 fn input_prepare(lid: u32) {
-    merge_prepare(lid);
     let base = (step.n - 1u) * D_MODEL;
     var ss = 0.0;
-    for (var i = lid; i < D_MODEL; i += 256u) {
-        let v = x_in[base + i] + merged(i);
-        x_attn[i] = v;
-        ss += v * v;
+    for (var p = 0u; p < (D_MODEL + 255u) / 256u; p++) {
+        let i = p * 256u + lid;
+        if (i < D_MODEL) {
+            let v = x_in[base + i] + attn_out(i);
+            x_attn[i] = v;
+            ss += v * v;
+        }
     }
     norm_red[lid] = ss;
     workgroupBarrier();

@@ -6,9 +6,10 @@
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
 //! add and SwiGLU fused in, and attention with RoPE and the KV store fused in. Up to
-//! `FUSED_MAX_KV` cached positions (and for models whose shapes allow it) attention has the wo
-//! matvec fused in as well, and the next two matvecs merge its records: 4 dispatches per layer
-//! (qkv, attention, gate/up, down); past that, or otherwise, 5 (wo on its own). Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! `FUSED_MAX_KV` cached positions (and for models whose shapes allow it) attention runs one
+//! workgroup per head with the wo matvec fused in as well, and the next two matvecs sum its
+//! per-head rows: 4 dispatches per layer (qkv, attention, gate/up, down); past that, or
+//! otherwise, 5 (attention split into key chunks, wo on its own). Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
 //! short batch gives too few tiles to fill the GPU) and separate small kernels.
 
 use std::collections::HashMap;
@@ -22,12 +23,9 @@ use crate::error::{GpuFault, Result};
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
 /// each: small chunks spread a short context over more workgroups (each finishes sooner).
 const CHUNK_STEP: usize = 32;
-/// Fused decode attention (wo fused in): most key chunks per head. Each chunk leaves a
-/// `d_model`-wide record that every gate/up workgroup reads, so fewer, longer chunks win here.
-const FUSED_MAX_CHUNKS: usize = 2;
-/// Fused decode attention runs up to this many cached positions; longer contexts want more chunks
-/// per head than its records allow, and use the separate wo matvec.
-const FUSED_MAX_KV: usize = 1024;
+/// Fused decode attention (wo inside, one workgroup per head) runs up to this many cached
+/// positions; longer contexts want their keys split over more workgroups, and a separate wo.
+const FUSED_MAX_KV: usize = 256;
 /// Most column splits of a prefill matmul (see `split_count`).
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -119,7 +117,7 @@ struct Buffers {
     q_rot: wgpu::Buffer,
     att: wgpu::Buffer,
     part: wgpu::Buffer,
-    /// Records of fused decode attention (`d_model` wide, wo applied).
+    /// Fused decode attention's output: a `d_model`-wide row per head (wo applied).
     wo_part: wgpu::Buffer,
     /// Partial products of split matmuls.
     split: wgpu::Buffer,
@@ -154,7 +152,8 @@ pub struct GpuSession {
     decode_layers: Vec<Op>,
     /// Decode layers with wo fused into attention (empty when the model does not allow it).
     decode_fused: Vec<Op>,
-    fuse: Fuse,
+    /// Fused decode attention runs up to this many cached positions.
+    fused_max_kv: usize,
     prefill_layers: Vec<Op>,
     head_last: Vec<Op>,
     head_all: Vec<Op>,
@@ -210,13 +209,7 @@ impl GpuSession {
                     storage,
                 )
                 .await?,
-            wo_part: gpu
-                .buffer(
-                    "fused attention records",
-                    f32s(c.n_heads * shaders::max_chunks(c.n_heads) * (c.d_model + 2)),
-                    storage,
-                )
-                .await?,
+            wo_part: gpu.buffer("fused attention rows", f32s(c.n_heads * c.d_model), storage).await?,
             split: {
                 let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
                 gpu.buffer("split partials", f32s(MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
@@ -273,7 +266,7 @@ impl GpuSession {
             embed,
             decode_layers,
             decode_fused,
-            fuse: Fuse { max_chunks: FUSED_MAX_CHUNKS, max_kv: FUSED_MAX_KV },
+            fused_max_kv: FUSED_MAX_KV,
             prefill_layers,
             head_last,
             head_all,
@@ -308,11 +301,11 @@ impl GpuSession {
         self.embed.len() + layers.len() + self.head_last.len() + 1
     }
 
-    /// Limits of fused decode attention (wo inside): at most `max_chunks` key chunks per head, up to
-    /// `max_kv` cached positions (0: never fused). For tests and tuning; the defaults suit normal use.
+    /// Run decode attention with wo fused in up to `max_kv` cached positions (0: never). For tests
+    /// and tuning; the default suits normal use.
     #[doc(hidden)]
-    pub fn set_decode_fusion(&mut self, max_chunks: usize, max_kv: usize) {
-        self.fuse = Fuse { max_chunks: max_chunks.max(1), max_kv };
+    pub fn set_decode_fusion(&mut self, max_kv: usize) {
+        self.fused_max_kv = max_kv;
     }
 
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when
@@ -449,9 +442,8 @@ impl GpuSession {
             gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
         let kv_len = pos0 + n;
-        let fused = n == 1 && !self.decode_fused.is_empty() && kv_len <= self.fuse.max_kv;
-        let max_chunks = shaders::max_chunks(self.m.model.config.n_heads);
-        let max_chunks = if fused { self.fuse.max_chunks.min(max_chunks) } else { max_chunks };
+        let fused = n == 1 && !self.decode_fused.is_empty() && kv_len <= self.fused_max_kv;
+        let max_chunks = if fused { 1 } else { shaders::max_chunks(self.m.model.config.n_heads) };
         let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * max_chunks).max(1);
         let step = Step {
             n: n as u32,
@@ -1094,11 +1086,4 @@ fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
 fn matvec_grid(rows: usize, per_wg: u32) -> Grid {
     let wgs = rows.div_ceil(per_wg as usize) as u32;
     Grid::Fixed([wgs.min(65535), wgs.div_ceil(65535), 1])
-}
-
-/// Fused decode attention's limits (`FUSED_MAX_CHUNKS`, `FUSED_MAX_KV`).
-#[derive(Clone, Copy, Debug)]
-struct Fuse {
-    max_chunks: usize,
-    max_kv: usize,
 }

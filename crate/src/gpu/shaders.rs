@@ -25,6 +25,7 @@ const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
 const IN_ATTN: &str = wgsl!("in_attn.wgsl");
 const IN_NORM_ATTN: &str = wgsl!("in_norm_attn.wgsl");
 const ATTN_MERGE: &str = wgsl!("attn_merge.wgsl");
+const ATTN_HEADS: &str = wgsl!("attn_heads.wgsl");
 const MATVEC: &str = wgsl!("matvec.wgsl");
 const MATMUL: &str = wgsl!("matmul.wgsl");
 const SPLIT_REDUCE: &str = wgsl!("split_reduce.wgsl");
@@ -72,7 +73,7 @@ pub(crate) enum OutMode {
     /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
     /// only: the output head in greedy decoding).
     Argmax = 4,
-    /// Add, with the merged records of fused decode attention (`AttnDecode { wo: Some(_) }`) as
+    /// Add, with the output of fused decode attention (`AttnDecode { wo: Some(_) }`) as
     /// the bias (matvec without bias only: matvec_down, the residual add of attention and FFN).
     AddAttn = 5,
 }
@@ -86,7 +87,7 @@ pub(crate) enum Input {
     Plain,
     /// The merge of decode attention's per-chunk partials.
     Attn,
-    /// RMSNorm of the last token's row plus the merged records of fused decode attention
+    /// RMSNorm of the last token's row plus the output of fused decode attention
     /// (`AttnDecode { wo: Some(_) }`), times a norm weight (models with `d_model` <= 1024).
     NormAttn,
 }
@@ -120,7 +121,8 @@ pub(crate) enum Kernel {
         splits: u32,
     },
     /// Decode attention with RoPE and the KV store fused in; with `wo` (its weight type) the
-    /// output projection too, leaving `d_model`-wide records instead of per-head outputs.
+    /// output projection too (one key chunk per head), leaving a `d_model`-wide row per head
+    /// instead of per-chunk partials.
     AttnDecode {
         wo: Option<GgmlType>,
     },
@@ -232,8 +234,11 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
                 Input::Attn => IN_ATTN,
                 Input::NormAttn => IN_NORM_ATTN,
             });
-            if attn_bias || matches!(input, Input::Attn | Input::NormAttn) {
+            if input == Input::Attn {
                 parts.push(ATTN_MERGE);
+            }
+            if attn_bias || input == Input::NormAttn {
+                parts.push(ATTN_HEADS);
             }
             parts.push(MATVEC);
         }

@@ -559,7 +559,7 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
 }
 
 /// A decode attention case: the new token at position 299 over 300 cached positions in chunks of
-/// 128 (three per head), NeoX pairs on half of each head (the rotation is fused into the kernel).
+/// `chunk` keys, NeoX pairs on half of each head (the rotation is fused into the kernel).
 struct DecodeCase {
     c: Config,
     step: Step,
@@ -572,10 +572,10 @@ struct DecodeCase {
     want: Vec<f32>,
 }
 
-fn decode_case(seed: u64) -> DecodeCase {
+fn decode_case(seed: u64, chunk: usize) -> DecodeCase {
     let c = config(64, 4, 2, 32, true);
     let (qd, kvd, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
-    let (kv_len, n_ctx, chunk): (usize, usize, usize) = (300, 320, 128);
+    let (kv_len, n_ctx) = (300, 320);
     let pos = kv_len - 1;
     let mut rng = Rng(seed);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
@@ -621,7 +621,7 @@ fn assert_stored(case: &DecodeCase, k_cache: &[u8], v_cache: &[u8]) {
 }
 
 pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
-    let case = decode_case(600);
+    let case = decode_case(600, 128); // three chunks per head
     let (c, s, want) = (&case.c, case.step, &case.want);
     let (qd, hd, heads, n_chunks) = (c.q_dim(), c.head_dim, c.n_heads, s.n_chunks as usize);
     let mut data = case.data.clone();
@@ -665,14 +665,14 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     }
 }
 
-/// The fused decode path: attention with wo inside leaves d_model-wide records per (head, chunk);
-/// the gate/up input stage merges them into RMSNorm(x + wo · attention), and matvec_down's
-/// residual add into x + wo · attention + W · h.
+/// The fused decode path: attention with wo inside (one workgroup per head) leaves a d_model-wide
+/// row per head; the gate/up input stage sums them into RMSNorm(x + wo · attention), and
+/// matvec_down's residual add into x + wo · attention + W · h.
 pub async fn decode_attention_with_wo_and_its_merging_matvecs_match_cpu() {
     for (i, ty) in [GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::F16].into_iter().enumerate() {
-        let case = decode_case(650 + i as u64);
+        let case = decode_case(650 + i as u64, 300); // one chunk: three rounds of keys
         let c = &case.c;
-        let (qd, d, heads, n_chunks) = (c.q_dim(), c.d_model, c.n_heads, case.step.n_chunks as usize);
+        let (qd, d, heads) = (c.q_dim(), c.d_model, c.n_heads);
         let mut rng = Rng(660 + i as u64);
         let wo = random_matrix(ty, d, qd, &mut rng);
         let (w, offs) = pack(&[&wo]);
@@ -680,13 +680,13 @@ pub async fn decode_attention_with_wo_and_its_merging_matvecs_match_cpu() {
         data.extend([
             (0, Data::Storage(w)),
             (1, Data::Uniform(u32_bytes(&[offs[0] as u32, 0, 0, 0]))),
-            (3, Data::Storage(vec![0; heads * n_chunks * (d + 2) * 4])),
+            (3, Data::Storage(vec![0; heads * d * 4])),
         ]);
         let header = shaders::model_header(c);
-        let grid = [heads as u32, n_chunks as u32, 1];
+        let grid = [heads as u32, 1, 1];
         let mut got = run(Kernel::AttnDecode { wo: Some(ty) }, &header, data, grid, &[3, 4, 7]).await;
         assert_stored(&case, &got[1], &got[2]);
-        let records = got.remove(0);
+        let head_rows = got.remove(0);
 
         // wo · attention on the CPU, with the bound of its rounding error per row.
         let wo_rows = dequantized(ty, &wo, d, qd);
@@ -708,7 +708,7 @@ pub async fn decode_attention_with_wo_and_its_merging_matvecs_match_cpu() {
             (1, Data::Uniform(mat_params(&[(0, d)], d, 0, 0))),
             (2, Data::Uniform(case.step.bytes().to_vec())),
             (3, Data::Storage(vec![0; d * 4])),
-            (4, Data::Storage(records.clone())),
+            (4, Data::Storage(head_rows.clone())),
             (5, Data::Storage(f32_bytes(&x))),
             (6, Data::Storage(f32_bytes(&norm_w))),
         ];
@@ -731,7 +731,7 @@ pub async fn decode_attention_with_wo_and_its_merging_matvecs_match_cpu() {
             (1, Data::Uniform(mat_params(&[(0, rows)], cols, 0, 0))),
             (2, Data::Uniform(case.step.bytes().to_vec())),
             (3, Data::Storage(f32_bytes(&x))),
-            (4, Data::Storage(records)),
+            (4, Data::Storage(head_rows)),
             (5, Data::Storage(f32_bytes(&h))),
         ];
         let out = to_f32(&run(kernel, &header, data, [(rows as u32).div_ceil(4), 1, 1], &[3]).await[0]);
