@@ -2,7 +2,6 @@
 //! per kernel from timestamp queries (when the device offers TIMESTAMP_QUERY). One JSON object per line.
 //!
 //!   cargo bench -p ruvllm --features gpu --bench gpu_bench -- --model M [--prompt-tokens 128] [--gen-tokens 64]
-//!       [--fuse MAX_KV]   (decode attention with wo fused in up to MAX_KV positions; 0: never)
 //!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
 //!
@@ -60,9 +59,6 @@ fn run() -> Result<(), String> {
 
     let n_ctx = (n_prompt + n_gen + 1).next_multiple_of(256);
     let mut s = block_on(GpuSession::new(gm, n_ctx, n_prompt)).map_err(|e| e.to_string())?;
-    if opt("--fuse").is_some() {
-        s.set_decode_fusion(num("--fuse", 0)?);
-    }
     let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     let err = |e: ruvllm::Error| e.to_string();
 

@@ -1,8 +1,6 @@
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
-// softmax and hands its unnormalized output (o_head), max and sum to an output stage (appended):
-// attn_part.wgsl writes them for in_attn.wgsl to merge in matvec_wo; attn_wo.wgsl multiplies the
-// output by the head's columns of wo first (the wo matvec fused in).
+// softmax and writes its unnormalized output, max and sum, which in_attn.wgsl merges.
 // RoPE and the KV store are fused in (prepended: rope.wgsl): each workgroup rotates its query from
 // the qkv row; the new token's key and value (rounded to f16, as the cache holds them) are taken
 // from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
@@ -17,6 +15,7 @@
 fn qkv_at(i: u32) -> f32 {
     return qkv[i];
 }
+@group(0) @binding(3) var<storage, read_write> part: array<f32>;
 @group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read_write> v_cache: array<vec4<u32>>;
 
@@ -32,7 +31,6 @@ var<workgroup> new_v: array<vec4<u32>, SLICES>;
 var<workgroup> p_sh: array<f32, WG>;
 var<workgroup> red: array<f32, WG>;
 var<workgroup> o_sh: array<vec4<f32>, 2u * WG>;
-var<workgroup> o_head: array<vec4<f32>, HEAD_DIM / 4u>; // the chunk's unnormalized output
 
 fn reduce_max(lid: u32, v: f32) -> f32 {
     red[lid] = v;
@@ -164,14 +162,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     o_sh[2u * lid] = o0;
     o_sh[2u * lid + 1u] = o1;
     workgroupBarrier();
+    let nc = step.n_chunks;
+    let b = (h * nc + c) * (HEAD_DIM + 2u);
     if (lid < HEAD_DIM / 4u) {
         // Output values 4 * lid .. +4: half (lid % 2) of slice lid / 2, summed over the groups.
         var sum = vec4<f32>(0.0);
         for (var g = 0u; g < GROUPS; g++) {
             sum += o_sh[2u * (g * SLICES + lid / 2u) + lid % 2u];
         }
-        o_head[lid] = sum;
+        for (var i = 0u; i < 4u; i++) {
+            part[b + 4u * lid + i] = sum[i];
+        }
     }
-    workgroupBarrier();
-    put_output(lid, h, h * step.n_chunks + c, m, l);
+    if (lid == 0u) {
+        part[b + HEAD_DIM] = m;
+        part[b + HEAD_DIM + 1u] = l;
+    }
 }

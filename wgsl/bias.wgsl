@@ -4,5 +4,3 @@
 fn bias(r: u32) -> f32 {
     return bias_v[op.out_col0 + r];
 }
-
-fn bias_prepare(lid: u32) {}

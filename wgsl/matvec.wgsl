@@ -8,7 +8,7 @@
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
 // OUT_MODE: 0 store, 1 add to out (residual), 2 SwiGLU of segment 0 (gate) and 1 (up) row pairs,
 // 4 store, and the workgroup's best row for argmax.wgsl (put_best: the output head of greedy
-// decoding), 5 add with the merged attention output as the bias (bias_attn.wgsl).
+// decoding).
 
 const TEAM: u32 = 256u / ROWS;
 const TILE: u32 = 1024u;
@@ -23,7 +23,6 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    bias_prepare(lid);
     let paired = OUT_MODE == 2u;
     let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
     let wg_index = wg.y * nwg.x + wg.x;
@@ -78,7 +77,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         let v = red[lid];
         if (OUT_MODE == 0u || OUT_MODE == 4u) {
             out[o] = v + bias(row);
-        } else if (OUT_MODE == 1u || OUT_MODE == 5u) {
+        } else if (OUT_MODE == 1u) {
             out[o] += v + bias(row);
         } else {
             let u = red[256u + lid];

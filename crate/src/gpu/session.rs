@@ -5,11 +5,8 @@
 //! first while the CPU encodes the rest).
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
-//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in. Up to
-//! `FUSED_MAX_KV` cached positions (and for models whose shapes allow it) attention runs one
-//! workgroup per head with the wo matvec fused in as well, and the next two matvecs sum its
-//! per-head rows: 4 dispatches per layer (qkv, attention, gate/up, down); past that, or
-//! otherwise, 5 (attention split into key chunks, wo on its own). Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
+//! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
 //! short batch gives too few tiles to fill the GPU) and separate small kernels.
 
 use std::collections::HashMap;
@@ -23,9 +20,6 @@ use crate::error::{GpuFault, Result};
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
 /// each: small chunks spread a short context over more workgroups (each finishes sooner).
 const CHUNK_STEP: usize = 32;
-/// Fused decode attention (wo inside, one workgroup per head) runs up to this many cached
-/// positions; longer contexts want their keys split over more workgroups, and a separate wo.
-const FUSED_MAX_KV: usize = 256;
 /// Most column splits of a prefill matmul (see `split_count`).
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -117,8 +111,6 @@ struct Buffers {
     q_rot: wgpu::Buffer,
     att: wgpu::Buffer,
     part: wgpu::Buffer,
-    /// Fused decode attention's output: a `d_model`-wide row per head (wo applied).
-    wo_part: wgpu::Buffer,
     /// Partial products of split matmuls.
     split: wgpu::Buffer,
     gu: wgpu::Buffer,
@@ -150,10 +142,6 @@ pub struct GpuSession {
     b: Buffers,
     embed: Vec<Op>,
     decode_layers: Vec<Op>,
-    /// Decode layers with wo fused into attention (empty when the model does not allow it).
-    decode_fused: Vec<Op>,
-    /// Fused decode attention runs up to this many cached positions.
-    fused_max_kv: usize,
     prefill_layers: Vec<Op>,
     head_last: Vec<Op>,
     head_all: Vec<Op>,
@@ -209,7 +197,6 @@ impl GpuSession {
                     storage,
                 )
                 .await?,
-            wo_part: gpu.buffer("fused attention rows", f32s(c.n_heads * c.d_model), storage).await?,
             split: {
                 let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
                 gpu.buffer("split partials", f32s(MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
@@ -236,15 +223,9 @@ impl GpuSession {
         let mut builder = Builder { m: &m, b: &b, n_batch: nb, params: Vec::new(), pending_add: None, argmax_per: 1 };
         let embed = builder.embed().await?;
         let mut decode_layers = Vec::new();
-        let mut decode_fused = Vec::new();
         let mut prefill_layers = Vec::new();
-        let fusable =
-            c.d_model <= 1024 && m.layers.iter().all(|lw| lw.wo.chunks.len() == 1 && lw.w_down.chunks.len() == 1);
         for l in 0..c.n_layers {
-            decode_layers.extend(builder.decode_layer(l, false).await?);
-            if fusable {
-                decode_fused.extend(builder.decode_layer(l, true).await?);
-            }
+            decode_layers.extend(builder.decode_layer(l).await?);
             prefill_layers.extend(builder.prefill_layer(l).await?);
         }
         let head_last = builder.head_last().await?;
@@ -265,8 +246,6 @@ impl GpuSession {
             b,
             embed,
             decode_layers,
-            decode_fused,
-            fused_max_kv: FUSED_MAX_KV,
             prefill_layers,
             head_last,
             head_all,
@@ -295,17 +274,9 @@ impl GpuSession {
         self.cpu_submit_ms
     }
 
-    /// Dispatches of one greedy decode step (embedding to sampled id) at a short context.
+    /// Dispatches of one greedy decode step (embedding to sampled id).
     pub fn dispatches_per_token(&self) -> usize {
-        let layers = if self.decode_fused.is_empty() { &self.decode_layers } else { &self.decode_fused };
-        self.embed.len() + layers.len() + self.head_last.len() + 1
-    }
-
-    /// Run decode attention with wo fused in up to `max_kv` cached positions (0: never). For tests
-    /// and tuning; the default suits normal use.
-    #[doc(hidden)]
-    pub fn set_decode_fusion(&mut self, max_kv: usize) {
-        self.fused_max_kv = max_kv;
+        self.embed.len() + self.decode_layers.len() + self.head_last.len() + 1
     }
 
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when
@@ -442,8 +413,7 @@ impl GpuSession {
             gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
         let kv_len = pos0 + n;
-        let fused = n == 1 && !self.decode_fused.is_empty() && kv_len <= self.fused_max_kv;
-        let max_chunks = if fused { 1 } else { shaders::max_chunks(self.m.model.config.n_heads) };
+        let max_chunks = shaders::max_chunks(self.m.model.config.n_heads);
         let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * max_chunks).max(1);
         let step = Step {
             n: n as u32,
@@ -456,11 +426,7 @@ impl GpuSession {
         };
         gpu.queue.write_buffer(&self.b.step, 0, &step.bytes());
 
-        let layers = match (n, fused) {
-            (1, true) => &self.decode_fused,
-            (1, false) => &self.decode_layers,
-            _ => &self.prefill_layers,
-        };
+        let layers = if n == 1 { &self.decode_layers } else { &self.prefill_layers };
         let head_ops: &[Op] = match head {
             Head::None => &[],
             Head::Last => &self.head_last,
@@ -693,8 +659,6 @@ fn to<'b>(buf: &'b wgpu::Buffer, stride: usize, mode: OutMode, bias: Option<&'b 
 enum MatIn<'a> {
     /// matvec, RMSNorm of the last row of `x` with this norm weight.
     Norm(&'a wgpu::Buffer, &'a wgpu::Buffer),
-    /// matvec, RMSNorm of the last row of `x` plus fused decode attention's merged records.
-    NormAttn(&'a wgpu::Buffer, &'a wgpu::Buffer),
     /// matvec, the last row of a buffer.
     Plain(&'a wgpu::Buffer),
     /// matvec, the decode attention partials.
@@ -775,10 +739,9 @@ impl<'a> Builder<'a> {
                         Grid::Tiles { rows: g.rows as u32, splits: splits as u32 },
                     )
                 }
-                MatIn::Norm(..) | MatIn::NormAttn(..) | MatIn::Plain(_) | MatIn::Attn => {
+                MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn => {
                     let input = match input {
                         MatIn::Norm(..) => Input::Norm,
-                        MatIn::NormAttn(..) => Input::NormAttn,
                         MatIn::Plain(_) => Input::Plain,
                         _ => Input::Attn,
                     };
@@ -794,13 +757,8 @@ impl<'a> Builder<'a> {
             if mode == OutMode::Argmax {
                 entries.push((4, self.b.best.as_entire_binding()));
             }
-            if mode == OutMode::AddAttn || matches!(input, MatIn::NormAttn(..)) {
-                entries.push((4, self.b.wo_part.as_entire_binding()));
-            }
             match input {
-                MatIn::Norm(x, w) | MatIn::NormAttn(x, w) => {
-                    entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())])
-                }
+                MatIn::Norm(x, w) => entries.extend([(5, x.as_entire_binding()), (6, w.as_entire_binding())]),
                 MatIn::Plain(x) | MatIn::Rows(x) => entries.push((5, x.as_entire_binding())),
                 MatIn::Attn => entries.push((5, self.b.part.as_entire_binding())),
             }
@@ -874,28 +832,19 @@ impl<'a> Builder<'a> {
         self.op("attn_prefill", Kernel::AttnPrefill, grid, entries).await
     }
 
-    /// Decode attention with RoPE and the KV store fused in, into per-chunk records: of each
-    /// head's output, or with `wo` (in one arena) of the output projected through it.
-    async fn attn_decode(&mut self, l: usize, wo: Option<&MatLoc>) -> Result<Op> {
-        let b = self.b;
-        let (k, v) = &b.kv[l];
-        let mut entries = vec![
+    /// Decode attention with RoPE and the KV store fused in, into the partials.
+    async fn attn_decode(&self, l: usize) -> Result<Op> {
+        let (k, v) = &self.b.kv[l];
+        let entries = vec![
+            (2, self.b.step.as_entire_binding()),
+            (3, self.b.part.as_entire_binding()),
             (4, k.as_entire_binding()),
-            (5, b.qkv.as_entire_binding()),
-            (6, b.rope.as_entire_binding()),
+            (5, self.b.qkv.as_entire_binding()),
+            (6, self.b.rope.as_entire_binding()),
             (7, v.as_entire_binding()),
         ];
         let heads = self.m.model.config.n_heads as u32;
-        let grid = Grid::AttnDecode { heads };
-        let Some(wo) = wo else {
-            entries.extend([(2, b.step.as_entire_binding()), (3, b.part.as_entire_binding())]);
-            return self.op("attn_decode", Kernel::AttnDecode { wo: None }, grid, entries).await;
-        };
-        let ch = wo.chunks[0];
-        let params = self.add_params(&[ch.offset as u32, 0, 0, 0].map(u32::to_le_bytes).concat());
-        entries.extend(self.common(ch.arena, params)); // weights, params, step
-        entries.push((3, b.wo_part.as_entire_binding()));
-        self.op("attn_decode_wo", Kernel::AttnDecode { wo: Some(wo.ty) }, grid, entries).await
+        self.op("attn_decode", Kernel::AttnDecode, Grid::AttnDecode { heads }, entries).await
     }
 
     async fn rmsnorm(&self, label: &'static str, norm: &wgpu::Buffer) -> Result<Op> {
@@ -927,9 +876,7 @@ impl<'a> Builder<'a> {
         self.op("swiglu", Kernel::Swiglu { splits }, Grid::PerToken(ff.div_ceil(256)), entries).await
     }
 
-    /// The decode ops of layer `l`; `fused`: wo inside attention, its records merged by the gate/up
-    /// input stage and by down's residual add.
-    async fn decode_layer(&mut self, l: usize, fused: bool) -> Result<Vec<Op>> {
+    async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
         let m = self.m;
         let b = self.b;
         let c = &m.model.config;
@@ -944,18 +891,8 @@ impl<'a> Builder<'a> {
                 to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref()),
             )
             .await?;
-        if fused {
-            ops.push(self.attn_decode(l, Some(&lw.wo)).await?);
-        } else {
-            ops.push(self.attn_decode(l, None).await?);
-            ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
-        }
-        let (ffn_in, ffn_input) = if fused {
-            (MatIn::NormAttn(&b.x, &lw.ffn_norm), Input::NormAttn)
-        } else {
-            (MatIn::Norm(&b.x, &lw.ffn_norm), Input::Norm)
-        };
-        let down_mode = if fused { OutMode::AddAttn } else { OutMode::Add };
+        ops.push(self.attn_decode(l).await?);
+        ops.extend(self.mat_ops("matvec_wo", &[(&lw.wo, 0)], MatIn::Attn, to(&b.x, d, OutMode::Add, None)).await?);
 
         // SwiGLU fused into one matvec when gate and up can share a dispatch.
         let (g, u) = (&lw.w_gate, &lw.w_up);
@@ -967,20 +904,28 @@ impl<'a> Builder<'a> {
             let mut entries = self.common(g.chunks[0].arena, params);
             entries.extend([
                 (3, b.h.as_entire_binding()),
-                (4, b.wo_part.as_entire_binding()),
                 (5, b.x.as_entire_binding()),
                 (6, lw.ffn_norm.as_entire_binding()),
             ]);
             let rows = shaders::matvec_rows(ff);
-            let kernel = Kernel::Matvec { ty: g.ty, input: ffn_input, mode: OutMode::Swiglu, bias: false, rows };
+            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows };
             ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff, rows), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
-            ops.extend(self.mat_ops("matvec_gate_up", &gu, ffn_in, to(&b.gu, 2 * ff, OutMode::Store, None)).await?);
+            ops.extend(
+                self.mat_ops(
+                    "matvec_gate_up",
+                    &gu,
+                    MatIn::Norm(&b.x, &lw.ffn_norm),
+                    to(&b.gu, 2 * ff, OutMode::Store, None),
+                )
+                .await?,
+            );
             ops.push(self.swiglu(&b.gu, 1).await?);
         }
         ops.extend(
-            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, down_mode, None)).await?,
+            self.mat_ops("matvec_down", &[(&lw.w_down, 0)], MatIn::Plain(&b.h), to(&b.x, d, OutMode::Add, None))
+                .await?,
         );
         Ok(ops)
     }

@@ -17,15 +17,11 @@ const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
 const MAT_COMMON: &str = wgsl!("mat_common.wgsl");
 const BIAS: &str = wgsl!("bias.wgsl");
 const NO_BIAS: &str = wgsl!("no_bias.wgsl");
-const BIAS_ATTN: &str = wgsl!("bias_attn.wgsl");
 const BEST_OUT: &str = wgsl!("best_out.wgsl");
 const NO_BEST: &str = wgsl!("no_best.wgsl");
 const IN_NORM: &str = wgsl!("in_norm.wgsl");
 const IN_PLAIN: &str = wgsl!("in_plain.wgsl");
 const IN_ATTN: &str = wgsl!("in_attn.wgsl");
-const IN_NORM_ATTN: &str = wgsl!("in_norm_attn.wgsl");
-const ATTN_MERGE: &str = wgsl!("attn_merge.wgsl");
-const ATTN_HEADS: &str = wgsl!("attn_heads.wgsl");
 const MATVEC: &str = wgsl!("matvec.wgsl");
 const MATMUL: &str = wgsl!("matmul.wgsl");
 const SPLIT_REDUCE: &str = wgsl!("split_reduce.wgsl");
@@ -33,8 +29,6 @@ const EMBED: &str = wgsl!("embed.wgsl");
 const ROPE: &str = wgsl!("rope.wgsl");
 const ROPE_STORE: &str = wgsl!("rope_store.wgsl");
 const ATTN_DECODE: &str = wgsl!("attn_decode.wgsl");
-const ATTN_PART: &str = wgsl!("attn_part.wgsl");
-const ATTN_WO: &str = wgsl!("attn_wo.wgsl");
 const ATTN_PREFILL: &str = wgsl!("attn_prefill.wgsl");
 const ROW_RMS: &str = wgsl!("row_rms.wgsl");
 const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
@@ -73,9 +67,6 @@ pub(crate) enum OutMode {
     /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
     /// only: the output head in greedy decoding).
     Argmax = 4,
-    /// Add, with the output of fused decode attention (`AttnDecode { wo: Some(_) }`) as
-    /// the bias (matvec without bias only: matvec_down, the residual add of attention and FFN).
-    AddAttn = 5,
 }
 
 /// Where a matvec's input vector comes from.
@@ -87,9 +78,6 @@ pub(crate) enum Input {
     Plain,
     /// The merge of decode attention's per-chunk partials.
     Attn,
-    /// RMSNorm of the last token's row plus the output of fused decode attention
-    /// (`AttnDecode { wo: Some(_) }`), times a norm weight (models with `d_model` <= 1024).
-    NormAttn,
 }
 
 /// One compiled pipeline.
@@ -120,12 +108,7 @@ pub(crate) enum Kernel {
     RopeStore {
         splits: u32,
     },
-    /// Decode attention with RoPE and the KV store fused in; with `wo` (its weight type) the
-    /// output projection too (one key chunk per head), leaving a `d_model`-wide row per head
-    /// instead of per-chunk partials.
-    AttnDecode {
-        wo: Option<GgmlType>,
-    },
+    AttnDecode,
     AttnPrefill,
     RmsNorm,
     /// The residual add of a split matmul's `splits` partials, then RMSNorm.
@@ -212,34 +195,17 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
     };
     match kernel {
         Kernel::Matvec { ty, input, mode, bias, rows } => {
-            let attn_bias = mode == OutMode::AddAttn;
-            debug_assert!(
-                !bias || !(attn_bias || input == Input::NormAttn || mode == OutMode::Argmax),
-                "binding 4 is the bias, the attention records or the best rows"
-            );
-            debug_assert!(!(attn_bias && input == Input::NormAttn), "one reader of the attention records");
+            debug_assert!(!(bias && mode == OutMode::Argmax), "binding 4 is the bias or the best rows");
             mode_line = format!("const OUT_MODE: u32 = {}u;\nconst ROWS: u32 = {rows}u;\n", mode as u32);
             parts.push(&mode_line);
             weights(&mut parts, ty)?;
-            parts.push(MAT_COMMON);
-            parts.push(match (bias, attn_bias) {
-                (_, true) => BIAS_ATTN,
-                (true, false) => BIAS,
-                (false, false) => NO_BIAS,
-            });
+            parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);
             parts.push(if mode == OutMode::Argmax { BEST_OUT } else { NO_BEST });
             parts.push(match input {
                 Input::Norm => IN_NORM,
                 Input::Plain => IN_PLAIN,
                 Input::Attn => IN_ATTN,
-                Input::NormAttn => IN_NORM_ATTN,
             });
-            if input == Input::Attn {
-                parts.push(ATTN_MERGE);
-            }
-            if attn_bias || input == Input::NormAttn {
-                parts.push(ATTN_HEADS);
-            }
             parts.push(MATVEC);
         }
         Kernel::Matmul { ty, mode, bias } => {
@@ -260,11 +226,7 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
             parts.extend([mode_line.as_str(), ROPE, ROPE_STORE]);
         }
-        Kernel::AttnDecode { wo: None } => parts.extend([ROPE, ATTN_DECODE, ATTN_PART]),
-        Kernel::AttnDecode { wo: Some(ty) } => {
-            weights(&mut parts, ty)?;
-            parts.extend([ROPE, ATTN_DECODE, ATTN_WO]);
-        }
+        Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
         Kernel::RmsNorm => parts.extend([ROW_RMS, RMSNORM]),
         Kernel::AddRmsNorm { splits } => {
@@ -287,17 +249,15 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
 pub(crate) fn bindings(kernel: Kernel) -> &'static [u32] {
     match kernel {
         Kernel::Matvec { input: Input::Norm, bias: true, .. }
-        | Kernel::Matvec { input: Input::Norm, mode: OutMode::Argmax, .. }
-        | Kernel::Matvec { input: Input::NormAttn, .. } => &[0, 1, 2, 3, 4, 5, 6],
-        Kernel::Matvec { mode: OutMode::Argmax | OutMode::AddAttn, .. } => &[0, 1, 2, 3, 4, 5],
+        | Kernel::Matvec { input: Input::Norm, mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5, 6],
+        Kernel::Matvec { mode: OutMode::Argmax, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { input: Input::Norm, bias: false, .. } => &[0, 1, 2, 3, 5, 6],
         Kernel::Matvec { bias: true, .. } | Kernel::Matmul { bias: true, .. } => &[0, 1, 2, 3, 4, 5],
         Kernel::Matvec { bias: false, .. } | Kernel::Matmul { bias: false, .. } => &[0, 1, 2, 3, 5],
         Kernel::SplitReduce { bias: true, .. } => &[1, 2, 3, 4, 5],
         Kernel::SplitReduce { bias: false, .. } => &[1, 2, 3, 5],
         Kernel::Embed { .. } => &[0, 1, 2, 3, 5],
-        Kernel::RopeStore { .. } | Kernel::AttnDecode { wo: None } => &[2, 3, 4, 5, 6, 7],
-        Kernel::AttnDecode { wo: Some(_) } => &[0, 1, 2, 3, 4, 5, 6, 7],
+        Kernel::RopeStore { .. } | Kernel::AttnDecode => &[2, 3, 4, 5, 6, 7],
         Kernel::AttnPrefill => &[2, 3, 5, 6, 7],
         Kernel::RmsNorm => &[3, 5, 6],
         Kernel::AddRmsNorm { .. } => &[2, 3, 4, 5, 6],

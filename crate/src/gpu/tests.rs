@@ -118,7 +118,6 @@ fn f16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|&x| f32_to_f16(x)).collect()
 }
 
-#[derive(Clone)]
 enum Data {
     Storage(Vec<u8>),
     Uniform(Vec<u8>),
@@ -558,26 +557,14 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
     out
 }
 
-/// A decode attention case: the new token at position 299 over 300 cached positions in chunks of
-/// `chunk` keys, NeoX pairs on half of each head (the rotation is fused into the kernel).
-struct DecodeCase {
-    c: Config,
-    step: Step,
-    /// Bindings 2 and 4-7 of attn_decode: step, k cache, qkv row, RoPE table, v cache.
-    data: Vec<(u32, Data)>,
-    /// The new token's rotated key and its value, as the cache must hold them.
-    k: Vec<f32>,
-    v: Vec<f32>,
-    /// The CPU attention output.
-    want: Vec<f32>,
-}
-
-fn decode_case(seed: u64, chunk: usize) -> DecodeCase {
+pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
+    // NeoX pairs on half of each head: the rotation is fused into the kernel.
     let c = config(64, 4, 2, 32, true);
-    let (qd, kvd, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
-    let (kv_len, n_ctx) = (300, 320);
+    let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
+    let (kv_len, n_ctx, chunk): (usize, usize, usize) = (300, 320, 128);
+    let n_chunks = kv_len.div_ceil(chunk);
     let pos = kv_len - 1;
-    let mut rng = Rng(seed);
+    let mut rng = Rng(600);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
     let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
@@ -587,50 +574,34 @@ fn decode_case(seed: u64, chunk: usize) -> DecodeCase {
     let (mut q, mut k) = (qkv[..qd].to_vec(), qkv[qd..qd + kvd].to_vec());
     rope.apply(&mut q, pos);
     rope.apply(&mut k, pos);
-    let v = qkv[qd + kvd..].to_vec();
-    cache.layers[0].store(pos, &k, &v);
+    cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
     let want = cpu_attention(&c, &q, &cache, pos);
-    let step = Step {
+
+    let s = Step {
         n: 1,
         pos0: pos as u32,
         kv_len: kv_len as u32,
         chunk: chunk as u32,
-        n_chunks: kv_len.div_ceil(chunk) as u32,
+        n_chunks: n_chunks as u32,
         ..Step::default()
     };
     let data = vec![
-        (2, Data::Uniform(step.bytes().to_vec())),
+        (2, Data::Uniform(s.bytes().to_vec())),
+        (3, Data::Storage(vec![0; heads * n_chunks * (hd + 2) * 4])),
         (4, Data::Storage(kb)),
         (5, Data::Storage(f32_bytes(&qkv))),
         (6, Data::Storage(rope_table(&c, n_ctx))),
         (7, Data::Storage(vb)),
     ];
-    DecodeCase { c, step, data, k, v, want }
-}
-
-/// The new token's key and value in the caches attn_decode returned (bindings 4 and 7).
-fn assert_stored(case: &DecodeCase, k_cache: &[u8], v_cache: &[u8]) {
-    let kvd = case.c.kv_dim();
-    let pos = case.step.pos0 as usize;
-    let (k_cache, v_cache) = (halves(k_cache), halves(v_cache));
-    for e in 0..kvd {
-        let (gk, wk) = (k_cache[pos * kvd + e], f16_to_f32(f32_to_f16(case.k[e])));
-        assert!((gk - wk).abs() <= 1e-3 * (1.0 + wk.abs()), "stored key {e}: {gk} vs {wk}");
-        assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(case.v[e])), "stored value {e}");
-    }
-}
-
-pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
-    let case = decode_case(600, 128); // three chunks per head
-    let (c, s, want) = (&case.c, case.step, &case.want);
-    let (qd, hd, heads, n_chunks) = (c.q_dim(), c.head_dim, c.n_heads, s.n_chunks as usize);
-    let mut data = case.data.clone();
-    data.push((3, Data::Storage(vec![0; heads * n_chunks * (hd + 2) * 4])));
-    let header = shaders::model_header(c);
-    let grid = [heads as u32, n_chunks as u32, 1];
-    let mut got = run(Kernel::AttnDecode { wo: None }, &header, data, grid, &[3, 4, 7]).await;
-    assert_stored(&case, &got[1], &got[2]);
+    let header = shaders::model_header(&c);
+    let mut got = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3, 4, 7]).await;
+    let (k_cache, v_cache) = (halves(&got[1]), halves(&got[2]));
     let part = got.remove(0);
+    for e in 0..kvd {
+        let (gk, wk) = (k_cache[pos * kvd + e], f16_to_f32(f32_to_f16(k[e])));
+        assert!((gk - wk).abs() <= 1e-3 * (1.0 + wk.abs()), "stored key {e}: {gk} vs {wk}");
+        assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(qkv[qd + kvd + e])), "stored value {e}");
+    }
 
     // The partials, merged on the CPU (online-softmax merge), give the attention output.
     let p = to_f32(&part);
@@ -660,89 +631,8 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         (5, Data::Storage(part)),
     ];
     let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[3]).await[0]);
-    for (i, (&g, &w)) in out.iter().zip(want).enumerate() {
+    for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "merged output {i}: {g} vs {w}");
-    }
-}
-
-/// The fused decode path: attention with wo inside (one workgroup per head) leaves a d_model-wide
-/// row per head; the gate/up input stage sums them into RMSNorm(x + wo · attention), and
-/// matvec_down's residual add into x + wo · attention + W · h.
-pub async fn decode_attention_with_wo_and_its_merging_matvecs_match_cpu() {
-    for (i, ty) in [GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::F16].into_iter().enumerate() {
-        let case = decode_case(650 + i as u64, 300); // one chunk: three rounds of keys
-        let c = &case.c;
-        let (qd, d, heads) = (c.q_dim(), c.d_model, c.n_heads);
-        let mut rng = Rng(660 + i as u64);
-        let wo = random_matrix(ty, d, qd, &mut rng);
-        let (w, offs) = pack(&[&wo]);
-        let mut data = case.data.clone();
-        data.extend([
-            (0, Data::Storage(w)),
-            (1, Data::Uniform(u32_bytes(&[offs[0] as u32, 0, 0, 0]))),
-            (3, Data::Storage(vec![0; heads * d * 4])),
-        ]);
-        let header = shaders::model_header(c);
-        let grid = [heads as u32, 1, 1];
-        let mut got = run(Kernel::AttnDecode { wo: Some(ty) }, &header, data, grid, &[3, 4, 7]).await;
-        assert_stored(&case, &got[1], &got[2]);
-        let head_rows = got.remove(0);
-
-        // wo · attention on the CPU, with the bound of its rounding error per row.
-        let wo_rows = dequantized(ty, &wo, d, qd);
-        let y: Vec<(f64, f64)> = wo_rows.iter().map(|row| dot(row, &case.want)).collect();
-        let tol = |scale: f64| 2e-4 * scale + 1e-4;
-        let x = rng.normals(d);
-        let resid: Vec<f64> = x.iter().zip(&y).map(|(&x, &(y, _))| x as f64 + y).collect();
-
-        // Gate/up input stage: through an identity matrix, RMSNorm(x + wo · attention) * norm_w.
-        let mut eye = vec![0f32; d * d];
-        for r in 0..d {
-            eye[r * d + r] = 1.0;
-        }
-        let norm_w: Vec<f32> = (0..d).map(|_| 0.5 + rng.uniform()).collect();
-        let kernel =
-            Kernel::Matvec { ty: GgmlType::F32, input: Input::NormAttn, mode: OutMode::Store, bias: false, rows: 4 };
-        let data = vec![
-            (0, Data::Storage(f32_bytes(&eye))),
-            (1, Data::Uniform(mat_params(&[(0, d)], d, 0, 0))),
-            (2, Data::Uniform(case.step.bytes().to_vec())),
-            (3, Data::Storage(vec![0; d * 4])),
-            (4, Data::Storage(head_rows.clone())),
-            (5, Data::Storage(f32_bytes(&x))),
-            (6, Data::Storage(f32_bytes(&norm_w))),
-        ];
-        let out = to_f32(&run(kernel, &header, data, [(d as u32).div_ceil(4), 1, 1], &[3]).await[0]);
-        let rms = (resid.iter().map(|v| v * v).sum::<f64>() / d as f64 + c.rms_eps as f64).sqrt();
-        for r in 0..d {
-            let want = resid[r] / rms * norm_w[r] as f64;
-            let err = (out[r] as f64 - want).abs();
-            assert!(err <= 1e-3 * (1.0 + want.abs()), "{} normed input {r}: got {}, want {want}", ty.name(), out[r]);
-        }
-
-        // Down's residual add: x + wo · attention + W · h (Q8_0 weights, 37 blocks of columns).
-        let (rows, cols) = (d, 32 * 37);
-        let down = random_matrix(GgmlType::Q8_0, rows, cols, &mut rng);
-        let h = rng.normals(cols);
-        let kernel =
-            Kernel::Matvec { ty: GgmlType::Q8_0, input: Input::Plain, mode: OutMode::AddAttn, bias: false, rows: 4 };
-        let data = vec![
-            (0, Data::Storage(down.clone())),
-            (1, Data::Uniform(mat_params(&[(0, rows)], cols, 0, 0))),
-            (2, Data::Uniform(case.step.bytes().to_vec())),
-            (3, Data::Storage(f32_bytes(&x))),
-            (4, Data::Storage(head_rows)),
-            (5, Data::Storage(f32_bytes(&h))),
-        ];
-        let out = to_f32(&run(kernel, &header, data, [(rows as u32).div_ceil(4), 1, 1], &[3]).await[0]);
-        let down_rows = dequantized(GgmlType::Q8_0, &down, rows, cols);
-        for r in 0..rows {
-            let (f, f_scale) = dot(&down_rows[r], &h);
-            let want = resid[r] + f;
-            let err = (out[r] as f64 - want).abs();
-            let t = tol(y[r].1) + 3e-5 * f_scale;
-            assert!(err <= t, "{} residual {r}: got {}, want {want} (tolerance {t:e})", ty.name(), out[r]);
-        }
     }
 }
 
@@ -929,7 +819,6 @@ macro_rules! for_each_gpu_check {
             embedding_rows_match_dequantize_for_every_type,
             rope_and_kv_store_match_cpu_normal_and_neox,
             decode_attention_with_rope_and_kv_store_matches_cpu,
-            decode_attention_with_wo_and_its_merging_matvecs_match_cpu,
             prefill_attention_is_causal_and_matches_cpu,
             rmsnorm_and_swiglu_match_cpu,
             argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
