@@ -295,8 +295,7 @@ impl Session {
         if goes_on {
             // Feed the token back and sample the next one (returned by the next call).
             let t0 = now_ms();
-            self.eval(&[token.id], false)?;
-            let next = g.sampler().sample(self.last_logits(), self.tokens());
+            let next = self.next_token(&[token.id], g)?;
             g.set_pending(next, now_ms() - t0);
         }
         Ok(Some(Step::Token(token)))
@@ -307,9 +306,14 @@ impl Session {
     /// first token.
     fn prefill_batch(&mut self, g: &mut Generation, batch: Range<usize>) -> Result<Step> {
         let t0 = now_ms();
-        self.eval(&g.prompt()[batch.clone()], false)?;
+        let tokens = g.prompt()[batch.clone()].to_vec();
         let done = batch.end == g.prompt().len();
-        let first = done.then(|| g.sampler().sample(self.last_logits(), self.tokens()));
+        let first = if done {
+            Some(self.next_token(&tokens, g)?)
+        } else {
+            self.eval(&tokens, false)?;
+            None
+        };
         g.prefilled(batch.end, now_ms() - t0, first);
         Ok(Step::Prefill { done: batch.end, total: g.prompt().len() })
     }
@@ -348,6 +352,16 @@ impl Session {
             }
         }
         Ok(self.finish().expect("generation was started"))
+    }
+
+    /// Evaluate `tokens` and pick the token after them with `g`'s sampler. A plain argmax on the
+    /// GPU is computed there, and only the id is read back; anything else samples the logits.
+    fn next_token(&mut self, tokens: &[u32], g: &mut Generation) -> Result<u32> {
+        if self.on_gpu() && g.sampler().config().is_argmax() {
+            return self.eval_argmax(tokens);
+        }
+        self.eval(tokens, false)?;
+        Ok(g.sampler().sample(self.last_logits(), self.tokens()))
     }
 
     fn last_logits(&self) -> &[f32] {

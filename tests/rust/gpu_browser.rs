@@ -18,16 +18,4 @@ macro_rules! in_browser {
     )*};
 }
 
-in_browser!(
-    matvec_norm_segments_and_bias_match_cpu_for_every_type,
-    matvec_residual_add_and_swiglu_match_cpu_for_every_type,
-    matmul_tiles_match_cpu_for_every_type,
-    split_matmul_partials_sum_to_the_product,
-    embedding_rows_match_dequantize_for_every_type,
-    rope_and_kv_store_match_cpu_normal_and_neox,
-    decode_attention_with_rope_and_kv_store_matches_cpu,
-    prefill_attention_is_causal_and_matches_cpu,
-    rmsnorm_and_swiglu_match_cpu,
-    argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
-    shader_and_buffer_failures_are_typed_errors,
-);
+ruvllm::for_each_gpu_check!(in_browser);

@@ -4,7 +4,7 @@
 //!
 //! The checks are async (a browser cannot block on the GPU) and public but hidden, so that the
 //! browser suite (tests/rust/gpu_browser.rs) runs them too; natively the `#[test]`s at the end run
-//! each with `block_on`. A new check goes in both lists.
+//! each with `block_on`. Both expand one list of checks, `for_each_gpu_check!`.
 
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::OnceLock;
@@ -805,6 +805,28 @@ pub async fn shader_and_buffer_failures_are_typed_errors() {
     gpu.check().unwrap();
 }
 
+/// Calls `$callback!(check, ...)` with the name of every check: the one list that the native tests
+/// (below) and the browser suite (tests/rust/gpu_browser.rs) both expand.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! for_each_gpu_check {
+    ($callback:ident) => {
+        $callback!(
+            matvec_norm_segments_and_bias_match_cpu_for_every_type,
+            matvec_residual_add_and_swiglu_match_cpu_for_every_type,
+            matmul_tiles_match_cpu_for_every_type,
+            split_matmul_partials_sum_to_the_product,
+            embedding_rows_match_dequantize_for_every_type,
+            rope_and_kv_store_match_cpu_normal_and_neox,
+            decode_attention_with_rope_and_kv_store_matches_cpu,
+            prefill_attention_is_causal_and_matches_cpu,
+            rmsnorm_and_swiglu_match_cpu,
+            argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
+            shader_and_buffer_failures_are_typed_errors,
+        );
+    };
+}
+
 /// The checks as native tests.
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod native {
@@ -817,17 +839,5 @@ mod native {
         )*};
     }
 
-    native!(
-        matvec_norm_segments_and_bias_match_cpu_for_every_type,
-        matvec_residual_add_and_swiglu_match_cpu_for_every_type,
-        matmul_tiles_match_cpu_for_every_type,
-        split_matmul_partials_sum_to_the_product,
-        embedding_rows_match_dequantize_for_every_type,
-        rope_and_kv_store_match_cpu_normal_and_neox,
-        decode_attention_with_rope_and_kv_store_matches_cpu,
-        prefill_attention_is_causal_and_matches_cpu,
-        rmsnorm_and_swiglu_match_cpu,
-        argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
-        shader_and_buffer_failures_are_typed_errors,
-    );
+    crate::for_each_gpu_check!(native);
 }
