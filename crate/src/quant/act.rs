@@ -37,6 +37,40 @@ pub struct BlockQ8_1 {
     pub qs: [i8; QK8],
 }
 
+/// A Q8_0 or Q8_1 activation block as the legacy SIMD kernels read it (see `legacy::LegacyBlock`).
+#[allow(dead_code)] // all of it on targets without SIMD kernels; `s` on x86_64 (AVX2 loads `d, s` as one word)
+pub(crate) trait Q8Block {
+    /// The scale `d` (f16).
+    fn d(&self) -> [u8; 2];
+    /// `s = d * sum(qs)` (f16); zero for Q8_0, which has none.
+    fn s(&self) -> [u8; 2];
+    fn qs(&self) -> &[i8; QK8];
+}
+
+/// Implements [`Q8Block`] for `$B`, whose `s` is `$s` (of the block `$b`).
+macro_rules! q8_block {
+    ($B:ty, |$b:ident| $s:expr) => {
+        impl Q8Block for $B {
+            #[inline(always)]
+            fn d(&self) -> [u8; 2] {
+                self.d
+            }
+            #[inline(always)]
+            fn s(&self) -> [u8; 2] {
+                let $b = self;
+                $s
+            }
+            #[inline(always)]
+            fn qs(&self) -> &[i8; QK8] {
+                &self.qs
+            }
+        }
+    };
+}
+
+q8_block!(BlockQ8_0, |_b| [0, 0]);
+q8_block!(BlockQ8_1, |b| b.s);
+
 /// 256 values for the K-quants: `x[i] ≈ d * qs[i]`, `bsums[j] = sum(qs[16j..16j+16])`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
