@@ -96,6 +96,19 @@ pub fn f32_to_f16(x: f32) -> [u8; 2] {
     f16::from_f32(x).to_le_bytes()
 }
 
+/// The value of largest magnitude in `x`, with its sign (the first of equal ones; NaNs skipped; 0 for none):
+/// the quantizers map it to the most negative level, as ggml's do.
+pub(crate) fn signed_max(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
 /// ggml's `quantize_row_q8_0_ref`. `x.len() == out.len() * 32`.
 pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     for (xb, y) in x.chunks_exact(QK8).zip(out.iter_mut()) {
@@ -128,14 +141,8 @@ pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
 /// ggml's `quantize_row_q8_K_ref`. `x.len() == out.len() * 256`.
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        if amax == 0.0 {
+        let max = signed_max(xb);
+        if max == 0.0 {
             *y = BlockQ8K::default();
             continue;
         }

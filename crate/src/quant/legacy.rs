@@ -17,7 +17,7 @@
 //! The scalar `vec_dot_ref`s are ggml's generic `ggml_vec_dot_*` (integer sum per block, then the block
 //! scales, in ggml's order of float operations).
 
-use super::act::{f16_to_f32, f32_to_f16, quantize_q8_0, ActKind, BlockQ8_0, BlockQ8_1, Q8Block, QK8};
+use super::act::{f16_to_f32, f32_to_f16, quantize_q8_0, signed_max, ActKind, BlockQ8_0, BlockQ8_1, Q8Block, QK8};
 use super::QuantBlock;
 
 const QK: usize = 32;
@@ -133,19 +133,6 @@ fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; HALF]) {
     (qh.to_le_bytes(), pack_nibbles(q))
 }
 
-/// ggml's scale for the symmetric types: the value of largest magnitude, keeping its sign, maps to
-/// `-levels` (so the other side reaches `+levels - 1` after clamping).
-fn signed_max(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    max
-}
-
 fn min_max(x: &[f32]) -> (f32, f32) {
     x.iter().fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (if v < lo { v } else { lo }, if v > hi { v } else { hi }))
 }
@@ -182,6 +169,7 @@ impl QuantBlock for BlockQ4_0 {
 
     fn quantize(x: &[f32], out: &mut [Self]) {
         for (x, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            // The value of largest magnitude maps to -8 (so the other side reaches 7 after clamping).
             let d = signed_max(x) / -8.0;
             let id = inverse(d);
             b.d = f32_to_f16(d);
