@@ -79,15 +79,18 @@ pub struct Stats {
     pub prompt_tokens: usize,
     /// Prompt tokens whose keys/values were reused from the session's cache.
     pub cached_tokens: usize,
+    /// Prompt tokens the prefill evaluated: `prompt_tokens - cached_tokens`, or fewer where the generation
+    /// was cancelled during the prefill.
+    pub prefilled_tokens: usize,
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
 }
 
 impl Stats {
-    /// Prompt tokens actually evaluated per second.
+    /// Prompt tokens evaluated per second.
     pub fn prefill_tok_s(&self) -> f64 {
-        rate(self.prompt_tokens - self.cached_tokens, self.prefill_ms)
+        rate(self.prefilled_tokens, self.prefill_ms)
     }
 
     /// Tokens per second after the first generated one (each needs one forward pass).
@@ -175,6 +178,7 @@ impl Generation {
     /// The prompt is in the cache up to position `end` (after another `ms` of prefill); `first`, the
     /// first token to emit, comes with the last batch.
     pub(crate) fn prefilled(&mut self, end: usize, ms: f64, first: Option<u32>) {
+        self.stats.prefilled_tokens += end - self.prefilled;
         self.prefilled = end;
         self.stats.prefill_ms += ms;
         if first.is_some() {

@@ -4,10 +4,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use ruvllm::gguf::Gguf;
 use ruvllm::{ChatTemplate, Error, GenerateOptions, Model, Session, SessionOptions};
+use support::default_model as model;
 use support::gguf_writer::{GgufWriter, Meta};
 
 #[cfg(target_arch = "wasm32")]
@@ -16,11 +17,6 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 fn model_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| support::read_file(&support::model_path()))
-}
-
-fn model() -> Arc<Model> {
-    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
-    MODEL.get_or_init(|| Arc::new(Model::from_bytes(model_bytes().to_vec()).unwrap())).clone()
 }
 
 fn gguf_error(bytes: &[u8]) -> String {

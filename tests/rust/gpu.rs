@@ -7,20 +7,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
-use ruvllm::{Backend, Error, GenerateOptions, GpuFault, Model, SamplerConfig, Session, SessionOptions};
-
-fn model() -> Arc<Model> {
-    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let bytes = support::read_file(&support::model_path());
-            Arc::new(Model::from_bytes(bytes).expect("the default model loads"))
-        })
-        .clone()
-}
+use ruvllm::{Backend, Error, GenerateOptions, GpuFault, SamplerConfig, Session, SessionOptions};
+use support::default_model as model;
 
 const FRANCE: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 const FRANCE_IDS: [u32; 8] = [504, 3575, 282, 4649, 314, 7042, 30, 2];

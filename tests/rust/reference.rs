@@ -5,22 +5,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, OnceLock};
-
-use ruvllm::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session};
+use ruvllm::{ChatMessage, GenerateOptions, SamplerConfig, Session};
+use support::default_model as model;
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
-
-fn model() -> Arc<Model> {
-    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let bytes = support::read_file(&support::model_path());
-            Arc::new(Model::from_bytes(bytes).expect("the default model loads"))
-        })
-        .clone()
-}
 
 #[test]
 fn tokenizer_matches_llama_cpp_on_every_reference_case() {

@@ -242,7 +242,8 @@ fn stepwise_prefill_equals_a_single_forward_call() {
         assert_eq!(prefilled, batches, "{file}: one prefill step per batch of 8");
         assert_eq!(ids, want.ids, "{file}: greedy ids");
         let out = stepwise.finish().unwrap();
-        assert_eq!((out.ids, out.stats.prompt_tokens, out.stats.cached_tokens), (ids, prompt.len(), 0));
+        let stats = (out.stats.prompt_tokens, out.stats.cached_tokens, out.stats.prefilled_tokens);
+        assert_eq!((out.ids, stats), (ids, (prompt.len(), 0, prompt.len())));
         assert_eq!(out.finish, FinishReason::Length);
     }
 }
@@ -263,8 +264,13 @@ fn cancel_during_prefill_leaves_a_usable_session() {
     assert_eq!(cancelled.finish, FinishReason::Cancelled);
     assert!(cancelled.ids.is_empty() && cancelled.text.is_empty());
     assert_eq!(s.tokens(), &prompt[..16]);
+    // The prefill rate counts the two batches that ran, not the whole prompt.
+    let stats = &cancelled.stats;
+    assert_eq!((stats.prompt_tokens, stats.cached_tokens, stats.prefilled_tokens), (prompt.len(), 0, 16));
+    let rate = if stats.prefill_ms > 0.0 { 16.0 * 1e3 / stats.prefill_ms } else { 0.0 };
+    assert_eq!(stats.prefill_tok_s(), rate, "prefill of 16 tokens in {} ms", stats.prefill_ms);
 
     let again = s.generate(&prompt, greedy(6), None, |_| {}).unwrap();
-    assert_eq!(again.stats.cached_tokens, 16);
+    assert_eq!((again.stats.cached_tokens, again.stats.prefilled_tokens), (16, prompt.len() - 16));
     assert_eq!(again.ids, want.ids);
 }

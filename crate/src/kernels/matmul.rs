@@ -179,67 +179,30 @@ mod tests {
     }
 }
 
-/// Rough single-thread speed of the model's matrix shapes, against the plain one-dot-per-output loop:
-/// `cargo test --release -p ruvllm --lib matmul_timing -- --ignored --nocapture` (best of many runs).
-#[cfg(all(test, not(target_arch = "wasm32")))]
+/// Rough single-thread speed of the model's matrix shapes, against the plain one-dot-per-output loop (best of
+/// several runs): `cargo test --release -p ruvllm --lib matmul_timing -- --ignored --nocapture`, and on wasm32 in
+/// Node the same with `--target wasm32-unknown-unknown` and `--include-ignored`.
+#[cfg(test)]
 mod timing {
-    use std::time::Instant;
-
     use super::*;
+    use crate::clock::now_ms;
     use crate::quant::{quantize_row, GgmlType};
 
-    fn best_ns(mut f: impl FnMut()) -> f64 {
-        (0..30)
+    /// The best time of `f` in ns per call, over `reps` calls at a time (the wasm32 clock counts whole ms).
+    fn best_ns(reps: usize, mut f: impl FnMut()) -> f64 {
+        (0..10)
             .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_nanos() as f64
+                let t = now_ms();
+                (0..reps).for_each(|_| f());
+                (now_ms() - t) * 1e6 / reps as f64
             })
             .fold(f64::MAX, f64::min)
     }
 
-    #[test]
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
-        for (ty, rows, cols, n) in
-            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
-        {
-            let x: Vec<f32> = (0..rows.max(n) * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-            let mut file = vec![0u8; ty.row_bytes(rows * cols)];
-            quantize_row(ty, &x[..rows * cols], &mut file);
-            let w = MatrixRef { ty, rows, cols, offset: 0 };
-            let mut acts = Activations::new();
-            acts.quantize(ty.act_kind(), &x[..n * cols], n);
-            let mut out = vec![0f32; n * rows];
-            let fast = best_ns(|| matmul(&mut [(&w, &mut out)], &file, &acts));
-            let plain = best_ns(|| {
-                for r in 0..rows {
-                    let wr = &file[r * w.row_bytes()..][..w.row_bytes()];
-                    for t in 0..n {
-                        out[t * rows + r] = vec_dot(ty, wr, acts.row(t));
-                    }
-                }
-            });
-            let per = |ns: f64| ns / (rows * n) as f64;
-            println!(
-                "{ty:?} {rows}x{cols}, {n} rows: matmul {:.1} ns/dot, plain vec_dot {:.1} ns/dot",
-                per(fast),
-                per(plain)
-            );
-        }
-    }
-}
-
-/// The same on wasm32, in Node (best of 5, ms clock):
-/// `cargo test --release --target wasm32-unknown-unknown -p ruvllm --lib wasm_matmul_timing -- --include-ignored --nocapture`
-#[cfg(all(test, target_arch = "wasm32"))]
-mod wasm_timing {
-    use super::*;
-    use crate::quant::{quantize_row, GgmlType};
-
-    #[wasm_bindgen_test::wasm_bindgen_test]
-    #[ignore = "timing, not a check"]
-    fn wasm_matmul_timing() {
         for (ty, rows, cols, n) in
             [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
         {
@@ -251,16 +214,26 @@ mod wasm_timing {
             let mut acts = Activations::new();
             acts.quantize(ty.act_kind(), &x[..n * cols], n);
             let mut out = vec![0f32; n * rows];
-            let reps = if n == 1 && rows < 10000 { 200 } else { 10 };
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                let t = js_sys::Date::now();
-                for _ in 0..reps {
-                    matmul(&mut [(&w, &mut out)], &file, &acts);
+            let reps = if n == 1 && rows < 10000 { 100 } else { 5 };
+            let fast = best_ns(reps, || matmul(&mut [(&w, &mut out)], &file, &acts));
+            let plain = best_ns(reps, || {
+                for r in 0..rows {
+                    let wr = &file[r * w.row_bytes()..][..w.row_bytes()];
+                    for t in 0..n {
+                        out[t * rows + r] = vec_dot(ty, wr, acts.row(t));
+                    }
                 }
-                best = best.min((js_sys::Date::now() - t) * 1e6 / (reps * rows * n) as f64);
-            }
-            wasm_bindgen_test::console_log!("{ty:?} {rows}x{cols} x {n}: {best:.1} ns/dot");
+            });
+            let per = |ns: f64| ns / (rows * n) as f64;
+            let line = format!(
+                "{ty:?} {rows}x{cols}, {n} rows: matmul {:.1} ns/dot, plain vec_dot {:.1} ns/dot",
+                per(fast),
+                per(plain)
+            );
+            #[cfg(target_arch = "wasm32")]
+            wasm_bindgen_test::console_log!("{line}");
+            #[cfg(not(target_arch = "wasm32"))]
+            println!("{line}");
         }
     }
 }

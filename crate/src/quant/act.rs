@@ -37,6 +37,40 @@ pub struct BlockQ8_1 {
     pub qs: [i8; QK8],
 }
 
+/// A Q8_0 or Q8_1 activation block as the legacy SIMD kernels read it (see `legacy::LegacyBlock`).
+#[allow(dead_code)] // all of it on targets without SIMD kernels; `s` on x86_64 (AVX2 loads `d, s` as one word)
+pub(crate) trait Q8Block {
+    /// The scale `d` (f16).
+    fn d(&self) -> [u8; 2];
+    /// `s = d * sum(qs)` (f16); zero for Q8_0, which has none.
+    fn s(&self) -> [u8; 2];
+    fn qs(&self) -> &[i8; QK8];
+}
+
+/// Implements [`Q8Block`] for `$B`, whose `s` is `$s` (of the block `$b`).
+macro_rules! q8_block {
+    ($B:ty, |$b:ident| $s:expr) => {
+        impl Q8Block for $B {
+            #[inline(always)]
+            fn d(&self) -> [u8; 2] {
+                self.d
+            }
+            #[inline(always)]
+            fn s(&self) -> [u8; 2] {
+                let $b = self;
+                $s
+            }
+            #[inline(always)]
+            fn qs(&self) -> &[i8; QK8] {
+                &self.qs
+            }
+        }
+    };
+}
+
+q8_block!(BlockQ8_0, |_b| [0, 0]);
+q8_block!(BlockQ8_1, |b| b.s);
+
 /// 256 values for the K-quants: `x[i] ≈ d * qs[i]`, `bsums[j] = sum(qs[16j..16j+16])`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
@@ -60,6 +94,19 @@ pub fn f16_to_f32(b: [u8; 2]) -> f32 {
 #[inline]
 pub fn f32_to_f16(x: f32) -> [u8; 2] {
     f16::from_f32(x).to_le_bytes()
+}
+
+/// The value of largest magnitude in `x`, with its sign (the first of equal ones; NaNs skipped; 0 for none):
+/// the quantizers map it to the most negative level, as ggml's do.
+pub(crate) fn signed_max(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
 }
 
 /// ggml's `quantize_row_q8_0_ref`. `x.len() == out.len() * 32`.
@@ -94,14 +141,8 @@ pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
 /// ggml's `quantize_row_q8_K_ref`. `x.len() == out.len() * 256`.
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        if amax == 0.0 {
+        let max = signed_max(xb);
+        if max == 0.0 {
             *y = BlockQ8K::default();
             continue;
         }

@@ -11,18 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::act::{BlockQ8_0, BlockQ8_1};
-use super::check_rows;
+use super::act::{BlockQ8_0, Q8Block};
 use super::float::{BlockBF16, BlockF16, BlockF32};
-use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
-
-// The blocks that start with two f16s: `d, m` (weights) and `d, s` (Q8_1 activations).
-const _: () = {
-    use std::mem::offset_of;
-    assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
-    assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
-    assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
-};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
+use super::{check_rows, even_odd};
 
 /// The two f16s a block starts with, to f32 in lanes 0 and 1 (one 4-byte load).
 #[inline]
@@ -92,6 +84,55 @@ unsafe fn dot_ss8(x: __m256i, y: __m256i) -> __m256 {
     dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
+/// How a legacy weight block unpacks for these kernels.
+pub(crate) trait Unpack: LegacyBlock {
+    /// The 32 quants as bytes in element order: `q` (unsigned) for the types with a min, else the signed
+    /// `q - offset`.
+    unsafe fn quants(&self) -> __m256i;
+}
+
+impl Unpack for BlockQ4_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8))
+    }
+}
+
+impl Unpack for BlockQ4_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        nibbles(&self.qs)
+    }
+}
+
+impl Unpack for BlockQ5_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        let high = _mm256_andnot_si256(bit_bytes(self.qh), _mm256_set1_epi8(0xF0u8 as i8));
+        _mm256_or_si256(nibbles(&self.qs), high)
+    }
+}
+
+impl Unpack for BlockQ5_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        _mm256_or_si256(nibbles(&self.qs), _mm256_and_si256(bit_bytes(self.qh), _mm256_set1_epi8(0x10)))
+    }
+}
+
+impl Unpack for BlockQ8_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        load32(&self.qs)
+    }
+}
+
 /// Walks `w` and `a` two blocks at a time, `$block(w, a, acc) -> acc` alternating between two
 /// accumulators, and returns the lane sum.
 macro_rules! two_accumulators {
@@ -110,59 +151,26 @@ macro_rules! two_accumulators {
     }};
 }
 
+/// A legacy weight row · its activation row (`vec_dot` of every legacy type).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
-    let block = |x: &BlockQ4_0, y: &BlockQ8_0, acc| {
-        let qx = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
-        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
-    };
-    two_accumulators!(w, a, block)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    // Lane 1 of `mins` sums the blocks' `m * s` terms.
-    let mut mins = _mm_setzero_ps();
-    let mut block = |x: &BlockQ4_1, y: &BlockQ8_1, acc| {
-        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
-        mins = _mm_add_ps(mins, scales);
-        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(nibbles(&x.qs), load32(&y.qs)), acc)
-    };
-    let sum = two_accumulators!(w, a, block);
-    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
-    let block = |x: &BlockQ5_0, y: &BlockQ8_0, acc| {
-        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
-        let high = _mm256_andnot_si256(bit_bytes(x.qh), _mm256_set1_epi8(0xF0u8 as i8));
-        let qx = _mm256_or_si256(nibbles(&x.qs), high);
-        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(qx, load32(&y.qs)), acc)
-    };
-    two_accumulators!(w, a, block)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
-    let mut mins = _mm_setzero_ps();
-    let mut block = |x: &BlockQ5_1, y: &BlockQ8_1, acc| {
-        let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
-        mins = _mm_add_ps(mins, scales);
-        let high = _mm256_and_si256(bit_bytes(x.qh), _mm256_set1_epi8(0x10));
-        let qx = _mm256_or_si256(nibbles(&x.qs), high);
-        _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(qx, load32(&y.qs)), acc)
-    };
-    let sum = two_accumulators!(w, a, block);
-    sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    let block = |x: &BlockQ8_0, y: &BlockQ8_0, acc| {
-        _mm256_fmadd_ps(f16_product(x.d, y.d), dot_ss8(load32(&x.qs), load32(&y.qs)), acc)
-    };
-    two_accumulators!(w, a, block)
+pub(crate) unsafe fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
+    if B::WITH_MIN {
+        // Lane 1 of `mins` sums the blocks' `m * s` terms.
+        let mut mins = _mm_setzero_ps();
+        let mut block = |x: &B, y: &B::Act, acc| {
+            let scales = _mm_mul_ps(leading_f16_pair(x), leading_f16_pair(y)); // [d * d, m * s]
+            mins = _mm_add_ps(mins, scales);
+            _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), dot_us8(x.quants(), load32(y.qs())), acc)
+        };
+        let sum = two_accumulators!(w, a, block);
+        sum + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+    } else {
+        let block = |x: &B, y: &B::Act, acc| {
+            let q = x.quants();
+            _mm256_fmadd_ps(f16_product(x.d(), y.d()), dot_ss8(q, load32(y.qs())), acc)
+        };
+        two_accumulators!(w, a, block)
+    }
 }
 
 /// `(d, s)` of an activation block, as f32 in lanes 0 and 1 (one 8-byte load).
@@ -180,7 +188,7 @@ unsafe fn dot_us8_vnni(u: __m256i, s: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s))
 }
 
-/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for the `*_rows_vnni` kernels.
+/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for [`legacy_rows_vnni`].
 pub fn has_vnni() -> bool {
     static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DETECTED.get_or_init(|| {
@@ -190,22 +198,21 @@ pub fn has_vnni() -> bool {
     })
 }
 
-/// The row kernels, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
+/// The row kernel, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
 /// compute the same integer sums and then the same float operations, so their results are identical.
 ///
-/// They dot every weight row in `w` (rows of `row_blocks` blocks) with `A` activation rows, into
+/// It dots every weight row in `w` (rows of `row_blocks` blocks) with `A` activation rows, into
 /// `out[row][j]`: each weight block is unpacked once for the `A` rows. Every output has its own two
 /// accumulators, for even and odd blocks (as [`two_accumulators!`], so one block's FMA does not wait for
 /// the previous one's), and sees the same float operations whatever `A`: results do not depend on it.
-/// `a_scales[j][i]` is activation row `j`'s block `i` `(d, s)` as f32 (`s` unused for Q8_0).
-macro_rules! row_kernels {
-    ($features:literal, $dot_us8:ident, $q4_1:ident, $q8_0:ident) => {
-        /// Q4_1 weight rows · Q8_1 activation rows.
+/// `a_scales[j][i]` is activation row `j`'s block `i` `(d, s)` as f32 (`s` is 0 for Q8_0).
+macro_rules! row_kernel {
+    ($features:literal, $dot_us8:ident, $name:ident) => {
         #[target_feature(enable = $features)]
-        pub unsafe fn $q4_1<const A: usize>(
-            w: &[BlockQ4_1],
+        pub(crate) unsafe fn $name<B: Unpack, const A: usize>(
+            w: &[B],
             row_blocks: usize,
-            a: [&[BlockQ8_1]; A],
+            a: [&[B::Act]; A],
             a_scales: [&[[f32; 2]]; A],
             out: &mut [[f32; A]],
         ) {
@@ -213,71 +220,46 @@ macro_rules! row_kernels {
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let mut acc = [[_mm256_setzero_ps(); 2]; A];
                 let mut mins = [_mm_setzero_ps(); A]; // lane 1 sums the blocks' `m * s` terms
-                let mut block = |i: usize, p: usize| {
+                let block = |i: usize, p: usize| {
                     let x = w.get_unchecked(i);
-                    let (q, dm) = (nibbles(&x.qs), leading_f16_pair(x));
+                    let q = x.quants();
+                    // Signed quants are dotted as `dot_ss8` does: |q| times the activations with q's sign.
+                    let abs_q = if B::WITH_MIN { q } else { _mm256_sign_epi8(q, q) };
+                    // `[d, m]`, or `d` in every lane: with one lane set, the compiler may insert 16 bits into
+                    // whatever register it likes (an accumulator, say), chaining each block behind the previous FMA.
+                    let dm = match B::WITH_MIN {
+                        true => leading_f16_pair(x),
+                        false => _mm_cvtph_ps(_mm_set1_epi16(u16::from_le_bytes(x.d()) as i16)),
+                    };
                     for j in 0..A {
-                        let ys = scale_pair(a_scales[j].get_unchecked(i));
-                        let scales = _mm_mul_ps(dm, ys); // [d * d, m * s]
-                        mins[j] = _mm_add_ps(mins[j], scales);
-                        let sums = $dot_us8(q, load32(&a[j].get_unchecked(i).qs));
+                        let scales = _mm_mul_ps(dm, scale_pair(a_scales[j].get_unchecked(i))); // [d * d, m * s]
+                        let y = load32(a[j].get_unchecked(i).qs());
+                        let sums = match B::WITH_MIN {
+                            true => {
+                                mins[j] = _mm_add_ps(mins[j], scales);
+                                $dot_us8(q, y)
+                            }
+                            false => $dot_us8(abs_q, _mm256_sign_epi8(y, q)),
+                        };
                         acc[j][p] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), sums, acc[j][p]);
                     }
                 };
-                for i in (0..row_blocks / 2).map(|i| 2 * i) {
-                    block(i, 0);
-                    block(i + 1, 1);
-                }
-                if row_blocks % 2 == 1 {
-                    block(row_blocks - 1, 0);
-                }
+                even_odd(row_blocks, block);
                 *out = std::array::from_fn(|j| {
-                    hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(_mm_movehdup_ps(mins[j]))
-                });
-            }
-        }
-
-        /// Q8_0 weight rows · Q8_0 activation rows.
-        #[target_feature(enable = $features)]
-        pub unsafe fn $q8_0<const A: usize>(
-            w: &[BlockQ8_0],
-            row_blocks: usize,
-            a: [&[BlockQ8_0]; A],
-            a_scales: [&[[f32; 2]]; A],
-            out: &mut [[f32; A]],
-        ) {
-            check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
-            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let mut acc = [[_mm256_setzero_ps(); 2]; A];
-                let mut block = |i: usize, p: usize| {
-                    let x = w.get_unchecked(i);
-                    let qx = load32(&x.qs);
-                    // The signed x signed dot as `dot_ss8`: |x| times y with x's sign.
-                    let abs_x = _mm256_sign_epi8(qx, qx);
-                    // `d` in every lane: with one lane set, the compiler may insert 16 bits into whatever
-                    // register it likes (an accumulator, say), chaining each block behind the previous FMA.
-                    let dx = _mm_cvtph_ps(_mm_set1_epi16(u16::from_le_bytes(x.d) as i16));
-                    for j in 0..A {
-                        let scale = _mm256_broadcastss_ps(_mm_mul_ss(dx, scale_pair(a_scales[j].get_unchecked(i))));
-                        let sums = $dot_us8(abs_x, _mm256_sign_epi8(load32(&a[j].get_unchecked(i).qs), qx));
-                        acc[j][p] = _mm256_fmadd_ps(scale, sums, acc[j][p]);
+                    let sum = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+                    if B::WITH_MIN {
+                        sum + _mm_cvtss_f32(_mm_movehdup_ps(mins[j]))
+                    } else {
+                        sum
                     }
-                };
-                for i in (0..row_blocks / 2).map(|i| 2 * i) {
-                    block(i, 0);
-                    block(i + 1, 1);
-                }
-                if row_blocks % 2 == 1 {
-                    block(row_blocks - 1, 0);
-                }
-                *out = std::array::from_fn(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])));
+                });
             }
         }
     };
 }
 
-row_kernels!("avx2,fma,f16c", dot_us8, q4_1_q8_1_rows, q8_0_q8_0_rows);
-row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, q4_1_q8_1_rows_vnni, q8_0_q8_0_rows_vnni);
+row_kernel!("avx2,fma,f16c", dot_us8, legacy_rows);
+row_kernel!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_us8_vnni, legacy_rows_vnni);
 
 /// Dot of `n` weights read 8 at a time by `$load8(ptr to element i)` (and one at a time by `$get`)
 /// with `a`: four accumulators over 32 elements per step, then 8 at a time, then a scalar tail.
@@ -352,13 +334,13 @@ mod tests {
         unsafe {
             let rows = [q81.row(0).blocks(), q81.row(1).blocks()];
             let scales = [q81.row_scales(0), q81.row_scales(1)];
-            q4_1_q8_1_rows(&w41, 10, rows, scales, &mut plain);
-            q4_1_q8_1_rows_vnni(&w41, 10, rows, scales, &mut vnni);
+            legacy_rows(&w41, 10, rows, scales, &mut plain);
+            legacy_rows_vnni(&w41, 10, rows, scales, &mut vnni);
             assert_eq!(bits(plain), bits(vnni), "Q4_1");
             let rows = [q80.row(0).blocks(), q80.row(1).blocks()];
             let scales = [q80.row_scales(0), q80.row_scales(1)];
-            q8_0_q8_0_rows(&w80, 10, rows, scales, &mut plain);
-            q8_0_q8_0_rows_vnni(&w80, 10, rows, scales, &mut vnni);
+            legacy_rows(&w80, 10, rows, scales, &mut plain);
+            legacy_rows_vnni(&w80, 10, rows, scales, &mut vnni);
             assert_eq!(bits(plain), bits(vnni), "Q8_0");
         }
     }

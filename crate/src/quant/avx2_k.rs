@@ -94,6 +94,54 @@ static SHUFFLE_Q6K: [u8; 128] = {
     t
 };
 
+/// 16 signed 8-bit sub-block scales widened to i16: scales 0..8 and 8..16, each in both 128-bit lanes
+/// (the Q2_K and Q3_K loops take one half per 128 values).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_halves(scales8: __m128i) -> [__m256i; 2] {
+    let all_scales = _mm256_cvtepi8_epi16(scales8);
+    let l_scales = _mm256_castsi256_si128(all_scales);
+    let h_scales = _mm256_extracti128_si256::<1>(all_scales);
+    [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)]
+}
+
+/// The i16 products `p16` of the `k`-th 32 values of a Q2_K/Q3_K half, times their two sub-block scales
+/// (from [`scale_halves`]), summed in pairs to i32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_q3k(scales: __m256i, k: usize, p16: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), p16)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sum4(p: [__m256i; 4]) -> __m256i {
+    _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]))
+}
+
+/// A Q4_K/Q5_K block's 8 sub-block scales as i16 (in both 128-bit lanes), and its 8 mins times the Q8
+/// sums of their 32 values, summed in pairs (4 i32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_and_mins_k4(scales: &[u8; 12], bsums: &[i16; QK_K / 16]) -> (__m256i, __m128i) {
+    // 8 scales then 8 mins, widened to i16.
+    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(scales)));
+    // Mins against the Q8 sums of each 32 (pairs of 16-value bsums).
+    let q8sums = load256(bsums);
+    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+    let mins = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+    let sc128 = _mm256_castsi256_si128(mins_and_scales);
+    (_mm256_set_m128i(sc128, sc128), mins)
+}
+
+/// The i16 scales of the `j`-th 64 values of a Q4_K/Q5_K block (its two sub-blocks of 32), from the
+/// scales of [`scales_and_mins_k4`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_pair_k4(scales: __m256i, j: usize) -> [__m256i; 2] {
+    [0, 1].map(|h| _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j + h)..])))
+}
+
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -113,10 +161,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
         let prod = _mm256_madd_epi16(mins, load256(&y.bsums));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
 
-        let all_scales = _mm256_cvtepi8_epi16(scales8);
-        let l_scales = _mm256_castsi256_si128(all_scales);
-        let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+        let scales = scale_halves(scales8);
 
         let mut sumi = _mm256_setzero_si256();
         for (j, scales) in scales.into_iter().enumerate() {
@@ -130,12 +175,9 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
             ];
             let mut p = [_mm256_setzero_si256(); 4];
             for k in 0..4 {
-                let prod = _mm256_maddubs_epi16(q2[k], load256(&q8[32 * k..]));
-                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), prod);
+                p[k] = scale_q3k(scales, k, _mm256_maddubs_epi16(q2[k], load256(&q8[32 * k..])));
             }
-            let p01 = _mm256_add_epi32(p[0], p[1]);
-            let p23 = _mm256_add_epi32(p[2], p[3]);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+            sumi = _mm256_add_epi32(sumi, sum4(p));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -152,11 +194,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
 
-        let scales128 = load128(&scales_q3k(&x.scales));
-        let all_scales = _mm256_cvtepi8_epi16(scales128);
-        let l_scales = _mm256_castsi256_si128(all_scales);
-        let h_scales = _mm256_extracti128_si256::<1>(all_scales);
-        let scales = [_mm256_set_m128i(l_scales, l_scales), _mm256_set_m128i(h_scales, h_scales)];
+        let scales = scale_halves(load128(&scales_q3k(&x.scales)));
 
         let hbits = load256(&x.hmask);
         let mut sumi = _mm256_setzero_si256();
@@ -172,11 +210,9 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
                 bit += 1;
                 let q8k = load256(&q8[32 * k..]);
                 let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q3l, q8k), _mm256_maddubs_epi16(q3h, q8k));
-                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(&SHUFFLE_Q3K[32 * k..])), p16);
+                p[k] = scale_q3k(scales, k, p16);
             }
-            let p01 = _mm256_add_epi32(p[0], p[1]);
-            let p23 = _mm256_add_epi32(p[2], p[3]);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+            sumi = _mm256_add_epi32(sumi, sum4(p));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -194,22 +230,12 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
 
-        // 8 scales then 8 mins, widened to i16.
-        let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
-
-        // Mins against the Q8 sums of each 32 (pairs of 16-value bsums).
-        let q8sums = load256(&y.bsums);
-        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
-        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-
-        let sc128 = _mm256_castsi256_si128(mins_and_scales);
-        let scales = _mm256_set_m128i(sc128, sc128);
+        let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m);
 
         let mut sumi = _mm256_setzero_si256();
         for j in 0..QK_K / 64 {
-            let scale_l = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j)..]));
-            let scale_h = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j + 1)..]));
+            let [scale_l, scale_h] = scale_pair_k4(scales, j);
 
             let q4bits = load256(&x.qs[32 * j..]);
             let q4l = _mm256_and_si256(q4bits, m4);
@@ -241,25 +267,17 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
 
-        let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
-
-        let q8sums = load256(&y.bsums);
-        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
-        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
-        let hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, mzero), mzero);
+        let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
+        let hsum = _mm_hadd_epi32(_mm_hadd_epi32(mins, mzero), mzero);
         // A fused multiply-add, as ggml's C compiles to with FMA enabled.
         summs = dmin.mul_add(_mm_extract_epi32::<0>(hsum) as f32, summs);
-
-        let sc128 = _mm256_castsi256_si128(mins_and_scales);
-        let scales = _mm256_set_m128i(sc128, sc128);
 
         let hbits = load256(&x.qh);
         let mut hmask = mone;
         let mut bit = 0;
         let mut sumi = _mm256_setzero_si256();
         for j in 0..QK_K / 64 {
-            let scale_0 = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j)..]));
-            let scale_1 = _mm256_shuffle_epi8(scales, load256(&SHUFFLE_K4[32 * (2 * j + 1)..]));
+            let [scale_0, scale_1] = scale_pair_k4(scales, j);
 
             let q5bits = load256(&x.qs[32 * j..]);
 
@@ -326,8 +344,7 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
                 let scale = _mm_shuffle_epi8(scales, load128(&SHUFFLE_Q6K[16 * (4 * j + k)..]));
                 p[k] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scale), p16);
             }
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+            sumi = _mm256_add_epi32(sumi, sum4(p));
         }
         sumi = _mm256_sub_epi32(sumi, q8sclsub);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

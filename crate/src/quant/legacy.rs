@@ -17,7 +17,7 @@
 //! The scalar `vec_dot_ref`s are ggml's generic `ggml_vec_dot_*` (integer sum per block, then the block
 //! scales, in ggml's order of float operations).
 
-use super::act::{f16_to_f32, f32_to_f16, quantize_q8_0, ActKind, BlockQ8_0, BlockQ8_1, QK8};
+use super::act::{f16_to_f32, f32_to_f16, quantize_q8_0, signed_max, ActKind, BlockQ8_0, BlockQ8_1, Q8Block, QK8};
 use super::QuantBlock;
 
 const QK: usize = 32;
@@ -65,6 +65,51 @@ const _: () = {
     assert!(QK == QK8);
 };
 
+/// What the SIMD kernels (`legacy_dot`, `legacy_rows` in each ISA's file) read of a legacy weight block
+/// besides its quants, which each ISA unpacks its own way: one kernel per ISA serves every legacy type.
+#[allow(dead_code)] // all of it on targets without SIMD kernels; `m` on x86_64 (AVX2 loads `d, m` as one word)
+pub(crate) trait LegacyBlock: QuantBlock<Act: Q8Block> {
+    /// Whether values are `d * q + m` (Q4_1, Q5_1: unsigned quants, dotted against Q8_1, whose `s` gives
+    /// the `m` term), rather than `d * (q - offset)` (Q4_0, Q5_0, Q8_0: against Q8_0).
+    const WITH_MIN: bool = matches!(Self::ACT, ActKind::Q8_1);
+    /// The scale `d` (f16).
+    fn d(&self) -> [u8; 2];
+    /// The minimum `m` (f16); zero where there is none.
+    fn m(&self) -> [u8; 2];
+}
+
+/// Implements [`LegacyBlock`] for `$B`, whose `m` is `$m` (of the block `$b`).
+macro_rules! legacy_block {
+    ($B:ty, |$b:ident| $m:expr) => {
+        impl LegacyBlock for $B {
+            #[inline(always)]
+            fn d(&self) -> [u8; 2] {
+                self.d
+            }
+            #[inline(always)]
+            fn m(&self) -> [u8; 2] {
+                let $b = self;
+                $m
+            }
+        }
+    };
+}
+
+legacy_block!(BlockQ4_0, |_b| [0, 0]);
+legacy_block!(BlockQ4_1, |b| b.m);
+legacy_block!(BlockQ5_0, |_b| [0, 0]);
+legacy_block!(BlockQ5_1, |b| b.m);
+legacy_block!(BlockQ8_0, |_b| [0, 0]);
+
+// The kernels read a block's `d` and `m` (an activation's `d` and `s`) as one 4-byte word.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(BlockQ4_0, d) == 0 && offset_of!(BlockQ5_0, d) == 0 && offset_of!(BlockQ8_0, d) == 0);
+    assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
+    assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
+    assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);
+};
+
 /// The 5-bit quants of a Q5 block, in element order.
 #[inline]
 fn q5_values(qh: [u8; 4], qs: &[u8; HALF]) -> [u8; QK] {
@@ -77,17 +122,15 @@ fn q5_values(qh: [u8; 4], qs: &[u8; HALF]) -> [u8; QK] {
     q
 }
 
-/// ggml's scale for the symmetric types: the value of largest magnitude, keeping its sign, maps to
-/// `-levels` (so the other side reaches `+levels - 1` after clamping).
-fn signed_max(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    max
+/// A block's 4-bit quants (in element order) packed into `qs`: element `j` low, element `j + 16` high.
+fn pack_nibbles(q: &[u8; QK]) -> [u8; HALF] {
+    std::array::from_fn(|j| (q[j] & 0x0F) | ((q[j + HALF] & 0x0F) << 4))
+}
+
+/// A Q5 block's 5-bit quants (in element order) packed into `(qh, qs)`, the inverse of [`q5_values`].
+fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; HALF]) {
+    let qh = q.iter().enumerate().fold(0u32, |qh, (j, &q)| qh | ((q as u32 & 0x10) >> 4) << j);
+    (qh.to_le_bytes(), pack_nibbles(q))
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
@@ -126,14 +169,11 @@ impl QuantBlock for BlockQ4_0 {
 
     fn quantize(x: &[f32], out: &mut [Self]) {
         for (x, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            // The value of largest magnitude maps to -8 (so the other side reaches 7 after clamping).
             let d = signed_max(x) / -8.0;
             let id = inverse(d);
             b.d = f32_to_f16(d);
-            for j in 0..HALF {
-                let lo = trunc_clamp(x[j] * id + 8.5, 15);
-                let hi = trunc_clamp(x[j + HALF] * id + 8.5, 15);
-                b.qs[j] = lo | (hi << 4);
-            }
+            b.qs = pack_nibbles(&std::array::from_fn(|j| trunc_clamp(x[j] * id + 8.5, 15)));
         }
     }
 
@@ -151,7 +191,7 @@ impl QuantBlock for BlockQ4_0 {
     }
 
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        simd_kernel!(q4_0_q8_0(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }
 
@@ -177,11 +217,7 @@ impl QuantBlock for BlockQ4_1 {
             let id = inverse(d);
             b.d = f32_to_f16(d);
             b.m = f32_to_f16(min);
-            for j in 0..HALF {
-                let lo = trunc_clamp((x[j] - min) * id + 0.5, 15);
-                let hi = trunc_clamp((x[j + HALF] - min) * id + 0.5, 15);
-                b.qs[j] = lo | (hi << 4);
-            }
+            b.qs = pack_nibbles(&std::array::from_fn(|j| trunc_clamp((x[j] - min) * id + 0.5, 15)));
         }
     }
 
@@ -199,7 +235,7 @@ impl QuantBlock for BlockQ4_1 {
     }
 
     fn vec_dot(w: &[Self], a: &[BlockQ8_1]) -> f32 {
-        simd_kernel!(q4_1_q8_1(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }
 
@@ -222,15 +258,7 @@ impl QuantBlock for BlockQ5_0 {
             let d = signed_max(x) / -16.0;
             let id = inverse(d);
             b.d = f32_to_f16(d);
-            let mut qh = 0u32;
-            for j in 0..HALF {
-                let lo = trunc_clamp(x[j] * id + 16.5, 31);
-                let hi = trunc_clamp(x[j + HALF] * id + 16.5, 31);
-                b.qs[j] = (lo & 0x0F) | ((hi & 0x0F) << 4);
-                qh |= ((lo as u32 & 0x10) >> 4) << j;
-                qh |= ((hi as u32 & 0x10) >> 4) << (j + HALF);
-            }
-            b.qh = qh.to_le_bytes();
+            (b.qh, b.qs) = pack_q5(&std::array::from_fn(|j| trunc_clamp(x[j] * id + 16.5, 31)));
         }
     }
 
@@ -244,7 +272,7 @@ impl QuantBlock for BlockQ5_0 {
     }
 
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        simd_kernel!(q5_0_q8_0(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }
 
@@ -269,16 +297,8 @@ impl QuantBlock for BlockQ5_1 {
             let id = inverse(d);
             b.d = f32_to_f16(d);
             b.m = f32_to_f16(min);
-            let mut qh = 0u32;
-            for j in 0..HALF {
-                // ggml does not clamp here: `(x - min) * id` stays within 0..=31 (plus rounding).
-                let lo = ((x[j] - min) * id + 0.5) as u8;
-                let hi = ((x[j + HALF] - min) * id + 0.5) as u8;
-                b.qs[j] = (lo & 0x0F) | ((hi & 0x0F) << 4);
-                qh |= ((lo as u32 & 0x10) >> 4) << j;
-                qh |= ((hi as u32 & 0x10) >> 4) << (j + HALF);
-            }
-            b.qh = qh.to_le_bytes();
+            // ggml does not clamp here: `(x - min) * id` stays within 0..=31 (plus rounding).
+            (b.qh, b.qs) = pack_q5(&std::array::from_fn(|j| ((x[j] - min) * id + 0.5) as u8));
         }
     }
 
@@ -292,7 +312,7 @@ impl QuantBlock for BlockQ5_1 {
     }
 
     fn vec_dot(w: &[Self], a: &[BlockQ8_1]) -> f32 {
-        simd_kernel!(q5_1_q8_1(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }
 
@@ -325,6 +345,6 @@ impl QuantBlock for BlockQ8_0 {
     }
 
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        simd_kernel!(q8_0_q8_0(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }

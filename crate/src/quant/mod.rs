@@ -288,70 +288,71 @@ pub fn dot_rows<const A: usize>(
     out: &mut [[f32; A]],
 ) -> bool {
     let row_blocks = cols / ty.block_size();
+    // Four consecutive rows from a multiple of 4 (how matmul batches them): scales side by side.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if ty == GgmlType::Q4_1 && A == 4 && a_rows[0] % 4 == 0 && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
+        // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
+        let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
+        let a4 = std::array::from_fn(|j| acts.row_wide(a_rows[j]));
+        simd128::q4_1_rows4(as_blocks(w), row_blocks, a4, acts.group_scales(a_rows[0] / 4), out4);
+        return true;
+    }
+    // The other legacy types have row kernels too, but no caller has needed them yet.
+    match ty {
+        GgmlType::Q4_1 => legacy_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q8_0 => legacy_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        _ => false,
+    }
+}
+
+/// The legacy blocks this machine's SIMD kernels unpack (each ISA's own `Unpack`; every block where none).
+#[cfg(target_arch = "x86_64")]
+use avx2::Unpack as SimdLegacy;
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+)))]
+use legacy::LegacyBlock as SimdLegacy;
+#[cfg(target_arch = "aarch64")]
+use neon::Unpack as SimdLegacy;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+use simd128::Unpack as SimdLegacy;
+
+/// [`dot_rows`] for a legacy type: this machine's row kernel, or `false` where there is none.
+fn legacy_rows<B: SimdLegacy, const A: usize>(
+    w: &[B],
+    row_blocks: usize,
+    acts: &Activations,
+    a_rows: [usize; A],
+    out: &mut [[f32; A]],
+) -> bool {
+    let scales = || a_rows.map(|r| acts.row_scales(r));
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        let vnni = avx2::has_vnni();
-        let scales = || a_rows.map(|r| acts.row_scales(r));
-        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
+        let a = a_rows.map(|r| acts.row(r).blocks());
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `has_vnni`.
         unsafe {
-            match ty {
-                GgmlType::Q4_1 => {
-                    let (w, a) = (as_blocks(w), a_rows.map(|r| acts.row(r).blocks()));
-                    match vnni {
-                        true => avx2::q4_1_q8_1_rows_vnni(w, row_blocks, a, scales(), out),
-                        false => avx2::q4_1_q8_1_rows(w, row_blocks, a, scales(), out),
-                    }
-                }
-                GgmlType::Q8_0 => {
-                    let (w, a) = (as_blocks(w), a_rows.map(|r| acts.row(r).blocks()));
-                    match vnni {
-                        true => avx2::q8_0_q8_0_rows_vnni(w, row_blocks, a, scales(), out),
-                        false => avx2::q8_0_q8_0_rows(w, row_blocks, a, scales(), out),
-                    }
-                }
-                _ => return false,
+            match avx2::has_vnni() {
+                true => avx2::legacy_rows_vnni(w, row_blocks, a, scales(), out),
+                false => avx2::legacy_rows(w, row_blocks, a, scales(), out),
             }
         }
         return true;
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        let wide = || a_rows.map(|r| acts.row_wide(r));
-        let scales = || a_rows.map(|r| acts.row_scales(r));
-        // Four consecutive rows from a multiple of 4 (how matmul batches them): scales side by side.
-        if ty == GgmlType::Q4_1 && A == 4 && a_rows[0] % 4 == 0 && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
-            // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
-            let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
-            let a4 = std::array::from_fn(|j| acts.row_wide(a_rows[j]));
-            simd128::q4_1_q8_1_rows4(as_blocks(w), row_blocks, a4, acts.group_scales(a_rows[0] / 4), out4);
-            return true;
-        }
-        match ty {
-            GgmlType::Q4_1 => simd128::q4_1_q8_1_rows(as_blocks(w), row_blocks, wide(), scales(), out),
-            GgmlType::Q8_0 => simd128::q8_0_q8_0_rows(as_blocks(w), row_blocks, wide(), scales(), out),
-            _ => return false,
-        }
+        simd128::legacy_rows(w, row_blocks, a_rows.map(|r| acts.row_wide(r)), scales(), out);
         return true;
     }
     #[cfg(target_arch = "aarch64")]
     {
-        let scales = || a_rows.map(|r| acts.row_scales(r));
-        match ty {
-            GgmlType::Q4_1 => {
-                let a = a_rows.map(|r| acts.row(r).blocks());
-                neon::q4_1_q8_1_rows(as_blocks(w), row_blocks, a, scales(), out)
-            }
-            GgmlType::Q8_0 => {
-                let a = a_rows.map(|r| acts.row(r).blocks());
-                neon::q8_0_q8_0_rows(as_blocks(w), row_blocks, a, scales(), out)
-            }
-            _ => return false,
-        }
+        neon::legacy_rows(w, row_blocks, a_rows.map(|r| acts.row(r).blocks()), scales(), out);
         return true;
     }
     #[allow(unreachable_code)]
     {
-        let _ = (ty, w, row_blocks, acts, a_rows, out);
+        let _ = (w, row_blocks, scales, out);
         false
     }
 }
@@ -366,6 +367,20 @@ fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_s
         a.iter().zip(a_scales).all(|(a, s)| a.len() >= row_blocks && s.len() >= row_blocks),
         "activation rows too short"
     );
+}
+
+/// Calls `block(i, i % 2)` for `i` in `0..n`, two at a time so that the parity is a constant: the row
+/// kernels keep an accumulator per parity, so one block's FMA does not wait for the previous one's.
+#[allow(dead_code)] // on targets without row kernels
+#[inline(always)]
+fn even_odd(n: usize, mut block: impl FnMut(usize, usize)) {
+    for i in (0..n / 2).map(|i| 2 * i) {
+        block(i, 0);
+        block(i + 1, 1);
+    }
+    if n % 2 == 1 {
+        block(n - 1, 0);
+    }
 }
 
 /// The scalar reference of [`vec_dot`].

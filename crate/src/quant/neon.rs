@@ -10,10 +10,10 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::act::{BlockQ8_0, BlockQ8_1};
-use super::check_rows;
+use super::act::{BlockQ8_0, Q8Block};
 use super::float::{BlockBF16, BlockF16, BlockF32};
-use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
+use super::{check_rows, even_odd};
 
 /// How 16 signed byte products are added into 4 i32 lanes.
 trait ByteDot {
@@ -106,92 +106,86 @@ unsafe fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> fl
     vmulq_f32(v, vextq_f32::<2>(v, v))
 }
 
-const NO_F16: [u8; 2] = [0, 0];
+/// How a legacy weight block unpacks for these kernels.
+pub(crate) trait Unpack: LegacyBlock {
+    /// The 32 quants as signed bytes (elements 0..16, elements 16..32): `q` for the types with a min,
+    /// else `q - offset`.
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t);
+}
 
-/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
+impl Unpack for BlockQ4_0 {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        let (lo, hi) = signed(nibbles(&self.qs));
+        let eight = vdupq_n_s8(8);
+        (vsubq_s8(lo, eight), vsubq_s8(hi, eight))
+    }
+}
+
+impl Unpack for BlockQ4_1 {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        signed(nibbles(&self.qs))
+    }
+}
+
+/// A Q5 block's quants: each nibble OR `high(mask)`, `mask` 0xFF where the element's fifth bit is set.
 #[inline(always)]
-unsafe fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (float32x4_t, float32x4_t)) -> f32 {
+unsafe fn q5_quants(qs: &[u8; 16], qh: [u8; 4], high: impl Fn(uint8x16_t) -> uint8x16_t) -> (int8x16_t, int8x16_t) {
+    let ((lo, hi), (blo, bhi)) = (nibbles(qs), bit_bytes(qh));
+    signed((vorrq_u8(lo, high(blo)), vorrq_u8(hi, high(bhi))))
+}
+
+impl Unpack for BlockQ5_0 {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        q5_quants(&self.qs, self.qh, |set| vbicq_u8(vdupq_n_u8(0xF0), set))
+    }
+}
+
+impl Unpack for BlockQ5_1 {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        q5_quants(&self.qs, self.qh, |set| vandq_u8(set, vdupq_n_u8(0x10)))
+    }
+}
+
+impl Unpack for BlockQ8_0 {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        (vld1q_s8(self.qs.as_ptr()), vld1q_s8(self.qs.as_ptr().add(16)))
+    }
+}
+
+/// A legacy weight row · its activation row: per block, `d * sums` into `acc` and `m * s` into lane 1 of
+/// `mins` (0 for the types without a min).
+#[inline(always)]
+unsafe fn dot<D: ByteDot, B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
-    let mut mins = vdupq_n_f32(0.0); // lane 1 sums the m * s terms
+    let mut mins = vdupq_n_f32(0.0);
     for (x, y) in w.iter().zip(a) {
-        let (scales, sums) = block(x, y);
+        let scales = f16_products(x.d(), x.m(), y.d(), y.s()); // [d * d, m * s, ..]
+        let sums = dot32::<D>(x.quants(), y.qs());
         acc = vfmaq_laneq_f32::<0>(acc, sums, scales);
         mins = vaddq_f32(mins, scales);
     }
     vaddvq_f32(acc) + vgetq_lane_f32::<1>(mins)
 }
 
-#[inline(always)]
-unsafe fn q4_0<D: ByteDot>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        let (lo, hi) = signed(nibbles(&x.qs));
-        let eight = vdupq_n_s8(8);
-        let q = (vsubq_s8(lo, eight), vsubq_s8(hi, eight));
-        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
-    })
-}
-
-#[inline(always)]
-unsafe fn q4_1<D: ByteDot>(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(signed(nibbles(&x.qs)), &y.qs)))
-}
-
-#[inline(always)]
-unsafe fn q5_0<D: ByteDot>(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
-        let (lo, hi) = nibbles(&x.qs);
-        let (blo, bhi) = bit_bytes(x.qh);
-        let top = vdupq_n_u8(0xF0);
-        let q = signed((vorrq_u8(lo, vbicq_u8(top, blo)), vorrq_u8(hi, vbicq_u8(top, bhi))));
-        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
-    })
-}
-
-#[inline(always)]
-unsafe fn q5_1<D: ByteDot>(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        let (lo, hi) = nibbles(&x.qs);
-        let (blo, bhi) = bit_bytes(x.qh);
-        let fifth = vdupq_n_u8(0x10);
-        let q = signed((vorrq_u8(lo, vandq_u8(blo, fifth)), vorrq_u8(hi, vandq_u8(bhi, fifth))));
-        (f16_products(x.d, x.m, y.d, y.s), dot32::<D>(q, &y.qs))
-    })
-}
-
-#[inline(always)]
-unsafe fn q8_0<D: ByteDot>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        let q = (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16)));
-        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32::<D>(q, &y.qs))
-    })
-}
-
-/// Public kernels: `sdot` when the CPU has dotprod, widening multiplies otherwise.
-macro_rules! kernels {
-    ($($name:ident = $generic:ident($W:ty, $A:ty);)*) => {$(
-        pub fn $name(w: &[$W], a: &[$A]) -> f32 {
-            #[target_feature(enable = "dotprod")]
-            unsafe fn with_sdot(w: &[$W], a: &[$A]) -> f32 {
-                $generic::<SDot>(w, a)
-            }
-            if std::arch::is_aarch64_feature_detected!("dotprod") {
-                // SAFETY: the CPU has dotprod.
-                unsafe { with_sdot(w, a) }
-            } else {
-                // SAFETY: NEON is part of every aarch64 CPU.
-                unsafe { $generic::<Widen>(w, a) }
-            }
-        }
-    )*};
-}
-
-kernels! {
-    q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
-    q4_1_q8_1 = q4_1(BlockQ4_1, BlockQ8_1);
-    q5_0_q8_0 = q5_0(BlockQ5_0, BlockQ8_0);
-    q5_1_q8_1 = q5_1(BlockQ5_1, BlockQ8_1);
-    q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
+/// `vec_dot` of every legacy type: `sdot` when the CPU has dotprod, widening multiplies otherwise.
+pub(crate) fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
+    #[target_feature(enable = "dotprod")]
+    unsafe fn with_sdot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
+        dot::<SDot, B>(w, a)
+    }
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        // SAFETY: the CPU has dotprod.
+        unsafe { with_sdot(w, a) }
+    } else {
+        // SAFETY: NEON is part of every aarch64 CPU.
+        unsafe { dot::<Widen, B>(w, a) }
+    }
 }
 
 /// A block's leading f16s (`d`, and `m` where `with_m`) as f32 `[d, m]` (`m` 0 otherwise).
@@ -203,105 +197,63 @@ unsafe fn leading_f16s<T>(block: &T, with_m: bool) -> float32x2_t {
     vget_low_f32(f16x4_to_f32(vcreate_u16(bits as u64)))
 }
 
-/// The row kernels: every weight row in `w` (rows of `row_blocks` blocks) dotted with `A` activation rows,
+/// The row kernel: every weight row in `w` (rows of `row_blocks` blocks) dotted with `A` activation rows,
 /// into `out[row][j]`, each weight block unpacked once for the `A` rows. `a_scales[j][i]` is activation
-/// row `j`'s block `i` `(d, s)` as f32 (`s` unused for Q8_0). Every output has its own two accumulators,
+/// row `j`'s block `i` `(d, s)` as f32 (`s` is 0 for Q8_0). Every output has its own two accumulators,
 /// for even and odd blocks (so one block's FMA does not wait for the previous one's), and sees the same
 /// float operations whatever `A`: results do not depend on it. As the AVX2 and simd128 row kernels.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn rows<D: ByteDot, W, Y, const A: usize>(
-    w: &[W],
+unsafe fn rows<D: ByteDot, B: Unpack, const A: usize>(
+    w: &[B],
     row_blocks: usize,
-    a: [&[Y]; A],
+    a: [&[B::Act]; A],
     a_scales: [&[[f32; 2]]; A],
     out: &mut [[f32; A]],
-    with_m: bool,
-    quants: impl Fn(&W) -> (int8x16_t, int8x16_t),
-    act_quants: impl Fn(&Y) -> &[i8; 32],
 ) {
     check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [[vdupq_n_f32(0.0); 2]; A];
         let mut mins = [vdup_n_f32(0.0); A]; // lane 1 sums the blocks' m * s terms
-        let mut block = |i: usize, p: usize| {
+        let block = |i: usize, p: usize| {
             let x = w.get_unchecked(i);
-            let (q, dm) = (quants(x), leading_f16s(x, with_m));
+            let (q, dm) = (x.quants(), leading_f16s(x, B::WITH_MIN));
             for j in 0..A {
                 let scales = vmul_f32(dm, vld1_f32(a_scales[j].get_unchecked(i).as_ptr())); // [d * d, m * s]
                 mins[j] = vadd_f32(mins[j], scales);
-                let sums = dot32::<D>(q, act_quants(a[j].get_unchecked(i)));
+                let sums = dot32::<D>(q, a[j].get_unchecked(i).qs());
                 acc[j][p] = vfmaq_lane_f32::<0>(acc[j][p], sums, scales);
             }
         };
-        for i in (0..row_blocks / 2).map(|i| 2 * i) {
-            block(i, 0);
-            block(i + 1, 1);
-        }
-        if row_blocks % 2 == 1 {
-            block(row_blocks - 1, 0);
-        }
+        even_odd(row_blocks, block);
         *out = std::array::from_fn(|j| vaddvq_f32(vaddq_f32(acc[j][0], acc[j][1])) + vget_lane_f32::<1>(mins[j]));
     }
 }
 
-#[inline(always)]
-unsafe fn q4_1_rows<D: ByteDot, const A: usize>(
-    w: &[BlockQ4_1],
+/// The row kernel for `dot_rows`: `sdot` when the CPU has dotprod, widening multiplies otherwise.
+pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
+    w: &[B],
     row_blocks: usize,
-    a: [&[BlockQ8_1]; A],
+    a: [&[B::Act]; A],
     a_scales: [&[[f32; 2]]; A],
     out: &mut [[f32; A]],
 ) {
-    rows::<D, _, _, A>(w, row_blocks, a, a_scales, out, true, |x| signed(nibbles(&x.qs)), |y| &y.qs)
-}
-
-#[inline(always)]
-unsafe fn q8_0_rows<D: ByteDot, const A: usize>(
-    w: &[BlockQ8_0],
-    row_blocks: usize,
-    a: [&[BlockQ8_0]; A],
-    a_scales: [&[[f32; 2]]; A],
-    out: &mut [[f32; A]],
-) {
-    let quants = |x: &BlockQ8_0| (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16)));
-    rows::<D, _, _, A>(w, row_blocks, a, a_scales, out, false, quants, |y| &y.qs)
-}
-
-/// Public row kernels: `sdot` when the CPU has dotprod, widening multiplies otherwise.
-macro_rules! row_kernels {
-    ($($name:ident = $generic:ident($W:ty, $A:ty);)*) => {$(
-        pub fn $name<const A: usize>(
-            w: &[$W],
-            row_blocks: usize,
-            a: [&[$A]; A],
-            a_scales: [&[[f32; 2]]; A],
-            out: &mut [[f32; A]],
-        ) {
-            #[target_feature(enable = "dotprod")]
-            unsafe fn with_sdot<const A: usize>(
-                w: &[$W],
-                row_blocks: usize,
-                a: [&[$A]; A],
-                a_scales: [&[[f32; 2]]; A],
-                out: &mut [[f32; A]],
-            ) {
-                $generic::<SDot, A>(w, row_blocks, a, a_scales, out)
-            }
-            if std::arch::is_aarch64_feature_detected!("dotprod") {
-                // SAFETY: the CPU has dotprod; the kernels check their arguments before reading unchecked.
-                unsafe { with_sdot(w, row_blocks, a, a_scales, out) }
-            } else {
-                // SAFETY: NEON is part of every aarch64 CPU; as above for the arguments.
-                unsafe { $generic::<Widen, A>(w, row_blocks, a, a_scales, out) }
-            }
-        }
-    )*};
-}
-
-row_kernels! {
-    q4_1_q8_1_rows = q4_1_rows(BlockQ4_1, BlockQ8_1);
-    q8_0_q8_0_rows = q8_0_rows(BlockQ8_0, BlockQ8_0);
+    #[target_feature(enable = "dotprod")]
+    unsafe fn with_sdot<B: Unpack, const A: usize>(
+        w: &[B],
+        row_blocks: usize,
+        a: [&[B::Act]; A],
+        a_scales: [&[[f32; 2]]; A],
+        out: &mut [[f32; A]],
+    ) {
+        rows::<SDot, B, A>(w, row_blocks, a, a_scales, out)
+    }
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        // SAFETY: the CPU has dotprod; the kernel checks its arguments before reading unchecked.
+        unsafe { with_sdot(w, row_blocks, a, a_scales, out) }
+    } else {
+        // SAFETY: NEON is part of every aarch64 CPU; as above for the arguments.
+        unsafe { rows::<Widen, B, A>(w, row_blocks, a, a_scales, out) }
+    }
 }
 
 /// Dot of the weights, read 4 at a time by `load4(ptr to element i)` (one at a time by `get`), with

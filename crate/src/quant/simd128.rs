@@ -6,10 +6,10 @@
 
 use core::arch::wasm32::*;
 
-use super::act::{BlockQ8_0, BlockQ8_1};
+use super::act::{BlockQ8_0, Q8Block};
 use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
-use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
 
 #[inline]
 fn load16<T>(bytes: &[T; 16]) -> v128 {
@@ -73,71 +73,10 @@ fn f16_products(x0: [u8; 2], x1: [u8; 2], y0: [u8; 2], y1: [u8; 2]) -> v128 {
     f32x4_mul(v, i32x4_shuffle::<2, 3, 0, 1>(v, v))
 }
 
-/// `sum(d * sums + m * s)` over the blocks, for `block(w, a) -> (f16_products(d_w, m_w, d_a, s_a), sums)`.
-#[inline]
-fn sum_blocks<W, A>(w: &[W], a: &[A], block: impl Fn(&W, &A) -> (v128, v128)) -> f32 {
-    let mut acc = f32x4_splat(0.0);
-    let mut mins = f32x4_splat(0.0); // lane 1 sums the m * s terms
-    for (x, y) in w.iter().zip(a) {
-        let (scales, sums) = block(x, y);
-        acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
-        mins = f32x4_add(mins, scales);
-    }
-    hsum(acc) + f32x4_extract_lane::<1>(mins)
-}
-
-const NO_F16: [u8; 2] = [0, 0];
-
-pub fn q4_0_q8_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        let (lo, hi) = nibbles(&x.qs);
-        let eight = i8x16_splat(8);
-        let sums = dot32((i8x16_sub(lo, eight), i8x16_sub(hi, eight)), &y.qs);
-        (f16_products(x.d, NO_F16, y.d, NO_F16), sums)
-    })
-}
-
-pub fn q4_1_q8_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| (f16_products(x.d, x.m, y.d, y.s), dot32(nibbles(&x.qs), &y.qs)))
-}
-
-pub fn q5_0_q8_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
-        let (lo, hi) = nibbles(&x.qs);
-        let (blo, bhi) = bit_bytes(x.qh);
-        let top = u8x16_splat(0xF0);
-        let q = (v128_or(lo, v128_andnot(top, blo)), v128_or(hi, v128_andnot(top, bhi)));
-        (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(q, &y.qs))
-    })
-}
-
-pub fn q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
-    sum_blocks(w, a, |x, y| {
-        let (lo, hi) = nibbles(&x.qs);
-        let (blo, bhi) = bit_bytes(x.qh);
-        let fifth = u8x16_splat(0x10);
-        let q = (v128_or(lo, v128_and(blo, fifth)), v128_or(hi, v128_and(bhi, fifth)));
-        (f16_products(x.d, x.m, y.d, y.s), dot32(q, &y.qs))
-    })
-}
-
-pub fn q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    sum_blocks(w, a, |x, y| (f16_products(x.d, NO_F16, y.d, NO_F16), dot32(load32(&x.qs), &y.qs)))
-}
-
 /// The four i16x8 quarters of a block's 32 signed bytes `(x0, x1)`, widened once for a tile's rows.
 #[inline]
 fn widen((x0, x1): (v128, v128)) -> [v128; 4] {
     [i16x8_extend_low_i8x16(x0), i16x8_extend_high_i8x16(x0), i16x8_extend_low_i8x16(x1), i16x8_extend_high_i8x16(x1)]
-}
-
-/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`, as f32.
-#[inline]
-fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
-    let lo = i32x4_add(i32x4_dot_i16x8(x[0], y[0]), i32x4_dot_i16x8(x[1], y[1]));
-    let hi = i32x4_add(i32x4_dot_i16x8(x[2], y[2]), i32x4_dot_i16x8(x[3], y[3]));
-    f32x4_convert_i32x4(i32x4_add(lo, hi))
 }
 
 /// A block's 16 bytes of nibbles as four i16x8 in element order (0..8, 8..16, 16..24, 24..32): the
@@ -151,8 +90,91 @@ fn nibbles_wide(qs: &[u8; 16]) -> [v128; 4] {
     [v128_and(lo, m), v128_and(hi, m), u16x8_shr(lo, 4), u16x8_shr(hi, 4)]
 }
 
-/// The two f16s each of `W` blocks starts with (`d, m`; for Q8_0, `d` and junk) as f32 `[d, m, d, m]`,
-/// converted two blocks per vector.
+/// How a legacy weight block unpacks for these kernels.
+pub(crate) trait Unpack: LegacyBlock {
+    /// The 32 quants as signed bytes (elements 0..16, elements 16..32): `q` for the types with a min,
+    /// else `q - offset`.
+    fn quants(&self) -> (v128, v128);
+    /// The same widened to i16, as [`widen`] (for the row kernels, which reuse them for several rows).
+    #[inline(always)]
+    fn quants_wide(&self) -> [v128; 4] {
+        widen(self.quants())
+    }
+}
+
+impl Unpack for BlockQ4_0 {
+    #[inline(always)]
+    fn quants(&self) -> (v128, v128) {
+        let (lo, hi) = nibbles(&self.qs);
+        let eight = i8x16_splat(8);
+        (i8x16_sub(lo, eight), i8x16_sub(hi, eight))
+    }
+}
+
+impl Unpack for BlockQ4_1 {
+    #[inline(always)]
+    fn quants(&self) -> (v128, v128) {
+        nibbles(&self.qs)
+    }
+    #[inline(always)]
+    fn quants_wide(&self) -> [v128; 4] {
+        nibbles_wide(&self.qs)
+    }
+}
+
+/// A Q5 block's quants: each nibble OR `high(mask)`, `mask` 0xFF where the element's fifth bit is set.
+#[inline(always)]
+fn q5_quants(qs: &[u8; 16], qh: [u8; 4], high: impl Fn(v128) -> v128) -> (v128, v128) {
+    let ((lo, hi), (blo, bhi)) = (nibbles(qs), bit_bytes(qh));
+    (v128_or(lo, high(blo)), v128_or(hi, high(bhi)))
+}
+
+impl Unpack for BlockQ5_0 {
+    #[inline(always)]
+    fn quants(&self) -> (v128, v128) {
+        // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
+        q5_quants(&self.qs, self.qh, |set| v128_andnot(u8x16_splat(0xF0), set))
+    }
+}
+
+impl Unpack for BlockQ5_1 {
+    #[inline(always)]
+    fn quants(&self) -> (v128, v128) {
+        q5_quants(&self.qs, self.qh, |set| v128_and(set, u8x16_splat(0x10)))
+    }
+}
+
+impl Unpack for BlockQ8_0 {
+    #[inline(always)]
+    fn quants(&self) -> (v128, v128) {
+        load32(&self.qs)
+    }
+}
+
+/// A legacy weight row · its activation row (`vec_dot` of every legacy type): per block, `d * sums`
+/// into `acc` and `m * s` into lane 1 of `mins` (0 for the types without a min).
+pub(crate) fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
+    let mut acc = f32x4_splat(0.0);
+    let mut mins = f32x4_splat(0.0);
+    for (x, y) in w.iter().zip(a) {
+        let scales = f16_products(x.d(), x.m(), y.d(), y.s()); // [d * d, m * s, ..]
+        let sums = dot32(x.quants(), y.qs());
+        acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
+        mins = f32x4_add(mins, scales);
+    }
+    hsum(acc) + f32x4_extract_lane::<1>(mins)
+}
+
+/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`, as f32.
+#[inline]
+fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
+    let lo = i32x4_add(i32x4_dot_i16x8(x[0], y[0]), i32x4_dot_i16x8(x[1], y[1]));
+    let hi = i32x4_add(i32x4_dot_i16x8(x[2], y[2]), i32x4_dot_i16x8(x[3], y[3]));
+    f32x4_convert_i32x4(i32x4_add(lo, hi))
+}
+
+/// The two f16s each of `W` blocks starts with (`d, m`; for the types without a min, `d` and junk) as
+/// f32 `[d, m, d, m]`, converted two blocks per vector.
 #[inline]
 fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
     debug_assert!(std::mem::size_of::<T>() >= 4);
@@ -169,6 +191,22 @@ fn leading_pairs<T, const W: usize>(x: [&T; W]) -> [v128; W] {
     out
 }
 
+/// Calls `block(i, x, dm)` for every block `x` of a weight row, `dm` its leading f16s as [`leading_pairs`]
+/// gives them: two blocks at a time, to convert their four f16s in one vector.
+#[inline(always)]
+fn each_block<B>(row: &[B], mut block: impl FnMut(usize, &B, v128)) {
+    let pairs = row.chunks_exact(2);
+    let last = pairs.remainder();
+    for (i, x) in pairs.enumerate() {
+        let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
+        block(2 * i, &x[0], dm0);
+        block(2 * i + 1, &x[1], dm1);
+    }
+    if let [x] = last {
+        block(row.len() - 1, x, leading_pairs([x])[0]);
+    }
+}
+
 /// An activation block's `(d, s)` as `[d, s, d, s]`.
 #[inline]
 fn scale_pair(s: &[f32; 2]) -> v128 {
@@ -183,12 +221,12 @@ fn load_wide(q: &[i16; 32]) -> [v128; 4] {
     std::array::from_fn(|k| unsafe { v128_load(q.as_ptr().add(8 * k) as *const v128) })
 }
 
-/// Q4_1 weight rows (each `row_blocks` blocks) · `A` Q8_1 activation rows, into `out[row][j]`: each weight
+/// Legacy weight rows (each `row_blocks` blocks) · `A` activation rows, into `out[row][j]`: each weight
 /// block is unpacked once for the `A` rows. `a[j][i]` is activation block `i`'s quants widened to i16,
-/// `a_scales[j][i]` its `(d, s)` as f32. Every output has its own accumulators and sees the same float
-/// operations in block order, so the result does not depend on `A`.
-pub fn q4_1_q8_1_rows<const A: usize>(
-    w: &[BlockQ4_1],
+/// `a_scales[j][i]` its `(d, s)` as f32 (`s` is 0 for Q8_0). Every output has its own accumulators and
+/// sees the same float operations in block order, so the result does not depend on `A`.
+pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
+    w: &[B],
     row_blocks: usize,
     a: [&[[i16; 32]]; A],
     a_scales: [&[[f32; 2]]; A],
@@ -198,35 +236,31 @@ pub fn q4_1_q8_1_rows<const A: usize>(
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); A];
         let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
-        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
-            let q = nibbles_wide(&x.qs);
+        each_block(w, |i, x, dm| {
+            let q = x.quants_wide();
             for j in 0..A {
                 // SAFETY: i < row_blocks <= the row's length (check_rows).
                 let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
                 let scales = f32x4_mul(dm, ys); // [d * d, m * s, ..]
                 let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
                 acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot_wide(&q, &load_wide(y))));
-                mins[j] = f32x4_add(mins[j], scales);
+                if B::WITH_MIN {
+                    mins[j] = f32x4_add(mins[j], scales);
+                }
             }
-        };
-        // Two blocks at a time, to convert their four f16 scales in one vector.
-        for (i, x) in w.chunks_exact(2).enumerate() {
-            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
-            block(2 * i, &x[0], dm0);
-            block(2 * i + 1, &x[1], dm1);
-        }
-        if row_blocks % 2 == 1 {
-            let x = &w[row_blocks - 1];
-            block(row_blocks - 1, x, leading_pairs([x])[0]);
-        }
-        *out = std::array::from_fn(|j| hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]));
+        });
+        *out = std::array::from_fn(|j| match B::WITH_MIN {
+            true => hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]),
+            false => hsum(acc[j]),
+        });
     }
 }
 
-/// [`q4_1_q8_1_rows`] for four activation rows `4g..4g+4`, with their scales side by side (`scales4[i]` is
-/// block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one the four `m * s`.
-/// Each output sees the same float operations as in `q4_1_q8_1_rows`, so the results are identical.
-pub fn q4_1_q8_1_rows4(
+/// [`legacy_rows`] of Q4_1 for four activation rows `4g..4g+4`, with their scales side by side
+/// (`scales4[i]` is block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
+/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are
+/// identical.
+pub(crate) fn q4_1_rows4(
     w: &[BlockQ4_1],
     row_blocks: usize,
     a: [&[[i16; 32]]; 4],
@@ -238,8 +272,8 @@ pub fn q4_1_q8_1_rows4(
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); 4];
         let mut mins = f32x4_splat(0.0); // lane j sums row j's m * s terms
-        let mut block = |i: usize, x: &BlockQ4_1, dm: v128| {
-            let q = nibbles_wide(&x.qs);
+        each_block(w, |i, x, dm| {
+            let q = x.quants_wide();
             // SAFETY: i < row_blocks <= every row's length (checked above).
             let [d4, s4] = unsafe { scales4.get_unchecked(i) };
             // SAFETY: 16 bytes each, in bounds; no alignment requirement.
@@ -251,16 +285,7 @@ pub fn q4_1_q8_1_rows4(
             acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(1)));
             acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(2)));
             acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(3)));
-        };
-        for (i, x) in w.chunks_exact(2).enumerate() {
-            let [dm0, dm1] = leading_pairs([&x[0], &x[1]]);
-            block(2 * i, &x[0], dm0);
-            block(2 * i + 1, &x[1], dm1);
-        }
-        if row_blocks % 2 == 1 {
-            let x = &w[row_blocks - 1];
-            block(row_blocks - 1, x, leading_pairs([x])[0]);
-        }
+        });
         let m = [
             f32x4_extract_lane::<0>(mins),
             f32x4_extract_lane::<1>(mins),
@@ -268,40 +293,6 @@ pub fn q4_1_q8_1_rows4(
             f32x4_extract_lane::<3>(mins),
         ];
         *out = std::array::from_fn(|j| hsum(acc[j]) + m[j]);
-    }
-}
-
-/// Q8_0 weight rows · Q8_0 activation rows, as [`q4_1_q8_1_rows`] (`a_scales[j][i][0]` is `d`).
-pub fn q8_0_q8_0_rows<const A: usize>(
-    w: &[BlockQ8_0],
-    row_blocks: usize,
-    a: [&[[i16; 32]]; A],
-    a_scales: [&[[f32; 2]]; A],
-    out: &mut [[f32; A]],
-) {
-    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
-    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-        let mut acc = [f32x4_splat(0.0); A];
-        let mut block = |i: usize, x: &BlockQ8_0, d: v128| {
-            let q = widen(load32(&x.qs));
-            for j in 0..A {
-                // SAFETY: i < row_blocks <= the row's length (check_rows).
-                let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
-                let scale = f32x4_mul(d, ys); // lane 0: d * d
-                let scale = i32x4_shuffle::<0, 0, 0, 0>(scale, scale);
-                acc[j] = f32x4_add(acc[j], f32x4_mul(scale, dot_wide(&q, &load_wide(y))));
-            }
-        };
-        for (i, x) in w.chunks_exact(2).enumerate() {
-            let [d0, d1] = leading_pairs([&x[0], &x[1]]);
-            block(2 * i, &x[0], d0);
-            block(2 * i + 1, &x[1], d1);
-        }
-        if row_blocks % 2 == 1 {
-            let x = &w[row_blocks - 1];
-            block(row_blocks - 1, x, leading_pairs([x])[0]);
-        }
-        *out = std::array::from_fn(|j| hsum(acc[j]));
     }
 }
 

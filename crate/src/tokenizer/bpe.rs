@@ -7,6 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::pretokenize::PreTokenizer;
+use super::symbols::{self, Symbol};
 use super::vocab::Vocab;
 
 /// Bytes that GPT-2 keeps as their own code point; every other byte maps to 256, 257, ... in byte order.
@@ -84,15 +85,6 @@ pub(crate) struct Bpe {
     ranks: HashMap<String, u32>,
 }
 
-/// One symbol of the word being merged: a byte range of the encoded word, linked to its neighbours.
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
 impl Bpe {
     pub(crate) fn new<'a>(pre: PreTokenizer, ignore_merges: bool, merges: impl Iterator<Item = &'a str>) -> Bpe {
         let mut ranks = HashMap::new();
@@ -148,14 +140,7 @@ impl Bpe {
 
     /// Merge the symbols of one encoded word; returns the final symbols in order.
     fn merge(&self, word: &str, key: &mut String) -> Vec<Symbol> {
-        let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
-        for (start, c) in word.char_indices() {
-            let i = symbols.len();
-            symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
-            if i > 0 {
-                symbols[i - 1].next = Some(i);
-            }
-        }
+        let mut symbols = symbols::chars(word);
 
         // Min-heap on (rank, left index); the lengths tell a stale entry (a side merged since) from a live one.
         let mut queue = BinaryHeap::new();
@@ -175,16 +160,11 @@ impl Bpe {
             if symbols[left].len != left_len || symbols[right].len != right_len || left_len == 0 || right_len == 0 {
                 continue;
             }
-            symbols[left].len += right_len;
-            symbols[right].len = 0;
-            symbols[left].next = symbols[right].next;
-            if let Some(next) = symbols[right].next {
-                symbols[next].prev = Some(left);
-            }
-            if let Some(prev) = symbols[left].prev {
+            let (prev, next) = symbols::merge(&mut symbols, left, right);
+            if let Some(prev) = prev {
                 push(&mut queue, &symbols, prev, left, key);
             }
-            if let Some(next) = symbols[left].next {
+            if let Some(next) = next {
                 push(&mut queue, &symbols, left, next, key);
             }
         }

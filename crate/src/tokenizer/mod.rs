@@ -9,6 +9,7 @@ mod bpe;
 mod pretokenize;
 mod spm;
 mod stream;
+mod symbols;
 mod unicode;
 mod vocab;
 

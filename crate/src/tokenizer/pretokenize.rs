@@ -160,24 +160,24 @@ impl Splitter<'_> {
                 self.emit(pos);
                 continue;
             }
-            if let Some(p) = self.whitespace_tail(pos) {
-                pos = p;
-                continue;
-            }
-            pos += 1;
-            self.emit(pos); // no alternative matches: one char alone
+            pos = self.whitespace_or_char(pos);
         }
     }
 
-    /// `\s+(?!\S)|\s+` at `pos`: a whitespace run, less its last char when a non-space follows inside the piece.
-    fn whitespace_tail(&mut self, pos: usize) -> Option<usize> {
+    /// The last alternatives of the gpt-2 and llama3 regexes at `pos`: `\s+(?!\S)|\s+`, a whitespace run, less its
+    /// last char when a non-space follows inside the piece; else the char alone (no alternative matches). Returns
+    /// where the next piece starts.
+    fn whitespace_or_char(&mut self, pos: usize) -> usize {
         let n = (pos..self.end).take_while(|&p| self.space(p)).count();
-        if n == 0 {
-            return None;
-        }
-        let end = if n > 1 && pos + n < self.end { pos + n - 1 } else { pos + n };
+        let end = if n == 0 {
+            pos + 1
+        } else if n > 1 && pos + n < self.end {
+            pos + n - 1
+        } else {
+            pos + n
+        };
         self.emit(end);
-        Some(end)
+        end
     }
 
     fn llama3(&mut self, start: usize, max_digits: usize) {
@@ -234,12 +234,7 @@ impl Splitter<'_> {
                 self.emit(pos);
                 continue;
             }
-            if let Some(p) = self.whitespace_tail(pos) {
-                pos = p;
-                continue;
-            }
-            pos += 1;
-            self.emit(pos);
+            pos = self.whitespace_or_char(pos);
         }
     }
 

@@ -7,16 +7,9 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::symbols::{self, Symbol};
 use super::vocab::Vocab;
 use crate::error::{Error, Result};
-
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 /// A candidate merge of two adjacent symbols into the token with `score`; `len` is the merged byte length,
 /// which tells a stale candidate (one side merged elsewhere since) from a live one.
@@ -46,14 +39,7 @@ impl PartialEq for Bigram {
 impl Eq for Bigram {}
 
 pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<()> {
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
-    for (start, c) in text.char_indices() {
-        let i = symbols.len();
-        symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
-        if i > 0 {
-            symbols[i - 1].next = Some(i);
-        }
-    }
+    let mut symbols = symbols::chars(text);
 
     let mut queue = BinaryHeap::new();
     let push = |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: usize, right: usize| {
@@ -72,16 +58,11 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<
         if l.len == 0 || r.len == 0 || l.len + r.len != b.len {
             continue;
         }
-        symbols[b.left].len += r.len;
-        symbols[b.right].len = 0;
-        symbols[b.left].next = r.next;
-        if let Some(next) = r.next {
-            symbols[next].prev = Some(b.left);
-        }
-        if let Some(prev) = symbols[b.left].prev {
+        let (prev, next) = symbols::merge(&mut symbols, b.left, b.right);
+        if let Some(prev) = prev {
             push(&mut queue, &symbols, prev, b.left);
         }
-        if let Some(next) = symbols[b.left].next {
+        if let Some(next) = next {
             push(&mut queue, &symbols, b.left, next);
         }
     }

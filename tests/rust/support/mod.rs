@@ -7,6 +7,10 @@
 pub mod gguf_writer;
 pub mod logits;
 
+use std::sync::{Arc, OnceLock};
+
+use ruvllm::Model;
+
 #[cfg(target_arch = "wasm32")]
 mod js {
     use std::collections::HashMap;
@@ -103,6 +107,14 @@ pub fn model_path() -> String {
             env("RUVLLM_CACHE").unwrap_or_else(|| format!("{}/.cache/ruvllm", env("HOME").expect("HOME is set")));
         format!("{cache}/SmolLM2-135M-Instruct.Q4_1.gguf")
     })
+}
+
+/// The default model, loaded once per test binary.
+pub fn default_model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Arc::new(Model::from_bytes(read_file(&model_path())).expect("the default model loads")))
+        .clone()
 }
 
 /// llama.cpp's reference data: $RUVLLM_REFERENCE_DIR, else ../shared/reference beside the repo.

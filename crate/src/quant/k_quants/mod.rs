@@ -19,6 +19,7 @@ pub use q4_k::BlockQ4K;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 
+use super::act::signed_max;
 pub(crate) use super::act::QK_K;
 
 /// Below this max |x| a group counts as all zero (ggml's `GROUP_MAX_EPS`).
@@ -106,14 +107,8 @@ pub(crate) fn scales_q3k(s: &[u8; 12]) -> [i8; 16] {
 /// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights (weights `x²`), the only
 /// form the reference quantizers use. Writes `l[i] = q + nmax` and returns the scale.
 pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let max = signed_max(x);
+    if max.abs() < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
     }
@@ -154,14 +149,8 @@ pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
 /// rounding, then up to 5 passes that move single values while the weighted fit improves.
 /// Writes `l[i] = q + nmax` and returns the scale.
 pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let max = signed_max(x);
+    if max.abs() < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
     }

@@ -2,7 +2,7 @@
 //! signed `sc` (3.4375 bits per weight).
 
 use super::{make_q3_quants, nearest_int, pack_2bit, scales_q3k, simd_vec_dot, QK_K};
-use crate::quant::act::{f16_to_f32, f32_to_f16, ActKind, BlockQ8K};
+use crate::quant::act::{f16_to_f32, f32_to_f16, signed_max, ActKind, BlockQ8K};
 use crate::quant::QuantBlock;
 
 /// ggml's `block_q3_K` (110 bytes).
@@ -67,14 +67,10 @@ impl QuantBlock for BlockQ3K {
         for (x, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
             let mut l = [0i8; QK_K];
             let mut scales = [0f32; QK_K / 16];
-            let (mut max_scale, mut amax) = (0f32, 0f32);
             for j in 0..QK_K / 16 {
                 scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
-                if scales[j].abs() > amax {
-                    amax = scales[j].abs();
-                    max_scale = scales[j];
-                }
             }
+            let max_scale = signed_max(&scales);
 
             y.scales = [0; 12];
             if max_scale != 0.0 {
