@@ -113,7 +113,7 @@ mod tests {
     #[cfg_attr(not(target_arch = "wasm32"), test)]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
-        // Q4_1 and Q8_0 have tile kernels; Q4_0 and Q4_K go dot by dot. Odd and even block counts,
+        // The legacy types have row kernels; Q4_K goes dot by dot. Odd and even block counts,
         // weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {

@@ -297,9 +297,11 @@ pub fn dot_rows<const A: usize>(
         simd128::q4_1_rows4(as_blocks(w), row_blocks, a4, acts.group_scales(a_rows[0] / 4), out4);
         return true;
     }
-    // The other legacy types have row kernels too, but no caller has needed them yet.
     match ty {
+        GgmlType::Q4_0 => legacy_rows::<BlockQ4_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q4_1 => legacy_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q5_0 => legacy_rows::<BlockQ5_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q5_1 => legacy_rows::<BlockQ5_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q8_0 => legacy_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         _ => false,
     }
