@@ -1032,4 +1032,3 @@ fn matvec_grid(rows: usize, per_wg: u32) -> Grid {
     let wgs = rows.div_ceil(per_wg as usize) as u32;
     Grid::Fixed([wgs.min(65535), wgs.div_ceil(65535), 1])
 }
-

@@ -136,10 +136,8 @@ async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3
     let device = &gpu.device;
     let subgroups = gpu.subgroups && !FALLBACK.get();
     let src = shaders::source(kernel, header, subgroups).expect("a kernel for this type");
-    let pipeline = gpu
-        .pipeline("test kernel", src)
-        .await
-        .unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
+    let pipeline =
+        gpu.pipeline("test kernel", src).await.unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
     use wgpu::BufferUsages as U;
     let mut buffers: Vec<(u32, wgpu::Buffer)> = Vec::new();
     for (binding, d) in data {
@@ -279,7 +277,8 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let out0 = vec![7.0f32; col0 + total + 2];
         let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
         let cols32 = cols as u32;
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per, cols: cols32 };
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&segs, cols, 0, col0))),
@@ -319,7 +318,8 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // out += W_gate · x (plain input).
         let cols32 = cols as u32;
-        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per, cols: cols32 };
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w.clone())),
             (1, Data::Uniform(mat_params(&[(offs[0], rows)], cols, 0, 0))),
@@ -335,7 +335,8 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per, cols: cols32 };
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
@@ -772,8 +773,14 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0; groups * 8])),
             (5, Data::Storage(f32_bytes(&x))),
         ];
-        let matvec =
-            Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false, rows: per, cols: cols as u32 };
+        let matvec = Kernel::Matvec {
+            ty: GgmlType::F32,
+            input: Input::Plain,
+            mode: OutMode::Argmax,
+            bias: false,
+            rows: per,
+            cols: cols as u32,
+        };
         let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
         let best = got.remove(1);
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
