@@ -4,6 +4,7 @@
 //!   cargo bench -p ruvllm --features gpu --bench gpu_bench -- --model M [--prompt-tokens 128] [--gen-tokens 64]
 //!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
+//!   --no-subgroups                         (the kernels' variant without subgroup operations)
 //!
 //! The twin is for machines the model file cannot be copied to: speed does not depend on the
 //! weight values, only on their types and shapes, which the header keeps.
@@ -46,13 +47,15 @@ fn run() -> Result<(), String> {
     };
     let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
     let vocab = model.config.vocab_size;
-    let opts = GpuOptions { allow_software: true, timestamps: true, ..GpuOptions::default() };
+    let no_subgroups = args.iter().any(|a| a == "--no-subgroups");
+    let opts = GpuOptions { allow_software: true, timestamps: true, no_subgroups, ..GpuOptions::default() };
     let gm = Arc::new(block_on(GpuModel::new(model.clone(), &opts)).map_err(|e| e.to_string())?);
     let a = gm.adapter();
     println!(
         "{}",
         json!({ "adapter": a.name, "backend": a.backend, "device_type": a.device_type, "driver": a.driver,
                 "max_storage_binding": a.max_storage_binding, "timestamps": a.timestamps,
+                "subgroups": a.subgroups,
                 "weights_mb": gm.weight_bytes() as f64 / 1e6, "weight_buffers": gm.arena_count(),
                 "load_ms": t0.elapsed().as_secs_f64() * 1e3 })
     );

@@ -6,59 +6,37 @@
 // from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
 // them in the cache for later steps. Nothing else reads the new position from the cache here.
 //
-// The cache is read 16 bytes (8 f16 values) at a time: scores take one key per invocation, eight
-// independent loads per key; values take one 8-value slice of a key per invocation, the keys
-// split over GROUPS invocations per slice, which then sum their outputs in workgroup memory.
+// The cache is read 16 bytes (8 f16 values) at a time, WG keys per block: scores take one key per
+// invocation, its loads in flight together, into workgroup memory; values take one 8-value
+// slice of a key per invocation, the block's keys dealt to GROUPS groups of invocations. Each
+// group keeps its own running max and sum (no workgroup-wide reduction per block: two barriers
+// per block) and loads its KEYS values of a block together; the groups merge at the end.
 
 @group(0) @binding(2) var<uniform> step: Step;
 
 fn qkv_at(i: u32) -> f32 {
     return qkv[i];
 }
-@group(0) @binding(3) var<storage, read_write> part: array<f32>;
+@group(0) @binding(3) var<storage, read_write> part: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read_write> v_cache: array<vec4<u32>>;
 
 const WG: u32 = 128u;
 const SLICES: u32 = HEAD_DIM / 8u;    // 16-byte slices of a head's key or value
 const ROW: u32 = KV_DIM / 8u;        // slices per cached position
-const GROUPS: u32 = WG / SLICES;     // invocations that split the keys when accumulating values
+const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
+const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
+const HD4: u32 = HEAD_DIM / 4u;
+const ATTN_STATS: u32 = N_HEADS * MAX_CHUNKS * HD4; // where the (max, sum) pairs start (in_attn.wgsl)
 
 var<workgroup> qv: array<vec4<f32>, HEAD_DIM / 4u>;
 var<workgroup> new_k: array<vec4<u32>, SLICES>; // the new token's key and value, f16 pairs
 var<workgroup> new_v: array<vec4<u32>, SLICES>;
-var<workgroup> p_sh: array<f32, WG>;
-var<workgroup> red: array<f32, WG>;
+var<workgroup> s_sh: array<f32, WG>;
 var<workgroup> o_sh: array<vec4<f32>, 2u * WG>;
-
-fn reduce_max(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
+var<workgroup> ml_sh: array<vec2<f32>, GROUPS>;
+var<private> kv_head: u32;
 
 // Eight f16 values (one 16-byte slice) as two vec4s.
 fn unpack8(w: vec4<u32>) -> array<vec4<f32>, 2> {
@@ -83,12 +61,38 @@ fn pack8(head: u32, first: u32, pos: u32, rotate: bool) -> vec4<u32> {
     return vec4<u32>(w[0], w[1], w[2], w[3]);
 }
 
+// The query's dot product with slice e of the key at position `key` (0 for e past the head: the
+// load clamped). The new position takes the new key (select: its cache row is being written).
+fn q_dot(key: u32, e: u32, pos: u32) -> f32 {
+    let ec = min(e, SLICES - 1u);
+    let k = unpack8(select(k_cache[key * ROW + kv_head * SLICES + ec], new_k[ec], key == pos));
+    return select(0.0, dot(qv[2u * ec], k[0]) + dot(qv[2u * ec + 1u], k[1]), e < SLICES);
+}
+
+struct Weighted {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+    p: f32,
+}
+
+// Slice `slice` of the value of key k0 + j (j: its index in the block) times its softmax numerator
+// p = exp(score - m); zero for keys outside the block or past the end, and for invocations past the
+// last whole group (the load clamped to a cached key). The new position takes the new value.
+fn weighted(k0: u32, j: u32, end: u32, pos: u32, slice: u32, m: f32, group: u32) -> Weighted {
+    let jc = min(j, WG - 1u);
+    let key = min(k0 + jc, end - 1u);
+    let v = unpack8(select(v_cache[key * ROW + kv_head * SLICES + slice], new_v[slice], key == pos));
+    let p = select(0.0, exp(s_sh[jc] - m), j < WG && k0 + j < end && group < GROUPS);
+    return Weighted(v[0] * p, v[1] * p, p);
+}
+
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let h = wg.x;
     let c = wg.y;
     let group_size = N_HEADS / N_KV_HEADS;
     let kvh = h / group_size;
+    kv_head = kvh;
     let pos = step.kv_len - 1u; // the new token
     let row = (step.n - 1u) * QKV;
     let kv_off = kvh * SLICES; // in slices
@@ -119,63 +123,68 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var o0 = vec4<f32>(0.0);
     var o1 = vec4<f32>(0.0);
     for (var k0 = start; k0 < end; k0 += WG) {
-        let key = k0 + lid;
-        var s = NEG_BIG;
-        if (key < end) {
-            var qk = 0.0;
-            for (var e = 0u; e < SLICES; e++) {
-                var kw: vec4<u32>;
-                if (key == pos) {
-                    kw = new_k[e];
-                } else {
-                    kw = k_cache[key * ROW + kv_off + e];
-                }
-                let k = unpack8(kw);
-                qk += dot(qv[2u * e], k[0]) + dot(qv[2u * e + 1u], k[1]);
-            }
-            s = qk * SCALE;
+        // Scores, eight slices at a time in straight-line code. Keys past the end read the last
+        // key (in bounds) and score NEG_BIG.
+        let key = min(k0 + lid, end - 1u);
+        var qk = 0.0;
+        for (var e = 0u; e < SLICES; e += 8u) {
+            qk += ((q_dot(key, e, pos) + q_dot(key, e + 1u, pos)) + (q_dot(key, e + 2u, pos) + q_dot(key, e + 3u, pos)))
+                + ((q_dot(key, e + 4u, pos) + q_dot(key, e + 5u, pos)) + (q_dot(key, e + 6u, pos) + q_dot(key, e + 7u, pos)));
         }
-        let m_new = max(m, reduce_max(lid, s));
-        let p = exp(s - m_new);
-        p_sh[lid] = p;
+        s_sh[lid] = select(NEG_BIG, qk * SCALE, k0 + lid < end);
+        workgroupBarrier();
+        // This group's keys group, group + GROUPS, ... of the block: their running max from the
+        // scores in workgroup memory, then their values eight keys at a time in straight-line
+        // code, the loads in flight together.
+        var m_new = m;
+        for (var i = 0u; i < KEYS; i++) {
+            m_new = max(m_new, s_sh[min(group + i * GROUPS, WG - 1u)]);
+        }
         let alpha = exp(m - m_new);
-        l = l * alpha + reduce_sum(lid, p);
         o0 *= alpha;
         o1 *= alpha;
-        let n_keys = min(WG, end - k0);
-        for (var j = group; j < n_keys; j += GROUPS) {
-            var vw: vec4<u32>;
-            if (k0 + j == pos) {
-                vw = new_v[slice];
-            } else {
-                vw = v_cache[(k0 + j) * ROW + kv_off + slice];
-            }
-            let v = unpack8(vw);
-            let pj = p_sh[j];
-            o0 += pj * v[0];
-            o1 += pj * v[1];
+        l *= alpha;
+        for (var i = 0u; i < KEYS; i += 8u) {
+            let j = group + i * GROUPS;
+            let w0 = weighted(k0, j, end, pos, slice, m_new, group);
+            let w1 = weighted(k0, j + GROUPS, end, pos, slice, m_new, group);
+            let w2 = weighted(k0, j + 2u * GROUPS, end, pos, slice, m_new, group);
+            let w3 = weighted(k0, j + 3u * GROUPS, end, pos, slice, m_new, group);
+            let w4 = weighted(k0, j + 4u * GROUPS, end, pos, slice, m_new, group);
+            let w5 = weighted(k0, j + 5u * GROUPS, end, pos, slice, m_new, group);
+            let w6 = weighted(k0, j + 6u * GROUPS, end, pos, slice, m_new, group);
+            let w7 = weighted(k0, j + 7u * GROUPS, end, pos, slice, m_new, group);
+            o0 += ((w0.lo + w1.lo) + (w2.lo + w3.lo)) + ((w4.lo + w5.lo) + (w6.lo + w7.lo));
+            o1 += ((w0.hi + w1.hi) + (w2.hi + w3.hi)) + ((w4.hi + w5.hi) + (w6.hi + w7.hi));
+            l += ((w0.p + w1.p) + (w2.p + w3.p)) + ((w4.p + w5.p) + (w6.p + w7.p));
         }
         m = m_new;
-        workgroupBarrier();
+        workgroupBarrier(); // s_sh is the next block's
     }
 
+    // Merge the groups: output values 4 * lid .. +4 are half (lid % 2) of slice lid / 2.
     o_sh[2u * lid] = o0;
     o_sh[2u * lid + 1u] = o1;
-    workgroupBarrier();
-    let nc = step.n_chunks;
-    let b = (h * nc + c) * (HEAD_DIM + 2u);
-    if (lid < HEAD_DIM / 4u) {
-        // Output values 4 * lid .. +4: half (lid % 2) of slice lid / 2, summed over the groups.
-        var sum = vec4<f32>(0.0);
-        for (var g = 0u; g < GROUPS; g++) {
-            sum += o_sh[2u * (g * SLICES + lid / 2u) + lid % 2u];
-        }
-        for (var i = 0u; i < 4u; i++) {
-            part[b + 4u * lid + i] = sum[i];
-        }
+    if (slice == 0u && group < GROUPS) {
+        ml_sh[group] = vec2<f32>(m, l);
     }
-    if (lid == 0u) {
-        part[b + HEAD_DIM] = m;
-        part[b + HEAD_DIM + 1u] = l;
+    workgroupBarrier();
+    if (lid < HD4) {
+        var mm = NEG_BIG;
+        for (var g = 0u; g < GROUPS; g++) {
+            mm = max(mm, ml_sh[g].x);
+        }
+        var sum = vec4<f32>(0.0);
+        var ll = 0.0;
+        for (var g = 0u; g < GROUPS; g++) {
+            let w = exp(ml_sh[g].x - mm);
+            sum += o_sh[2u * (g * SLICES + lid / 2u) + lid % 2u] * w;
+            ll += ml_sh[g].y * w;
+        }
+        let nc = step.n_chunks;
+        part[(h * nc + c) * HD4 + lid] = sum;
+        if (lid == 0u) {
+            part[ATTN_STATS + h * nc + c] = vec4<f32>(mm, ll, 0.0, 0.0);
+        }
     }
 }

@@ -1,47 +1,49 @@
 // Matvec input stage: the attention output, merged from the per-chunk partial results of
-// attn_decode (online-softmax merge). Partials: [N_HEADS][n_chunks][HEAD_DIM + 2] as
-// (unnormalized output, running max m, sum of exp l). Each chunk's weight exp(m_c - m) / l is
-// computed once per workgroup: the (m, l) pairs are loaded in parallel, then merged per head from
-// workgroup memory.
-@group(0) @binding(5) var<storage, read> part: array<f32>;
+// attn_decode (online-softmax merge). Partials (vec4s): the unnormalized outputs
+// [N_HEADS][n_chunks][HEAD_DIM / 4], then from ATTN_STATS each chunk's (max m, sum of exp l, -, -)
+// in [N_HEADS][n_chunks]. The (m, l) pairs are loaded in parallel, then each chunk's weight
+// exp(m_c - m) / l is computed by its own invocation from workgroup memory.
+@group(0) @binding(5) var<storage, read> part: array<vec4<f32>>;
 
+const HD4: u32 = HEAD_DIM / 4u;
+const ATTN_STATS: u32 = N_HEADS * MAX_CHUNKS * HD4;
+
+var<workgroup> chunk_ml: array<vec2<f32>, N_HEADS * MAX_CHUNKS>;
 var<workgroup> chunk_w: array<f32, N_HEADS * MAX_CHUNKS>;
-var<workgroup> chunk_l: array<f32, N_HEADS * MAX_CHUNKS>;
 
 fn input_prepare(lid: u32) {
     let nc = step.n_chunks;
     for (var i = lid; i < N_HEADS * nc; i += 256u) {
-        let b = i * (HEAD_DIM + 2u) + HEAD_DIM;
-        chunk_w[i] = part[b];
-        chunk_l[i] = part[b + 1u];
+        chunk_ml[i] = part[ATTN_STATS + i].xy;
     }
     workgroupBarrier();
-    for (var h = lid; h < N_HEADS; h += 256u) {
+    for (var i = lid; i < N_HEADS * nc; i += 256u) {
+        let first = i / nc * nc; // the head's first chunk
         var m = NEG_BIG;
         for (var c = 0u; c < nc; c++) {
-            m = max(m, chunk_w[h * nc + c]);
+            m = max(m, chunk_ml[first + c].x);
         }
         var l = 0.0;
         for (var c = 0u; c < nc; c++) {
-            let w = exp(chunk_w[h * nc + c] - m);
-            chunk_w[h * nc + c] = w;
-            l += chunk_l[h * nc + c] * w;
+            l += chunk_ml[first + c].y * exp(chunk_ml[first + c].x - m);
         }
-        for (var c = 0u; c < nc; c++) {
-            chunk_w[h * nc + c] /= l;
-        }
+        chunk_w[i] = exp(chunk_ml[i].x - m) / l;
     }
     workgroupBarrier();
 }
 
+// The chunks two at a time: both loads in flight together (an odd last one pairs with itself,
+// weighted 0).
 fn input_load4(i: u32) -> vec4<f32> {
     let nc = step.n_chunks;
-    let h = i / HEAD_DIM;
-    let d = i % HEAD_DIM;
+    let first = i / HEAD_DIM * nc;
+    let d4 = (i % HEAD_DIM) / 4u;
     var acc = vec4<f32>(0.0);
-    for (var c = 0u; c < nc; c++) {
-        let b = (h * nc + c) * (HEAD_DIM + 2u) + d;
-        acc += vec4<f32>(part[b], part[b + 1u], part[b + 2u], part[b + 3u]) * chunk_w[h * nc + c];
+    for (var c = 0u; c < nc; c += 2u) {
+        let c1 = min(c + 1u, nc - 1u);
+        let a = part[(first + c) * HD4 + d4];
+        let b = part[(first + c1) * HD4 + d4];
+        acc += a * chunk_w[first + c] + b * select(0.0, chunk_w[first + c1], c + 1u < nc);
     }
     return acc;
 }

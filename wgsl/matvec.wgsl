@@ -1,22 +1,41 @@
 // Decode matrix-vector product: out[row] = dot(W[row], input) for one input vector (the last
 // token's row), reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
-// (dequant8), mat_common.wgsl, a bias function and an input stage (input_prepare, input_load4).
+// (dequant8), mat_common.wgsl, a bias function, a reduce_*.wgsl (team_sum2) and an input stage
+// (input_prepare, input_load4).
 //
-// A workgroup computes ROWS rows (set by the Rust side), a team of 256 / ROWS invocations each. The
-// input is staged through workgroup memory TILE values at a time, so any row length works under the
-// 16 KiB default.
+// A workgroup computes ROWS rows, a team of 256 / ROWS invocations each. The input is staged
+// through workgroup memory SPAN columns at a time (all COLS of them, up to 2048 and 32 per lane),
+// so any row length works under the 16 KiB default. In each pass a lane takes ROUNDS (at most 4)
+// groups of 8 columns, TEAM * 8 apart, in straight-line code: their weight loads are issued
+// together (no local arrays: they would live in slow memory).
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
 // OUT_MODE: 0 store, 1 add to out (residual), 2 SwiGLU of segment 0 (gate) and 1 (up) row pairs,
 // 4 store, and the workgroup's best row for argmax.wgsl (put_best: the output head of greedy
 // decoding).
+// The Rust side sets COLS, ROWS, SPAN (a multiple of 8), ROUNDS (8-column groups per lane and
+// pass) and LOADS (input vec4s per invocation and pass).
 
 const TEAM: u32 = 256u / ROWS;
-const TILE: u32 = 1024u;
 
-var<workgroup> xs: array<vec4<f32>, 256>; // TILE / 4
-var<workgroup> red: array<f32, 512>;
+var<workgroup> xs: array<vec4<f32>, SPAN / 4u>;
 var<workgroup> team_v: array<f32, ROWS>;
 var<workgroup> team_i: array<u32, ROWS>;
+
+// The dot products with the staged input of the 8 weights at column group g of this pass, of the
+// row at w0 and (paired) the row at w1; zero past the pass's n columns (the loads clamped to stay
+// in the row).
+fn group_dot(w0: u32, w1: u32, t0: u32, g: u32, n: u32) -> vec2<f32> {
+    let gc = min(g, n - 8u);
+    let xa = xs[gc / 4u];
+    let xb = xs[gc / 4u + 1u];
+    let a = dequant8(w0, t0 + gc);
+    var d = vec2<f32>(dot(a.lo, xa) + dot(a.hi, xb), 0.0);
+    if (OUT_MODE == 2u) {
+        let b = dequant8(w1, t0 + gc);
+        d.y = dot(b.lo, xa) + dot(b.hi, xb);
+    }
+    return select(vec2<f32>(0.0), d, g < n);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32,
@@ -29,9 +48,10 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let row = wg_index * ROWS + lid / TEAM;
     let lane = lid % TEAM;
     let valid = row < n_rows;
-    let row_bytes = op.cols / QK * BLOCK_BYTES;
-    var w0 = 0u;
-    var w1 = 0u;
+    let row_bytes = COLS / QK * BLOCK_BYTES;
+    // Rows past the end read row 0 (in bounds) and store nothing.
+    var w0 = op.seg_off.x;
+    var w1 = op.seg_off.y;
     if (valid) {
         if (paired) {
             w0 = op.seg_off.x + row * row_bytes;
@@ -40,53 +60,50 @@ fn main(@builtin(local_invocation_index) lid: u32,
             w0 = weight_row(row, row_bytes);
         }
     }
-    var acc0 = 0.0;
-    var acc1 = 0.0;
-    for (var t0 = 0u; t0 < op.cols; t0 += TILE) {
-        let n = min(TILE, op.cols - t0);
-        workgroupBarrier();
-        for (var i = lid; i < n / 4u; i += 256u) {
-            xs[i] = input_load4(t0 + 4u * i);
+    var acc = vec2<f32>(0.0); // (row, paired row)
+    for (var t0 = 0u; t0 < COLS; t0 += SPAN) {
+        let n = min(SPAN, COLS - t0);
+        if (t0 > 0u) {
+            workgroupBarrier(); // the last pass is done with xs
         }
-        workgroupBarrier();
-        if (valid) {
-            for (var g = lane * 8u; g < n; g += TEAM * 8u) {
-                let xa = xs[g / 4u];
-                let xb = xs[g / 4u + 1u];
-                let a = dequant8(w0, t0 + g);
-                acc0 += dot(a.lo, xa) + dot(a.hi, xb);
-                if (paired) {
-                    let u = dequant8(w1, t0 + g);
-                    acc1 += dot(u.lo, xa) + dot(u.hi, xb);
-                }
+        for (var k = 0u; k < LOADS; k++) {
+            let i = lid + 256u * k;
+            if (i < n / 4u) {
+                xs[i] = input_load4(t0 + 4u * i);
             }
         }
-    }
-    red[lid] = acc0;
-    red[256u + lid] = acc1;
-    workgroupBarrier();
-    for (var s = TEAM / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            red[lid] += red[lid + s];
-            red[256u + lid] += red[256u + lid + s];
-        }
         workgroupBarrier();
+        // Up to four rounds in straight-line code (ROUNDS is a constant): their loads are in
+        // flight together.
+        let g = lane * 8u;
+        let s = 8u * TEAM;
+        var d = group_dot(w0, w1, t0, g, n);
+        if (ROUNDS > 1u) {
+            d += group_dot(w0, w1, t0, g + s, n);
+        }
+        if (ROUNDS > 2u) {
+            d += group_dot(w0, w1, t0, g + 2u * s, n);
+        }
+        if (ROUNDS > 3u) {
+            d += group_dot(w0, w1, t0, g + 3u * s, n);
+        }
+        acc += d;
     }
+    let sum = team_sum2(lid, acc, TEAM);
+    let v = sum.x;
     if (valid && lane == 0u) {
         let o = op.out_col0 + row;
-        let v = red[lid];
         if (OUT_MODE == 0u || OUT_MODE == 4u) {
             out[o] = v + bias(row);
         } else if (OUT_MODE == 1u) {
             out[o] += v + bias(row);
         } else {
-            let u = red[256u + lid];
-            out[o] = v / (1.0 + exp(-v)) * u;
+            out[o] = v / (1.0 + exp(-v)) * sum.y;
         }
     }
     if (OUT_MODE == 4u) {
         if (lane == 0u) {
-            team_v[lid / TEAM] = select(NEG_BIG, red[lid] + bias(row), valid);
+            team_v[lid / TEAM] = select(NEG_BIG, v + bias(row), valid);
             team_i[lid / TEAM] = select(0xFFFFFFFFu, op.out_col0 + row, valid);
         }
         workgroupBarrier();

@@ -25,6 +25,8 @@ pub struct AdapterSummary {
     pub driver: String,
     pub max_storage_binding: u64,
     pub timestamps: bool,
+    /// Smallest and largest subgroup size, when the kernels use subgroup operations.
+    pub subgroups: Option<(u32, u32)>,
 }
 
 pub(crate) struct Gpu {
@@ -34,6 +36,8 @@ pub(crate) struct Gpu {
     /// Bytes one storage binding (and so one weight arena) may hold.
     pub max_binding: u64,
     pub timestamps: bool,
+    /// Whether the kernels' reductions use subgroup operations (shaders.rs picks the variants).
+    pub subgroups: bool,
     /// The first error reported outside an error scope, or the device's loss.
     fault: Arc<Mutex<Option<(GpuFault, String)>>>,
 }
@@ -83,7 +87,15 @@ impl Gpu {
         let max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) & !3;
 
         let timestamps = opts.timestamps && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
-        let features = if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        // Subgroup sizes are powers of two from 4 to 128 (WebGPU); the reductions assume no more.
+        let subgroups = !opts.no_subgroups
+            && adapter.features().contains(wgpu::Features::SUBGROUP)
+            && info.subgroup_min_size.is_power_of_two()
+            && info.subgroup_min_size >= wgpu::MINIMUM_SUBGROUP_MIN_SIZE
+            && info.subgroup_max_size <= wgpu::MAXIMUM_SUBGROUP_MAX_SIZE;
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
+        features.set(wgpu::Features::SUBGROUP, subgroups);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("ruvllm"),
@@ -115,8 +127,9 @@ impl Gpu {
             driver: format!("{} {}", info.driver, info.driver_info),
             max_storage_binding: max_binding,
             timestamps,
+            subgroups: subgroups.then_some((info.subgroup_min_size, info.subgroup_max_size)),
         };
-        Ok(Gpu { device, queue, summary, max_binding, timestamps, fault })
+        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, fault })
     }
 
     /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.
@@ -143,6 +156,25 @@ impl Gpu {
         }
         self.check()?;
         Ok(value)
+    }
+
+    /// A compute pipeline from a WGSL module (entry point `main`).
+    pub async fn pipeline(&self, label: &str, wgsl: String) -> Result<wgpu::ComputePipeline> {
+        self.guarded(label, GpuFault::Shader, || {
+            let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+            });
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        })
+        .await
     }
 
     /// A buffer of `size` bytes (rounded up to 4), checked against the binding limit.

@@ -76,6 +76,9 @@ pub struct GpuOptions {
     pub max_binding_bytes: Option<u64>,
     /// Request TIMESTAMP_QUERY when offered, for per-kernel timings.
     pub timestamps: bool,
+    /// Do not use subgroup operations even where the adapter offers them: the kernels' reductions
+    /// then go through workgroup memory only (benchmarks and tests of that variant).
+    pub no_subgroups: bool,
 }
 
 pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {

@@ -165,27 +165,9 @@ impl GpuModel {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel) {
             return Ok(p.clone());
         }
-        let src = shaders::source(kernel, &self.header)
+        let src = shaders::source(kernel, &self.header, self.gpu.subgroups)
             .ok_or_else(|| gpu_error(GpuFault::Unsupported, format!("no GPU kernel for {kernel:?}")))?;
-        let label = format!("{kernel:?}");
-        let device = &self.gpu.device;
-        let pipeline = self
-            .gpu
-            .guarded(&label, GpuFault::Shader, || {
-                let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some(&label),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                });
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&label),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                })
-            })
-            .await?;
+        let pipeline = self.gpu.pipeline(&format!("{kernel:?}"), src).await?;
         let pipeline = Arc::new(pipeline);
         self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(kernel, pipeline.clone());
         Ok(pipeline)

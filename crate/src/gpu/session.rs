@@ -18,8 +18,9 @@ use super::shaders::{self, Input, Kernel, OutMode};
 use crate::error::{GpuFault, Result};
 
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
-/// each: small chunks spread a short context over more workgroups (each finishes sooner).
-const CHUNK_STEP: usize = 32;
+/// each: the keys attn_decode.wgsl takes per block (a smaller chunk would leave invocations idle
+/// and finish no sooner, and give the merge more chunks to sum).
+const CHUNK_STEP: usize = 128;
 /// Most column splits of a prefill matmul (see `split_count`).
 const MAX_SPLITS: usize = 4;
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -191,11 +192,7 @@ impl GpuSession {
             q_rot: gpu.buffer("q_rot", f32s(nb * c.q_dim()), storage).await?,
             att: gpu.buffer("att", f32s(nb * c.q_dim()), storage).await?,
             part: gpu
-                .buffer(
-                    "attention partials",
-                    f32s(c.n_heads * shaders::max_chunks(c.n_heads) * (c.head_dim + 2)),
-                    storage,
-                )
+                .buffer("attention partials", f32s(shaders::attn_partials_len(c.n_heads, c.head_dim)), storage)
                 .await?,
             split: {
                 let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
@@ -746,7 +743,9 @@ impl<'a> Builder<'a> {
                         _ => Input::Attn,
                     };
                     let rows = shaders::matvec_rows(g.rows);
-                    (Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some(), rows }, matvec_grid(g.rows, rows))
+                    let cols = g.cols as u32;
+                    let kernel = Kernel::Matvec { ty: g.ty, input, mode, bias: bias.is_some(), rows, cols };
+                    (kernel, matvec_grid(g.rows, rows))
                 }
             };
             let mut entries = self.common(g.arena, params);
@@ -908,7 +907,8 @@ impl<'a> Builder<'a> {
                 (6, lw.ffn_norm.as_entire_binding()),
             ]);
             let rows = shaders::matvec_rows(ff);
-            let kernel = Kernel::Matvec { ty: g.ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows };
+            let (input, mode, cols) = (Input::Norm, OutMode::Swiglu, g.cols as u32);
+            let kernel = Kernel::Matvec { ty: g.ty, input, mode, bias: false, rows, cols };
             ops.push(self.op("matvec_gate_up_swiglu", kernel, matvec_grid(ff, rows), entries).await?);
         } else {
             let gu = [(g, 0), (u, ff)];

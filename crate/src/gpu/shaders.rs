@@ -35,6 +35,8 @@ const RMSNORM: &str = wgsl!("rmsnorm.wgsl");
 const ADD_RMSNORM: &str = wgsl!("add_rmsnorm.wgsl");
 const SWIGLU: &str = wgsl!("swiglu.wgsl");
 const ARGMAX: &str = wgsl!("argmax.wgsl");
+const REDUCE_SUBGROUP: &str = wgsl!("reduce_subgroup.wgsl");
+const REDUCE_SHARED: &str = wgsl!("reduce_shared.wgsl");
 
 /// The `dequant8` of a weight type, or `None` when the GPU kernels do not read it.
 pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
@@ -90,6 +92,8 @@ pub(crate) enum Kernel {
         bias: bool,
         /// Output rows per workgroup (`matvec_rows`).
         rows: u32,
+        /// Row length: the kernel's loops have constant trip counts.
+        cols: u32,
     },
     Matmul {
         ty: GgmlType,
@@ -138,6 +142,9 @@ pub(crate) fn matvec_rows(rows: usize) -> u32 {
     }
 }
 
+/// Most input columns a matvec stages in workgroup memory per pass (matvec.wgsl `SPAN`; 8 KiB).
+const MATVEC_MAX_SPAN: u32 = 2048;
+
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
 pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
 /// Columns a matmul workgroup takes per step (matmul.wgsl `TK`): column splits are multiples of it.
@@ -151,10 +158,10 @@ pub(crate) fn attn_tiles(head_dim: usize) -> (usize, usize) {
     (bq, bk)
 }
 
-/// Most key chunks per head in decode attention: the merge keeps each chunk's max and sum in
-/// workgroup memory (at most 8 KiB of it).
+/// Most key chunks per head in decode attention: the merge keeps each chunk's max, sum and weight
+/// in workgroup memory (at most 6 KiB of it, beside a matvec's 4 KiB of input and 2 KiB of sums).
 pub(crate) fn max_chunks(n_heads: usize) -> usize {
-    (1024 / n_heads).clamp(1, 16)
+    (512 / n_heads).clamp(1, 16)
 }
 
 /// The model-shape constants every kernel of this model sees.
@@ -180,10 +187,18 @@ pub(crate) fn model_header(c: &Config) -> String {
     )
 }
 
-/// The whole WGSL module of `kernel` (entry point `main`). `None` for a weight type without a
-/// GPU `dequant8`.
-pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
+/// Floats of decode attention's partials (in_attn.wgsl): an output row per head and chunk, then a
+/// (max, sum) vec4 per head and chunk.
+pub(crate) fn attn_partials_len(n_heads: usize, head_dim: usize) -> usize {
+    n_heads * max_chunks(n_heads) * (head_dim + 4)
+}
+
+/// The whole WGSL module of `kernel` (entry point `main`), its reductions with subgroup
+/// operations when `subgroups` (the device has them). `None` for a weight type without a GPU
+/// `dequant8`.
+pub(crate) fn source(kernel: Kernel, header: &str, subgroups: bool) -> Option<String> {
     let mut parts: Vec<&str> = vec![header, COMMON];
+    let reduce = if subgroups { REDUCE_SUBGROUP } else { REDUCE_SHARED };
     let mode_line;
     let weights = |parts: &mut Vec<&str>, ty: GgmlType| -> Option<()> {
         parts.push(WEIGHTS);
@@ -194,12 +209,22 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         Some(())
     };
     match kernel {
-        Kernel::Matvec { ty, input, mode, bias, rows } => {
+        Kernel::Matvec { ty, input, mode, bias, rows, cols } => {
             debug_assert!(!(bias && mode == OutMode::Argmax), "binding 4 is the bias or the best rows");
-            mode_line = format!("const OUT_MODE: u32 = {}u;\nconst ROWS: u32 = {rows}u;\n", mode as u32);
+            debug_assert!(cols % 8 == 0 && 256 % rows == 0);
+            // A pass: at most 4 rounds of 8-column groups per lane, and at most 8 KiB of input.
+            let max_span = if input == Input::Attn { MATVEC_MAX_SPAN / 2 } else { MATVEC_MAX_SPAN };
+            let span = cols.min(max_span).min(4 * 8 * (256 / rows));
+            let rounds = span.div_ceil(8 * (256 / rows));
+            let loads = (span / 4).div_ceil(256);
+            mode_line = format!(
+                "const OUT_MODE: u32 = {}u;\nconst ROWS: u32 = {rows}u;\nconst COLS: u32 = {cols}u;\n\
+                 const SPAN: u32 = {span}u;\nconst ROUNDS: u32 = {rounds}u;\nconst LOADS: u32 = {loads}u;\n",
+                mode as u32
+            );
             parts.push(&mode_line);
             weights(&mut parts, ty)?;
-            parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }]);
+            parts.extend([MAT_COMMON, if bias { BIAS } else { NO_BIAS }, reduce]);
             parts.push(if mode == OutMode::Argmax { BEST_OUT } else { NO_BEST });
             parts.push(match input {
                 Input::Norm => IN_NORM,
@@ -228,10 +253,10 @@ pub(crate) fn source(kernel: Kernel, header: &str) -> Option<String> {
         }
         Kernel::AttnDecode => parts.extend([ROPE, ATTN_DECODE]),
         Kernel::AttnPrefill => parts.push(ATTN_PREFILL),
-        Kernel::RmsNorm => parts.extend([ROW_RMS, RMSNORM]),
+        Kernel::RmsNorm => parts.extend([reduce, ROW_RMS, RMSNORM]),
         Kernel::AddRmsNorm { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");
-            parts.extend([mode_line.as_str(), ROW_RMS, ADD_RMSNORM]);
+            parts.extend([mode_line.as_str(), reduce, ROW_RMS, ADD_RMSNORM]);
         }
         Kernel::Swiglu { splits } => {
             mode_line = format!("const SPLITS: u32 = {splits}u;\n");

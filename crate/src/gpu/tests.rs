@@ -47,6 +47,12 @@ fn options() -> GpuOptions {
 const NO_ADAPTER: &str =
     "a WebGPU adapter (without a GPU: apt-get install mesa-vulkan-drivers; in Chromium: --enable-unsafe-webgpu)";
 
+thread_local! {
+    /// Run the kernels' variant without subgroup operations even where the device has them (the
+    /// browser's WebGPU, and adapters without subgroups, always run that one).
+    static FALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// One device for every check (natively shared by the test threads).
 #[cfg(not(target_arch = "wasm32"))]
 async fn gpu() -> &'static Gpu {
@@ -128,24 +134,10 @@ enum Data {
 async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], read: &[u32]) -> Vec<Vec<u8>> {
     let gpu = gpu().await;
     let device = &gpu.device;
-    let src = shaders::source(kernel, header).expect("a kernel for this type");
-    let pipeline = gpu
-        .guarded("test kernel", GpuFault::Shader, || {
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: None,
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("test"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+    let subgroups = gpu.subgroups && !FALLBACK.get();
+    let src = shaders::source(kernel, header, subgroups).expect("a kernel for this type");
+    let pipeline =
+        gpu.pipeline("test kernel", src).await.unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
     use wgpu::BufferUsages as U;
     let mut buffers: Vec<(u32, wgpu::Buffer)> = Vec::new();
     for (binding, d) in data {
@@ -259,12 +251,12 @@ fn assert_close(what: &str, got: f32, want: f64, scale: f64) {
     assert!((got as f64 - want).abs() <= tol, "{what}: got {got}, want {want} (tolerance {tol:e})");
 }
 
-/// Columns for a type: more than one input tile (1024) and an odd number of blocks.
+/// Columns for a type: more than one matvec input pass (2048) and an odd number of blocks.
 fn test_cols(ty: GgmlType) -> usize {
     if ty.block_size() == 256 {
-        256 * 5
+        256 * 9
     } else {
-        32 * 37
+        32 * 67
     }
 }
 
@@ -284,7 +276,9 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let bias = rng.normals(col0 + total);
         let out0 = vec![7.0f32; col0 + total + 2];
         let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per };
+        let cols32 = cols as u32;
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&segs, cols, 0, col0))),
@@ -323,7 +317,9 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let grid = [(rows as u32).div_ceil(per), 1, 1];
 
         // out += W_gate · x (plain input).
-        let kernel = Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per };
+        let cols32 = cols as u32;
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w.clone())),
             (1, Data::Uniform(mat_params(&[(offs[0], rows)], cols, 0, 0))),
@@ -339,7 +335,8 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel = Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per };
+        let kernel =
+            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per, cols: cols32 };
         let data = vec![
             (0, Data::Storage(w)),
             (1, Data::Uniform(mat_params(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
@@ -558,13 +555,21 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
 }
 
 pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
+    // Chunks of one partial block, of the smallest size, and of two blocks (the second partial).
+    for chunk in [128, 32, 256] {
+        decode_attention_case(300, chunk).await;
+    }
+}
+
+async fn decode_attention_case(kv_len: usize, chunk: usize) {
     // NeoX pairs on half of each head: the rotation is fused into the kernel.
     let c = config(64, 4, 2, 32, true);
     let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
-    let (kv_len, n_ctx, chunk): (usize, usize, usize) = (300, 320, 128);
+    let n_ctx = 320;
     let n_chunks = kv_len.div_ceil(chunk);
+    assert!(n_chunks <= shaders::max_chunks(heads));
     let pos = kv_len - 1;
-    let mut rng = Rng(600);
+    let mut rng = Rng(600 + chunk as u64);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
     let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
@@ -587,7 +592,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     };
     let data = vec![
         (2, Data::Uniform(s.bytes().to_vec())),
-        (3, Data::Storage(vec![0; heads * n_chunks * (hd + 2) * 4])),
+        (3, Data::Storage(vec![0; shaders::attn_partials_len(heads, hd) * 4])),
         (4, Data::Storage(kb)),
         (5, Data::Storage(f32_bytes(&qkv))),
         (6, Data::Storage(rope_table(&c, n_ctx))),
@@ -603,16 +608,20 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
         assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(qkv[qd + kvd + e])), "stored value {e}");
     }
 
-    // The partials, merged on the CPU (online-softmax merge), give the attention output.
+    // The partials, merged on the CPU (online-softmax merge), give the attention output: outputs
+    // [head][chunk][hd], then from heads * max_chunks * hd a (max, sum, -, -) per head and chunk.
     let p = to_f32(&part);
+    let stats = heads * shaders::max_chunks(heads) * hd;
     for h in 0..heads {
-        let at = |ch: usize, i: usize| p[(h * n_chunks + ch) * (hd + 2) + i];
-        let m = (0..n_chunks).map(|ch| at(ch, hd)).fold(f32::NEG_INFINITY, f32::max);
-        let l: f32 = (0..n_chunks).map(|ch| at(ch, hd + 1) * (at(ch, hd) - m).exp()).sum();
+        let m_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch)];
+        let l_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch) + 1];
+        let m = (0..n_chunks).map(m_of).fold(f32::NEG_INFINITY, f32::max);
+        let l: f32 = (0..n_chunks).map(|ch| l_of(ch) * (m_of(ch) - m).exp()).sum();
         for d in 0..hd {
-            let o: f32 = (0..n_chunks).map(|ch| at(ch, d) * (at(ch, hd) - m).exp()).sum::<f32>() / l;
+            let o: f32 =
+                (0..n_chunks).map(|ch| p[(h * n_chunks + ch) * hd + d] * (m_of(ch) - m).exp()).sum::<f32>() / l;
             let w = want[h * hd + d];
-            assert!((o - w).abs() <= 1e-4 * (1.0 + w.abs()), "head {h} dim {d}: {o} vs {w}");
+            assert!((o - w).abs() <= 1e-4 * (1.0 + w.abs()), "chunk {chunk}: head {h} dim {d}: {o} vs {w}");
         }
     }
 
@@ -622,7 +631,8 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     for i in 0..qd {
         eye[i * qd + i] = 1.0;
     }
-    let kernel = Kernel::Matvec { ty: GgmlType::F32, input: Input::Attn, mode: OutMode::Store, bias: false, rows: 4 };
+    let (input, mode, cols) = (Input::Attn, OutMode::Store, qd as u32);
+    let kernel = Kernel::Matvec { ty: GgmlType::F32, input, mode, bias: false, rows: 4, cols };
     let data = vec![
         (0, Data::Storage(f32_bytes(&eye))),
         (1, Data::Uniform(mat_params(&[(0, qd)], qd, 0, 0))),
@@ -632,7 +642,7 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     ];
     let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[3]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
-        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "merged output {i}: {g} vs {w}");
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "chunk {chunk}: merged output {i}: {g} vs {w}");
     }
 }
 
@@ -763,8 +773,14 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             (4, Data::Storage(vec![0; groups * 8])),
             (5, Data::Storage(f32_bytes(&x))),
         ];
-        let matvec =
-            Kernel::Matvec { ty: GgmlType::F32, input: Input::Plain, mode: OutMode::Argmax, bias: false, rows: per };
+        let matvec = Kernel::Matvec {
+            ty: GgmlType::F32,
+            input: Input::Plain,
+            mode: OutMode::Argmax,
+            bias: false,
+            rows: per,
+            cols: cols as u32,
+        };
         let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
         let best = got.remove(1);
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
@@ -827,17 +843,34 @@ macro_rules! for_each_gpu_check {
     };
 }
 
-/// The checks as native tests.
+/// The checks as native tests: each in the kernels' preferred variant (with subgroup operations
+/// where the device has them), and in the variant without.
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod native {
     macro_rules! native {
         ($($name:ident),* $(,)?) => {$(
             #[test]
             fn $name() {
-                super::block_on(super::$name());
+                super::super::block_on(super::super::$name());
             }
         )*};
     }
 
-    crate::for_each_gpu_check!(native);
+    mod preferred {
+        crate::for_each_gpu_check!(native);
+    }
+
+    mod without_subgroups {
+        macro_rules! without_subgroups {
+            ($($name:ident),* $(,)?) => {$(
+                #[test]
+                fn $name() {
+                    super::super::FALLBACK.set(true);
+                    super::super::block_on(super::super::$name());
+                }
+            )*};
+        }
+
+        crate::for_each_gpu_check!(without_subgroups);
+    }
 }
