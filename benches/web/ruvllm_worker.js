@@ -10,13 +10,13 @@ self.onmessage = async ({ data: cfg }) => {
     const bytes = new Uint8Array(await (await fetch(cfg.modelUrl)).arrayBuffer());
     const fetchMs = performance.now() - t0;
     await init({ module_or_path: '/ruvllm/ruvllm_bg.wasm' });
-    if (cfg.threads > 1) {
-      // The threaded wasm build (wasm-bindgen-rayon) exports initThreadPool(n), which starts n workers sharing this
-      // module's memory. The single-thread build has no such export.
-      if (typeof ruvllm.initThreadPool !== 'function') {
-        throw new Error(`${cfg.threads} threads need the threaded wasm build (this one has no initThreadPool); see benches/README.md`);
-      }
+    // The threaded wasm build (wasm-bindgen-rayon) exports initThreadPool(n), which starts n workers sharing this
+    // module's memory (its forward passes run on them, so it needs a pool even for one thread). The single-thread
+    // build has no such export.
+    if (typeof ruvllm.initThreadPool === 'function') {
       await ruvllm.initThreadPool(cfg.threads);
+    } else if (cfg.threads > 1) {
+      throw new Error(`${cfg.threads} threads need the threaded wasm build (this one has no initThreadPool); see benches/README.md`);
     }
     const engine = new ruvllm.Engine(bytes, cfg.ctx);
     const loadMs = performance.now() - t0;
