@@ -116,7 +116,7 @@ impl Team {
             std::hint::spin_loop();
         }
         if self.panicked.load(SeqCst) {
-            panic!("a parallel chunk panicked on a helper thread");
+            panic!("a parallel chunk panicked (its message is above)");
         }
     }
 
