@@ -4,6 +4,7 @@
 //! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored as f16 (as llama.cpp's
 //! default cache), scores and the softmax are f32.
 
+use crate::kernels::exp::exp;
 use crate::kernels::f16;
 use crate::kernels::parallel::{chunk_size, for_each_chunk};
 use crate::kv_cache::LayerCache;
@@ -60,11 +61,8 @@ pub fn attention(
             for s in sc.chunks_exact_mut(span) {
                 let s = &mut s[..n_ctx];
                 let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                let mut sum = 0f32;
-                for s in s.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
+                s.iter_mut().for_each(|s| *s = exp(*s - max)); // vectorized; the sum below is not
+                let sum: f32 = s.iter().sum();
                 s.iter_mut().for_each(|s| *s /= sum);
             }
             og.fill(0.0);

@@ -2,6 +2,7 @@
 //! these are the ops built on them (matmul) and the small f32 ops between them.
 
 pub mod attention;
+pub mod exp;
 pub mod f16;
 pub mod matmul;
 pub mod parallel;
