@@ -96,6 +96,17 @@ impl SamplerConfig {
     }
 }
 
+/// The id of the highest logit, lowest id on ties, NaN counted as impossible (as `Sampler::load` does).
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (0, f32::NEG_INFINITY);
+    for (id, &l) in logits.iter().enumerate() {
+        if l > best.1 {
+            best = (id, l);
+        }
+    }
+    best.0 as u32
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
     id: u32,
@@ -134,6 +145,9 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         assert!(!logits.is_empty(), "sampler needs at least one logit");
         assert!(u32::try_from(logits.len()).is_ok(), "vocabulary larger than u32 ids");
+        if self.cfg.is_argmax() {
+            return argmax(logits); // what the chain below gives too, without building the candidates
+        }
         self.load(logits);
         self.apply_penalties(history);
         if self.cfg.temperature <= 0.0 {
@@ -180,7 +194,7 @@ impl Sampler {
         }
     }
 
-    /// Highest logit, lowest id on ties.
+    /// Highest logit, lowest id on ties (of the candidates).
     fn argmax(&self) -> u32 {
         let best = self.candidates.iter().min_by(|a, b| by_likelihood(a, b));
         best.map_or(0, |c| c.id)
