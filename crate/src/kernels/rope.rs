@@ -24,16 +24,32 @@ impl Rope {
 
     /// Rotate every head (of `head_dim`) in `x` for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
+        let mut angles = [(0f32, 0f32); MAX_ROPE_DIMS / 2];
+        self.angles(pos, &mut angles[..self.pairs]);
+        self.rotate(x, &angles[..self.pairs]);
+    }
+
+    /// Pairs (of dimensions) rotated per head: the length of an angle table.
+    pub fn pairs(&self) -> usize {
+        self.pairs
+    }
+
+    /// `(cos, sin)` of each pair's angle at `pos` (a forward pass computes them once per token for all
+    /// layers: a `sin_cos` per pair and layer was a measurable share of a wasm32 decode step's serial work).
+    pub fn angles(&self, pos: usize, out: &mut [(f32, f32)]) {
         // As ggml: theta starts at pos and is multiplied by theta_scale for each pair.
-        let mut cs = [(0f32, 0f32); MAX_ROPE_DIMS / 2];
         let mut theta = pos as f32;
-        for c in cs.iter_mut().take(self.pairs) {
+        for c in out.iter_mut().take(self.pairs) {
             let (sin, cos) = (theta * self.freq_scale).sin_cos();
             *c = (cos, sin);
             theta *= self.theta_scale;
         }
+    }
+
+    /// Rotate every head (of `head_dim`) in `x` by `angles` (from [`Rope::angles`]).
+    pub fn rotate(&self, x: &mut [f32], angles: &[(f32, f32)]) {
         for head in x.chunks_exact_mut(self.head_dim) {
-            for (i, &(cos, sin)) in cs[..self.pairs].iter().enumerate() {
+            for (i, &(cos, sin)) in angles[..self.pairs].iter().enumerate() {
                 let (a, b) = if self.neox { (i, i + self.pairs) } else { (2 * i, 2 * i + 1) };
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * cos - x1 * sin;

@@ -29,6 +29,7 @@ pub struct RunState {
     scores: Vec<f32>, // [n × n_heads × n_ctx]
     acts: Activations,
     rope: Rope,
+    angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
     /// [rows × vocab]: logits of the rows asked for in the last call.
     pub logits: Vec<f32>,
 }
@@ -51,6 +52,7 @@ impl RunState {
             scores: vec![0.0; n * c.n_heads * n_ctx],
             acts: Activations::new(),
             rope: Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox),
+            angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             logits: Vec::new(),
         }
     }
@@ -79,6 +81,11 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
     let shape = AttentionShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim };
 
+    let pairs = s.rope.pairs();
+    for (t, angles) in s.angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
+        s.rope.angles(pos0 + t, angles);
+    }
+
     // Token embeddings: one row of token_embd per token, dequantized.
     let emb_row = w.token_embd.row_bytes();
     for (t, &id) in tokens.iter().enumerate() {
@@ -104,8 +111,9 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             }
         }
         for t in 0..n {
-            s.rope.apply(&mut s.q[t * qd..(t + 1) * qd], pos0 + t);
-            s.rope.apply(&mut s.k[t * kvd..(t + 1) * kvd], pos0 + t);
+            let angles = &s.angles[t * pairs..(t + 1) * pairs];
+            s.rope.rotate(&mut s.q[t * qd..(t + 1) * qd], angles);
+            s.rope.rotate(&mut s.k[t * kvd..(t + 1) * kvd], angles);
         }
         kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
         attention(&shape, &s.q[..n * qd], &kv.layers[l], pos0, &mut s.att[..n * qd], &mut s.scores);
