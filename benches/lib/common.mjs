@@ -72,6 +72,10 @@ export function result({ engine, runtime, threads, model, promptTokens, genToken
     load_ms: round(loadMs, 1),
     prefill_tok_s: round(median(runs.map((r) => r.prefill_tok_s))),
     decode_tok_s: round(median(runs.map((r) => r.decode_tok_s))),
+    // ruvllm wasm only (lib/engine_bench.js): decode timed in JS around each step, hand-offs included.
+    ...(runs.every((r) => r.decode_wall_tok_s !== undefined) && {
+      decode_wall_tok_s: round(median(runs.map((r) => r.decode_wall_tok_s))),
+    }),
     peak_rss_mb: round(peakRssMb, 1),
     runs: runs.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, round(v)]))),
     loadavg_start: loadavgStart,
