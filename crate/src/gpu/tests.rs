@@ -16,7 +16,7 @@ use super::session::{mat_params, mat_params_split, rope_table, Step};
 use super::shaders::{self, Input, Kernel, OutMode};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
-use crate::kernels::attention::{attention, AttentionShape};
+use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
@@ -546,11 +546,10 @@ fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut Rng) -> (KvCache
 }
 
 fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32> {
-    let shape = AttentionShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim };
+    let shape = c.attention_shape();
     let n = q.len() / c.q_dim();
     let mut out = vec![0f32; q.len()];
-    let mut scores = vec![0f32; n * c.n_heads * (pos0 + n)];
-    attention(&shape, q, &cache.layers[0], pos0, &mut out, &mut scores);
+    attention(&shape, q, &cache.layers[0], pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
     out
 }
 

@@ -4,13 +4,19 @@
 //! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored as f16 (as llama.cpp's
 //! default cache), scores and the softmax are f32.
 
+use std::ops::Range;
+
 use crate::kernels::exp::exp;
 use crate::kernels::f16;
-use crate::kernels::parallel::{chunk_size, for_each_chunk};
+use crate::kernels::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 use crate::kv_cache::LayerCache;
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
+
+/// Cached positions per block of the softmax (see [`attention`]). Fixed, so results never depend
+/// on how the blocks are spread over tasks.
+const BLOCK: usize = 32;
 
 pub struct AttentionShape {
     pub n_heads: usize,
@@ -18,62 +24,194 @@ pub struct AttentionShape {
     pub head_dim: usize,
 }
 
+impl AttentionShape {
+    fn group(&self) -> usize {
+        self.n_heads / self.n_kv_heads
+    }
+    /// Floats of one head's softmax part: `[m, l, o[head_dim]]`.
+    fn part_len(&self) -> usize {
+        self.head_dim + 2
+    }
+}
+
+/// Scratch of [`attention`] for up to `n_tokens` query rows over up to `n_ctx` cached positions.
+pub struct AttentionScratch {
+    scores: LineBuf, // per-row tasks: [n_tokens × n_heads × n_ctx]; one row: [n_heads × blocks × BLOCK]
+    parts: LineBuf,  // per-row tasks: [n_tokens × n_heads × 2 × part]; one row: [n_heads × blocks × part]
+}
+
+impl AttentionScratch {
+    pub fn new(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> AttentionScratch {
+        let blocks = n_ctx.div_ceil(BLOCK);
+        let scores = (n_tokens * n_ctx).max(blocks * BLOCK) * shape.n_heads;
+        let parts = (n_tokens * 2).max(blocks) * shape.n_heads * shape.part_len();
+        AttentionScratch { scores: LineBuf::zeros(scores), parts: LineBuf::zeros(parts) }
+    }
+}
+
 /// `q`: [n_tokens × n_heads·head_dim], token `t` at position `pos0 + t`. Writes `out` (same shape as `q`).
-/// `scores` is scratch of at least `n_tokens · n_heads · (pos0 + n_tokens)` floats.
 ///
-/// One task per (token, KV head) handles the query heads that share the KV head: each cached key and
-/// value is converted from f16 once for all of them.
+/// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
+/// part folded into the previous ones in order (the "online softmax" of flash attention); the
+/// query heads that share a KV head are handled together, so each cached key and value is converted
+/// from f16 once for all of them. A batch of rows runs one task per (token, KV head), which does its
+/// blocks in turn. A single row (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
+/// default model, so there each task is one block of one KV head, and the calling thread folds the
+/// parts after the loop. Both do the same float operations in the same order: the results are
+/// identical either way.
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
     cache: &LayerCache,
     pos0: usize,
     out: &mut [f32],
-    scores: &mut [f32],
+    scratch: &mut AttentionScratch,
 ) {
     let AttentionShape { n_heads, n_kv_heads, head_dim } = *shape;
     let q_dim = n_heads * head_dim;
     let n_tokens = q.len() / q_dim;
     let span = pos0 + n_tokens; // cached positions visible to the last token
-    let group = n_heads / n_kv_heads;
+    let (group, part) = (shape.group(), shape.part_len());
+    assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let out_ptr = crate::kernels::parallel::SharedMut::new(out);
-    let scores_ptr = crate::kernels::parallel::SharedMut::new(scores);
+    let out_ptr = SharedMut::new(out);
+    let scores_len = scratch.scores.len();
+    let scores = SharedMut::new(&mut scratch.scores);
+    let parts_len = scratch.parts.len();
+    let parts = SharedMut::new(&mut scratch.parts);
+    // The group of token `t` and KV head `kvh`: its query heads, output heads and score rows are contiguous.
+    let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
+    let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
+        let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
+        attend_block(shape, qg, cache, kvh, js, scale, sc, stride, parts);
+    };
+
+    if n_tokens == 1 {
+        let n_ctx = pos0 + 1;
+        let blocks = n_ctx.div_ceil(BLOCK);
+        assert!(
+            scores_len >= n_heads * blocks * BLOCK && parts_len >= n_heads * blocks * part,
+            "attention scratch too small"
+        );
+        // The scores and parts of (KV head, block, group head) at ((kvh * blocks + b) * group + g) * (BLOCK or part).
+        let slot = |kvh: usize, b: usize| (kvh * blocks + b) * group * part;
+        let head_part = |kvh: usize, b: usize, g: usize| slot(kvh, b) + g * part;
+        let n_tasks = blocks * n_kv_heads;
+        for_each_chunk(n_tasks, 1, |tasks| {
+            for task in tasks {
+                // Block-major order: the short last blocks come last.
+                let (b, kvh) = (task / n_kv_heads, task % n_kv_heads);
+                // SAFETY: each task owns its block's scores and parts.
+                let sc = unsafe { scores.slice((kvh * blocks + b) * group * BLOCK, group * BLOCK) };
+                let p = unsafe { parts.slice(slot(kvh, b), group * part) };
+                block(0, kvh, b * BLOCK..((b + 1) * BLOCK).min(n_ctx), sc, BLOCK, p);
+            }
+        });
+        // SAFETY: the loop is over; this thread alone uses the buffers now.
+        let (parts, out) = unsafe { (parts.slice(0, parts_len), out_ptr.slice(0, q_dim)) };
+        for kvh in 0..n_kv_heads {
+            for g in 0..group {
+                let acc = head_part(kvh, 0, g);
+                for b in 1..blocks {
+                    let (before, from_b) = parts.split_at_mut(head_part(kvh, b, g));
+                    fold(&mut before[acc..][..part], &from_b[..part]);
+                }
+                finish(&parts[acc..][..part], &mut out[(first(0, kvh) + g) * head_dim..][..head_dim]);
+            }
+        }
+        return;
+    }
+
+    assert!(
+        scores_len >= n_tokens * n_heads * span && parts_len >= n_tokens * n_heads * 2 * part,
+        "attention scratch too small"
+    );
     let n_tasks = n_tokens * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
-        let mut row = [0f32; MAX_HEAD_DIM];
-        let row = &mut row[..head_dim]; // one cached key or value, as f32
         for task in tasks {
+            // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
+            let task = n_tasks - 1 - task;
             let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let n_ctx = pos0 + t + 1;
-            // The group's query heads, output heads and score rows are contiguous.
-            let first = t * n_heads + kvh * group; // (token, head) index of the group's first head
-            let qg = &q[first * head_dim..][..group * head_dim];
-            // SAFETY: each task owns scores[first*span ..][..group*span] and out[first*head_dim ..][..group*head_dim].
-            let sc = unsafe { scores_ptr.slice(first * span, group * span) };
-            let og = unsafe { out_ptr.slice(first * head_dim, group * head_dim) };
-            for j in 0..n_ctx {
-                f16::to_f32(cache.key(j, kvh), row);
-                for (g, qh) in qg.chunks_exact(head_dim).enumerate() {
-                    sc[g * span + j] = f16::dot(qh, row) * scale;
-                }
+            // SAFETY: each task owns its group's score rows, output heads and two parts per head.
+            let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
+            let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
+            let (acc, next) =
+                unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
+            block(t, kvh, 0..BLOCK.min(n_ctx), sc, span, acc);
+            for j0 in (BLOCK..n_ctx).step_by(BLOCK) {
+                block(t, kvh, j0..(j0 + BLOCK).min(n_ctx), &mut sc[j0..], span, next);
+                acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
             }
-            for s in sc.chunks_exact_mut(span) {
-                let s = &mut s[..n_ctx];
-                let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                s.iter_mut().for_each(|s| *s = exp(*s - max)); // vectorized; the sum below is not
-                let sum: f32 = s.iter().sum();
-                s.iter_mut().for_each(|s| *s /= sum);
-            }
-            og.fill(0.0);
-            for j in 0..n_ctx {
-                f16::to_f32(cache.value(j, kvh), row);
-                for (g, o) in og.chunks_exact_mut(head_dim).enumerate() {
-                    f16::axpy(o, sc[g * span + j], row);
-                }
+            for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
+                finish(a, o);
             }
         }
     });
+}
+
+/// Each head of a group (queries `qg`, back to back) over cached positions `js` of KV head `kvh`
+/// alone: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
+/// `o = Σ e^(s - m) · v`. Head `g`'s score of position `js.start + i` goes to `sc[g * stride + i]`.
+#[allow(clippy::too_many_arguments)]
+fn attend_block(
+    shape: &AttentionShape,
+    qg: &[f32],
+    cache: &LayerCache,
+    kvh: usize,
+    js: Range<usize>,
+    scale: f32,
+    sc: &mut [f32],
+    stride: usize,
+    parts: &mut [f32],
+) {
+    let head_dim = shape.head_dim;
+    let mut row = [0f32; MAX_HEAD_DIM];
+    let row = &mut row[..head_dim]; // one cached key or value, as f32
+    let n = js.len();
+    for (i, j) in js.clone().enumerate() {
+        f16::to_f32(cache.key(j, kvh), row);
+        for (g, qh) in qg.chunks_exact(head_dim).enumerate() {
+            sc[g * stride + i] = f16::dot(qh, row) * scale;
+        }
+    }
+    for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
+        let s = &mut sc[g * stride..][..n];
+        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        s.iter_mut().for_each(|s| *s = exp(*s - max)); // vectorized; the sum below is not
+        p[0] = max;
+        p[1] = s.iter().sum();
+        p[2..].fill(0.0);
+    }
+    for (i, j) in js.enumerate() {
+        f16::to_f32(cache.value(j, kvh), row);
+        for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
+            f16::axpy(&mut p[2..], sc[g * stride + i], row);
+        }
+    }
+}
+
+/// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
+/// the side with the smaller maximum is rescaled by `e^(difference)`.
+fn fold(acc: &mut [f32], part: &[f32]) {
+    let ([m, l], acc_o) = acc.split_at_mut(2) else { unreachable!("a part is [m, l, o..]") };
+    let (pm, pl, part_o) = (part[0], part[1], &part[2..]);
+    if pm <= *m {
+        let c = exp(pm - *m);
+        *l += pl * c;
+        acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o += p * c);
+    } else {
+        let a = exp(*m - pm);
+        *l = *l * a + pl;
+        *m = pm;
+        acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o = *o * a + p);
+    }
+}
+
+/// A head's output from its folded `[m, l, o..]`: `o / l`.
+fn finish(acc: &[f32], out: &mut [f32]) {
+    let l = acc[1];
+    out.iter_mut().zip(&acc[2..]).for_each(|(o, a)| *o = a / l);
 }
 
 #[cfg(test)]
@@ -123,14 +261,25 @@ mod tests {
             let c = config(n_heads, n_kv_heads, head_dim);
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
             let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
-            let (pos0, n_tokens) = (3, 5);
+            // Rows of 1 to 3 blocks of positions, the last ones partial.
+            let (pos0, n_tokens) = (60, 6);
             let span = pos0 + n_tokens;
-            let mut kv = KvCache::new(&c, 16);
+            let mut kv = KvCache::new(&c, 80);
             kv.layers[0].store(0, &values(span * kv_dim, 1), &values(span * kv_dim, 2));
             let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
             let mut out = vec![0f32; n_tokens * q_dim];
-            let mut scores = vec![0f32; n_tokens * n_heads * span];
-            attention(&shape, &q, &kv.layers[0], pos0, &mut out, &mut scores);
+            attention(&shape, &q, &kv.layers[0], pos0, &mut out, &mut AttentionScratch::new(&shape, n_tokens, span));
+            // One row at a time (decode: blocks as tasks, folded after the loop) gives the same bits.
+            for t in 0..n_tokens {
+                let mut one = vec![0f32; q_dim];
+                let q_t = &q[t * q_dim..(t + 1) * q_dim];
+                attention(&shape, q_t, &kv.layers[0], pos0 + t, &mut one, &mut AttentionScratch::new(&shape, 1, span));
+                let batched = &out[t * q_dim..(t + 1) * q_dim];
+                assert!(
+                    one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "token {t}: alone != batched"
+                );
+            }
 
             let layer = &kv.layers[0];
             for t in 0..n_tokens {

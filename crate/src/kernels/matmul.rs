@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::kernels::parallel::{chunk_size, for_each_chunk, SharedMut};
+use crate::kernels::parallel::{for_each_chunk, threads, SharedMut};
 use crate::model::weights::MatrixRef;
 use crate::quant::{dot_rows, vec_dot, Activations};
 
@@ -25,8 +25,7 @@ const MAX_MATRICES: usize = 4;
 pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activations) {
     let n = acts.rows();
     assert!(mats.len() <= MAX_MATRICES);
-    let total_rows: usize = mats.iter().map(|(w, _)| w.rows).sum();
-    let chunk = chunk_size(total_rows, 16, MAX_ROWS_PER_TASK);
+    let chunk = rows_per_task(mats.iter().map(|(w, _)| w.rows));
     // Chunks never straddle two matrices: matrix i has chunks first_chunk[i]..first_chunk[i + 1].
     let mut first_chunk = [0; MAX_MATRICES + 1];
     let mut outs = [None; MAX_MATRICES];
@@ -49,6 +48,24 @@ pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activat
             unsafe { rows_task(w, file, acts, r0..(r0 + chunk).min(w.rows), out) };
         }
     });
+}
+
+/// Weight rows per task: a multiple of 16, so tasks write whole 64-byte lines of an output row (the
+/// forward pass's buffers start on a line) and two threads never write one line. Of 64, 48, 32 and
+/// 16, the largest that gives each thread at least four tasks and every thread as many (so they
+/// finish together: 576 rows are twelve tasks of 48 on two threads, not nine of 64), else the largest
+/// with four tasks each.
+fn rows_per_task(rows: impl Iterator<Item = usize> + Clone) -> usize {
+    let threads = threads();
+    let tasks = |chunk: usize| rows.clone().map(|r| r.div_ceil(chunk)).sum::<usize>();
+    let sizes = [MAX_ROWS_PER_TASK, 48, 32, 16].into_iter();
+    let enough = |&c: &usize| tasks(c) >= 4 * threads;
+    sizes
+        .clone()
+        .filter(enough)
+        .find(|&c| tasks(c).is_multiple_of(threads))
+        .or_else(|| sizes.clone().find(enough))
+        .unwrap_or(16)
 }
 
 /// The outputs of weight rows `rows` of `w` for every activation row.

@@ -109,6 +109,14 @@ impl Config {
         })
     }
 
+    pub fn attention_shape(&self) -> crate::kernels::attention::AttentionShape {
+        crate::kernels::attention::AttentionShape {
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }

@@ -3,9 +3,9 @@
 //! All buffers live in a [`RunState`] allocated once per session for `n_batch` tokens, so the decode
 //! loop allocates nothing.
 
-use crate::kernels::attention::{attention, AttentionShape};
+use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::matmul::matmul;
-use crate::kernels::parallel::in_pool;
+use crate::kernels::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
@@ -17,16 +17,16 @@ use crate::quant::{dequantize_row, Activations};
 /// Scratch for one forward call of up to `n_batch` tokens.
 pub struct RunState {
     pub n_batch: usize,
-    x: Vec<f32>,      // [n × d_model] residual stream
-    xb: Vec<f32>,     // [n × d_model] normed input of a block
-    q: Vec<f32>,      // [n × q_dim]
-    k: Vec<f32>,      // [n × kv_dim]
-    v: Vec<f32>,      // [n × kv_dim]
-    att: Vec<f32>,    // [n × q_dim] attention output
-    proj: Vec<f32>,   // [n × d_model] block output before the residual add
-    gate: Vec<f32>,   // [n × ffn_dim]
-    up: Vec<f32>,     // [n × ffn_dim]
-    scores: Vec<f32>, // [n × n_heads × n_ctx]
+    x: LineBuf,    // [n × d_model] residual stream
+    xb: LineBuf,   // [n × d_model] normed input of a block
+    q: LineBuf,    // [n × q_dim]
+    k: LineBuf,    // [n × kv_dim]
+    v: LineBuf,    // [n × kv_dim]
+    att: LineBuf,  // [n × q_dim] attention output
+    proj: LineBuf, // [n × d_model] block output before the residual add
+    gate: LineBuf, // [n × ffn_dim]
+    up: LineBuf,   // [n × ffn_dim]
+    att_scratch: AttentionScratch,
     acts: Activations,
     rope: Rope,
     angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
@@ -40,16 +40,16 @@ impl RunState {
         let n = n_batch;
         RunState {
             n_batch,
-            x: vec![0.0; n * c.d_model],
-            xb: vec![0.0; n * c.d_model],
-            q: vec![0.0; n * c.q_dim()],
-            k: vec![0.0; n * c.kv_dim()],
-            v: vec![0.0; n * c.kv_dim()],
-            att: vec![0.0; n * c.q_dim()],
-            proj: vec![0.0; n * c.d_model],
-            gate: vec![0.0; n * c.ffn_dim],
-            up: vec![0.0; n * c.ffn_dim],
-            scores: vec![0.0; n * c.n_heads * n_ctx],
+            x: LineBuf::zeros(n * c.d_model),
+            xb: LineBuf::zeros(n * c.d_model),
+            q: LineBuf::zeros(n * c.q_dim()),
+            k: LineBuf::zeros(n * c.kv_dim()),
+            v: LineBuf::zeros(n * c.kv_dim()),
+            att: LineBuf::zeros(n * c.q_dim()),
+            proj: LineBuf::zeros(n * c.d_model),
+            gate: LineBuf::zeros(n * c.ffn_dim),
+            up: LineBuf::zeros(n * c.ffn_dim),
+            att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
             rope: Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
@@ -79,7 +79,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     let n = tokens.len();
     assert!(n > 0 && n <= s.n_batch && pos0 + n <= kv.n_ctx);
     let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
-    let shape = AttentionShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim };
+    let shape = c.attention_shape();
 
     let pairs = s.rope.pairs();
     for (t, angles) in s.angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
@@ -95,7 +95,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
 
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
-        rmsnorm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
+        norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
         project(
             &mut s.acts,
             &s.xb[..n * d],
@@ -110,18 +110,21 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
                 }
             }
         }
-        for t in 0..n {
-            let angles = &s.angles[t * pairs..(t + 1) * pairs];
-            s.rope.rotate(&mut s.q[t * qd..(t + 1) * qd], angles);
-            s.rope.rotate(&mut s.k[t * kvd..(t + 1) * kvd], angles);
+        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)] {
+            let (rope, angles) = (&s.rope, &s.angles);
+            for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
+                for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
+                    rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);
+                }
+            });
         }
         kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
-        attention(&shape, &s.q[..n * qd], &kv.layers[l], pos0, &mut s.att[..n * qd], &mut s.scores);
+        attention(&shape, &s.q[..n * qd], &kv.layers[l], pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(&lw.wo, &mut s.proj[..n * d])], file);
-        add(&mut s.x[..n * d], &s.proj[..n * d]);
+        add(&mut s.x[..n * d], &s.proj[..n * d], d);
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
-        rmsnorm(&mut s.xb[..n * d], &s.x[..n * d], &lw.ffn_norm, c.rms_eps);
+        norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.ffn_norm, c.rms_eps);
         project(
             &mut s.acts,
             &s.xb[..n * d],
@@ -129,9 +132,10 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             &mut [(&lw.w_gate, &mut s.gate[..n * ff]), (&lw.w_up, &mut s.up[..n * ff])],
             file,
         );
-        swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]);
+        let up = &s.up;
+        for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| swiglu(g, &up[t0 * ff..][..g.len()]));
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(&lw.w_down, &mut s.proj[..n * d])], file);
-        add(&mut s.x[..n * d], &s.proj[..n * d]);
+        add(&mut s.x[..n * d], &s.proj[..n * d], d);
     }
 
     // Output head on the rows that need logits.
@@ -141,7 +145,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         LogitsFor::Last => n - 1,
     };
     let rows = n - first;
-    rmsnorm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
+    norm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
     s.logits.resize(rows * c.vocab_size, 0.0);
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(&w.output, &mut s.logits[..])], file);
 }
@@ -160,6 +164,13 @@ fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(&MatrixRef,
     }
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+/// `x += y`, row by row (rows of `d`).
+fn add(x: &mut [f32], y: &[f32], d: usize) {
+    for_each_row_chunk(x, d, |t0, x| x.iter_mut().zip(&y[t0 * d..]).for_each(|(a, b)| *a += b));
+}
+
+/// RMSNorm of each row of `x` (rows of `weight.len()`) into `out`.
+fn norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    for_each_row_chunk(out, d, |t0, out| rmsnorm(out, &x[t0 * d..][..out.len()], weight, eps));
 }

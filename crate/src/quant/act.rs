@@ -6,6 +6,8 @@
 
 use std::any::TypeId;
 
+use crate::kernels::parallel::for_each_row_chunk;
+
 use half::f16;
 
 pub const QK8: usize = 32;
@@ -377,13 +379,20 @@ impl Activations {
                 self.f32s.clear();
                 self.f32s.extend_from_slice(x);
             }
+            // Rows in parallel (a prefill batch; a single row runs inline).
             ActKind::Q8_0 => {
                 self.q8_0.resize(n / QK8, BlockQ8_0::default());
-                fast::quantize_q8_0(x, &mut self.q8_0);
+                let cols = self.cols;
+                for_each_row_chunk(&mut self.q8_0, cols / QK8, |r0, b| {
+                    fast::quantize_q8_0(&x[r0 * cols..][..b.len() * QK8], b)
+                });
             }
             ActKind::Q8_1 => {
                 self.q8_1.resize(n / QK8, BlockQ8_1::default());
-                fast::quantize_q8_1(x, &mut self.q8_1);
+                let cols = self.cols;
+                for_each_row_chunk(&mut self.q8_1, cols / QK8, |r0, b| {
+                    fast::quantize_q8_1(&x[r0 * cols..][..b.len() * QK8], b)
+                });
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
@@ -426,20 +435,21 @@ impl Activations {
     /// wasm32, its quants widened to i16 and the scales of each group of four rows side by side.
     fn prepare_tiles(&mut self) {
         self.scales.clear();
-        #[cfg(target_arch = "wasm32")]
-        self.wide.clear();
         match self.kind {
             Some(ActKind::Q8_0) => {
                 self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
                 #[cfg(target_arch = "wasm32")]
-                self.wide.extend(self.q8_0.iter().map(|b| b.qs.map(i16::from)));
+                widen(&self.q8_0, self.rows, &mut self.wide);
             }
             Some(ActKind::Q8_1) => {
                 self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
                 #[cfg(target_arch = "wasm32")]
-                self.wide.extend(self.q8_1.iter().map(|b| b.qs.map(i16::from)));
+                widen(&self.q8_1, self.rows, &mut self.wide);
             }
-            _ => {}
+            _ => {
+                #[cfg(target_arch = "wasm32")]
+                self.wide.clear();
+            }
         }
         #[cfg(target_arch = "wasm32")]
         self.transpose_scales();
@@ -504,6 +514,16 @@ impl Activations {
             ActKind::Q8K => ActRow::Q8K(slice(&self.q8k, r, self.rows)),
         }
     }
+}
+
+/// `blocks`' quants (`rows` rows) widened to i16 into `wide`, rows in parallel.
+#[cfg(target_arch = "wasm32")]
+fn widen<B: Q8Block + Sync>(blocks: &[B], rows: usize, wide: &mut Vec<[i16; QK8]>) {
+    wide.resize(blocks.len(), [0; QK8]);
+    let per = blocks.len() / rows;
+    for_each_row_chunk(wide, per, |r0, w| {
+        w.iter_mut().zip(&blocks[r0 * per..]).for_each(|(w, b)| *w = b.qs().map(i16::from))
+    });
 }
 
 /// One activation row in one of the formats.
