@@ -3,7 +3,7 @@
 // JSON line; those lines are also saved to target/bench/compare-<time>.jsonl. Use benches/compare.sh, which builds
 // everything and makes the models first; see benches/README.md.
 //
-// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3]
+// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3] [--rounds 1]
 //          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
 //          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--only ENGINE_SUBSTRING]
 import { spawnSync } from 'node:child_process';
@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import { BENCHES, ROOT, parseArgs, loadavg1m } from './lib/common.mjs';
 
 const args = parseArgs({
-  models: 'q4_1,q8_0,q4_0', reps: '3', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
+  models: 'q4_1,q8_0,q4_0', reps: '3', rounds: '1', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
   // Threads for our wasm (Node and Chromium): 1 runs the single-thread build (--wasm-pkg), more the threaded
   // one (--wasm-mt-pkg, which starts that many workers). Both are scripts/build-wasm.sh's output.
   'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'node-pkg': 'target/wasm-node', only: '',
@@ -76,15 +76,19 @@ function franceAnswer(model) {
   return p.status === 0 ? JSON.parse(p.stdout).text : `failed: ${p.stderr.trim()}`;
 }
 
-const results = [];
+// --rounds R runs the whole list of engines R times over (each run with --reps reps) and reports the median over
+// the rounds. This machine's speed drifts by 10-20% within minutes, and a round runs an engine's 1- and 2-thread
+// rows back to back, so the thread-scaling ratios are taken per round (then the median) to compare like with like.
+const rounds = Number(args.rounds);
+const raw = [];
 const answers = [];
 for (const quant of list(args.models)) {
   const model = modelPath(quant);
   const prompt = writePrompt(model);
   answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
   console.error(`\n== ${quant}: ${path.basename(model)} answers ${answers.at(-1)[2]}`);
-  for (const [label, argv] of runs(model, prompt)) {
-    console.error(`\n== ${quant}: ${label.engine}, ${label.runtime}, ${label.threads} thread(s) (load average ${loadavg1m()})`);
+  for (let round = 0; round < rounds; round++) for (const [label, argv] of runs(model, prompt)) {
+    console.error(`\n== ${quant}: ${label.engine}, ${label.runtime}, ${label.threads} thread(s), round ${round + 1} of ${rounds} (load average ${loadavg1m()})`);
     const p = spawnSync(process.execPath, argv, {
       cwd: BENCHES,
       encoding: 'utf8',
@@ -99,11 +103,29 @@ for (const quant of list(args.models)) {
       r = { ...label, model: path.basename(model), error: `${e.message} (its stderr is above)` };
     }
     r.quant = quant;
-    results.push(r);
+    r.round = round;
+    raw.push(r);
     fs.appendFileSync(jsonl, JSON.stringify(r) + '\n');
     console.error(JSON.stringify(r).slice(0, 300));
   }
 }
+
+// One result per (model, engine, runtime, threads): the median of each measure over its rounds.
+const median = (xs) => {
+  const s = xs.filter((x) => typeof x === 'number').sort((a, b) => a - b);
+  return s.length ? (s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : undefined;
+};
+const keyOf = (r) => [r.quant, r.engine, r.runtime, r.threads].join('|');
+const results = [...new Set(raw.map(keyOf))].map((key) => {
+  const all = raw.filter((r) => keyOf(r) === key);
+  const ok = all.filter((r) => !r.error);
+  if (!ok.length) return all[0];
+  const merged = { ...ok[0], rounds: ok.length };
+  for (const k of ['prefill_tok_s', 'decode_tok_s', 'load_ms', 'peak_rss_mb']) merged[k] = median(ok.map((r) => r[k]));
+  merged.loadavg_start = Math.min(...ok.map((r) => r.loadavg_start));
+  merged.loadavg_end = Math.max(...ok.map((r) => r.loadavg_end));
+  return merged;
+});
 
 // ---- tables ----
 const fmt = (x, d = 1) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '–');
@@ -126,15 +148,22 @@ const ratioRows = results.filter((r) => r.engine === 'ruvllm' && !r.error && pee
     ratio(r.load_ms, p.load_ms), ratio(r.peak_rss_mb, p.peak_rss_mb)];
 });
 
-// Our wasm's thread scaling: each multi-thread row over the 1-thread row of the same runtime and model.
+// Our wasm's thread scaling: each multi-thread row over the 1-thread row of the same runtime and model, round by
+// round (the median of the rounds' ratios).
 const scalingRows = results.filter((r) => r.engine === 'ruvllm' && r.runtime !== 'native' && r.threads > 1 && !r.error).flatMap((r) => {
-  const one = results.find((o) => o.engine === r.engine && o.runtime === r.runtime && o.quant === r.quant && o.threads === 1 && !o.error);
-  return one ? [[r.quant, r.runtime, `${r.threads}T / 1T`, ratio(r.prefill_tok_s, one.prefill_tok_s), ratio(r.decode_tok_s, one.decode_tok_s)]] : [];
+  const pairs = raw.filter((m) => keyOf(m) === keyOf(r) && !m.error).flatMap((m) => {
+    const one = raw.find((o) => keyOf(o) === keyOf({ ...m, threads: 1 }) && o.round === m.round && !o.error);
+    return one ? [[m.prefill_tok_s / one.prefill_tok_s, m.decode_tok_s / one.decode_tok_s]] : [];
+  });
+  const times = (x) => (x === undefined ? '–' : `${x.toFixed(2)}×`);
+  return pairs.length ? [[r.quant, r.runtime, `${r.threads}T / 1T`, times(median(pairs.map((p) => p[0]))), times(median(pairs.map((p) => p[1]))),
+    pairs.map((p) => `${p[0].toFixed(2)}/${p[1].toFixed(2)}`).join(', ')]] : [];
 });
 
 const report = [
   `Comparison benchmark, ${new Date().toISOString()}, ${os.cpus()[0]?.model}, ${os.cpus().length} logical CPUs.`,
-  `Prompt ${args['prompt-tokens']} tokens (prefill), then ${args['gen-tokens']} greedy decode steps; median of ${args.reps} reps.`,
+  `Prompt ${args['prompt-tokens']} tokens (prefill), then ${args['gen-tokens']} greedy decode steps; median of ${args.reps} reps` +
+    (rounds > 1 ? ` in each of ${rounds} rounds, then the median over the rounds.` : '.'),
   'Peak RSS: whole process for native and Node engines, the Chromium renderer process for browser engines.',
   '',
   table(['model', 'engine, runtime, threads', 'prefill tok/s', 'decode tok/s', 'load ms', 'peak RSS MB', 'load avg (1 min)', 'note'], resultRows),
@@ -143,9 +172,9 @@ const report = [
   '',
   table(['model', 'ours', 'peer', 'prefill', 'decode', 'load ms', 'peak RSS'], ratioRows),
   '',
-  'Our wasm with threads (threaded build) over one thread (single-thread build):',
+  'Our wasm with threads (threaded build) over one thread (single-thread build), per round (2T and 1T run back to back):',
   '',
-  table(['model', 'runtime', 'threads', 'prefill', 'decode'], scalingRows),
+  table(['model', 'runtime', 'threads', 'prefill', 'decode', 'each round (prefill/decode)'], scalingRows),
   '',
   'Our native CLI on the ChatML prompt "What is the capital of France?" (greedy, 24 tokens at most):',
   '',

@@ -4,7 +4,7 @@
 # and its Q8_0 / Q4_0 copies. Prints a markdown table of prefill/decode tok/s, load ms and peak memory per engine,
 # then our ratio to each peer. Everything after the script name goes to compare.mjs, e.g.
 #   benches/compare.sh --models q4_1 --reps 1
-# Options: --models q4_1,q8_0,q4_0  --reps 3  --prompt-tokens 128  --gen-tokens 64  --ctx 1024  --threads 1,2
+# Options: --models q4_1,q8_0,q4_0  --reps 3  --rounds 1  --prompt-tokens 128  --gen-tokens 64  --ctx 1024  --threads 1,2
 #          --wasm-threads 1,2  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt  --only "wllama"   (see benches/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
