@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { BENCHES, ROOT, parseArgs, loadavg1m } from './lib/common.mjs';
+import { BENCHES, ROOT, parseArgs, loadavg1m, median } from './lib/common.mjs';
 
 const args = parseArgs({
   models: 'q4_1,q8_0,q4_0', reps: '3', rounds: '1', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
@@ -111,10 +111,6 @@ for (const quant of list(args.models)) {
 }
 
 // One result per (model, engine, runtime, threads): the median of each measure over its rounds.
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === 'number').sort((a, b) => a - b);
-  return s.length ? (s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : undefined;
-};
 const keyOf = (r) => [r.quant, r.engine, r.runtime, r.threads].join('|');
 const results = [...new Set(raw.map(keyOf))].map((key) => {
   const all = raw.filter((r) => keyOf(r) === key);
@@ -155,7 +151,7 @@ const scalingRows = results.filter((r) => r.engine === 'ruvllm' && r.runtime !==
     const one = raw.find((o) => keyOf(o) === keyOf({ ...m, threads: 1 }) && o.round === m.round && !o.error);
     return one ? [[m.prefill_tok_s / one.prefill_tok_s, m.decode_tok_s / one.decode_tok_s]] : [];
   });
-  const times = (x) => (x === undefined ? '–' : `${x.toFixed(2)}×`);
+  const times = (x) => (x == null ? '–' : `${x.toFixed(2)}×`);
   return pairs.length ? [[r.quant, r.runtime, `${r.threads}T / 1T`, times(median(pairs.map((p) => p[0]))), times(median(pairs.map((p) => p[1]))),
     pairs.map((p) => `${p[0].toFixed(2)}/${p[1].toFixed(2)}`).join(', ')]] : [];
 });

@@ -8,7 +8,8 @@
 #                  "webgpu"/"auto" where the browser has a GPU adapter
 # npm/src/backend.ts and builds.ts pick one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
 # wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only
-# run these same steps (and costs ~400 s to install in CI). `scripts/build-wasm.sh st|mt|gpu` builds only one of them.
+# run these same steps (and costs ~400 s to install in CI). `scripts/build-wasm.sh st|mt|gpu` builds only one of them;
+# `mt-bench` builds the threaded one with the `bench` feature into target/bench/wasm-mt-bench (benches/matmul_scaling.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wasm_opt=npm/node_modules/.bin/wasm-opt
@@ -37,7 +38,9 @@ build_single_thread() {
   bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
 }
 
+# build_threaded [FEATURES OUT_DIR]: the npm package's threaded build, or (mt-bench) the same with other features.
 build_threaded() {
+  local features=${1:-threads} out=${2:-npm/wasm-mt}
   # Set here, not in .cargo/config.toml, so the stable build and the tests stay as they are. Current
   # nightlies no longer make memory shared from +atomics alone: the link args ask for shared, imported
   # memory (up to wasm32's 4 GiB) and export the TLS symbols wasm-bindgen's thread glue uses.
@@ -47,14 +50,14 @@ build_threaded() {
     flags+=" -C link-arg=$arg"
   done
   RUSTFLAGS="$flags" cargo "+$NIGHTLY" build --locked --release --target wasm32-unknown-unknown -p ruvllm \
-    --features threads -Z build-std=panic_abort,std --target-dir "$target_dir/wasm-threads"
+    --features "$features" -Z build-std=panic_abort,std --target-dir "$target_dir/wasm-threads"
   # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
   # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
-  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-mt -O2 --enable-threads
+  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" "$out" -O2 --enable-threads
   # wasm-bindgen-rayon 1.3's worker start-up calls the glue's init with positional arguments, which wasm-bindgen
   # 0.2.130 still takes but warns about on every worker's console: pass them as the object it asks for.
   local helper
-  helper=$(ls npm/wasm-mt/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
+  helper=$(ls "$out"/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
   grep -q 'pkg.default(data.module, data.memory)' "$helper" || { echo "build-wasm: $helper changed; update this patch" >&2; exit 1; }
   sed -i 's/pkg.default(data.module, data.memory)/pkg.default({ module_or_path: data.module, memory: data.memory })/' "$helper"
 }
@@ -67,7 +70,8 @@ build_gpu() {
 case "${1:-all}" in
   st) build_single_thread ;;
   mt) build_threaded ;;
+  mt-bench) build_threaded threads,bench "$target_dir/bench/wasm-mt-bench" ;;
   gpu) build_gpu ;;
   all) build_single_thread && build_threaded && build_gpu ;;
-  *) echo "usage: $0 [st|mt|gpu|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [st|mt|gpu|all|mt-bench]" >&2; exit 2 ;;
 esac

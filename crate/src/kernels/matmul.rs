@@ -254,3 +254,41 @@ mod timing {
         }
     }
 }
+
+/// For `benches/matmul_scaling.mjs` (feature `bench`, threaded wasm build): decode's matrix products alone, to
+/// see how far threads can speed them up on this machine whatever the rest of a forward pass does. One "layer"
+/// is the default model's (SmolLM2-135M) four products of one input row, each after quantizing its input:
+/// q/k/v 960×576, o 576×576, gate/up 3072×576, down 576×1536, all Q4_1 (2.2 MB); `layers` sets of distinct
+/// weights are run in turn, `passes` times, in one forward-like `in_pool`. Returns microseconds per layer.
+/// A few layers stay in the caches; 30, as in the model, come from memory every pass, as in decode.
+#[cfg(all(target_arch = "wasm32", feature = "bench"))]
+#[wasm_bindgen::prelude::wasm_bindgen(js_name = matmulChain)]
+pub fn matmul_chain(layers: usize, passes: usize) -> f64 {
+    use crate::kernels::parallel::in_pool;
+    use crate::quant::{quantize_row, ActKind, GgmlType};
+    const SHAPES: [(usize, usize); 4] = [(960, 576), (576, 576), (3072, 576), (576, 1536)];
+    let ty = GgmlType::Q4_1;
+    let x: Vec<f32> = (0..3072 * 576).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let mut file = Vec::new();
+    let mut mats = Vec::new();
+    for _ in 0..layers {
+        for (rows, cols) in SHAPES {
+            let offset = file.len();
+            file.resize(offset + ty.row_bytes(rows * cols), 0);
+            quantize_row(ty, &x[..rows * cols], &mut file[offset..]);
+            mats.push(MatrixRef { ty, rows, cols, offset });
+        }
+    }
+    let mut acts = Activations::new();
+    let mut out = vec![0f32; 3072];
+    let mut pass = || {
+        for m in &mats {
+            acts.quantize(ActKind::Q8_1, &x[..m.cols], 1);
+            matmul(&mut [(m, &mut out[..m.rows])], &file, &acts);
+        }
+    };
+    in_pool(&mut pass); // warm-up: code compiled, weights touched
+    let t0 = crate::clock::now_ms();
+    in_pool(|| (0..passes).for_each(|_| pass()));
+    (crate::clock::now_ms() - t0) * 1e3 / (passes * layers) as f64
+}

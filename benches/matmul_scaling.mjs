@@ -1,0 +1,63 @@
+// How far a second thread can speed up decode's matrix products on this machine, apart from the rest of a forward
+// pass: the threaded wasm build's `matmulChain` (crate/src/kernels/matmul.rs, feature `bench`) runs the default
+// model's four per-layer products of one row over N sets of distinct Q4_1 weights (2.2 MB each), on 1 and then
+// 2 threads, each in its own Node process (a pool's size is fixed per process), alternating per round. With a few
+// sets the weights stay in the caches (this VM: 2 MB L2 per core, 32 MB L3); with 30, as in the model, every pass
+// reads them from memory, as decode does (which also reads the 30 MB output head). Prints one JSON line per size
+// and a table: microseconds per layer, and 2T/1T (median of the rounds' ratios).
+//
+// Usage: scripts/build-wasm.sh mt-bench && node benches/matmul_scaling.mjs [--layers 4,12,30] [--rounds 3]
+//          [--pkg target/bench/wasm-mt-bench]
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ROOT, parseArgs, median, round } from './lib/common.mjs';
+
+const args = parseArgs({ layers: '4,12,30', rounds: '3', pkg: 'target/bench/wasm-mt-bench' });
+const pkg = path.resolve(ROOT, args.pkg);
+
+if (args.child) {
+  // One measurement: --threads T --layers L; prints microseconds per layer.
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  let glue;
+  const { withWebWorkers } = await import(pathToFileURL(path.join(ROOT, 'npm/dist/node-workers.js')).href);
+  await withWebWorkers(async () => {
+    glue = await import(pathToFileURL(path.join(pkg, 'ruvllm.js')).href);
+    await glue.default({ module_or_path: readFileSync(path.join(pkg, 'ruvllm_bg.wasm')) });
+    await glue.initThreadPool(Number(args.threads));
+  });
+  if (typeof glue.matmulChain !== 'function') throw new Error(`${pkg} has no matmulChain: build it with scripts/build-wasm.sh mt-bench`);
+  const layers = Number(args.layers);
+  console.log(glue.matmulChain(layers, Math.max(20, Math.round(6000 / layers))));
+  clearInterval(keepAlive);
+  process.exit(0);
+}
+
+const measure = (threads, layers) => {
+  const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', '--threads', String(threads), '--layers', String(layers), '--pkg', pkg],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  if (p.status !== 0) throw new Error(`matmul_scaling child (${threads} threads, ${layers} layers) exited with ${p.status}`);
+  return Number(p.stdout.trim().split('\n').pop());
+};
+
+const rows = [];
+for (const layers of String(args.layers).split(',').map(Number)) {
+  const runs = [];
+  for (let r = 0; r < Number(args.rounds); r++) {
+    const [one, two] = r % 2 ? [null, measure(2, layers)] : [measure(1, layers), null];
+    runs.push(r % 2 ? { two, one: measure(1, layers) } : { one, two: measure(2, layers) });
+  }
+  const result = {
+    layers,
+    weights_mb: round(layers * 2.2, 1),
+    us_per_layer_1t: round(median(runs.map((x) => x.one)), 1),
+    us_per_layer_2t: round(median(runs.map((x) => x.two)), 1),
+    speedup_2t: round(median(runs.map((x) => x.one / x.two)), 2),
+    rounds: runs.map((x) => round(x.one / x.two, 2)),
+  };
+  console.log(JSON.stringify(result));
+  rows.push(result);
+}
+console.log('\n| layers | Q4_1 weights MB | 1 thread us/layer | 2 threads us/layer | 2T/1T (each round) |\n|---|---|---|---|---|');
+for (const r of rows) console.log(`| ${r.layers} | ${r.weights_mb} | ${r.us_per_layer_1t} | ${r.us_per_layer_2t} | ${r.speedup_2t}× (${r.rounds.join(', ')}) |`);
