@@ -396,7 +396,10 @@ impl Activations {
             }
             ActKind::Q8K => {
                 self.q8k.resize(n / QK_K, BlockQ8K::default());
-                quantize_q8k(x, &mut self.q8k);
+                let cols = self.cols;
+                for_each_row_chunk(&mut self.q8k, cols / QK_K, |r0, b| {
+                    quantize_q8k(&x[r0 * cols..][..b.len() * QK_K], b)
+                });
             }
         }
         self.prepare_tiles();
