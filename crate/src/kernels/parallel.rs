@@ -61,10 +61,11 @@ pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     {
         let n = rayon::current_num_threads();
         if n > 1 && TEAM.with(|t| t.get().is_null()) {
-            let team = team::Team::new();
+            let team = team::Team::new(n);
             return rayon::scope(|s| {
-                for _ in 1..n {
-                    s.spawn(|_| team.help());
+                for helper in 1..n {
+                    let team = &team;
+                    s.spawn(move |_| team.help(helper));
                 }
                 // Release the helpers however `f` ends (a panic must not leave them spinning).
                 struct Finish<'a>(&'a team::Team);
