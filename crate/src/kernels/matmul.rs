@@ -9,11 +9,17 @@
 
 use std::ops::Range;
 
-use crate::kernels::parallel::{for_each_chunk, threads, SharedMut};
+use crate::kernels::parallel::{for_each_chunk, SharedMut};
 use crate::model::weights::MatrixRef;
 use crate::quant::{dot_rows, vec_dot, Activations};
 
-/// Most weight rows per parallel task.
+/// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
+/// chunks write whole 64-byte lines of an output row (the forward pass's buffers start on a line) and
+/// two threads never write one line. Small, so the threads end a loop close together; a thread takes
+/// several consecutive chunks at once while it has many left (see `parallel::team`), and runs them as
+/// tasks of up to [`MAX_ROWS_PER_TASK`] rows.
+const ROWS_PER_CHUNK: usize = 16;
+/// Most weight rows per task (one row-kernel call).
 const MAX_ROWS_PER_TASK: usize = 64;
 /// Most matrices one call multiplies (q/k/v).
 const MAX_MATRICES: usize = 4;
@@ -25,7 +31,6 @@ const MAX_MATRICES: usize = 4;
 pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activations) {
     let n = acts.rows();
     assert!(mats.len() <= MAX_MATRICES);
-    let chunk = rows_per_task(mats.iter().map(|(w, _)| w.rows));
     // Chunks never straddle two matrices: matrix i has chunks first_chunk[i]..first_chunk[i + 1].
     let mut first_chunk = [0; MAX_MATRICES + 1];
     let mut outs = [None; MAX_MATRICES];
@@ -33,39 +38,26 @@ pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activat
         assert_eq!(acts.cols(), w.cols, "activation width must equal the matrix's row length");
         assert_eq!(acts.kind(), Some(w.ty.act_kind()));
         assert_eq!(out.len(), n * w.rows);
-        first_chunk[i + 1] = first_chunk[i] + w.rows.div_ceil(chunk);
+        first_chunk[i + 1] = first_chunk[i] + w.rows.div_ceil(ROWS_PER_CHUNK);
         outs[i] = Some(SharedMut::new(out));
     }
     let mats = &*mats;
     for_each_chunk(first_chunk[mats.len()], 1, |chunks| {
-        for c in chunks {
-            let i = (0..mats.len()).find(|&i| c < first_chunk[i + 1]).expect("chunk index in range");
-            let w = mats[i].0;
-            let r0 = (c - first_chunk[i]) * chunk;
+        for (i, (w, _)) in mats.iter().enumerate() {
+            // This matrix's chunks in the run, as weight rows.
+            let (lo, hi) = (chunks.start.max(first_chunk[i]), chunks.end.min(first_chunk[i + 1]));
+            if lo >= hi {
+                continue;
+            }
+            let rows = (lo - first_chunk[i]) * ROWS_PER_CHUNK..((hi - first_chunk[i]) * ROWS_PER_CHUNK).min(w.rows);
             let out = outs[i].expect("an output per matrix");
-            // SAFETY: each chunk owns a distinct range of weight rows of one matrix, so the outputs
-            // it writes (t * w.rows + r for its rows r) are disjoint from every other chunk's.
-            unsafe { rows_task(w, file, acts, r0..(r0 + chunk).min(w.rows), out) };
+            for r0 in rows.clone().step_by(MAX_ROWS_PER_TASK) {
+                // SAFETY: each run of chunks owns a distinct range of weight rows, so the outputs
+                // it writes (t * w.rows + r for its rows r) are disjoint from every other run's.
+                unsafe { rows_task(w, file, acts, r0..(r0 + MAX_ROWS_PER_TASK).min(rows.end), out) };
+            }
         }
     });
-}
-
-/// Weight rows per task: a multiple of 16, so tasks write whole 64-byte lines of an output row (the
-/// forward pass's buffers start on a line) and two threads never write one line. Of 64, 48, 32 and
-/// 16, the largest that gives each thread at least four tasks and every thread as many (so they
-/// finish together: 576 rows are twelve tasks of 48 on two threads, not nine of 64), else the largest
-/// with four tasks each.
-fn rows_per_task(rows: impl Iterator<Item = usize> + Clone) -> usize {
-    let threads = threads();
-    let tasks = |chunk: usize| rows.clone().map(|r| r.div_ceil(chunk)).sum::<usize>();
-    let sizes = [MAX_ROWS_PER_TASK, 48, 32, 16].into_iter();
-    let enough = |&c: &usize| tasks(c) >= 4 * threads;
-    sizes
-        .clone()
-        .filter(enough)
-        .find(|&c| tasks(c).is_multiple_of(threads))
-        .or_else(|| sizes.clone().find(enough))
-        .unwrap_or(16)
 }
 
 /// The outputs of weight rows `rows` of `w` for every activation row.

@@ -9,23 +9,27 @@ use std::ops::Range;
 #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
 mod team;
 
-/// Split `0..n` into chunks of `chunk` indices and run `f` on each, possibly in parallel.
+/// Split `0..n` into chunks of `chunk` indices and run `f` on runs of whole chunks (one chunk, several
+/// consecutive ones, or all of `0..n` on one thread), possibly in parallel.
+#[cfg_attr(all(target_arch = "wasm32", not(feature = "threads")), allow(unused_variables))] // `chunk`: one thread
 pub fn for_each_chunk(n: usize, chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
-    let chunk = chunk.max(1);
-    let n_chunks = n.div_ceil(chunk);
-    let run = |c: usize| f(c * chunk..((c + 1) * chunk).min(n));
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
-    if n_chunks > 1 {
+    if n > chunk.max(1) {
+        let chunk = chunk.max(1);
+        let n_chunks = n.div_ceil(chunk);
+        let run = |c: Range<usize>| f(c.start * chunk..(c.end * chunk).min(n));
         if n_chunks <= team::MAX_CHUNKS && with_team(|team| team.run(n_chunks, &run)).is_some() {
             return;
         }
         if rayon::current_num_threads() > 1 {
             use rayon::prelude::*;
-            (0..n_chunks).into_par_iter().for_each(run);
+            (0..n_chunks).into_par_iter().for_each(|c| run(c..c + 1));
             return;
         }
     }
-    (0..n_chunks).for_each(run);
+    if n > 0 {
+        f(0..n);
+    }
 }
 
 #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
@@ -222,8 +226,10 @@ mod tests {
     fn loops_nested_in_a_chunk_run_every_index() {
         let total = AtomicUsize::new(0);
         in_pool(|| {
-            for_each_chunk(8, 1, |_| {
-                for_each_chunk(50, 4, |r| _ = total.fetch_add(r.len(), Relaxed));
+            for_each_chunk(8, 1, |outer| {
+                for _ in outer {
+                    for_each_chunk(50, 4, |r| _ = total.fetch_add(r.len(), Relaxed));
+                }
             })
         });
         assert_eq!(total.into_inner(), 8 * 50);
@@ -247,7 +253,7 @@ mod tests {
     #[test]
     fn a_panicking_chunk_panics_the_caller_and_the_pool_still_works() {
         let caught = std::panic::catch_unwind(|| {
-            in_pool(|| for_each_chunk(64, 1, |r| assert!(r.start != 40, "chunk 40 fails")));
+            in_pool(|| for_each_chunk(64, 1, |r| assert!(!r.contains(&40), "chunk 40 fails")));
         });
         assert!(caught.is_err());
         assert!(count_indices(100, 33, 2).iter().all(|&c| c == 100));
