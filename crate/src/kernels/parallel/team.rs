@@ -48,27 +48,37 @@ const SPINS_BEFORE_SLEEP: u32 = 20_000;
 /// loops for 1.3 ms of their 2 x 10 ms; with 16-row chunks taken this way, 0.75 ms.)
 const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 
-/// One member's unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`, on a cache
-/// line of its own (the owner claims from it without disturbing the others' lines). The owner claims
-/// `next` (next + 1), the others `end - 1` (end - 1), both with a compare-exchange of the whole word,
-/// so no one can claim a chunk of a loop that has ended (the epoch would differ: it wraps only after
-/// 2^24 loops of one forward pass).
+/// A member's part of the team, on a cache line of its own: while a loop runs, each member writes
+/// only its own line (others touch it only to take chunks from the back, at the end of a loop).
 #[repr(align(64))]
-struct Share(AtomicU64);
+struct Member {
+    /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`. The owner claims
+    /// `next` onwards (next + k), the others `end - 1` (end - 1), each with a compare-exchange of the
+    /// whole word, so no one can claim a chunk of a loop that has ended (the epoch would differ: it
+    /// wraps only after 2^24 loops of one forward pass).
+    share: AtomicU64,
+    /// Chunks it has run, over all loops (the leader sums the members' counts).
+    done: AtomicUsize,
+}
 
-pub struct Team {
-    /// [members]: member 0 is the leader, helpers are 1.. (see [`Team::help`]).
-    shares: Box<[Share]>,
+/// What the leader posts for the helpers, on a line of its own: written once per loop, read by helpers
+/// as they spin (a line that also took every claim's count made each claim move it between the cores).
+#[repr(align(64))]
+struct Post {
     /// Loops posted (the epoch of the current one).
     epoch: AtomicU64,
     /// Points at the leader's `Chunks` of the current loop (valid while that loop has unclaimed chunks).
     task: AtomicPtr<()>,
-    /// Chunks of the current loop finished.
-    done: AtomicUsize,
-    /// A chunk panicked (natively; on wasm a panic aborts): the leader re-raises it.
-    panicked: AtomicBool,
     /// The forward pass is over: helpers return.
     quit: AtomicBool,
+}
+
+pub struct Team {
+    /// [members]: member 0 is the leader, helpers are 1.. (see [`Team::help`]).
+    members: Box<[Member]>,
+    post: Post,
+    /// A chunk panicked (natively; on wasm a panic aborts): the leader re-raises it.
+    panicked: AtomicBool,
     /// Helpers asleep (or about to be) on `wake`.
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -79,12 +89,15 @@ impl Team {
     /// A team of `members` threads: the caller (the leader) and `members - 1` helpers.
     pub fn new(members: usize) -> Team {
         Team {
-            shares: (0..members.max(1)).map(|_| Share(AtomicU64::new(0))).collect(),
-            epoch: AtomicU64::new(0),
-            task: AtomicPtr::new(std::ptr::null_mut()),
-            done: AtomicUsize::new(0),
+            members: (0..members.max(1))
+                .map(|_| Member { share: AtomicU64::new(0), done: AtomicUsize::new(0) })
+                .collect(),
+            post: Post {
+                epoch: AtomicU64::new(0),
+                task: AtomicPtr::new(std::ptr::null_mut()),
+                quit: AtomicBool::new(false),
+            },
             panicked: AtomicBool::new(false),
-            quit: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -93,9 +106,9 @@ impl Team {
 
     /// On helper `me` (1..members): take chunks of posted loops until [`Team::finish`].
     pub fn help(&self, me: usize) {
-        assert!(me > 0 && me < self.shares.len(), "helper {me} of a team of {}", self.shares.len());
+        assert!(me > 0 && me < self.members.len(), "helper {me} of a team of {}", self.members.len());
         let mut idle = 0;
-        while !self.quit.load(SeqCst) {
+        while !self.post.quit.load(SeqCst) {
             if self.claim_one(me) {
                 idle = 0;
             } else if idle < SPINS_BEFORE_SLEEP {
@@ -110,9 +123,9 @@ impl Team {
 
     /// Sleep until the leader posts a loop or finishes.
     fn sleep(&self) {
-        let seen = self.epoch.load(SeqCst);
+        let seen = self.post.epoch.load(SeqCst);
         // A loop posted after our last look but before `seen` was read: take part in it.
-        if self.shares.iter().any(|s| unclaimed(s.0.load(SeqCst)).is_some()) {
+        if self.members.iter().any(|m| unclaimed(m.share.load(SeqCst)).is_some()) {
             return;
         }
         let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -121,7 +134,7 @@ impl Team {
         // notifies, under the lock, so not before we wait) or posted before it (we see that here).
         let _guard = self
             .wake
-            .wait_while(guard, |_| self.epoch.load(SeqCst) == seen && !self.quit.load(SeqCst))
+            .wait_while(guard, |_| self.post.epoch.load(SeqCst) == seen && !self.post.quit.load(SeqCst))
             .unwrap_or_else(PoisonError::into_inner);
         self.sleepers.fetch_sub(1, SeqCst);
     }
@@ -139,19 +152,20 @@ impl Team {
     pub fn run(&self, n_chunks: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
         assert!(n_chunks <= MAX_CHUNKS);
         // The previous loop is finished (all its chunks claimed and done), so no helper still reads
-        // `task` or bumps `done` for it.
-        self.task.store(&f as *const Chunks as *mut (), SeqCst);
-        self.done.store(0, SeqCst);
-        let epoch = self.epoch.load(SeqCst) + 1;
-        let (n, members) = (n_chunks as u64, self.shares.len() as u64);
-        for (i, share) in (0..).zip(self.shares.iter()) {
+        // `task` for it, and the members' counts stand still until this loop's chunks run.
+        let done = || self.members.iter().map(|m| m.done.load(SeqCst)).sum::<usize>();
+        let all_done = done() + n_chunks;
+        self.post.task.store(&f as *const Chunks as *mut (), SeqCst);
+        let epoch = self.post.epoch.load(SeqCst) + 1;
+        let (n, members) = (n_chunks as u64, self.members.len() as u64);
+        for (i, member) in (0..).zip(self.members.iter()) {
             let (first, end) = (n * i / members, n * (i + 1) / members);
-            share.0.store((epoch & EPOCH_MASK) << (2 * INDEX_BITS) | first << INDEX_BITS | end, SeqCst);
+            member.share.store((epoch & EPOCH_MASK) << (2 * INDEX_BITS) | first << INDEX_BITS | end, SeqCst);
         }
-        self.epoch.store(epoch, SeqCst);
+        self.post.epoch.store(epoch, SeqCst);
         self.wake_sleepers();
         while self.claim_one(0) {}
-        while self.done.load(SeqCst) < n_chunks {
+        while done() < all_done {
             std::hint::spin_loop();
         }
         if self.panicked.load(SeqCst) {
@@ -162,14 +176,14 @@ impl Team {
     /// On member `me`: claim and run chunks of the current loop, from the front of its own share or
     /// else one from the back of another's; false when none is left.
     fn claim_one(&self, me: usize) -> bool {
-        let members = self.shares.len();
+        let members = self.members.len();
         for k in 0..members {
-            let share = &self.shares[(me + k) % members].0;
+            let share = &self.members[(me + k) % members].share;
             let s = share.load(SeqCst);
             let Some((next, end)) = unclaimed(s) else { continue };
             // Read before the claim: if the claim succeeds, the share did not change in between, so
             // the loop was still open and `task` was its task.
-            let task = self.task.load(SeqCst) as *const Chunks;
+            let task = self.post.task.load(SeqCst) as *const Chunks;
             let (chunks, claimed) = if k == 0 {
                 let take = ((end - next) / 4).clamp(1, MOST_CHUNKS_PER_CLAIM);
                 (next..next + take, s + (take << INDEX_BITS))
@@ -183,7 +197,7 @@ impl Team {
             let f = unsafe { *task };
             let chunks = chunks.start as usize..chunks.end as usize;
             self.run_chunks(f, chunks.clone());
-            self.done.fetch_add(chunks.len(), SeqCst);
+            self.members[me].done.fetch_add(chunks.len(), SeqCst);
             return true;
         }
         false
@@ -204,7 +218,7 @@ impl Team {
 
     /// On the leader, after its last loop: release the helpers.
     pub fn finish(&self) {
-        self.quit.store(true, SeqCst);
+        self.post.quit.store(true, SeqCst);
         self.wake_sleepers();
     }
 }
