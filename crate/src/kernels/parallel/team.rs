@@ -12,10 +12,10 @@
 //! n*(i+1)/m`) and takes them in order from the front, so the weight rows it streams from memory are
 //! one run per loop; a member whose share is used up takes chunks from the back of the others'. It
 //! takes up to [`MOST_CHUNKS_PER_CLAIM`] at once while its share lasts, then one at a time, so the
-//! members end a loop within about one (small) chunk of each other. When
-//! every member took the next chunk of one shared counter instead, each thread's weight rows were
-//! runs of one chunk (23 KB) that the hardware prefetcher had to find again each time: a wasm32
-//! decode step on two threads ran 11% slower (90 vs 101 tok/s, the two alternated in one process).
+//! members end a loop within about one (small) chunk of each other. When every member took the next
+//! chunk of one shared counter instead, each thread's weight rows were runs of one chunk (23 KB) that
+//! the hardware prefetcher had to find again each time: a wasm32 decode step on two threads ran 11%
+//! slower (90 vs 101 tok/s, the two alternated in one process).
 //!
 //! The leader never waits for a helper to *arrive*: it takes chunks itself, from the others' shares
 //! once its own is done, so a loop finishes even if no helper ever joins (a worker busy elsewhere, a
@@ -32,7 +32,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 /// The loop being run: `f(c0..c1)` runs chunks `c0..c1`.
 type Chunks<'a> = &'a (dyn Fn(Range<usize>) + Sync);
 
-/// Bits of a [`Share`]: loop number (epoch) | next chunk | end.
+/// Bits of a member's share word: loop number (epoch) | next chunk | end.
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 const EPOCH_MASK: u64 = (1 << (64 - 2 * INDEX_BITS)) - 1;
