@@ -373,34 +373,14 @@ impl Activations {
         self.kind = Some(kind);
         self.rows = rows;
         self.cols = x.len() / rows;
-        let n = x.len();
         match kind {
             ActKind::F32 => {
                 self.f32s.clear();
                 self.f32s.extend_from_slice(x);
             }
-            // Rows in parallel (a prefill batch; a single row runs inline).
-            ActKind::Q8_0 => {
-                self.q8_0.resize(n / QK8, BlockQ8_0::default());
-                let cols = self.cols;
-                for_each_row_chunk(&mut self.q8_0, cols / QK8, |r0, b| {
-                    fast::quantize_q8_0(&x[r0 * cols..][..b.len() * QK8], b)
-                });
-            }
-            ActKind::Q8_1 => {
-                self.q8_1.resize(n / QK8, BlockQ8_1::default());
-                let cols = self.cols;
-                for_each_row_chunk(&mut self.q8_1, cols / QK8, |r0, b| {
-                    fast::quantize_q8_1(&x[r0 * cols..][..b.len() * QK8], b)
-                });
-            }
-            ActKind::Q8K => {
-                self.q8k.resize(n / QK_K, BlockQ8K::default());
-                let cols = self.cols;
-                for_each_row_chunk(&mut self.q8k, cols / QK_K, |r0, b| {
-                    quantize_q8k(&x[r0 * cols..][..b.len() * QK_K], b)
-                });
-            }
+            ActKind::Q8_0 => quantize_rows(x, self.cols, QK8, &mut self.q8_0, fast::quantize_q8_0),
+            ActKind::Q8_1 => quantize_rows(x, self.cols, QK8, &mut self.q8_1, fast::quantize_q8_1),
+            ActKind::Q8K => quantize_rows(x, self.cols, QK_K, &mut self.q8k, quantize_q8k),
         }
         self.prepare_tiles();
     }
@@ -517,6 +497,19 @@ impl Activations {
             ActKind::Q8K => ActRow::Q8K(slice(&self.q8k, r, self.rows)),
         }
     }
+}
+
+/// The rows of `x` (`cols` values each) into `blocks` of `block_len` values by `quantize`, rows in
+/// parallel (a prefill batch; a single row runs inline).
+fn quantize_rows<B: Clone + Default + Send>(
+    x: &[f32],
+    cols: usize,
+    block_len: usize,
+    blocks: &mut Vec<B>,
+    quantize: impl Fn(&[f32], &mut [B]) + Sync + Send,
+) {
+    blocks.resize(x.len() / block_len, B::default());
+    for_each_row_chunk(blocks, cols / block_len, |r0, b| quantize(&x[r0 * cols..][..b.len() * block_len], b));
 }
 
 /// `blocks`' quants (`rows` rows) widened to i16 into `wide`, rows in parallel.
