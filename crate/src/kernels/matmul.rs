@@ -257,7 +257,7 @@ mod timing {
 #[wasm_bindgen::prelude::wasm_bindgen(js_name = matmulChain)]
 pub fn matmul_chain(layers: usize, passes: usize) -> f64 {
     use crate::kernels::parallel::in_pool;
-    use crate::quant::{quantize_row, ActKind, GgmlType};
+    use crate::quant::{quantize_row, GgmlType};
     const SHAPES: [(usize, usize); 4] = [(960, 576), (576, 576), (3072, 576), (576, 1536)];
     let ty = GgmlType::Q4_1;
     let x: Vec<f32> = (0..3072 * 576).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
@@ -275,7 +275,7 @@ pub fn matmul_chain(layers: usize, passes: usize) -> f64 {
     let mut out = vec![0f32; 3072];
     let mut pass = || {
         for m in &mats {
-            acts.quantize(ActKind::Q8_1, &x[..m.cols], 1);
+            acts.quantize(ty.act_kind(), &x[..m.cols], 1);
             matmul(&mut [(m, &mut out[..m.rows])], &file, &acts);
         }
     };
