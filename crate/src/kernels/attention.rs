@@ -167,13 +167,10 @@ fn attend_block(
 ) {
     let head_dim = shape.head_dim;
     let mut row = [0f32; MAX_HEAD_DIM];
-    let row = &mut row[..head_dim]; // one cached key or value, as f32
+    let row = &mut row[..head_dim]; // scratch: one cached key or value as f32
     let n = js.len();
     for (i, j) in js.clone().enumerate() {
-        f16::to_f32(cache.key(j, kvh), row);
-        for (g, qh) in qg.chunks_exact(head_dim).enumerate() {
-            sc[g * stride + i] = f16::dot(qh, row) * scale;
-        }
+        f16::scores(qg, cache.key(j, kvh), scale, &mut sc[i..], stride, row);
     }
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
@@ -183,12 +180,10 @@ fn attend_block(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    for (i, j) in js.enumerate() {
-        f16::to_f32(cache.value(j, kvh), row);
-        for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
-            f16::axpy(&mut p[2..], sc[g * stride + i], row);
-        }
-    }
+    assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
+    let mut values: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
+    js.zip(values.iter_mut()).for_each(|(j, v)| *v = cache.value(j, kvh));
+    f16::weighted_sums(&values[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
 }
 
 /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):

@@ -2,13 +2,54 @@
 //! to f32 once, then `q · k` and `out += w * v` in f32 for every query head that shares it.
 //!
 //! Each has a scalar reference (`*_ref`) and a SIMD version picked as the quantized kernels are: AVX2+F16C
-//! on x86_64 at run time, simd128 on wasm32 at compile time; elsewhere the reference.
+//! on x86_64 at run time, simd128 on wasm32 at compile time; elsewhere the reference. Attention calls
+//! them through [`scores`] and [`weighted_sums`], which take a group of heads at once: on wasm32 these are
+//! fused kernels that convert each cached row in registers and keep the heads' sums there (the same
+//! float operations in the same order, so the same bits as the ops one by one, which run elsewhere).
 
 use crate::quant::act::f16_to_f32;
 
+/// The scores of `heads` query heads (`q`: rows of `k.len()`) against one cached key `k`:
+/// `out[g * stride] = dot(q[g], k) * scale`. `row` is scratch of `k.len()` floats.
+#[inline]
+pub fn scores(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]) {
+    let (d, heads) = (k.len(), q.len() / k.len().max(1));
+    assert!(q.len() == heads * d && row.len() == d && (heads == 0 || out.len() > (heads - 1) * stride));
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if d.is_multiple_of(8) {
+        return simd128::scores(q, k, scale, out, stride);
+    }
+    to_f32(k, row);
+    for (g, qh) in q.chunks_exact(d).enumerate() {
+        out[g * stride] = dot(qh, row) * scale;
+    }
+}
+
+/// The weighted sums of cached values `v` (rows of `d`) for a group of heads: for each head `g`,
+/// `o[g * o_stride..][..d] += w[g * w_stride + i] * v[i]` for `i` in order, `o` ending with the last
+/// head's row. `row` is scratch of `d` floats.
+#[inline]
+pub fn weighted_sums(v: &[&[[u8; 2]]], w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, row: &mut [f32]) {
+    let (d, n) = (row.len(), v.len());
+    // `o` holds exactly the heads' rows: (heads - 1) * o_stride + d floats.
+    assert!(o.len() >= d && (o.len() - d).is_multiple_of(o_stride) && v.iter().all(|r| r.len() == d));
+    let heads = (o.len() - d) / o_stride + 1;
+    assert!(w.len() >= (heads - 1) * w_stride + n);
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if d.is_multiple_of(8) {
+        return simd128::weighted_sums(v, w, w_stride, o, o_stride, heads);
+    }
+    for (i, vi) in v.iter().enumerate() {
+        to_f32(vi, row);
+        for g in 0..heads {
+            axpy(&mut o[g * o_stride..][..d], w[g * w_stride + i], row);
+        }
+    }
+}
+
 /// `dst[i] = src[i]` as f32, exactly.
 #[inline]
-pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
+fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
@@ -23,7 +64,7 @@ pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
 
 /// `sum(a[i] * b[i])` over `a.len() == b.len()` elements.
 #[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
@@ -38,7 +79,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out[i] += w * x[i]` over `out.len() == x.len()` elements.
 #[inline]
-pub fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
+fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
     assert_eq!(out.len(), x.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
@@ -186,6 +227,96 @@ mod simd128 {
         }
         super::axpy_ref(&mut out[i..], w, &x[i..]);
     }
+
+    /// Eight f16 at `p` (unaligned) as two f32x4.
+    #[inline(always)]
+    unsafe fn load8(p: *const [u8; 2]) -> [v128; 2] {
+        let h = v128_load(p as *const v128);
+        [convert4(u32x4_extend_low_u16x8(h)), convert4(u32x4_extend_high_u16x8(h))]
+    }
+
+    /// [`super::scores`] for `k.len()` a multiple of 8: up to four heads at a time share each converted
+    /// piece of `k`, each head summing as `dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
+    pub fn scores(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize) {
+        let d = k.len();
+        for (c, qs) in q.chunks(4 * d).enumerate() {
+            let out = &mut out[4 * c * stride..];
+            match qs.len() / d {
+                1 => scores_of::<1>(qs, k, scale, out, stride),
+                2 => scores_of::<2>(qs, k, scale, out, stride),
+                3 => scores_of::<3>(qs, k, scale, out, stride),
+                _ => scores_of::<4>(qs, k, scale, out, stride),
+            }
+        }
+    }
+
+    fn scores_of<const G: usize>(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize) {
+        let d = k.len();
+        assert!(q.len() == G * d && d.is_multiple_of(8) && out.len() > (G - 1) * stride);
+        let mut acc = [[f32x4_splat(0.0); 2]; G];
+        for c in (0..d).step_by(8) {
+            // SAFETY: c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
+            unsafe {
+                let kv = load8(k.as_ptr().add(c));
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let qp = q.as_ptr().add(g * d + c);
+                    acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
+                    acc[1] = f32x4_add(acc[1], f32x4_mul(v128_load(qp.add(4) as *const v128), kv[1]));
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let v = f32x4_add(acc[0], acc[1]);
+            let sum = (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+                + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v));
+            out[g * stride] = (sum + super::dot_ref(&[], &[])) * scale; // `dot` adds its (empty) tail
+        }
+    }
+
+    /// [`super::weighted_sums`] for `d` a multiple of 8: for each 8 columns, up to four heads' sums stay in
+    /// registers over all the rows (each row's piece converted once for them), adding `w * v` as `axpy` does.
+    pub fn weighted_sums(v: &[&[[u8; 2]]], w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, heads: usize) {
+        for g0 in (0..heads).step_by(4) {
+            let (w, o) = (&w[g0 * w_stride..], &mut o[g0 * o_stride..]);
+            match heads - g0 {
+                1 => weighted_sums_of::<1>(v, w, w_stride, o, o_stride),
+                2 => weighted_sums_of::<2>(v, w, w_stride, o, o_stride),
+                3 => weighted_sums_of::<3>(v, w, w_stride, o, o_stride),
+                _ => weighted_sums_of::<4>(v, w, w_stride, o, o_stride),
+            }
+        }
+    }
+
+    fn weighted_sums_of<const G: usize>(v: &[&[[u8; 2]]], w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize) {
+        let Some(d) = v.first().map(|r| r.len()) else { return };
+        let n = v.len();
+        assert!(d.is_multiple_of(8) && v.iter().all(|r| r.len() == d));
+        assert!(w.len() >= (G - 1) * w_stride + n && o.len() >= (G - 1) * o_stride + d);
+        let op = o.as_mut_ptr();
+        for c in (0..d).step_by(8) {
+            // SAFETY: head g's columns c..c + 8 of `o` and weights 0..n of `w` are in bounds (asserted above),
+            // and so are columns c..c + 8 of every row of `v`.
+            unsafe {
+                let mut acc: [[v128; 2]; G] = std::array::from_fn(|g| {
+                    let p = op.add(g * o_stride + c);
+                    [v128_load(p as *const v128), v128_load(p.add(4) as *const v128)]
+                });
+                for (i, vi) in v.iter().enumerate() {
+                    let x = load8(vi.as_ptr().add(c));
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let wv = f32x4_splat(*w.get_unchecked(g * w_stride + i));
+                        acc[0] = f32x4_add(acc[0], f32x4_mul(wv, x[0]));
+                        acc[1] = f32x4_add(acc[1], f32x4_mul(wv, x[1]));
+                    }
+                }
+                for (g, acc) in acc.iter().enumerate() {
+                    let p = op.add(g * o_stride + c);
+                    v128_store(p as *mut v128, acc[0]);
+                    v128_store(p.add(4) as *mut v128, acc[1]);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +368,45 @@ mod tests {
             let bits =
                 |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
             assert_eq!(bits(&fast), bits(&reference), "to_f32, n = {n}");
+        }
+    }
+
+    /// `scores` and `weighted_sums` (fused kernels on wasm32) give the bits of the ops one by one.
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn group_ops_equal_the_ops_one_by_one() {
+        let half = |v: &[f32]| v.iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
+        for (d, heads, n) in [(8, 1, 1), (64, 3, 32), (64, 5, 7), (16, 8, 33), (20, 3, 5), (128, 2, 17)] {
+            let stride = n + 3; // scores of head g at g * stride, as attention lays them out
+            let q = data(heads * d, d as u32);
+            let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u32))).collect();
+            let (mut got, mut want) = (vec![0f32; heads * stride], vec![0f32; heads * stride]);
+            let mut row = vec![0f32; d];
+            for (i, k) in keys.iter().enumerate() {
+                scores(&q, k, 0.125, &mut got[i..], stride, &mut row);
+                to_f32(k, &mut row);
+                for g in 0..heads {
+                    want[g * stride + i] = dot(&q[g * d..][..d], &row) * 0.125;
+                }
+            }
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "scores, d {d}, {heads} heads");
+
+            let o_stride = d + 2; // attention's parts: [m, l, o[d]] per head
+            let o0 = data(heads * o_stride, 7);
+            let rows: Vec<&[[u8; 2]]> = keys.iter().map(|k| &k[..]).collect();
+            let (mut got, mut want) = (o0.clone(), o0);
+            let w = data(heads * stride, 9);
+            weighted_sums(&rows, &w, stride, &mut got[2..], o_stride, &mut row);
+            for (i, k) in keys.iter().enumerate() {
+                to_f32(k, &mut row);
+                for g in 0..heads {
+                    axpy(&mut want[2 + g * o_stride..][..d], w[g * stride + i], &row);
+                }
+            }
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "weighted sums, d {d}, {heads} heads"
+            );
         }
     }
 }
