@@ -180,10 +180,10 @@ mod simd128 {
         while i + 8 <= n {
             // SAFETY: elements i..i + 8 are in bounds of both slices; no alignment requirement.
             unsafe {
-                let h = v128_load(src.as_ptr().add(i) as *const v128);
+                let [lo, hi] = load8(src.as_ptr().add(i));
                 let d = dst.as_mut_ptr().add(i);
-                v128_store(d as *mut v128, convert4(u32x4_extend_low_u16x8(h)));
-                v128_store(d.add(4) as *mut v128, convert4(u32x4_extend_high_u16x8(h)));
+                v128_store(d as *mut v128, lo);
+                v128_store(d.add(4) as *mut v128, hi);
             }
             i += 8;
         }

@@ -109,7 +109,7 @@ impl Team {
         assert!(me > 0 && me < self.members.len(), "helper {me} of a team of {}", self.members.len());
         let mut idle = 0;
         while !self.post.quit.load(SeqCst) {
-            if self.claim_one(me) {
+            if self.claim(me) {
                 idle = 0;
             } else if idle < SPINS_BEFORE_SLEEP {
                 idle += 1;
@@ -164,7 +164,7 @@ impl Team {
         }
         self.post.epoch.store(epoch, SeqCst);
         self.wake_sleepers();
-        while self.claim_one(0) {}
+        while self.claim(0) {}
         while done() < all_done {
             std::hint::spin_loop();
         }
@@ -175,7 +175,7 @@ impl Team {
 
     /// On member `me`: claim and run chunks of the current loop, from the front of its own share or
     /// else one from the back of another's; false when none is left.
-    fn claim_one(&self, me: usize) -> bool {
+    fn claim(&self, me: usize) -> bool {
         let members = self.members.len();
         for k in 0..members {
             let share = &self.members[(me + k) % members].share;
