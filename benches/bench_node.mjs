@@ -44,7 +44,7 @@ const b = await benchEngine(engine, promptIds, { genTokens: Number(args['gen-tok
 clearInterval(keepAlive);
 console.log(JSON.stringify(result({
   engine: 'ruvllm',
-  runtime: 'wasm32 in Node',
+  runtime: `wasm32 in Node ${process.versions.node.split('.')[0]}`,
   threads: b.info.threads,
   model: args.model,
   promptTokens: b.promptTokens,

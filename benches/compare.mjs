@@ -5,7 +5,7 @@
 //
 // Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3] [--rounds 1]
 //          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
-//          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--only ENGINE_SUBSTRING]
+//          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--nodes NODE,...] [--only ENGINE_SUBSTRING]
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -18,6 +18,8 @@ const args = parseArgs({
   // Threads for our wasm (Node and Chromium): 1 runs the single-thread build (--wasm-pkg), more the threaded
   // one (--wasm-mt-pkg, which starts that many workers). Both are scripts/build-wasm.sh's output.
   'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'node-pkg': 'target/wasm-node', only: '',
+  // Node binaries for the "wasm32 in Node N" rows (each its own rows); the first one also runs everything else.
+  nodes: process.execPath,
 });
 const list = (s) => String(s).split(',').filter(Boolean);
 const threads = list(args.threads);
@@ -49,6 +51,12 @@ function writePrompt(model) {
 }
 
 const wasmPkg = (t) => (Number(t) > 1 ? args['wasm-mt-pkg'] : args['wasm-pkg']);
+const nodes = list(args.nodes).map((given) => {
+  const bin = given.includes('/') ? path.resolve(given) : given; // the engines run with benches/ as their directory
+  const p = spawnSync(bin, ['-p', 'process.versions.node'], { encoding: 'utf8' });
+  if (p.status !== 0) throw new Error(`--nodes: ${bin} does not run`);
+  return { bin, major: p.stdout.trim().split('.')[0] };
+});
 
 function runs(model, prompt) {
   const common = ['--model', model, '--gen-tokens', args['gen-tokens'], '--reps', args.reps, '--ctx', args.ctx];
@@ -56,8 +64,8 @@ function runs(model, prompt) {
   return [
     ...threads.map((t) => [label('ruvllm', 'native', t),
       ['engines/ruvllm_native.mjs', ...common, '--threads', t, '--prompt-tokens', args['prompt-tokens']]]),
-    ...list(args['wasm-threads']).map((t) => [label('ruvllm', 'wasm32 in Node', t),
-      ['bench_node.mjs', ...common, '--threads', t, '--pkg', path.resolve(ROOT, wasmPkg(t)), '--prompt', prompt]]),
+    ...nodes.flatMap((node) => list(args['wasm-threads']).map((t) => [label('ruvllm', `wasm32 in Node ${node.major}`, t),
+      ['bench_node.mjs', ...common, '--threads', t, '--pkg', path.resolve(ROOT, wasmPkg(t)), '--prompt', prompt], node.bin])),
     ...list(args['wasm-threads']).map((t) => [label('ruvllm', 'wasm in Chromium', t),
       ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt, '--ruvllm-pkg', wasmPkg(t)]]),
     ...threads.map((t) => [label('llama.cpp', 'native (node-llama-cpp)', t),
@@ -81,15 +89,16 @@ function franceAnswer(model) {
 // rows back to back, so the thread-scaling ratios are taken per round (then the median) to compare like with like.
 const rounds = Number(args.rounds);
 const raw = [];
+const ceilings = [];
 const answers = [];
 for (const quant of list(args.models)) {
   const model = modelPath(quant);
   const prompt = writePrompt(model);
   answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
   console.error(`\n== ${quant}: ${path.basename(model)} answers ${answers.at(-1)[2]}`);
-  for (let round = 0; round < rounds; round++) for (const [label, argv] of runs(model, prompt)) {
+  for (let round = 0; round < rounds; round++) for (const [label, argv, node = nodes[0].bin] of runs(model, prompt)) {
     console.error(`\n== ${quant}: ${label.engine}, ${label.runtime}, ${label.threads} thread(s), round ${round + 1} of ${rounds} (load average ${loadavg1m()})`);
-    const p = spawnSync(process.execPath, argv, {
+    const p = spawnSync(node, argv, {
       cwd: BENCHES,
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -107,6 +116,19 @@ for (const quant of list(args.models)) {
     raw.push(r);
     fs.appendFileSync(jsonl, JSON.stringify(r) + '\n');
     console.error(JSON.stringify(r).slice(0, 300));
+    // After a round's multi-thread wasm rows: what the machine's two cores give at that time (two_cores.mjs, two
+    // single-thread runs at once against one alone), the ceiling to read those rows' thread scaling against.
+    if (label.runtime.startsWith('wasm32 in Node') && label.threads > 1 && !ceilings.some((c) => c.quant === quant && c.round === round)) {
+      console.error(`\n== ${quant}: two single-thread runs at once, round ${round + 1} of ${rounds}`);
+      const c = spawnSync(nodes[0].bin, ['two_cores.mjs', '--model', model, '--pkg', path.resolve(ROOT, args['wasm-pkg']), '--reps', '2'],
+        { cwd: BENCHES, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+      if (c.status === 0) {
+        const line = { engine: 'two cores', quant, round, ...JSON.parse(c.stdout.trim().split('\n').pop()) };
+        ceilings.push(line);
+        fs.appendFileSync(jsonl, JSON.stringify(line) + '\n');
+        console.error(JSON.stringify(line));
+      }
+    }
   }
 }
 
@@ -152,8 +174,13 @@ const scalingRows = results.filter((r) => r.engine === 'ruvllm' && r.runtime !==
     return one ? [[m.prefill_tok_s / one.prefill_tok_s, m.decode_tok_s / one.decode_tok_s]] : [];
   });
   const times = (x) => (x == null ? '–' : `${x.toFixed(2)}×`);
+  // The two-core factors of the same rounds (r.threads == 2 only: the ceiling is measured for two).
+  const ceiling = (k) => {
+    const f = ceilings.filter((c) => c.quant === r.quant).map((c) => c.two_core_factor[k]);
+    return r.threads === 2 && f.length ? `${median(f).toFixed(2)}×` : '–';
+  };
   return pairs.length ? [[r.quant, r.runtime, `${r.threads}T / 1T`, times(median(pairs.map((p) => p[0]))), times(median(pairs.map((p) => p[1]))),
-    pairs.map((p) => `${p[0].toFixed(2)}/${p[1].toFixed(2)}`).join(', ')]] : [];
+    pairs.map((p) => `${p[0].toFixed(2)}/${p[1].toFixed(2)}`).join(', '), `${ceiling('prefill')} / ${ceiling('decode')}`]] : [];
 });
 
 const report = [
@@ -168,9 +195,10 @@ const report = [
   '',
   table(['model', 'ours', 'peer', 'prefill', 'decode', 'load ms', 'peak RSS'], ratioRows),
   '',
-  'Our wasm with threads (threaded build) over one thread (single-thread build), per round (2T and 1T run back to back):',
+  'Our wasm with threads (threaded build) over one thread (single-thread build), per round (2T and 1T run back to back).',
+  'The last column is the ceiling at the same time: two single-thread runs at once (two_cores.mjs) over one alone.',
   '',
-  table(['model', 'runtime', 'threads', 'prefill', 'decode', 'each round (prefill/decode)'], scalingRows),
+  table(['model', 'runtime', 'threads', 'prefill', 'decode', 'each round (prefill/decode)', 'two cores, same rounds (prefill / decode)'], scalingRows),
   '',
   'Our native CLI on the ChatML prompt "What is the capital of France?" (greedy, 24 tokens at most):',
   '',

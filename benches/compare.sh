@@ -5,7 +5,8 @@
 # then our ratio to each peer. Everything after the script name goes to compare.mjs, e.g.
 #   benches/compare.sh --models q4_1 --reps 1
 # Options: --models q4_1,q8_0,q4_0  --reps 3  --rounds 1  --prompt-tokens 128  --gen-tokens 64  --ctx 1024  --threads 1,2
-#          --wasm-threads 1,2  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt  --only "wllama"   (see benches/README.md)
+#          --wasm-threads 1,2  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt  --nodes NODE,...  --only "wllama"
+#          (see benches/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh   # Rust targets, wasm-bindgen, Python venv with gguf, the default model
@@ -26,4 +27,7 @@ for quant in q8_0 q4_0; do
   [ -f "$out" ] || .venv/bin/python benches/requantize.py "$base" "$quant" "$out"
 done
 
-node benches/compare.mjs --base-model "$base" "$@"
+# Our Node rows run on the machine's Node and, where benches/setup.sh installed it, on Node 24.
+nodes=$(command -v node)
+[ -x benches/.node24/bin/node ] && nodes+=",benches/.node24/bin/node"
+node benches/compare.mjs --base-model "$base" --nodes "$nodes" "$@"
