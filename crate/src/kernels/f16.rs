@@ -163,24 +163,17 @@ mod avx2 {
 mod simd128 {
     use core::arch::wasm32::*;
 
-    /// Four f16 to f32, exactly (as `quant::simd128::f16x4_to_f32`): shift exponent and mantissa into
-    /// f32 position, rescale by 2^112, then give infinities and NaNs f32's top exponent.
-    #[inline]
-    fn convert4(h: v128) -> v128 {
-        let magnitude = u32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
-        let scaled = f32x4_mul(magnitude, f32x4_splat(f32::from_bits(0x7780_0000)));
-        let inf_nan = f32x4_ge(scaled, f32x4_splat(65536.0));
-        let value = v128_or(scaled, v128_and(inf_nan, u32x4_splat(0x7F80_0000)));
-        v128_or(value, u32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
-    }
+    // The quantized kernels' exact f16 conversion, with their vector constants made once per call (why: `Consts`).
+    use crate::quant::simd128::{f16x4_to_f32, Consts};
 
     pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
         let n = dst.len();
+        let c = Consts::new();
         let mut i = 0;
         while i + 8 <= n {
             // SAFETY: elements i..i + 8 are in bounds of both slices; no alignment requirement.
             unsafe {
-                let [lo, hi] = load8(src.as_ptr().add(i));
+                let [lo, hi] = load8(src.as_ptr().add(i), &c);
                 let d = dst.as_mut_ptr().add(i);
                 v128_store(d as *mut v128, lo);
                 v128_store(d.add(4) as *mut v128, hi);
@@ -230,9 +223,9 @@ mod simd128 {
 
     /// Eight f16 at `p` (unaligned) as two f32x4.
     #[inline(always)]
-    unsafe fn load8(p: *const [u8; 2]) -> [v128; 2] {
+    unsafe fn load8(p: *const [u8; 2], c: &Consts) -> [v128; 2] {
         let h = v128_load(p as *const v128);
-        [convert4(u32x4_extend_low_u16x8(h)), convert4(u32x4_extend_high_u16x8(h))]
+        [f16x4_to_f32(u32x4_extend_low_u16x8(h), c), f16x4_to_f32(u32x4_extend_high_u16x8(h), c)]
     }
 
     /// [`super::scores`] for `k.len()` a multiple of 8: up to four heads at a time share each converted
@@ -253,11 +246,12 @@ mod simd128 {
     fn scores_of<const G: usize>(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize) {
         let d = k.len();
         assert!(q.len() == G * d && d.is_multiple_of(8) && out.len() > (G - 1) * stride);
+        let consts = Consts::new();
         let mut acc = [[f32x4_splat(0.0); 2]; G];
         for c in (0..d).step_by(8) {
             // SAFETY: c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
             unsafe {
-                let kv = load8(k.as_ptr().add(c));
+                let kv = load8(k.as_ptr().add(c), &consts);
                 for (g, acc) in acc.iter_mut().enumerate() {
                     let qp = q.as_ptr().add(g * d + c);
                     acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
@@ -293,6 +287,7 @@ mod simd128 {
         assert!(d.is_multiple_of(8) && v.iter().all(|r| r.len() == d));
         assert!(w.len() >= (G - 1) * w_stride + n && o.len() >= (G - 1) * o_stride + d);
         let op = o.as_mut_ptr();
+        let consts = Consts::new();
         for c in (0..d).step_by(8) {
             // SAFETY: head g's columns c..c + 8 of `o` and weights 0..n of `w` are in bounds (asserted above),
             // and so are columns c..c + 8 of every row of `v`.
@@ -302,7 +297,7 @@ mod simd128 {
                     [v128_load(p as *const v128), v128_load(p.add(4) as *const v128)]
                 });
                 for (i, vi) in v.iter().enumerate() {
-                    let x = load8(vi.as_ptr().add(c));
+                    let x = load8(vi.as_ptr().add(c), &consts);
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let wv = f32x4_splat(*w.get_unchecked(g * w_stride + i));
                         acc[0] = f32x4_add(acc[0], f32x4_mul(wv, x[0]));

@@ -57,7 +57,7 @@ mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_k;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd128;
+pub(crate) mod simd128;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_k;
 

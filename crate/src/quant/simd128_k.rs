@@ -3,9 +3,12 @@
 //! One shape for every type: unpack 16 quants into signed bytes, multiply with 16 Q8 bytes into
 //! i16 (`extmul`), fold the two halves together (|q| <= 32 keeps sums of up to four products
 //! within i16), then `i32x4.dot_i16x8` against the sub-block scale splatted to i16. The integer
-//! sum of a super-block is exact; it is scaled by `d` once, like ggml's reference.
+//! sum of a super-block is exact; it is scaled by `d` once, like ggml's reference. The masks each
+//! kernel makes before its loop pass through `black_box` so that V8 keeps them in registers instead of
+//! rebuilding each at every use (see `simd128::Consts`).
 
 use core::arch::wasm32::*;
+use std::hint::black_box;
 
 use super::act::{f16_to_f32, BlockQ8K, QK_K};
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
@@ -41,7 +44,7 @@ fn bsums_dot(y: &BlockQ8K, mins_lo: v128, mins_hi: v128) -> i32 {
 }
 
 pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
-    let m3 = u8x16_splat(3);
+    let m3 = black_box(u8x16_splat(3));
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let sc = load(&x.scales);
@@ -68,8 +71,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
 }
 
 pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
-    let m3 = u8x16_splat(3);
-    let m4 = u8x16_splat(4);
+    let [m3, m4] = black_box([u8x16_splat(3), u8x16_splat(4)]);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let scales = scales_q3k(&x.scales);
@@ -116,7 +118,7 @@ fn k4_block(x_scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], y: &BlockQ8K, quants
 }
 
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    let m4 = u8x16_splat(0xF);
+    let m4 = black_box(u8x16_splat(0xF));
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         sumf += k4_block(&x.scales, x.d, x.dmin, y, |j| {
@@ -128,8 +130,7 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 }
 
 pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    let m4 = u8x16_splat(0xF);
-    let m16 = u8x16_splat(16);
+    let [m4, m16] = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
@@ -152,9 +153,7 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 }
 
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let m4 = u8x16_splat(0xF);
-    let m30 = u8x16_splat(0x30);
-    let m32 = i8x16_splat(32);
+    let [m4, m30, m32] = black_box([u8x16_splat(0xF), u8x16_splat(0x30), i8x16_splat(32)]);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let mut isum = i32x4_splat(0);
