@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::kernels::exp::exp;
+use crate::kernels::exp::{exp, Exp};
 use crate::kernels::f16;
 use crate::kernels::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 use crate::kv_cache::LayerCache;
@@ -175,7 +175,8 @@ fn attend_block(
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
         let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        s.iter_mut().for_each(|s| *s = exp(*s - max)); // vectorized; the sum below is not
+        let e = Exp::new();
+        s.iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized; the sum below is not
         p[0] = max;
         p[1] = s.iter().sum();
         p[2..].fill(0.0);

@@ -252,10 +252,13 @@ mod fast {
         use core::arch::wasm32::*;
 
         pub fn block(x: &[f32; 32], q: &mut [i8; 32]) -> (f32, i32) {
+            // The constants as values, each used eight times below (why: `quant::simd128::Consts`).
+            let [zero, half, sign, one, top, bottom] =
+                std::hint::black_box([0.0, 0.5, -0.0, 1.0, 127.0, -128.0f32]).map(|c| f32x4_splat(c));
             // SAFETY: 8 loads of 16 bytes within the 128-byte block; no alignment requirement.
             let v: [v128; 8] = std::array::from_fn(|k| unsafe { v128_load(x.as_ptr().add(4 * k) as *const v128) });
             // pmax(m, a) is `m < a ? a : m`: a NaN `a` leaves m.
-            let m = v.iter().fold(f32x4_splat(0.0), |m, &v| f32x4_pmax(m, f32x4_abs(v)));
+            let m = v.iter().fold(zero, |m, &v| f32x4_pmax(m, f32x4_abs(v)));
             let m = f32x4_pmax(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
             let m = f32x4_pmax(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
             let (d, id) = super::scale(f32x4_extract_lane::<0>(m));
@@ -263,12 +266,12 @@ mod fast {
             let ints = v.map(|v| {
                 let p = f32x4_mul(v, idv);
                 let t = f32x4_trunc(p);
-                let away = f32x4_ge(f32x4_abs(f32x4_sub(p, t)), f32x4_splat(0.5));
-                let sign_one = v128_or(v128_and(p, f32x4_splat(-0.0)), f32x4_splat(1.0));
+                let away = f32x4_ge(f32x4_abs(f32x4_sub(p, t)), half);
+                let sign_one = v128_or(v128_and(p, sign), one);
                 let r = f32x4_add(t, v128_and(away, sign_one));
                 // Saturate as `as i8` does (`pmin(r, c)` is `c < r ? c : r`, so NaN stays NaN), then
                 // trunc_sat maps NaN to 0.
-                let r = f32x4_pmax(f32x4_pmin(r, f32x4_splat(127.0)), f32x4_splat(-128.0));
+                let r = f32x4_pmax(f32x4_pmin(r, top), bottom);
                 i32x4_trunc_sat_f32x4(r)
             });
             let sum = ints.iter().fold(i32x4_splat(0), |s, &i| i32x4_add(s, i));
