@@ -169,22 +169,21 @@ fn attend_block(
     let mut row = [0f32; MAX_HEAD_DIM];
     let row = &mut row[..head_dim]; // scratch: one cached key or value as f32
     let n = js.len();
-    for (i, j) in js.clone().enumerate() {
-        f16::scores(qg, cache.key(j, kvh), scale, &mut sc[i..], stride, row);
-    }
+    assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
+    let mut rows: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK]; // the block's cached keys, then its values
+    js.clone().zip(rows.iter_mut()).for_each(|(j, r)| *r = cache.key(j, kvh));
+    f16::scores(qg, &rows[..n], scale, sc, stride, row);
+    let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
         let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let e = Exp::new();
         s.iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized; the sum below is not
         p[0] = max;
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
-    let mut values: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
-    js.zip(values.iter_mut()).for_each(|(j, v)| *v = cache.value(j, kvh));
-    f16::weighted_sums(&values[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
+    js.zip(rows.iter_mut()).for_each(|(j, r)| *r = cache.value(j, kvh));
+    f16::weighted_sums(&rows[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
 }
 
 /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):

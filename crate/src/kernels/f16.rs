@@ -9,19 +9,23 @@
 
 use crate::quant::act::f16_to_f32;
 
-/// The scores of `heads` query heads (`q`: rows of `k.len()`) against one cached key `k`:
-/// `out[g * stride] = dot(q[g], k) * scale`. `row` is scratch of `k.len()` floats.
+/// The scores of `heads` query heads (`q`: rows of `d`) against cached keys `k` (rows of `d`):
+/// `out[g * stride + i] = dot(q[g], k[i]) * scale`. `row` is scratch of `d` floats.
 #[inline]
-pub fn scores(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]) {
-    let (d, heads) = (k.len(), q.len() / k.len().max(1));
-    assert!(q.len() == heads * d && row.len() == d && (heads == 0 || out.len() > (heads - 1) * stride));
+pub fn scores(q: &[f32], k: &[&[[u8; 2]]], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]) {
+    let (d, n) = (row.len(), k.len());
+    let heads = q.len() / d.max(1);
+    assert!(q.len() == heads * d && k.iter().all(|k| k.len() == d));
+    assert!(heads == 0 || n == 0 || out.len() >= (heads - 1) * stride + n);
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if d.is_multiple_of(8) {
         return simd128::scores(q, k, scale, out, stride);
     }
-    to_f32(k, row);
-    for (g, qh) in q.chunks_exact(d).enumerate() {
-        out[g * stride] = dot(qh, row) * scale;
+    for (i, ki) in k.iter().enumerate() {
+        to_f32(ki, row);
+        for (g, qh) in q.chunks_exact(d).enumerate() {
+            out[g * stride + i] = dot(qh, row) * scale;
+        }
     }
 }
 
@@ -228,30 +232,41 @@ mod simd128 {
         [f16x4_to_f32(u32x4_extend_low_u16x8(h), c), f16x4_to_f32(u32x4_extend_high_u16x8(h), c)]
     }
 
-    /// [`super::scores`] for `k.len()` a multiple of 8: up to four heads at a time share each converted
-    /// piece of `k`, each head summing as `dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
-    pub fn scores(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize) {
-        let d = k.len();
+    /// [`super::scores`] for `d` a multiple of 8: up to four heads at a time share each converted piece
+    /// of a key, each head summing as `dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
+    pub fn scores(q: &[f32], k: &[&[[u8; 2]]], scale: f32, out: &mut [f32], stride: usize) {
+        let Some(d) = k.first().map(|k| k.len()) else { return };
+        let consts = Consts::new();
         for (c, qs) in q.chunks(4 * d).enumerate() {
             let out = &mut out[4 * c * stride..];
-            match qs.len() / d {
-                1 => scores_of::<1>(qs, k, scale, out, stride),
-                2 => scores_of::<2>(qs, k, scale, out, stride),
-                3 => scores_of::<3>(qs, k, scale, out, stride),
-                _ => scores_of::<4>(qs, k, scale, out, stride),
+            for (i, k) in k.iter().enumerate() {
+                let out = &mut out[i..];
+                match qs.len() / d {
+                    1 => scores_of::<1>(qs, k, scale, out, stride, &consts),
+                    2 => scores_of::<2>(qs, k, scale, out, stride, &consts),
+                    3 => scores_of::<3>(qs, k, scale, out, stride, &consts),
+                    _ => scores_of::<4>(qs, k, scale, out, stride, &consts),
+                }
             }
         }
     }
 
-    fn scores_of<const G: usize>(q: &[f32], k: &[[u8; 2]], scale: f32, out: &mut [f32], stride: usize) {
+    #[inline(always)]
+    fn scores_of<const G: usize>(
+        q: &[f32],
+        k: &[[u8; 2]],
+        scale: f32,
+        out: &mut [f32],
+        stride: usize,
+        consts: &Consts,
+    ) {
         let d = k.len();
         assert!(q.len() == G * d && d.is_multiple_of(8) && out.len() > (G - 1) * stride);
-        let consts = Consts::new();
         let mut acc = [[f32x4_splat(0.0); 2]; G];
         for c in (0..d).step_by(8) {
             // SAFETY: c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
             unsafe {
-                let kv = load8(k.as_ptr().add(c), &consts);
+                let kv = load8(k.as_ptr().add(c), consts);
                 for (g, acc) in acc.iter_mut().enumerate() {
                     let qp = q.as_ptr().add(g * d + c);
                     acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
@@ -377,8 +392,9 @@ mod tests {
             let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u32))).collect();
             let (mut got, mut want) = (vec![0f32; heads * stride], vec![0f32; heads * stride]);
             let mut row = vec![0f32; d];
+            let rows: Vec<&[[u8; 2]]> = keys.iter().map(|k| &k[..]).collect();
+            scores(&q, &rows, 0.125, &mut got, stride, &mut row);
             for (i, k) in keys.iter().enumerate() {
-                scores(&q, k, 0.125, &mut got[i..], stride, &mut row);
                 to_f32(k, &mut row);
                 for g in 0..heads {
                     want[g * stride + i] = dot(&q[g * d..][..d], &row) * 0.125;
@@ -388,7 +404,6 @@ mod tests {
 
             let o_stride = d + 2; // attention's parts: [m, l, o[d]] per head
             let o0 = data(heads * o_stride, 7);
-            let rows: Vec<&[[u8; 2]]> = keys.iter().map(|k| &k[..]).collect();
             let (mut got, mut want) = (o0.clone(), o0);
             let w = data(heads * stride, 9);
             weighted_sums(&rows, &w, stride, &mut got[2..], o_stride, &mut row);
