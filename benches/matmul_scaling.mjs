@@ -4,7 +4,8 @@
 // 2 threads, each in its own Node process (a pool's size is fixed per process), alternating per round. With a few
 // sets the weights stay in the caches (this VM: 2 MB L2 per core, 32 MB L3); with 30, as in the model, every pass
 // reads them from memory, as decode does (which also reads the 30 MB output head). Prints one JSON line per size
-// and a table: microseconds per layer, and 2T/1T (median of the rounds' ratios).
+// and a table: microseconds per layer, and 2T/1T (median of the rounds' ratios); then what an empty parallel loop
+// costs on two threads (`emptyLoops`, crate/src/kernels/parallel.rs).
 //
 // Usage: scripts/build-wasm.sh mt-bench && node benches/matmul_scaling.mjs [--layers 4,12,30] [--rounds 3]
 //          [--pkg target/bench/wasm-mt-bench]
@@ -29,7 +30,7 @@ if (args.child) {
   });
   if (typeof glue.matmulChain !== 'function') throw new Error(`${pkg} has no matmulChain: build it with scripts/build-wasm.sh mt-bench`);
   const layers = Number(args.layers);
-  console.log(glue.matmulChain(layers, Math.max(20, Math.round(6000 / layers))));
+  console.log(layers === 0 ? glue.emptyLoops(20000, 36) : glue.matmulChain(layers, Math.max(20, Math.round(6000 / layers))));
   clearInterval(keepAlive);
   process.exit(0);
 }
@@ -60,5 +61,11 @@ for (const layers of String(args.layers).split(',').map(Number)) {
   console.log(JSON.stringify(result));
   rows.push(result);
 }
+// The loops' own cost: 20000 loops of 36 empty chunks (decode's o-projection has 36) on two threads, once per
+// round. It swings with how far apart the VM's two cores are at the time (here ~0.7 us most of the time, ~1.5 us
+// in phases lasting seconds), and decode runs ~150 loops per token.
+const empty = Array.from({ length: Number(args.rounds) }, () => measure(2, 0));
+console.log(JSON.stringify({ empty_loop_us_2t: round(median(empty), 2), rounds: empty.map((x) => round(x, 2)) }));
 console.log('\n| layers | Q4_1 weights MB | 1 thread us/layer | 2 threads us/layer | 2T/1T (each round) |\n|---|---|---|---|---|');
 for (const r of rows) console.log(`| ${r.layers} | ${r.weights_mb} | ${r.us_per_layer_1t} | ${r.us_per_layer_2t} | ${r.speedup_2t}× (${r.rounds.join(', ')}) |`);
+console.log(`\nAn empty loop of 36 chunks on 2 threads: ${round(median(empty), 2)} us (each round: ${empty.map((x) => round(x, 2)).join(', ')})`);

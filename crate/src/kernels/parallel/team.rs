@@ -49,34 +49,33 @@ const SPINS_BEFORE_SLEEP: u32 = 20_000;
 const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 
 /// A member's part of the team, on a cache line of its own: while a loop runs, each member writes
-/// only its own line (others touch it only to take chunks from the back, at the end of a loop).
+/// only its own line (others touch it only to take chunks from the back, at the end of a loop). A
+/// waiting helper reads nothing else, so posting a loop moves one line to each helper and none back:
+/// when helpers also watched a line of the leader's (the loop's task, the leader's share), each post
+/// and the leader's first claims waited for the helpers' copies of those lines to be invalidated, a
+/// round trip between the cores each: an empty loop of 36 chunks on two threads cost 0.8 us, and 2.1
+/// in the phases where this VM's two cores are far apart (now 0.7 and 1.5; `emptyLoops`, run by
+/// `benches/matmul_scaling.mjs`), over the ~150 loops of a decode step.
 #[repr(align(64))]
 struct Member {
-    /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`. The owner claims
-    /// `next` onwards (next + k), the others `end - 1` (end - 1), each with a compare-exchange of the
-    /// whole word, so no one can claim a chunk of a loop that has ended (the epoch would differ: it
-    /// wraps only after 2^24 loops of one forward pass).
+    /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`, or [`QUIT`]. The
+    /// owner claims `next` onwards (next + k), the others `end - 1` (end - 1), each with a
+    /// compare-exchange of the whole word, so no one can claim a chunk of a loop that has ended (the
+    /// epoch would differ: it wraps only after 2^24 loops of one forward pass).
     share: AtomicU64,
+    /// The loop's `Chunks` (written before `share`; valid while `share` has unclaimed chunks).
+    task: AtomicPtr<()>,
     /// Chunks it has run, over all loops (the leader sums the members' counts).
     done: AtomicUsize,
 }
 
-/// What the leader posts for the helpers, on a line of its own: written once per loop, read by helpers
-/// as they spin (a line that also took every claim's count made each claim move it between the cores).
-#[repr(align(64))]
-struct Post {
-    /// Loops posted (the epoch of the current one).
-    epoch: AtomicU64,
-    /// Points at the leader's `Chunks` of the current loop (valid while that loop has unclaimed chunks).
-    task: AtomicPtr<()>,
-    /// The forward pass is over: helpers return.
-    quit: AtomicBool,
-}
+/// A helper's share word once the forward pass is over (the leader stores it after its last loop): next
+/// beyond end, which no loop's share ever has, so it holds no chunks and differs from every share.
+const QUIT: u64 = INDEX_MASK << INDEX_BITS;
 
 pub struct Team {
     /// [members]: member 0 is the leader, helpers are 1.. (see [`Team::help`]).
     members: Box<[Member]>,
-    post: Post,
     /// A chunk panicked (natively; on wasm a panic aborts): the leader re-raises it.
     panicked: AtomicBool,
     /// Helpers asleep (or about to be) on `wake`.
@@ -90,13 +89,12 @@ impl Team {
     pub fn new(members: usize) -> Team {
         Team {
             members: (0..members.max(1))
-                .map(|_| Member { share: AtomicU64::new(0), done: AtomicUsize::new(0) })
+                .map(|_| Member {
+                    share: AtomicU64::new(0),
+                    task: AtomicPtr::new(std::ptr::null_mut()),
+                    done: AtomicUsize::new(0),
+                })
                 .collect(),
-            post: Post {
-                epoch: AtomicU64::new(0),
-                task: AtomicPtr::new(std::ptr::null_mut()),
-                quit: AtomicBool::new(false),
-            },
             panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -104,42 +102,45 @@ impl Team {
         }
     }
 
-    /// On helper `me` (1..members): take chunks of posted loops until [`Team::finish`].
+    /// On helper `me` (1..members): take chunks of posted loops until [`Team::finish`]. It watches only
+    /// its own share word: a new epoch there means a new loop, and it takes chunks (its own, then the
+    /// others') until none is left.
     pub fn help(&self, me: usize) {
         assert!(me > 0 && me < self.members.len(), "helper {me} of a team of {}", self.members.len());
-        let mut idle = 0;
-        while !self.post.quit.load(SeqCst) {
-            if self.claim(me) {
+        let share = &self.members[me].share;
+        let (mut seen, mut idle) = (None, 0);
+        loop {
+            let s = share.load(SeqCst);
+            if s == QUIT {
+                return;
+            }
+            if seen != Some(epoch(s)) {
+                while self.claim(me) {}
+                seen = Some(epoch(s));
                 idle = 0;
             } else if idle < SPINS_BEFORE_SLEEP {
                 idle += 1;
                 std::hint::spin_loop();
             } else {
-                self.sleep();
+                self.sleep(me, s);
                 idle = 0;
             }
         }
     }
 
-    /// Sleep until the leader posts a loop or finishes.
-    fn sleep(&self) {
-        let seen = self.post.epoch.load(SeqCst);
-        // A loop posted after our last look but before `seen` was read: take part in it.
-        if self.members.iter().any(|m| unclaimed(m.share.load(SeqCst)).is_some()) {
-            return;
-        }
+    /// Sleep until the leader changes helper `me`'s share word from `seen` (a new loop, or the end).
+    fn sleep(&self, me: usize, seen: u64) {
+        let share = &self.members[me].share;
         let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         self.sleepers.fetch_add(1, SeqCst);
         // Looked at after counting ourselves a sleeper: the leader either sees the count (and
-        // notifies, under the lock, so not before we wait) or posted before it (we see that here).
-        let _guard = self
-            .wake
-            .wait_while(guard, |_| self.post.epoch.load(SeqCst) == seen && !self.post.quit.load(SeqCst))
-            .unwrap_or_else(PoisonError::into_inner);
+        // notifies, under the lock, so not before we wait) or stored the word before it (we see that here).
+        let _guard =
+            self.wake.wait_while(guard, |_| share.load(SeqCst) == seen).unwrap_or_else(PoisonError::into_inner);
         self.sleepers.fetch_sub(1, SeqCst);
     }
 
-    /// Wake sleeping helpers (after a new loop or `quit`).
+    /// Wake sleeping helpers (after a new loop or the end).
     fn wake_sleepers(&self) {
         if self.sleepers.load(SeqCst) > 0 {
             let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -151,18 +152,20 @@ impl Team {
     /// chunks, with the helpers, and return when all are done.
     pub fn run(&self, n_chunks: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
         assert!(n_chunks <= MAX_CHUNKS);
-        // The previous loop is finished (all its chunks claimed and done), so no helper still reads
+        // The previous loop is finished (all its chunks claimed and done), so no one still reads a
         // `task` for it, and the members' counts stand still until this loop's chunks run.
         let done = || self.members.iter().map(|m| m.done.load(SeqCst)).sum::<usize>();
         let all_done = done() + n_chunks;
-        self.post.task.store(&f as *const Chunks as *mut (), SeqCst);
-        let epoch = self.post.epoch.load(SeqCst) + 1;
+        // The loop count lives in the leader's own share word.
+        let epoch = (epoch(self.members[0].share.load(SeqCst)) + 1) & EPOCH_MASK;
         let (n, members) = (n_chunks as u64, self.members.len() as u64);
-        for (i, member) in (0..).zip(self.members.iter()) {
+        // Helpers' shares first, the leader's own last: it starts on its share right after.
+        for (i, member) in self.members.iter().enumerate().rev() {
+            let i = i as u64;
             let (first, end) = (n * i / members, n * (i + 1) / members);
-            member.share.store((epoch & EPOCH_MASK) << (2 * INDEX_BITS) | first << INDEX_BITS | end, SeqCst);
+            member.task.store(&f as *const Chunks as *mut (), SeqCst);
+            member.share.store(epoch << (2 * INDEX_BITS) | first << INDEX_BITS | end, SeqCst);
         }
-        self.post.epoch.store(epoch, SeqCst);
         self.wake_sleepers();
         while self.claim(0) {}
         while done() < all_done {
@@ -178,19 +181,19 @@ impl Team {
     fn claim(&self, me: usize) -> bool {
         let members = self.members.len();
         for k in 0..members {
-            let share = &self.members[(me + k) % members].share;
-            let s = share.load(SeqCst);
+            let member = &self.members[(me + k) % members];
+            let s = member.share.load(SeqCst);
             let Some((next, end)) = unclaimed(s) else { continue };
             // Read before the claim: if the claim succeeds, the share did not change in between, so
             // the loop was still open and `task` was its task.
-            let task = self.post.task.load(SeqCst) as *const Chunks;
+            let task = member.task.load(SeqCst) as *const Chunks;
             let (chunks, claimed) = if k == 0 {
                 let take = ((end - next) / 4).clamp(1, MOST_CHUNKS_PER_CLAIM);
                 (next..next + take, s + (take << INDEX_BITS))
             } else {
                 (end - 1..end, s - 1)
             };
-            if share.compare_exchange(s, claimed, SeqCst, SeqCst).is_err() {
+            if member.share.compare_exchange(s, claimed, SeqCst, SeqCst).is_err() {
                 return true; // someone else claimed from this share (or a new loop began): look again
             }
             // SAFETY: the leader keeps the loop's `Chunks` alive until every claimed chunk is done.
@@ -218,9 +221,16 @@ impl Team {
 
     /// On the leader, after its last loop: release the helpers.
     pub fn finish(&self) {
-        self.post.quit.store(true, SeqCst);
+        for member in &self.members[1..] {
+            member.share.store(QUIT, SeqCst);
+        }
         self.wake_sleepers();
     }
+}
+
+/// The loop number of a share word.
+fn epoch(share: u64) -> u64 {
+    (share >> (2 * INDEX_BITS)) & EPOCH_MASK
 }
 
 /// The `(next, end)` chunks of a share word, if any is unclaimed.
