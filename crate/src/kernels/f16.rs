@@ -236,49 +236,40 @@ mod simd128 {
     /// of a key, each head summing as `dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
     pub fn scores(q: &[f32], k: &[&[[u8; 2]]], scale: f32, out: &mut [f32], stride: usize) {
         let Some(d) = k.first().map(|k| k.len()) else { return };
-        let consts = Consts::new();
         for (c, qs) in q.chunks(4 * d).enumerate() {
             let out = &mut out[4 * c * stride..];
-            for (i, k) in k.iter().enumerate() {
-                let out = &mut out[i..];
-                match qs.len() / d {
-                    1 => scores_of::<1>(qs, k, scale, out, stride, &consts),
-                    2 => scores_of::<2>(qs, k, scale, out, stride, &consts),
-                    3 => scores_of::<3>(qs, k, scale, out, stride, &consts),
-                    _ => scores_of::<4>(qs, k, scale, out, stride, &consts),
-                }
+            match qs.len() / d {
+                1 => scores_of::<1>(qs, k, scale, out, stride),
+                2 => scores_of::<2>(qs, k, scale, out, stride),
+                3 => scores_of::<3>(qs, k, scale, out, stride),
+                _ => scores_of::<4>(qs, k, scale, out, stride),
             }
         }
     }
 
-    #[inline(always)]
-    fn scores_of<const G: usize>(
-        q: &[f32],
-        k: &[[u8; 2]],
-        scale: f32,
-        out: &mut [f32],
-        stride: usize,
-        consts: &Consts,
-    ) {
-        let d = k.len();
-        assert!(q.len() == G * d && d.is_multiple_of(8) && out.len() > (G - 1) * stride);
-        let mut acc = [[f32x4_splat(0.0); 2]; G];
-        for c in (0..d).step_by(8) {
-            // SAFETY: c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
-            unsafe {
-                let kv = load8(k.as_ptr().add(c), consts);
-                for (g, acc) in acc.iter_mut().enumerate() {
-                    let qp = q.as_ptr().add(g * d + c);
-                    acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
-                    acc[1] = f32x4_add(acc[1], f32x4_mul(v128_load(qp.add(4) as *const v128), kv[1]));
+    fn scores_of<const G: usize>(q: &[f32], k: &[&[[u8; 2]]], scale: f32, out: &mut [f32], stride: usize) {
+        let (d, n) = (q.len() / G, k.len());
+        assert!(d.is_multiple_of(8) && k.iter().all(|k| k.len() == d) && out.len() >= (G - 1) * stride + n);
+        let consts = Consts::new();
+        for (i, k) in k.iter().enumerate() {
+            let mut acc = [[f32x4_splat(0.0); 2]; G];
+            for c in (0..d).step_by(8) {
+                // SAFETY: c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
+                unsafe {
+                    let kv = load8(k.as_ptr().add(c), &consts);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let qp = q.as_ptr().add(g * d + c);
+                        acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
+                        acc[1] = f32x4_add(acc[1], f32x4_mul(v128_load(qp.add(4) as *const v128), kv[1]));
+                    }
                 }
             }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            let v = f32x4_add(acc[0], acc[1]);
-            let sum = (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
-                + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v));
-            out[g * stride] = (sum + super::dot_ref(&[], &[])) * scale; // `dot` adds its (empty) tail
+            for (g, acc) in acc.iter().enumerate() {
+                let v = f32x4_add(acc[0], acc[1]);
+                let sum = (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+                    + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v));
+                out[g * stride + i] = (sum + super::dot_ref(&[], &[])) * scale; // `dot` adds its (empty) tail
+            }
         }
     }
 
