@@ -48,14 +48,15 @@ const SPINS_BEFORE_SLEEP: u32 = 20_000;
 /// loops for 1.3 ms of their 2 x 10 ms; with 16-row chunks taken this way, 0.75 ms.)
 const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 
-/// A member's part of the team, on a cache line of its own: while a loop runs, each member writes
-/// only its own line (others touch it only to take chunks from the back, at the end of a loop). A
-/// waiting helper reads nothing else, so posting a loop moves one line to each helper and none back:
-/// when helpers also watched a line of the leader's (the loop's task, the leader's share), each post
-/// and the leader's first claims waited for the helpers' copies of those lines to be invalidated, a
-/// round trip between the cores each: an empty loop of 36 chunks on two threads cost 0.8 us, and 2.1
-/// in the phases where this VM's two cores are far apart (now 0.7 and 1.5; `emptyLoops`, run by
-/// `benches/matmul_scaling.mjs`), over the ~150 loops of a decode step.
+/// A member's part of the team, on cache lines of its own (its share and task on one, its done count
+/// on the next): while a loop runs, each member writes only its own lines (others touch the first
+/// only to take chunks from the back, at the end of a loop). A waiting helper reads nothing else, so
+/// posting a loop moves one line to each helper and none back: when helpers also watched a line of
+/// the leader's (the loop's task, the leader's share), each post and the leader's first claims waited
+/// for the helpers' copies of those lines to be invalidated, a round trip between the cores each, over
+/// the ~150 loops of a decode step (an empty loop of 36 chunks on two threads cost 0.8 us instead of
+/// 0.7, and 2.1 instead of 1.5 in the phases where this VM's two cores are far apart; `emptyLoops`,
+/// run by `benches/matmul_scaling.mjs`).
 #[repr(align(64))]
 struct Member {
     /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`, or [`QUIT`]. The
@@ -65,9 +66,15 @@ struct Member {
     share: AtomicU64,
     /// The loop's `Chunks` (written before `share`; valid while `share` has unclaimed chunks).
     task: AtomicPtr<()>,
-    /// Chunks it has run, over all loops (the leader sums the members' counts).
-    done: AtomicUsize,
+    /// Chunks it has run, over all loops (the leader sums the members' counts), added once it finds
+    /// no more to claim.
+    done: DoneCount,
 }
+
+/// A member's done count, on a line of its own: the leader reads it over and over while waiting for
+/// a loop's last chunks, which must not take from the owner the line it claims them on.
+#[repr(align(64))]
+struct DoneCount(AtomicUsize);
 
 /// A helper's share word once the forward pass is over (the leader stores it after its last loop): next
 /// beyond end, which no loop's share ever has, so it holds no chunks and differs from every share.
@@ -92,7 +99,7 @@ impl Team {
                 .map(|_| Member {
                     share: AtomicU64::new(0),
                     task: AtomicPtr::new(std::ptr::null_mut()),
-                    done: AtomicUsize::new(0),
+                    done: DoneCount(AtomicUsize::new(0)),
                 })
                 .collect(),
             panicked: AtomicBool::new(false),
@@ -115,7 +122,7 @@ impl Team {
                 return;
             }
             if seen != Some(epoch(s)) {
-                while self.claim(me) {}
+                self.claim_all(me);
                 seen = Some(epoch(s));
                 idle = 0;
             } else if idle < SPINS_BEFORE_SLEEP {
@@ -154,7 +161,7 @@ impl Team {
         assert!(n_chunks <= MAX_CHUNKS);
         // The previous loop is finished (all its chunks claimed and done), so no one still reads a
         // `task` for it, and the members' counts stand still until this loop's chunks run.
-        let done = || self.members.iter().map(|m| m.done.load(SeqCst)).sum::<usize>();
+        let done = || self.members.iter().map(|m| m.done.0.load(SeqCst)).sum::<usize>();
         let all_done = done() + n_chunks;
         // The loop count lives in the leader's own share word.
         let epoch = (epoch(self.members[0].share.load(SeqCst)) + 1) & EPOCH_MASK;
@@ -167,7 +174,7 @@ impl Team {
             member.share.store(epoch << (2 * INDEX_BITS) | first << INDEX_BITS | end, SeqCst);
         }
         self.wake_sleepers();
-        while self.claim(0) {}
+        self.claim_all(0);
         while done() < all_done {
             std::hint::spin_loop();
         }
@@ -176,9 +183,25 @@ impl Team {
         }
     }
 
-    /// On member `me`: claim and run chunks of the current loop, from the front of its own share or
-    /// else one from the back of another's; false when none is left.
-    fn claim(&self, me: usize) -> bool {
+    /// On member `me`: claim and run chunks until none is left, then add them to its done count at
+    /// once. The leader watches the counts at the end of every loop, while the members still claim
+    /// the last chunks one by one: a count per claim (on the share's line, as it was) moved that line
+    /// between the cores at each claim. An empty loop of 36 chunks on two threads took 1.15 us, and
+    /// 2.7 in the VM's slow phases; now 0.6 and 1.3 (`emptyLoops`).
+    fn claim_all(&self, me: usize) {
+        let mut ran = 0;
+        while let Some(n) = self.claim(me) {
+            ran += n;
+        }
+        if ran > 0 {
+            self.members[me].done.0.fetch_add(ran, SeqCst);
+        }
+    }
+
+    /// On member `me`: claim and run one run of chunks of the current loop, from the front of its own
+    /// share or else one from the back of another's. Returns how many it ran (0 if another member
+    /// claimed first: look again), or `None` when none is left.
+    fn claim(&self, me: usize) -> Option<usize> {
         let members = self.members.len();
         for k in 0..members {
             let member = &self.members[(me + k) % members];
@@ -194,16 +217,15 @@ impl Team {
                 (end - 1..end, s - 1)
             };
             if member.share.compare_exchange(s, claimed, SeqCst, SeqCst).is_err() {
-                return true; // someone else claimed from this share (or a new loop began): look again
+                return Some(0); // someone else claimed from this share (or a new loop began): look again
             }
             // SAFETY: the leader keeps the loop's `Chunks` alive until every claimed chunk is done.
             let f = unsafe { *task };
             let chunks = chunks.start as usize..chunks.end as usize;
             self.run_chunks(f, chunks.clone());
-            self.members[me].done.fetch_add(chunks.len(), SeqCst);
-            return true;
+            return Some(chunks.len());
         }
-        false
+        None
     }
 
     #[cfg(not(target_arch = "wasm32"))]
