@@ -62,7 +62,7 @@ for (const layers of String(args.layers).split(',').map(Number)) {
   rows.push(result);
 }
 // The loops' own cost: 20000 loops of 36 empty chunks (decode's o-projection has 36) on two threads, once per
-// round. It swings with how far apart the VM's two cores are at the time (here ~0.7 us most of the time, ~1.5 us
+// round. It swings with how far apart the VM's two cores are at the time (here ~0.6 us most of the time, ~1.3 us
 // in phases lasting seconds), and decode runs ~150 loops per token.
 const empty = Array.from({ length: Number(args.rounds) }, () => measure(2, 0));
 console.log(JSON.stringify({ empty_loop_us_2t: round(median(empty), 2), rounds: empty.map((x) => round(x, 2)) }));
