@@ -14,6 +14,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ROOT, parseArgs, median, readPrompt, round } from './lib/common.mjs';
+import { timedGeneration } from './lib/engine_bench.js';
 
 const args = parseArgs({ reps: '12', 'gen-tokens': '64', threads: '2', 'prompt-tokens': '128', st: 'npm/wasm', mt: 'npm/wasm-mt' });
 if (!args.model) throw new Error('--model PATH is required');
@@ -47,18 +48,8 @@ const promptIds = args.prompt
 
 /** One rep: prefill, then genTokens + 1 tokens; the engine's decode tok/s and the decode steps' wall times (ms). */
 async function rep(engine, ids, maxTokens) {
-  engine.reset();
-  await engine.start(Uint32Array.from(ids), JSON.stringify({ maxTokens, temperature: 0, ignoreEos: true }));
-  const steps = [];
-  for (;;) {
-    const t0 = performance.now();
-    const step = await engine.nextStep();
-    if (step === undefined) break;
-    if (step.id !== undefined) steps.push(performance.now() - t0);
-  }
-  const out = JSON.parse(engine.finish(false));
-  // The first token's step is the prefill's; the last one only returns the token already sampled.
-  return { tokS: out.decode_tok_s, steps: steps.slice(1, -1) };
+  const { out, decodeSteps } = await timedGeneration(engine, ids, maxTokens);
+  return { tokS: out.decode_tok_s, steps: decodeSteps };
 }
 
 for (const b of builds) await rep(b.engine, promptIds.slice(0, 16), 2); // warm-up: compiles hot paths, touches weights

@@ -9,19 +9,7 @@
 // also counts handing each step to the pool and the Promise settling back in JS (the threaded build).
 export async function benchEngine(engine, promptIds, { genTokens, reps }) {
   const generate = async (ids, maxTokens) => {
-    engine.reset(); // an empty KV cache, so nothing of the prompt is reused from the previous run
-    await engine.start(Uint32Array.from(ids), JSON.stringify({ maxTokens, temperature: 0, ignoreEos: true }));
-    // Each step that returns a token, but the last, also feeds it back (one forward pass) for the next: the engine's
-    // decode time is those forward passes.
-    const tokenSteps = [];
-    for (;;) {
-      const t0 = performance.now();
-      const step = await engine.nextStep();
-      if (step === undefined) break;
-      if (step.id !== undefined) tokenSteps.push(performance.now() - t0);
-    }
-    const out = JSON.parse(engine.finish(false));
-    const decodeSteps = tokenSteps.slice(0, -1);
+    const { out, decodeSteps } = await timedGeneration(engine, ids, maxTokens);
     out.decode_wall_tok_s = decodeSteps.length / (decodeSteps.reduce((a, b) => a + b, 0) / 1000);
     return out;
   };
@@ -45,4 +33,23 @@ export async function benchEngine(engine, promptIds, { genTokens, reps }) {
     decodeText: first.text,
     info: JSON.parse(engine.info()),
   };
+}
+
+/**
+ * One greedy generation of `maxTokens` tokens (EOS ignored) after prefilling `ids` from an empty KV cache: the
+ * engine's own result (Engine.finish) and the wall time in ms of each decode step, timed around
+ * `await engine.nextStep()`. Each step that returns a token, but the last, also feeds it back (one forward pass)
+ * for the next: those steps are the engine's decode time.
+ */
+export async function timedGeneration(engine, ids, maxTokens) {
+  engine.reset(); // an empty KV cache, so nothing of the prompt is reused from the previous run
+  await engine.start(Uint32Array.from(ids), JSON.stringify({ maxTokens, temperature: 0, ignoreEos: true }));
+  const tokenSteps = [];
+  for (;;) {
+    const t0 = performance.now();
+    const step = await engine.nextStep();
+    if (step === undefined) break;
+    if (step.id !== undefined) tokenSteps.push(performance.now() - t0);
+  }
+  return { out: JSON.parse(engine.finish(false)), decodeSteps: tokenSteps.slice(0, -1) };
 }
