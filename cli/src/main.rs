@@ -1,13 +1,5 @@
 //! `ruvllm`: the native command line, with machine-readable output for tests and benchmarks.
-//!
-//!   ruvllm tokenize --model M [--special] TEXT
-//!   ruvllm generate --model M --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-k K]
-//!                   [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop S]... [--json]
-//!   ruvllm score --model M --ids 1,2,3 [--top-k K]
-//!   ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
-//! Common: --threads N (default: all cores), --ctx N (context window), --backend auto|webgpu|cpu
-//! (default auto: a hardware GPU when there is one and the build has the `gpu` feature, else the CPU).
-//! --model defaults to $RUVLLM_MODEL.
+//! `ruvllm --help` lists the commands, `ruvllm COMMAND --help` one command: both come from `COMMANDS` below.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -17,41 +9,92 @@ use ruvllm::{Backend, ChatMessage, GenerateOptions, Model, SamplerConfig, Sessio
 use serde_json::json;
 
 mod args;
-use args::Args;
+use args::{flag, repeated, required, value, Args, Command, Opt, Parsed};
+
+/// Each command's options and positionals: the parser checks command lines against this, and the usage shows it.
+const COMMANDS: &[Command] = &[
+    Command { name: "tokenize", run: tokenize, options: &[flag("special")], positional: Some("TEXT") },
+    Command {
+        name: "generate",
+        run: generate,
+        options: &[
+            required("prompt", "TEXT"),
+            flag("chat"),
+            value("max-tokens", "N"),
+            value("temperature", "T"),
+            value("top-k", "K"),
+            value("top-p", "P"),
+            value("min-p", "P"),
+            value("repeat-penalty", "R"),
+            value("seed", "S"),
+            repeated("stop", "S"),
+            flag("ignore-eos"),
+            flag("json"),
+        ],
+        positional: None,
+    },
+    Command { name: "score", run: score, options: &[required("ids", "1,2,3"), value("top-k", "K")], positional: None },
+    Command {
+        name: "bench",
+        run: bench,
+        options: &[value("prompt-tokens", "N"), value("gen-tokens", "N")],
+        positional: None,
+    },
+];
+
+/// Options every command takes.
+const COMMON: &[Opt] =
+    &[value("model", "M"), value("threads", "N"), value("ctx", "N"), value("backend", "auto|webgpu|cpu")];
+
+const NOTES: &str = "\
+--model defaults to $RUVLLM_MODEL. --threads: default all cores. --ctx: the context window. --backend: default auto
+(a hardware GPU when there is one and the build has the `gpu` feature, else the CPU).
+`--name=value` is `--name value`. `--` ends the options: what follows is TEXT even if it begins with `-`.";
+
+/// The usage of `cmd`, or of every command.
+fn usage(cmd: Option<&Command>) -> String {
+    let synopses = match cmd {
+        Some(cmd) => cmd.synopsis("usage: "),
+        None => {
+            let list: Vec<_> = COMMANDS.iter().map(|c| c.synopsis("  ")).collect();
+            format!("usage: ruvllm COMMAND ... (ruvllm COMMAND --help: its usage)\n{}", list.join("\n"))
+        }
+    };
+    let common = COMMON.iter().map(Opt::usage).chain(["[--help]".to_string()]);
+    format!("{synopses}\n{}\n{NOTES}", args::wrap("Every command also takes", common))
+}
+
+/// Exit status of a command line that is wrong (as opposed to one that fails while it runs: 1).
+const USAGE_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1);
-    let Some(cmd) = argv.next() else {
-        eprintln!("usage: ruvllm <tokenize|generate|score|bench> --model M ... (see --help)");
-        return ExitCode::from(2);
+    let Some(name) = argv.next() else {
+        eprintln!("{}", usage(None));
+        return ExitCode::from(USAGE_ERROR);
     };
-    let args = match Args::parse(argv) {
-        Ok(a) => a,
+    if matches!(name.as_str(), "-h" | "--help" | "help") {
+        // `ruvllm help generate` is `ruvllm generate --help`.
+        let cmd = argv.next().and_then(|n| COMMANDS.iter().find(|c| c.name == n));
+        println!("{}", usage(cmd));
+        return ExitCode::SUCCESS;
+    }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
+        eprintln!("error: unknown command '{name}' (ruvllm --help lists them)");
+        return ExitCode::from(USAGE_ERROR);
+    };
+    let args = match Args::parse(cmd, COMMON, argv) {
+        Ok(Parsed::Run(args)) => args,
+        Ok(Parsed::Help) => {
+            println!("{}", usage(Some(cmd)));
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
+            eprintln!("error: {e}\n{}", cmd.synopsis("usage: "));
+            return ExitCode::from(USAGE_ERROR);
         }
     };
-    let result = match cmd.as_str() {
-        "tokenize" => tokenize(&args),
-        "generate" => generate(&args),
-        "score" => score(&args),
-        "bench" => bench(&args),
-        "-h" | "--help" | "help" => {
-            println!(
-                "{}",
-                include_str!("main.rs")
-                    .lines()
-                    .take_while(|l| l.starts_with("//!"))
-                    .map(|l| l.trim_start_matches("//!"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            Ok(())
-        }
-        other => Err(format!("unknown command '{other}'")),
-    };
-    match result {
+    match (cmd.run)(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -90,7 +133,7 @@ fn tokenize(args: &Args) -> CliResult {
 fn generate(args: &Args) -> CliResult {
     let model = load(args)?;
     let load_ms = model.load_ms();
-    let prompt = args.opt("prompt").ok_or("--prompt is required")?;
+    let prompt = args.required("prompt");
     let text = if args.flag("chat") {
         let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
         model.chat_template().and_then(|t| t.render(&msgs, true)).map_err(|e| e.to_string())?
@@ -149,8 +192,7 @@ fn generate(args: &Args) -> CliResult {
 fn score(args: &Args) -> CliResult {
     let model = load(args)?;
     let ids: Vec<u32> = args
-        .opt("ids")
-        .ok_or("--ids is required")?
+        .required("ids")
         .split(',')
         .map(|s| s.trim().parse().map_err(|_| format!("bad token id '{s}'")))
         .collect::<Result<_, _>>()?;

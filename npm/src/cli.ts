@@ -4,39 +4,141 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult } from './node.js';
 
-const USAGE = `ruvllm (wasm engine, Node)
-  ruvllm tokenize --model M [--special] TEXT
-  ruvllm generate --model M --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-k K]
-                  [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop S]... [--ignore-eos] [--json]
-  ruvllm chat --model M [--system TEXT] [sampling flags as generate] [--json]
-                  (an interactive conversation; one line per message, /reset forgets it, /exit or EOF ends)
-  ruvllm score --model M --ids 1,2,3 [--top-k K]
-  ruvllm bench --model M [--prompt-tokens 128] [--gen-tokens 64]
-Common: --ctx N (context window). --threads N (default: the cores, at most 8; 1 = the single-thread build).
---backend auto|webgpu|cpu (default auto: WebGPU when navigator.gpu offers an adapter, e.g. the npm \`webgpu\`
-package in Node, see the README; else the CPU).
---model defaults to $RUVLLM_MODEL.`;
+/** One option a command takes: a boolean flag when it has no `value` (what the value is called in the usage). */
+interface Opt {
+  name: string;
+  value?: string;
+  required?: boolean;
+  /** Every value counts (`Args.all`); other options given twice keep the last one. */
+  repeats?: boolean;
+}
 
-const FLAGS = new Set(['special', 'chat', 'json', 'ignore-eos']);
+const flag = (name: string): Opt => ({ name });
+const value = (name: string, v: string): Opt => ({ name, value: v });
+const required = (name: string, v: string): Opt => ({ name, value: v, required: true });
+const repeated = (name: string, v: string): Opt => ({ name, value: v, repeats: true });
 
-/** `--name value` / `--flag` / positional, exactly as the native CLI's args.rs. */
+/** `--name V`, `[--name V]` or `[--name V]...`, as the usage shows it. */
+function optUsage(o: Opt): string {
+  const s = o.value === undefined ? `--${o.name}` : `--${o.name} ${o.value}`;
+  return o.required ? s : o.repeats ? `[${s}]...` : `[${s}]`;
+}
+
+/** A command's options and positionals: the parser checks command lines against them, and the usage shows them. */
+interface Command {
+  name: string;
+  run: (args: Args) => Promise<void>;
+  options: Opt[];
+  /** What its positional arguments are called, if it takes them (one or more, required). */
+  positional?: string;
+  about?: string;
+}
+
+const SAMPLING: Opt[] = [
+  value('max-tokens', 'N'), value('temperature', 'T'), value('top-k', 'K'), value('top-p', 'P'), value('min-p', 'P'),
+  value('repeat-penalty', 'R'), value('seed', 'S'), repeated('stop', 'S'), flag('ignore-eos'),
+];
+
+// (The command functions further down are function declarations, so they already exist here.)
+const COMMANDS: Command[] = [
+  { name: 'tokenize', run: tokenize, options: [flag('special')], positional: 'TEXT' },
+  { name: 'generate', run: generate, options: [required('prompt', 'TEXT'), flag('chat'), ...SAMPLING, flag('json')] },
+  {
+    name: 'chat', run: chat, options: [value('system', 'TEXT'), ...SAMPLING, flag('json')],
+    about: 'an interactive conversation: one line per message, /reset forgets it, /exit or EOF ends it',
+  },
+  { name: 'score', run: score, options: [required('ids', '1,2,3'), value('top-k', 'K')] },
+  { name: 'bench', run: bench, options: [value('prompt-tokens', 'N'), value('gen-tokens', 'N')] },
+];
+
+/** Options every command takes. */
+const COMMON: Opt[] = [value('model', 'M'), value('threads', 'N'), value('ctx', 'N'), value('backend', 'auto|webgpu|cpu')];
+
+const NOTES = `--model defaults to $RUVLLM_MODEL. --threads: default the cores, at most 8; 1 = the single-thread build.
+--ctx: the context window. --backend: default auto (WebGPU when navigator.gpu offers an adapter, e.g. the npm
+\`webgpu\` package in Node, see the README; else the CPU).
+\`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
+
+/** `head` and the words after it, wrapped at 100 columns; continuation lines are indented under the first word. */
+function wrap(head: string, words: string[]): string {
+  const indent = ' '.repeat(head.length + 1);
+  let out = head;
+  let lineLength = head.length;
+  for (const w of words) {
+    if (lineLength + 1 + w.length > 100 && lineLength > indent.length) {
+      out += `\n${indent}${w}`;
+      lineLength = indent.length + w.length;
+    } else {
+      out += ` ${w}`;
+      lineLength += 1 + w.length;
+    }
+  }
+  return out;
+}
+
+function synopsis(cmd: Command, prefix: string): string {
+  const head = `${prefix}ruvllm ${cmd.name}`;
+  const words = [...cmd.options.map(optUsage), ...(cmd.positional ? [`${cmd.positional}...`] : [])];
+  return wrap(head, words) + (cmd.about ? `\n${' '.repeat(head.length + 1)}(${cmd.about})` : '');
+}
+
+/** The usage of `cmd`, or of every command. */
+function usage(cmd?: Command): string {
+  const synopses = cmd
+    ? synopsis(cmd, 'usage: ')
+    : ['usage: ruvllm COMMAND ... (ruvllm COMMAND --help: its usage; the wasm engine, in Node)', ...COMMANDS.map((c) => synopsis(c, '  '))].join('\n');
+  return `${synopses}\n${wrap('Every command also takes', [...COMMON.map(optUsage), '[--help]'])}\n${NOTES}`;
+}
+
+/**
+ * `--name value`, `--name=value`, `--flag` and positionals, checked against the command's table (as the native
+ * CLI's args.rs). `--` ends the options: everything after it is positional, even if it begins with `-`.
+ */
 class Args {
   readonly options = new Map<string, string[]>();
   readonly positional: string[] = [];
+  /** `--help` or `-h` came before `--`: it wins over the errors, so a wrong command line can ask for the right one. */
+  readonly help: boolean = false;
 
-  constructor(argv: string[]) {
+  constructor(cmd: Command, argv: string[]) {
+    const known = [...cmd.options, ...COMMON];
+    let error: string | undefined;
     for (let i = 0; i < argv.length; i++) {
-      const a = argv[i];
-      if (!a.startsWith('--')) {
-        this.positional.push(a);
+      const arg = argv[i];
+      if (arg === '--') {
+        this.positional.push(...argv.slice(i + 1));
+        break;
+      }
+      if (arg === '--help' || arg === '-h') {
+        this.help = true;
+        return;
+      }
+      // A lone `-` or `-5 apples` is text, as it always was here: only `--` starts an option.
+      if (!arg.startsWith('--')) {
+        this.positional.push(arg);
         continue;
       }
-      const name = a.slice(2);
-      if (!FLAGS.has(name) && i + 1 >= argv.length) throw new UsageError(`--${name} needs a value`);
-      const values = this.options.get(name) ?? [];
-      values.push(FLAGS.has(name) ? '' : argv[++i]);
-      this.options.set(name, values);
+      const eq = arg.indexOf('=');
+      const name = eq < 0 ? arg.slice(2) : arg.slice(2, eq);
+      const inline = eq < 0 ? undefined : arg.slice(eq + 1);
+      const opt = known.find((o) => o.name === name);
+      let v: string | undefined;
+      if (!opt) error ??= `unknown option --${name} for '${cmd.name}'`;
+      else if (opt.value === undefined) {
+        if (inline === undefined) v = '';
+        else error ??= `--${name} takes no value`;
+      } else {
+        // The next argument is the value whatever it looks like, so `--prompt -5` works.
+        v = inline ?? (i + 1 < argv.length ? argv[++i] : undefined);
+        if (v === undefined) error ??= `--${name} needs a value`;
+      }
+      if (v !== undefined) this.options.set(name, [...(this.options.get(name) ?? []), v]);
     }
+    if (error !== undefined) throw new Error(error);
+    const missing = known.find((o) => o.required && !this.options.has(o.name));
+    if (missing) throw new Error(`--${missing.name} is required`);
+    if (cmd.positional && this.positional.length === 0) throw new Error(`missing ${cmd.positional}`);
+    if (!cmd.positional && this.positional.length > 0) throw new Error(`unexpected argument '${this.positional[0]}': '${cmd.name}' takes none`);
   }
 
   flag(name: string): boolean {
@@ -45,6 +147,13 @@ class Args {
 
   opt(name: string): string | undefined {
     return this.options.get(name)?.at(-1);
+  }
+
+  /** A required option's value: the constructor has checked that it is there. */
+  required(name: string): string {
+    const v = this.opt(name);
+    if (v === undefined) throw new Error(`--${name} is not declared required`);
+    return v;
   }
 
   all(name: string): string[] {
@@ -59,8 +168,6 @@ class Args {
     return n;
   }
 }
-
-class UsageError extends Error {}
 
 /** One line of JSON with the keys sorted, as the native CLI's serde_json prints them. */
 function printJson(value: Record<string, unknown>): void {
@@ -124,8 +231,7 @@ async function tokenize(args: Args): Promise<void> {
 
 async function generate(args: Args): Promise<void> {
   const { llm, loadMs } = await load(args);
-  const prompt = args.opt('prompt');
-  if (prompt === undefined) throw new Error('--prompt is required');
+  const prompt = args.required('prompt');
   const text = args.flag('chat') ? llm.applyChatTemplate([{ role: 'user', content: prompt }]) : prompt;
   const promptIds = llm.tokenize(text, { prompt: true });
   const json = args.flag('json');
@@ -189,9 +295,7 @@ async function chat(args: Args): Promise<void> {
 
 async function score(args: Args): Promise<void> {
   const { llm } = await load(args);
-  const list = args.opt('ids');
-  if (list === undefined) throw new Error('--ids is required');
-  const ids = list.split(',').map((s) => {
+  const ids = args.required('ids').split(',').map((s) => {
     const t = s.trim();
     if (!/^\d+$/.test(t)) throw new Error(`bad token id '${s}'`);
     return Number(t);
@@ -219,29 +323,38 @@ async function bench(args: Args): Promise<void> {
   });
 }
 
-const COMMANDS: Record<string, (args: Args) => Promise<void>> = { tokenize, generate, chat, score, bench };
+/** Exit status of a command line that is wrong (as opposed to one that fails while it runs: 1). */
+const USAGE_ERROR = 2;
 
 async function main(argv: string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
-  if (cmd === undefined) {
-    process.stderr.write('usage: ruvllm <chat|generate|tokenize|score|bench> --model M ... (see --help)\n');
-    return 2;
+  const [name, ...rest] = argv;
+  if (name === undefined) {
+    process.stderr.write(`${usage()}\n`);
+    return USAGE_ERROR;
   }
-  if (cmd === '-h' || cmd === '--help' || cmd === 'help') {
-    console.log(USAGE);
+  if (name === '-h' || name === '--help' || name === 'help') {
+    // `ruvllm help generate` is `ruvllm generate --help`.
+    console.log(usage(COMMANDS.find((c) => c.name === rest[0])));
     return 0;
+  }
+  const cmd = COMMANDS.find((c) => c.name === name);
+  if (!cmd) {
+    process.stderr.write(`error: unknown command '${name}' (ruvllm --help lists them)\n`);
+    return USAGE_ERROR;
   }
   let args: Args;
   try {
-    args = new Args(rest);
+    args = new Args(cmd, rest);
   } catch (e) {
-    process.stderr.write(`error: ${(e as Error).message}\n`);
-    return 2;
+    process.stderr.write(`error: ${(e as Error).message}\n${synopsis(cmd, 'usage: ')}\n`);
+    return USAGE_ERROR;
   }
-  const run = COMMANDS[cmd];
+  if (args.help) {
+    console.log(usage(cmd));
+    return 0;
+  }
   try {
-    if (!run) throw new Error(`unknown command '${cmd}'`);
-    await run(args);
+    await cmd.run(args);
     return 0;
   } catch (e) {
     process.stderr.write(`error: ${(e as Error).message}\n`);

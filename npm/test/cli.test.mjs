@@ -158,9 +158,10 @@ test('usage errors exit 2, other errors exit 1 with a message', () => {
   for (const [args, status, message] of [
     [[], 2, /usage: ruvllm/],
     [['generate', '--model'], 2, /--model needs a value/],
-    [['frobnicate', '--model', MODEL_PATH], 1, /unknown command 'frobnicate'/],
+    [['frobnicate', '--model', MODEL_PATH], 2, /unknown command 'frobnicate'/],
     [['generate', '--prompt', 'x'], 1, /--model is required/],
-    [['generate', '--model', MODEL_PATH], 1, /--prompt is required/],
+    [['generate', '--model', MODEL_PATH], 2, /--prompt is required/],
+    [['score', '--model', MODEL_PATH], 2, /--ids is required/],
     [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens', 'lots'], 1, /--max-tokens: 'lots' is not a valid number/],
     [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens', '-1'], 1, /maxTokens must be an integer >= 1/],
     [['generate', '--model', '/nonexistent.gguf', '--prompt', 'x'], 1, /\/nonexistent.gguf: .*ENOENT|no such file/],
@@ -175,5 +176,72 @@ test('usage errors exit 2, other errors exit 1 with a message', () => {
   }
   const help = run('--help');
   assert.equal(help.status, 0);
-  assert.match(help.stdout, /ruvllm chat --model M/);
+  assert.match(help.stdout, /ruvllm chat \[--system TEXT\]/);
+});
+
+test('-- ends the options: the text after it is tokenized even if it begins with -, as natively', () => {
+  const [wasm, native] = both('tokenize', '--model', MODEL_PATH, '--', '-5 apples');
+  assert.deepEqual(wasm, native);
+  assert.ok(wasm.ids.length > 1);
+  // A single dash never starts an option, so the same text without `--` gives the same ids.
+  assert.deepEqual(JSON.parse(wasmCli('tokenize', '--model', MODEL_PATH, '-5 apples')), wasm);
+  assert.deepEqual(JSON.parse(wasmCli('tokenize', `--model=${MODEL_PATH}`, '-5', '--', 'apples')), wasm, 'positionals join with spaces');
+  // After `--`, what looks like an option (even --help) is text.
+  const [w2, n2] = both('tokenize', '--model', MODEL_PATH, '--', '--special', '-h');
+  assert.deepEqual(w2, n2);
+  assert.deepEqual(w2, JSON.parse(wasmCli('tokenize', '--model', MODEL_PATH, '--', '--special -h')));
+});
+
+/** Run the Node CLI (without $RUVLLM_MODEL) and the native one, if built, on `args`. */
+function bothRaw(...args) {
+  const env = { ...process.env, RUVLLM_MODEL: '' };
+  const wasm = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env });
+  assert.ok(existsSync(NATIVE), `the native CLI is missing: cargo build --release -p ruvllm-cli (or set RUVLLM_NATIVE_CLI)`);
+  const native = spawnSync(NATIVE, args, { encoding: 'utf8', env });
+  return [wasm, native];
+}
+
+test('--help anywhere prints the command\'s own usage and exits 0, as natively', () => {
+  for (const args of [['generate', '--help'], ['generate', '-h'], ['generate', '--model', MODEL_PATH, '--temperature', '0', '--help'], ['generate', '--lora', 'x', '-h'], ['help', 'generate']]) {
+    const [wasm, native] = bothRaw(...args);
+    assert.equal(wasm.status, 0, `${args.join(' ')}: ${wasm.stderr}`);
+    assert.equal(native.status, 0, `${args.join(' ')} (native): ${native.stderr}`);
+    assert.match(wasm.stdout, /^usage: ruvllm generate --prompt TEXT \[--chat\] \[--max-tokens N\]/);
+    assert.match(wasm.stdout, /\[--stop S\]\.\.\./);
+    assert.match(wasm.stdout, /\[--model M\]/);
+    assert.doesNotMatch(wasm.stdout, /ruvllm (score|tokenize|chat)/, 'only generate\'s usage');
+    // The commands' synopses are the native CLI's (the notes below them differ: each engine's defaults).
+    const synopsis = (out) => out.slice(0, out.indexOf('\n--model defaults'));
+    assert.equal(synopsis(wasm.stdout), synopsis(native.stdout));
+  }
+  const chat = bothRaw('chat', '--help')[0];
+  assert.equal(chat.status, 0, chat.stderr);
+  assert.match(chat.stdout, /^usage: ruvllm chat \[--system TEXT\]/);
+  const all = bothRaw('--help')[0];
+  for (const cmd of ['tokenize', 'generate', 'chat', 'score', 'bench']) assert.match(all.stdout, new RegExp(`\\n  ruvllm ${cmd} `));
+});
+
+test('a wrong command line exits 2 with a message naming what is wrong, as natively', () => {
+  for (const [args, message] of [
+    [['score', '--model', MODEL_PATH, '--ids', '1,2', '--lora', 'x.gguf'], "error: unknown option --lora for 'score'"],
+    [['tokenize', '--model', MODEL_PATH, '--json', 'x'], "error: unknown option --json for 'tokenize'"],
+    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens'], 'error: --max-tokens needs a value'],
+    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--json=yes'], 'error: --json takes no value'],
+    [['tokenize', '--model', MODEL_PATH], 'error: missing TEXT'],
+    [['tokenize', '--model', MODEL_PATH, '--'], 'error: missing TEXT'],
+    [['generate', '--model', MODEL_PATH], 'error: --prompt is required'],
+    [['bench', '--model', MODEL_PATH, '128'], "error: unexpected argument '128': 'bench' takes none"],
+    [['frobnicate'], "error: unknown command 'frobnicate' (ruvllm --help lists them)"],
+  ]) {
+    const [wasm, native] = bothRaw(...args);
+    for (const [r, cli] of [[wasm, 'node'], [native, 'native']]) {
+      assert.equal(r.status, 2, `${cli} ${args.join(' ')}: ${r.stderr}`);
+      assert.equal(r.stderr.split('\n')[0], message, `${cli} ${args.join(' ')}`);
+      assert.equal(r.stdout, '');
+    }
+    assert.equal(wasm.stderr, native.stderr, 'the same message and usage line');
+  }
+  const chat = bothRaw('chat', '--model', MODEL_PATH, '--prompt', 'x')[0];
+  assert.equal(chat.status, 2);
+  assert.match(chat.stderr, /unknown option --prompt for 'chat'/);
 });
