@@ -54,12 +54,14 @@ build_threaded() {
   # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
   # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
   bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" "$out" -O2 --enable-threads
-  # wasm-bindgen-rayon 1.3's worker start-up calls the glue's init with positional arguments, which wasm-bindgen
-  # 0.2.130 still takes but warns about on every worker's console: pass them as the object it asks for.
+  # The glue imports wasm-bindgen-rayon's worker start-up from its snippet; ours (npm/threads/workerHelpers.js)
+  # takes its place: it starts workers from a real URL under bundlers' dev servers and fails instead of hanging
+  # when a worker cannot start. The glue must still import exactly `startWorkers` from it.
   local helper
   helper=$(ls "$out"/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
-  grep -q 'pkg.default(data.module, data.memory)' "$helper" || { echo "build-wasm: $helper changed; update this patch" >&2; exit 1; }
-  sed -i 's/pkg.default(data.module, data.memory)/pkg.default({ module_or_path: data.module, memory: data.memory })/' "$helper"
+  grep -q "^import { startWorkers } from './snippets/wasm-bindgen-rayon-[0-9a-f]*/src/workerHelpers.no-bundler.js';$" "$out/ruvllm.js" ||
+    { echo "build-wasm: $out/ruvllm.js imports something else from wasm-bindgen-rayon's helper; check npm/threads/workerHelpers.js" >&2; exit 1; }
+  cp npm/threads/workerHelpers.js "$helper"
 }
 
 build_gpu() {

@@ -4,7 +4,11 @@ import { setPlatform } from './llm.js';
 
 setPlatform({
   wasmSource: async (url) => url,
-  canThread: () => globalThis.crossOriginIsolated === true,
+  whyNoThreads: () =>
+    globalThis.crossOriginIsolated === true
+      ? null
+      : 'the page is not cross-origin isolated, so it has no SharedArrayBuffer for threads (serve it with the headers ' +
+        'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)',
   defaultThreads: () => Math.min(globalThis.navigator?.hardwareConcurrency ?? 1, 8),
   startThreaded: (start) => start(),
   keepAlive: (promise) => promise,

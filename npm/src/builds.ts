@@ -55,8 +55,9 @@ export interface Wasm {
 export interface Host {
   /** What wasm-bindgen's init takes for a build's .wasm: its bytes (Node) or its URL (browsers). */
   wasmSource(url: URL): Promise<Uint8Array | URL>;
-  /** Whether the threaded build can run here: Node, or a cross-origin isolated page (SharedArrayBuffer). */
-  canThread(): boolean;
+  /** Why the threaded build cannot run here (a page that is not cross-origin isolated has no
+   * SharedArrayBuffer), or null where it can (Node, a cross-origin isolated page). */
+  whyNoThreads(): string | null;
   /** Threads to use when the caller does not say: the cores, at most 8. */
   defaultThreads(): number;
   /** Start the threaded build: import its glue, instantiate, run wasm-bindgen-rayon's `initThreadPool`
@@ -78,28 +79,40 @@ const FILES: Record<BuildName, BuildFiles> = {
   'wasm-gpu': { glue: () => import('../wasm-gpu/ruvllm.js'), wasm: new URL('../wasm-gpu/ruvllm_bg.wasm', import.meta.url) },
 };
 
+/** Why a load runs on fewer threads than it asked for (or, by default, than the cores): `info().threadFallback`. */
+export interface ThreadFallback {
+  code: 'E_THREADS';
+  message: string;
+}
+
 /**
  * The build for a load that asks for `threads` (undefined = as many as suit this host): the threaded
- * one where it can run and more than one thread is wanted, else the single-thread one.
+ * one where it can run and more than one thread is wanted, else the single-thread one (and why).
  */
-export function chooseBuild(host: Host, threads: number | undefined): { build: BuildName; threads: number } {
+export function chooseBuild(host: Host, threads: number | undefined): { build: BuildName; threads: number; fallback: ThreadFallback | null } {
   if (threads !== undefined && (!Number.isSafeInteger(threads) || threads < 1)) {
     throw invalid(`threads must be an integer >= 1, got ${String(threads)}`);
   }
   const wanted = threads ?? host.defaultThreads();
-  return wanted > 1 && host.canThread() ? { build: 'wasm-mt', threads: wanted } : { build: 'wasm', threads: 1 };
+  if (wanted === 1) return { build: 'wasm', threads: 1, fallback: null };
+  const why = host.whyNoThreads();
+  if (why !== null) return { build: 'wasm', threads: 1, fallback: { code: 'E_THREADS', message: why } };
+  return { build: 'wasm-mt', threads: wanted, fallback: null };
 }
 
 const started = new Map<BuildName, Promise<Wasm>>();
 
-/** Start `build` once (a failed start, say a network error, is retried by the next load). Its thread
- * pool is made at the first start, so a later load asking for another thread count is refused. */
+/** Start `build` once. A failed fetch is retried by the next load; a thread pool that failed to start
+ * (E_THREADS) is not, since the build's instance is left half made. The pool is made at the first start,
+ * so a later load asking for another thread count is refused. */
 export async function startBuild(host: Host, build: BuildName, threads: number): Promise<Wasm> {
   let wasm = started.get(build);
   if (!wasm) {
     wasm = start(host, build, threads);
     started.set(build, wasm);
-    wasm.catch(() => started.delete(build));
+    wasm.catch((e) => {
+      if ((e as RuvllmError).code !== 'E_THREADS') started.delete(build);
+    });
   }
   const w = await wasm;
   if (w.threads !== threads) {
@@ -110,17 +123,21 @@ export async function startBuild(host: Host, build: BuildName, threads: number):
 
 async function start(host: Host, build: BuildName, threads: number): Promise<Wasm> {
   const files = FILES[build];
+  let glue!: Glue;
+  let instantiated = false;
+  const run = async () => {
+    glue = await files.glue();
+    await glue.default({ module_or_path: await host.wasmSource(files.wasm) });
+    instantiated = true;
+    if (build === 'wasm-mt') await glue.initThreadPool!(threads);
+  };
   try {
-    let glue!: Glue;
-    const run = async () => {
-      glue = await files.glue();
-      await glue.default({ module_or_path: await host.wasmSource(files.wasm) });
-      if (build === 'wasm-mt') await glue.initThreadPool!(threads);
-    };
     await (build === 'wasm-mt' ? host.startThreaded(run) : run());
-    const settle = <T>(result: T | Promise<T>) => (result instanceof Promise ? host.keepAlive(result) : Promise.resolve(result));
-    return { build, threads, glue, settle };
   } catch (e) {
-    throw new RuvllmError('E_FETCH', `cannot load the wasm engine (${build}): ${(e as Error).message}`, { cause: e });
+    const message = (e as Error)?.message ?? String(e);
+    if (instantiated) throw new RuvllmError('E_THREADS', `the thread pool could not start: ${message}`, { cause: e });
+    throw new RuvllmError('E_FETCH', `cannot load the wasm engine (${build}): ${message}`, { cause: e });
   }
+  const settle = <T>(result: T | Promise<T>) => (result instanceof Promise ? host.keepAlive(result) : Promise.resolve(result));
+  return { build, threads, glue, settle };
 }

@@ -17,6 +17,7 @@ export type ErrorCode =
   | 'E_GPU_OUT_OF_MEMORY'
   | 'E_GPU_DEVICE_LOST'
   | 'E_OUT_OF_MEMORY'
+  | 'E_THREADS'
   | 'E_MODEL_TOO_LARGE'
   | 'E_FETCH'
   | 'E_ABORTED'

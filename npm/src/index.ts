@@ -3,6 +3,7 @@ export { LLM } from './llm.js';
 export type { GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, Usage } from './llm.js';
 export type { GenerateOptions } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';
+export type { ThreadFallback } from './builds.js';
 export type { LoadProgress, ModelSource } from './source.js';
 export { MAX_MODEL_BYTES } from './source.js';
 export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage } from './chat.js';

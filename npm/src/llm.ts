@@ -1,5 +1,5 @@
 import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
-import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type Wasm } from './builds.js';
+import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type ThreadFallback, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
@@ -19,26 +19,37 @@ export function setPlatform(p: Platform): void {
 
 /**
  * The platform and the started wasm build for a load: the WebGPU build when `backend` chooses the GPU
- * (backend.ts), else a CPU build for `threads` (builds.ts); with the reason the CPU runs where the GPU was asked for.
+ * (backend.ts), else a CPU build for `threads` (builds.ts); with the reasons the CPU runs where the GPU was
+ * asked for, and one thread where more were wanted (a threaded build that cannot start falls back to one thread).
  */
 async function initWasm(
   backend: Backend,
   allowSoftware: boolean,
   threads: number | undefined,
-): Promise<{ host: Platform; wasm: Wasm; fallback: BackendFallback | null }> {
+): Promise<{ host: Platform; wasm: Wasm; fallback: BackendFallback | null; threadFallback: ThreadFallback | null }> {
   if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
   const choice = await chooseBackend(backend, allowSoftware);
   let fallback = choice.build === 'cpu' ? choice.fallback : null;
   if (choice.build === 'gpu') {
     try {
-      return { host: platform, wasm: await startBuild(platform, 'wasm-gpu', 1), fallback };
+      return { host: platform, wasm: await startBuild(platform, 'wasm-gpu', 1), fallback, threadFallback: null };
     } catch (e) {
       if (backend === 'webgpu') throw e;
       fallback = { code: (e as RuvllmError).code, message: (e as Error).message };
     }
   }
-  const { build, threads: n } = chooseBuild(platform, threads);
-  return { host: platform, wasm: await startBuild(platform, build, n), fallback };
+  const { build, threads: n, fallback: threadFallback } = chooseBuild(platform, threads);
+  if (build === 'wasm-mt') {
+    try {
+      return { host: platform, wasm: await startBuild(platform, build, n), fallback, threadFallback };
+    } catch (e) {
+      const code = (e as RuvllmError).code;
+      if (code !== 'E_THREADS' && code !== 'E_FETCH') throw e;
+      const why = { code: 'E_THREADS' as const, message: `one thread runs: ${(e as Error).message}` };
+      return { host: platform, wasm: await startBuild(platform, 'wasm', 1), fallback, threadFallback: why };
+    }
+  }
+  return { host: platform, wasm: await startBuild(platform, build, n), fallback, threadFallback };
 }
 
 /**
@@ -110,6 +121,9 @@ export interface ModelInfo {
   fallback: BackendFallback | null;
   /** Threads its forward passes use. */
   threads: number;
+  /** Why one thread runs where more were asked for (by default: the cores): the page is not cross-origin
+   * isolated, or the threaded build's workers could not start (the message says why). */
+  threadFallback: ThreadFallback | null;
 }
 
 /** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */
@@ -164,6 +178,7 @@ export class LLM {
   readonly #requested: Backend;
   /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
   readonly #fallback: BackendFallback | null;
+  readonly #threadFallback: ThreadFallback | null;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -171,11 +186,12 @@ export class LLM {
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
 
-  private constructor(engine: Engine, wasm: Wasm, requested: Backend, fallback: BackendFallback | null) {
+  private constructor(engine: Engine, wasm: Wasm, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
     this.#engine = engine;
     this.#wasm = wasm;
     this.#requested = requested;
     this.#fallback = fallback;
+    this.#threadFallback = threadFallback;
     this.chat = createChat(this);
   }
 
@@ -188,7 +204,7 @@ export class LLM {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
     }
     throwIfAborted(signal);
-    const { host, wasm, fallback } = await initWasm(backend, Boolean(gpuAllowSoftware), threads);
+    const { host, wasm, fallback, threadFallback } = await initWasm(backend, Boolean(gpuAllowSoftware), threads);
     const { Engine, ModelBuffer } = wasm.glue;
     const engineCall = <T>(fn: () => T): T => {
       try {
@@ -221,9 +237,9 @@ export class LLM {
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
           throw engineError(e, wasm);
         });
-        return new LLM(engine, wasm, backend, fallback);
+        return new LLM(engine, wasm, backend, fallback, threadFallback);
       }
-      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm, backend, fallback);
+      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm, backend, fallback, threadFallback);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -233,7 +249,13 @@ export class LLM {
 
   info(): ModelInfo {
     const info = parseInfo(this.#call((e) => e.info()));
-    return { ...info, build: this.#wasm.build, requestedBackend: this.#requested, fallback: info.fallback ?? this.#fallback };
+    return {
+      ...info,
+      build: this.#wasm.build,
+      requestedBackend: this.#requested,
+      fallback: info.fallback ?? this.#fallback,
+      threadFallback: this.#wasm.build === 'wasm-gpu' ? null : this.#threadFallback,
+    };
   }
 
   /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
@@ -416,7 +438,7 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend'> {
+function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback'> {
   const i = JSON.parse(json);
   return {
     name: i.name ?? null,

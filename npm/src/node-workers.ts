@@ -1,5 +1,5 @@
-// Node has no Web Workers, and wasm-bindgen-rayon's start-up (its workerHelpers.no-bundler.js, run by
-// `initThreadPool`) needs them: it fetches its own file, makes a blob: URL of it, starts a module Worker
+// Node has no Web Workers, and the threaded build's start-up (npm/threads/workerHelpers.js, run by
+// wasm-bindgen-rayon's `initThreadPool`) needs them: it fetches its own file, makes a blob: URL of it, starts a module Worker
 // on that and talks to it with postMessage / addEventListener('message'); and that file, which the glue
 // imports, listens on `self` at import. `withWebWorkers` runs the threaded build's start-up with just
 // enough of those APIs (workers on worker_threads), and then puts the globals back.
@@ -30,19 +30,23 @@ parentPort.on('message', (data) => {
   });
 });`;
 
-type Listener = (event: { data: unknown }) => void;
+type Listener = (event: { data?: unknown; message?: string }) => void;
 
-/** The part of the Web Worker API that wasm-bindgen-rayon uses, for a blob: URL script. */
+/** The part of the Web Worker API that the thread start-up (npm/threads/workerHelpers.js) uses, for a blob: URL script. */
 class WebWorker {
   readonly #thread = new Thread(new URL(`data:text/javascript,${encodeURIComponent(PRELUDE)}`));
-  readonly #handlers = new Map<Listener, (data: unknown) => void>();
+  readonly #handlers = new Map<Listener, { type: 'message' | 'error'; handler: (value: unknown) => void }>();
   #sent: Promise<void>;
 
   constructor(url: string | URL) {
     // A thread parks in the pool's work loop once started: it must not keep the process alive then.
     this.#thread.once('message', () => this.#thread.unref());
-    this.#thread.on('error', (e) => console.error('ruvllm: a wasm thread failed:', e));
-    this.#sent = scriptOf(String(url)).then((text) => this.#thread.postMessage(text));
+    // Without a listener, a thread's uncaught error would be the process's: the start-up listens and reports it.
+    this.#thread.on('error', () => {});
+    this.#sent = scriptOf(String(url)).then(
+      (text) => this.#thread.postMessage(text),
+      (e) => void this.#thread.emit('error', e),
+    );
   }
 
   postMessage(data: unknown): void {
@@ -50,16 +54,23 @@ class WebWorker {
   }
 
   addEventListener(type: string, fn: Listener): void {
-    if (type !== 'message') return;
-    const handler = (data: unknown) => fn({ data });
-    this.#handlers.set(fn, handler);
-    this.#thread.on('message', handler);
+    if (type !== 'message' && type !== 'error') return;
+    const handler =
+      type === 'message' ? (data: unknown) => fn({ data }) : (e: unknown) => fn({ message: (e as Error)?.message ?? String(e) });
+    this.#handlers.set(fn, { type, handler });
+    this.#thread.on(type, handler);
   }
 
   removeEventListener(type: string, fn: Listener): void {
-    const handler = this.#handlers.get(fn);
-    if (type === 'message' && handler) this.#thread.off('message', handler);
-    this.#handlers.delete(fn);
+    const entry = this.#handlers.get(fn);
+    if (entry?.type === type) {
+      this.#thread.off(type, entry.handler);
+      this.#handlers.delete(fn);
+    }
+  }
+
+  terminate(): void {
+    void this.#thread.terminate();
   }
 }
 

@@ -24,7 +24,7 @@ async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSourc
 
 setPlatform({
   wasmSource: (url) => readFile(url),
-  canThread: () => true,
+  whyNoThreads: () => null,
   defaultThreads: () => Math.min(availableParallelism(), 8),
   startThreaded: (start) => withWebWorkers(start),
   keepAlive: async (promise) => {

@@ -8,14 +8,18 @@ const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/ja
 /**
  * Serve `root` (static files) and `files` (URL path -> file path). `/too-large.gguf` claims 5 GiB and
  * sends 64 bytes; requests are counted per path in `server.hits`. `headers` go with every response
- * (e.g. COOP/COEP, which make a page cross-origin isolated).
+ * (e.g. COOP/COEP, which make a page cross-origin isolated). Requests for which `refuse(req)` is true get a 404.
  */
-export async function serve({ root, files = {}, headers = {} }) {
+export async function serve({ root, files = {}, headers = {}, refuse = () => false }) {
   const hits = new Map();
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
     hits.set(path, (hits.get(path) ?? 0) + 1);
+    if (refuse(req)) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('refused');
+      return;
+    }
     if (path === '/too-large.gguf') {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(5 * 1024 ** 3) });
       res.write(Buffer.alloc(64));

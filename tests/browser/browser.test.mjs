@@ -2,36 +2,28 @@
 // page loads the real model from a local server and streams the reference answer.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { statSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
+import { ISOLATED, launchChromium } from './chromium.mjs';
 
-// playwright-core is a dev dependency of the npm package.
-const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-// As root in a container, without the sandbox; no background traffic to Google on a closed network.
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-let server, context, page, profile;
+let server, browser, context, page;
 const pageErrors = [];
 
 before(async () => {
   server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
-  profile = mkdtempSync(join(tmpdir(), 'ruvllm-chromium-'));
-  context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  browser = await launchChromium();
+  context = browser.context;
   page = context.pages()[0] ?? (await context.newPage());
   page.on('pageerror', (e) => pageErrors.push(e));
   await page.goto(`${server.origin}/examples/browser/index.html?model=/model.gguf`);
 });
 
 after(async () => {
-  await context?.close();
+  await browser?.close();
   await server?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 const state = (s) => page.waitForSelector(`body[data-state="${s}"]`, { timeout: 120_000 });

@@ -3,32 +3,23 @@
 // those headers falls back to the single-thread build. Both answer the France prompt.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
+import { ISOLATED, launchChromium } from './chromium.mjs';
 
-const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-const ISOLATED = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
-
-let context, profile;
+let browser, context;
 const servers = [];
 const pageErrors = [];
 
 before(async () => {
-  profile = mkdtempSync(join(tmpdir(), 'ruvllm-chromium-'));
-  context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  browser = await launchChromium();
+  context = browser.context;
 });
 
 after(async () => {
-  await context?.close();
+  await browser?.close();
   for (const s of servers) await s.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 /** Open the example page from a server sending `headers`, load the model there with `threads`, answer France. */
@@ -49,9 +40,9 @@ async function runPage(headers, threads) {
       requestAnimationFrame(frame);
       const r = await llm.complete(prompt, { temperature: 0 });
       running = false;
-      const { build, threads: n } = llm.info();
+      const { build, threads: n, threadFallback } = llm.info();
       llm.dispose();
-      return { isolated: crossOriginIsolated, build, threads: n, ids: r.ids, frames };
+      return { isolated: crossOriginIsolated, build, threads: n, threadFallback, ids: r.ids, frames };
     }, { prompt: FRANCE.prompt, threads });
   } finally {
     await page.close();
@@ -61,17 +52,21 @@ async function runPage(headers, threads) {
 test('with COOP/COEP the page runs the threaded build on 2 threads and answers', async () => {
   const r = await runPage(ISOLATED, 2);
   assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm-mt', threads: 2, ids: FRANCE.ids });
+  assert.equal(r.threadFallback, null);
   console.log(`threaded build in Chromium: ${r.frames} frames painted during the answer`);
 });
 
 test('without COOP/COEP the page falls back to the single-thread build and still answers', async () => {
   const r = await runPage({}, 2);
   assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: false, build: 'wasm', threads: 1, ids: FRANCE.ids });
+  assert.equal(r.threadFallback.code, 'E_THREADS');
+  assert.match(r.threadFallback.message, /not cross-origin isolated/);
 });
 
 test('with COOP/COEP, threads: 1 picks the single-thread build', async () => {
   const r = await runPage(ISOLATED, 1);
   assert.deepEqual({ isolated: r.isolated, build: r.build, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm', threads: 1, ids: FRANCE.ids });
+  assert.equal(r.threadFallback, null, 'one thread was asked for');
 });
 
 test('no uncaught errors in the pages', () => {
