@@ -5,11 +5,20 @@
 //! methods, `raise_exception`, a `tojson` that writes like Python's `json.dumps`), with the variables that
 //! HF and llama.cpp pass: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`.
 //! `strftime_now` is not provided: templates that test `strftime_now is defined` fall back to their own date.
+//!
+//! The template comes with the model file, so it may be hostile. Each render runs within `Limits` sized
+//! to its input: a step budget (minijinja's fuel), a cap on the prompt's bytes, and the same cap on what a
+//! size or count argument may ask for (`indent`, `tojson(indent=…)`, the widths in `format`, `batch`,
+//! `slice`; minijinja itself caps `range` at 100 000 items and `'…' * n` at 100 MB). Not bounded: minijinja
+//! has no hook on its operators, and one step of one can double a string (`s ~ s`), nest a list a level
+//! deeper (`[l]`) or make a lazy list of any length (`[x] * n`), so a template built on them can still
+//! exhaust memory, the call stack or time within its step budget.
 
 use std::fmt;
+use std::io;
 
-use minijinja::value::{Kwargs, Value};
-use minijinja::{Environment, ErrorKind};
+use minijinja::value::{Kwargs, Rest, StringInput, Value};
+use minijinja::{Environment, ErrorKind, State};
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -52,9 +61,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
         Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
     }
@@ -72,15 +79,152 @@ impl ChatTemplate {
 
     /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
-        template
-            .render(minijinja::context! {
+        let limits = Limits::for_input(messages, self.bos_token.len() + self.eos_token.len());
+        let env = limits.environment(&self.env);
+        let template = env.get_template(TEMPLATE_NAME).map_err(template_error)?;
+        let mut out = Capped::new(limits.bytes);
+        let rendered = template.render_captured_to(
+            minijinja::context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-            })
-            .map_err(template_error)
+            },
+            &mut out,
+        );
+        match rendered {
+            Err(_) if out.full => {
+                Err(Error::ChatTemplate(format!("the rendered prompt exceeds {} bytes", limits.bytes)))
+            }
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                Err(Error::ChatTemplate(format!("the template did not finish within {} steps", limits.fuel)))
+            }
+            Err(e) => Err(template_error(e)),
+            Ok(_) => Ok(String::from_utf8(out.bytes).expect("minijinja writes whole strs")),
+        }
+    }
+}
+
+/// What one render may use, from the size of its input.
+struct Limits {
+    /// minijinja steps (instructions). The templates tested below take 25-35 steps a message and a few dozen
+    /// more once; the allowance leaves room for templates that do far more per message (tool calls,
+    /// reasoning) and for conversations of any length, while a hostile loop ends after 100 000 steps and
+    /// 1 000 more a message.
+    fuel: u64,
+    /// Bytes of the rendered prompt, and the most that a size or count argument may ask for. A template
+    /// emits each message once with some scaffolding (counted as 256 bytes a message) and fixed text (a
+    /// default system prompt): four times that and a MiB more is far beyond what real templates write.
+    bytes: usize,
+}
+
+impl Limits {
+    const BASE_FUEL: u64 = 100_000;
+    const FUEL_PER_MESSAGE: u64 = 1_000;
+    const BASE_BYTES: usize = 1 << 20;
+    const BYTES_PER_MESSAGE: usize = 256;
+
+    fn for_input(messages: &[ChatMessage], other_bytes: usize) -> Limits {
+        let input = messages.iter().fold(other_bytes, |n, m| {
+            n.saturating_add(m.role.len() + m.content.len()).saturating_add(Limits::BYTES_PER_MESSAGE)
+        });
+        // minijinja keeps the fuel left in an isize.
+        let fuel = Limits::BASE_FUEL.saturating_add(Limits::FUEL_PER_MESSAGE.saturating_mul(messages.len() as u64));
+        Limits { fuel: fuel.min(isize::MAX as u64), bytes: Limits::BASE_BYTES.saturating_add(input.saturating_mul(4)) }
+    }
+
+    /// `base` with these limits: the fuel, and the filters and methods that take a size or a count
+    /// (minijinja's own, minijinja-contrib's Python methods, our `tojson`) bounded by `bytes`.
+    fn environment(&self, base: &Environment<'static>) -> Environment<'static> {
+        let mut env = base.clone();
+        env.set_fuel(Some(self.fuel));
+        let max = self.bytes;
+        env.add_filter("tojson", move |value: &Value, kwargs: Kwargs| tojson(value, kwargs, max));
+        env.add_filter(
+            "indent",
+            move |value: StringInput,
+                  width: Option<usize>,
+                  first: Option<bool>,
+                  blank: Option<bool>,
+                  kwargs: Kwargs| {
+                let width = match width {
+                    Some(w) => w,
+                    None => kwargs.get::<Option<usize>>("width")?.unwrap_or(4),
+                };
+                // Each line gets `width` spaces at most.
+                let lines = value.as_str().matches('\n').count() + 1;
+                within(width.saturating_mul(lines).saturating_add(value.as_str().len()), max, "indent")?;
+                minijinja::filters::indent(value, Some(width), first, blank, kwargs)
+            },
+        );
+        env.add_filter("format", move |state: &State, format: &Value, args: Rest<Value>| {
+            within(format_widths(format.as_str().unwrap_or("")), max, "format")?;
+            minijinja::filters::format(state, format, args)
+        });
+        env.add_filter("batch", move |state: &State, value: Value, count: usize, fill: Option<Value>| {
+            within(count, max, "batch")?;
+            minijinja::filters::batch(state, value, count, fill)
+        });
+        env.add_filter("slice", move |state: &State, value: Value, count: usize, fill: Option<Value>| {
+            within(count, max, "slice")?;
+            minijinja::filters::slice(state, value, count, fill)
+        });
+        env.set_unknown_method_callback(move |state, value, method, args| {
+            if let ("format", Some(format)) = (method, value.as_str()) {
+                within(format_widths(format), max, "str.format")?;
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
+        env
+    }
+}
+
+/// Refuse a size or count of `n` over the render's limit of `max`, before anything is made of it.
+fn within(n: usize, max: usize, what: &str) -> std::result::Result<(), minijinja::Error> {
+    if n > max {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{what}: {n} is over this prompt's limit of {max} bytes or items"),
+        ));
+    }
+    Ok(())
+}
+
+/// The numbers written in a format string, added up: at least the widths and precisions its conversions
+/// ask for (numbers in its plain text only make the bound stricter).
+fn format_widths(format: &str) -> usize {
+    format
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|digits| !digits.is_empty())
+        .map(|digits| digits.parse::<usize>().unwrap_or(usize::MAX))
+        .fold(0, usize::saturating_add)
+}
+
+/// A byte sink that refuses to grow past `max` bytes (and remembers that it did).
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+    full: bool,
+}
+
+impl Capped {
+    fn new(max: usize) -> Capped {
+        Capped { bytes: Vec::new(), max, full: false }
+    }
+}
+
+impl io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if b.len() > self.max - self.bytes.len() {
+            self.full = true;
+            return Err(io::Error::other(format!("more than {} bytes", self.max)));
+        }
+        self.bytes.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -114,25 +258,34 @@ fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> 
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, "template raised an exception").with_source(Raised(msg)))
 }
 
+/// The template's own message when it raised one, else minijinja's with the error that caused it (an
+/// error inside an include carries the included template's as its source, and so on).
 fn template_error(e: minijinja::Error) -> Error {
-    use std::error::Error as _;
-    if let Some(raised) = e.source().and_then(|s| s.downcast_ref::<Raised>()) {
-        return Error::ChatTemplate(raised.0.clone());
+    let mut root = std::error::Error::source(&e);
+    while let Some(cause) = root.and_then(|r| r.source()) {
+        root = Some(cause);
     }
-    Error::ChatTemplate(e.to_string())
+    match root {
+        None => Error::ChatTemplate(e.to_string()),
+        Some(r) => match r.downcast_ref::<Raised>() {
+            Some(raised) => Error::ChatTemplate(raised.0.clone()),
+            None => Error::ChatTemplate(format!("{e}: {r}")),
+        },
+    }
 }
 
 /// `tojson` as HF transformers defines it: Python's `json.dumps(x, ensure_ascii=False, indent=None)`,
 /// so `", "` and `": "` separators and no HTML escaping (minijinja's built-in is compact and HTML-safe).
-/// Like HF, the options are keyword arguments (`indent`, `ensure_ascii`).
-fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
+/// Like HF, the options are keyword arguments (`indent`, `ensure_ascii`). The JSON may take `max` bytes.
+fn tojson(value: &Value, kwargs: Kwargs, max: usize) -> std::result::Result<Value, minijinja::Error> {
     let indent = kwargs.get::<Option<usize>>("indent")?;
     let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     kwargs.assert_all_used()?;
 
-    let mut out = Vec::new();
+    let mut out = Capped::new(max);
     let written = match indent {
         Some(n) => {
+            within(n, max, "tojson indent")?;
             let spaces = " ".repeat(n);
             let fmt = serde_json::ser::PrettyFormatter::with_indent(spaces.as_bytes());
             serde::Serialize::serialize(value, &mut serde_json::Serializer::with_formatter(&mut out, fmt))
@@ -141,7 +294,7 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja
     };
     written
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(e))?;
-    let json = String::from_utf8(out)
+    let json = String::from_utf8(out.bytes)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "JSON is not UTF-8").with_source(e))?;
     Ok(Value::from_safe_string(if ensure_ascii { escape_non_ascii(&json) } else { json }))
 }
@@ -353,6 +506,81 @@ mod tests {
         let g = Gguf::parse(&b).unwrap();
         let e = ChatTemplate::from_gguf(&g).unwrap_err();
         assert_eq!(e, Error::ChatTemplate("model has no chat template; pass one explicitly".into()));
+    }
+
+    /// Render `src` over one message, which must fail promptly with E_CHAT_TEMPLATE; the message.
+    fn refused(src: &str) -> String {
+        let t0 = crate::clock::now_ms();
+        let e = ChatTemplate::new(src, "", "").unwrap().render(&[user("hi")], true).unwrap_err();
+        let ms = crate::clock::now_ms() - t0;
+        assert_eq!(e.code(), "E_CHAT_TEMPLATE", "{src}: {e}");
+        // Loose on purpose: this catches a hang, it does not time the limits.
+        assert!(ms < 5000.0, "{src}: {ms} ms");
+        e.to_string()
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn size_arguments_are_bounded() {
+        for src in [
+            "{{ messages[0] | tojson(indent=4294967295) }}",
+            "{{ messages[0] | tojson(indent=2000000000) }}",
+            "{{ 'a' | indent(4294967295) }}",
+            "{{ 'a\nb' | indent(width=2000000000, first=true) }}",
+            "{{ '%999999999s' | format('a') }}",
+            "{{ '%.999999999f' | format(1.5) }}",
+            "{{ '{:>4294967295}'.format('a') }}",
+            "{{ messages | batch(1000000000) | list }}",
+            "{{ messages | slice(4294967295) | list }}",
+        ] {
+            let msg = refused(src);
+            assert!(msg.contains("over this prompt's limit"), "{src}: {msg}");
+        }
+        // minijinja's own caps.
+        assert!(refused("{{ 'a' * 4294967295 }}").contains("repeated string is too large"));
+        assert!(refused("{{ range(1000000000) | length }}").contains("range has too many elements"));
+        // Within the limits the same filters work as before.
+        let t = ChatTemplate::new(
+            "{{ 'a\nb' | indent(2) }}|{{ '%5s' | format('x') }}|{{ messages | batch(2) | list | length }}",
+            "",
+            "",
+        );
+        assert_eq!(t.unwrap().render(&[user("hi")], false).unwrap(), "a\n  b|    x|1");
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn loops_recursion_and_output_are_bounded() {
+        // 10^10 steps of nested loops.
+        let msg = refused("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+        assert!(msg.contains("did not finish within 101000 steps"), "{msg}");
+        // Unbounded recursion, through a macro, a recursive loop and the template including itself.
+        for src in [
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}",
+            "x{% include 'chat_template' %}",
+        ] {
+            let msg = refused(src);
+            assert!(msg.contains("recursion"), "{src}: {msg}");
+        }
+        // 100 MB of output.
+        let msg = refused("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
+        assert!(msg.contains("the rendered prompt exceeds"), "{msg}");
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn long_conversations_fit_the_limits() {
+        let turns: Vec<ChatMessage> =
+            (0..10_000).map(|i| ChatMessage::new(["user", "assistant"][i % 2], "x".repeat(i % 1000))).collect();
+        for src in [SMOLLM2, LLAMA3, MISTRAL, QWEN25] {
+            let out = ChatTemplate::new(src, "<s>", "</s>").unwrap().render(&turns, true).unwrap();
+            assert!(out.len() > 5_000_000, "{}", out.len());
+        }
+        // One message as long as a whole context window's text, indented and as JSON.
+        let long = [user(&"word ".repeat(200_000))];
+        let src = "{{ messages[0].content | indent(4) }}{{ messages | tojson(indent=2) }}";
+        assert!(ChatTemplate::new(src, "", "").unwrap().render(&long, false).is_ok());
     }
 
     // The real model's own template is tested in tests/rust/reference.rs (natively and on wasm32).

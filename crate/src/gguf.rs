@@ -2,8 +2,10 @@
 //!
 //! Parsing borrows the file's bytes and copies only metadata; tensor data is never touched here.
 //! `TensorInfo::offset` is absolute into the same bytes, so weights are used in place later.
-//! Every count and length is checked against the bytes that remain before anything is allocated,
-//! so a hostile header cannot make us reserve gigabytes or read out of bounds.
+//! Every count and length is checked against the bytes that remain, and charged to a memory budget for
+//! the parsed header, before anything is allocated; tensor sizes are computed with checked arithmetic in
+//! `usize`. So a hostile header cannot make us reserve gigabytes, overflow, or read out of bounds, and a
+//! file refused on one target is refused on the others too, as `Error::Gguf`.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +16,14 @@ const MAGIC: u32 = 0x4655_4747; // "GGUF" read as little-endian u32
 const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_ARRAY_DEPTH: usize = 8;
 const MAX_DIMS: usize = 4;
+/// Memory the parsed header (metadata and tensor table) may take. Real headers take a few tens of MB at
+/// most (a 262k-token vocabulary with its scores and types is ~30 MB); a hostile one could otherwise claim,
+/// with 1-byte array elements, many times its own size.
+const MAX_HEADER_BYTES: usize = 256 << 20;
+/// What each metadata value, key or tensor entry is charged against `MAX_HEADER_BYTES` besides its
+/// strings: about what it takes on a 64-bit target, the same on every target so that a file gets the
+/// same answer everywhere.
+const ITEM_BYTES: usize = 64;
 
 /// A metadata value, as typed in the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +126,7 @@ pub struct Gguf {
 impl Gguf {
     /// Parse the header of a GGUF file held in `bytes` (the whole file).
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader { bytes, pos: 0, budget: MAX_HEADER_BYTES };
         let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
             if magic.swap_bytes() == MAGIC {
@@ -132,8 +142,8 @@ impl Gguf {
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
         // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at least 8+4+8+4+8.
-        r.check_count(n_kv, 13, "metadata entries")?;
-        r.check_count(n_tensors, 32, "tensors")?;
+        r.reserve(n_kv, 13, "metadata entries")?;
+        let n_tensors = r.reserve(n_tensors, 32, "tensors")?;
 
         let mut metadata = BTreeMap::new();
         for _ in 0..n_kv {
@@ -153,7 +163,7 @@ impl Gguf {
             },
         } as usize;
 
-        let mut raw = Vec::with_capacity(n_tensors as usize);
+        let mut raw = Vec::with_capacity(n_tensors);
         for _ in 0..n_tensors {
             let name = r.string()?;
             let n_dims = r.u32()? as usize;
@@ -163,10 +173,10 @@ impl Gguf {
             let mut dims = Vec::with_capacity(n_dims);
             for _ in 0..n_dims {
                 let d = r.u64()?;
-                if d == 0 || d > (1 << 40) {
-                    return Err(err(format!("tensor '{name}' has dimension {d}")));
+                if d == 0 {
+                    return Err(err(format!("tensor '{name}' has a dimension of 0")));
                 }
-                dims.push(d as usize);
+                dims.push(d);
             }
             let type_id = r.u32()?;
             let offset = r.u64()?;
@@ -189,11 +199,7 @@ impl Gguf {
             }
             let ty = GgmlType::from_id(type_id)
                 .ok_or_else(|| Error::UnsupportedTensorType { tensor: name.clone(), type_id })?;
-            let n: usize = dims
-                .iter()
-                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-                .ok_or_else(|| err(format!("tensor '{name}' has too many elements")))?;
-            if dims[0] % ty.block_size() != 0 {
+            if dims[0] % ty.block_size() as u64 != 0 {
                 return Err(err(format!(
                     "tensor '{name}': row length {} is not a multiple of the {} block size {}",
                     dims[0],
@@ -201,7 +207,11 @@ impl Gguf {
                     ty.block_size()
                 )));
             }
-            let size = n / ty.block_size() * ty.block_bytes();
+            let size = tensor_bytes(ty, &dims).ok_or_else(|| {
+                err(format!("tensor '{name}' of shape {dims:?} has more bytes than memory can address"))
+            })?;
+            // No dimension exceeds the element count, which fits in usize.
+            let dims = dims.into_iter().map(|d| d as usize).collect();
             if rel % alignment as u64 != 0 {
                 return Err(err(format!("tensor '{name}' offset {rel} is not aligned to {alignment}")));
             }
@@ -274,9 +284,18 @@ fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
+/// Bytes of a tensor of type `ty` with shape `dims` (`dims[0]` a whole number of blocks), or None when its
+/// element count or its byte count does not fit in `usize`.
+fn tensor_bytes(ty: GgmlType, dims: &[u64]) -> Option<usize> {
+    let n = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))?;
+    (n / ty.block_size()).checked_mul(ty.block_bytes())
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Bytes of memory the parsed header may still take (see `MAX_HEADER_BYTES`).
+    budget: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -309,27 +328,42 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    /// Refuse a count whose items could not fit in the remaining bytes, before allocating for it.
-    fn check_count(&self, count: u64, min_item_bytes: usize, what: &str) -> Result<()> {
-        if count > (self.remaining() / min_item_bytes.max(1)) as u64 {
+    /// Refuse a count whose items could not fit in the remaining bytes, or whose parsed items would
+    /// exceed the header's memory budget, before allocating for it; else charge them to the budget.
+    fn reserve(&mut self, count: u64, min_item_bytes: usize, what: &str) -> Result<usize> {
+        let Some(n) = usize::try_from(count).ok().filter(|&n| n <= self.remaining() / min_item_bytes) else {
             return Err(err(format!(
                 "{count} {what} cannot fit in the {} bytes that remain at offset {}",
                 self.remaining(),
                 self.pos
             )));
-        }
+        };
+        self.charge(n.saturating_mul(ITEM_BYTES), what)?;
+        Ok(n)
+    }
+
+    fn charge(&mut self, bytes: usize, what: &str) -> Result<()> {
+        self.budget = self.budget.checked_sub(bytes).ok_or_else(|| {
+            err(format!(
+                "{what} at offset {} would take the parsed header past {} MiB of memory",
+                self.pos,
+                MAX_HEADER_BYTES >> 20
+            ))
+        })?;
         Ok(())
     }
 
     fn string(&mut self) -> Result<String> {
         let len = self.u64()?;
-        if len > self.remaining() as u64 {
+        let Some(len) = usize::try_from(len).ok().filter(|&n| n <= self.remaining()) else {
             return Err(err(format!(
                 "string of length {len} at offset {} runs past the end of the file",
                 self.pos - 8
             )));
-        }
-        let b = self.take(len as usize)?;
+        };
+        // Lossy decoding writes at most 3 bytes (U+FFFD) per byte read.
+        self.charge(len.saturating_mul(3), "a string")?;
+        let b = self.take(len)?;
         // llama.cpp accepts invalid UTF-8 in token strings; keep the bytes readable rather than failing the file.
         Ok(String::from_utf8_lossy(b).into_owned())
     }
@@ -363,8 +397,8 @@ impl<'a> Reader<'a> {
                     9 => 12,
                     t => return Err(err(format!("unknown metadata value type {t}"))),
                 };
-                self.check_count(n, min, "array elements")?;
-                let mut items = Vec::with_capacity(n as usize);
+                let n = self.reserve(n, min, "array elements")?;
+                let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem_ty, depth + 1)?);
                 }

@@ -173,7 +173,8 @@ pub struct Engine {
 
 /// Check that the session's buffers can be allocated, so that a context window too large for wasm
 /// memory is an error rather than an allocation-failure trap. The KV cache dominates, then the run
-/// state's attention scores (one prefill batch of 64 rows over the window). The probe is sized to
+/// state's attention scores and activations (one prefill batch of 64 rows; the activations matter only
+/// for a model whose widths are out of proportion, such as a hostile file's). The probe is sized to
 /// what the session allocates next (wasm memory never shrinks, so a larger probe would raise the peak).
 pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
@@ -183,7 +184,9 @@ pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), Js
     }
     let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
     let scores = 64usize.saturating_mul(c.n_heads).saturating_mul(n_ctx).saturating_mul(4);
-    let bytes = kv.saturating_add(scores).saturating_add(1 << 20);
+    let row = [c.d_model, c.d_model, c.d_model, c.q_dim(), c.q_dim(), c.kv_dim(), c.kv_dim(), c.ffn_dim, c.ffn_dim];
+    let activations = 64usize.saturating_mul(row.iter().fold(0, |a: usize, &w| a.saturating_add(w))).saturating_mul(4);
+    let bytes = kv.saturating_add(scores).saturating_add(activations).saturating_add(1 << 20);
     let mut probe: Vec<u8> = Vec::new();
     probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
 }

@@ -145,3 +145,99 @@ fn prompts_longer_than_the_context_are_refused() {
     assert_eq!(out.finish, ruvllm::FinishReason::Length);
     assert!(s.tokens().len() <= 16);
 }
+
+/// The error of loading `bytes` as a model, which must fail.
+fn load_error(bytes: Vec<u8>) -> Error {
+    match Model::from_bytes(bytes) {
+        Err(e) => e,
+        Ok(_) => panic!("expected an error"),
+    }
+}
+
+/// A llama header with a token embedding of 32 tokens × 64 (no layers, no tokenizer): enough to reach
+/// the checks of the config and of the weights.
+fn llama(d_model: u32, n_heads: u32, block_count: u32) -> GgufWriter {
+    GgufWriter::new()
+        .meta("general.architecture", Meta::Str("llama".into()))
+        .meta("llama.block_count", Meta::U32(block_count))
+        .meta("llama.embedding_length", Meta::U32(d_model))
+        .meta("llama.attention.head_count", Meta::U32(n_heads))
+        .meta("llama.feed_forward_length", Meta::U32(64))
+        .meta("llama.context_length", Meta::U32(128))
+        .tensor("token_embd.weight", &[64, 32], 0, vec![0u8; 64 * 32 * 4])
+}
+
+#[test]
+fn block_counts_beyond_the_tensors_present_reserve_nothing() {
+    // 2^31 - 1 layers once reserved ~738 GB up front; a layer needs 9 tensors, so the count is checked first.
+    for block_count in [i32::MAX as u32, 100_000_000, 1] {
+        let e = load_error(llama(64, 4, block_count).bytes());
+        assert_eq!(e.code(), "E_MODEL", "{e}");
+        assert!(e.to_string().contains(&format!("block_count {block_count} needs")), "{e}");
+    }
+}
+
+#[test]
+fn attention_shapes_that_cannot_work_are_model_errors() {
+    // More heads than embedding dimensions: a head dim of 0.
+    let e = load_error(llama(64, 128, 1).bytes());
+    assert!(matches!(e, Error::Model(ref m) if m.contains("dim 0")), "{e}");
+    // n_heads × key_length overflows 32-bit usize (and on 64-bit does not match the weights' shapes).
+    let w = llama(64, i32::MAX as u32, 1).meta("llama.attention.key_length", Meta::U32(512));
+    assert_eq!(load_error(w.bytes()).code(), "E_MODEL");
+    // Zero heads, and an embedding length of 2^31 - 1 over a 64-wide token embedding.
+    assert_eq!(load_error(llama(64, 0, 1).bytes()).code(), "E_MODEL");
+    let w = llama(i32::MAX as u32, 4, 1).meta("llama.attention.key_length", Meta::U32(16));
+    let e = load_error(w.bytes());
+    assert!(matches!(e, Error::Model(ref m) if m.contains("token_embd.weight has shape")), "{e}");
+}
+
+#[test]
+fn tensor_sizes_that_overflow_usize_are_refused() {
+    // [2^40, 2^23] F32: 2^63 elements, 2^65 bytes (96 bytes of file). On wasm32 2^40 does not fit in usize;
+    // [2^30, 4] F32 is 2^34 bytes, and [2^32 + 32] used to be cut to 32 elements there.
+    let w = GgufWriter::new().tensor("big", &[1 << 40, 1 << 23], 0, vec![0u8; 32]);
+    let msg = gguf_error(&w.bytes());
+    assert!(msg.contains("tensor 'big' of shape [1099511627776, 8388608] has more bytes than memory"), "{msg}");
+    for dims in [[1u64 << 30, 4].as_slice(), &[(1 << 32) + 32], &[u64::MAX, u64::MAX], &[1 << 32, 1 << 32]] {
+        let w = GgufWriter::new().tensor("big", dims, 0, vec![0u8; 32]);
+        let msg = gguf_error(&w.bytes());
+        assert!(msg.contains("tensor 'big'"), "{dims:?}: {msg}");
+    }
+    // Dimension counts of 0, 5 and u32::MAX.
+    for n_dims in [0u32, 5, u32::MAX] {
+        let mut b = GgufWriter::new().tensor("t", &[32], 0, vec![0u8; 128]).bytes();
+        let at = 4 + 4 + 8 + 8 + 8 + 1;
+        b[at..at + 4].copy_from_slice(&n_dims.to_le_bytes());
+        let msg = gguf_error(&b);
+        assert!(msg.contains(&format!("{n_dims} dimensions (1..=4 allowed)")), "{msg}");
+    }
+}
+
+#[test]
+fn tensor_offsets_that_overflow_are_refused() {
+    let mut b = GgufWriter::new().tensor("t", &[32], 0, vec![0u8; 128]).bytes();
+    let at = 4 + 4 + 8 + 8 + 8 + 1 + 4 + 8 + 4;
+    for offset in [!31u64, 1 << 63, (1 << 32) + 32] {
+        b[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        let msg = gguf_error(&b);
+        assert!(msg.contains("tensor 't'") && msg.contains("past the end"), "{offset}: {msg}");
+    }
+}
+
+#[test]
+fn headers_that_would_take_too_much_memory_are_refused() {
+    // 5M one-byte array elements fit in the file but would be 5M parsed values (160 MB on 64-bit).
+    let w = GgufWriter::new().meta("a", Meta::U8Array(vec![0; 5 << 20]));
+    let msg = gguf_error(&w.bytes());
+    assert!(msg.contains("metadata 'a': array elements") && msg.contains("past 256 MiB"), "{msg}");
+    // A vocabulary of 2^40 tokens, and a string of length u64::MAX.
+    let w = GgufWriter::new().meta("tokenizer.ggml.tokens", Meta::StrArray(vec!["a".into()]));
+    let mut b = w.bytes();
+    let count_at = 4 + 4 + 8 + 8 + 8 + "tokenizer.ggml.tokens".len() + 4 + 4;
+    b[count_at..count_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert!(gguf_error(&b).contains("cannot fit"));
+    b[count_at..count_at + 8].copy_from_slice(&1u64.to_le_bytes());
+    b[count_at + 8..count_at + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(gguf_error(&b).contains("runs past the end"));
+}

@@ -68,10 +68,19 @@ impl Config {
             Some(_) => req("attention.key_length")?,
             None => d_model / n_heads,
         };
-        if n_heads % n_kv_heads != 0 || head_dim % 2 != 0 || head_dim > crate::kernels::attention::MAX_HEAD_DIM {
+        if n_heads % n_kv_heads != 0
+            || head_dim == 0
+            || head_dim % 2 != 0
+            || head_dim > crate::kernels::attention::MAX_HEAD_DIM
+        {
             return Err(Error::Model(format!(
                 "{n_heads} attention heads cannot be grouped over {n_kv_heads} KV heads of dim {head_dim}"
             )));
+        }
+        // q_dim() and kv_dim() (n_kv_heads <= n_heads) are then products that fit in usize; the weights'
+        // shapes check them against the tensors.
+        if n_heads.checked_mul(head_dim).is_none() {
+            return Err(Error::Model(format!("{n_heads} attention heads of dim {head_dim} overflow usize")));
         }
         let rope_dims = match g.get_u64(&key("rope.dimension_count")) {
             Some(_) => req("rope.dimension_count")?,

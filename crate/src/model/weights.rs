@@ -91,6 +91,15 @@ impl Weights {
         };
         let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let token_embd = matrix("token_embd.weight", c.vocab_size, d)?;
+        // Before reserving a layer each: every layer has at least these tensors in the file.
+        const LAYER_TENSORS: usize = 9; // attn_norm, q, k, v, output, ffn_norm, gate, up, down
+        if c.n_layers > g.tensors.len() / LAYER_TENSORS {
+            return Err(Error::Model(format!(
+                "block_count {} needs at least {LAYER_TENSORS} tensors a layer, but the file has {} tensors",
+                c.n_layers,
+                g.tensors.len()
+            )));
+        }
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let p = |s: &str| format!("blk.{i}.{s}");

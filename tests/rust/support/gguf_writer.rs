@@ -18,6 +18,7 @@ pub enum Meta {
     StrArray(Vec<String>),
     F32Array(Vec<f32>),
     I32Array(Vec<i32>),
+    U8Array(Vec<u8>),
 }
 
 pub struct Tensor {
@@ -137,6 +138,12 @@ impl GgufWriter {
                     out.extend(5u32.to_le_bytes());
                     out.extend((a.len() as u64).to_le_bytes());
                     a.iter().for_each(|x| out.extend(x.to_le_bytes()));
+                }
+                Meta::U8Array(a) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(0u32.to_le_bytes());
+                    out.extend((a.len() as u64).to_le_bytes());
+                    out.extend(a);
                 }
             }
         }
