@@ -69,7 +69,9 @@ async function freePort() {
 async function startVite(command, isolated) {
   const port = await freePort();
   const args = [join('node_modules', 'vite', 'bin', 'vite.js'), ...(command === 'dev' ? [] : [command]), '--host', '127.0.0.1', '--port', String(port), '--strictPort'];
-  const child = spawn(process.execPath, args, { cwd: join(WORK, 'vite-app'), env: { ...process.env, RUVLLM_COI: isolated ? '1' : '0' }, stdio: ['ignore', 'pipe', 'inherit'] });
+  // NO_COLOR: with CI set, Vite colours its output, and the port in the URL it prints comes wrapped in escapes.
+  const env = { ...process.env, RUVLLM_COI: isolated ? '1' : '0', NO_COLOR: '1' };
+  const child = spawn(process.execPath, args, { cwd: join(WORK, 'vite-app'), env, stdio: ['ignore', 'pipe', 'inherit'] });
   stops.push(async () => {
     if (child.exitCode === null) {
       child.kill();
@@ -79,11 +81,18 @@ async function startVite(command, isolated) {
   const origin = `http://127.0.0.1:${port}`;
   await new Promise((resolve, reject) => {
     let out = '';
+    const timer = setTimeout(() => reject(new Error(`vite ${command} did not print ${origin} within 60 s: ${out}`)), 60_000);
     child.stdout.on('data', (d) => {
       out += d;
-      if (out.includes(origin)) resolve();
+      if (out.replace(/\x1b\[[0-9;]*m/g, '').includes(origin)) {
+        clearTimeout(timer);
+        resolve();
+      }
     });
-    child.once('exit', (code) => reject(new Error(`vite ${command} exited with ${code}: ${out}`)));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`vite ${command} exited with ${code}: ${out}`));
+    });
   });
   return origin;
 }
@@ -95,7 +104,10 @@ async function outcome(url) {
   page.on('pageerror', (e) => errors.push(String(e)));
   try {
     await page.goto(url);
-    const result = await page.evaluate(() => window.outcome);
+    // A load that hangs fails here, not at the runner's limit for the whole file.
+    const result = await page.evaluate(() =>
+      Promise.race([window.outcome, new Promise((_, reject) => setTimeout(() => reject(new Error('no outcome within 180 s')), 180_000))]),
+    );
     assert.deepEqual(errors, [], 'uncaught errors in the page');
     return result;
   } finally {
