@@ -1,7 +1,7 @@
 //! `e^x` for the softmax of attention and the SiLU of SwiGLU, as ggml computes it on the CPU: a range
 //! reduction and a degree-5 polynomial, in plain f32 arithmetic that the compiler vectorizes (simd128,
-//! SSE/AVX, NEON). `f32::exp` is a call to libm per element: on wasm32 it was 4% of a decode step,
-//! half of it in SwiGLU, which runs on one thread.
+//! SSE/AVX, NEON). `f32::exp` is a call to libm per element, which does not vectorize; on wasm32 it
+//! showed in decode profiles, mostly in SwiGLU.
 
 /// `e^x` to within 2 ulp for `x` in -87.3..=88.3 (inputs beyond saturate there: `e^-87.3` ~ 1e-38,
 /// `e^88.3` ~ 2e38, never 0 or infinity; NaN gives NaN). `exp(0.0) == 1.0` exactly.

@@ -90,9 +90,8 @@ pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 
 /// Run `f(first_row, rows)` on runs of whole rows of `out` (`row_len` items each), possibly in
 /// parallel. For the row-wise ops of a prefill batch (norms, RoPE, SwiGLU, the residual add,
-/// quantizing activations): on one thread they were ~5% of a wasm32 prefill, and the other thread
-/// waited; more so because each output line was last written or read by the other core. A single
-/// row runs inline.
+/// quantizing activations): run on one thread they leave the others waiting, and each output line was
+/// last written or read by another core anyway. A single row runs inline.
 pub fn for_each_row_chunk<T: Send>(out: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
     if out.is_empty() {
         return; // rows of no items (an activation row of 0 columns)

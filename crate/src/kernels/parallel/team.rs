@@ -12,10 +12,9 @@
 //! n*(i+1)/m`) and takes them in order from the front, so the weight rows it streams from memory are
 //! one run per loop; a member whose share is used up takes chunks from the back of the others'. It
 //! takes up to [`MOST_CHUNKS_PER_CLAIM`] at once while its share lasts, then one at a time, so the
-//! members end a loop within about one (small) chunk of each other. When every member took the next
-//! chunk of one shared counter instead, each thread's weight rows were runs of one chunk (23 KB) that
-//! the hardware prefetcher had to find again each time: a wasm32 decode step on two threads ran 11%
-//! slower (90 vs 101 tok/s, the two alternated in one process).
+//! members end a loop within about one (small) chunk of each other. (With one shared counter instead,
+//! each thread's weight rows are runs of one chunk that the hardware prefetcher must find again each
+//! time: slower, as the commit that brought in the shares measured.)
 //!
 //! The leader never waits for a helper to *arrive*: it takes chunks itself, from the others' shares
 //! once its own is done, so a loop finishes even if no helper ever joins (a worker busy elsewhere, a
@@ -44,8 +43,6 @@ const SPINS_BEFORE_SLEEP: u32 = 20_000;
 /// Most chunks a member takes from its own share at once: a quarter of what is left there, at least
 /// one. Few claims while much is left, single (small) chunks at the end, so the members end a loop
 /// close together; and little work held by a member the others could have taken if it is descheduled.
-/// (With one 48- or 64-row chunk per claim, the two threads of a wasm32 decode step sat idle inside its
-/// loops for 1.3 ms of their 2 x 10 ms; with 16-row chunks taken this way, 0.75 ms.)
 const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 
 /// A member's part of the team, on cache lines of its own (its share and task on one, its done count
@@ -53,10 +50,8 @@ const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 /// only to take chunks from the back, at the end of a loop). A waiting helper reads nothing else, so
 /// posting a loop moves one line to each helper and none back: when helpers also watched a line of
 /// the leader's (the loop's task, the leader's share), each post and the leader's first claims waited
-/// for the helpers' copies of those lines to be invalidated, a round trip between the cores each, over
-/// the ~150 loops of a decode step (an empty loop of 36 chunks on two threads cost 0.8 us instead of
-/// 0.7, and 2.1 instead of 1.5 in the phases where this VM's two cores are far apart; `emptyLoops`,
-/// run by `benches/matmul_scaling.mjs`).
+/// for the helpers' copies of those lines to be invalidated, a round trip between the cores each, for
+/// each of the ~150 loops of a decode step (`emptyLoops` in `benches/matmul_scaling.mjs` measures it).
 #[repr(align(64))]
 struct Member {
     /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`, or [`QUIT`]. The
@@ -185,9 +180,8 @@ impl Team {
 
     /// On member `me`: claim and run chunks until none is left, then add them to its done count at
     /// once. The leader watches the counts at the end of every loop, while the members still claim
-    /// the last chunks one by one: a count per claim (on the share's line, as it was) moved that line
-    /// between the cores at each claim. An empty loop of 36 chunks on two threads took 1.15 us, and
-    /// 2.7 in the VM's slow phases; now 0.6 and 1.3 (`emptyLoops`).
+    /// the last chunks one by one: a count per claim (on the share's line) would move that line between
+    /// the cores at each claim.
     fn claim_all(&self, me: usize) {
         let mut ran = 0;
         while let Some(n) = self.claim(me) {
