@@ -91,16 +91,19 @@ pub(crate) fn check_eval(tokens: &[u32], pos0: usize, n_ctx: usize, vocab_size: 
 pub(crate) fn wait<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     let mut f = std::pin::pin!(f);
     let mut cx = Context::from_waker(Waker::noop());
+    #[cfg(target_arch = "wasm32")]
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => Err(crate::gpu::gpu_error(
+            crate::error::GpuFault::NoAdapter,
+            "the synchronous Session cannot wait for WebGPU in the browser; use the async gpu::GpuSession API",
+        )),
+    }
+    #[cfg(not(target_arch = "wasm32"))]
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return v;
         }
-        #[cfg(target_arch = "wasm32")]
-        return Err(crate::gpu::gpu_error(
-            crate::error::GpuFault::NoAdapter,
-            "the synchronous Session cannot wait for WebGPU in the browser; use the async gpu::GpuSession API",
-        ));
-        #[cfg(not(target_arch = "wasm32"))]
         std::thread::yield_now();
     }
 }
