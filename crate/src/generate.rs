@@ -1,18 +1,19 @@
-//! Streaming generation on a [`Session`]: prefill the prompt, then sample one token at a time.
+//! Streaming generation: prefill the prompt, then sample one token at a time.
 //!
-//! The step API (`start` then `next_step` until `None`) lets a caller yield and cancel between
-//! steps (the JavaScript binding does, so a page never freezes): each step evaluates one prefill
-//! batch of the prompt or produces one token. `generate` is the same loop with a callback and a
-//! cancel flag.
+//! [`Generation`] is the one driver: a state machine that says what to evaluate next and takes the
+//! results back, so the synchronous [`Session`](crate::Session) (`start`, then `next_step` until
+//! `None`, or `generate`) and the browser's asynchronous WebGPU engine run the same steps: each
+//! evaluates one prefill batch of the prompt or produces one token, and a caller can yield and
+//! cancel between them.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::evaluator::{Evaluator, Out, Want};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::session::Session;
 use crate::stop::StopMatcher;
 use crate::tokenizer::StreamDecoder;
 
@@ -116,97 +117,210 @@ pub struct Output {
     pub stats: Stats,
 }
 
-/// State of the generation in progress on a session.
+/// What a [`Generation`] needs next.
+pub(crate) enum Next<'a> {
+    /// Evaluate `tokens` at positions `pos..` and [`feed`](Generation::feed) back what `want` asks for.
+    Eval { tokens: &'a [u32], pos: usize, want: Want },
+    /// The next token, needing no evaluation (it was sampled from the last one fed).
+    Token(Token),
+    /// The generation has finished.
+    Done,
+}
+
+/// The evaluation a [`Generation`] handed out and waits to be fed.
+#[derive(Clone, Copy)]
+enum Awaiting {
+    /// The prompt up to position `end`.
+    Prefill { end: usize },
+    /// The last token emitted, for the next one.
+    Decode,
+}
+
+/// The driver of one generation: a state machine that evaluates nothing itself. It owns the
+/// prompt checks, the reuse of the cached prefix, sampling, stops and stats, and tells its caller
+/// what to evaluate next ([`Generation::next`]); the caller feeds the result back
+/// ([`Generation::feed`]). [`Generation::step`] is that loop over an [`Evaluator`], awaited by
+/// the browser's WebGPU engine and run to completion by the synchronous [`Session`](crate::Session).
 pub(crate) struct Generation {
-    prompt: Vec<u32>,
-    /// Prompt tokens in the KV cache so far; the prefill is over when this reaches `prompt.len()`.
+    /// The prompt, then the tokens emitted: what the cache holds once the prefill is over (but the
+    /// last emitted token, until it is fed back).
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Prompt tokens in the KV cache so far; the prefill is over when this reaches `prompt_len`.
     prefilled: usize,
+    n_ctx: usize,
+    n_batch: usize,
+    vocab_size: usize,
+    model: Arc<Model>,
     opts: GenerateOptions,
     sampler: Sampler,
     decoder: StreamDecoder,
     stop: StopMatcher,
-    ids: Vec<u32>,
     /// All text released so far.
     text: String,
     stats: Stats,
     finish: Option<FinishReason>,
-    /// The token sampled (after the prefill, or the previous token) but not yet fed back through the model.
+    /// The token sampled (after the prefill, or from the last token fed) but not yet emitted.
     pending: Option<u32>,
+    awaiting: Option<Awaiting>,
+    /// When the evaluation awaited was handed out.
+    t0: f64,
 }
 
 impl Generation {
-    /// A generation of `opts` for `prompt`, whose first `cached_tokens` are already in the cache.
+    /// A generation of `opts` for `prompt` in a context of `n_ctx`, prefilling `n_batch` tokens per
+    /// evaluation, on a cache that holds `cached`. Every check comes first: an error leaves the
+    /// cache as it was. The caller then keeps the first [`cached_tokens`](Self::cached_tokens).
     pub(crate) fn new(
-        model: &Model,
+        model: &Arc<Model>,
         opts: GenerateOptions,
         prompt: &[u32],
-        cached_tokens: usize,
+        cached: &[u32],
+        n_ctx: usize,
+        n_batch: usize,
     ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("the prompt has no tokens".into()));
+        }
+        if prompt.len() >= n_ctx {
+            return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: n_ctx });
+        }
+        // Bad ids are the caller's error now, not halfway through the prefill.
+        let vocab_size = model.config.vocab_size;
+        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
         if opts.max_tokens == 0 {
             return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
         }
+        // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
+        let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         Ok(Generation {
-            prompt: prompt.to_vec(),
-            prefilled: cached_tokens,
+            tokens: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            prefilled: common,
+            n_ctx,
+            n_batch,
+            vocab_size,
+            model: model.clone(),
             decoder: model.tokenizer().decoder(),
             stop: StopMatcher::new(&opts.stop),
             sampler: Sampler::new(opts.sampler.clone())?,
             opts,
-            ids: Vec::new(),
             text: String::new(),
-            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), cached_tokens, ..Stats::default() },
+            stats: Stats {
+                load_ms: model.load_ms(),
+                prompt_tokens: prompt.len(),
+                cached_tokens: common,
+                ..Stats::default()
+            },
             finish: None,
             pending: None,
+            awaiting: None,
+            t0: 0.0,
         })
     }
 
-    pub(crate) fn sampler(&mut self) -> &mut Sampler {
-        &mut self.sampler
+    /// Tokens of the cache this generation reuses.
+    pub(crate) fn cached_tokens(&self) -> usize {
+        self.stats.cached_tokens
     }
 
-    pub(crate) fn prompt(&self) -> &[u32] {
-        &self.prompt
-    }
-
-    /// The prompt positions to evaluate next (at most `n_batch`), or `None` once the prompt is in the
-    /// cache (or the generation has finished).
-    pub(crate) fn next_prefill_batch(&self, n_batch: usize) -> Option<Range<usize>> {
-        (self.finish.is_none() && self.prefilled < self.prompt.len())
-            .then(|| self.prefilled..self.prompt.len().min(self.prefilled + n_batch))
-    }
-
-    /// The prompt is in the cache up to position `end` (after another `ms` of prefill); `first`, the
-    /// first token to emit, comes with the last batch.
-    pub(crate) fn prefilled(&mut self, end: usize, ms: f64, first: Option<u32>) {
-        self.stats.prefilled_tokens += end - self.prefilled;
-        self.prefilled = end;
-        self.stats.prefill_ms += ms;
-        if first.is_some() {
-            self.pending = first;
-        }
-    }
-
-    /// The token fed back after the last emitted one gave `next` (after `decode_ms`).
-    pub(crate) fn set_pending(&mut self, next: u32, decode_ms: f64) {
-        self.pending = Some(next);
-        self.stats.decode_ms += decode_ms;
-    }
-
-    /// Emit the pending token (once the prompt is in the cache), and whether generation goes on (then the caller feeds
-    /// its id through the model and calls `set_pending`). `None` once generation has finished.
-    /// `cached` is the number of tokens in the cache, `n_ctx` the context window.
-    pub(crate) fn emit(&mut self, model: &Model, cached: usize, n_ctx: usize) -> Result<Option<(Token, bool)>> {
+    /// What to do next: evaluate one prefill batch (at most `n_batch` prompt tokens), emit the
+    /// token sampled last, or evaluate that token for the next one.
+    pub(crate) fn next(&mut self) -> Result<Next<'_>> {
         if self.finish.is_some() {
-            return Ok(None);
+            return Ok(Next::Done);
         }
-        let Some(id) = self.pending.take() else {
-            return Ok(None);
-        };
-        self.ids.push(id);
+        if self.prefilled < self.prompt_len {
+            let (pos, end) = (self.prefilled, self.prompt_len.min(self.prefilled + self.n_batch));
+            let want = if end == self.prompt_len { self.sample_want() } else { Want::Nothing };
+            return Ok(self.eval(Awaiting::Prefill { end }, pos..end, want));
+        }
+        if let Some(id) = self.pending.take() {
+            return Ok(Next::Token(self.emit(id)?));
+        }
+        let pos = self.tokens.len() - 1;
+        let want = self.sample_want();
+        Ok(self.eval(Awaiting::Decode, pos..pos + 1, want))
+    }
+
+    fn eval(&mut self, awaiting: Awaiting, range: Range<usize>, want: Want) -> Next<'_> {
+        self.awaiting = Some(awaiting);
+        self.t0 = now_ms();
+        Next::Eval { pos: range.start, tokens: &self.tokens[range], want }
+    }
+
+    /// A plain argmax is computed where the model runs (on the GPU only the id is read back);
+    /// anything else samples the logits.
+    fn sample_want(&self) -> Want {
+        if self.sampler.config().is_argmax() {
+            Want::Argmax
+        } else {
+            Want::Last
+        }
+    }
+
+    /// The result of the evaluation [`next`](Self::next) handed out; the prefill's progress once
+    /// a batch of the prompt is in the cache.
+    pub(crate) fn feed(&mut self, out: Out<'_>) -> Option<Step> {
+        let ms = now_ms() - self.t0;
+        match self.awaiting.take()? {
+            Awaiting::Prefill { end } => {
+                self.stats.prefilled_tokens += end - self.prefilled;
+                self.stats.prefill_ms += ms;
+                self.prefilled = end;
+                if end == self.prompt_len {
+                    self.pending = Some(self.sample(out));
+                }
+                Some(Step::Prefill { done: end, total: self.prompt_len })
+            }
+            Awaiting::Decode => {
+                self.pending = Some(self.sample(out));
+                self.stats.decode_ms += ms;
+                None
+            }
+        }
+    }
+
+    fn sample(&mut self, out: Out<'_>) -> u32 {
+        match out {
+            Out::Id(id) => id,
+            Out::Logits(logits) => {
+                // The history the penalties look at: everything in the cache.
+                self.sampler.sample(&logits[logits.len() - self.vocab_size..], &self.tokens)
+            }
+            Out::Nothing => unreachable!("a sampling evaluation returns logits or an id"),
+        }
+    }
+
+    /// Drive the generation on `ev` up to its next step: a prefill batch or a token (`None` once it
+    /// has finished). Each step evaluates at most one batch, so a caller can yield and cancel
+    /// between steps, also during a long prefill.
+    pub(crate) async fn step(&mut self, ev: &mut Evaluator) -> Result<Option<Step>> {
+        loop {
+            match self.next()? {
+                Next::Eval { tokens, pos, want } => {
+                    let out = ev.eval(tokens, pos, want).await?;
+                    if let Some(step) = self.feed(out) {
+                        return Ok(Some(step));
+                    }
+                }
+                Next::Token(token) => return Ok(Some(Step::Token(token))),
+                Next::Done => return Ok(None),
+            }
+        }
+    }
+
+    /// Emit `id` and decide whether generation goes on.
+    fn emit(&mut self, id: u32) -> Result<Token> {
+        // Tokens in the cache: the prompt and every token emitted before this one.
+        let cached = self.tokens.len();
+        self.tokens.push(id);
         self.stats.generated_tokens += 1;
         let mut text = String::new();
         let mut hit_stop_string = false;
-        if model.tokenizer().is_eog(id) && !self.opts.ignore_eog {
+        if self.model.tokenizer().is_eog(id) && !self.opts.ignore_eog {
             self.finish = Some(FinishReason::Stop);
         } else {
             let piece = self.decoder.push(id)?;
@@ -215,7 +329,7 @@ impl Generation {
             if stopped {
                 hit_stop_string = true;
                 self.finish = Some(FinishReason::Stop);
-            } else if self.ids.len() >= self.opts.max_tokens || cached + 1 >= n_ctx {
+            } else if self.tokens.len() - self.prompt_len >= self.opts.max_tokens || cached + 1 >= self.n_ctx {
                 self.finish = Some(FinishReason::Length);
             }
         }
@@ -223,7 +337,7 @@ impl Generation {
             text.push_str(&self.flush());
         }
         self.text.push_str(&text);
-        Ok(Some((Token { id, text }, self.finish.is_none())))
+        Ok(Token { id, text })
     }
 
     /// Mark the generation cancelled (unless it has finished).
@@ -236,9 +350,9 @@ impl Generation {
     }
 
     /// The generation's ids, text and stats.
-    pub(crate) fn output(self) -> Output {
+    pub(crate) fn output(mut self) -> Output {
         Output {
-            ids: self.ids,
+            ids: self.tokens.split_off(self.prompt_len),
             text: self.text,
             finish: self.finish.unwrap_or(FinishReason::Cancelled),
             stats: self.stats,
@@ -251,126 +365,5 @@ impl Generation {
         let (mut text, _) = self.stop.push(&rest);
         text.push_str(&self.stop.finish());
         text
-    }
-}
-
-impl Session {
-    /// Prepare to generate from `prompt`, reusing the cached prefix it shares with the session. The
-    /// rest of the prompt is evaluated by the first `next_step` calls, one prefill batch each.
-    pub fn start(&mut self, prompt: &[u32], opts: GenerateOptions) -> Result<()> {
-        self.generation = None;
-        if prompt.is_empty() {
-            return Err(Error::InvalidArgument("the prompt has no tokens".into()));
-        }
-        if prompt.len() >= self.n_ctx() {
-            return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx() });
-        }
-        // Bad ids are the caller's error now, not halfway through the prefill.
-        let vocab_size = self.model().config.vocab_size;
-        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(Error::TokenOutOfRange { id, vocab_size });
-        }
-        // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
-        let common = self.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
-        let g = Generation::new(self.model(), opts, prompt, common)?;
-        self.truncate(common);
-        self.generation = Some(g);
-        Ok(())
-    }
-
-    /// Evaluate the next prefill batch of the prompt or produce the next token; `None` once
-    /// generation has finished (see [`Session::finish`]).
-    pub fn next_step(&mut self) -> Result<Option<Step>> {
-        let Some(mut g) = self.generation.take() else {
-            return Err(Error::InvalidArgument("no generation in progress: call start first".into()));
-        };
-        let result = self.advance(&mut g);
-        self.generation = Some(g);
-        result
-    }
-
-    fn advance(&mut self, g: &mut Generation) -> Result<Option<Step>> {
-        if let Some(batch) = g.next_prefill_batch(self.n_batch()) {
-            return self.prefill_batch(g, batch).map(Some);
-        }
-        let Some((token, goes_on)) = g.emit(self.model(), self.tokens().len(), self.n_ctx())? else {
-            return Ok(None);
-        };
-        if goes_on {
-            // Feed the token back and sample the next one (returned by the next call).
-            let t0 = now_ms();
-            let next = self.next_token(&[token.id], g)?;
-            g.set_pending(next, now_ms() - t0);
-        }
-        Ok(Some(Step::Token(token)))
-    }
-
-    /// Evaluate one batch of the prompt (`n_batch` tokens, what one forward call takes, so a prefill
-    /// in steps runs the same batches as one `eval` of the whole prompt); after the last, sample the
-    /// first token.
-    fn prefill_batch(&mut self, g: &mut Generation, batch: Range<usize>) -> Result<Step> {
-        let t0 = now_ms();
-        let tokens = g.prompt()[batch.clone()].to_vec();
-        let done = batch.end == g.prompt().len();
-        let first = if done {
-            Some(self.next_token(&tokens, g)?)
-        } else {
-            self.eval(&tokens, false)?;
-            None
-        };
-        g.prefilled(batch.end, now_ms() - t0, first);
-        Ok(Step::Prefill { done: batch.end, total: g.prompt().len() })
-    }
-
-    /// Stop the generation in progress (if any) as cancelled and return its result.
-    pub fn cancel(&mut self) -> Option<Output> {
-        if let Some(g) = self.generation.as_mut() {
-            g.cancel();
-        }
-        self.finish()
-    }
-
-    /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
-    pub fn finish(&mut self) -> Option<Output> {
-        self.generation.take().map(Generation::output)
-    }
-
-    /// Generate from `prompt`, calling `on_token` for each token as it is produced. Setting `cancel`
-    /// stops after the current step (a prefill batch or a token), and the session stays usable.
-    pub fn generate(
-        &mut self,
-        prompt: &[u32],
-        opts: GenerateOptions,
-        cancel: Option<&AtomicBool>,
-        mut on_token: impl FnMut(&Token),
-    ) -> Result<Output> {
-        self.start(prompt, opts)?;
-        loop {
-            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return Ok(self.cancel().expect("generation was started"));
-            }
-            match self.next_step()? {
-                Some(Step::Token(token)) => on_token(&token),
-                Some(Step::Prefill { .. }) => {}
-                None => break,
-            }
-        }
-        Ok(self.finish().expect("generation was started"))
-    }
-
-    /// Evaluate `tokens` and pick the token after them with `g`'s sampler. A plain argmax on the
-    /// GPU is computed there, and only the id is read back; anything else samples the logits.
-    fn next_token(&mut self, tokens: &[u32], g: &mut Generation) -> Result<u32> {
-        if self.on_gpu() && g.sampler().config().is_argmax() {
-            return self.eval_argmax(tokens);
-        }
-        self.eval(tokens, false)?;
-        Ok(g.sampler().sample(self.last_logits(), self.tokens()))
-    }
-
-    fn last_logits(&self) -> &[f32] {
-        let v = self.model().config.vocab_size;
-        let l = self.logits();
-        &l[l.len() - v..]
     }
 }

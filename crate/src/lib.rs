@@ -7,6 +7,7 @@
 pub mod chat_template;
 pub mod clock;
 pub mod error;
+pub(crate) mod evaluator;
 pub mod generate;
 pub mod gguf;
 pub mod gpu;

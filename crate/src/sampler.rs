@@ -97,7 +97,7 @@ impl SamplerConfig {
 }
 
 /// The id of the highest logit, lowest id on ties, NaN counted as impossible (as `Sampler::load` does).
-fn argmax(logits: &[f32]) -> u32 {
+pub(crate) fn argmax(logits: &[f32]) -> u32 {
     let mut best = (0, f32::NEG_INFINITY);
     for (id, &l) in logits.iter().enumerate() {
         if l > best.1 {

@@ -178,10 +178,9 @@ pub struct Engine {
 /// what the session allocates next (wasm memory never shrinks, so a larger probe would raise the peak).
 pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
-    let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx }; // as Session::with_options
-    if n_ctx > c.context_length {
-        return Ok(()); // Session::with_options names this error
-    }
+    let Ok((n_ctx, _)) = crate::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
+        return Ok(()); // opening the session names this error
+    };
     let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
     let scores = 64usize.saturating_mul(c.n_heads).saturating_mul(n_ctx).saturating_mul(4);
     let row = [c.d_model, c.d_model, c.d_model, c.q_dim(), c.q_dim(), c.kv_dim(), c.kv_dim(), c.ffn_dim, c.ffn_dim];
@@ -189,6 +188,21 @@ pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), Js
     let bytes = kv.saturating_add(scores).saturating_add(activations).saturating_add(1 << 20);
     let mut probe: Vec<u8> = Vec::new();
     probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
+}
+
+/// A step as `nextStep` returns it (both engines): `{prefilled, total}` after a batch of the prompt,
+/// `{id, text}` for a token, `undefined` once generation has finished.
+pub(crate) fn step_to_js(step: Option<Step>) -> Result<JsValue, JsValue> {
+    let fields: [(&str, JsValue); 2] = match step {
+        None => return Ok(JsValue::UNDEFINED),
+        Some(Step::Prefill { done, total }) => [("prefilled", done.into()), ("total", total.into())],
+        Some(Step::Token(token)) => [("id", token.id.into()), ("text", token.text.into())],
+    };
+    let o = js_sys::Object::new();
+    for (name, value) in fields {
+        js_sys::Reflect::set(&o, &name.into(), &value)?;
+    }
+    Ok(o.into())
 }
 
 /// Model facts (the `info()` JSON of both engines).
@@ -295,21 +309,7 @@ impl Engine {
     /// in the threaded build).
     #[wasm_bindgen(js_name = nextStep)]
     pub fn next_step(&self) -> Result<JsValue, JsValue> {
-        self.run(
-            |s| s.next_step(),
-            |step| {
-                let fields: [(&str, JsValue); 2] = match step {
-                    None => return Ok(JsValue::UNDEFINED),
-                    Some(Step::Prefill { done, total }) => [("prefilled", done.into()), ("total", total.into())],
-                    Some(Step::Token(token)) => [("id", token.id.into()), ("text", token.text.into())],
-                };
-                let o = js_sys::Object::new();
-                for (name, value) in fields {
-                    js_sys::Reflect::set(&o, &name.into(), &value)?;
-                }
-                Ok(o.into())
-            },
-        )
+        self.run(|s| s.next_step(), step_to_js)
     }
 
     /// The finished generation (ids, text, finish_reason, stats) as JSON; `cancel` marks it cancelled.

@@ -2,11 +2,14 @@
 //! of [`Engine`](crate::wasm::Engine). A browser cannot block on GPU work, so loading, prefill,
 //! decode steps and scoring return Promises; tokenizing and templates stay synchronous.
 //!
-//! Greedy decoding reads back only the sampled id (`eval_argmax`); other sampling reads back the
-//! last logits and uses the CPU sampler. Under `backend: "auto"` a GPU fault (no adapter, limits,
-//! shader, out of memory, lost device) moves the work to a CPU [`Session`] in the same wasm
-//! instance: the model bytes are already here, and the tokens cached so far are replayed. `info()`
-//! says which backend runs and why the GPU was given up.
+//! It runs the same driver as [`Session`](crate::Session): a [`Generation`] stepped over an
+//! [`Evaluator`], awaited here instead of waited for. Each `nextStep` evaluates at most one prefill
+//! batch or one token, so an abort between steps stops a long prefill too. Greedy decoding reads
+//! back only the sampled id; other sampling reads back the last logits and uses the CPU sampler.
+//! Under `backend: "auto"` a GPU fault (no adapter, limits, shader, out of memory, lost device)
+//! moves the work to the CPU in the same wasm instance (the evaluator's one fallback rule): the
+//! model bytes are already here, and the tokens cached so far are replayed. `info()` says which
+//! backend runs and why the GPU was given up.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -16,12 +19,14 @@ use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::generate::{Generation, Token};
-use crate::gpu::{AdapterSummary, Backend, GpuModel, GpuOptions, GpuSession};
-use crate::wasm::{js_error, json, model_info, parse, probe_session_memory, JsGenerateOptions, JsOutput, ModelBuffer};
-use crate::{ChatMessage, Model, Session, SessionOptions};
+use crate::evaluator::{Evaluator, Out, Want};
+use crate::generate::Generation;
+use crate::gpu::{AdapterSummary, Backend, GpuOptions};
+use crate::wasm::{
+    js_error, json, model_info, parse, probe_session_memory, step_to_js, JsGenerateOptions, JsOutput, ModelBuffer,
+};
+use crate::{ChatMessage, Model, SessionOptions, Step};
 
 /// Load options as the JS side sends them.
 #[derive(Deserialize)]
@@ -56,17 +61,9 @@ pub struct GpuEngine {
 
 struct Inner {
     model: Arc<Model>,
-    n_ctx: usize,
-    n_batch: usize,
-    backend: Backend,
-    /// The GPU session, until a fault under `auto` hands the work to `cpu`.
-    gpu: Option<GpuSession>,
+    /// The GPU session, or the CPU's cache after a fallback (or from the start).
+    ev: Evaluator,
     adapter: Option<AdapterSummary>,
-    /// Tokens in the GPU's KV cache.
-    gpu_tokens: Vec<u32>,
-    /// The CPU session: from the start when the GPU was not usable, or after a fallback.
-    cpu: Option<Session>,
-    fallback: Option<Fallback>,
     generation: Option<Generation>,
 }
 
@@ -83,57 +80,30 @@ impl GpuEngine {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
         let model = Arc::new(Model::from_bytes(buffer.bytes).map_err(js_error)?);
-        let n_ctx = resolve_n_ctx(&model, n_ctx).map_err(js_error)?;
-        let mut inner = Inner {
-            model: model.clone(),
-            n_ctx,
-            n_batch: SessionOptions::default().n_batch.min(n_ctx),
-            backend,
-            gpu: None,
-            adapter: None,
-            gpu_tokens: Vec::new(),
-            cpu: None,
-            fallback: None,
-            generation: None,
+        let gpu_opts = GpuOptions {
+            allow_software: opts.allow_software,
+            max_binding_bytes: opts.max_binding_bytes,
+            ..GpuOptions::default()
         };
-        if backend != Backend::Cpu {
-            // Under WebGpu any adapter will do; under Auto a software one would be slower than the CPU.
-            let gpu_opts = GpuOptions {
-                allow_software: opts.allow_software || backend == Backend::WebGpu,
-                max_binding_bytes: opts.max_binding_bytes,
-                ..GpuOptions::default()
-            };
-            match open_gpu(model.clone(), n_ctx, inner.n_batch, &gpu_opts).await {
-                Ok(session) => {
-                    inner.adapter = Some(session.model().adapter().clone());
-                    inner.gpu = Some(session);
-                }
-                Err(e) if backend == Backend::Auto => inner.fallback = Some(Fallback::from(&e)),
-                Err(e) => return Err(js_error(e)),
-            }
-        }
-        if inner.gpu.is_none() {
+        let n_batch = SessionOptions::default().n_batch;
+        let ev = Evaluator::open(model.clone(), n_ctx, n_batch, backend, &gpu_opts).await.map_err(js_error)?;
+        if !ev.on_gpu() {
             probe_session_memory(&model, n_ctx)?;
-            inner.cpu = Some(inner.cpu_session().map_err(js_error)?);
         }
-        Ok(GpuEngine { inner: Rc::new(RefCell::new(inner)) })
+        let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
+        Ok(GpuEngine { inner: Rc::new(RefCell::new(Inner { model, ev, adapter, generation: None })) })
     }
 
     /// Model facts as JSON, with `backend` ("webgpu" or "cpu"), `adapter` and `fallback` ({code, message}).
     pub fn info(&self) -> std::result::Result<String, JsValue> {
         let inner = self.borrow()?;
-        let kv = match (&inner.gpu, &inner.cpu) {
-            (Some(gpu), _) => gpu.kv_cache_bytes(),
-            (None, Some(cpu)) => cpu.kv_cache_bytes(),
-            (None, None) => 0,
-        };
-        let mut info = model_info(&inner.model, inner.n_ctx, kv);
-        info["backend"] = if inner.gpu.is_some() { "webgpu" } else { "cpu" }.into();
+        let mut info = model_info(&inner.model, inner.ev.n_ctx(), inner.ev.kv_cache_bytes());
+        info["backend"] = if inner.ev.on_gpu() { "webgpu" } else { "cpu" }.into();
         info["adapter"] = match &inner.adapter {
             Some(a) => serde_json::json!({ "name": a.name, "backend": a.backend, "device_type": a.device_type }),
             None => serde_json::Value::Null,
         };
-        info["fallback"] = serde_json::to_value(&inner.fallback).expect("plain data");
+        info["fallback"] = serde_json::to_value(inner.ev.fallback().map(Fallback::from)).expect("plain data");
         Ok(json(&info))
     }
 
@@ -162,30 +132,25 @@ impl GpuEngine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
-    /// Prefill `prompt_ids` and prepare to generate (a Promise).
+    /// Prepare to generate from `prompt_ids` (a Promise; nothing is evaluated yet: the prefill runs
+    /// in the `nextStep` calls, one batch each).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> js_sys::Promise {
         let opts = parse::<JsGenerateOptions>(options_json, "options").map(JsGenerateOptions::into_options);
         let cell = self.inner.clone();
         future_to_promise(async move {
-            lock(&cell)?.start(&prompt_ids, opts?).await.map_err(js_error)?;
+            lock(&cell)?.start(&prompt_ids, opts?).map_err(js_error)?;
             Ok(JsValue::UNDEFINED)
         })
     }
 
-    /// A Promise of the next token as `{id, text}`, or of `undefined` when generation has finished.
+    /// A Promise of the next step: `{prefilled, total}` after a batch of the prompt, `{id, text}`
+    /// for a token, `undefined` when generation has finished.
     #[wasm_bindgen(js_name = nextStep)]
     pub fn next_step(&self) -> js_sys::Promise {
         let cell = self.inner.clone();
         future_to_promise(async move {
-            match lock(&cell)?.next_step().await.map_err(js_error)? {
-                None => Ok(JsValue::UNDEFINED),
-                Some(token) => {
-                    let o = js_sys::Object::new();
-                    js_sys::Reflect::set(&o, &"id".into(), &token.id.into())?;
-                    js_sys::Reflect::set(&o, &"text".into(), &token.text.into())?;
-                    Ok(o.into())
-                }
-            }
+            let step = lock(&cell)?.next_step().await.map_err(js_error)?;
+            step_to_js(step)
         })
     }
 
@@ -206,7 +171,11 @@ impl GpuEngine {
             let mut inner = lock(&cell)?;
             inner.reset();
             let vocab = inner.model.config.vocab_size;
-            let logits = inner.eval_logits(&ids, true).await;
+            let logits = match inner.ev.eval(&ids, 0, Want::All).await {
+                Ok(Out::Logits(logits)) => Ok(logits.to_vec()),
+                Ok(_) => unreachable!("an all-logits eval returns logits"),
+                Err(e) => Err(e),
+            };
             inner.reset();
             let logits = logits.map_err(js_error)?;
             let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
@@ -236,144 +205,26 @@ fn busy() -> JsValue {
     js_error(Error::InvalidArgument("the engine is busy: await the previous call first".into()))
 }
 
-/// The context window `Session` would use for `n_ctx` (0 = min(the model's, 4096)).
-fn resolve_n_ctx(model: &Model, n_ctx: usize) -> Result<usize> {
-    let trained = model.config.context_length;
-    let n_ctx = if n_ctx == 0 { trained.min(4096) } else { n_ctx };
-    if n_ctx > trained {
-        return Err(Error::InvalidArgument(format!("n_ctx {n_ctx} exceeds the model's context length {trained}")));
-    }
-    Ok(n_ctx)
-}
-
-async fn open_gpu(model: Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<GpuSession> {
-    let gm = Arc::new(GpuModel::new(model, opts).await?);
-    GpuSession::new(gm, n_ctx, n_batch).await
-}
-
 impl Inner {
-    fn cpu_session(&self) -> Result<Session> {
-        let opts = SessionOptions { n_ctx: self.n_ctx, n_batch: self.n_batch };
-        Session::with_options(self.model.clone(), &opts)
-    }
-
-    /// Tokens in the cache of the backend that runs.
-    fn history(&self) -> &[u32] {
-        match &self.cpu {
-            Some(cpu) => cpu.tokens(),
-            None => &self.gpu_tokens,
-        }
-    }
-
-    fn truncate(&mut self, n: usize) {
-        self.gpu_tokens.truncate(n);
-        if let Some(cpu) = self.cpu.as_mut() {
-            cpu.truncate(n);
-        }
-    }
-
     fn reset(&mut self) {
-        self.truncate(0);
+        self.ev.truncate(0);
         self.generation = None;
     }
 
-    async fn start(&mut self, prompt: &[u32], opts: crate::GenerateOptions) -> Result<()> {
+    /// As [`Session::start`](crate::Session::start): every check before the cache changes.
+    fn start(&mut self, prompt: &[u32], opts: crate::GenerateOptions) -> Result<()> {
         self.generation = None;
-        if prompt.is_empty() {
-            return Err(Error::InvalidArgument("the prompt has no tokens".into()));
-        }
-        if prompt.len() >= self.n_ctx {
-            return Err(Error::ContextOverflow { needed: prompt.len() + 1, context: self.n_ctx });
-        }
-        // As Session::start: keep the longest cached prefix, evaluate at least the last prompt token.
-        let common = self.history().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
-        let mut g = Generation::new(&self.model, opts, prompt, common)?;
-        self.truncate(common);
-        let t0 = now_ms();
-        let first = self.next_token(&prompt[common..], &mut g).await?;
-        g.prefilled(prompt.len(), now_ms() - t0, Some(first));
+        let ev = &self.ev;
+        let g = Generation::new(ev.model(), opts, prompt, ev.tokens(), ev.n_ctx(), ev.n_batch())?;
+        self.ev.truncate(g.cached_tokens());
         self.generation = Some(g);
         Ok(())
     }
 
-    async fn next_step(&mut self) -> Result<Option<Token>> {
-        let Some(mut g) = self.generation.take() else {
+    async fn next_step(&mut self) -> Result<Option<Step>> {
+        let Some(g) = self.generation.as_mut() else {
             return Err(Error::InvalidArgument("no generation in progress: call start first".into()));
         };
-        let result = self.advance(&mut g).await;
-        self.generation = Some(g);
-        result
-    }
-
-    async fn advance(&mut self, g: &mut Generation) -> Result<Option<Token>> {
-        let Some((token, goes_on)) = g.emit(&self.model, self.history().len(), self.n_ctx)? else {
-            return Ok(None);
-        };
-        if goes_on {
-            let t0 = now_ms();
-            let next = self.next_token(&[token.id], g).await?;
-            g.set_pending(next, now_ms() - t0);
-        }
-        Ok(Some(token))
-    }
-
-    /// Run `tokens` and pick the token after them with `g`'s sampler: a plain argmax is computed
-    /// where the model runs (on the GPU only the id is read back), anything else from the logits.
-    async fn next_token(&mut self, tokens: &[u32], g: &mut Generation) -> Result<u32> {
-        if g.sampler().config().is_argmax() {
-            return self.eval_argmax(tokens).await;
-        }
-        let logits = self.eval_logits(tokens, false).await?;
-        Ok(g.sampler().sample(&logits, self.history()))
-    }
-
-    /// Append `tokens` to the cache; their logits (every row when `all`, else the last).
-    async fn eval_logits(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
-        if let Some(gpu) = self.gpu.as_mut() {
-            let mut out = Vec::new();
-            match gpu.eval(tokens, self.gpu_tokens.len(), all, &mut out).await {
-                Ok(()) => {
-                    self.gpu_tokens.extend_from_slice(tokens);
-                    return Ok(out);
-                }
-                Err(e) => self.gpu_failed(e)?,
-            }
-        }
-        Ok(self.cpu_mut().eval(tokens, all)?.to_vec())
-    }
-
-    /// Append `tokens` to the cache; the argmax of the last logits.
-    async fn eval_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
-        if let Some(gpu) = self.gpu.as_mut() {
-            match gpu.eval_argmax(tokens, self.gpu_tokens.len()).await {
-                Ok(id) => {
-                    self.gpu_tokens.extend_from_slice(tokens);
-                    return Ok(id);
-                }
-                Err(e) => self.gpu_failed(e)?,
-            }
-        }
-        self.cpu_mut().eval_argmax(tokens)
-    }
-
-    fn cpu_mut(&mut self) -> &mut Session {
-        self.cpu.as_mut().expect("the CPU session exists whenever the GPU one does not")
-    }
-
-    /// After a GPU error: under `auto` a GPU fault hands the work to a new CPU session, which
-    /// replays the cached tokens; any other error is returned.
-    fn gpu_failed(&mut self, e: Error) -> Result<()> {
-        if self.backend != Backend::Auto || !matches!(e, Error::Gpu { .. }) {
-            return Err(e);
-        }
-        self.fallback = Some(Fallback::from(&e));
-        self.gpu = None;
-        let mut cpu = self.cpu_session()?;
-        let history = std::mem::take(&mut self.gpu_tokens);
-        if !history.is_empty() {
-            cpu.eval(&history, false)?;
-        }
-        self.cpu = Some(cpu);
-        Ok(())
+        g.step(&mut self.ev).await
     }
 }

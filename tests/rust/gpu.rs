@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
-use ruvllm::{Backend, Error, GenerateOptions, GpuFault, SamplerConfig, Session, SessionOptions};
+use ruvllm::{Backend, Error, FinishReason, GenerateOptions, GpuFault, SamplerConfig, Session, SessionOptions, Step};
 use support::default_model as model;
 
 const FRANCE: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
@@ -152,4 +152,68 @@ fn decode_across_attention_chunks_agrees_with_prefill() {
     let max_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(max_diff < 2e-3, "decode and prefill logits differ by {max_diff}");
     assert_eq!(support::logits::argmax(got), support::logits::argmax(&want));
+}
+
+/// A prompt with a bad id is refused before the cache changes: the GPU session keeps its cached
+/// prefix (here the whole France conversation), and the next valid call reuses it with the same ids.
+#[test]
+fn a_bad_token_id_leaves_the_gpu_cache_usable() {
+    let prompt = france_prompt();
+    let mut s = gpu_session(&SessionOptions { n_ctx: 256, n_batch: 64 });
+    let first = s.generate(&prompt, greedy(32), None, |_| {}).unwrap();
+    assert_eq!(first.ids, FRANCE_IDS);
+    let cached = s.tokens().to_vec();
+    assert_eq!(cached.len(), prompt.len() + FRANCE_IDS.len() - 1, "the last token is never fed back");
+
+    // A prompt sharing only 3 tokens with the cache, then a bad id: an error, and nothing truncated.
+    let vocab = model().config.vocab_size as u32;
+    let bad = [&prompt[..3], &[vocab]].concat();
+    let err = s.start(&bad, greedy(4)).unwrap_err();
+    assert_eq!(err, Error::TokenOutOfRange { id: vocab, vocab_size: vocab as usize });
+    assert_eq!(s.tokens(), cached);
+    assert_eq!(s.eval(&[prompt[0], vocab], false).unwrap_err(), err);
+    assert_eq!(s.tokens(), cached);
+
+    let again = s.generate(&prompt, greedy(32), None, |_| {}).unwrap();
+    assert_eq!((again.stats.cached_tokens, again.stats.prefilled_tokens), (prompt.len() - 1, 1));
+    assert_eq!(again.ids, FRANCE_IDS);
+    assert!(s.on_gpu());
+}
+
+/// A long prompt is prefilled on the GPU one `n_batch` batch per `next_step` (so a caller, such as
+/// the browser's WebGPU engine, can abort between batches); cancelling mid-prefill keeps the batches
+/// done, and the same prompt then resumes from them with the ids of an uninterrupted generation.
+#[test]
+fn a_long_gpu_prefill_runs_one_batch_per_step() {
+    let prompt: Vec<u32> = france_prompt().into_iter().cycle().take(70).collect();
+    let opts = SessionOptions { n_ctx: 256, n_batch: 16 };
+    let want = gpu_session(&opts).generate(&prompt, greedy(4), None, |_| {}).unwrap();
+
+    let mut s = gpu_session(&opts);
+    s.start(&prompt, greedy(4)).unwrap();
+    let mut prefilled = Vec::new();
+    let mut ids = Vec::new();
+    while let Some(step) = s.next_step().unwrap() {
+        match step {
+            Step::Prefill { done, total } => {
+                assert_eq!((total, ids.len()), (prompt.len(), 0));
+                assert_eq!(s.tokens(), &prompt[..done], "{done} prompt tokens in the cache");
+                prefilled.push(done);
+            }
+            Step::Token(t) => ids.push(t.id),
+        }
+    }
+    assert_eq!(prefilled, [16, 32, 48, 64, 70]);
+    assert_eq!(ids, want.ids);
+
+    s.reset();
+    s.start(&prompt, greedy(4)).unwrap();
+    assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 16, total: 70 }));
+    assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 32, total: 70 }));
+    let cancelled = s.cancel().unwrap();
+    assert_eq!((cancelled.finish, cancelled.stats.prefilled_tokens), (FinishReason::Cancelled, 32));
+    assert_eq!(s.tokens(), &prompt[..32]);
+    let again = s.generate(&prompt, greedy(4), None, |_| {}).unwrap();
+    assert_eq!((again.stats.cached_tokens, again.ids), (32, want.ids));
+    assert!(s.on_gpu());
 }

@@ -9,7 +9,7 @@
 //!   `n_batch` tokens, and every dispatch's bind group. A forward call writes two small buffers and
 //!   submits one command buffer; greedy decoding reads back only the sampled id.
 //!
-//! [`Session`](crate::Session) chooses between this and the CPU with [`Backend`](crate::Backend);
+//! [`Evaluator`](crate::evaluator::Evaluator) chooses between this and the CPU with [`Backend`](crate::Backend);
 //! [`Engine`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
 
 #[cfg(feature = "gpu")]
@@ -38,6 +38,7 @@ pub use session::{GpuSession, KernelTime, MAX_RUN_AHEAD};
 use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
+use crate::evaluator::Want;
 use crate::model::Model;
 
 /// Where a session runs its forward passes.
@@ -85,8 +86,8 @@ pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {
     Error::Gpu { kind, message: message.into() }
 }
 
-/// The GPU side of a [`Session`](crate::Session): what it needs, nothing more. Without the `gpu`
-/// feature it cannot be constructed.
+/// The GPU side of an [`Evaluator`](crate::evaluator::Evaluator): what it needs, nothing more.
+/// Without the `gpu` feature it cannot be constructed.
 pub(crate) struct Engine {
     #[cfg(feature = "gpu")]
     session: GpuSession,
@@ -94,47 +95,33 @@ pub(crate) struct Engine {
     never: std::convert::Infallible,
 }
 
-impl Engine {
-    /// The engine for `backend`: `Ok(None)` means "use the CPU" (backend `Cpu`, or `Auto` without a
-    /// usable GPU); under `WebGpu` every failure is an error.
-    /// `opts.allow_software` is implied by `WebGpu`.
-    pub(crate) fn open(
-        model: &Arc<Model>,
-        n_ctx: usize,
-        n_batch: usize,
-        backend: Backend,
-        opts: &GpuOptions,
-    ) -> Result<Option<Engine>> {
-        if backend == Backend::Cpu {
-            return Ok(None);
-        }
-        let opts = GpuOptions { allow_software: opts.allow_software || backend == Backend::WebGpu, ..opts.clone() };
-        match Engine::open_gpu(model, n_ctx, n_batch, &opts) {
-            Ok(engine) => Ok(Some(engine)),
-            Err(_) if backend == Backend::Auto => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
-
 #[cfg(feature = "gpu")]
 impl Engine {
-    fn open_gpu(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<Engine> {
-        open_blocking(model, n_ctx, n_batch, opts).map(|session| Engine { session })
+    /// Open the device and allocate a session of `n_ctx` positions, `n_batch` tokens per call.
+    pub(crate) async fn open(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<Engine> {
+        let gm = Arc::new(GpuModel::new(model.clone(), opts).await?);
+        Ok(Engine { session: GpuSession::new(gm, n_ctx, n_batch).await? })
     }
 
-    /// Run `tokens` at positions `pos0..` and put the logits in `out` (all rows or the last).
-    pub(crate) fn eval(&mut self, tokens: &[u32], pos0: usize, all_logits: bool, out: &mut Vec<f32>) -> Result<()> {
-        run_blocking(self.session.eval(tokens, pos0, all_logits, out))
-    }
-
-    /// Run `tokens` at positions `pos0..` and return the argmax of the last logits (read back alone).
-    pub(crate) fn eval_argmax(&mut self, tokens: &[u32], pos0: usize) -> Result<u32> {
-        run_blocking(self.session.eval_argmax(tokens, pos0))
+    /// Run `tokens` at positions `pos0..`, appending the logits `want` asks for to `out`; the id
+    /// under `Want::Argmax` (read back alone).
+    pub(crate) async fn eval(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Want,
+        out: &mut Vec<f32>,
+    ) -> Result<Option<u32>> {
+        self.session.eval_want(tokens, pos0, want, out).await
     }
 
     pub(crate) fn kv_cache_bytes(&self) -> usize {
         self.session.kv_cache_bytes()
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) fn adapter(&self) -> &AdapterSummary {
+        self.session.model().adapter()
     }
 
     /// Lose the device on purpose (tests of the fallback).
@@ -145,44 +132,15 @@ impl Engine {
 
 #[cfg(not(feature = "gpu"))]
 impl Engine {
-    fn open_gpu(_: &Arc<Model>, _: usize, _: usize, _: &GpuOptions) -> Result<Engine> {
+    pub(crate) async fn open(_: &Arc<Model>, _: usize, _: usize, _: &GpuOptions) -> Result<Engine> {
         Err(gpu_error(GpuFault::NoAdapter, "this build of ruvllm has no WebGPU backend (cargo feature `gpu`)"))
     }
 
-    pub(crate) fn eval(&mut self, _: &[u32], _: usize, _: bool, _: &mut Vec<f32>) -> Result<()> {
-        match self.never {}
-    }
-
-    pub(crate) fn eval_argmax(&mut self, _: &[u32], _: usize) -> Result<u32> {
+    pub(crate) async fn eval(&mut self, _: &[u32], _: usize, _: Want, _: &mut Vec<f32>) -> Result<Option<u32>> {
         match self.never {}
     }
 
     pub(crate) fn kv_cache_bytes(&self) -> usize {
         match self.never {}
     }
-}
-
-/// Natively the wgpu futures complete during `device.poll`, so a blocking session works. In the
-/// browser nothing may block: the synchronous `Session` API reports that, and callers use the async
-/// [`GpuModel`]/[`GpuSession`] API instead.
-#[cfg(feature = "gpu")]
-fn open_blocking(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<GpuSession> {
-    run_blocking(async {
-        let gm = Arc::new(GpuModel::new(model.clone(), opts).await?);
-        GpuSession::new(gm, n_ctx, n_batch).await
-    })
-}
-
-#[cfg(feature = "gpu")]
-fn run_blocking<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        drop(f);
-        Err(gpu_error(
-            GpuFault::NoAdapter,
-            "the synchronous Session cannot wait for WebGPU in the browser; use the async gpu::GpuSession API",
-        ))
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    block_on(f)
 }

@@ -16,6 +16,8 @@ use super::gpu_error;
 use super::model::{GpuModel, MatLoc};
 use super::shaders::{self, Input, Kernel, OutMode};
 use crate::error::{GpuFault, Result};
+use crate::evaluator::{check_eval, Want};
+use crate::model::forward::{batches, LogitsFor as Head};
 
 /// Decode attention splits the cache into chunks of a multiple of this many keys, one workgroup
 /// each: the keys attn_decode.wgsl takes per block (a smaller chunk would leave invocations idle
@@ -68,14 +70,6 @@ struct Op {
     pipeline: Arc<wgpu::ComputePipeline>,
     bind: wgpu::BindGroup,
     grid: Grid,
-}
-
-/// Which rows of the last call need logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Head {
-    None,
-    Last,
-    All,
 }
 
 /// The step uniform (common.wgsl `Step`).
@@ -279,25 +273,8 @@ impl GpuSession {
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when
     /// `all_logits`, else the last token's.
     pub async fn eval(&mut self, tokens: &[u32], pos0: usize, all_logits: bool, out: &mut Vec<f32>) -> Result<()> {
-        self.check_call(tokens, pos0)?;
         out.clear();
-        let vocab = self.m.model.config.vocab_size;
-        let per_call = if all_logits { self.n_batch.min(self.logit_rows) } else { self.n_batch };
-        let calls = tokens.len().div_ceil(per_call);
-        for (i, chunk) in tokens.chunks(per_call).enumerate() {
-            let head = match (all_logits, i + 1 == calls) {
-                (true, _) => Head::All,
-                (false, true) => Head::Last,
-                (false, false) => Head::None,
-            };
-            let pos = pos0 + i * per_call;
-            self.submit(Some(chunk), pos, head, None).await?;
-            if head != Head::None {
-                let rows = if head == Head::All { chunk.len() } else { 1 };
-                let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
-                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-            }
-        }
+        self.eval_want(tokens, pos0, if all_logits { Want::All } else { Want::Last }, out).await?;
         Ok(())
     }
 
@@ -305,14 +282,41 @@ impl GpuSession {
     /// computed on the GPU: only the id is read back. The id also becomes the input of
     /// [`decode_greedy`](Self::decode_greedy).
     pub async fn eval_argmax(&mut self, tokens: &[u32], pos0: usize) -> Result<u32> {
-        self.check_call(tokens, pos0)?;
-        let calls = tokens.len().div_ceil(self.n_batch);
-        for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
-            let last = i + 1 == calls;
-            let head = if last { Head::Last } else { Head::None };
-            self.submit(Some(chunk), pos0 + i * self.n_batch, head, last.then_some(0)).await?;
+        let id = self.eval_want(tokens, pos0, Want::Argmax, &mut Vec::new()).await?;
+        Ok(id.expect("an argmax call returns an id"))
+    }
+
+    /// Run `tokens` at positions `pos0..` in forward calls of at most `n_batch` tokens (fewer for
+    /// all rows of logits, when the logits buffer holds fewer), appending the logits `want` asks
+    /// for to `out`; the id under `Want::Argmax`.
+    pub(crate) async fn eval_want(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Want,
+        out: &mut Vec<f32>,
+    ) -> Result<Option<u32>> {
+        check_eval(tokens, pos0, self.n_ctx, self.m.model.config.vocab_size)?;
+        let vocab = self.m.model.config.vocab_size;
+        let (per_call, rows) = match want {
+            Want::Nothing => (self.n_batch, Head::None),
+            Want::Last | Want::Argmax => (self.n_batch, Head::Last),
+            Want::All => (self.n_batch.min(self.logit_rows), Head::All),
+        };
+        for (range, head) in batches(tokens.len(), per_call, rows) {
+            let argmax_slot = (want == Want::Argmax && head == Head::Last).then_some(0);
+            let n = range.len();
+            self.submit(Some(&tokens[range.clone()]), pos0 + range.start, head, argmax_slot).await?;
+            if head != Head::None && argmax_slot.is_none() {
+                let rows = if head == Head::All { n } else { 1 };
+                let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
+                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+            }
         }
-        Ok(self.read_ids(1).await?[0])
+        Ok(match want {
+            Want::Argmax => Some(self.read_ids(1).await?[0]),
+            _ => None,
+        })
     }
 
     /// Greedy decoding without a round trip per token: feed the id of the last `eval_argmax` (or
@@ -368,20 +372,6 @@ impl GpuSession {
             p.totals.drain().map(|(label, (dispatches, ms))| KernelTime { label, dispatches, ms }).collect();
         v.sort_by(|a, b| b.ms.total_cmp(&a.ms));
         v
-    }
-
-    fn check_call(&self, tokens: &[u32], pos0: usize) -> Result<()> {
-        let vocab = self.m.model.config.vocab_size;
-        if tokens.is_empty() {
-            return Err(crate::Error::InvalidArgument("eval needs at least one token".into()));
-        }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
-            return Err(crate::Error::TokenOutOfRange { id, vocab_size: vocab });
-        }
-        if pos0 + tokens.len() > self.n_ctx {
-            return Err(crate::Error::ContextOverflow { needed: pos0 + tokens.len(), context: self.n_ctx });
-        }
-        Ok(())
     }
 
     async fn read_ids(&self, count: usize) -> Result<Vec<u32>> {

@@ -66,6 +66,24 @@ pub enum LogitsFor {
     All,
 }
 
+/// The one batching rule of an eval call (CPU and GPU): `n` tokens in forward calls of at most
+/// `per_call`, each with the rows of logits it needs: every row under `All`, the last call's last
+/// row under `Last`, none under `None`.
+pub fn batches(
+    n: usize,
+    per_call: usize,
+    want: LogitsFor,
+) -> impl Iterator<Item = (std::ops::Range<usize>, LogitsFor)> {
+    let calls = n.div_ceil(per_call);
+    (0..calls).map(move |i| {
+        let rows = match want {
+            LogitsFor::Last if i + 1 < calls => LogitsFor::None,
+            w => w,
+        };
+        (i * per_call..n.min((i + 1) * per_call), rows)
+    })
+}
+
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
 /// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
 pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {

@@ -1,0 +1,333 @@
+//! The evaluator: one conversation's KV cache on the backend that runs it (the CPU's cache and run
+//! state, or a [`GpuSession`](crate::gpu::GpuSession)), with the one `eval` every driver uses: the
+//! token checks of a call, its split into forward calls of `n_batch` tokens, and the one fallback
+//! rule (under [`Backend::Auto`] a GPU fault moves the work to the CPU, which replays the cached
+//! tokens). It knows nothing of prompts or sampling: [`Generation`](crate::generate::Generation)
+//! says what to evaluate.
+//!
+//! `eval` is async because the GPU's is; on the CPU its future is ready at the first poll, and
+//! natively the GPU's completes while [`wait`] polls it, so the synchronous [`Session`](crate::Session)
+//! drives the same evaluator through `wait`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::error::{Error, Result};
+use crate::gpu::{Backend, Engine, GpuOptions};
+use crate::kv_cache::KvCache;
+use crate::model::config::Config;
+use crate::model::forward::{batches, forward, LogitsFor, RunState};
+use crate::model::Model;
+use crate::sampler::argmax;
+
+/// What an eval call must return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Nothing: the tokens only go into the cache (a prefill batch before the last).
+    Nothing,
+    /// The last token's logits.
+    Last,
+    /// Every token's logits.
+    All,
+    /// The argmax of the last token's logits (on the GPU only the id is read back).
+    Argmax,
+}
+
+impl Want {
+    /// The rows of logits the whole call needs.
+    fn rows(self) -> LogitsFor {
+        match self {
+            Want::Nothing => LogitsFor::None,
+            Want::Last | Want::Argmax => LogitsFor::Last,
+            Want::All => LogitsFor::All,
+        }
+    }
+}
+
+/// The result of an eval call.
+#[derive(Debug)]
+pub(crate) enum Out<'a> {
+    Nothing,
+    /// `Last`: one row of `vocab` logits; `All`: one per token.
+    Logits(&'a [f32]),
+    Id(u32),
+}
+
+/// The context window and batch size for requested `n_ctx` (0: min(the model's training context, 4096))
+/// and `n_batch` (at most `n_ctx`). Every engine resolves them here.
+pub(crate) fn resolve(c: &Config, n_ctx: usize, n_batch: usize) -> Result<(usize, usize)> {
+    let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx };
+    if n_ctx > c.context_length {
+        return Err(Error::InvalidArgument(format!(
+            "n_ctx {n_ctx} exceeds the model's context length {}",
+            c.context_length
+        )));
+    }
+    if n_batch == 0 || n_batch > 4096 {
+        return Err(Error::InvalidArgument(format!("n_batch {n_batch} must be in 1..=4096")));
+    }
+    Ok((n_ctx, n_batch.min(n_ctx)))
+}
+
+/// The checks of an eval call of `tokens` at positions `pos0..` in a context of `n_ctx`.
+pub(crate) fn check_eval(tokens: &[u32], pos0: usize, n_ctx: usize, vocab_size: usize) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(Error::InvalidArgument("eval needs at least one token".into()));
+    }
+    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
+        return Err(Error::TokenOutOfRange { id, vocab_size });
+    }
+    let needed = pos0 + tokens.len();
+    if needed > n_ctx {
+        return Err(Error::ContextOverflow { needed, context: n_ctx });
+    }
+    Ok(())
+}
+
+/// Run `f` to completion on this thread. CPU work is ready at the first poll; natively GPU work
+/// completes while polled. In the browser nothing may block: a future that is not ready at once
+/// is an error there (the async engines await instead).
+pub(crate) fn wait<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    #[cfg(target_arch = "wasm32")]
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => Err(crate::gpu::gpu_error(
+            crate::error::GpuFault::NoAdapter,
+            "the synchronous Session cannot wait for WebGPU in the browser; use the async gpu::GpuSession API",
+        )),
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+pub(crate) struct Evaluator {
+    model: Arc<Model>,
+    n_ctx: usize,
+    n_batch: usize,
+    backend: Backend,
+    /// The GPU, until a fault under `Auto` hands the work to the CPU.
+    gpu: Option<Engine>,
+    /// CPU KV cache and scratch: allocated when the CPU first runs.
+    cpu: Option<(KvCache, RunState)>,
+    /// Tokens whose keys/values are in the cache, in order.
+    tokens: Vec<u32>,
+    /// Logits of the last eval call (all rows or the last; empty after a GPU argmax).
+    logits: Vec<f32>,
+    /// Why the GPU was given up under `Auto` (at opening or later).
+    fallback: Option<Error>,
+}
+
+impl Evaluator {
+    /// The GPU options `backend` implies: under `WebGpu` any adapter will do; under `Auto` a software
+    /// one would be slower than the CPU.
+    fn gpu_options(backend: Backend, opts: &GpuOptions) -> GpuOptions {
+        GpuOptions { allow_software: opts.allow_software || backend == Backend::WebGpu, ..opts.clone() }
+    }
+
+    /// An evaluator on `backend`, blocking while the GPU opens (natively; in the browser the GPU
+    /// cannot be waited for: `Auto` then runs on the CPU, `WebGpu` is an error).
+    pub(crate) fn open_blocking(
+        model: Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+        opts: &GpuOptions,
+    ) -> Result<Evaluator> {
+        let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
+        let opts = Evaluator::gpu_options(backend, opts);
+        let gpu = (backend != Backend::Cpu).then(|| wait(Engine::open(&model, n_ctx, n_batch, &opts)));
+        Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
+    }
+
+    /// [`open_blocking`](Self::open_blocking), awaiting the GPU (the browser's engine).
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "gpu")), allow(dead_code))]
+    pub(crate) async fn open(
+        model: Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+        opts: &GpuOptions,
+    ) -> Result<Evaluator> {
+        let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
+        let opts = Evaluator::gpu_options(backend, opts);
+        let gpu = match backend {
+            Backend::Cpu => None,
+            _ => Some(Engine::open(&model, n_ctx, n_batch, &opts).await),
+        };
+        Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
+    }
+
+    /// The one rule for a GPU that failed to open: under `Auto` the CPU runs (and `fallback` says
+    /// why), under `WebGpu` it is an error.
+    fn with_gpu(
+        model: Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+        gpu: Option<Result<Engine>>,
+    ) -> Result<Evaluator> {
+        let (gpu, fallback) = match gpu {
+            None => (None, None),
+            Some(Ok(engine)) => (Some(engine), None),
+            Some(Err(e)) if backend == Backend::Auto => (None, Some(e)),
+            Some(Err(e)) => return Err(e),
+        };
+        Ok(Evaluator {
+            model,
+            n_ctx,
+            n_batch,
+            backend,
+            gpu,
+            cpu: None,
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            fallback,
+        })
+    }
+
+    pub(crate) fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub(crate) fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub(crate) fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    pub(crate) fn on_gpu(&self) -> bool {
+        self.gpu.is_some()
+    }
+
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "gpu")), allow(dead_code))]
+    pub(crate) fn gpu(&self) -> Option<&Engine> {
+        self.gpu.as_ref()
+    }
+
+    /// Why the GPU is not used under `Auto`, if it is not.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "gpu")), allow(dead_code))]
+    pub(crate) fn fallback(&self) -> Option<&Error> {
+        self.fallback.as_ref()
+    }
+
+    pub(crate) fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub(crate) fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Forget cached positions from `n` on.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.tokens.truncate(n);
+    }
+
+    /// Bytes of the KV cache (f16 keys and values of every layer and position).
+    pub(crate) fn kv_cache_bytes(&self) -> usize {
+        match &self.gpu {
+            Some(gpu) => gpu.kv_cache_bytes(),
+            None => {
+                let c = &self.model.config;
+                2 * c.n_layers * self.n_ctx * c.kv_dim() * 2
+            }
+        }
+    }
+
+    /// Evaluate `tokens` at positions `pos..` (the cache keeps its first `pos` tokens; the call is
+    /// checked before anything changes) in batches of `n_batch`, and return what `want` asks for.
+    pub(crate) async fn eval(&mut self, tokens: &[u32], pos: usize, want: Want) -> Result<Out<'_>> {
+        check_eval(tokens, pos, self.n_ctx, self.model.config.vocab_size)?;
+        if pos > self.tokens.len() {
+            return Err(Error::InvalidArgument(format!("eval at {pos} after {} cached tokens", self.tokens.len())));
+        }
+        self.tokens.truncate(pos);
+        self.logits.clear();
+        let mut id = None;
+        for (range, rows) in batches(tokens.len(), self.n_batch, want.rows()) {
+            let batch_want = match rows {
+                LogitsFor::None => Want::Nothing,
+                LogitsFor::Last => want,
+                LogitsFor::All => Want::All,
+            };
+            id = self.eval_batch(&tokens[range], batch_want).await?;
+        }
+        Ok(match (want, id) {
+            (Want::Nothing, _) => Out::Nothing,
+            (Want::Argmax, Some(id)) => Out::Id(id),
+            (Want::Argmax, None) => unreachable!("the last batch returns the argmax"),
+            (Want::Last | Want::All, _) => Out::Logits(&self.logits),
+        })
+    }
+
+    /// One forward call of at most `n_batch` tokens after the cached ones.
+    async fn eval_batch(&mut self, tokens: &[u32], want: Want) -> Result<Option<u32>> {
+        let pos = self.tokens.len();
+        if let Some(gpu) = self.gpu.as_mut() {
+            let rows = self.logits.len();
+            match gpu.eval(tokens, pos, want, &mut self.logits).await {
+                Ok(id) => {
+                    self.tokens.extend_from_slice(tokens);
+                    return Ok(id);
+                }
+                Err(e) => {
+                    self.logits.truncate(rows);
+                    self.gpu_failed(e)?;
+                }
+            }
+        }
+        let rows = want.rows();
+        let (model, kv, state) = self.cpu_state();
+        forward(model, kv, state, tokens, pos, rows);
+        self.tokens.extend_from_slice(tokens);
+        if rows == LogitsFor::None {
+            return Ok(None);
+        }
+        let (_, state) = self.cpu.as_ref().expect("allocated above");
+        self.logits.extend_from_slice(&state.logits);
+        Ok((want == Want::Argmax).then(|| argmax(&state.logits)))
+    }
+
+    /// The CPU's cache and scratch, allocated on first use.
+    fn cpu_state(&mut self) -> (&Model, &mut KvCache, &mut RunState) {
+        let (model, n_ctx, n_batch) = (&self.model, self.n_ctx, self.n_batch);
+        let (kv, state) =
+            self.cpu.get_or_insert_with(|| (KvCache::new(&model.config, n_ctx), RunState::new(model, n_batch, n_ctx)));
+        (model, kv, state)
+    }
+
+    /// The one fallback rule: under `Auto` a GPU fault moves the work to the CPU, which replays the
+    /// cached tokens to rebuild the cache there; any other error (or backend) is returned.
+    fn gpu_failed(&mut self, e: Error) -> Result<()> {
+        if self.backend != Backend::Auto || !matches!(e, Error::Gpu { .. }) {
+            return Err(e);
+        }
+        self.gpu = None;
+        self.fallback = Some(e);
+        let history = std::mem::take(&mut self.tokens);
+        let (model, kv, state) = self.cpu_state();
+        for (range, rows) in batches(history.len(), state.n_batch, LogitsFor::None) {
+            forward(model, kv, state, &history[range.clone()], range.start, rows);
+        }
+        self.tokens = history;
+        Ok(())
+    }
+
+    /// Lose the GPU device on purpose, as a driver reset would (tests of the fallback).
+    pub(crate) fn simulate_gpu_loss(&mut self) {
+        #[cfg(feature = "gpu")]
+        if let Some(gpu) = &self.gpu {
+            gpu.destroy_device();
+        }
+    }
+}
