@@ -12,7 +12,10 @@
 //! `slice`; minijinja itself caps `range` at 100 000 items and `'…' * n` at 100 MB). Not bounded: minijinja
 //! has no hook on its operators, and one step of one can double a string (`s ~ s`), nest a list a level
 //! deeper (`[l]`) or make a lazy list of any length (`[x] * n`), so a template built on them can still
-//! exhaust memory, the call stack or time within its step budget.
+//! exhaust memory, the call stack or time within its step budget. Nor is memory that outlives a render:
+//! minijinja frees values by reference counting and breaks only macros' cycles when a render ends, so a
+//! namespace that holds itself (`{% set ns.me = ns %}`, or through a loop whose `loop.changed()` saw it) is
+//! never freed, and each render of such a template leaks what the cycle holds.
 
 use std::fmt;
 use std::io;
