@@ -15,6 +15,9 @@ echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
 echo "== native tests"
 cargo test --workspace --locked
 
+echo "== fuzz targets, 20 s each (scripts/fuzz.sh; a crash fails the run)"
+scripts/fuzz.sh 20
+
 echo "== wasm32 tests (Node)"
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm
 

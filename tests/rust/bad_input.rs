@@ -241,3 +241,30 @@ fn headers_that_would_take_too_much_memory_are_refused() {
     b[count_at + 8..count_at + 16].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(gguf_error(&b).contains("runs past the end"));
 }
+
+// Inputs found by the fuzz targets (fuzz/, scripts/fuzz.sh).
+
+#[test]
+fn bytes_the_vocabulary_cannot_spell_are_dropped() {
+    // SmolLM2's byte-level vocabulary has no token for most ASCII control characters: their bytes are dropped
+    // (as llama.cpp drops a piece's bytes that are no token), the rest of the text round-trips. The tokenizer
+    // target had asserted a round trip for every text.
+    let t = model().tokenizer().clone();
+    let text = "  tabs\tand\n\nnewsi\u{14}\u{14}\u{14}neend|";
+    let ids = t.encode(text, false).unwrap();
+    assert_eq!(t.decode(&ids).unwrap(), text.replace('\u{14}', ""));
+    assert_eq!(t.encode("\u{14}", false).unwrap(), Vec::<u32>::new());
+}
+
+#[test]
+fn templates_whose_namespaces_hold_themselves_render() {
+    // Reference cycles: minijinja never frees these namespaces (a documented leak, see chat_template.rs), but the
+    // render works. The chat_template target found the first (LeakSanitizer).
+    for (src, want) in [
+        ("{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns.me.me.n }}", "1"),
+        ("{% for i in [1] %}{% set ns = namespace(l=loop) %}{{ loop.changed(ns) }}{% endfor %}", "True"),
+    ] {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.render(&[ruvllm::ChatMessage::new("user", "hi")], false).unwrap(), want, "{src}");
+    }
+}

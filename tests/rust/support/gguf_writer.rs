@@ -1,4 +1,5 @@
-//! A minimal GGUF v3 writer for tests that need small or deliberately broken files.
+//! A minimal GGUF v3 writer for tests that need small or deliberately broken files. The fuzz target
+//! `gguf_structured` (fuzz/) writes its files with it too.
 
 pub enum Meta {
     U8(u8),
@@ -19,6 +20,84 @@ pub enum Meta {
     F32Array(Vec<f32>),
     I32Array(Vec<i32>),
     U8Array(Vec<u8>),
+    /// An array of any element type: the type id is written once, then each item's value without its type
+    /// (items of another type than `elem` make a malformed array, on purpose or not).
+    Array(u32, Vec<Meta>),
+}
+
+impl Meta {
+    /// The GGUF value type id.
+    pub fn type_id(&self) -> u32 {
+        match self {
+            Meta::U8(_) => 0,
+            Meta::I8(_) => 1,
+            Meta::U16(_) => 2,
+            Meta::I16(_) => 3,
+            Meta::U32(_) => 4,
+            Meta::I32(_) => 5,
+            Meta::F32(_) => 6,
+            Meta::Bool(_) => 7,
+            Meta::Str(_) => 8,
+            Meta::U32Arrays(_)
+            | Meta::StrArray(_)
+            | Meta::F32Array(_)
+            | Meta::I32Array(_)
+            | Meta::U8Array(_)
+            | Meta::Array(..) => 9,
+            Meta::U64(_) => 10,
+            Meta::I64(_) => 11,
+            Meta::F64(_) => 12,
+        }
+    }
+
+    /// The value without its type id.
+    fn put(&self, out: &mut Vec<u8>) {
+        fn array(out: &mut Vec<u8>, elem: u32, len: usize) {
+            out.extend(elem.to_le_bytes());
+            out.extend((len as u64).to_le_bytes());
+        }
+        match self {
+            Meta::U8(x) => out.push(*x),
+            Meta::I8(x) => out.push(*x as u8),
+            Meta::U16(x) => out.extend(x.to_le_bytes()),
+            Meta::I16(x) => out.extend(x.to_le_bytes()),
+            Meta::U32(x) => out.extend(x.to_le_bytes()),
+            Meta::I32(x) => out.extend(x.to_le_bytes()),
+            Meta::F32(x) => out.extend(x.to_le_bytes()),
+            Meta::Bool(x) => out.push(*x as u8),
+            Meta::Str(s) => put_str(out, s),
+            Meta::U64(x) => out.extend(x.to_le_bytes()),
+            Meta::I64(x) => out.extend(x.to_le_bytes()),
+            Meta::F64(x) => out.extend(x.to_le_bytes()),
+            Meta::U32Arrays(outer) => {
+                array(out, 9, outer.len());
+                for inner in outer {
+                    array(out, 4, inner.len());
+                    inner.iter().for_each(|x| out.extend(x.to_le_bytes()));
+                }
+            }
+            Meta::StrArray(a) => {
+                array(out, 8, a.len());
+                a.iter().for_each(|s| put_str(out, s));
+            }
+            Meta::F32Array(a) => {
+                array(out, 6, a.len());
+                a.iter().for_each(|x| out.extend(x.to_le_bytes()));
+            }
+            Meta::I32Array(a) => {
+                array(out, 5, a.len());
+                a.iter().for_each(|x| out.extend(x.to_le_bytes()));
+            }
+            Meta::U8Array(a) => {
+                array(out, 0, a.len());
+                out.extend(a);
+            }
+            Meta::Array(elem, items) => {
+                array(out, *elem, items.len());
+                items.iter().for_each(|x| x.put(out));
+            }
+        }
+    }
 }
 
 pub struct Tensor {
@@ -62,90 +141,8 @@ impl GgufWriter {
         out.extend((self.meta.len() as u64).to_le_bytes());
         for (k, v) in &self.meta {
             put_str(&mut out, k);
-            match v {
-                Meta::U8(x) => {
-                    out.extend(0u32.to_le_bytes());
-                    out.push(*x);
-                }
-                Meta::I8(x) => {
-                    out.extend(1u32.to_le_bytes());
-                    out.push(*x as u8);
-                }
-                Meta::U16(x) => {
-                    out.extend(2u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::I16(x) => {
-                    out.extend(3u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::I32(x) => {
-                    out.extend(5u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::U64(x) => {
-                    out.extend(10u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::I64(x) => {
-                    out.extend(11u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::F64(x) => {
-                    out.extend(12u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::U32Arrays(outer) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(9u32.to_le_bytes());
-                    out.extend((outer.len() as u64).to_le_bytes());
-                    for inner in outer {
-                        out.extend(4u32.to_le_bytes());
-                        out.extend((inner.len() as u64).to_le_bytes());
-                        inner.iter().for_each(|x| out.extend(x.to_le_bytes()));
-                    }
-                }
-                Meta::U32(x) => {
-                    out.extend(4u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::F32(x) => {
-                    out.extend(6u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Meta::Bool(x) => {
-                    out.extend(7u32.to_le_bytes());
-                    out.push(*x as u8);
-                }
-                Meta::Str(s) => {
-                    out.extend(8u32.to_le_bytes());
-                    put_str(&mut out, s);
-                }
-                Meta::StrArray(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(8u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    a.iter().for_each(|s| put_str(&mut out, s));
-                }
-                Meta::F32Array(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(6u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    a.iter().for_each(|x| out.extend(x.to_le_bytes()));
-                }
-                Meta::I32Array(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(5u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    a.iter().for_each(|x| out.extend(x.to_le_bytes()));
-                }
-                Meta::U8Array(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(0u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    out.extend(a);
-                }
-            }
+            out.extend(v.type_id().to_le_bytes());
+            v.put(&mut out);
         }
         let mut offset = 0u64;
         let mut offsets = Vec::new();

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Fuzz the GGUF parser, model loading, generation, the tokenizers and chat templates (cargo-fuzz, libFuzzer;
+# the targets are in fuzz/fuzz_targets/).
+# Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
+#
+# The seed corpus is built into target/fuzz-corpus/<target>/ (and grows there from run to run). A crash, a
+# timeout (-timeout: one input running over 10 s) or running out of memory (-rss_limit_mb, and any single
+# allocation over it) is saved in fuzz/artifacts/<target>/ and fails the script. Reproduce one with
+#   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>
+# minimize it with `cargo +nightly fuzz tmin <target> <file>`, and make it a test in tests/rust/bad_input.rs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift $(($# > 0 ? 1 : 0))
+all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template)
+if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
+NIGHTLY=${RUVLLM_NIGHTLY:-nightly} # libFuzzer's instrumentation needs nightly (scripts/setup.sh installs it)
+
+if ! cargo +"$NIGHTLY" fuzz --version >/dev/null 2>&1; then
+  echo "== fuzz: cargo install cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked >&2
+fi
+
+export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
+export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
+if [ ! -f "$RUVLLM_FIXTURES/tiny-qwen2.gguf" ] && [ -x .venv/bin/python ]; then
+  .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
+fi
+
+# Seeds. The tiny models load and generate; the default model (98 MB, a 1.8 MB header of which the vocabulary
+# is nearly all) would make every execution slow, so only its first 64 KiB go in: the real file's metadata
+# layout, cut inside the vocabulary. libFuzzer takes -max_len from the largest seed (the tiny models, ~400 KB).
+corpus=target/fuzz-corpus
+seeds=target/fuzz-seeds
+mkdir -p "$seeds"
+head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
+fixtures=("$RUVLLM_FIXTURES/tiny-llama-spm.gguf" "$RUVLLM_FIXTURES/tiny-qwen2.gguf")
+# The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
+i=0
+for text in "Hello, world! 123 héllo wörld" $'<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n' \
+  "東京は日本の首都です。 서울 北京 😀🎉" $'  tabs\tand\n\nnewlines   ' "<s> </s> <unk> <0x41> ▁x [PAD0]"; do
+  for vocab in 0 1 2; do
+    printf "\\x$vocab\\x00%s" "$text" >"$seeds/tokenizer-$i-$vocab"
+  done
+  i=$((i + 1))
+done
+seed() { # seed TARGET FILE...: copy the files that exist into the target's corpus
+  local t=$1
+  shift
+  mkdir -p "$corpus/$t"
+  for f in "$@"; do
+    if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
+  done
+}
+seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
+seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
+seed load_chat_generate "${fixtures[@]}"
+seed gguf_structured
+seed tokenizer "$seeds"/tokenizer-*
+seed chat_template fuzz/seeds/chat_template/*
+
+echo "== fuzz: build (cargo-fuzz, $NIGHTLY)"
+# cargo-fuzz has no --locked: check that fuzz/Cargo.lock needs no change first.
+cargo +"$NIGHTLY" metadata --locked --manifest-path fuzz/Cargo.toml --format-version 1 >/dev/null
+cargo +"$NIGHTLY" fuzz build
+
+declare -A execs status
+failed=0
+for t in "${targets[@]}"; do
+  log=target/fuzz-$t.log
+  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+  case $t in
+    # Leaks are not failures here (neither per input nor at exit): minijinja never frees a namespace that holds
+    # itself (crate/src/chat_template.rs's module doc lists it with the other limits of hostile templates).
+    # Memory that grows still trips -rss_limit_mb.
+    chat_template) args+=(-dict=fuzz/chat_template.dict -detect_leaks=0) ;;
+    # Descriptions need a few KB to hold a vocabulary and tensor bytes: no slow growth from libFuzzer's 4-byte start.
+    gguf_structured) args+=(-max_len=4096 -len_control=0) ;;
+  esac
+  asan=${ASAN_OPTIONS:-}
+  [ "$t" != chat_template ] || asan=${asan:+$asan:}detect_leaks=0
+  echo "== fuzz: $t for ${seconds}s (log: $log)"
+  if ASAN_OPTIONS=$asan cargo +"$NIGHTLY" fuzz run "$t" "$corpus/$t" -- "${args[@]}" >"$log" 2>&1; then
+    status[$t]=ok
+  else
+    failed=1
+    artifact=$(grep -o 'Test unit written to .*' "$log" | sed 's/Test unit written to //' | tail -1)
+    status[$t]="FAILED: ${artifact:-see $log}"
+    grep -E '^(==[0-9]+==ERROR|thread .* panicked|SUMMARY)' "$log" | head -5 >&2 || true
+  fi
+  execs[$t]=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1)
+done
+
+echo "== fuzz: summary (${seconds}s a target)"
+printf '%-20s %14s  %s\n' target executions result
+for t in "${targets[@]}"; do
+  printf '%-20s %14s  %s\n' "$t" "${execs[$t]:-?}" "${status[$t]}"
+done
+exit $failed
