@@ -12,10 +12,13 @@
 //! and the same cap on what minijinja cannot foresee (our `tojson`'s indent and output, the widths of
 //! minijinja-contrib's `str.format`). Not bounded: the nesting depth of a value. A list nested in itself
 //! a level per step (`{% set ns.l = [ns.l] %}` in a loop) costs little fuel per level, and dropping or
-//! printing it recurses once per level: some thousands of levels overflow wasm32's stack. Nor is memory
-//! that outlives a render: minijinja frees values by reference counting, so a namespace that holds itself
-//! (`{% set ns.me = ns %}`, or through a loop whose `loop.changed()` saw it) is never freed, and each render
-//! of such a template leaks what the cycle holds (at most what its fuel let it make).
+//! printing it recurses once per level: some thousands of levels overflow wasm32's stack. Nor are cycles:
+//! a namespace can hold itself (`{% set ns.me = ns %}`, or through a loop whose `loop.changed()` saw it).
+//! Printing it (`{{ ns }}`, `ns ~ ''`, `ns | string`, `ns | tojson`) follows the cycle until the stack
+//! overflows (found by the chat_template fuzz target), and since minijinja frees values by reference
+//! counting, each render of such a template leaks what the cycle holds. minijinja has no hook where the
+//! cycle or the nesting is made; bounding them needs a check before rendering (the template's assignments
+//! to namespaces) or an interpreter of our own.
 
 use std::fmt;
 use std::io;
