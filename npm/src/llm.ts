@@ -254,7 +254,7 @@ export class LLM {
       build: this.#wasm.build,
       requestedBackend: this.#requested,
       fallback: info.fallback ?? this.#fallback,
-      threadFallback: this.#wasm.build === 'wasm-gpu' ? null : this.#threadFallback,
+      threadFallback: this.#threadFallback,
     };
   }
 
