@@ -70,15 +70,11 @@ for t in "${targets[@]}"; do
   log=target/fuzz-$t.log
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
   case $t in
-    # Leaks are not failures here (neither per input nor at exit): minijinja never frees a namespace that holds
-    # itself (crate/src/chat_template.rs's module doc lists it with the other limits of hostile templates).
-    # Memory that grows still trips -rss_limit_mb.
-    chat_template) args+=(-dict=fuzz/chat_template.dict -detect_leaks=0) ;;
+    chat_template) args+=(-dict=fuzz/chat_template.dict) ;;
     # Descriptions need a few KB to hold a vocabulary and tensor bytes: no slow growth from libFuzzer's 4-byte start.
     gguf_structured) args+=(-max_len=4096 -len_control=0) ;;
   esac
   asan=${ASAN_OPTIONS:-}
-  [ "$t" != chat_template ] || asan=${asan:+$asan:}detect_leaks=0
   # libFuzzer keeps every input that was ever new: past 256 MB (the model targets' inputs are ~400 KB), keep a
   # smallest set with the same coverage.
   if [ "$(du -sm "$corpus/$t" | cut -f1)" -gt 256 ]; then

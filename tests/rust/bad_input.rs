@@ -257,14 +257,17 @@ fn bytes_the_vocabulary_cannot_spell_are_dropped() {
 }
 
 #[test]
-fn templates_whose_namespaces_hold_themselves_render() {
-    // Reference cycles: minijinja never frees these namespaces (a documented leak, see chat_template.rs), but the
-    // render works. The chat_template target found the first (LeakSanitizer).
-    for (src, want) in [
-        ("{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns.me.me.n }}", "1"),
-        ("{% for i in [1] %}{% set ns = namespace(l=loop) %}{{ loop.changed(ns) }}{% endfor %}", "True"),
+fn templates_whose_values_could_hold_themselves_are_refused() {
+    // Reference cycles and values nested a level per step: printing or freeing them recursed until the stack
+    // overflowed (wasm32: a trap), and minijinja never freed a cycle. The chat_template target found the first
+    // (LeakSanitizer) and the printed cycle and nested list (stack overflow); they are refused when compiled.
+    for src in [
+        "{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns.me.me.n }}",
+        "{% for i in [1] %}{% set ns = namespace(l=loop) %}{{ loop.changed(ns) }}{% endfor %}",
+        "{% set ns = namespace() %}{% set ns.n = ns %}{{ ns }}",
+        "{% set ns = namespace(l=[]) %}{% for i in range(90000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
     ] {
-        let t = ChatTemplate::new(src, "", "").unwrap();
-        assert_eq!(t.render(&[ruvllm::ChatMessage::new("user", "hi")], false).unwrap(), want, "{src}");
+        let e = ChatTemplate::new(src, "", "").unwrap_err();
+        assert_eq!(e.code(), "E_CHAT_TEMPLATE", "{src}");
     }
 }

@@ -16,8 +16,9 @@ pub struct Model {
     pub config: Config,
     pub weights: Weights,
     tokenizer: Tokenizer,
-    /// `None` when the GGUF has no `tokenizer.chat_template` (callers then get a clear error at chat time).
-    chat_template: Option<ChatTemplate>,
+    /// The GGUF's `tokenizer.chat_template`, compiled; or why there is none (missing, or refused when compiled):
+    /// an error at chat time, while the model still loads and completes plain prompts.
+    chat_template: Result<ChatTemplate>,
     metadata_name: Option<String>,
     /// Milliseconds from the bytes being available (or the file opened) to a ready model.
     load_ms: f64,
@@ -53,10 +54,7 @@ impl Model {
                 config.vocab_size
             )));
         }
-        let chat_template = match gguf.get("tokenizer.chat_template") {
-            Some(_) => Some(ChatTemplate::from_gguf(&gguf)?),
-            None => None,
-        };
+        let chat_template = ChatTemplate::from_gguf(&gguf);
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
         let load_ms = crate::clock::now_ms() - t0;
         Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms })
@@ -71,11 +69,9 @@ impl Model {
         &self.tokenizer
     }
 
-    /// The model's own chat template, or an error naming the problem when it has none.
+    /// The model's own chat template, or an error naming the problem when it has none or it did not compile.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
-        self.chat_template.as_ref().ok_or_else(|| {
-            Error::ChatTemplate("model has no chat template (tokenizer.chat_template); pass one explicitly".into())
-        })
+        self.chat_template.as_ref().map_err(Clone::clone)
     }
 
     pub fn name(&self) -> Option<&str> {

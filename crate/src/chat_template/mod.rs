@@ -10,15 +10,9 @@
 //! to its input: minijinja's fuel, which charges every step and every byte a value takes (so loops, string
 //! doubling, repeated big strings and lazy list repetition run out of it), a cap on the prompt's bytes,
 //! and the same cap on what minijinja cannot foresee (our `tojson`'s indent and output, the widths of
-//! minijinja-contrib's `str.format`). Not bounded: the nesting depth of a value. A list nested in itself
-//! a level per step (`{% set ns.l = [ns.l] %}` in a loop) costs little fuel per level, and dropping or
-//! printing it recurses once per level: some thousands of levels overflow wasm32's stack. Nor are cycles:
-//! a namespace can hold itself (`{% set ns.me = ns %}`, or through a loop whose `loop.changed()` saw it).
-//! Printing it (`{{ ns }}`, `ns ~ ''`, `ns | string`, `ns | tojson`) follows the cycle until the stack
-//! overflows (found by the chat_template fuzz target), and since minijinja frees values by reference
-//! counting, each render of such a template leaks what the cycle holds. minijinja has no hook where the
-//! cycle or the nesting is made; bounding them needs a check before rendering (the template's assignments
-//! to namespaces) or an interpreter of our own.
+//! minijinja-contrib's `str.format`). What fuel cannot bound, a value that holds itself or nests a level per
+//! step (printing or freeing it recurses once per level, inside one step), `nesting.rs` rules out before
+//! the first render: such templates are refused when they are compiled.
 
 use std::fmt;
 use std::io;
@@ -29,6 +23,8 @@ use minijinja::{Environment, ErrorKind};
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+
+mod nesting;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -68,9 +64,10 @@ impl ChatTemplate {
         let mut env = Environment::new();
         // As HF transformers renders chat templates.
         let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(template_error)?;
-        env.set_syntax(syntax);
+        env.set_syntax(syntax.clone());
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
+        nesting::check(source, syntax).map_err(Error::ChatTemplate)?;
         Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
     }
 
@@ -82,7 +79,10 @@ impl ChatTemplate {
             .ok_or_else(|| Error::ChatTemplate("model has no chat template; pass one explicitly".into()))?;
         let bos = special_token_text(g, "tokenizer.ggml.bos_token_id")?;
         let eos = special_token_text(g, "tokenizer.ggml.eos_token_id")?;
-        ChatTemplate::new(source, bos, eos)
+        ChatTemplate::new(source, bos, eos).map_err(|e| match e {
+            Error::ChatTemplate(m) => Error::ChatTemplate(format!("the model's chat template: {m}")),
+            e => e,
+        })
     }
 
     /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply begins.
@@ -579,6 +579,68 @@ mod tests {
         let long = [user(&"word ".repeat(200_000))];
         let src = "{{ messages[0].content | indent(4) }}{{ messages | tojson(indent=2) }}";
         assert!(ChatTemplate::new(src, "", "").unwrap().render(&long, false).is_ok());
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn values_that_hold_themselves_or_nest_without_bound_are_refused_when_compiled() {
+        for src in [
+            // Cycles: printing them recursed until the stack overflowed (found by the chat_template fuzz target).
+            "{% set ns = namespace() %}{% set ns.n = ns %}{{ ns }}",
+            "{% set ns = namespace() %}{% set x = [ns] %}{% set ns.x = x %}{{ ns }}",
+            "{% set ns = namespace() %}{% set alias = ns %}{% set ns.me = alias %}{{ ns ~ '' }}",
+            "{% set mk = namespace %}{% set a = mk() %}{% set a.self = a %}{{ a }}",
+            "{% set ns = namespace() %}{% for x in [1, 2] %}{% if loop.changed(ns) %}{% set ns.l = loop %}{% endif %}{% endfor %}",
+            // A level of nesting per step: freeing or printing the value recursed once per level.
+            "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+            "{% set ns = namespace(l=1) %}{% for i in range(9) %}{% set t = ns.l %}{% set ns.l = {'a': t} %}{% endfor %}",
+            "{% set ns = namespace(l=1) %}{% for i in range(9) %}{% set ns.l = ns.l.items() %}{% endfor %}",
+            "{% set ns = namespace(l=1) %}{% for i in range(9) %}{% set ns.l = ns.l | batch(1) %}{% endfor %}",
+            "{% set ns = namespace(l=1) %}{% for i in range(9) %}{% set ns.l = dict(x=ns.l) %}{% endfor %}",
+            "{% set n = namespace(p=none) %}{% for i in range(9) %}{% set n = namespace(p=n) %}{% endfor %}{{ n }}",
+            "{% macro keep(x) %}{% set ns.l = [x] %}{% endmacro %}{% set ns = namespace(l=1) %}{% for i in range(9) %}{{ keep(ns.l) }}{% endfor %}",
+            "{% set ns = namespace(l=1) %}{% for i in range(9) %}{% for x in [ns.l] %}{% set ns.l = (x, 1) %}{% endfor %}{% endfor %}",
+        ] {
+            let e = ChatTemplate::new(src, "", "").unwrap_err();
+            assert_eq!(e.code(), "E_CHAT_TEMPLATE", "{src}");
+            assert!(e.to_string().contains("holds itself or nests without bound"), "{src}: {e}");
+        }
+    }
+
+    #[cfg_attr(not(target_arch = "wasm32"), test)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn namespaces_as_real_templates_use_them_are_accepted() {
+        // Qwen3's way to find the last user query, DeepSeek's system prompt, a list of strings built up, a
+        // joined pair, and values from a namespace printed or tested at once.
+        let cases = [
+            (
+                "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\
+                 {%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}\
+                 {%- if ns.multi_step_tool and message.role == 'user' and not message.content.startswith('<tool') %}\
+                 {%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}\
+                 {{- ns.last_query_index }}",
+                "0",
+            ),
+            (
+                "{% set ns = namespace(system_prompt='', is_first_sp=true) %}{%- for message in messages %}\
+                 {%- if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}\
+                 {% set ns.is_first_sp = false %}{%- else %}\
+                 {% set ns.system_prompt = ns.system_prompt + '|' + message['content'] %}{%- endif %}{%- endfor %}\
+                 {{ ns.system_prompt }}",
+                "hi|there",
+            ),
+            (
+                "{% set ns = namespace(roles=[]) %}{% for m in messages %}{% set ns.roles = ns.roles + [m.role] %}\
+                 {% endfor %}{{ ns.roles | join(',') }}|{{ [ns.roles, ns.roles] | length }}|{{ ns }}",
+                "user,assistant|2|{'roles': ['user', 'assistant']}",
+            ),
+            ("{% set ns = namespace(s='a') %}{% set ns.s = [ns.s, ns.s] | join %}{{ ns.s }}", "aa"),
+        ];
+        let messages = [user("hi"), ChatMessage::new("assistant", "there")];
+        for (src, want) in cases {
+            let t = ChatTemplate::new(src, "", "").unwrap_or_else(|e| panic!("{src}: {e}"));
+            assert_eq!(t.render(&messages, false).unwrap(), want, "{src}");
+        }
     }
 
     // The real model's own template is tested in tests/rust/reference.rs (natively and on wasm32).
