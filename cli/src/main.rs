@@ -197,10 +197,8 @@ fn score(args: &Args) -> CliResult {
         .map(|s| s.trim().parse().map_err(|_| format!("bad token id '{s}'")))
         .collect::<Result<_, _>>()?;
     let k: usize = args.num("top-k", 5)?;
-    let vocab = model.config.vocab_size;
     let mut sess = session(args, model)?;
-    let logits = sess.eval(&ids, true).map_err(|e| e.to_string())?;
-    let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| ruvllm::sampler::top_k_probs(row, k)).collect();
+    let positions = sess.score(&ids, k).map_err(|e| e.to_string())?;
     println!("{}", json!({ "positions": positions }));
     Ok(())
 }

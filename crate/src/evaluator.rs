@@ -19,7 +19,7 @@ use crate::kv_cache::KvCache;
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
-use crate::sampler::argmax;
+use crate::sampler::{argmax, top_k_probs};
 
 /// What an eval call must return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +268,28 @@ impl Evaluator {
             (Want::Argmax, None) => unreachable!("the last batch returns the argmax"),
             (Want::Last | Want::All, _) => Out::Logits(&self.logits),
         })
+    }
+
+    /// Teacher-forced scoring of `tokens` from position 0: for each position, the `k` most likely next
+    /// ids with their probabilities (`sampler::top_k_probs`). Batch by batch, so that one batch's logits
+    /// are held at a time, not the whole sequence's. The cache is left empty.
+    pub(crate) async fn score(&mut self, tokens: &[u32], k: usize) -> Result<Vec<Vec<(u32, f64)>>> {
+        let vocab = self.model.config.vocab_size;
+        check_eval(tokens, 0, self.n_ctx, vocab)?;
+        let mut positions = Vec::with_capacity(tokens.len());
+        let mut result = Ok(());
+        for (i, batch) in tokens.chunks(self.n_batch).enumerate() {
+            match self.eval(batch, i * self.n_batch, Want::All).await {
+                Ok(Out::Logits(logits)) => positions.extend(logits.chunks_exact(vocab).map(|row| top_k_probs(row, k))),
+                Ok(other) => unreachable!("an all-logits eval returned {other:?}"),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.truncate(0);
+        result.map(|()| positions)
     }
 
     /// One forward call of at most `n_batch` tokens after the cached ones.

@@ -112,6 +112,13 @@ impl Session {
         Ok(self.ev.logits())
     }
 
+    /// Teacher-forced scoring: for each position of `tokens` (evaluated from an empty cache), the `k` most
+    /// likely next ids with their probabilities, most likely first. The session is reset before and after.
+    pub fn score(&mut self, tokens: &[u32], k: usize) -> Result<Vec<Vec<(u32, f64)>>> {
+        self.reset();
+        wait(self.ev.score(tokens, k))
+    }
+
     /// Append `tokens` to the cache and return the most likely next token (the argmax of the last
     /// logits, lowest id on ties). On the GPU only the id is read back, not the logits; `logits()`
     /// is then empty.

@@ -186,8 +186,45 @@ pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), Js
     let row = [c.d_model, c.d_model, c.d_model, c.q_dim(), c.q_dim(), c.kv_dim(), c.kv_dim(), c.ffn_dim, c.ffn_dim];
     let activations = 64usize.saturating_mul(row.iter().fold(0, |a: usize, &w| a.saturating_add(w))).saturating_mul(4);
     let bytes = kv.saturating_add(scores).saturating_add(activations).saturating_add(1 << 20);
+    probe(bytes, &format!("a context window of {n_ctx} tokens"))
+}
+
+/// Check that wasm memory can hold the answer of a `score` call, `k` ids and probabilities for each of
+/// `positions` (as values, then as JSON), before the forward passes run: a large `k` times a long
+/// sequence is an error, not an allocation-failure trap halfway.
+pub(crate) fn probe_score_memory(model: &Model, positions: usize, k: usize) -> Result<(), JsValue> {
+    /// An entry as a value (`(u32, f64)`) and, at most, as JSON (`[49151,0.12345678901234567],`).
+    const VALUE_BYTES: usize = 16;
+    const JSON_BYTES: usize = 32;
+    /// V8's longest string (2^29 - 24 characters): the JSON must fit one.
+    const MAX_JSON_BYTES: usize = (1 << 29) - 24;
+    let entries = positions.saturating_mul(k.min(model.config.vocab_size));
+    let what = format!("the top {k} of {positions} scored positions");
+    if entries.saturating_mul(JSON_BYTES) > MAX_JSON_BYTES {
+        return Err(coded_error(
+            "E_OUT_OF_MEMORY",
+            &format!(
+                "{what} would take up to {} bytes of JSON, more than a JS string holds",
+                entries.saturating_mul(JSON_BYTES)
+            ),
+        ));
+    }
+    probe(entries.saturating_mul(VALUE_BYTES + JSON_BYTES), &what)
+}
+
+/// The JSON of a `score` call (both engines): `{"positions": [[[id, p], ...], ...]}`.
+pub(crate) fn scores_json(positions: &[Vec<(u32, f64)>]) -> String {
+    #[derive(Serialize)]
+    struct Scores<'a> {
+        positions: &'a [Vec<(u32, f64)>],
+    }
+    json(&Scores { positions })
+}
+
+/// Reserve `bytes` of wasm memory and give them back: an `E_OUT_OF_MEMORY` error now if they cannot be had.
+fn probe(bytes: usize, what: &str) -> Result<(), JsValue> {
     let mut probe: Vec<u8> = Vec::new();
-    probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, &format!("a context window of {n_ctx} tokens")))
+    probe.try_reserve_exact(bytes).map_err(|_| out_of_memory(bytes, what))
 }
 
 /// A step as `nextStep` returns it (both engines): `{prefilled, total}` after a batch of the prompt,
@@ -322,18 +359,8 @@ impl Engine {
     /// Teacher-forced scoring: for each position, the top-`k` next tokens with probabilities, as JSON
     /// (a Promise of it in the threaded build).
     pub fn score(&self, ids: Vec<u32>, k: usize) -> Result<JsValue, JsValue> {
-        let vocab = self.model.config.vocab_size;
-        self.run(
-            move |s| {
-                s.reset();
-                let logits = s.eval(&ids, true)?.to_vec();
-                s.reset();
-                let positions: Vec<_> =
-                    logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
-                Ok(json(&serde_json::json!({ "positions": positions })))
-            },
-            |json| Ok(json.into()),
-        )
+        probe_score_memory(&self.model, ids.len(), k)?;
+        self.run(move |s| s.score(&ids, k), |positions| Ok(scores_json(&positions).into()))
     }
 
     /// Forget the conversation (the KV cache).

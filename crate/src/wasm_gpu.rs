@@ -20,11 +20,12 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::evaluator::{Evaluator, Out, Want};
+use crate::evaluator::Evaluator;
 use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
-    js_error, json, model_info, parse, probe_session_memory, step_to_js, JsGenerateOptions, JsOutput, ModelBuffer,
+    js_error, json, model_info, parse, probe_score_memory, probe_session_memory, scores_json, step_to_js,
+    JsGenerateOptions, JsOutput, ModelBuffer,
 };
 use crate::{ChatMessage, Model, SessionOptions, Step};
 
@@ -169,17 +170,10 @@ impl GpuEngine {
         let cell = self.inner.clone();
         future_to_promise(async move {
             let mut inner = lock(&cell)?;
+            probe_score_memory(&inner.model, ids.len(), k)?;
             inner.reset();
-            let vocab = inner.model.config.vocab_size;
-            let logits = match inner.ev.eval(&ids, 0, Want::All).await {
-                Ok(Out::Logits(logits)) => Ok(logits.to_vec()),
-                Ok(_) => unreachable!("an all-logits eval returns logits"),
-                Err(e) => Err(e),
-            };
-            inner.reset();
-            let logits = logits.map_err(js_error)?;
-            let positions: Vec<_> = logits.chunks_exact(vocab).map(|row| crate::sampler::top_k_probs(row, k)).collect();
-            Ok(json(&serde_json::json!({ "positions": positions })).into())
+            let positions = inner.ev.score(&ids, k).await.map_err(js_error)?;
+            Ok(scores_json(&positions).into())
         })
     }
 

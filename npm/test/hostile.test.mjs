@@ -69,6 +69,10 @@ test('hostile chat templates are E_CHAT_TEMPLATE on each request, and the model 
     '{{ messages | tojson(indent=2000000000) }}',
     // a 100 MB string per step, over and over
     "{% for i in range(100000) %}{{ 'x' * 100000000 }}{% endfor %}",
+    // a namespace that holds itself, and a list nested a level per step: printing them overflowed the stack
+    // (refused when the model loads; the error comes with each chat request)
+    '{% set ns = namespace() %}{% set ns.n = ns %}{{ ns }}',
+    '{% set ns = namespace(l=[]) %}{% for i in range(90000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}',
   ];
   for (const template of hostile) {
     const llm = await LLM.load(withTemplate(template));
@@ -81,5 +85,20 @@ test('hostile chat templates are E_CHAT_TEMPLATE on each request, and the model 
     } finally {
       llm.dispose();
     }
+  }
+});
+
+test('a score request too large for wasm memory is E_OUT_OF_MEMORY, and the model stays usable', async () => {
+  const llm = await LLM.load(MODEL_PATH);
+  try {
+    // 2,048 positions x the whole vocabulary: ~100M entries, gigabytes of JSON.
+    const ids = Array.from({ length: 2048 }, (_, i) => FRANCE.ids[i % FRANCE.ids.length]);
+    const e = await timed(rejectsWith(llm.score(ids, { topK: 49152 }), 'E_OUT_OF_MEMORY'));
+    assert.match(e.message, /scored positions/);
+    const [first] = await llm.score(FRANCE.ids.slice(0, 3), { topK: 2 });
+    assert.equal(first.length, 2);
+    assert.deepEqual((await llm.complete(FRANCE.prompt, { temperature: 0, maxTokens: 2 })).ids, FRANCE.ids.slice(0, 2));
+  } finally {
+    llm.dispose();
   }
 });
