@@ -1,13 +1,14 @@
+// Needs: the header (BIND_*, Step, D_MODEL), row_rms.wgsl (row_rms_scale), the variant's SPLITS.
 // A split matmul's residual add folded into the RMSNorm after it (prefill): x += the sum of the
-// SPLITS partial products ([split][token][D_MODEL], matmul.wgsl OUT_MODE 3, summed in
+// SPLITS partial products ([split][token][D_MODEL], matmul.wgsl OUT_PARTIAL, summed in
 // split_reduce.wgsl's order), then out = x / sqrt(mean(x^2) + eps) * w. One workgroup per row:
 // one dispatch instead of a reduce and a norm.
 
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<storage, read_write> x: array<f32>;
-@group(0) @binding(5) var<storage, read> part: array<f32>;
-@group(0) @binding(6) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> out: array<f32>;
+@group(0) @binding(BIND_AUX) var<storage, read_write> x: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> part: array<f32>;
+@group(0) @binding(BIND_IN1) var<storage, read> norm_w: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {

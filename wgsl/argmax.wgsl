@@ -1,13 +1,14 @@
+// Needs: the header (BIND_*, Step, VOCAB), common.wgsl (NEG_BIG, better), the variant's PER.
 // Greedy sampling on the GPU: the id of the largest logit of one row (the lowest id on ties, NaN
 // never wins). It becomes the next step's input token and is kept in ids[step.slot], so greedy
 // decoding reads back 4 bytes per token, not the logits. The candidates are the row's logits
-// (PER = 1) or, after the output head's matvec (OUT_MODE 4), the best (value, id) of each of its
+// (PER = 1) or, after the output head's matvec (OUT_ARGMAX), the best (value, id) of each of its
 // workgroups of PER rows: 8 times fewer to scan.
 
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> ids: array<u32>;
-@group(0) @binding(4) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(5) var<storage, read> src: array<u32>; // f32 logits, or (f32 value, id) pairs
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(BIND_AUX) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(BIND_IN0) var<storage, read> src: array<u32>; // f32 logits, or (f32 value, id) pairs
 
 const WG: u32 = 256u;
 

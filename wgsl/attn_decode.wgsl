@@ -1,7 +1,9 @@
+// Needs: the header (BIND_*, Step, the model's shape), common.wgsl (NEG_BIG), rope.wgsl (qkv,
+// QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS).
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
-// softmax and writes its unnormalized output, max and sum, which in_attn.wgsl merges.
-// RoPE and the KV store are fused in (prepended: rope.wgsl): each workgroup rotates its query from
+// softmax and writes its unnormalized output, max and sum (attn_partials.wgsl), which in_attn.wgsl
+// merges. RoPE and the KV store are fused in: each workgroup rotates its query from
 // the qkv row; the new token's key and value (rounded to f16, as the cache holds them) are taken
 // from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
 // them in the cache for later steps. Nothing else reads the new position from the cache here.
@@ -12,14 +14,15 @@
 // group keeps its own running max and sum (no workgroup-wide reduction per block: two barriers
 // per block) and loads its KEYS values of a block together; the groups merge at the end.
 
-@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> part: array<vec4<f32>>;
+@group(0) @binding(BIND_AUX) var<storage, read_write> k_cache: array<vec4<u32>>;
+@group(0) @binding(BIND_IN2) var<storage, read_write> v_cache: array<vec4<u32>>;
 
+// rope.wgsl's input: the qkv row as it is.
 fn qkv_at(i: u32) -> f32 {
     return qkv[i];
 }
-@group(0) @binding(3) var<storage, read_write> part: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
-@group(0) @binding(7) var<storage, read_write> v_cache: array<vec4<u32>>;
 
 const WG: u32 = 128u;
 const SLICES: u32 = HEAD_DIM / 8u;    // 16-byte slices of a head's key or value
@@ -27,8 +30,6 @@ const ROW: u32 = KV_DIM / 8u;        // slices per cached position
 const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
 const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
-const HD4: u32 = HEAD_DIM / 4u;
-const ATTN_STATS: u32 = N_HEADS * MAX_CHUNKS * HD4; // where the (max, sum) pairs start (in_attn.wgsl)
 
 var<workgroup> qv: array<vec4<f32>, HEAD_DIM / 4u>;
 var<workgroup> new_k: array<vec4<u32>, SLICES>; // the new token's key and value, f16 pairs

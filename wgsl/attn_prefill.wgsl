@@ -1,3 +1,4 @@
+// Needs: the header (BIND_*, Step, the model's shape, BQ, BK), common.wgsl (NEG_BIG).
 // Prefill attention: causal, tiled. A workgroup takes BQ consecutive query tokens of one head and
 // walks the cached keys in tiles of BK, sharing each key and value tile in workgroup memory, with
 // an online softmax per query row. Invocation (qi, kj) scores query qi against key kj of a tile
@@ -9,11 +10,11 @@
 // BQ and BK come from the header (BQ * BK invocations; BQ * HEAD_DIM + BK * (HEAD_DIM + 1) +
 // 2 * BQ * BK floats of workgroup memory).
 
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> att: array<f32>;
-@group(0) @binding(5) var<storage, read> q_rot: array<f32>;
-@group(0) @binding(6) var<storage, read> k_cache: array<u32>;
-@group(0) @binding(7) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> att: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> q_rot: array<f32>;
+@group(0) @binding(BIND_IN1) var<storage, read> k_cache: array<u32>;
+@group(0) @binding(BIND_IN2) var<storage, read> v_cache: array<u32>;
 
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
 const DIMS: u32 = HEAD_DIM / BK; // output dimensions per invocation

@@ -1,17 +1,7 @@
-// Declarations every kernel shares. The Rust side prepends a generated header with the model's
-// shape (D_MODEL, HEAD_DIM, ...) and the kernel variant's constants before this file.
-
-// Per forward call: written once per submission.
-struct Step {
-    n: u32,          // tokens in this call
-    pos0: u32,       // position of the first of them
-    kv_len: u32,     // cached positions after this call (pos0 + n)
-    chunk: u32,      // keys per workgroup of decode attention
-    n_chunks: u32,   // decode attention workgroups per head
-    logit_row: u32,  // the logits row argmax reads
-    slot: u32,       // where argmax stores the id in the ids buffer
-    pad: u32,
-}
+// Needs: nothing beyond the generated header.
+// Declarations every kernel shares, right after the generated header (ops/shader.rs
+// `model_header`: the model's shape, the binding slots BIND_*, the output modes OUT_* and the
+// per-call `Step` uniform, declared from its Rust struct).
 
 // Stands for -infinity in softmax maxima (WGSL has no infinity literal); exp(NEG_BIG - m) is 0.
 const NEG_BIG: f32 = -3.0e38;

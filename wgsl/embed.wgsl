@@ -1,18 +1,13 @@
+// Needs: the header (BIND_*, Step), `EmbedParams`, declared from its Rust struct (ops/embed.rs),
+// weights.wgsl and a quant/*.wgsl (dequant8, QK, BLOCK_BYTES).
 // Embedding lookup: x[t] = token_embd[tokens[t]], dequantized from its GGUF blocks. One op per row
 // chunk of the table (a table larger than one storage binding is split); ids outside the chunk are
 // left to the other ops. One invocation per 8 values.
 
-struct EmbedParams {
-    offset: u32, // byte offset of the chunk's first row in W
-    row0: u32,   // first and one-past-last token id of the chunk
-    row1: u32,
-    cols: u32,
-}
-
-@group(0) @binding(1) var<uniform> ep: EmbedParams;
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> x: array<f32>;
-@group(0) @binding(5) var<storage, read> tokens: array<u32>;
+@group(0) @binding(BIND_PARAMS) var<uniform> ep: EmbedParams;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> x: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> tokens: array<u32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

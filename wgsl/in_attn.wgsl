@@ -1,12 +1,11 @@
+// Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl
+// (step), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl and in_plain.wgsl define the same
+// functions.
 // Matvec input stage: the attention output, merged from the per-chunk partial results of
-// attn_decode (online-softmax merge). Partials (vec4s): the unnormalized outputs
-// [N_HEADS][n_chunks][HEAD_DIM / 4], then from ATTN_STATS each chunk's (max m, sum of exp l, -, -)
-// in [N_HEADS][n_chunks]. The (m, l) pairs are loaded in parallel, then each chunk's weight
-// exp(m_c - m) / l is computed by its own invocation from workgroup memory.
-@group(0) @binding(5) var<storage, read> part: array<vec4<f32>>;
-
-const HD4: u32 = HEAD_DIM / 4u;
-const ATTN_STATS: u32 = N_HEADS * MAX_CHUNKS * HD4;
+// attn_decode (online-softmax merge; attn_partials.wgsl has their layout). The (m, l) pairs are
+// loaded in parallel, then each chunk's weight exp(m_c - m) / l is computed by its own invocation
+// from workgroup memory.
+@group(0) @binding(BIND_IN0) var<storage, read> part: array<vec4<f32>>;
 
 var<workgroup> chunk_ml: array<vec2<f32>, N_HEADS * MAX_CHUNKS>;
 var<workgroup> chunk_w: array<f32, N_HEADS * MAX_CHUNKS>;

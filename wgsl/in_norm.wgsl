@@ -1,7 +1,9 @@
+// Needs: the header (BIND_IN0, BIND_IN1, EPS), mat_common.wgsl (step), a reduce_*.wgsl
+// (team_sum2), the variant's COLS. in_plain.wgsl and in_attn.wgsl define the same functions.
 // Matvec input stage: RMSNorm of the last token's row of x, times the norm weight
 // (x / sqrt(mean(x^2) + eps) * w, as ggml_rms_norm then ggml_mul).
-@group(0) @binding(5) var<storage, read> x_in: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> norm_w: array<vec4<f32>>;
+@group(0) @binding(BIND_IN0) var<storage, read> x_in: array<vec4<f32>>;
+@group(0) @binding(BIND_IN1) var<storage, read> norm_w: array<vec4<f32>>;
 
 var<private> norm_scale: f32;
 

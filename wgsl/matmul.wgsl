@@ -1,16 +1,18 @@
+// Needs: the header (BIND_IN0, OUT_*), weights.wgsl and a quant/*.wgsl (dequant8, Deq8, QK,
+// BLOCK_BYTES), mat_common.wgsl (op, step, out, weight_row), bias.wgsl or no_bias.wgsl, the
+// variant's OUT_MODE.
 // Prefill matrix-matrix product: out[t][out_col0 + r] (+)= dot(W[r], X[t]) for a batch of token
-// rows X, reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
-// (dequant8), mat_common.wgsl and a bias function.
+// rows X, reading the weights in their GGUF blocks.
 //
 // A workgroup computes a 64-row x 64-token tile; each invocation 4 rows x 4 tokens, held in four
 // vec4 registers (not an array: a dynamically indexed local array can end up in slow local memory).
 // Weights are dequantized into workgroup memory 32 columns at a time, next to the matching slice
-// of X (8 KiB each: the 16 KiB default). OUT_MODE: 0 store, 1 add (residual), 3 partial: the
+// of X (8 KiB each: the 16 KiB default). OUT_MODE: OUT_STORE, OUT_ADD (residual), OUT_PARTIAL: the
 // workgroup's columns are split z of op.k_len each, and it stores its partial product at
 // [z][token][row] (rows packed) for split_reduce.wgsl to sum. A short prompt has few tiles, each
 // a long serial walk over the columns: splitting the columns puts more workgroups to work.
 
-@group(0) @binding(5) var<storage, read> x_in: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> x_in: array<f32>;
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -62,9 +64,9 @@ fn store(t: u32, r0: u32, n: u32, n_rows: u32, wg_z: u32, acc: vec4<f32>) {
         let r = r0 + i;
         if (r < n_rows) {
             let o = t * op.out_stride + op.out_col0 + r;
-            if (OUT_MODE == 3u) {
+            if (OUT_MODE == OUT_PARTIAL) {
                 out[(wg_z * n + t) * n_rows + r] = acc[i];
-            } else if (OUT_MODE == 0u) {
+            } else if (OUT_MODE == OUT_STORE) {
                 out[o] = acc[i] + bias(r);
             } else {
                 out[o] += acc[i] + bias(r);

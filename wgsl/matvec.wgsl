@@ -1,7 +1,10 @@
+// Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), weights.wgsl and a quant/*.wgsl
+// (dequant8, QK, BLOCK_BYTES), mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl,
+// a reduce_*.wgsl (team_sum2), best_out.wgsl or no_best.wgsl (put_best), an input stage
+// (input_prepare, input_load4: in_norm.wgsl, in_plain.wgsl or in_attn.wgsl), the variant's
+// OUT_MODE, ROWS, COLS, SPAN, ROUNDS, LOADS.
 // Decode matrix-vector product: out[row] = dot(W[row], input) for one input vector (the last
-// token's row), reading the weights in their GGUF blocks. Prepended: weights.wgsl, a quant/*.wgsl
-// (dequant8), mat_common.wgsl, a bias function, a reduce_*.wgsl (team_sum2) and an input stage
-// (input_prepare, input_load4).
+// token's row), reading the weights in their GGUF blocks.
 //
 // A workgroup computes ROWS rows, a team of 256 / ROWS invocations each. The input is staged
 // through workgroup memory SPAN columns at a time (all COLS of them, up to 2048 and 32 per lane),
@@ -9,9 +12,9 @@
 // groups of 8 columns, TEAM * 8 apart, in straight-line code: their weight loads are issued
 // together (no local arrays: they would live in slow memory).
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
-// OUT_MODE: 0 store, 1 add to out (residual), 2 SwiGLU of segment 0 (gate) and 1 (up) row pairs,
-// 4 store, and the workgroup's best row for argmax.wgsl (put_best: the output head of greedy
-// decoding).
+// OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU of segment 0 (gate) and 1 (up) row
+// pairs, OUT_ARGMAX: store, and the workgroup's best row for argmax.wgsl (put_best: the output
+// head of greedy decoding).
 // The Rust side sets COLS, ROWS, SPAN (a multiple of 8), ROUNDS (8-column groups per lane and
 // pass) and LOADS (input vec4s per invocation and pass).
 
@@ -30,7 +33,7 @@ fn group_dot(w0: u32, w1: u32, t0: u32, g: u32, n: u32) -> vec2<f32> {
     let xb = xs[gc / 4u + 1u];
     let a = dequant8(w0, t0 + gc);
     var d = vec2<f32>(dot(a.lo, xa) + dot(a.hi, xb), 0.0);
-    if (OUT_MODE == 2u) {
+    if (OUT_MODE == OUT_SWIGLU) {
         let b = dequant8(w1, t0 + gc);
         d.y = dot(b.lo, xa) + dot(b.hi, xb);
     }
@@ -42,7 +45,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    let paired = OUT_MODE == 2u;
+    let paired = OUT_MODE == OUT_SWIGLU;
     let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
     let wg_index = wg.y * nwg.x + wg.x;
     let row = wg_index * ROWS + lid / TEAM;
@@ -93,15 +96,15 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let v = sum.x;
     if (valid && lane == 0u) {
         let o = op.out_col0 + row;
-        if (OUT_MODE == 0u || OUT_MODE == 4u) {
+        if (OUT_MODE == OUT_STORE || OUT_MODE == OUT_ARGMAX) {
             out[o] = v + bias(row);
-        } else if (OUT_MODE == 1u) {
+        } else if (OUT_MODE == OUT_ADD) {
             out[o] += v + bias(row);
         } else {
             out[o] = v / (1.0 + exp(-v)) * sum.y;
         }
     }
-    if (OUT_MODE == 4u) {
+    if (OUT_MODE == OUT_ARGMAX) {
         if (lane == 0u) {
             team_v[lid / TEAM] = select(NEG_BIG, v + bias(row), valid);
             team_i[lid / TEAM] = select(0xFFFFFFFFu, op.out_col0 + row, valid);

@@ -1,3 +1,4 @@
+// Needs: nothing. Provides team_sum2.
 // Team sums through workgroup memory (a tree of barrier steps): the variant for adapters without
 // subgroup operations. reduce_subgroup.wgsl defines the same function with them.
 

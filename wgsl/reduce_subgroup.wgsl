@@ -1,3 +1,4 @@
+// Needs: the SUBGROUP feature (subgroupAdd, subgroupShuffleXor). Provides team_sum2.
 // Team sums with subgroup operations, for adapters that offer them (wgpu's SUBGROUP feature):
 // a butterfly of shuffles inside each subgroup, then one workgroup-memory step across the
 // subgroups of a team. Any subgroup size from 4 to 128 works; subgroup i is taken to hold the

@@ -1,8 +1,9 @@
+// Needs: the header (BIND_*, D_MODEL), row_rms.wgsl (row_rms_scale).
 // RMSNorm of each token row (prefill): out = x / sqrt(mean(x^2) + eps) * w. One workgroup per row.
 
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(5) var<storage, read> x_in: array<f32>;
-@group(0) @binding(6) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(BIND_OUT) var<storage, read_write> out: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> x_in: array<f32>;
+@group(0) @binding(BIND_IN1) var<storage, read> norm_w: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {

@@ -1,11 +1,14 @@
+// Needs: the header (BIND_IN0, BIND_IN1, Q_DIM, KV_DIM, ROPE_DIMS, NEOX) and, from the file that
+// includes it, `qkv_at(i)`: the qkv value at index i (token row * QKV + column).
+// Provides: the qkv rows binding `qkv`, their width QKV, and `rotated`.
 // RoPE of one value of a head in the qkv rows ([q (Q_DIM) | k (KV_DIM) | v (KV_DIM)] per token),
 // as ggml applies it: pairs (2i, 2i+1), or (i, i + ROPE_DIMS/2) for NeoX, rotated by the angle of
 // pair i at the position. The cos/sin table is computed on the CPU exactly as ggml does
-// (theta = pos * base^(-2i/rope_dims), iterated in f32). Shared by rope_store and attn_decode, which
-// define `qkv_at(i)`: the qkv value at index i (token row * QKV + column).
+// (theta = pos * base^(-2i/rope_dims), iterated in f32). Shared by rope_store.wgsl and
+// attn_decode.wgsl.
 
-@group(0) @binding(5) var<storage, read> qkv: array<f32>;
-@group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>; // [pos][ROPE_DIMS / 2] (cos, sin)
+@group(0) @binding(BIND_IN0) var<storage, read> qkv: array<f32>;
+@group(0) @binding(BIND_IN1) var<storage, read> rope: array<vec2<f32>>; // [pos][ROPE_DIMS / 2] (cos, sin)
 
 const QKV: u32 = Q_DIM + 2u * KV_DIM;
 const ROPE_PAIRS: u32 = ROPE_DIMS / 2u;

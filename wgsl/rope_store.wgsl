@@ -1,13 +1,15 @@
+// Needs: the header (BIND_*, Step, Q_DIM, KV_DIM, HEAD_DIM), rope.wgsl (qkv, QKV, rotated; this
+// file defines its qkv_at), the variant's SPLITS.
 // RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
-// decode does this inside attn_decode). Prepended: rope.wgsl. One invocation per pair of adjacent
+// decode does this inside attn_decode). One invocation per pair of adjacent
 // output values: q pairs, then k pairs, then v pairs. With SPLITS > 1 the qkv rows are the partial
 // products of a split qkv matmul ([split][token][QKV]), summed here: the split's reduce step
 // folded in.
 
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> q_rot: array<f32>;
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-@group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> q_rot: array<f32>;
+@group(0) @binding(BIND_AUX) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(BIND_IN2) var<storage, read_write> v_cache: array<u32>;
 
 // In split_reduce.wgsl's order: 0 + the partials in split order (no bias).
 fn qkv_at(i: u32) -> f32 {

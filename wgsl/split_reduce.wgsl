@@ -1,8 +1,10 @@
+// Needs: the header (BIND_IN0, OUT_*), mat_common.wgsl (op, step, out), bias.wgsl or no_bias.wgsl,
+// the variant's OUT_MODE.
 // The sum of a split matmul's partial products ([split][token][row], rows packed; matmul.wgsl
-// OUT_MODE 3), stored or added to the output like an unsplit matmul (OUT_MODE 0 or 1), with the
-// bias. Prepended: mat_common.wgsl and a bias function. One invocation per output value.
+// OUT_PARTIAL), stored or added to the output like an unsplit matmul (OUT_STORE or OUT_ADD), with
+// the bias. One invocation per output value.
 
-@group(0) @binding(5) var<storage, read> part: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> part: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -18,7 +20,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         v += part[(z * n + t) * n_rows + r];
     }
     let o = t * op.out_stride + op.out_col0 + r;
-    if (OUT_MODE == 0u) {
+    if (OUT_MODE == OUT_STORE) {
         out[o] = v + bias(r);
     } else {
         out[o] += v + bias(r);

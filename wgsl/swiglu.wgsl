@@ -1,10 +1,11 @@
+// Needs: the header (BIND_*, Step, FFN), the variant's SPLITS.
 // SwiGLU of the prefill feed-forward: h = silu(gate) * up, from rows [gate (FFN) | up (FFN)], or
 // from the SPLITS partial products of a split gate/up matmul ([split][token][2 FFN], summed here:
 // the split's reduce step folded in).
 
-@group(0) @binding(2) var<uniform> step: Step;
-@group(0) @binding(3) var<storage, read_write> h: array<f32>;
-@group(0) @binding(5) var<storage, read> gu: array<f32>;
+@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_OUT) var<storage, read_write> h: array<f32>;
+@group(0) @binding(BIND_IN0) var<storage, read> gu: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

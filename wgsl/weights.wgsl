@@ -1,8 +1,9 @@
+// Needs: the header (BIND_WEIGHTS). Provides W, the byte readers and Deq8 to a quant/*.wgsl.
 // Weights: one arena of GGUF tensor bytes, viewed as u32 words. GGUF blocks are byte-packed
 // (Q4_0 is 18 bytes, Q6_K 210), so the readers below take byte offsets and extract what they need.
 // Every block starts at an even byte offset (all block sizes are even and rows start 4-aligned).
 
-@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(BIND_WEIGHTS) var<storage, read> W: array<u32>;
 
 // 16 bits at an even byte offset.
 fn w_u16(b: u32) -> u32 {

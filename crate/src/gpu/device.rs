@@ -36,7 +36,7 @@ pub(crate) struct Gpu {
     /// Bytes one storage binding (and so one weight arena) may hold.
     pub max_binding: u64,
     pub timestamps: bool,
-    /// Whether the kernels' reductions use subgroup operations (shaders.rs picks the variants).
+    /// Whether the kernels' reductions use subgroup operations (`ops::shader::Module` picks the variants).
     pub subgroups: bool,
     /// The first error reported outside an error scope, or the device's loss.
     fault: Arc<Mutex<Option<(GpuFault, String)>>>,

@@ -8,6 +8,8 @@
 //! - [`GpuSession`]: one conversation's buffers, allocated once: the f16 KV cache, activations for
 //!   `n_batch` tokens, and every dispatch's bind group. A forward call writes two small buffers and
 //!   submits one command buffer; greedy decoding reads back only the sampled id.
+//! - `ops/`: one file per GPU op (its WGSL pieces, bindings, grid and parameter struct);
+//!   `forward.rs` strings them into the forward pass a session runs.
 //!
 //! [`Evaluator`](crate::evaluator::Evaluator) chooses between this and the CPU with [`Backend`](crate::Backend);
 //! [`Engine`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
@@ -15,11 +17,13 @@
 #[cfg(feature = "gpu")]
 mod device;
 #[cfg(feature = "gpu")]
+mod forward;
+#[cfg(feature = "gpu")]
 mod model;
 #[cfg(feature = "gpu")]
-mod session;
+mod ops;
 #[cfg(feature = "gpu")]
-mod shaders;
+mod session;
 /// Every kernel against the CPU reference: native unit tests, and on wasm32 public (hidden) checks
 /// for the browser suite (tests/rust/gpu_browser.rs).
 #[cfg(all(feature = "gpu", any(test, target_arch = "wasm32")))]

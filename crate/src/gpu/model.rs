@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
-use super::shaders::{self, Kernel};
+use super::ops::{self, Kernel};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{GpuFault, Result};
 use crate::model::weights::MatrixRef;
@@ -123,7 +123,7 @@ impl GpuModel {
             });
         }
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
-        let header = shaders::model_header(&model.config);
+        let header = ops::model_header(&model.config);
         Ok(GpuModel {
             gpu,
             model,
@@ -165,7 +165,8 @@ impl GpuModel {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel) {
             return Ok(p.clone());
         }
-        let src = shaders::source(kernel, &self.header, self.gpu.subgroups)
+        let src = kernel
+            .source(&self.header, self.gpu.subgroups)
             .ok_or_else(|| gpu_error(GpuFault::Unsupported, format!("no GPU kernel for {kernel:?}")))?;
         let pipeline = self.gpu.pipeline(&format!("{kernel:?}"), src).await?;
         let pipeline = Arc::new(pipeline);
@@ -190,7 +191,7 @@ fn check_supported(model: &Model) -> Result<()> {
         mats.extend([&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down]);
     }
     for m in mats {
-        if shaders::dequant_source(m.ty).is_none() {
+        if ops::dequant_source(m.ty).is_none() {
             return unsupported(format!("tensor type {} has no GPU kernel", m.ty.name()));
         }
     }

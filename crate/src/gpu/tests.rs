@@ -12,8 +12,16 @@ use std::sync::OnceLock;
 #[cfg(not(target_arch = "wasm32"))]
 use super::block_on;
 use super::device::Gpu;
-use super::session::{mat_params, mat_params_split, rope_table, Step};
-use super::shaders::{self, Input, Kernel, OutMode};
+use super::ops::argmax::Argmax;
+use super::ops::attn_decode::{self, AttnDecode};
+use super::ops::attn_prefill::{self, AttnPrefill};
+use super::ops::embed::{Embed, EmbedParams};
+use super::ops::mat::{Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
+use super::ops::norm::{AddRmsNorm, RmsNorm};
+use super::ops::params::Uniform;
+use super::ops::rope_store::{rope_table, RopeStore};
+use super::ops::swiglu::Swiglu;
+use super::ops::{model_header, Kernel, Slot, Step};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionScratch};
@@ -129,17 +137,22 @@ enum Data {
     Uniform(Vec<u8>),
 }
 
+/// A parameter struct as uniform data.
+fn uniform<T: Uniform>(p: &T) -> Data {
+    Data::Uniform(bytemuck::bytes_of(p).to_vec())
+}
+
 /// Dispatch `kernel` once over `grid` with `data` at its bindings; return the bytes of the
 /// bindings in `read`, in that order.
-async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3], read: &[u32]) -> Vec<Vec<u8>> {
+async fn run(kernel: Kernel, header: &str, data: Vec<(Slot, Data)>, grid: [u32; 3], read: &[Slot]) -> Vec<Vec<u8>> {
     let gpu = gpu().await;
     let device = &gpu.device;
     let subgroups = gpu.subgroups && !FALLBACK.get();
-    let src = shaders::source(kernel, header, subgroups).expect("a kernel for this type");
+    let src = kernel.source(header, subgroups).expect("a kernel for this type");
     let pipeline =
         gpu.pipeline("test kernel", src).await.unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
     use wgpu::BufferUsages as U;
-    let mut buffers: Vec<(u32, wgpu::Buffer)> = Vec::new();
+    let mut buffers: Vec<(Slot, wgpu::Buffer)> = Vec::new();
     for (binding, d) in data {
         let (bytes, usage) = match d {
             Data::Storage(b) => (b, U::STORAGE | U::COPY_SRC),
@@ -149,7 +162,7 @@ async fn run(kernel: Kernel, header: &str, data: Vec<(u32, Data)>, grid: [u32; 3
     }
     let entries: Vec<wgpu::BindGroupEntry> = buffers
         .iter()
-        .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
+        .map(|(slot, b)| wgpu::BindGroupEntry { binding: *slot as u32, resource: b.as_entire_binding() })
         .collect();
     let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
@@ -198,12 +211,12 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
 }
 
 fn header() -> String {
-    shaders::model_header(&config(64, 4, 2, 64, false))
+    model_header(&config(64, 4, 2, 64, false))
 }
 
 fn step(n: usize, pos0: usize) -> Data {
     let s = Step { n: n as u32, pos0: pos0 as u32, kv_len: (pos0 + n) as u32, ..Step::default() };
-    Data::Uniform(s.bytes().to_vec())
+    uniform(&s)
 }
 
 /// `rows` random rows of `cols` values, quantized to `ty` with the CPU reference quantizer.
@@ -277,18 +290,24 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let out0 = vec![7.0f32; col0 + total + 2];
         let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
         let cols32 = cols as u32;
-        let kernel =
-            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Store, bias: true, rows: per, cols: cols32 };
+        let kernel = Kernel::Matvec(Matvec {
+            ty,
+            input: Input::Norm,
+            mode: OutMode::Store,
+            bias: true,
+            rows: per,
+            cols: cols32,
+        });
         let data = vec![
-            (0, Data::Storage(w)),
-            (1, Data::Uniform(mat_params(&segs, cols, 0, col0))),
-            (2, step(2, 0)),
-            (3, Data::Storage(f32_bytes(&out0))),
-            (4, Data::Storage(f32_bytes(&bias))),
-            (5, Data::Storage(f32_bytes(&x))),
-            (6, Data::Storage(f32_bytes(&norm_w))),
+            (Slot::Weights, Data::Storage(w)),
+            (Slot::Params, uniform(&MatParams::new(&segs, cols, 0, col0))),
+            (Slot::Step, step(2, 0)),
+            (Slot::Out, Data::Storage(f32_bytes(&out0))),
+            (Slot::Aux, Data::Storage(f32_bytes(&bias))),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
+            (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(per), 1, 1], &[3]).await[0]);
+        let out = to_f32(&run(kernel, &header(), data, [(total as u32).div_ceil(per), 1, 1], &[Slot::Out]).await[0]);
 
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x[cols..], &norm_w, 1e-5);
@@ -318,16 +337,22 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // out += W_gate · x (plain input).
         let cols32 = cols as u32;
-        let kernel =
-            Kernel::Matvec { ty, input: Input::Plain, mode: OutMode::Add, bias: false, rows: per, cols: cols32 };
+        let kernel = Kernel::Matvec(Matvec {
+            ty,
+            input: Input::Plain,
+            mode: OutMode::Add,
+            bias: false,
+            rows: per,
+            cols: cols32,
+        });
         let data = vec![
-            (0, Data::Storage(w.clone())),
-            (1, Data::Uniform(mat_params(&[(offs[0], rows)], cols, 0, 0))),
-            (2, step(1, 0)),
-            (3, Data::Storage(f32_bytes(&resid))),
-            (5, Data::Storage(f32_bytes(&x))),
+            (Slot::Weights, Data::Storage(w.clone())),
+            (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
+            (Slot::Step, step(1, 0)),
+            (Slot::Out, Data::Storage(f32_bytes(&resid))),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[3]).await[0]);
+        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
         for r in 0..rows {
             let (want, scale) = dot(&g_rows[r], &x);
             assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
@@ -335,17 +360,23 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
         // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel =
-            Kernel::Matvec { ty, input: Input::Norm, mode: OutMode::Swiglu, bias: false, rows: per, cols: cols32 };
+        let kernel = Kernel::Matvec(Matvec {
+            ty,
+            input: Input::Norm,
+            mode: OutMode::Swiglu,
+            bias: false,
+            rows: per,
+            cols: cols32,
+        });
         let data = vec![
-            (0, Data::Storage(w)),
-            (1, Data::Uniform(mat_params(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
-            (2, step(1, 0)),
-            (3, Data::Storage(vec![0; rows * 4])),
-            (5, Data::Storage(f32_bytes(&x))),
-            (6, Data::Storage(f32_bytes(&norm_w))),
+            (Slot::Weights, Data::Storage(w)),
+            (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
+            (Slot::Step, step(1, 0)),
+            (Slot::Out, Data::Storage(vec![0; rows * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
+            (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
         ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[3]).await[0]);
+        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x, &norm_w, 1e-5);
         for r in 0..rows {
@@ -372,22 +403,25 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
         let x = rng.normals(n * cols);
         let bias = rng.normals(col0 + total);
         let rows: Vec<Vec<f32>> = mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
-        let (tm, tn) = shaders::MATMUL_TILE;
+        let (tm, tn) = MATMUL_TILE;
         let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
         for mode in [OutMode::Store, OutMode::Add] {
             let with_bias = mode == OutMode::Store;
             let out0 = rng.normals(n * stride);
             let mut data = vec![
-                (0, Data::Storage(w.clone())),
-                (1, Data::Uniform(mat_params(&segs, cols, stride, col0))),
-                (2, step(n, 0)),
-                (3, Data::Storage(f32_bytes(&out0))),
-                (5, Data::Storage(f32_bytes(&x))),
+                (Slot::Weights, Data::Storage(w.clone())),
+                (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
+                (Slot::Step, step(n, 0)),
+                (Slot::Out, Data::Storage(f32_bytes(&out0))),
+                (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
             if with_bias {
-                data.push((4, Data::Storage(f32_bytes(&bias))));
+                data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
             }
-            let out = to_f32(&run(Kernel::Matmul { ty, mode, bias: with_bias }, &header(), data, grid, &[3]).await[0]);
+            let out = to_f32(
+                &run(Kernel::Matmul(Matmul { ty, mode, bias: with_bias }), &header(), data, grid, &[Slot::Out]).await
+                    [0],
+            );
             for t in 0..n {
                 for c in 0..stride {
                     let got = out[t * stride + c];
@@ -420,27 +454,28 @@ pub async fn split_matmul_partials_sum_to_the_product() {
         let x = rng.normals(n * cols);
         let bias = rng.normals(col0 + rows);
         let out0 = rng.normals(n * stride);
-        let params = mat_params_split(&[(0, rows)], cols, stride, col0, k_len, splits);
-        let (tm, tn) = shaders::MATMUL_TILE;
+        let params = MatParams::new(&[(0, rows)], cols, stride, col0).split(k_len, splits);
+        let (tm, tn) = MATMUL_TILE;
         let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
         let data = vec![
-            (0, Data::Storage(m.clone())),
-            (1, Data::Uniform(params.clone())),
-            (2, step(n, 0)),
-            (3, Data::Storage(vec![0; splits * n * rows * 4])),
-            (5, Data::Storage(f32_bytes(&x))),
+            (Slot::Weights, Data::Storage(m.clone())),
+            (Slot::Params, uniform(&params)),
+            (Slot::Step, step(n, 0)),
+            (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
-        let partial = Kernel::Matmul { ty, mode: OutMode::Partial, bias: false };
-        let part = run(partial, &header(), data, grid, &[3]).await.remove(0);
+        let partial = Kernel::Matmul(Matmul { ty, mode: OutMode::Partial, bias: false });
+        let part = run(partial, &header(), data, grid, &[Slot::Out]).await.remove(0);
         let data = vec![
-            (1, Data::Uniform(params)),
-            (2, step(n, 0)),
-            (3, Data::Storage(f32_bytes(&out0))),
-            (4, Data::Storage(f32_bytes(&bias))),
-            (5, Data::Storage(part)),
+            (Slot::Params, uniform(&params)),
+            (Slot::Step, step(n, 0)),
+            (Slot::Out, Data::Storage(f32_bytes(&out0))),
+            (Slot::Aux, Data::Storage(f32_bytes(&bias))),
+            (Slot::In0, Data::Storage(part)),
         ];
-        let reduce = Kernel::SplitReduce { mode: OutMode::Add, bias: true };
-        let out = to_f32(&run(reduce, &header(), data, [(rows as u32).div_ceil(256), n as u32, 1], &[3]).await[0]);
+        let reduce = Kernel::SplitReduce(SplitReduce { mode: OutMode::Add, bias: true });
+        let out =
+            to_f32(&run(reduce, &header(), data, [(rows as u32).div_ceil(256), n as u32, 1], &[Slot::Out]).await[0]);
         for t in 0..n {
             for c in 0..stride {
                 let got = out[t * stride + c];
@@ -466,17 +501,17 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
         let (w, offs) = pack(&[&table]);
         // This op holds ids 10..60 of the table; id 3 belongs to another chunk.
         let tokens = [10u32, 59, 3, 33];
-        let params = [offs[0] as u32, 10, 60, cols as u32];
+        let params = EmbedParams { offset: offs[0] as u32, row0: 10, row1: 60, cols: cols as u32 };
         let out0 = vec![9.0f32; tokens.len() * cols];
         let data = vec![
-            (0, Data::Storage(w)),
-            (1, Data::Uniform(u32_bytes(&params))),
-            (2, step(tokens.len(), 0)),
-            (3, Data::Storage(f32_bytes(&out0))),
-            (5, Data::Storage(u32_bytes(&tokens))),
+            (Slot::Weights, Data::Storage(w)),
+            (Slot::Params, uniform(&params)),
+            (Slot::Step, step(tokens.len(), 0)),
+            (Slot::Out, Data::Storage(f32_bytes(&out0))),
+            (Slot::In0, Data::Storage(u32_bytes(&tokens))),
         ];
         let grid = [(cols as u32 / 8).div_ceil(64), tokens.len() as u32, 1];
-        let out = to_f32(&run(Kernel::Embed { ty }, &header(), data, grid, &[3]).await[0]);
+        let out = to_f32(&run(Kernel::Embed(Embed { ty }), &header(), data, grid, &[Slot::Out]).await[0]);
         let rows = dequantized(ty, &table, rows, cols);
         for (t, &id) in tokens.iter().enumerate() {
             let got = &out[t * cols..(t + 1) * cols];
@@ -499,15 +534,22 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         let qkv = rng.normals(n * (qd + 2 * kvd));
         let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
-            (2, step(n, pos0)),
-            (3, Data::Storage(vec![0; n * qd * 4])),
-            (4, Data::Storage(vec![0; n_ctx * kvd * 2])),
-            (5, Data::Storage(f32_bytes(&input))),
-            (6, Data::Storage(rope_table(&c, n_ctx))),
-            (7, Data::Storage(vec![0; n_ctx * kvd * 2])),
+            (Slot::Step, step(n, pos0)),
+            (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
+            (Slot::Aux, Data::Storage(vec![0; n_ctx * kvd * 2])),
+            (Slot::In0, Data::Storage(f32_bytes(&input))),
+            (Slot::In1, Data::Storage(rope_table(&c, n_ctx))),
+            (Slot::In2, Data::Storage(vec![0; n_ctx * kvd * 2])),
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
-        let got = run(Kernel::RopeStore { splits }, &shaders::model_header(&c), data, grid, &[3, 4, 7]).await;
+        let got = run(
+            Kernel::RopeStore(RopeStore { splits }),
+            &model_header(&c),
+            data,
+            grid,
+            &[Slot::Out, Slot::Aux, Slot::In2],
+        )
+        .await;
         let (q_rot, k_cache, v_cache) = (to_f32(&got[0]), halves(&got[1]), halves(&got[2]));
         let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         for t in 0..n {
@@ -566,7 +608,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
     let n_ctx = 320;
     let n_chunks = kv_len.div_ceil(chunk);
-    assert!(n_chunks <= shaders::max_chunks(heads));
+    assert!(n_chunks <= attn_decode::max_chunks(heads));
     let pos = kv_len - 1;
     let mut rng = Rng(600 + chunk as u64);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
@@ -590,15 +632,22 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
         ..Step::default()
     };
     let data = vec![
-        (2, Data::Uniform(s.bytes().to_vec())),
-        (3, Data::Storage(vec![0; shaders::attn_partials_len(heads, hd) * 4])),
-        (4, Data::Storage(kb)),
-        (5, Data::Storage(f32_bytes(&qkv))),
-        (6, Data::Storage(rope_table(&c, n_ctx))),
-        (7, Data::Storage(vb)),
+        (Slot::Step, uniform(&s)),
+        (Slot::Out, Data::Storage(vec![0; attn_decode::partials_len(heads, hd) * 4])),
+        (Slot::Aux, Data::Storage(kb)),
+        (Slot::In0, Data::Storage(f32_bytes(&qkv))),
+        (Slot::In1, Data::Storage(rope_table(&c, n_ctx))),
+        (Slot::In2, Data::Storage(vb)),
     ];
-    let header = shaders::model_header(&c);
-    let mut got = run(Kernel::AttnDecode, &header, data, [heads as u32, n_chunks as u32, 1], &[3, 4, 7]).await;
+    let header = model_header(&c);
+    let mut got = run(
+        Kernel::AttnDecode(AttnDecode),
+        &header,
+        data,
+        [heads as u32, n_chunks as u32, 1],
+        &[Slot::Out, Slot::Aux, Slot::In2],
+    )
+    .await;
     let (k_cache, v_cache) = (halves(&got[1]), halves(&got[2]));
     let part = got.remove(0);
     for e in 0..kvd {
@@ -610,7 +659,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     // The partials, merged on the CPU (online-softmax merge), give the attention output: outputs
     // [head][chunk][hd], then from heads * max_chunks * hd a (max, sum, -, -) per head and chunk.
     let p = to_f32(&part);
-    let stats = heads * shaders::max_chunks(heads) * hd;
+    let stats = heads * attn_decode::max_chunks(heads) * hd;
     for h in 0..heads {
         let m_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch)];
         let l_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch) + 1];
@@ -631,15 +680,15 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
         eye[i * qd + i] = 1.0;
     }
     let (input, mode, cols) = (Input::Attn, OutMode::Store, qd as u32);
-    let kernel = Kernel::Matvec { ty: GgmlType::F32, input, mode, bias: false, rows: 4, cols };
+    let kernel = Kernel::Matvec(Matvec { ty: GgmlType::F32, input, mode, bias: false, rows: 4, cols });
     let data = vec![
-        (0, Data::Storage(f32_bytes(&eye))),
-        (1, Data::Uniform(mat_params(&[(0, qd)], qd, 0, 0))),
-        (2, Data::Uniform(s.bytes().to_vec())),
-        (3, Data::Storage(vec![0; qd * 4])),
-        (5, Data::Storage(part)),
+        (Slot::Weights, Data::Storage(f32_bytes(&eye))),
+        (Slot::Params, uniform(&MatParams::new(&[(0, qd)], qd, 0, 0))),
+        (Slot::Step, uniform(&s)),
+        (Slot::Out, Data::Storage(vec![0; qd * 4])),
+        (Slot::In0, Data::Storage(part)),
     ];
-    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[3]).await[0]);
+    let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[Slot::Out]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "chunk {chunk}: merged output {i}: {g} vs {w}");
     }
@@ -654,15 +703,15 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0);
         let data = vec![
-            (2, step(n, pos0)),
-            (3, Data::Storage(vec![0; n * qd * 4])),
-            (5, Data::Storage(f32_bytes(&q))),
-            (6, Data::Storage(kb)),
-            (7, Data::Storage(vb)),
+            (Slot::Step, step(n, pos0)),
+            (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(&q))),
+            (Slot::In1, Data::Storage(kb)),
+            (Slot::In2, Data::Storage(vb)),
         ];
-        let bq = shaders::attn_tiles(c.head_dim).0 as u32;
+        let bq = attn_prefill::tiles(c.head_dim).0 as u32;
         let grid = [(n as u32).div_ceil(bq), heads as u32, 1];
-        let out = to_f32(&run(Kernel::AttnPrefill, &shaders::model_header(&c), data, grid, &[3]).await[0]);
+        let out = to_f32(&run(Kernel::AttnPrefill(AttnPrefill), &model_header(&c), data, grid, &[Slot::Out]).await[0]);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {}: output {i}: {g} vs {w}", c.head_dim);
         }
@@ -676,11 +725,11 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let x = rng.normals(n * d);
     let w: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
     let data = vec![
-        (3, Data::Storage(vec![0; n * d * 4])),
-        (5, Data::Storage(f32_bytes(&x))),
-        (6, Data::Storage(f32_bytes(&w))),
+        (Slot::Out, Data::Storage(vec![0; n * d * 4])),
+        (Slot::In0, Data::Storage(f32_bytes(&x))),
+        (Slot::In1, Data::Storage(f32_bytes(&w))),
     ];
-    let out = to_f32(&run(Kernel::RmsNorm, &header(), data, [n as u32, 1, 1], &[3]).await[0]);
+    let out = to_f32(&run(Kernel::RmsNorm(RmsNorm), &header(), data, [n as u32, 1, 1], &[Slot::Out]).await[0]);
     let mut want = vec![0f32; n * d];
     rmsnorm(&mut want, &x, &w, c.rms_eps);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
@@ -691,13 +740,15 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let r = rng.normals(n * d);
     let parts: Vec<f32> = r.iter().chain(&r).map(|v| v / 2.0).collect();
     let data = vec![
-        (2, step(n, 0)),
-        (3, Data::Storage(vec![0; n * d * 4])),
-        (4, Data::Storage(f32_bytes(&x))),
-        (5, Data::Storage(f32_bytes(&parts))),
-        (6, Data::Storage(f32_bytes(&w))),
+        (Slot::Step, step(n, 0)),
+        (Slot::Out, Data::Storage(vec![0; n * d * 4])),
+        (Slot::Aux, Data::Storage(f32_bytes(&x))),
+        (Slot::In0, Data::Storage(f32_bytes(&parts))),
+        (Slot::In1, Data::Storage(f32_bytes(&w))),
     ];
-    let got = run(Kernel::AddRmsNorm { splits: 2 }, &header(), data, [n as u32, 1, 1], &[3, 4]).await;
+    let got =
+        run(Kernel::AddRmsNorm(AddRmsNorm { splits: 2 }), &header(), data, [n as u32, 1, 1], &[Slot::Out, Slot::Aux])
+            .await;
     let (out, sum) = (to_f32(&got[0]), to_f32(&got[1]));
     let want_sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
     assert_eq!(sum, want_sum, "add_rmsnorm residual");
@@ -711,9 +762,13 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let e = rng.normals(n * 2 * ff);
     let parts: Vec<f32> = gu.iter().zip(&e).map(|(a, b)| a - b).chain(e.iter().copied()).collect();
     for (splits, input) in [(1, &gu), (2, &parts)] {
-        let data = vec![(2, step(n, 0)), (3, Data::Storage(vec![0; n * ff * 4])), (5, Data::Storage(f32_bytes(input)))];
+        let data = vec![
+            (Slot::Step, step(n, 0)),
+            (Slot::Out, Data::Storage(vec![0; n * ff * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(input))),
+        ];
         let grid = [(ff as u32).div_ceil(256), n as u32, 1];
-        let out = to_f32(&run(Kernel::Swiglu { splits }, &header(), data, grid, &[3]).await[0]);
+        let out = to_f32(&run(Kernel::Swiglu(Swiglu { splits }), &header(), data, grid, &[Slot::Out]).await[0]);
         for t in 0..n {
             let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
             swiglu(&mut g, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
@@ -743,12 +798,12 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     for (row, want) in [(1u32, 300u32), (2, 0)] {
         let s = Step { n: 1, logit_row: row, slot: 3, ..Step::default() };
         let data = vec![
-            (2, Data::Uniform(s.bytes().to_vec())),
-            (3, Data::Storage(vec![0xFF; 8 * 4])),
-            (4, Data::Storage(vec![0xFF; 4 * 4])),
-            (5, Data::Storage(f32_bytes(&logits))),
+            (Slot::Step, uniform(&s)),
+            (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
+            (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(&logits))),
         ];
-        let got = run(Kernel::Argmax { per: 1 }, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let got = run(Kernel::Argmax(Argmax { per: 1 }), &header(), data, [1, 1, 1], &[Slot::Out, Slot::Aux]).await;
         let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
         assert_eq!(ids[3], want, "row {row}: the id lands in its slot");
         assert_eq!(tokens[0], want, "row {row}: and becomes the next input token");
@@ -765,34 +820,34 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         let per = 16; // the output head's rows per workgroup
         let groups = vocab.div_ceil(per as usize);
         let data = vec![
-            (0, Data::Storage(f32_bytes(&w))),
-            (1, Data::Uniform(mat_params(&[(0, vocab)], cols, vocab, 0))),
-            (2, step(1, 0)),
-            (3, Data::Storage(vec![0; vocab * 4])),
-            (4, Data::Storage(vec![0; groups * 8])),
-            (5, Data::Storage(f32_bytes(&x))),
+            (Slot::Weights, Data::Storage(f32_bytes(&w))),
+            (Slot::Params, uniform(&MatParams::new(&[(0, vocab)], cols, vocab, 0))),
+            (Slot::Step, step(1, 0)),
+            (Slot::Out, Data::Storage(vec![0; vocab * 4])),
+            (Slot::Aux, Data::Storage(vec![0; groups * 8])),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
-        let matvec = Kernel::Matvec {
+        let matvec = Kernel::Matvec(Matvec {
             ty: GgmlType::F32,
             input: Input::Plain,
             mode: OutMode::Argmax,
             bias: false,
             rows: per,
             cols: cols as u32,
-        };
-        let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[3, 4]).await;
+        });
+        let mut got = run(matvec, &header(), data, [groups as u32, 1, 1], &[Slot::Out, Slot::Aux]).await;
         let best = got.remove(1);
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
             assert!(g.to_bits() == l.to_bits() || (g.is_nan() && l.is_nan()), "row {row} logit {i}: {g} vs {l}");
         }
         let s = Step { n: 1, slot: 3, ..Step::default() };
         let data = vec![
-            (2, Data::Uniform(s.bytes().to_vec())),
-            (3, Data::Storage(vec![0xFF; 8 * 4])),
-            (4, Data::Storage(vec![0xFF; 4 * 4])),
-            (5, Data::Storage(best)),
+            (Slot::Step, uniform(&s)),
+            (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
+            (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
+            (Slot::In0, Data::Storage(best)),
         ];
-        let got = run(Kernel::Argmax { per }, &header(), data, [1, 1, 1], &[3, 4]).await;
+        let got = run(Kernel::Argmax(Argmax { per }), &header(), data, [1, 1, 1], &[Slot::Out, Slot::Aux]).await;
         let (ids, tokens) = (to_u32(&got[0]), to_u32(&got[1]));
         assert_eq!((ids[3], tokens[0]), (want, want), "row {row} from the matvec's best rows");
     }

@@ -1,0 +1,186 @@
+//! The forward pass as lists of GPU ops, built once per session over its buffers (see
+//! `session.rs`), in the order `model::forward` computes.
+//!
+//! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
+//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
+//! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
+//! short batch gives too few tiles to fill the GPU) and separate small kernels; a split's reduce is
+//! folded into the op after it where that op can sum the partials itself.
+
+use super::model::GpuModel;
+use super::ops::mat::{self, to, MatIn, OutMode, Splits};
+use super::ops::rope_store::KvBuffers;
+use super::ops::{argmax, attn_decode, attn_prefill, embed, norm, rope_store, swiglu, Op, OpBuilder};
+use super::session::Buffers;
+use crate::error::Result;
+
+/// Every op of a session's forward calls.
+pub(super) struct ForwardOps {
+    pub embed: Vec<Op>,
+    pub decode_layers: Vec<Op>,
+    pub prefill_layers: Vec<Op>,
+    /// The last token's logits (a decode step, or the end of a prefill).
+    pub head_last: Vec<Op>,
+    /// Every token's logits (prefill).
+    pub head_all: Vec<Op>,
+    pub argmax: Op,
+    /// The ops' parameter blocks, for the params buffer.
+    pub params: Vec<u8>,
+}
+
+/// Build the ops of model `m` over the session buffers `b`, for calls of up to `n_batch` tokens.
+pub(super) async fn build(m: &GpuModel, b: &Buffers, n_batch: usize) -> Result<ForwardOps> {
+    let mut f = Forward {
+        m,
+        b,
+        ops: OpBuilder::new(m, &b.step, &b.params),
+        splits: Splits { buf: &b.split, n_batch },
+        pending_add: None,
+    };
+    let embed = embed::ops(&mut f.ops, &m.token_embd, &b.x, &b.tokens).await?;
+    let mut decode_layers = Vec::new();
+    let mut prefill_layers = Vec::new();
+    for l in 0..m.model.config.n_layers {
+        decode_layers.extend(f.decode_layer(l).await?);
+        prefill_layers.extend(f.prefill_layer(l).await?);
+    }
+    let (head_last, argmax_per) = f.head_last().await?;
+    let head_all = f.head_all().await?;
+    let candidates = if argmax_per > 1 { &b.best } else { &b.logits };
+    let argmax = argmax::op(&f.ops, argmax_per, candidates, &b.ids, &b.tokens).await?;
+    Ok(ForwardOps { embed, decode_layers, prefill_layers, head_last, head_all, argmax, params: f.ops.finish() })
+}
+
+struct Forward<'a> {
+    m: &'a GpuModel,
+    b: &'a Buffers,
+    ops: OpBuilder<'a>,
+    splits: Splits<'a>,
+    /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
+    /// to sum (its reduce dispatch folded into the norm).
+    pending_add: Option<u32>,
+}
+
+impl<'a> Forward<'a> {
+    fn kv(&self, l: usize) -> KvBuffers<'a> {
+        let (k, v) = &self.b.kv[l];
+        KvBuffers { k, v }
+    }
+
+    /// Prefill RMSNorm of `x` into `xb`, first adding the residual partials a split matmul left
+    /// pending.
+    async fn prefill_norm(&mut self, norm: &wgpu::Buffer) -> Result<Op> {
+        let b = self.b;
+        match self.pending_add.take() {
+            None => norm::rmsnorm(&self.ops, &b.x, norm, &b.xb).await,
+            Some(splits) => norm::add_rmsnorm(&self.ops, splits, &b.split, &b.x, norm, &b.xb).await,
+        }
+    }
+
+    async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let lw = &m.layers[l];
+        let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
+        let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
+        let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
+        let mut ops =
+            mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
+                .await?;
+        ops.push(attn_decode::op(&self.ops, &b.qkv, &b.rope, &b.part, self.kv(l)).await?);
+        let wo_out = to(&b.x, d, OutMode::Add, None);
+        ops.extend(
+            mat::ops(&mut self.ops, "matvec_wo", &[(&lw.wo, 0)], MatIn::Attn(&b.part), wo_out, &self.splits).await?,
+        );
+
+        // SwiGLU fused into one matvec when gate and up can share a dispatch.
+        let (g, u) = (&lw.w_gate, &lw.w_up);
+        let pairable =
+            g.ty == u.ty && g.chunks.len() == 1 && u.chunks.len() == 1 && g.chunks[0].arena == u.chunks[0].arena;
+        if pairable {
+            ops.push(mat::gate_up_swiglu(&mut self.ops, g, u, &b.x, &lw.ffn_norm, &b.h).await?);
+        } else {
+            let gu = [(g, 0), (u, ff)];
+            let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
+            let input = MatIn::Norm(&b.x, &lw.ffn_norm);
+            ops.extend(mat::ops(&mut self.ops, "matvec_gate_up", &gu, input, gu_out, &self.splits).await?);
+            ops.push(swiglu::op(&self.ops, 1, &b.gu, &b.h).await?);
+        }
+        let down_out = to(&b.x, d, OutMode::Add, None);
+        let down = [(&lw.w_down, 0)];
+        ops.extend(mat::ops(&mut self.ops, "matvec_down", &down, MatIn::Plain(&b.h), down_out, &self.splits).await?);
+        Ok(ops)
+    }
+
+    async fn prefill_layer(&mut self, l: usize) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let lw = &m.layers[l];
+        let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
+        let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
+        let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
+        let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
+        let mut qkv_ops =
+            mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.splits).await?;
+        // rope_store sums a split qkv matmul's partials itself (no bias to add).
+        let qkv_splits = if lw.qkv_bias.is_none() { mat::take_reduce(&mut qkv_ops) } else { None };
+        ops.extend(qkv_ops);
+        let qkv_rows = if qkv_splits.is_some() { &b.split } else { &b.qkv };
+        ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, &b.rope, &b.q_rot, self.kv(l)).await?);
+        ops.push(attn_prefill::op(&self.ops, &b.q_rot, &b.att, self.kv(l)).await?);
+        let wo_out = to(&b.x, d, OutMode::Add, None);
+        let mut wo_ops =
+            mat::ops(&mut self.ops, "matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), wo_out, &self.splits).await?;
+        self.pending_add = mat::take_reduce(&mut wo_ops);
+        ops.extend(wo_ops);
+        ops.push(self.prefill_norm(&lw.ffn_norm).await?);
+        let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
+        let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
+        let mut gu_ops =
+            mat::ops(&mut self.ops, "matmul_gate_up", &gu, MatIn::Rows(&b.xb), gu_out, &self.splits).await?;
+        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
+        let split = mat::take_reduce(&mut gu_ops);
+        ops.extend(gu_ops);
+        ops.push(match split {
+            Some(splits) => swiglu::op(&self.ops, splits, &b.split, &b.h).await?,
+            None => swiglu::op(&self.ops, 1, &b.gu, &b.h).await?,
+        });
+        let down_out = to(&b.x, d, OutMode::Add, None);
+        let mut down_ops =
+            mat::ops(&mut self.ops, "matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), down_out, &self.splits)
+                .await?;
+        // The next layer's attention norm adds the partials; the last layer's head reads x itself.
+        if l + 1 < c.n_layers {
+            self.pending_add = mat::take_reduce(&mut down_ops);
+        }
+        ops.extend(down_ops);
+        Ok(ops)
+    }
+
+    /// The output head of the last token, and the logits per argmax candidate: the head's rows
+    /// per workgroup when it leaves their best rows (one dispatch: the head in one buffer), else 1.
+    async fn head_last(&mut self) -> Result<(Vec<Op>, u32)> {
+        let (m, b) = (self.m, self.b);
+        let vocab = m.model.config.vocab_size;
+        let input = MatIn::Norm(&b.x, &m.output_norm);
+        let mut out = to(&b.logits, vocab, OutMode::Store, None);
+        let mut per = 1;
+        if m.output.chunks.len() == 1 {
+            out.mode = OutMode::Argmax;
+            out.best = Some(&b.best);
+            per = mat::matvec_rows(vocab);
+        }
+        let ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.splits).await?;
+        Ok((ops, per))
+    }
+
+    async fn head_all(&mut self) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let vocab = m.model.config.vocab_size;
+        let mut ops = vec![norm::rmsnorm(&self.ops, &b.x, &m.output_norm, &b.xb).await?];
+        let out = to(&b.logits, vocab, OutMode::Store, None);
+        let output = [(&m.output, 0)];
+        ops.extend(mat::ops(&mut self.ops, "matmul_output", &output, MatIn::Rows(&b.xb), out, &self.splits).await?);
+        Ok(ops)
+    }
+}

@@ -1,0 +1,47 @@
+//! Prefill attention (`wgsl/attn_prefill.wgsl`): causal, tiled, over the KV cache after
+//! `rope_store` wrote the new tokens' keys and values; the rotated queries in, the attention
+//! output rows out.
+
+use super::rope_store::KvBuffers;
+use super::shader::{wgsl, Module};
+use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
+use crate::error::Result;
+
+/// Step, output rows, rotated queries, key cache, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::In0, Slot::In1, Slot::In2];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttnPrefill;
+
+impl AttnPrefill {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.piece(wgsl!("attn_prefill.wgsl"));
+    }
+
+    /// One workgroup per block of `BQ` queries and head.
+    pub(crate) fn grid(n_heads: usize, head_dim: usize) -> Grid {
+        let bq = tiles(head_dim).0 as u32;
+        Grid([Count::Tokens { per: bq }, Count::Fixed(n_heads as u32), Count::Fixed(1)])
+    }
+}
+
+/// The tile (header `BQ`, `BK`): `BQ` queries by `BK` keys, sized so that the query and key tiles
+/// fit in the default 16 KiB of workgroup memory.
+pub(crate) fn tiles(head_dim: usize) -> (usize, usize) {
+    let bk = 16;
+    let bq = if head_dim <= 64 { 16 } else { 8 };
+    (bq, bk)
+}
+
+/// Attention of the call's rotated queries `q_rot` over the caches `kv`, into `att`.
+pub(crate) async fn op(b: &OpBuilder<'_>, q_rot: &wgpu::Buffer, att: &wgpu::Buffer, kv: KvBuffers<'_>) -> Result<Op> {
+    let entries = vec![
+        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Out, att.as_entire_binding()),
+        (Slot::In0, q_rot.as_entire_binding()),
+        (Slot::In1, kv.k.as_entire_binding()),
+        (Slot::In2, kv.v.as_entire_binding()),
+    ];
+    let c = &b.m.model.config;
+    b.op("attn_prefill", Kernel::AttnPrefill(AttnPrefill), AttnPrefill::grid(c.n_heads, c.head_dim), entries).await
+}

@@ -1,0 +1,74 @@
+//! The prefill RMSNorms, one workgroup per token row: `wgsl/rmsnorm.wgsl`, and
+//! `wgsl/add_rmsnorm.wgsl`, which first adds a split matmul's partials to the residual (the
+//! split's reduce folded into the norm). Both after a reduction and `wgsl/row_rms.wgsl`.
+
+use super::shader::{wgsl, Module};
+use super::{Grid, Kernel, Op, OpBuilder, Slot};
+use crate::error::Result;
+
+const ROW_RMS: &str = wgsl!("row_rms.wgsl");
+
+/// Normed rows, rows, norm weight.
+pub(crate) const RMSNORM_BINDINGS: &[Slot] = &[Slot::Out, Slot::In0, Slot::In1];
+/// Step, normed rows, the residual rows (added to), partials, norm weight.
+pub(crate) const ADD_RMSNORM_BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RmsNorm;
+
+impl RmsNorm {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.reduce();
+        m.piece(ROW_RMS);
+        m.piece(wgsl!("rmsnorm.wgsl"));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AddRmsNorm {
+    /// Partial products to add per value.
+    pub splits: u32,
+}
+
+impl AddRmsNorm {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.constant("SPLITS", self.splits);
+        m.reduce();
+        m.piece(ROW_RMS);
+        m.piece(wgsl!("add_rmsnorm.wgsl"));
+    }
+}
+
+/// RMSNorm of the rows of `x` into `out`, times `norm`.
+pub(crate) async fn rmsnorm(
+    b: &OpBuilder<'_>,
+    x: &wgpu::Buffer,
+    norm: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<Op> {
+    let entries = vec![
+        (Slot::Out, out.as_entire_binding()),
+        (Slot::In0, x.as_entire_binding()),
+        (Slot::In1, norm.as_entire_binding()),
+    ];
+    b.op("rmsnorm", Kernel::RmsNorm(RmsNorm), Grid::tokens(), entries).await
+}
+
+/// `x` += the sum of `splits` partial products in `partials`, then its RMSNorm into `out`.
+pub(crate) async fn add_rmsnorm(
+    b: &OpBuilder<'_>,
+    splits: u32,
+    partials: &wgpu::Buffer,
+    x: &wgpu::Buffer,
+    norm: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<Op> {
+    let entries = vec![
+        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Out, out.as_entire_binding()),
+        (Slot::Aux, x.as_entire_binding()),
+        (Slot::In0, partials.as_entire_binding()),
+        (Slot::In1, norm.as_entire_binding()),
+    ];
+    b.op("add_rmsnorm", Kernel::AddRmsNorm(AddRmsNorm { splits }), Grid::tokens(), entries).await
+}

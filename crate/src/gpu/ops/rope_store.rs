@@ -1,0 +1,80 @@
+//! RoPE and the KV store of prefill (`wgsl/rope_store.wgsl` after `wgsl/rope.wgsl`): the new
+//! tokens' queries rotated into `q_rot`, their keys (rotated) and values into the f16 cache. It
+//! reads the qkv rows, or sums a split qkv matmul's partials itself.
+
+use super::shader::{wgsl, Module};
+use super::{Grid, Kernel, Op, OpBuilder, Slot};
+use crate::error::Result;
+use crate::model::config::Config;
+
+/// RoPE of a value in the qkv rows (`rotated`), shared with decode attention.
+pub(crate) const ROPE: &str = wgsl!("rope.wgsl");
+
+/// Step, rotated queries, key cache, qkv rows (or partials), RoPE table, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RopeStore {
+    /// Partial products to sum per qkv value (1: plain rows).
+    pub splits: u32,
+}
+
+impl RopeStore {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.constant("SPLITS", self.splits);
+        m.piece(ROPE);
+        m.piece(wgsl!("rope_store.wgsl"));
+    }
+
+    /// One invocation per pair of output values (q, k and v pairs), workgroups of 64, by tokens.
+    pub(crate) fn grid(c: &Config) -> Grid {
+        let pairs = (c.q_dim() / 2 + c.kv_dim()) as u32;
+        Grid::per_token(pairs.div_ceil(64))
+    }
+}
+
+/// The caches of one layer.
+pub(crate) struct KvBuffers<'a> {
+    pub k: &'a wgpu::Buffer,
+    pub v: &'a wgpu::Buffer,
+}
+
+/// RoPE and the KV store of the call's tokens from `qkv` (rows, or `splits` partials of them).
+pub(crate) async fn op(
+    b: &OpBuilder<'_>,
+    splits: u32,
+    qkv: &wgpu::Buffer,
+    rope: &wgpu::Buffer,
+    q_rot: &wgpu::Buffer,
+    kv: KvBuffers<'_>,
+) -> Result<Op> {
+    let entries = vec![
+        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Out, q_rot.as_entire_binding()),
+        (Slot::Aux, kv.k.as_entire_binding()),
+        (Slot::In0, qkv.as_entire_binding()),
+        (Slot::In1, rope.as_entire_binding()),
+        (Slot::In2, kv.v.as_entire_binding()),
+    ];
+    let kernel = Kernel::RopeStore(RopeStore { splits });
+    b.op("rope_store", kernel, RopeStore::grid(&b.m.model.config), entries).await
+}
+
+/// The RoPE table (rope.wgsl `rope`): (cos, sin) per position and rotated pair, exactly as the CPU
+/// computes them (kernels/rope.rs): theta starts at the position and is multiplied by
+/// `base^(-2/rope_dims)` per pair, in f32.
+pub(crate) fn rope_table(c: &Config, n_ctx: usize) -> Vec<u8> {
+    let pairs = c.rope_dims / 2;
+    let theta_scale = c.rope_base.powf(-2.0 / c.rope_dims as f32);
+    let mut rope = Vec::with_capacity(n_ctx * pairs * 8);
+    for pos in 0..n_ctx {
+        let mut theta = pos as f32;
+        for _ in 0..pairs {
+            let (sin, cos) = (theta * c.rope_freq_scale).sin_cos();
+            rope.extend(cos.to_le_bytes());
+            rope.extend(sin.to_le_bytes());
+            theta *= theta_scale;
+        }
+    }
+    rope
+}

@@ -1,0 +1,127 @@
+//! How a kernel's WGSL module is put together: the model's generated header, `common.wgsl`, then
+//! the pieces the op adds (its constants and parameter struct, shared pieces, the kernel). The
+//! `.wgsl` files live in `wgsl/` at the repository root; each says at its top what it needs.
+
+use super::mat::OutMode;
+use super::params::{Step, Uniform};
+use super::Slot;
+use crate::model::config::Config;
+use crate::quant::GgmlType;
+
+/// The text of `wgsl/<name>`.
+macro_rules! wgsl {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/", $name))
+    };
+}
+pub(crate) use wgsl;
+
+const COMMON: &str = wgsl!("common.wgsl");
+const WEIGHTS: &str = wgsl!("weights.wgsl");
+const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
+const REDUCE_SUBGROUP: &str = wgsl!("reduce_subgroup.wgsl");
+const REDUCE_SHARED: &str = wgsl!("reduce_shared.wgsl");
+
+/// The `dequant8` of a weight type, or `None` when the GPU kernels do not read it.
+pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::F32 => wgsl!("quant/f32.wgsl"),
+        GgmlType::F16 => wgsl!("quant/f16.wgsl"),
+        GgmlType::BF16 => wgsl!("quant/bf16.wgsl"),
+        GgmlType::Q4_0 => wgsl!("quant/q4_0.wgsl"),
+        GgmlType::Q4_1 => wgsl!("quant/q4_1.wgsl"),
+        GgmlType::Q5_0 => wgsl!("quant/q5_0.wgsl"),
+        GgmlType::Q5_1 => wgsl!("quant/q5_1.wgsl"),
+        GgmlType::Q8_0 => wgsl!("quant/q8_0.wgsl"),
+        GgmlType::Q4_K => wgsl!("quant/q4_k.wgsl"),
+        GgmlType::Q5_K => wgsl!("quant/q5_k.wgsl"),
+        GgmlType::Q6_K => wgsl!("quant/q6_k.wgsl"),
+        GgmlType::Q2_K | GgmlType::Q3_K => return None,
+    })
+}
+
+/// The header every kernel of this model starts with: the model's shape, the op tiles that depend
+/// on it, the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the step
+/// uniform's declaration.
+pub(crate) fn model_header(c: &Config) -> String {
+    let (bq, bk) = super::attn_prefill::tiles(c.head_dim);
+    let max_chunks = super::attn_decode::max_chunks(c.n_heads);
+    let mut h = format!(
+        "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
+         const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
+         const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
+        c.d_model,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        c.q_dim(),
+        c.kv_dim(),
+        c.ffn_dim,
+        c.vocab_size,
+        c.rope_dims,
+        c.rope_neox,
+        c.rms_eps,
+    );
+    for slot in Slot::ALL {
+        h += &format!("const {}: u32 = {}u;\n", slot.wgsl_name(), slot as u32);
+    }
+    for mode in OutMode::ALL {
+        h += &format!("const {}: u32 = {}u;\n", mode.wgsl_name(), mode as u32);
+    }
+    h + &Step::wgsl()
+}
+
+/// A kernel's WGSL module under construction.
+pub(crate) struct Module {
+    text: String,
+    subgroups: bool,
+}
+
+impl Module {
+    /// The model's `header` and `common.wgsl`; the reductions with subgroup operations when
+    /// `subgroups` (the device has them).
+    pub(crate) fn new(header: &str, subgroups: bool) -> Module {
+        let mut m = Module { text: String::with_capacity(64 * 1024), subgroups };
+        m.piece(header);
+        m.piece(COMMON);
+        m
+    }
+
+    /// A WGSL file (or any text) as it is.
+    pub(crate) fn piece(&mut self, wgsl: &str) {
+        self.text.push_str(wgsl);
+        self.text.push('\n');
+    }
+
+    /// `const name: u32 = value;`: a constant of the kernel variant.
+    pub(crate) fn constant(&mut self, name: &str, value: u32) {
+        self.text.push_str(&format!("const {name}: u32 = {value}u;\n"));
+    }
+
+    /// The WGSL declaration of a parameter struct.
+    pub(crate) fn uniform<T: Uniform>(&mut self) {
+        self.piece(&T::wgsl());
+    }
+
+    /// The weight readers and `dequant8` of `ty` (`weights.wgsl`, `quant/*.wgsl`); `None` for a
+    /// type without a GPU `dequant8`.
+    pub(crate) fn weights(&mut self, ty: GgmlType) -> Option<()> {
+        let dequant = dequant_source(ty)?;
+        self.piece(WEIGHTS);
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+            self.piece(K_SCALES);
+        }
+        self.piece(dequant);
+        Some(())
+    }
+
+    /// `team_sum2`: `reduce_subgroup.wgsl` or `reduce_shared.wgsl`.
+    pub(crate) fn reduce(&mut self) {
+        self.piece(if self.subgroups { REDUCE_SUBGROUP } else { REDUCE_SHARED });
+    }
+
+    pub(crate) fn finish(self) -> String {
+        self.text
+    }
+}
