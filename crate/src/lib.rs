@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod parallel;
 pub mod quant;
 pub mod sampler;
 pub mod session;

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
 use crate::kernels::f16;
-use crate::kernels::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 use crate::kv_cache::LayerCache;
+use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;

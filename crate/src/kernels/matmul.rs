@@ -9,8 +9,8 @@
 
 use std::ops::Range;
 
-use crate::kernels::parallel::{for_each_chunk, SharedMut};
 use crate::model::weights::MatrixRef;
+use crate::parallel::{for_each_chunk, SharedMut};
 use crate::quant::{dot_rows, vec_dot, Activations};
 
 /// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
@@ -256,7 +256,7 @@ mod timing {
 #[cfg(all(target_arch = "wasm32", feature = "bench"))]
 #[wasm_bindgen::prelude::wasm_bindgen(js_name = matmulChain)]
 pub fn matmul_chain(layers: usize, passes: usize) -> f64 {
-    use crate::kernels::parallel::in_pool;
+    use crate::parallel::in_pool;
     use crate::quant::{quantize_row, GgmlType};
     const SHAPES: [(usize, usize); 4] = [(960, 576), (576, 576), (3072, 576), (576, 1536)];
     let ty = GgmlType::Q4_1;

@@ -5,7 +5,6 @@ pub mod attention;
 pub mod exp;
 pub mod f16;
 pub mod matmul;
-pub mod parallel;
 pub mod rmsnorm;
 pub mod rope;
 pub mod swiglu;

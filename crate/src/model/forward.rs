@@ -5,13 +5,13 @@
 
 use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::matmul::matmul;
-use crate::kernels::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
+use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations};
 
 /// Scratch for one forward call of up to `n_batch` tokens.

@@ -6,7 +6,7 @@
 
 use std::any::TypeId;
 
-use crate::kernels::parallel::for_each_row_chunk;
+use crate::parallel::for_each_row_chunk;
 
 use half::f16;
 

@@ -1,5 +1,7 @@
 //! Data parallelism over index ranges: rayon natively and in the threaded wasm build (feature
 //! `threads`: rayon on Web Workers, see `crate::wasm_threads`), the calling thread in the plain wasm build.
+//! It sits below both [`crate::kernels`] and [`crate::quant`] (which quantizes activation rows with
+//! [`for_each_row_chunk`]) and uses neither.
 //!
 //! A forward pass runs [`in_pool`]: it holds the pool's workers as a [`team::Team`] for its duration,
 //! and the parallel loops inside hand their chunks to that team (see `team.rs` for why).
