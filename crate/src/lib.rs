@@ -19,6 +19,8 @@ pub mod quant;
 pub mod sampler;
 pub mod session;
 pub mod stop;
+#[cfg(test)]
+mod test_support;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

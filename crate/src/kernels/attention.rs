@@ -223,22 +223,15 @@ fn finish(acc: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::quant::act::{f16_to_f32, f32_to_f16};
+    use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn matches_a_float64_softmax_over_the_cache() {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
         for (n_heads, n_kv_heads, head_dim) in [(4, 2, 20), (9, 3, 64)] {

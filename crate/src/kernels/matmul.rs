@@ -100,27 +100,15 @@ fn dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows
 mod tests {
     use super::*;
     use crate::quant::{dequantize_row, quantize_row, vec_dot_ref, GgmlType};
+    use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence, with an occasional outlier.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                let v = (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
-                if i % 37 == 0 {
-                    v * 10.0
-                } else {
-                    v
-                }
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|i| rng.uniform(-1.0, 1.0) * if i % 37 == 0 { 10.0 } else { 1.0 }).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
         // The legacy types have row kernels; Q4_K goes dot by dot. Odd and even block counts,
         // weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
@@ -158,8 +146,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn several_matrices_in_one_call_equal_one_call_each() {
         let ty = GgmlType::Q4_1;
         let cols = ty.block_size() * 4;
@@ -196,6 +183,7 @@ mod timing {
     use super::*;
     use crate::clock::now_ms;
     use crate::quant::{quantize_row, GgmlType};
+    use crate::test_support::test;
 
     /// The best time of `f` in ns per call, over `reps` calls at a time (the wasm32 clock counts whole ms).
     fn best_ns(reps: usize, mut f: impl FnMut()) -> f64 {
@@ -208,8 +196,7 @@ mod timing {
             .fold(f64::MAX, f64::min)
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
         for (ty, rows, cols, n) in
