@@ -5,7 +5,7 @@
 // sets the weights stay in the caches (this VM: 2 MB L2 per core, 32 MB L3); with 30, as in the model, every pass
 // reads them from memory, as decode does (which also reads the 30 MB output head). Prints one JSON line per size
 // and a table: microseconds per layer, and 2T/1T (median of the rounds' ratios); then what an empty parallel loop
-// costs on two threads (`emptyLoops`, crate/src/kernels/parallel.rs).
+// costs on two threads (`emptyLoops`, crate/src/parallel.rs).
 //
 // Usage: scripts/build-wasm.sh mt-bench && node benches/matmul_scaling.mjs [--layers 4,12,30] [--rounds 3]
 //          [--pkg target/bench/wasm-mt-bench]

@@ -107,7 +107,7 @@ type CliResult = Result<(), String>;
 
 fn load(args: &Args) -> Result<Arc<Model>, String> {
     let threads: usize = args.num("threads", 0)?;
-    ruvllm::kernels::parallel::set_threads(threads).map_err(|e| e.to_string())?;
+    ruvllm::parallel::set_threads(threads).map_err(|e| e.to_string())?;
     let path = match args.opt("model") {
         Some(p) => p.to_string(),
         None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
@@ -229,7 +229,7 @@ fn bench(args: &Args) -> CliResult {
         "{}",
         json!({
             "engine": "ruvllm-native", "backend": if sess.on_gpu() { "webgpu" } else { "cpu" },
-            "threads": ruvllm::kernels::parallel::threads(),
+            "threads": ruvllm::parallel::threads(),
             "prompt_tokens": s.prompt_tokens, "gen_tokens": s.generated_tokens,
             "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
             "peak_rss_mb": peak_rss_mb(), "model_mb": file_size as f64 / 1e6, "kv_cache_mb": sess.kv_cache_bytes() as f64 / 1e6,

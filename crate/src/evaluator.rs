@@ -323,8 +323,9 @@ impl Evaluator {
     /// The CPU's cache and scratch, allocated on first use.
     fn cpu_state(&mut self) -> (&Model, &mut KvCache, &mut RunState) {
         let (model, n_ctx, n_batch) = (&self.model, self.n_ctx, self.n_batch);
-        let (kv, state) =
-            self.cpu.get_or_insert_with(|| (KvCache::new(&model.config, n_ctx), RunState::new(model, n_batch, n_ctx)));
+        let (kv, state) = self.cpu.get_or_insert_with(|| {
+            (KvCache::new(model.config.n_layers, model.config.kv_dim(), n_ctx), RunState::new(model, n_batch, n_ctx))
+        });
         (model, kv, state)
     }
 

@@ -415,9 +415,9 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn rejects_wrong_magic() {
         let e = Gguf::parse(b"GGML\x03\0\0\0").unwrap_err();
         assert!(matches!(e, Error::Gguf(ref m) if m.contains("bad magic")), "{e}");

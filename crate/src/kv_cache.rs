@@ -1,12 +1,11 @@
 //! The KV cache: per layer, keys and values of every processed position, stored as f16 like
 //! llama.cpp's default cache (half the memory of f32, and the same rounding as the reference).
 
-use crate::model::config::Config;
 use crate::quant::act::f32_to_f16;
 
+/// One layer's keys and values: a row of `kv_dim` (KV heads × head dim) per position.
 pub struct LayerCache {
     kv_dim: usize,
-    head_dim: usize,
     keys: Vec<[u8; 2]>,   // [n_ctx × kv_dim] f16
     values: Vec<[u8; 2]>, // [n_ctx × kv_dim] f16
 }
@@ -23,14 +22,14 @@ impl LayerCache {
         }
     }
 
-    #[inline]
-    pub fn key(&self, pos: usize, kv_head: usize) -> &[[u8; 2]] {
-        &self.keys[pos * self.kv_dim + kv_head * self.head_dim..][..self.head_dim]
+    /// The keys of every position, `kv_dim` a row.
+    pub fn keys(&self) -> &[[u8; 2]] {
+        &self.keys
     }
 
-    #[inline]
-    pub fn value(&self, pos: usize, kv_head: usize) -> &[[u8; 2]] {
-        &self.values[pos * self.kv_dim + kv_head * self.head_dim..][..self.head_dim]
+    /// The values of every position, `kv_dim` a row.
+    pub fn values(&self) -> &[[u8; 2]] {
+        &self.values
     }
 }
 
@@ -40,15 +39,10 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(c: &Config, n_ctx: usize) -> KvCache {
-        let kv_dim = c.kv_dim();
-        let layers = (0..c.n_layers)
-            .map(|_| LayerCache {
-                kv_dim,
-                head_dim: c.head_dim,
-                keys: vec![[0; 2]; n_ctx * kv_dim],
-                values: vec![[0; 2]; n_ctx * kv_dim],
-            })
+    /// A cache of `n_ctx` positions for `n_layers` layers, each position's keys (and values) `kv_dim` wide.
+    pub fn new(n_layers: usize, kv_dim: usize, n_ctx: usize) -> KvCache {
+        let layers = (0..n_layers)
+            .map(|_| LayerCache { kv_dim, keys: vec![[0; 2]; n_ctx * kv_dim], values: vec![[0; 2]; n_ctx * kv_dim] })
             .collect();
         KvCache { layers, n_ctx }
     }

@@ -14,10 +14,13 @@ pub mod gpu;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod parallel;
 pub mod quant;
 pub mod sampler;
 pub mod session;
 pub mod stop;
+#[cfg(test)]
+mod test_support;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

@@ -335,6 +335,7 @@ impl Xoshiro256StarStar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
     fn cfg(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplerConfig {
         SamplerConfig { temperature, top_k, top_p, min_p, ..SamplerConfig::default() }
@@ -355,8 +356,7 @@ mod tests {
         [0.1f32, 0.4, 0.04, 0.25, 0.06, 0.15].iter().map(|p| p.ln()).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn splitmix_and_xoshiro_match_reference_values() {
         // SplitMix64 from seed 0: the published first outputs of the reference C code.
         let mut sm = 0u64;
@@ -369,8 +369,7 @@ mod tests {
     }
 
     /// The cross-platform proof: these constants hold on x86_64, aarch64 and wasm32 alike.
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn golden_draws_for_seed_42() {
         let mut rng = Xoshiro256StarStar::new(42);
         let u: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
@@ -393,8 +392,7 @@ mod tests {
     // top-p 0.95 drops id 2 (0.04); min-p 0.05 keeps the rest; temperature 0.8 sharpens.
     const GOLDEN_DEFAULT_SEED_42: [u32; 16] = [1, 1, 3, 0, 4, 5, 3, 5, 5, 3, 3, 1, 5, 1, 3, 0];
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn greedy_is_argmax_with_lowest_id_on_ties() {
         let mut s = Sampler::new(SamplerConfig::greedy()).unwrap();
         assert_eq!(s.sample(&hand_made(), &[]), 1);
@@ -403,8 +401,7 @@ mod tests {
         assert_eq!(s.sample(&[f32::NEG_INFINITY; 3], &[]), 0);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn top_k_1_equals_greedy() {
         let mut s = Sampler::new(SamplerConfig {
             top_k: 1,
@@ -423,8 +420,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn top_k_keeps_exactly_k() {
         let mut s = Sampler::new(SamplerConfig { seed: 1, ..cfg(1.0, 3, 1.0, 0.0) }).unwrap();
         let h = histogram(&mut s, &hand_made(), 3000);
@@ -433,8 +429,7 @@ mod tests {
         assert_eq!(h[0] + h[2] + h[4], 0, "{h:?}");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn top_p_keeps_the_smallest_set_reaching_p() {
         // Cumulative: 0.4, 0.65, 0.8, 0.9, ... so top_p 0.7 keeps ids 1, 3, 5 and 0.85 adds id 0.
         for (top_p, allowed) in [(0.7f32, &[1usize, 3, 5][..]), (0.85, &[1, 3, 5, 0]), (0.3, &[1])] {
@@ -446,8 +441,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn min_p_keeps_tokens_above_fraction_of_top() {
         // min_p 0.3: threshold 0.12 keeps 0.4, 0.25, 0.15 (ids 1, 3, 5); min_p 0.2: 0.08 adds 0.1 (id 0).
         for (min_p, allowed) in [(0.3f32, &[1usize, 3, 5][..]), (0.2, &[1, 3, 5, 0]), (1.0, &[1])] {
@@ -459,8 +453,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn draws_follow_the_distribution() {
         let mut s = Sampler::new(SamplerConfig { seed: 11, ..cfg(1.0, 0, 1.0, 0.0) }).unwrap();
         let n = 20000;
@@ -475,8 +468,7 @@ mod tests {
         assert!(h[1] > 1800, "{h:?}");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn same_seed_same_sequence() {
         let logits: Vec<f32> = (0..500).map(|i| ((i * 31) % 17) as f32 * 0.3).collect();
         let run = |seed| {
@@ -487,8 +479,7 @@ mod tests {
         assert_ne!(run(123), run(124));
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn penalties_change_the_choice() {
         let logits = [2.0f32, 1.9, 1.0, -0.5];
         let greedy = |cfg: SamplerConfig, history: &[u32]| Sampler::new(cfg).unwrap().sample(&logits, history);
@@ -517,8 +508,7 @@ mod tests {
         assert_eq!(s.sample(&logits, &[0]), 0);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn scratch_buffers_are_reused_across_calls() {
         let logits: Vec<f32> = (0..4096).map(|i| (i % 97) as f32 * 0.1).collect();
         let history: Vec<u32> = (0..100).collect();
@@ -531,8 +521,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn validate_names_the_field() {
         let d = SamplerConfig::default;
         let cases = [

@@ -64,6 +64,7 @@ impl StopMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
     fn matcher(stops: &[&str]) -> StopMatcher {
         StopMatcher::new(&stops.iter().map(|s| s.to_string()).collect::<Vec<_>>())
@@ -82,8 +83,7 @@ mod tests {
         (emitted, false, m.finish())
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn stop_spanning_pieces_is_cut_and_not_emitted() {
         let mut m = matcher(&["<|im_end|>"]);
         let (emitted, stopped, _) = run(&mut m, &["Paris", ".<|im", "_e", "nd|>", "more"]);
@@ -92,8 +92,7 @@ mod tests {
         assert_eq!(m.push("more"), (String::new(), true));
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn partial_prefix_is_released_once_it_diverges() {
         let mut m = matcher(&["\nUser:"]);
         let (emitted, stopped, rest) = run(&mut m, &["Hi", "\n", "Us", "ually", " fine\nU"]);
@@ -107,8 +106,7 @@ mod tests {
         assert_eq!(m.push("b!"), ("".into(), true));
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn multiple_stops_earliest_wins() {
         let mut m = matcher(&["world", "o w", "###"]);
         assert_eq!(m.push("hello world"), ("hell".into(), true));
@@ -127,8 +125,7 @@ mod tests {
         assert_eq!(m.push("#"), ("".into(), true));
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn no_stops_passes_everything_through() {
         let mut m = StopMatcher::new(&[]);
         assert_eq!(
@@ -139,8 +136,7 @@ mod tests {
         assert_eq!(m.push("text"), ("text".into(), false));
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn unicode_stops_and_text() {
         let mut m = matcher(&["。終", "🦀🦀"]);
         let (emitted, stopped, _) = run(&mut m, &["日本語", "。", "続く🦀", "é🦀", "🦀x"]);

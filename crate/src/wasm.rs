@@ -250,7 +250,7 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
         "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
         "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
-        "threads": crate::kernels::parallel::threads(),
+        "threads": crate::parallel::threads(),
         "has_chat_template": model.chat_template().is_ok(),
         "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         "backend": "cpu",

@@ -10,9 +10,7 @@ use ruvllm::gguf::Gguf;
 use ruvllm::{ChatTemplate, Error, GenerateOptions, Model, Session, SessionOptions};
 use support::default_model as model;
 use support::gguf_writer::{GgufWriter, Meta};
-
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
+use support::test;
 
 fn model_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();

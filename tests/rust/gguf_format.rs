@@ -7,9 +7,7 @@ mod support;
 use ruvllm::gguf::{Gguf, Value};
 use ruvllm::quant::GgmlType;
 use support::gguf_writer::{GgufWriter, Meta};
-
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
+use support::test;
 
 #[test]
 fn every_metadata_value_type_is_read() {

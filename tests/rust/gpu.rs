@@ -12,6 +12,7 @@ use std::sync::Arc;
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
 use ruvllm::{Backend, Error, FinishReason, GenerateOptions, GpuFault, SamplerConfig, Session, SessionOptions, Step};
 use support::default_model as model;
+use support::test;
 
 const FRANCE: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 const FRANCE_IDS: [u32; 8] = [504, 3575, 282, 4649, 314, 7042, 30, 2];

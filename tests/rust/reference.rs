@@ -7,9 +7,7 @@ mod support;
 
 use ruvllm::{ChatMessage, GenerateOptions, SamplerConfig, Session};
 use support::default_model as model;
-
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
+use support::test;
 
 #[test]
 fn tokenizer_matches_llama_cpp_on_every_reference_case() {

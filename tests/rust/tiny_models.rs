@@ -18,8 +18,7 @@ use std::sync::Arc;
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
 
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
+use support::test;
 
 const LLAMA_SPM: &str = "tiny-llama-spm.gguf";
 const QWEN2: &str = "tiny-qwen2.gguf";

@@ -326,6 +326,7 @@ fn escape_non_ascii(json: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
     /// SmolLM2-135M-Instruct's `tokenizer.chat_template`, copied from the GGUF (tested against the file below).
     const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -363,8 +364,7 @@ mod tests {
         ChatMessage::new("user", text)
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn smollm2_chatml_matches_llama_cpp_reference_prompts() {
         let t = ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>").unwrap();
         // With a system turn the template's default system prompt is skipped.
@@ -382,16 +382,14 @@ mod tests {
 
     /// The reference France prompt has no system turn although the template would add one: llama.cpp's
     /// fixture tokenized the ChatML text directly. Check the exact text with a system-less ChatML template.
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn plain_chatml_renders_reference_france_prompt() {
         let chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
         let t = ChatTemplate::new(chatml, "", "").unwrap();
         assert_eq!(t.render(&[user("What is the capital of France?")], true).unwrap(), FRANCE_PROMPT);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn llama3_adds_bos_and_trims_content() {
         let t = ChatTemplate::new(LLAMA3, "<|begin_of_text|>", "<|eot_id|>").unwrap();
         let msgs = [ChatMessage::new("system", "Be brief."), user("  Hello!\n")];
@@ -403,8 +401,7 @@ mod tests {
         );
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn mistral_renders_and_raises_on_bad_role_order() {
         let t = ChatTemplate::new(MISTRAL, "<s>", "</s>").unwrap();
         let ok = [user("Hi"), ChatMessage::new("assistant", "Hello."), user("Bye")];
@@ -420,8 +417,7 @@ mod tests {
         assert!(matches!(e, Error::ChatTemplate(ref m) if m.contains("roles must alternate")), "{e}");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn qwen25_and_block_whitespace_like_hf() {
         // Expected texts: Jinja2 3.1.6 with HF's settings (trim_blocks, lstrip_blocks, loopcontrols).
         let conversation = [user("Hi"), ChatMessage::new("assistant", "Hello."), user("Bye")];
@@ -442,8 +438,7 @@ mod tests {
         assert_eq!(t.render(&conversation, true).unwrap(), "U: Hi\nA: Hello.\nU: Bye\nA:");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn python_string_methods_and_loop_controls() {
         let src = "{% for m in messages %}{% if m.content.startswith('skip') %}{% continue %}{% endif %}\
                    [{{ m.role.upper() }}:{{ m.content.strip() }}]{% endfor %}";
@@ -452,8 +447,7 @@ mod tests {
         assert_eq!(t.render(&msgs, false).unwrap(), "[USER:a][ASSISTANT:b]");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn tojson_writes_like_python_json_dumps() {
         // Expected texts: Jinja2 with HF's tojson (json.dumps).
         let render = |src: &str| ChatTemplate::new(src, "", "").unwrap().render(&[user("<é>")], false).unwrap();
@@ -465,16 +459,14 @@ mod tests {
         assert_eq!(render("{{ messages[0] | tojson(indent=1) }}"), "{\n \"role\": \"user\",\n \"content\": \"<é>\"\n}");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn syntax_errors_are_chat_template_errors() {
         let e = ChatTemplate::new("{% for m in messages %}{{ m.content }}", "", "").unwrap_err();
         assert!(matches!(e, Error::ChatTemplate(_)), "{e}");
         assert_eq!(e.code(), "E_CHAT_TEMPLATE");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn from_gguf_without_template_is_an_error() {
         // Minimal GGUF v3: no tensors, one metadata key (general.architecture = "llama").
         let mut b = Vec::new();
@@ -504,8 +496,7 @@ mod tests {
         e.to_string()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn size_arguments_are_bounded() {
         for src in [
             "{{ messages[0] | tojson(indent=4294967295) }}",
@@ -529,8 +520,7 @@ mod tests {
         assert_eq!(t.unwrap().render(&[user("hi")], false).unwrap(), "a\n  b|    x|1");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn loops_recursion_and_output_are_bounded() {
         // 10^10 steps of nested loops.
         let msg = refused("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
@@ -549,8 +539,7 @@ mod tests {
         refused("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn values_that_grow_in_few_steps_are_bounded() {
         for src in [
             // A string doubled 40 times (a TB), in 40 steps.
@@ -566,8 +555,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn long_conversations_fit_the_limits() {
         let turns: Vec<ChatMessage> =
             (0..10_000).map(|i| ChatMessage::new(["user", "assistant"][i % 2], "x".repeat(i % 1000))).collect();
@@ -581,8 +569,7 @@ mod tests {
         assert!(ChatTemplate::new(src, "", "").unwrap().render(&long, false).is_ok());
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn values_that_hold_themselves_or_nest_without_bound_are_refused_when_compiled() {
         for src in [
             // Cycles: printing them recursed until the stack overflowed (found by the chat_template fuzz target).
@@ -607,8 +594,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn namespaces_as_real_templates_use_them_are_accepted() {
         // Qwen3's way to find the last user query, DeepSeek's system prompt, a list of strings built up, a
         // joined pair, and values from a namespace printed or tested at once.

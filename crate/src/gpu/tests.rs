@@ -578,7 +578,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
 fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut Rng) -> (KvCache, Vec<u8>, Vec<u8>) {
     let kvd = c.kv_dim();
     let (k, v) = (rng.normals(len * kvd), rng.normals(len * kvd));
-    let mut cache = KvCache::new(c, n_ctx);
+    let mut cache = KvCache::new(c.n_layers, c.kv_dim(), n_ctx);
     cache.layers[0].store(0, &k, &v);
     let mut kb = f16_bytes(&k);
     let mut vb = f16_bytes(&v);
@@ -591,7 +591,8 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
     let shape = c.attention_shape();
     let n = q.len() / c.q_dim();
     let mut out = vec![0f32; q.len()];
-    attention(&shape, q, &cache.layers[0], pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
+    let (keys, values) = (cache.layers[0].keys(), cache.layers[0].values());
+    attention(&shape, q, keys, values, pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
     out
 }
 

@@ -2,14 +2,13 @@
 //!
 //! For each query row (a token at absolute position `p`) and head `h`, attend to cached positions
 //! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored as f16 (as llama.cpp's
-//! default cache), scores and the softmax are f32.
+//! default cache), a row of `n_kv_heads × head_dim` per position; scores and the softmax are f32.
 
 use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
 use crate::kernels::f16;
-use crate::kernels::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
-use crate::kv_cache::LayerCache;
+use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
@@ -27,6 +26,10 @@ pub struct AttentionShape {
 impl AttentionShape {
     fn group(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+    /// Width of one position's cached keys (or values): every KV head's row, side by side.
+    fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
     }
     /// Floats of one head's softmax part: `[m, l, o[head_dim]]`.
     fn part_len(&self) -> usize {
@@ -50,6 +53,8 @@ impl AttentionScratch {
 }
 
 /// `q`: [n_tokens × n_heads·head_dim], token `t` at position `pos0 + t`. Writes `out` (same shape as `q`).
+/// `keys`, `values`: the layer's cache, f16, a row of `n_kv_heads × head_dim` per position, holding at
+/// least positions `0..pos0 + n_tokens`.
 ///
 /// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
@@ -62,7 +67,8 @@ impl AttentionScratch {
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
-    cache: &LayerCache,
+    keys: &[[u8; 2]],
+    values: &[[u8; 2]],
     pos0: usize,
     out: &mut [f32],
     scratch: &mut AttentionScratch,
@@ -73,6 +79,7 @@ pub fn attention(
     let span = pos0 + n_tokens; // cached positions visible to the last token
     let (group, part) = (shape.group(), shape.part_len());
     assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
+    assert!(keys.len() >= span * shape.kv_dim() && values.len() >= span * shape.kv_dim(), "cache too short");
     let scale = 1.0 / (head_dim as f32).sqrt();
     let out_ptr = SharedMut::new(out);
     let scores_len = scratch.scores.len();
@@ -83,7 +90,7 @@ pub fn attention(
     let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
     let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
         let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-        attend_block(shape, qg, cache, kvh, js, scale, sc, stride, parts);
+        attend_block(shape, qg, keys, values, kvh, js, scale, sc, stride, parts);
     };
 
     if n_tokens == 1 {
@@ -154,10 +161,11 @@ pub fn attention(
 /// alone: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
 /// `o = Σ e^(s - m) · v`. Head `g`'s score of position `js.start + i` goes to `sc[g * stride + i]`.
 #[allow(clippy::too_many_arguments)]
-fn attend_block(
+fn attend_block<'a>(
     shape: &AttentionShape,
     qg: &[f32],
-    cache: &LayerCache,
+    keys: &'a [[u8; 2]],
+    values: &'a [[u8; 2]],
     kvh: usize,
     js: Range<usize>,
     scale: f32,
@@ -165,13 +173,15 @@ fn attend_block(
     stride: usize,
     parts: &mut [f32],
 ) {
-    let head_dim = shape.head_dim;
+    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
+    // KV head `kvh`'s row of position `j` in the cached keys or values.
+    let head_row = |cached: &'a [[u8; 2]], j: usize| &cached[j * kv_dim + kvh * head_dim..][..head_dim];
     let mut row = [0f32; MAX_HEAD_DIM];
     let row = &mut row[..head_dim]; // scratch: one cached key or value as f32
     let n = js.len();
     assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
     let mut rows: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK]; // the block's cached keys, then its values
-    js.clone().zip(rows.iter_mut()).for_each(|(j, r)| *r = cache.key(j, kvh));
+    js.clone().zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(keys, j));
     f16::scores(qg, &rows[..n], scale, sc, stride, row);
     let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
@@ -182,7 +192,7 @@ fn attend_block(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    js.zip(rows.iter_mut()).for_each(|(j, r)| *r = cache.value(j, kvh));
+    js.zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(values, j));
     f16::weighted_sums(&rows[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
 }
 
@@ -212,63 +222,35 @@ fn finish(acc: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_cache::KvCache;
-    use crate::model::config::{Arch, Config};
-    use crate::quant::act::f16_to_f32;
-
-    fn config(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Config {
-        Config {
-            arch: Arch::Llama,
-            n_layers: 1,
-            d_model: n_heads * head_dim,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            ffn_dim: 1,
-            vocab_size: 1,
-            context_length: 64,
-            rms_eps: 1e-5,
-            rope_base: 10000.0,
-            rope_freq_scale: 1.0,
-            rope_dims: head_dim,
-            rope_neox: false,
-        }
-    }
+    use crate::quant::act::{f16_to_f32, f32_to_f16};
+    use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn matches_a_float64_softmax_over_the_cache() {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
         for (n_heads, n_kv_heads, head_dim) in [(4, 2, 20), (9, 3, 64)] {
-            let c = config(n_heads, n_kv_heads, head_dim);
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
             let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
             // Rows of 1 to 3 blocks of positions, the last ones partial.
             let (pos0, n_tokens) = (60, 6);
             let span = pos0 + n_tokens;
-            let mut kv = KvCache::new(&c, 80);
-            kv.layers[0].store(0, &values(span * kv_dim, 1), &values(span * kv_dim, 2));
+            let k_cache: Vec<[u8; 2]> = values(span * kv_dim, 1).into_iter().map(f32_to_f16).collect();
+            let v_cache: Vec<[u8; 2]> = values(span * kv_dim, 2).into_iter().map(f32_to_f16).collect();
+            let (keys, vals) = (&k_cache[..], &v_cache[..]);
             let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
             let mut out = vec![0f32; n_tokens * q_dim];
-            attention(&shape, &q, &kv.layers[0], pos0, &mut out, &mut AttentionScratch::new(&shape, n_tokens, span));
+            attention(&shape, &q, keys, vals, pos0, &mut out, &mut AttentionScratch::new(&shape, n_tokens, span));
             // One row at a time (decode: blocks as tasks, folded after the loop) gives the same bits.
             for t in 0..n_tokens {
                 let mut one = vec![0f32; q_dim];
                 let q_t = &q[t * q_dim..(t + 1) * q_dim];
-                attention(&shape, q_t, &kv.layers[0], pos0 + t, &mut one, &mut AttentionScratch::new(&shape, 1, span));
+                attention(&shape, q_t, keys, vals, pos0 + t, &mut one, &mut AttentionScratch::new(&shape, 1, span));
                 let batched = &out[t * q_dim..(t + 1) * q_dim];
                 assert!(
                     one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -276,14 +258,16 @@ mod tests {
                 );
             }
 
-            let layer = &kv.layers[0];
+            // KV head `kvh`'s key and value of position `j`.
+            let key = |j: usize, kvh: usize| &keys[j * kv_dim + kvh * head_dim..][..head_dim];
+            let value = |j: usize, kvh: usize| &vals[j * kv_dim + kvh * head_dim..][..head_dim];
             for t in 0..n_tokens {
                 for h in 0..n_heads {
                     let kvh = h / (n_heads / n_kv_heads);
                     let qh = &q[t * q_dim + h * head_dim..][..head_dim];
                     let logits: Vec<f64> = (0..=pos0 + t)
                         .map(|j| {
-                            let k = layer.key(j, kvh);
+                            let k = key(j, kvh);
                             let dot: f64 = qh.iter().zip(k).map(|(&a, &b)| a as f64 * f16_to_f32(b) as f64).sum();
                             dot / (head_dim as f64).sqrt()
                         })
@@ -295,7 +279,7 @@ mod tests {
                         let want: f64 = weights
                             .iter()
                             .enumerate()
-                            .map(|(j, w)| w / total * f16_to_f32(layer.value(j, kvh)[i]) as f64)
+                            .map(|(j, w)| w / total * f16_to_f32(value(j, kvh)[i]) as f64)
                             .sum();
                         let got = out[t * q_dim + h * head_dim + i] as f64;
                         assert!(

@@ -65,9 +65,9 @@ impl Exp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn is_within_two_ulp_of_f64_exp() {
         let mut worst = 0f64;
         let n = 1_000_000;

@@ -324,25 +324,18 @@ mod simd128 {
 mod tests {
     use super::*;
     use crate::quant::act::f32_to_f16;
+    use crate::test_support::{test, Rng};
 
     /// Values in -2..2 with a few larger ones; lengths cover every tail.
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761) | 1;
-        (0..n)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                ((s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0) * if i % 11 == 0 { 30.0 } else { 1.0 }
-            })
-            .collect()
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = Rng::new(seed);
+        (0..n).map(|i| rng.uniform(-2.0, 2.0) * if i % 11 == 0 { 30.0 } else { 1.0 }).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn simd_ops_match_the_reference() {
         for n in [0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 80, 128, 131] {
-            let (a, b) = (data(n, n as u32 + 1), data(n, n as u32 + 100));
+            let (a, b) = (data(n, n as u64 + 1), data(n, n as u64 + 100));
             let scale: f32 = a.iter().zip(&b).map(|(&a, &b)| (a * b).abs()).sum();
             let (fast, reference) = (dot(&a, &b), dot_ref(&a, &b));
             assert!((fast - reference).abs() <= 1e-6 * scale + 1e-30, "dot, n = {n}: {fast} != {reference}");
@@ -373,14 +366,13 @@ mod tests {
     }
 
     /// `scores` and `weighted_sums` (fused kernels on wasm32) give the bits of the ops one by one.
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn group_ops_equal_the_ops_one_by_one() {
         let half = |v: &[f32]| v.iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
         for (d, heads, n) in [(8, 1, 1), (64, 3, 32), (64, 5, 7), (16, 8, 33), (20, 3, 5), (128, 2, 17)] {
             let stride = n + 3; // scores of head g at g * stride, as attention lays them out
-            let q = data(heads * d, d as u32);
-            let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u32))).collect();
+            let q = data(heads * d, d as u64);
+            let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u64))).collect();
             let (mut got, mut want) = (vec![0f32; heads * stride], vec![0f32; heads * stride]);
             let mut row = vec![0f32; d];
             let rows: Vec<&[[u8; 2]]> = keys.iter().map(|k| &k[..]).collect();

@@ -9,9 +9,8 @@
 
 use std::ops::Range;
 
-use crate::kernels::parallel::{for_each_chunk, SharedMut};
-use crate::model::weights::MatrixRef;
-use crate::quant::{dot_rows, vec_dot, Activations};
+use crate::parallel::{for_each_chunk, SharedMut};
+use crate::quant::{dot_rows, vec_dot, Activations, QuantMatrix};
 
 /// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
 /// chunks write whole 64-byte lines of an output row (the forward pass's buffers start on a line) and
@@ -28,7 +27,7 @@ const MAX_MATRICES: usize = 4;
 /// row `t`. The matrices share the activations (`acts` quantized for their common `act_kind()`, with
 /// `cols` columns), and their rows are split over the pool in one loop: a decode step's q/k/v (and
 /// gate/up) are one parallel loop, not three, and the loops' fixed cost is most of decode's threading.
-pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activations) {
+pub fn matmul(mats: &mut [(QuantMatrix, &mut [f32])], acts: &Activations) {
     let n = acts.rows();
     assert!(mats.len() <= MAX_MATRICES);
     // Chunks never straddle two matrices: matrix i has chunks first_chunk[i]..first_chunk[i + 1].
@@ -38,6 +37,7 @@ pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activat
         assert_eq!(acts.cols(), w.cols, "activation width must equal the matrix's row length");
         assert_eq!(acts.kind(), Some(w.ty.act_kind()));
         assert_eq!(out.len(), n * w.rows);
+        assert_eq!(w.bytes.len(), w.rows * w.row_bytes());
         first_chunk[i + 1] = first_chunk[i] + w.rows.div_ceil(ROWS_PER_CHUNK);
         outs[i] = Some(SharedMut::new(out));
     }
@@ -54,7 +54,7 @@ pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activat
             for r0 in rows.clone().step_by(MAX_ROWS_PER_TASK) {
                 // SAFETY: each run of chunks owns a distinct range of weight rows, so the outputs
                 // it writes (t * w.rows + r for its rows r) are disjoint from every other run's.
-                unsafe { rows_task(w, file, acts, r0..(r0 + MAX_ROWS_PER_TASK).min(rows.end), out) };
+                unsafe { rows_task(w, acts, r0..(r0 + MAX_ROWS_PER_TASK).min(rows.end), out) };
             }
         }
     });
@@ -63,10 +63,10 @@ pub fn matmul(mats: &mut [(&MatrixRef, &mut [f32])], file: &[u8], acts: &Activat
 /// The outputs of weight rows `rows` of `w` for every activation row.
 /// # Safety
 /// No other task writes `out` at `t * w.rows + r` for `r` in `rows`.
-unsafe fn rows_task(w: &MatrixRef, file: &[u8], acts: &Activations, rows: Range<usize>, out: SharedMut<f32>) {
+unsafe fn rows_task(w: &QuantMatrix, acts: &Activations, rows: Range<usize>, out: SharedMut<f32>) {
     let n = acts.rows();
     let row_bytes = w.row_bytes();
-    let wr = &w.bytes(file)[rows.start * row_bytes..rows.end * row_bytes];
+    let wr = &w.bytes[rows.start * row_bytes..rows.end * row_bytes];
     let put = |t: usize, r: usize, v: f32| out.write(t * w.rows + r, v);
     // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
     let mut t = 0;
@@ -88,7 +88,7 @@ unsafe fn rows_task(w: &MatrixRef, file: &[u8], acts: &Activations, rows: Range<
 }
 
 /// The row kernel, or `vec_dot` output by output for types without one.
-fn dots<const A: usize>(w: &MatrixRef, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
+fn dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
     if !dot_rows(w.ty, rows, w.cols, acts, a_rows, out) {
         for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
             *o = a_rows.map(|t| vec_dot(w.ty, wr, acts.row(t)));
@@ -100,52 +100,40 @@ fn dots<const A: usize>(w: &MatrixRef, rows: &[u8], acts: &Activations, a_rows: 
 mod tests {
     use super::*;
     use crate::quant::{dequantize_row, quantize_row, vec_dot_ref, GgmlType};
+    use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence, with an occasional outlier.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                let v = (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
-                if i % 37 == 0 {
-                    v * 10.0
-                } else {
-                    v
-                }
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|i| rng.uniform(-1.0, 1.0) * if i % 37 == 0 { 10.0 } else { 1.0 }).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
         // The legacy types have row kernels; Q4_K goes dot by dot. Odd and even block counts,
         // weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
-                let mut file = vec![0u8; ty.row_bytes(rows * cols)];
-                quantize_row(ty, &values(rows * cols, ty as u64), &mut file);
-                let w = MatrixRef { ty, rows, cols, offset: 0 };
+                let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
+                quantize_row(ty, &values(rows * cols, ty as u64), &mut bytes);
+                let w = QuantMatrix { ty, rows, cols, bytes: &bytes };
                 for n in [1, 3, 4, 5, 9] {
                     let x = values(n * cols, 100 + n as u64);
                     let mut acts = Activations::new();
                     acts.quantize(ty.act_kind(), &x, n);
                     let mut out = vec![0f32; n * rows];
-                    matmul(&mut [(&w, &mut out)], &file, &acts);
+                    matmul(&mut [(w, &mut out)], &acts);
                     for t in 0..n {
                         let mut one = Activations::new();
                         one.quantize(ty.act_kind(), &x[t * cols..(t + 1) * cols], 1);
                         let mut alone = vec![0f32; rows];
-                        matmul(&mut [(&w, &mut alone)], &file, &one);
+                        matmul(&mut [(w, &mut alone)], &one);
                         for r in 0..rows {
                             let at = format!("{ty:?} {cols} cols, batch {n}, [{t}, {r}]");
                             let got = out[t * rows + r];
                             assert_eq!(got.to_bits(), alone[r].to_bits(), "{at}: batched != alone");
-                            let wr = &file[r * w.row_bytes()..][..w.row_bytes()];
+                            let wr = &bytes[r * w.row_bytes()..][..w.row_bytes()];
                             let want = vec_dot_ref(ty, wr, acts.row(t));
                             let mut wf = vec![0f32; cols];
                             dequantize_row(ty, wr, &mut wf);
@@ -158,30 +146,29 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn several_matrices_in_one_call_equal_one_call_each() {
         let ty = GgmlType::Q4_1;
         let cols = ty.block_size() * 4;
-        let shapes = [71, 16, 130]; // rows of each matrix, stored one after another
-        let mut file = Vec::new();
-        let mut mats = Vec::new();
-        for (i, &rows) in shapes.iter().enumerate() {
-            let offset = file.len();
-            let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
-            quantize_row(ty, &values(rows * cols, 7 + i as u64), &mut bytes);
-            file.extend(bytes);
-            mats.push(MatrixRef { ty, rows, cols, offset });
-        }
+        let shapes = [71, 16, 130]; // rows of each matrix
+        let stored: Vec<Vec<u8>> = (shapes.iter().enumerate())
+            .map(|(i, &rows)| {
+                let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
+                quantize_row(ty, &values(rows * cols, 7 + i as u64), &mut bytes);
+                bytes
+            })
+            .collect();
+        let mats: Vec<QuantMatrix> =
+            shapes.iter().zip(&stored).map(|(&rows, bytes)| QuantMatrix { ty, rows, cols, bytes }).collect();
         for n in [1, 6] {
             let mut acts = Activations::new();
             acts.quantize(ty.act_kind(), &values(n * cols, 50 + n as u64), n);
             let mut together: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; n * m.rows]).collect();
-            let mut pairs: Vec<_> = mats.iter().zip(together.iter_mut()).map(|(m, o)| (m, &mut o[..])).collect();
-            matmul(&mut pairs, &file, &acts);
+            let mut pairs: Vec<_> = mats.iter().zip(together.iter_mut()).map(|(&m, o)| (m, &mut o[..])).collect();
+            matmul(&mut pairs, &acts);
             for (m, got) in mats.iter().zip(&together) {
                 let mut alone = vec![0f32; n * m.rows];
-                matmul(&mut [(m, &mut alone)], &file, &acts);
+                matmul(&mut [(*m, &mut alone)], &acts);
                 assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()), "{} rows, batch {n}", m.rows);
             }
         }
@@ -196,6 +183,7 @@ mod timing {
     use super::*;
     use crate::clock::now_ms;
     use crate::quant::{quantize_row, GgmlType};
+    use crate::test_support::test;
 
     /// The best time of `f` in ns per call, over `reps` calls at a time (the wasm32 clock counts whole ms).
     fn best_ns(reps: usize, mut f: impl FnMut()) -> f64 {
@@ -208,8 +196,7 @@ mod timing {
             .fold(f64::MAX, f64::min)
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
         for (ty, rows, cols, n) in
@@ -217,17 +204,17 @@ mod timing {
         {
             let x: Vec<f32> =
                 (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-            let mut file = vec![0u8; ty.row_bytes(rows * cols)];
-            quantize_row(ty, &x[..rows * cols], &mut file);
-            let w = MatrixRef { ty, rows, cols, offset: 0 };
+            let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
+            quantize_row(ty, &x[..rows * cols], &mut bytes);
+            let w = QuantMatrix { ty, rows, cols, bytes: &bytes };
             let mut acts = Activations::new();
             acts.quantize(ty.act_kind(), &x[..n * cols], n);
             let mut out = vec![0f32; n * rows];
             let reps = if n == 1 && rows < 10000 { 100 } else { 5 };
-            let fast = best_ns(reps, || matmul(&mut [(&w, &mut out)], &file, &acts));
+            let fast = best_ns(reps, || matmul(&mut [(w, &mut out)], &acts));
             let plain = best_ns(reps, || {
                 for r in 0..rows {
-                    let wr = &file[r * w.row_bytes()..][..w.row_bytes()];
+                    let wr = &bytes[r * w.row_bytes()..][..w.row_bytes()];
                     for t in 0..n {
                         out[t * rows + r] = vec_dot(ty, wr, acts.row(t));
                     }
@@ -256,27 +243,35 @@ mod timing {
 #[cfg(all(target_arch = "wasm32", feature = "bench"))]
 #[wasm_bindgen::prelude::wasm_bindgen(js_name = matmulChain)]
 pub fn matmul_chain(layers: usize, passes: usize) -> f64 {
-    use crate::kernels::parallel::in_pool;
+    use crate::parallel::in_pool;
     use crate::quant::{quantize_row, GgmlType};
     const SHAPES: [(usize, usize); 4] = [(960, 576), (576, 576), (3072, 576), (576, 1536)];
     let ty = GgmlType::Q4_1;
     let x: Vec<f32> = (0..3072 * 576).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-    let mut file = Vec::new();
-    let mut mats = Vec::new();
+    let mut file = Vec::new(); // the matrices one after another, as in a model file
+    let mut placed = Vec::new();
     for _ in 0..layers {
         for (rows, cols) in SHAPES {
             let offset = file.len();
             file.resize(offset + ty.row_bytes(rows * cols), 0);
             quantize_row(ty, &x[..rows * cols], &mut file[offset..]);
-            mats.push(MatrixRef { ty, rows, cols, offset });
+            placed.push((rows, cols, offset));
         }
     }
+    let mats: Vec<QuantMatrix> = (placed.iter())
+        .map(|&(rows, cols, offset)| QuantMatrix {
+            ty,
+            rows,
+            cols,
+            bytes: &file[offset..][..ty.row_bytes(rows * cols)],
+        })
+        .collect();
     let mut acts = Activations::new();
     let mut out = vec![0f32; 3072];
     let mut pass = || {
         for m in &mats {
             acts.quantize(ty.act_kind(), &x[..m.cols], 1);
-            matmul(&mut [(m, &mut out[..m.rows])], &file, &acts);
+            matmul(&mut [(*m, &mut out[..m.rows])], &acts);
         }
     };
     in_pool(&mut pass); // warm-up: code compiled, weights touched

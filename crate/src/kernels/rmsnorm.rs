@@ -16,9 +16,9 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn normalizes_to_unit_rms() {
         let x = [3.0f32, -4.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
         let w = [1.0f32, 2.0, 1.0, 1.0];

@@ -62,9 +62,9 @@ impl Rope {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn rotates_pairs_by_position() {
         // head_dim 4, base 10000: pair 0 turns by pos rad, pair 1 by pos/100 rad.
         let rope = Rope::new(4, 4, 10000.0, 1.0, false);

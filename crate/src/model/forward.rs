@@ -5,14 +5,13 @@
 
 use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::matmul::matmul;
-use crate::kernels::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::kernels::rmsnorm::rmsnorm;
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
-use crate::model::weights::MatrixRef;
 use crate::model::Model;
-use crate::quant::{dequantize_row, Activations};
+use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
+use crate::quant::{dequantize_row, Activations, QuantMatrix};
 
 /// Scratch for one forward call of up to `n_batch` tokens.
 pub struct RunState {
@@ -118,8 +117,11 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             &mut s.acts,
             &s.xb[..n * d],
             n,
-            &mut [(&lw.wq, &mut s.q[..n * qd]), (&lw.wk, &mut s.k[..n * kvd]), (&lw.wv, &mut s.v[..n * kvd])],
-            file,
+            &mut [
+                (lw.wq.view(file), &mut s.q[..n * qd]),
+                (lw.wk.view(file), &mut s.k[..n * kvd]),
+                (lw.wv.view(file), &mut s.v[..n * kvd]),
+            ],
         );
         for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
             if let Some(b) = bias {
@@ -137,8 +139,9 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             });
         }
         kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
-        attention(&shape, &s.q[..n * qd], &kv.layers[l], pos0, &mut s.att[..n * qd], &mut s.att_scratch);
-        project(&mut s.acts, &s.att[..n * qd], n, &mut [(&lw.wo, &mut s.proj[..n * d])], file);
+        let (keys, values) = (kv.layers[l].keys(), kv.layers[l].values());
+        attention(&shape, &s.q[..n * qd], keys, values, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
+        project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
@@ -147,12 +150,11 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             &mut s.acts,
             &s.xb[..n * d],
             n,
-            &mut [(&lw.w_gate, &mut s.gate[..n * ff]), (&lw.w_up, &mut s.up[..n * ff])],
-            file,
+            &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
         );
         let up = &s.up;
         for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| swiglu(g, &up[t0 * ff..][..g.len()]));
-        project(&mut s.acts, &s.gate[..n * ff], n, &mut [(&lw.w_down, &mut s.proj[..n * d])], file);
+        project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
     }
 
@@ -165,19 +167,19 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     let rows = n - first;
     norm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
     s.logits.resize(rows * c.vocab_size, 0.0);
-    project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(&w.output, &mut s.logits[..])], file);
+    project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(w.output.view(file), &mut s.logits[..])]);
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
 /// and multiplying the matrices that share one in one call.
-fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(&MatrixRef, &mut [f32])], file: &[u8]) {
+fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix, &mut [f32])]) {
     let mut rest = outs;
     while let Some((m, _)) = rest.first() {
         let kind = m.ty.act_kind();
         let same = rest.iter().take_while(|(m, _)| m.ty.act_kind() == kind).count();
         let (group, tail) = rest.split_at_mut(same);
         acts.quantize(kind, x, n);
-        matmul(group, file, acts);
+        matmul(group, acts);
         rest = tail;
     }
 }

@@ -8,7 +8,7 @@ use std::ops::Deref;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::model::config::{Arch, Config};
-use crate::quant::{dequantize_row, GgmlType};
+use crate::quant::{dequantize_row, GgmlType, QuantMatrix};
 
 /// The bytes of a whole GGUF file: read into memory, or (natively) memory-mapped.
 pub enum ModelBytes {
@@ -45,6 +45,11 @@ impl MatrixRef {
     /// The matrix's bytes within the model file.
     pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
         &file[self.offset..self.offset + self.rows * self.row_bytes()]
+    }
+
+    /// The matrix as the kernels read it, in place in the model file.
+    pub fn view<'a>(&self, file: &'a [u8]) -> QuantMatrix<'a> {
+        QuantMatrix { ty: self.ty, rows: self.rows, cols: self.cols, bytes: self.bytes(file) }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::any::TypeId;
 
-use crate::kernels::parallel::for_each_row_chunk;
+use crate::parallel::for_each_row_chunk;
 
 use half::f16;
 
@@ -294,17 +294,13 @@ mod fast {
     #[cfg(test)]
     mod tests {
         use super::*;
+        use crate::test_support::{test, Rng};
 
         /// Blocks of every kind: random, exact ties (amax 127 makes `id` 1), zeros, tiny (subnormal `d`,
         /// infinite `id`), huge, with NaN and infinities.
         fn blocks() -> Vec<f32> {
-            let mut s = 0x2545_F491u32;
-            let mut next = || {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-            };
+            let mut rng = Rng::new(1);
+            let mut next = || rng.uniform(-1.0, 1.0);
             let mut x = Vec::new();
             for b in 0..64 {
                 let block: Vec<f32> = match b % 8 {
@@ -321,8 +317,7 @@ mod fast {
             x
         }
 
-        #[cfg_attr(not(target_arch = "wasm32"), test)]
-        #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+        #[test]
         fn simd_quantizers_are_byte_identical_to_the_references() {
             let x = blocks();
             let n = x.len() / QK8;

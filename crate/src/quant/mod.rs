@@ -209,6 +209,22 @@ impl GgmlType {
     }
 }
 
+/// A matrix in its GGUF blocks, read where it lies: `rows` rows of `cols` elements of type `ty`, back to
+/// back in `bytes` (`rows * ty.row_bytes(cols)` of them).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantMatrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'a [u8],
+}
+
+impl QuantMatrix<'_> {
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.cols)
+    }
+}
+
 /// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {

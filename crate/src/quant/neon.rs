@@ -324,7 +324,7 @@ mod tests {
         unsafe fn sdot(x: int8x16_t, y: int8x16_t) -> i32 {
             vaddvq_s32(SDot::dot(vdupq_n_s32(0), x, y))
         }
-        let mut rng = crate::quant::tests::Rng::new(3);
+        let mut rng = crate::test_support::Rng::new(3);
         for _ in 0..1000 {
             let mut x = [0u8; 16];
             rng.fill(&mut x);

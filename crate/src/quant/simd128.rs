@@ -404,8 +404,9 @@ pub fn bf16_f32(w: &[BlockBF16], a: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[wasm_bindgen_test::wasm_bindgen_test]
+    #[test]
     fn f16_conversion_is_exact_for_every_f16() {
         let c = Consts::new();
         for bits in 0..=u16::MAX {

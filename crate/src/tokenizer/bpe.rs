@@ -175,9 +175,9 @@ impl Bpe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn byte_alphabet_round_trips() {
         assert_eq!(byte_to_char(b' '), 'Ġ');
         assert_eq!(byte_to_char(b'\n'), 'Ċ');

@@ -291,13 +291,13 @@ fn is_default_punctuation(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
     fn split(pre: &PreTokenizer, text: &str) -> Vec<String> {
         pre.split(text).into_iter().map(str::to_owned).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn gpt2_splits_words_spaces_and_contractions() {
         let p = PreTokenizer::GPT2;
         assert_eq!(split(&p, "Hello world"), ["Hello", " world"]);
@@ -311,8 +311,7 @@ mod tests {
         assert_eq!(split(&p, ""), Vec::<String>::new());
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn smollm_isolates_every_digit_first() {
         let p = PreTokenizer::SMOLLM;
         assert_eq!(split(&p, "is 2024!"), ["is", " ", "2", "0", "2", "4", "!"]);
@@ -320,8 +319,7 @@ mod tests {
         assert_eq!(split(&p, "x²٣y"), ["x", "²", "٣", "y"]);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn llama3_tricky_strings() {
         let p = PreTokenizer::LLAMA3;
         // Case-insensitive contractions; a leading non-letter joins the word.
@@ -345,8 +343,7 @@ mod tests {
         assert_eq!(split(&p, "naïve café"), ["naïve", " café"]);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn qwen2_splits_digits_one_by_one() {
         let p = PreTokenizer::QWEN2;
         assert_eq!(split(&p, "abc 2024"), ["abc", " ", "2", "0", "2", "4"]);
@@ -357,8 +354,7 @@ mod tests {
         assert_eq!(split(&p, "👍🏽ok"), ["👍🏽", "ok"]);
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn default_pipeline() {
         let p = PreTokenizer::DEFAULT;
         // Punctuation runs first (a backtick is not one of them), then GPT-2, then numbers, then digit triples.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::gguf::Value;
+use crate::test_support::test;
 
 fn gguf(entries: Vec<(&str, Value)>) -> Gguf {
     let metadata: BTreeMap<String, Value> = entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
@@ -57,8 +58,7 @@ fn ids_of(t: &Tokenizer, texts: &[&str]) -> Vec<u32> {
     texts.iter().map(|s| t.token_id(s).unwrap_or_else(|| panic!("no token {s:?}"))).collect()
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn spm_merges_by_score_not_length() {
     let t = Tokenizer::from_gguf(&spm_vocab(SPM_PIECES, vec![])).unwrap();
     // "▁abc": "ab" (-0.5) merges first, then "▁ab" (-0.6); "abc" (-3.0) never gets a chance, "▁abc" is no token.
@@ -71,8 +71,7 @@ fn spm_merges_by_score_not_length() {
     assert_eq!(t.decode(&ids_of(&t, &["▁ab", "c", "▁ab"])).unwrap(), "abc ab"); // first space dropped
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn spm_byte_fallback_and_unknown() {
     let t = Tokenizer::from_gguf(&spm_vocab(SPM_PIECES, vec![])).unwrap();
     let ids = t.encode("é", false).unwrap(); // U+00E9 = C3 A9, no piece for it
@@ -91,8 +90,7 @@ fn spm_byte_fallback_and_unknown() {
     assert_eq!(t.decode(&[3, 4, 0]).unwrap(), "a<unk>");
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn spm_specials_bos_and_space_prefix() {
     let t = Tokenizer::from_gguf(&spm_vocab(SPM_PIECES, vec![])).unwrap();
     assert_eq!((t.bos(), t.eos(), t.adds_bos()), (Some(1), Some(2), true));
@@ -144,8 +142,7 @@ fn byte_ids(s: &str) -> Vec<u32> {
     s.bytes().map(u32::from).collect()
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn bpe_merges_by_rank() {
     let words = ["he", "ll", "hell", "hello", "Ġhello", "lo", "xyz", "qr"];
     let merges = ["l o", "h e", "l l", "he ll", "hell o", "Ġ hello", "q r", "x y"];
@@ -162,8 +159,7 @@ fn bpe_merges_by_rank() {
     assert_eq!(t.decode(&t.encode("hello xyz!", false).unwrap()).unwrap(), "hello xyz!");
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn bpe_llama3_ignores_merges_for_whole_word_tokens() {
     let words = ["xyz"];
     let t = Tokenizer::from_gguf(&bpe_vocab("llama-bpe", &words, &[], &[("<|eot_id|>", 3)])).unwrap();
@@ -178,8 +174,7 @@ fn bpe_llama3_ignores_merges_for_whole_word_tokens() {
     assert_eq!(t.encode("xyz", false).unwrap(), byte_ids("xyz"));
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn special_tokens_split_longest_first() {
     let specials = [("<|end|>", 3), ("<tool>", 4), ("<tool>x", 4), ("<unk>", 2)];
     let t = Tokenizer::from_gguf(&bpe_vocab("gpt-2", &[], &[], &specials)).unwrap();
@@ -199,8 +194,7 @@ fn special_tokens_split_longest_first() {
     assert!(t.is_eog(end)); // "<|end|>" is an end-of-generation text
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn eog_set_from_ids_and_texts() {
     let specials =
         [("<|im_end|>", 3), ("<|endoftext|>", 3), ("<|fim_pad|>", 3), ("<|file_sep|>", 3), ("<|im_start|>", 3)];
@@ -214,8 +208,7 @@ fn eog_set_from_ids_and_texts() {
     assert!(t.is_control(256) && t.is_eog(256));
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn bad_metadata_is_a_typed_error() {
     let e = Tokenizer::from_gguf(&bpe_vocab("no-such-pre", &[], &[], &[])).unwrap_err();
     assert!(matches!(e, Error::Tokenizer(ref m) if m.contains("no-such-pre")), "{e}");
@@ -235,8 +228,7 @@ fn bad_metadata_is_a_typed_error() {
     assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(_))));
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn out_of_range_ids_are_errors() {
     let t = Tokenizer::from_gguf(&bpe_vocab("gpt-2", &[], &[], &[])).unwrap();
     let n = t.vocab_size() as u32;
@@ -249,8 +241,7 @@ fn out_of_range_ids_are_errors() {
     assert!(!t.is_eog(u32::MAX) && !t.is_control(u32::MAX));
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn stream_decoder_holds_incomplete_characters() {
     let t = Tokenizer::from_gguf(&bpe_vocab("gpt-2", &[], &[], &[])).unwrap();
     let text = "ok 👍🏽 é!";
@@ -279,8 +270,7 @@ fn stream_decoder_holds_incomplete_characters() {
     assert_eq!(d.push(u32::from(b'b')).unwrap(), "b");
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn decode_cleans_spaces_where_the_vocabulary_asks() {
     // gpt-2 has clean_spaces; qwen2 does not.
     let text = "a , b . c ' d 's 't 're";

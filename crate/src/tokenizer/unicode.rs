@@ -56,9 +56,9 @@ pub(crate) fn is_whitespace(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn categories_of_sample_code_points() {
         assert_eq!(category('a'), Category::Letter);
         assert_eq!(category('7'), Category::Number);
@@ -84,8 +84,7 @@ mod tests {
         assert_eq!(category('\u{10FFFD}'), Category::Control); // private use
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn whitespace_is_the_white_space_property() {
         for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
             assert_eq!(is_whitespace(c), c.is_whitespace(), "U+{:04X}", c as u32);

@@ -6,6 +6,11 @@
 
 pub mod gguf_writer;
 pub mod logits;
+/// `#[test]` on every target and the tests' generator: the crate's unit tests' own file.
+#[path = "../../../crate/src/test_support.rs"]
+pub mod test_support;
+
+pub use test_support::test;
 
 use std::sync::{Arc, OnceLock};
 

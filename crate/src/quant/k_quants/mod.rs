@@ -293,7 +293,7 @@ pub(crate) fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8; QK_K / 4]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::tests::Rng;
+    use crate::test_support::{test, Rng};
 
     /// ggml's `get_scale_min_k4`, byte by byte.
     fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
@@ -304,8 +304,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn scale_decoders_match_ggml_bytewise_forms() {
         let mut rng = Rng::new(7);
         for _ in 0..1000 {
@@ -328,8 +327,7 @@ mod tests {
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn nearest_int_rounds_half_to_even() {
         for (x, want) in [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (3.49, 3), (-3.51, -4), (1e6, 1_000_000)]
         {

@@ -6,10 +6,11 @@
 use std::mem::offset_of;
 
 use super::data::{filled_row, random_activations, random_row, round_trip_inputs, saturated_activations, super_scale};
-use super::data::{ActSource, Rng, Saturated};
+use super::data::{ActSource, Saturated};
 use super::RoundTrip;
 use crate::quant::act::f16_to_f32;
 use crate::quant::*;
+use crate::test_support::Rng;
 
 /// Random trials per row length, alternately with quantized and raw activations.
 const TRIALS: usize = 20;

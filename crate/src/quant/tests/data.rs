@@ -1,50 +1,11 @@
-//! Test data: a deterministic generator, weight rows of any type, activation rows of any kind, and the
-//! inputs of the round-trip checks.
+//! Test data: weight rows of any type, activation rows of any kind, and the inputs of the round-trip
+//! checks, drawn from [`crate::test_support::Rng`].
 
 use std::mem::offset_of;
 
 use crate::quant::act::{f16_to_f32, f32_to_f16, QK8, QK_K};
 use crate::quant::*;
-
-/// Deterministic xorshift64* generator (tests must not depend on a rand crate or on the run).
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-
-    /// Standard normal (Box-Muller).
-    pub fn normal(&mut self) -> f32 {
-        let u1 = 1.0 - self.uniform(0.0, 1.0); // (0, 1]
-        let u2 = self.uniform(0.0, 1.0);
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
-    }
-
-    pub fn fill(&mut self, bytes: &mut [u8]) {
-        for b in bytes {
-            *b = self.next_u64() as u8;
-        }
-    }
-
-    /// A float of random sign and magnitude between 2^-12 and 2 (log-uniform): a sane scale or weight.
-    pub fn sane(&mut self) -> f32 {
-        let sign = if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
-        sign * self.uniform(-12.0, 1.0).exp2()
-    }
-}
+use crate::test_support::Rng;
 
 #[derive(Clone, Copy)]
 enum Float {

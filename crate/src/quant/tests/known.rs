@@ -3,9 +3,9 @@
 
 use super::checks::quantized;
 use crate::quant::GgmlType;
+use crate::test_support::test;
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn q4_0_known_block() {
     // max = -8, so d = 1: q = trunc(x + 8.5), at most 15.
     let mut x: Vec<f32> = (0..16).map(|j| j as f32 - 8.0).collect(); // q = j
@@ -20,8 +20,7 @@ fn q4_0_known_block() {
     assert_eq!(quantized(GgmlType::Q4_0, &x), expected);
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn q4_1_known_block() {
     // min = -1, max = 14, so d = 1, m = -1: q = trunc(x + 1 + 0.5).
     let mut x: Vec<f32> = (0..16).map(|j| j as f32 - 1.0).collect(); // q = j
@@ -37,8 +36,7 @@ fn q4_1_known_block() {
     assert_eq!(quantized(GgmlType::Q4_1, &x), expected);
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn q5_0_known_block() {
     // max = -16, so d = 1: q = trunc(x + 16.5), at most 31.
     let mut x: Vec<f32> = (0..16).map(|j| j as f32 - 16.0).collect(); // q = j
@@ -54,8 +52,7 @@ fn q5_0_known_block() {
     assert_eq!(quantized(GgmlType::Q5_0, &x), expected);
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn q5_1_known_block() {
     // min = -1, max = 30, so d = 1, m = -1: q = trunc(x + 1 + 0.5).
     let mut x: Vec<f32> = (0..16).map(|j| j as f32 - 1.0).collect(); // q = j
@@ -72,8 +69,7 @@ fn q5_1_known_block() {
     assert_eq!(quantized(GgmlType::Q5_1, &x), expected);
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn q8_0_known_block() {
     // amax = 127, so d = 1: q = round(x), halves away from zero.
     let mut x = vec![127.0, -127.0, 0.5, -0.5, 1.49, -2.5, 63.7];
@@ -84,8 +80,7 @@ fn q8_0_known_block() {
     assert_eq!(quantized(GgmlType::Q8_0, &x), expected);
 }
 
-#[cfg_attr(not(target_arch = "wasm32"), test)]
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[test]
 fn float_known_values() {
     assert_eq!(quantized(GgmlType::F32, &[1.5, -0.0]), [0x00, 0x00, 0xC0, 0x3F, 0x00, 0x00, 0x00, 0x80]);
     // f16: 1 + 2^-11 ties to even (1.0), 1 + 3 * 2^-11 ties up to 0x3C02, 65504 is the largest finite.

@@ -12,9 +12,8 @@ mod checks;
 mod data;
 mod known;
 
-pub(crate) use data::Rng;
-
 use super::*;
+use crate::test_support::test;
 
 /// How far `dequantize(quantize(x))` may be from `x`.
 #[derive(Clone, Copy)]
@@ -40,8 +39,7 @@ fn check_type(ty: GgmlType, dot_tolerance: f64, round_trip: RoundTrip) {
 /// One test per type: `name: type, dot tolerance, round-trip bound;`.
 macro_rules! type_checks {
     ($($name:ident: $ty:ident, $dot_tolerance:expr, $round_trip:expr;)*) => {$(
-        #[cfg_attr(not(target_arch = "wasm32"), test)]
-        #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+        #[test]
         fn $name() {
             check_type(GgmlType::$ty, $dot_tolerance, $round_trip);
         }
@@ -75,7 +73,7 @@ type_checks! {
 fn timing_576_wide_rows() {
     use std::time::Instant;
     let (cols, rows) = (576, 1536);
-    let mut rng = Rng::new(7);
+    let mut rng = crate::test_support::Rng::new(7);
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::F16] {
         let w = data::random_row(ty, rows * cols / ty.block_size(), &mut rng);
         let acts = data::random_activations(ty.act_kind(), 1, cols, data::ActSource::Quantized, &mut rng);

@@ -1,5 +1,7 @@
 //! Data parallelism over index ranges: rayon natively and in the threaded wasm build (feature
 //! `threads`: rayon on Web Workers, see `crate::wasm_threads`), the calling thread in the plain wasm build.
+//! It sits below both [`crate::kernels`] and [`crate::quant`] (which quantizes activation rows with
+//! [`for_each_row_chunk`]) and uses neither.
 //!
 //! A forward pass runs [`in_pool`]: it holds the pool's workers as a [`team::Team`] for its duration,
 //! and the parallel loops inside hand their chunks to that team (see `team.rs` for why).
@@ -199,6 +201,7 @@ pub fn threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     /// Run `loops` loops of `n` indices inside one forward-like `in_pool` call, each index counted.
@@ -212,16 +215,14 @@ mod tests {
         counts.into_iter().map(AtomicUsize::into_inner).collect()
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn every_index_runs_once_per_loop() {
         for (loops, n, chunk) in [(1, 1, 1), (500, 37, 3), (2000, 9, 1), (3, 100_000, 7), (10, 5, 64)] {
             assert!(count_indices(loops, n, chunk).iter().all(|&c| c == loops), "{loops} loops of {n} by {chunk}");
         }
     }
 
-    #[cfg_attr(not(target_arch = "wasm32"), test)]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    #[test]
     fn loops_nested_in_a_chunk_run_every_index() {
         let total = AtomicUsize::new(0);
         in_pool(|| {

@@ -1,0 +1,51 @@
+//! What every test shares: the test attribute of both targets and one deterministic generator.
+//!
+//! The crate's unit tests use it as `crate::test_support`; the integration tests (tests/rust) compile
+//! this same file into their `support` module, so it uses nothing of the crate.
+
+/// `#[test]` on every target: import it (`use crate::test_support::test;`) and write `#[test]`. Natively
+/// it is the built-in test attribute; on wasm32 it is wasm-bindgen-test's, which runs in Node or a browser.
+#[cfg(not(target_arch = "wasm32"))]
+pub use std::prelude::v1::test;
+#[cfg(target_arch = "wasm32")]
+pub use wasm_bindgen_test::wasm_bindgen_test as test;
+
+/// Deterministic xorshift64* generator: test data the same on every run and target, without a rand crate.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f32 {
+        let u1 = 1.0 - self.uniform(0.0, 1.0); // (0, 1]
+        let u2 = self.uniform(0.0, 1.0);
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+    }
+
+    pub fn fill(&mut self, bytes: &mut [u8]) {
+        for b in bytes {
+            *b = self.next_u64() as u8;
+        }
+    }
+
+    /// A float of random sign and magnitude between 2^-12 and 2 (log-uniform): a sane scale or weight.
+    pub fn sane(&mut self) -> f32 {
+        let sign = if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+        sign * self.uniform(-12.0, 1.0).exp2()
+    }
+}
