@@ -13,6 +13,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod kernels;
 pub mod kv_cache;
+pub mod memory;
 pub mod model;
 pub mod parallel;
 pub mod quant;
