@@ -123,6 +123,8 @@ pub(crate) struct Evaluator {
     logits: Vec<f32>,
     /// Why the GPU was given up under `Auto` (at opening or later).
     fallback: Option<Error>,
+    /// Whether to start from and add to the model's prefix cache.
+    use_prefix_cache: bool,
 }
 
 impl Evaluator {
@@ -190,6 +192,7 @@ impl Evaluator {
             tokens: Vec::new(),
             logits: Vec::new(),
             fallback,
+            use_prefix_cache: true,
         })
     }
 
@@ -268,6 +271,36 @@ impl Evaluator {
             (Want::Argmax, None) => unreachable!("the last batch returns the argmax"),
             (Want::Last | Want::All, _) => Out::Logits(&self.logits),
         })
+    }
+
+    /// Take the longest prefix of `tokens` the model's prefix cache holds, if it is longer than what
+    /// this cache already shares with them (CPU only for now: the GPU keeps its KV on the device). How
+    /// many leading tokens of `tokens` the cache now holds.
+    pub(crate) fn recall(&mut self, tokens: &[u32]) -> usize {
+        let held = self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        if self.gpu.is_some() || !self.use_prefix_cache {
+            return held;
+        }
+        self.truncate(held);
+        let model = self.model.clone();
+        let (_, kv, _) = self.cpu_state();
+        let n = model.prefix_cache().restore(tokens, held, kv);
+        self.tokens.extend_from_slice(&tokens[held..n]);
+        n
+    }
+
+    pub(crate) fn set_prefix_cache(&mut self, on: bool) {
+        self.use_prefix_cache = on;
+    }
+
+    /// Put what this cache holds into the model's prefix cache, for any session to start from.
+    pub(crate) fn remember(&mut self) {
+        if self.gpu.is_some() || !self.use_prefix_cache {
+            return;
+        }
+        if let Some((kv, _)) = &self.cpu {
+            self.model.prefix_cache().insert(&self.tokens, kv);
+        }
     }
 
     /// Teacher-forced scoring of `tokens` from position 0: for each position, the `k` most likely next

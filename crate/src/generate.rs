@@ -169,13 +169,12 @@ pub(crate) struct Generation {
 
 impl Generation {
     /// A generation of `opts` for `prompt` in a context of `n_ctx`, prefilling `n_batch` tokens per
-    /// evaluation, on a cache that holds `cached`. Every check comes first: an error leaves the
-    /// cache as it was. The caller then keeps the first [`cached_tokens`](Self::cached_tokens).
+    /// evaluation. Every check comes first: an error changes no cache. The caller then calls
+    /// [`reuse_cache`](Self::reuse_cache) with its evaluator.
     pub(crate) fn new(
         model: &Arc<Model>,
         opts: GenerateOptions,
         prompt: &[u32],
-        cached: &[u32],
         n_ctx: usize,
         n_batch: usize,
     ) -> Result<Generation> {
@@ -193,12 +192,10 @@ impl Generation {
         if opts.max_tokens == 0 {
             return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
         }
-        // Keep the longest cached prefix, but always evaluate at least the last prompt token for its logits.
-        let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         Ok(Generation {
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
-            prefilled: common,
+            prefilled: 0,
             n_ctx,
             n_batch,
             vocab_size,
@@ -208,12 +205,7 @@ impl Generation {
             sampler: Sampler::new(opts.sampler.clone())?,
             opts,
             text: String::new(),
-            stats: Stats {
-                load_ms: model.load_ms(),
-                prompt_tokens: prompt.len(),
-                cached_tokens: common,
-                ..Stats::default()
-            },
+            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), ..Stats::default() },
             finish: None,
             pending: None,
             awaiting: None,
@@ -221,9 +213,15 @@ impl Generation {
         })
     }
 
-    /// Tokens of the cache this generation reuses.
-    pub(crate) fn cached_tokens(&self) -> usize {
-        self.stats.cached_tokens
+    /// Make `ev`'s cache hold the longest cached prefix of the prompt (but its last token, which is
+    /// evaluated for its logits): what `ev` already shares with it, or more from the model's prefix
+    /// cache, after putting what `ev` held there. The prefill starts after it.
+    pub(crate) fn reuse_cache(&mut self, ev: &mut Evaluator) {
+        ev.remember();
+        let held = ev.recall(&self.tokens[..self.prompt_len - 1]);
+        ev.truncate(held);
+        self.prefilled = held;
+        self.stats.cached_tokens = held;
     }
 
     /// What to do next: evaluate one prefill batch (at most `n_batch` prompt tokens), emit the

@@ -22,6 +22,12 @@ impl LayerCache {
         }
     }
 
+    /// The keys and values of `positions`, to overwrite (the prefix cache restores rows this way).
+    pub fn rows_mut(&mut self, positions: std::ops::Range<usize>) -> (&mut [[u8; 2]], &mut [[u8; 2]]) {
+        let rows = positions.start * self.kv_dim..positions.end * self.kv_dim;
+        (&mut self.keys[rows.clone()], &mut self.values[rows])
+    }
+
     /// The keys of every position, `kv_dim` a row.
     pub fn keys(&self) -> &[[u8; 2]] {
         &self.keys

@@ -141,8 +141,8 @@ impl Session {
     /// An error (an empty or too long prompt, a bad token id or option) leaves the cache as it was.
     pub fn start(&mut self, prompt: &[u32], opts: GenerateOptions) -> Result<()> {
         self.generation = None;
-        let g = Generation::new(self.ev.model(), opts, prompt, self.ev.tokens(), self.n_ctx(), self.n_batch())?;
-        self.ev.truncate(g.cached_tokens());
+        let mut g = Generation::new(self.ev.model(), opts, prompt, self.n_ctx(), self.n_batch())?;
+        g.reuse_cache(&mut self.ev);
         self.generation = Some(g);
         Ok(())
     }
@@ -165,8 +165,15 @@ impl Session {
     }
 
     /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
+    /// What the cache holds goes into the model's prefix cache.
     pub fn finish(&mut self) -> Option<Output> {
+        self.ev.remember();
         self.generation.take().map(Generation::output)
+    }
+
+    /// Whether this session starts from and adds to the model's prefix cache (on by default).
+    pub fn set_prefix_cache(&mut self, on: bool) {
+        self.ev.set_prefix_cache(on);
     }
 
     /// Generate from `prompt`, calling `on_token` for each token as it is produced. Setting `cancel`

@@ -242,6 +242,16 @@ pub(crate) fn step_to_js(step: Option<Step>) -> Result<JsValue, JsValue> {
     Ok(o.into())
 }
 
+/// The model's prefix cache, as `info()` reports it.
+/// `null` while a forward pass on a worker holds the cache (the main thread must not wait for it).
+fn prefix_cache_info(model: &Model) -> serde_json::Value {
+    let Some(s) = model.prefix_cache().try_stats() else { return serde_json::Value::Null };
+    serde_json::json!({
+        "budget_bytes": s.budget_bytes, "bytes": s.bytes, "restored_tokens": s.restored_tokens,
+        "inserted_tokens": s.inserted_tokens, "evicted_pages": s.evicted_pages,
+    })
+}
+
 /// Model facts (the `info()` JSON of both engines).
 pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> serde_json::Value {
     let c = &model.config;
@@ -252,6 +262,7 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
         "threads": crate::parallel::threads(),
         "has_chat_template": model.chat_template().is_ok(),
+        "prefix_cache": prefix_cache_info(model),
         "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         "backend": "cpu",
     })
@@ -361,6 +372,18 @@ impl Engine {
     pub fn score(&self, ids: Vec<u32>, k: usize) -> Result<JsValue, JsValue> {
         probe_score_memory(&self.model, ids.len(), k)?;
         self.run(move |s| s.score(&ids, k), |positions| Ok(scores_json(&positions).into()))
+    }
+
+    /// Hold at most `bytes` in the model's prefix cache (0: keep nothing).
+    #[wasm_bindgen(js_name = setPrefixCacheBudget)]
+    pub fn set_prefix_cache_budget(&self, bytes: f64) {
+        self.model.prefix_cache().set_budget(bytes as usize);
+    }
+
+    /// Forget what the model's prefix cache holds.
+    #[wasm_bindgen(js_name = clearPrefixCache)]
+    pub fn clear_prefix_cache(&self) {
+        self.model.prefix_cache().clear();
     }
 
     /// Forget the conversation (the KV cache).

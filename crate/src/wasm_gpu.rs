@@ -177,6 +177,20 @@ impl GpuEngine {
         })
     }
 
+    /// As [`Engine::set_prefix_cache_budget`](crate::wasm::Engine::set_prefix_cache_budget).
+    #[wasm_bindgen(js_name = setPrefixCacheBudget)]
+    pub fn set_prefix_cache_budget(&self, bytes: f64) -> std::result::Result<(), JsValue> {
+        self.borrow()?.model.prefix_cache().set_budget(bytes as usize);
+        Ok(())
+    }
+
+    /// As [`Engine::clear_prefix_cache`](crate::wasm::Engine::clear_prefix_cache).
+    #[wasm_bindgen(js_name = clearPrefixCache)]
+    pub fn clear_prefix_cache(&self) -> std::result::Result<(), JsValue> {
+        self.borrow()?.model.prefix_cache().clear();
+        Ok(())
+    }
+
     /// Forget the conversation (the KV cache).
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.borrow()?.reset();
@@ -209,8 +223,8 @@ impl Inner {
     fn start(&mut self, prompt: &[u32], opts: crate::GenerateOptions) -> Result<()> {
         self.generation = None;
         let ev = &self.ev;
-        let g = Generation::new(ev.model(), opts, prompt, ev.tokens(), ev.n_ctx(), ev.n_batch())?;
-        self.ev.truncate(g.cached_tokens());
+        let mut g = Generation::new(ev.model(), opts, prompt, ev.n_ctx(), ev.n_batch())?;
+        g.reuse_cache(&mut self.ev);
         self.generation = Some(g);
         Ok(())
     }

@@ -39,6 +39,8 @@ export interface Engine {
   finish(cancel: boolean): string | undefined;
   score(ids: Uint32Array, k: number): unknown;
   reset(): void;
+  setPrefixCacheBudget(bytes: number): void;
+  clearPrefixCache(): void;
   free(): void;
 }
 

@@ -89,6 +89,24 @@ export interface LoadOptions {
   gpuMaxBindingBytes?: number;
   /** Let `auto` use a software adapter (SwiftShader, lavapipe), which it skips by default as slower than the CPU engine. */
   gpuAllowSoftware?: boolean;
+  /**
+   * The prefix cache: keys and values of token prefixes that later prompts start from instead of evaluating them
+   * again (the next turn of a chat, another chat with the same system prompt, a regenerated answer). On by default
+   * with a budget of 64 MiB in wasm (pages are allocated as it fills); `{ budgetBytes: 0 }` turns it off. In memory
+   * only for now, and on the CPU engine (the WebGPU backend keeps its cache on the GPU).
+   */
+  prefixCache?: { budgetBytes?: number };
+}
+
+/** The prefix cache's state (`info().prefixCache`). */
+export interface PrefixCacheInfo {
+  budgetBytes: number;
+  /** Bytes of keys and values it holds. */
+  bytes: number;
+  /** Prompt tokens taken from it instead of evaluated, over every request. */
+  restoredTokens: number;
+  insertedTokens: number;
+  evictedPages: number;
 }
 
 export interface ModelInfo {
@@ -124,6 +142,8 @@ export interface ModelInfo {
   /** Why one thread runs where more were asked for (by default: the cores): the page is not cross-origin
    * isolated, or the threaded build's workers could not start (the message says why). */
   threadFallback: ThreadFallback | null;
+  /** The prefix cache (`null` while a forward pass on a worker holds it). */
+  prefixCache: PrefixCacheInfo | null;
 }
 
 /** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */
@@ -134,7 +154,8 @@ export interface GenerateChunk {
 
 export interface Usage {
   promptTokens: number;
-  /** Prompt tokens whose keys and values were reused from the previous call (a shared prefix). */
+  /** Prompt tokens whose keys and values were reused, not evaluated: the prefix shared with this model's previous
+   * call or found in its prefix cache. */
   cachedTokens: number;
   completionTokens: number;
   totalTokens: number;
@@ -197,8 +218,12 @@ export class LLM {
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false } = options;
+    const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false, prefixCache } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
+    const budgetBytes = prefixCache?.budgetBytes;
+    if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes < 0)) {
+      throw invalid(`prefixCache.budgetBytes must be an integer >= 0, got ${budgetBytes}`);
+    }
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
@@ -237,9 +262,12 @@ export class LLM {
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
           throw engineError(e, wasm);
         });
+        if (budgetBytes !== undefined) engineCall(() => engine.setPrefixCacheBudget(budgetBytes));
         return new LLM(engine, wasm, backend, fallback, threadFallback);
       }
-      return new LLM(engineCall(() => Engine.fromBuffer(bytes, contextSize)), wasm, backend, fallback, threadFallback);
+      const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize));
+      if (budgetBytes !== undefined) engineCall(() => engine.setPrefixCacheBudget(budgetBytes));
+      return new LLM(engine, wasm, backend, fallback, threadFallback);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
@@ -312,9 +340,15 @@ export class LLM {
     return this.#exclusive(options.signal, async () => JSON.parse((await this.#callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
-  /** Forget the conversation's KV cache (the next prompt is evaluated from scratch). */
+  /** Forget the conversation's KV cache. The prefix cache keeps what it holds: the next prompt may still start
+   * from it (`clearPrefixCache()` forgets that too). */
   async reset(): Promise<void> {
     await this.#exclusive(undefined, () => this.#call((e) => e.reset()));
+  }
+
+  /** Forget what the prefix cache holds. */
+  async clearPrefixCache(): Promise<void> {
+    await this.#exclusive(undefined, () => this.#call((e) => e.clearPrefixCache()));
   }
 
   /** Free the model's memory. A generation in progress ends with an `E_DISPOSED` error. Idempotent. */
@@ -459,6 +493,15 @@ function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend' |
     backend: i.backend,
     gpuAdapter: i.adapter?.name ?? null,
     fallback: i.fallback ?? null,
+    prefixCache: i.prefix_cache
+      ? {
+          budgetBytes: i.prefix_cache.budget_bytes,
+          bytes: i.prefix_cache.bytes,
+          restoredTokens: i.prefix_cache.restored_tokens,
+          insertedTokens: i.prefix_cache.inserted_tokens,
+          evictedPages: i.prefix_cache.evicted_pages,
+        }
+      : null,
   };
 }
 

@@ -48,6 +48,7 @@ test('an AbortSignal stops the prefill of a long prompt promptly, with no tokens
   // may be late by the batch in progress, and stopping waits for at most one more: together less than 4 batches
   // (the whole prompt is 24, and attention grows along it). A prefill in one call would end before the timer ran.
   await llm.reset();
+  await llm.clearPrefixCache();
   const scale = await llm.complete(prompt.slice(0, 256), { ...GREEDY, maxTokens: 1 });
   assert.equal(scale.usage.cachedTokens, 0);
   const scaleMs = scale.timings.prefillMs;

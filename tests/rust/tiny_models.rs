@@ -15,6 +15,7 @@ mod support;
 
 use std::sync::Arc;
 
+use ruvllm::memory::PAGE_TOKENS;
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
 
@@ -222,6 +223,7 @@ fn stepwise_prefill_equals_a_single_forward_call() {
         let want = one_call.generate(&prompt, greedy(12), None, |_| {}).unwrap();
 
         let mut stepwise = session(&model, 8);
+        stepwise.set_prefix_cache(false); // every batch evaluated, none restored from the first session's
         stepwise.start(&prompt, greedy(12)).unwrap();
         let (mut prefilled, mut ids) = (Vec::new(), Vec::new());
         while let Some(step) = stepwise.next_step().unwrap() {
@@ -256,6 +258,7 @@ fn cancel_during_prefill_leaves_a_usable_session() {
     let want = session(&model, 8).generate(&prompt, greedy(6), None, |_| {}).unwrap();
 
     let mut s = session(&model, 8);
+    s.set_prefix_cache(false); // the session's own cache only
     s.start(&prompt, greedy(6)).unwrap();
     assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 8, total: prompt.len() }));
     assert_eq!(s.next_step().unwrap(), Some(Step::Prefill { done: 16, total: prompt.len() }));
@@ -272,4 +275,37 @@ fn cancel_during_prefill_leaves_a_usable_session() {
     let again = s.generate(&prompt, greedy(6), None, |_| {}).unwrap();
     assert_eq!((again.stats.cached_tokens, again.stats.prefilled_tokens), (16, prompt.len() - 16));
     assert_eq!(again.ids, want.ids);
+}
+
+/// A new session starts from the model's prefix cache: the whole pages of its prompt that an earlier session
+/// evaluated (its prompt and its answer, as the next turn of a chat) are restored, not prefilled, and the greedy ids
+/// equal those of a session that prefills everything.
+#[test]
+fn sessions_start_from_the_prefix_cache_with_the_same_ids() {
+    for file in [LLAMA_SPM, QWEN2] {
+        let (model, entry) = load(file);
+        let prompt = long_prompt(&entry);
+        let first = session(&model, 8).generate(&prompt, greedy(6), None, |_| {}).unwrap();
+        let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..5]).copied().collect();
+
+        let mut plain = session(&model, 8);
+        plain.set_prefix_cache(false);
+        let want = plain.generate(&turn2, greedy(6), None, |_| {}).unwrap();
+        assert_eq!(want.stats.cached_tokens, 0, "{file}");
+
+        let again = session(&model, 8).generate(&turn2, greedy(6), None, |_| {}).unwrap();
+        // The first session's cache held its prompt and answer but the last token (never evaluated).
+        let held = prompt.len() + first.ids.len() - 1;
+        assert_eq!(again.stats.cached_tokens, held / PAGE_TOKENS * PAGE_TOKENS, "{file}");
+        assert_eq!(again.stats.prefilled_tokens, turn2.len() - again.stats.cached_tokens, "{file}");
+        assert_eq!(again.ids, want.ids, "{file}: greedy ids with the prefix cache");
+        let stats = model.prefix_cache().stats();
+        assert_eq!(stats.restored_tokens, again.stats.cached_tokens as u64, "{file}");
+        assert!(stats.bytes <= stats.budget_bytes, "{file}: {stats:?}");
+
+        // Cleared, it gives nothing.
+        model.prefix_cache().clear();
+        let cold = session(&model, 8).generate(&turn2, greedy(6), None, |_| {}).unwrap();
+        assert_eq!((cold.stats.cached_tokens, cold.ids), (0, want.ids), "{file}");
+    }
 }

@@ -7,6 +7,7 @@ pub mod weights;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::memory::PrefixCache;
 use crate::tokenizer::Tokenizer;
 use config::Config;
 use weights::{ModelBytes, Weights};
@@ -22,7 +23,12 @@ pub struct Model {
     metadata_name: Option<String>,
     /// Milliseconds from the bytes being available (or the file opened) to a ready model.
     load_ms: f64,
+    /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
+    prefix_cache: PrefixCache,
 }
+
+/// The prefix cache's budget until the caller sets one: pages are allocated as they fill, up to this.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = if cfg!(target_arch = "wasm32") { 64 << 20 } else { 256 << 20 };
 
 impl Model {
     /// Load from a whole GGUF file held in memory (the path wasm32 uses: the caller passes the bytes).
@@ -57,7 +63,8 @@ impl Model {
         let chat_template = ChatTemplate::from_gguf(&gguf);
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
         let load_ms = crate::clock::now_ms() - t0;
-        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms })
+        let prefix_cache = PrefixCache::new(config.n_layers, config.kv_dim(), DEFAULT_PREFIX_CACHE_BYTES);
+        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms, prefix_cache })
     }
 
     /// The whole GGUF file; weights are byte ranges of it.
@@ -76,6 +83,11 @@ impl Model {
 
     pub fn name(&self) -> Option<&str> {
         self.metadata_name.as_deref()
+    }
+
+    /// The KV of token prefixes shared by this model's sessions (budget, stats, clear).
+    pub fn prefix_cache(&self) -> &PrefixCache {
+        &self.prefix_cache
     }
 
     pub fn load_ms(&self) -> f64 {
