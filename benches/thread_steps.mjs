@@ -33,7 +33,9 @@ async function load(pkg, threads) {
     await glue.default({ module_or_path: readFileSync(path.join(path.resolve(ROOT, pkg), 'ruvllm_bg.wasm')) });
     if (threads > 1) await glue.initThreadPool(threads);
   });
-  return new glue.Engine(readFileSync(args.model), 0);
+  const engine = new glue.Engine(readFileSync(args.model), 0);
+  engine.setPrefixCacheBudget(0); // every step measured, none restored from the prefix cache
+  return engine;
 }
 
 const builds = [

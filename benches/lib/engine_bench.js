@@ -8,6 +8,8 @@
 // decode_wall_tok_s is decode as the caller sees it: the same steps timed around `await engine.nextStep()`, so it
 // also counts handing each step to the pool and the Promise settling back in JS (the threaded build).
 export async function benchEngine(engine, promptIds, { genTokens, reps }) {
+  // Every repetition prefills the whole prompt: no prefix cache (benches/prefix_cache.mjs measures that).
+  engine.setPrefixCacheBudget(0);
   const generate = async (ids, maxTokens) => {
     const { out, decodeSteps } = await timedGeneration(engine, ids, maxTokens);
     out.decode_wall_tok_s = decodeSteps.length / (decodeSteps.reduce((a, b) => a + b, 0) / 1000);

@@ -214,7 +214,8 @@ fn bench(args: &Args) -> CliResult {
     let mut ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
     ids.truncate(n_prompt);
     let mut sess = session(args, model)?;
-    // Warm-up (page in the weights), not measured.
+    sess.set_prefix_cache(false); // the whole prompt prefilled, as a benchmark of the prefill
+                                  // Warm-up (page in the weights), not measured.
     sess.eval(&ids[..ids.len().min(16)], false).map_err(|e| e.to_string())?;
     sess.reset();
     let opts = GenerateOptions {

@@ -242,13 +242,52 @@ pub(crate) fn step_to_js(step: Option<Step>) -> Result<JsValue, JsValue> {
     Ok(o.into())
 }
 
+/// The persistence calls of both engines on `model`'s prefix cache (the npm package's stores drive them).
+pub(crate) mod persist {
+    use super::*;
+
+    /// Keys (hex) of the stored pages that could extend what memory holds of `ids`, in order.
+    pub(crate) fn missing(model: &Model, ids: &[u32]) -> Vec<String> {
+        model.prefix_cache().missing(ids).iter().map(|k| k.hex()).collect()
+    }
+
+    /// Load `records` (an Array of Uint8Array, what the store held under the first keys `missing` gave)
+    /// after the pages of `ids` in memory: JSON `{tokens, refused: [{index, reason}]}`.
+    pub(crate) fn load(model: &Model, ids: &[u32], records: &js_sys::Array) -> String {
+        let bytes: Vec<Vec<u8>> = records.iter().map(|r| js_sys::Uint8Array::new(&r).to_vec()).collect();
+        let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let loaded = model.prefix_cache().load(ids, &slices);
+        let refused: Vec<_> = loaded
+            .refused
+            .iter()
+            .map(|(index, e)| serde_json::json!({ "index": index, "reason": e.to_string() }))
+            .collect();
+        json(&serde_json::json!({ "tokens": loaded.tokens, "refused": refused }))
+    }
+
+    /// The pages inserted since the last call: an Array of `[keyHex, Uint8Array]`.
+    pub(crate) fn take_unsaved(model: &Model) -> js_sys::Array {
+        model
+            .prefix_cache()
+            .take_unsaved()
+            .into_iter()
+            .map(|(key, bytes)| {
+                let pair = js_sys::Array::new();
+                pair.push(&key.hex().into());
+                pair.push(&js_sys::Uint8Array::from(bytes.as_slice()));
+                JsValue::from(pair)
+            })
+            .collect()
+    }
+}
+
 /// The model's prefix cache, as `info()` reports it.
 /// `null` while a forward pass on a worker holds the cache (the main thread must not wait for it).
 fn prefix_cache_info(model: &Model) -> serde_json::Value {
     let Some(s) = model.prefix_cache().try_stats() else { return serde_json::Value::Null };
     serde_json::json!({
         "budget_bytes": s.budget_bytes, "bytes": s.bytes, "restored_tokens": s.restored_tokens,
-        "inserted_tokens": s.inserted_tokens, "evicted_pages": s.evicted_pages,
+        "inserted_tokens": s.inserted_tokens, "evicted_pages": s.evicted_pages, "loaded_tokens": s.loaded_tokens,
     })
 }
 
@@ -384,6 +423,30 @@ impl Engine {
     #[wasm_bindgen(js_name = clearPrefixCache)]
     pub fn clear_prefix_cache(&self) {
         self.model.prefix_cache().clear();
+    }
+
+    /// Whether a store keeps the prefix cache's pages (then `prefixCacheTakeUnsaved` lists new ones).
+    #[wasm_bindgen(js_name = prefixCachePersist)]
+    pub fn prefix_cache_persist(&self, on: bool) {
+        self.model.prefix_cache().set_persistent(on);
+    }
+
+    /// See [`persist::missing`].
+    #[wasm_bindgen(js_name = prefixCacheMissing)]
+    pub fn prefix_cache_missing(&self, ids: Vec<u32>) -> Vec<String> {
+        persist::missing(&self.model, &ids)
+    }
+
+    /// See [`persist::load`].
+    #[wasm_bindgen(js_name = prefixCacheLoad)]
+    pub fn prefix_cache_load(&self, ids: Vec<u32>, records: js_sys::Array) -> String {
+        persist::load(&self.model, &ids, &records)
+    }
+
+    /// See [`persist::take_unsaved`].
+    #[wasm_bindgen(js_name = prefixCacheTakeUnsaved)]
+    pub fn prefix_cache_take_unsaved(&self) -> js_sys::Array {
+        persist::take_unsaved(&self.model)
     }
 
     /// Forget the conversation (the KV cache).

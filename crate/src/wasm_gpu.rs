@@ -24,7 +24,7 @@ use crate::evaluator::Evaluator;
 use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
-    js_error, json, model_info, parse, probe_score_memory, probe_session_memory, scores_json, step_to_js,
+    js_error, json, model_info, parse, persist, probe_score_memory, probe_session_memory, scores_json, step_to_js,
     JsGenerateOptions, JsOutput, ModelBuffer,
 };
 use crate::{ChatMessage, Model, SessionOptions, Step};
@@ -189,6 +189,31 @@ impl GpuEngine {
     pub fn clear_prefix_cache(&self) -> std::result::Result<(), JsValue> {
         self.borrow()?.model.prefix_cache().clear();
         Ok(())
+    }
+
+    /// As [`Engine::prefix_cache_persist`](crate::wasm::Engine::prefix_cache_persist).
+    #[wasm_bindgen(js_name = prefixCachePersist)]
+    pub fn prefix_cache_persist(&self, on: bool) -> std::result::Result<(), JsValue> {
+        self.borrow()?.model.prefix_cache().set_persistent(on);
+        Ok(())
+    }
+
+    /// As [`Engine::prefix_cache_missing`](crate::wasm::Engine::prefix_cache_missing).
+    #[wasm_bindgen(js_name = prefixCacheMissing)]
+    pub fn prefix_cache_missing(&self, ids: Vec<u32>) -> std::result::Result<Vec<String>, JsValue> {
+        Ok(persist::missing(&self.borrow()?.model, &ids))
+    }
+
+    /// As [`Engine::prefix_cache_load`](crate::wasm::Engine::prefix_cache_load).
+    #[wasm_bindgen(js_name = prefixCacheLoad)]
+    pub fn prefix_cache_load(&self, ids: Vec<u32>, records: js_sys::Array) -> std::result::Result<String, JsValue> {
+        Ok(persist::load(&self.borrow()?.model, &ids, &records))
+    }
+
+    /// As [`Engine::prefix_cache_take_unsaved`](crate::wasm::Engine::prefix_cache_take_unsaved).
+    #[wasm_bindgen(js_name = prefixCacheTakeUnsaved)]
+    pub fn prefix_cache_take_unsaved(&self) -> std::result::Result<js_sys::Array, JsValue> {
+        Ok(persist::take_unsaved(&self.borrow()?.model))
     }
 
     /// Forget the conversation (the KV cache).

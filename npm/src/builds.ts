@@ -41,6 +41,10 @@ export interface Engine {
   reset(): void;
   setPrefixCacheBudget(bytes: number): void;
   clearPrefixCache(): void;
+  prefixCachePersist(on: boolean): void;
+  prefixCacheMissing(ids: Uint32Array): string[];
+  prefixCacheLoad(ids: Uint32Array, records: Uint8Array[]): string;
+  prefixCacheTakeUnsaved(): unknown[];
   free(): void;
 }
 

@@ -314,6 +314,7 @@ async function bench(args: Args): Promise<void> {
   // Warm-up, not measured (as the native bench), then forget it so the prompt is evaluated in full.
   await llm.complete(ids.slice(0, Math.min(16, ids.length)), { maxTokens: 1, temperature: 0 });
   await llm.reset();
+  await llm.clearPrefixCache();
   const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true });
   const info = llm.info();
   printJson({

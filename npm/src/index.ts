@@ -8,4 +8,7 @@ export type { LoadProgress, ModelSource } from './source.js';
 export { MAX_MODEL_BYTES } from './source.js';
 export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage } from './chat.js';
 export { AbortError, RuvllmError } from './errors.js';
+export type { PrefixStore, StoredRecord } from './store/store.js';
+export type { StoreError } from './store/persistence.js';
+export { IndexedDbStore } from './store/indexeddb.js';
 export type { ErrorCode } from './errors.js';

@@ -4,11 +4,16 @@ import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
+import { IndexedDbStore } from './store/indexeddb.js';
+import { Persistence, type StoreError } from './store/persistence.js';
+import type { PrefixStore } from './store/store.js';
 
 /** What differs between Node and browsers: how the wasm builds are started, and extra sources. */
 export interface Platform extends Host {
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
+  /** A prefix-cache store in the directory `dir` (Node), or undefined where there are no files (browsers). */
+  fileStore(dir: string): PrefixStore | undefined;
 }
 
 let platform: Platform | undefined;
@@ -92,10 +97,15 @@ export interface LoadOptions {
   /**
    * The prefix cache: keys and values of token prefixes that later prompts start from instead of evaluating them
    * again (the next turn of a chat, another chat with the same system prompt, a regenerated answer). On by default
-   * with a budget of 64 MiB in wasm (pages are allocated as it fills); `{ budgetBytes: 0 }` turns it off. In memory
-   * only for now, and on the CPU engine (the WebGPU backend keeps its cache on the GPU).
+   * with a budget of 64 MiB of wasm memory (pages are allocated as it fills); `budgetBytes: 0` turns it off. The CPU
+   * engine uses it (the WebGPU backend keeps its KV on the GPU).
+   *
+   * `store` keeps it across reloads and restarts: `'indexeddb'` (browsers), a directory path (Node), or an object
+   * implementing `PrefixStore`. Pages are written after each generation and read back when a prompt can use them;
+   * the store holds at most `storeBudgetBytes` (default 256 MiB), oldest first. A store that fails or stays full is
+   * given up (the cache goes on in memory; `info().prefixCache.storeError` says why).
    */
-  prefixCache?: { budgetBytes?: number };
+  prefixCache?: { budgetBytes?: number; store?: 'indexeddb' | string | PrefixStore; storeBudgetBytes?: number };
 }
 
 /** The prefix cache's state (`info().prefixCache`). */
@@ -107,6 +117,12 @@ export interface PrefixCacheInfo {
   restoredTokens: number;
   insertedTokens: number;
   evictedPages: number;
+  /** Prompt tokens read back from the store. */
+  loadedTokens: number;
+  /** Whether a store keeps the cache, the bytes it holds (null until first used), and why it was given up. */
+  store: boolean;
+  storedBytes: number | null;
+  storeError: StoreError | null;
 }
 
 export interface ModelInfo {
@@ -200,6 +216,8 @@ export class LLM {
   /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
   readonly #fallback: BackendFallback | null;
   readonly #threadFallback: ThreadFallback | null;
+  /** The prefix cache's store, if `load` was given one. */
+  #persistence: Persistence | null = null;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
@@ -224,6 +242,11 @@ export class LLM {
     if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes < 0)) {
       throw invalid(`prefixCache.budgetBytes must be an integer >= 0, got ${budgetBytes}`);
     }
+    const storeBudget = prefixCache?.storeBudgetBytes ?? 256 << 20;
+    if (!Number.isSafeInteger(storeBudget) || storeBudget < 0) {
+      throw invalid(`prefixCache.storeBudgetBytes must be an integer >= 0, got ${storeBudget}`);
+    }
+    const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store);
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
@@ -262,16 +285,35 @@ export class LLM {
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
           throw engineError(e, wasm);
         });
-        if (budgetBytes !== undefined) engineCall(() => engine.setPrefixCacheBudget(budgetBytes));
-        return new LLM(engine, wasm, backend, fallback, threadFallback);
+        return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
       }
       const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize));
-      if (budgetBytes !== undefined) engineCall(() => engine.setPrefixCacheBudget(budgetBytes));
-      return new LLM(engine, wasm, backend, fallback, threadFallback);
+      return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
     } catch (e) {
       buffer?.free();
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
       throw e;
+    }
+  }
+
+  static #ready(
+    engine: Engine,
+    wasm: Wasm,
+    backend: Backend,
+    fallback: BackendFallback | null,
+    threadFallback: ThreadFallback | null,
+    budgetBytes: number | undefined,
+    store: PrefixStore | null,
+    storeBudget: number,
+  ): LLM {
+    try {
+      if (budgetBytes !== undefined) engine.setPrefixCacheBudget(budgetBytes);
+      const llm = new LLM(engine, wasm, backend, fallback, threadFallback);
+      if (store) llm.#persistence = new Persistence(engine, store, storeBudget);
+      return llm;
+    } catch (e) {
+      engine.free();
+      throw engineError(e, wasm);
     }
   }
 
@@ -283,6 +325,12 @@ export class LLM {
       requestedBackend: this.#requested,
       fallback: info.fallback ?? this.#fallback,
       threadFallback: this.#threadFallback,
+      prefixCache: info.prefixCache && {
+        ...info.prefixCache,
+        store: this.#persistence !== null,
+        storedBytes: this.#persistence?.status().storedBytes ?? null,
+        storeError: this.#persistence?.status().error ?? null,
+      },
     };
   }
 
@@ -346,9 +394,17 @@ export class LLM {
     await this.#exclusive(undefined, () => this.#call((e) => e.reset()));
   }
 
-  /** Forget what the prefix cache holds. */
+  /** Forget what the prefix cache holds, in memory and in its store. */
   async clearPrefixCache(): Promise<void> {
-    await this.#exclusive(undefined, () => this.#call((e) => e.clearPrefixCache()));
+    await this.#exclusive(undefined, async () => {
+      this.#call((e) => e.clearPrefixCache());
+      await this.#persistence?.clear();
+    });
+  }
+
+  /** Wait until the prefix cache's pages are written to its store (writes run in the background). */
+  async flushPrefixCache(): Promise<void> {
+    await this.#persistence?.flush();
   }
 
   /** Free the model's memory. A generation in progress ends with an `E_DISPOSED` error. Idempotent. */
@@ -362,6 +418,8 @@ export class LLM {
     let started = false;
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
+      // The prompt but its last token, which is always evaluated: what the store may hold.
+      if (ids.length > 1) await this.#persistence?.load(ids.subarray(0, ids.length - 1));
       await this.#callAsync((e) => e.start(ids, json));
       started = true;
       // Each step is one prefill batch of the prompt or one token: yield to the event loop and
@@ -377,6 +435,7 @@ export class LLM {
       return parseResult(this.#call((e) => e.finish(false)));
     } finally {
       if (started && this.#engine) this.#engine.finish(true); // cancelled: the session is ready for the next call
+      if (this.#engine && !this.#crashed) this.#persistence?.save();
       release();
     }
   }
@@ -472,7 +531,32 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback'> {
+/** The store `spec` names: `'indexeddb'`, a directory (Node), or the caller's own. */
+function openStore(spec: 'indexeddb' | string | PrefixStore): PrefixStore {
+  if (typeof spec === 'object' && spec !== null) {
+    for (const m of ['list', 'get', 'put', 'delete', 'clear'] as const) {
+      if (typeof spec[m] !== 'function') throw invalid(`prefixCache.store has no ${m}() method`);
+    }
+    return spec;
+  }
+  if (spec === 'indexeddb') {
+    if (typeof indexedDB === 'undefined') throw invalid("prefixCache.store 'indexeddb': this runtime has no IndexedDB");
+    return new IndexedDbStore();
+  }
+  if (typeof spec === 'string' && spec !== '') {
+    if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+    const store = platform.fileStore(spec);
+    if (!store) throw invalid(`prefixCache.store '${spec}': only Node keeps a store in a directory; in a browser use 'indexeddb'`);
+    return store;
+  }
+  throw invalid("prefixCache.store must be 'indexeddb', a directory path (Node) or a PrefixStore");
+}
+
+function parseInfo(
+  json: string,
+): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
+  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError'> | null;
+} {
   const i = JSON.parse(json);
   return {
     name: i.name ?? null,
@@ -500,6 +584,7 @@ function parseInfo(json: string): Omit<ModelInfo, 'build' | 'requestedBackend' |
           restoredTokens: i.prefix_cache.restored_tokens,
           insertedTokens: i.prefix_cache.inserted_tokens,
           evictedPages: i.prefix_cache.evicted_pages,
+          loadedTokens: i.prefix_cache.loaded_tokens,
         }
       : null,
   };

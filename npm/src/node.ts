@@ -7,6 +7,7 @@ import { RuvllmError } from './errors.js';
 import { setPlatform } from './llm.js';
 import { withWebWorkers } from './node-workers.js';
 import type { ModelSource, OpenedSource } from './source.js';
+import { FileStore } from './store/files.js';
 
 const REMOTE = /^(https?|data|blob):/i;
 
@@ -35,6 +36,7 @@ setPlatform({
       clearInterval(timer);
     }
   },
+  fileStore: (dir: string) => new FileStore(dir),
   open: (source: ModelSource, signal?: AbortSignal) => {
     if (source instanceof URL && source.protocol === 'file:') return openFile(fileURLToPath(source), signal);
     if (typeof source === 'string' && source.startsWith('file:')) return openFile(fileURLToPath(source), signal);

@@ -2,5 +2,7 @@
 
 pub mod prefix_cache;
 pub mod radix;
+pub mod record;
 
-pub use prefix_cache::{PrefixCache, PrefixCacheStats, PAGE_TOKENS};
+pub use prefix_cache::{Loaded, PrefixCache, PrefixCacheStats, PAGE_TOKENS};
+pub use record::{ModelId, PageKey};

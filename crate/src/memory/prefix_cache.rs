@@ -9,10 +9,15 @@
 //! (`insert`); `benches/` says what the copies cost against the prefill they save. Pages are
 //! evicted least recently used first to stay within the byte budget; a page being copied is held by
 //! a lock. One cache is shared by every session of a model through a mutex.
+//!
+//! Persistence is the caller's (the npm package's stores): with `set_persistent(true)` the cache lists
+//! the pages it inserts, `take_unsaved` hands them over as records (`record.rs`), `missing` names the
+//! stored pages a prompt could use next, and `load` takes them back, checked, into memory.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::radix::{PageId, RadixTree};
+use super::record::{self, ModelId, PageKey, PageLayout, RecordError};
 use crate::kv_cache::KvCache;
 
 /// Tokens per page: a match, an insert and an eviction move whole pages.
@@ -29,6 +34,17 @@ pub struct PrefixCacheStats {
     /// Tokens' KV copied into the cache.
     pub inserted_tokens: u64,
     pub evicted_pages: u64,
+    /// Tokens' KV read back from a store.
+    pub loaded_tokens: u64,
+}
+
+/// What [`PrefixCache::load`] did with the records it was given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// Leading tokens of the prompt the cache now holds in memory.
+    pub tokens: usize,
+    /// Records refused (by index in the call), with why: the caller deletes them from its store.
+    pub refused: Vec<(usize, RecordError)>,
 }
 
 /// A model's prefix cache (see the module doc). Thread-safe: sessions on several threads share it.
@@ -40,24 +56,42 @@ struct Inner {
     tree: RadixTree,
     /// Page `id`'s keys and values: per layer, `PAGE_TOKENS` rows of keys then as many of values.
     pages: Vec<Box<[[u8; 2]]>>,
+    /// Page `id`'s name and tokens while the tree holds it (`None` while free).
+    names: Vec<Option<PageName>>,
     free: Vec<PageId>,
+    model: ModelId,
     n_layers: usize,
     kv_dim: usize,
     budget_pages: usize,
     stats: PrefixCacheStats,
+    /// Whether a store keeps pages: then `unsaved` lists the pages inserted since `take_unsaved`.
+    persistent: bool,
+    unsaved: Vec<PageId>,
+}
+
+/// Where a page sits in the chain of keys, and its tokens (what its record needs besides the KV).
+#[derive(Clone, Copy)]
+struct PageName {
+    key: PageKey,
+    parent: PageKey,
+    tokens: [u32; PAGE_TOKENS],
 }
 
 impl PrefixCache {
-    /// A cache for KV of `n_layers` layers of `kv_dim` wide rows, holding at most `budget_bytes`.
-    pub fn new(n_layers: usize, kv_dim: usize, budget_bytes: usize) -> PrefixCache {
+    /// A cache for `model`'s KV of `n_layers` layers of `kv_dim` wide rows, holding at most `budget_bytes`.
+    pub fn new(model: ModelId, n_layers: usize, kv_dim: usize, budget_bytes: usize) -> PrefixCache {
         let mut inner = Inner {
             tree: RadixTree::new(PAGE_TOKENS),
             pages: Vec::new(),
+            names: Vec::new(),
             free: Vec::new(),
+            model,
             n_layers,
             kv_dim,
             budget_pages: 0,
             stats: PrefixCacheStats::default(),
+            persistent: false,
+            unsaved: Vec::new(),
         };
         inner.set_budget(budget_bytes);
         PrefixCache { inner: Mutex::new(inner) }
@@ -84,7 +118,9 @@ impl PrefixCache {
         let budget = c.stats.budget_bytes;
         c.tree = RadixTree::new(PAGE_TOKENS);
         c.pages = Vec::new();
+        c.names = Vec::new();
         c.free = Vec::new();
+        c.unsaved = Vec::new();
         c.stats = PrefixCacheStats { budget_bytes: budget, ..PrefixCacheStats::default() };
     }
 
@@ -131,9 +167,14 @@ impl PrefixCache {
         // The matched path stays while pages are evicted to make room for the new ones.
         c.tree.lock(m.node);
         let mut pages = m.pages.clone();
+        let mut parent = c.key_after(&m.pages);
         for i in have..full {
             let Some(page) = c.alloc() else { break };
             c.copy_out(page, i * PAGE_TOKENS, kv);
+            parent = c.name(page, parent, &tokens[i * PAGE_TOKENS..(i + 1) * PAGE_TOKENS]);
+            if c.persistent {
+                c.unsaved.push(page);
+            }
             pages.push(page);
         }
         c.tree.unlock(m.node);
@@ -144,7 +185,112 @@ impl PrefixCache {
     }
 }
 
+impl PrefixCache {
+    /// Whether a store keeps this cache's pages (`take_unsaved` then lists the new ones).
+    pub fn set_persistent(&self, on: bool) {
+        let mut c = self.lock();
+        c.persistent = on;
+        c.unsaved.clear();
+    }
+
+    /// The pages inserted since the last call, as records to store under their keys.
+    pub fn take_unsaved(&self) -> Vec<(PageKey, Vec<u8>)> {
+        let mut c = self.lock();
+        let mut ids = std::mem::take(&mut c.unsaved);
+        ids.sort_unstable();
+        ids.dedup();
+        let layout = c.layout();
+        ids.into_iter()
+            .filter_map(|id| {
+                let name = c.names[id as usize]?; // evicted before it was saved
+                Some((name.key, record::encode(&c.model, &layout, &name.parent, &name.tokens, &c.pages[id as usize])))
+            })
+            .collect()
+    }
+
+    /// The keys of the whole pages of `tokens` after those in memory: the stored pages that could
+    /// extend the match, in order. A caller reads them (up to the first it lacks) and passes them to `load`.
+    pub fn missing(&self, tokens: &[u32]) -> Vec<PageKey> {
+        let mut c = self.lock();
+        let m = c.tree.match_prefix(tokens);
+        let mut key = c.key_after(&m.pages);
+        tokens[m.tokens..]
+            .chunks_exact(PAGE_TOKENS)
+            .map(|page| {
+                key = key.next(page);
+                key
+            })
+            .collect()
+    }
+
+    /// Take `records` (what a store holds under the first keys `missing(tokens)` gave, in order) into
+    /// memory after the pages of `tokens` held already. Each is checked (format, checksum, model, and
+    /// that it is the next page of `tokens`); the first refused one ends the load.
+    pub fn load(&self, tokens: &[u32], records: &[&[u8]]) -> Loaded {
+        let mut c = self.lock();
+        let layout = c.layout();
+        let m = c.tree.match_prefix(tokens);
+        c.tree.lock(m.node);
+        let mut pages = m.pages.clone();
+        let mut parent = c.key_after(&m.pages);
+        let mut refused = Vec::new();
+        for (i, bytes) in records.iter().enumerate() {
+            let at = pages.len() * PAGE_TOKENS;
+            let Some(want) = tokens.get(at..at + PAGE_TOKENS) else { break };
+            let r = match record::decode(bytes, &c.model, &layout) {
+                Ok(r) if r.parent == parent && r.tokens == want => r,
+                Ok(_) => {
+                    refused.push((i, RecordError::Key));
+                    break;
+                }
+                Err(e) => {
+                    refused.push((i, e));
+                    break;
+                }
+            };
+            let Some(page) = c.alloc() else { break };
+            c.pages[page as usize].copy_from_slice(&r.kv);
+            parent = c.name(page, parent, want);
+            pages.push(page);
+        }
+        c.tree.unlock(m.node);
+        let added = pages.len() - m.pages.len();
+        c.tree.insert(&tokens[..pages.len() * PAGE_TOKENS], &pages);
+        c.stats.loaded_tokens += (added * PAGE_TOKENS) as u64;
+        Loaded { tokens: pages.len() * PAGE_TOKENS, refused }
+    }
+}
+
 impl Inner {
+    fn layout(&self) -> PageLayout {
+        PageLayout { n_layers: self.n_layers, kv_dim: self.kv_dim, page_tokens: PAGE_TOKENS }
+    }
+
+    /// The key of the page after `pages` (a matched path from the root).
+    fn key_after(&self, pages: &[PageId]) -> PageKey {
+        match pages.last() {
+            Some(&p) => self.names[p as usize].expect("a page in the tree has a name").key,
+            None => PageKey::root(&self.model),
+        }
+    }
+
+    /// Name `page` as the page of `tokens` after `parent`; its key.
+    fn name(&mut self, page: PageId, parent: PageKey, tokens: &[u32]) -> PageKey {
+        let key = parent.next(tokens);
+        let tokens = tokens.try_into().expect("a whole page of tokens");
+        self.names[page as usize] = Some(PageName { key, parent, tokens });
+        key
+    }
+
+    /// Take back pages the tree evicted.
+    fn release(&mut self, freed: Vec<PageId>) {
+        self.stats.evicted_pages += freed.len() as u64;
+        for &p in &freed {
+            self.names[p as usize] = None;
+        }
+        self.free.extend(freed);
+    }
+
     fn stats(&self) -> PrefixCacheStats {
         PrefixCacheStats {
             bytes: self.tree.page_count() * self.page_bytes(),
@@ -163,14 +309,14 @@ impl Inner {
         let over = self.tree.page_count().saturating_sub(self.budget_pages);
         if over > 0 {
             let freed = self.tree.evict(over);
-            self.stats.evicted_pages += freed.len() as u64;
-            self.free.extend(freed);
+            self.release(freed);
         }
         // Free pages beyond the budget are given back to the allocator.
         while self.pages.len() > self.budget_pages {
             let Some(pos) = self.free.iter().position(|&p| p as usize == self.pages.len() - 1) else { break };
             self.free.swap_remove(pos);
             self.pages.pop();
+            self.names.pop();
         }
     }
 
@@ -184,15 +330,18 @@ impl Inner {
             // Allocated fallibly: where memory runs out (wasm32), the cache stops growing instead of trapping.
             let len = self.n_layers * 2 * PAGE_TOKENS * self.kv_dim;
             let mut page = Vec::new();
-            if page.try_reserve_exact(len).is_ok() && self.pages.try_reserve(1).is_ok() {
+            if page.try_reserve_exact(len).is_ok()
+                && self.pages.try_reserve(1).is_ok()
+                && self.names.try_reserve(1).is_ok()
+            {
                 page.resize(len, [0u8; 2]);
                 self.pages.push(page.into_boxed_slice());
+                self.names.push(None);
                 return Some((self.pages.len() - 1) as PageId);
             }
         }
         let freed = self.tree.evict(1);
-        self.stats.evicted_pages += freed.len() as u64;
-        self.free.extend(freed);
+        self.release(freed);
         self.free.pop()
     }
 
@@ -250,7 +399,7 @@ mod tests {
     fn a_restored_prefix_holds_the_rows_that_were_inserted() {
         let mut rng = Rng::new(7);
         let (n_layers, kv_dim) = (3, 8);
-        let cache = PrefixCache::new(n_layers, kv_dim, 1 << 20);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, 1 << 20);
         let tokens: Vec<u32> = (0..70).collect();
         let a = filled(n_layers, kv_dim, 80, &mut rng);
         cache.insert(&tokens, &a);
@@ -270,11 +419,51 @@ mod tests {
     }
 
     #[test]
+    fn pages_taken_as_records_load_into_another_cache_checked() {
+        let mut rng = Rng::new(11);
+        let (n_layers, kv_dim) = (2, 4);
+        let model = ModelId([5; 32]);
+        let a = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        a.set_persistent(true);
+        let tokens: Vec<u32> = (0..50).collect();
+        let kv = filled(n_layers, kv_dim, 64, &mut rng);
+        a.insert(&tokens, &kv);
+        let saved = a.take_unsaved();
+        assert_eq!(saved.len(), 3);
+        assert!(a.take_unsaved().is_empty(), "taken once");
+        let store: std::collections::HashMap<PageKey, Vec<u8>> = saved.into_iter().collect();
+
+        // A new cache of the same model (a restart) asks for the pages of a prompt and reads them back.
+        let b = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let prompt: Vec<u32> = (0..40).chain(900..920).collect();
+        let keys = b.missing(&prompt);
+        assert_eq!(keys.len(), 3);
+        let found: Vec<&[u8]> = keys.iter().map_while(|k| store.get(k).map(Vec::as_slice)).collect();
+        assert_eq!(found.len(), 2, "the third page of the prompt differs from the stored one");
+        assert_eq!(b.load(&prompt, &found), Loaded { tokens: 32, refused: vec![] });
+        let mut out = KvCache::new(n_layers, kv_dim, 64);
+        assert_eq!(b.restore(&prompt, 0, &mut out), 32);
+        assert_eq!(rows(&out, 32), rows(&kv, 32));
+        assert!(b.missing(&prompt).len() == 1 && b.stats().loaded_tokens == 32);
+
+        // A damaged record, another model's, or the wrong page is refused, and nothing after it is loaded.
+        let c = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let mut damaged = found[1].to_vec();
+        damaged[200] ^= 1;
+        let loaded = c.load(&prompt, &[found[0], &damaged]);
+        assert_eq!((loaded.tokens, loaded.refused), (16, vec![(1, RecordError::Checksum)]));
+        let other = PrefixCache::new(ModelId([6; 32]), n_layers, kv_dim, 1 << 20);
+        assert_eq!(other.load(&prompt, &found).refused, vec![(0, RecordError::Foreign)]);
+        let d = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        assert_eq!(d.load(&prompt, &[found[1]]).refused, vec![(0, RecordError::Key)]);
+    }
+
+    #[test]
     fn the_budget_holds_and_least_recently_used_pages_go_first() {
         let mut rng = Rng::new(9);
         let (n_layers, kv_dim) = (2, 4);
         let page = n_layers * 2 * PAGE_TOKENS * kv_dim * 2;
-        let cache = PrefixCache::new(n_layers, kv_dim, 5 * page);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, 5 * page);
         let kv = filled(n_layers, kv_dim, 64, &mut rng);
         let a: Vec<u32> = (0..48).collect(); // 3 pages
         let b: Vec<u32> = (100..148).collect(); // 3 pages

@@ -7,7 +7,7 @@ pub mod weights;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::memory::PrefixCache;
+use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
 use config::Config;
 use weights::{ModelBytes, Weights};
@@ -63,7 +63,8 @@ impl Model {
         let chat_template = ChatTemplate::from_gguf(&gguf);
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
         let load_ms = crate::clock::now_ms() - t0;
-        let prefix_cache = PrefixCache::new(config.n_layers, config.kv_dim(), DEFAULT_PREFIX_CACHE_BYTES);
+        let id = ModelId::of_gguf(&bytes, gguf.data_offset);
+        let prefix_cache = PrefixCache::new(id, config.n_layers, config.kv_dim(), DEFAULT_PREFIX_CACHE_BYTES);
         Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms, prefix_cache })
     }
 

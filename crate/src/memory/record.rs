@@ -1,0 +1,270 @@
+//! A prefix-cache page as bytes: what a store (IndexedDB, files) keeps, and what is read back after a
+//! restart. The reader takes bytes from outside, so it checks everything before it believes anything:
+//! the size against the layout the reader expects, the checksum, the model and KV format, and that the
+//! page's key is the hash of its parent's key and its tokens.
+//!
+//! ```text
+//! 0   magic "RVLLMKV\0"           8 bytes
+//! 8   version                     u32
+//! 12  KV type (1 = f16)           u32
+//! 16  layers, row width, tokens   3 × u32
+//! 28  model id                    32 bytes
+//! 60  key, parent key             2 × 16 bytes
+//! 92  tokens                      page tokens × u32
+//! ..  keys and values             per layer: the page's key rows, then its value rows (f16)
+//! end CRC-32 of all the above     u32
+//! ```
+//! Integers are little-endian.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+const MAGIC: [u8; 8] = *b"RVLLMKV\0";
+const VERSION: u32 = 1;
+const KV_F16: u32 = 1;
+const HEADER_BYTES: usize = 92;
+
+/// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
+/// samples of the tensor data, and the KV format. A record of another model is never used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ModelId(pub [u8; 32]);
+
+impl ModelId {
+    /// Bytes of tensor data hashed at each sample point.
+    const SAMPLE_BYTES: usize = 4096;
+    const SAMPLES: usize = 16;
+
+    /// The id of a GGUF file whose tensor data starts at `data_offset`.
+    pub fn of_gguf(file: &[u8], data_offset: usize) -> ModelId {
+        let mut h = Sha256::new();
+        h.update(b"ruvllm model, f16 KV");
+        let header = data_offset.min(file.len());
+        h.update(&file[..header]);
+        // Weights differ where headers do not (a fine-tune with the same metadata): sample them.
+        let data = &file[header..];
+        let span = data.len().saturating_sub(ModelId::SAMPLE_BYTES) as u64;
+        for i in 0..ModelId::SAMPLES as u64 {
+            // From the start of the data to its last bytes, evenly.
+            let at = (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
+            h.update(&data[at..(at + ModelId::SAMPLE_BYTES).min(data.len())]);
+        }
+        ModelId(h.finalize().into())
+    }
+}
+
+/// A page's name in a store: the hash of its model and its whole token prefix, chained page by page
+/// (`root(model).next(page 1 tokens).next(page 2 tokens)...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct PageKey(pub [u8; 16]);
+
+impl PageKey {
+    /// The key before the first page.
+    pub fn root(model: &ModelId) -> PageKey {
+        PageKey::hash(&[b"root", &model.0[..]])
+    }
+
+    /// The key of the page of `tokens` that follows this one.
+    pub fn next(&self, tokens: &[u32]) -> PageKey {
+        let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        PageKey::hash(&[b"page", &self.0[..], &bytes])
+    }
+
+    fn hash(parts: &[&[u8]]) -> PageKey {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update(p);
+        }
+        let d: [u8; 32] = h.finalize().into();
+        PageKey(d[..16].try_into().expect("16 of 32 bytes"))
+    }
+
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The shape every page of a cache has; a record of another shape is not this cache's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageLayout {
+    pub n_layers: usize,
+    pub kv_dim: usize,
+    pub page_tokens: usize,
+}
+
+impl PageLayout {
+    /// f16 values of one page: every layer's keys and values.
+    pub fn values(&self) -> usize {
+        self.n_layers * 2 * self.page_tokens * self.kv_dim
+    }
+
+    /// Bytes of a whole record, `None` if that overflows.
+    fn record_bytes(&self) -> Option<usize> {
+        let tokens = self.page_tokens.checked_mul(4)?;
+        let kv =
+            self.n_layers.checked_mul(2)?.checked_mul(self.page_tokens)?.checked_mul(self.kv_dim)?.checked_mul(2)?;
+        HEADER_BYTES.checked_add(tokens)?.checked_add(kv)?.checked_add(4)
+    }
+}
+
+/// Why a record was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// Not a record of this format or version, or cut short.
+    Format(String),
+    /// The bytes changed after they were written.
+    Checksum,
+    /// Another model's, or another KV format or page shape.
+    Foreign,
+    /// Its key is not the hash of its parent and tokens, or it is not the page that was asked for.
+    Key,
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::Format(m) => write!(f, "not a page record: {m}"),
+            RecordError::Checksum => write!(f, "the record's checksum does not match: it was damaged"),
+            RecordError::Foreign => write!(f, "the record belongs to another model or KV format"),
+            RecordError::Key => write!(f, "the record's key does not match its tokens"),
+        }
+    }
+}
+
+/// A decoded record: its tokens and its keys and values, in the page's layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageRecord {
+    pub key: PageKey,
+    pub parent: PageKey,
+    pub tokens: Vec<u32>,
+    pub kv: Vec<[u8; 2]>,
+}
+
+/// The bytes of a page: `tokens` (the layout's page of them) and `kv` (`layout.values()` f16s).
+pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[u32], kv: &[[u8; 2]]) -> Vec<u8> {
+    assert!(tokens.len() == layout.page_tokens && kv.len() == layout.values(), "a whole page");
+    let key = parent.next(tokens);
+    let mut out = Vec::with_capacity(layout.record_bytes().unwrap_or(0));
+    out.extend_from_slice(&MAGIC);
+    for n in [VERSION, KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.extend_from_slice(&model.0);
+    out.extend_from_slice(&key.0);
+    out.extend_from_slice(&parent.0);
+    out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
+    out.extend(kv.iter().flatten());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Read a record of `model`'s cache of pages shaped `layout`, checking it whole first.
+pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<PageRecord, RecordError> {
+    if bytes.len() < HEADER_BYTES + 4 || bytes[..8] != MAGIC {
+        return Err(RecordError::Format(format!("{} bytes without the magic number", bytes.len())));
+    }
+    let version = u32_at(bytes, 8);
+    if version != VERSION {
+        return Err(RecordError::Format(format!("version {version}, this build reads {VERSION}")));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body) != u32_at(crc, 0) {
+        return Err(RecordError::Checksum);
+    }
+    let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20), u32_at(bytes, 24)];
+    let ours = [KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32];
+    if shape != ours || bytes[28..60] != model.0 {
+        return Err(RecordError::Foreign);
+    }
+    if Some(bytes.len()) != layout.record_bytes() {
+        return Err(RecordError::Format(format!(
+            "{} bytes where its shape takes {:?}",
+            bytes.len(),
+            layout.record_bytes()
+        )));
+    }
+    let key = PageKey(bytes[60..76].try_into().expect("16 bytes"));
+    let parent = PageKey(bytes[76..92].try_into().expect("16 bytes"));
+    let tokens_end = HEADER_BYTES + 4 * layout.page_tokens;
+    let tokens: Vec<u32> = bytes[HEADER_BYTES..tokens_end].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
+    if parent.next(&tokens) != key {
+        return Err(RecordError::Key);
+    }
+    let kv = body[tokens_end..].chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+    Ok(PageRecord { key, parent, tokens, kv })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{test, Rng};
+
+    const LAYOUT: PageLayout = PageLayout { n_layers: 2, kv_dim: 4, page_tokens: 3 };
+
+    fn page(rng: &mut Rng) -> (Vec<u32>, Vec<[u8; 2]>) {
+        let tokens = (0..3).map(|_| rng.next_u64() as u32 % 1000).collect();
+        let kv = (0..LAYOUT.values()).map(|_| (rng.next_u64() as u16).to_le_bytes()).collect();
+        (tokens, kv)
+    }
+
+    #[test]
+    fn records_round_trip_and_chain_their_keys() {
+        let mut rng = Rng::new(3);
+        let model = ModelId([7; 32]);
+        let (tokens, kv) = page(&mut rng);
+        let root = PageKey::root(&model);
+        let bytes = encode(&model, &LAYOUT, &root, &tokens, &kv);
+        let r = decode(&bytes, &model, &LAYOUT).unwrap();
+        assert_eq!((r.parent, r.key, &r.tokens, &r.kv), (root, root.next(&tokens), &tokens, &kv));
+        // Keys depend on every earlier token: the same page after another parent has another key.
+        let (other, _) = page(&mut rng);
+        assert_ne!(root.next(&other).next(&tokens), r.key);
+        assert_ne!(PageKey::root(&ModelId([8; 32])), root);
+    }
+
+    #[test]
+    fn damaged_foreign_and_mislabeled_records_are_refused() {
+        let mut rng = Rng::new(4);
+        let model = ModelId([1; 32]);
+        let (tokens, kv) = page(&mut rng);
+        let good = encode(&model, &LAYOUT, &PageKey::root(&model), &tokens, &kv);
+        // Every cut, and every single flipped bit, is refused.
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut], &model, &LAYOUT).is_err(), "cut at {cut}");
+        }
+        for bit in 0..good.len() * 8 {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode(&bad, &model, &LAYOUT).is_err(), "bit {bit}");
+        }
+        assert_eq!(decode(&good, &ModelId([2; 32]), &LAYOUT), Err(RecordError::Foreign));
+        let wider = PageLayout { kv_dim: 8, ..LAYOUT };
+        assert_eq!(decode(&good, &model, &wider), Err(RecordError::Foreign));
+        // A record written under a key that is not its tokens' (its checksum redone) is refused too.
+        let mut relabeled = good.clone();
+        relabeled[60] ^= 1;
+        let n = relabeled.len() - 4;
+        let crc = crc32fast::hash(&relabeled[..n]);
+        relabeled[n..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&relabeled, &model, &LAYOUT), Err(RecordError::Key));
+    }
+
+    #[test]
+    fn model_ids_see_the_header_and_the_weights() {
+        let mut file = vec![0u8; 100_000];
+        Rng::new(5).fill(&mut file);
+        let id = ModelId::of_gguf(&file, 1000);
+        let mut header = file.clone();
+        header[10] ^= 1;
+        let mut weights = file.clone();
+        weights[99_999] ^= 1;
+        assert_ne!(ModelId::of_gguf(&header, 1000), id);
+        assert_ne!(ModelId::of_gguf(&weights, 1000), id);
+        assert_eq!(ModelId::of_gguf(&file, 1000), id);
+    }
+}

@@ -1,0 +1,141 @@
+// Keeps an engine's prefix cache in a store: before a prompt, the stored pages it could start from are read back
+// (lazily: only those, only then); after a generation, the pages it added are written, one write at a time in the
+// background. The store stays within its own byte budget, oldest records first. A store that fails or fills up
+// (after making room and retrying once) is given up: the cache goes on in memory and `status()` says why. A
+// generation never fails because of the store.
+import type { Engine } from '../builds.js';
+import { isFull, type PrefixStore } from './store.js';
+
+export interface StoreError {
+  code: 'E_STORE_FULL' | 'E_STORE';
+  message: string;
+}
+
+export class Persistence {
+  readonly #engine: Engine;
+  readonly #store: PrefixStore;
+  readonly #budget: number;
+  /** key -> bytes and last use, from `list()` on first need. */
+  #index: Map<string, { bytes: number; used: number }> | null = null;
+  #writing: Promise<void> = Promise.resolve();
+  #error: StoreError | null = null;
+
+  constructor(engine: Engine, store: PrefixStore, budgetBytes: number) {
+    this.#engine = engine;
+    this.#store = store;
+    this.#budget = budgetBytes;
+    engine.prefixCachePersist(true);
+  }
+
+  status(): { storedBytes: number | null; error: StoreError | null } {
+    const stored = this.#index ? [...this.#index.values()].reduce((n, r) => n + r.bytes, 0) : null;
+    return { storedBytes: stored, error: this.#error };
+  }
+
+  async #indexed(): Promise<Map<string, { bytes: number; used: number }>> {
+    this.#index ??= new Map((await this.#store.list()).map((r) => [r.key, { bytes: r.bytes, used: r.used }]));
+    return this.#index;
+  }
+
+  /** Read the stored pages that extend what memory holds of `ids` (the prompt but its last token) into the cache. */
+  async load(ids: Uint32Array): Promise<void> {
+    if (this.#error) return;
+    try {
+      await this.#writing;
+      const keys = this.#engine.prefixCacheMissing(ids);
+      const index = await this.#indexed();
+      const records: Uint8Array[] = [];
+      for (const key of keys) {
+        if (!index.has(key)) break;
+        const bytes = await this.#store.get(key);
+        if (!bytes) break;
+        index.set(key, { bytes: bytes.byteLength, used: Date.now() });
+        records.push(bytes);
+      }
+      if (records.length === 0) return;
+      const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, records)) as { refused: Array<{ index: number }> };
+      // Damaged, foreign or mislabeled records are never used again.
+      await this.#delete(loaded.refused.map((r) => keys[r.index]));
+    } catch (e) {
+      this.#fail('E_STORE', e);
+    }
+  }
+
+  /** Write the pages the last generation added (in the background). */
+  save(): void {
+    if (this.#error) return;
+    const pairs = this.#engine.prefixCacheTakeUnsaved() as Array<[string, Uint8Array]>;
+    if (pairs.length === 0) return;
+    const records = pairs.map(([key, bytes]) => ({ key, bytes }));
+    this.#writing = this.#writing.then(() => this.#write(records));
+  }
+
+  /** Wait for the writes in progress. */
+  flush(): Promise<void> {
+    return this.#writing;
+  }
+
+  async clear(): Promise<void> {
+    await this.#writing;
+    await this.#store.clear();
+    this.#index = new Map();
+  }
+
+  async #write(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
+    if (this.#error) return;
+    try {
+      const index = await this.#indexed();
+      try {
+        await this.#store.put(records);
+      } catch (e) {
+        if (!isFull(e)) throw e;
+        // Full: give up the older half of what is stored and try once more.
+        const oldest = [...index.entries()].sort((a, b) => a[1].used - b[1].used).slice(0, Math.ceil(index.size / 2));
+        await this.#delete(oldest.map(([key]) => key));
+        try {
+          await this.#store.put(records);
+        } catch (again) {
+          if (isFull(again)) return this.#fail('E_STORE_FULL', again);
+          throw again;
+        }
+      }
+      const used = Date.now();
+      for (const r of records) index.set(r.key, { bytes: r.bytes.byteLength, used });
+      // Within the budget, oldest first.
+      let total = [...index.values()].reduce((n, r) => n + r.bytes, 0);
+      if (total > this.#budget) {
+        const drop: string[] = [];
+        for (const [key, r] of [...index.entries()].sort((a, b) => a[1].used - b[1].used)) {
+          if (total <= this.#budget) break;
+          drop.push(key);
+          total -= r.bytes;
+        }
+        await this.#delete(drop);
+      }
+    } catch (e) {
+      this.#fail('E_STORE', e);
+    }
+  }
+
+  async #delete(keys: string[]): Promise<void> {
+    if (keys.length === 0) return;
+    await this.#store.delete(keys);
+    for (const key of keys) this.#index?.delete(key);
+  }
+
+  #fail(code: StoreError['code'], e: unknown): void {
+    const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    this.#error = {
+      code,
+      message:
+        code === 'E_STORE_FULL'
+          ? `the prefix cache's store is full even after freeing space (${why}): the cache goes on in memory only`
+          : `the prefix cache's store failed (${why}): the cache goes on in memory only`,
+    };
+    try {
+      this.#engine.prefixCachePersist(false);
+    } catch {
+      // a disposed engine: nothing left to persist
+    }
+  }
+}

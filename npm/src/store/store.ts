@@ -1,0 +1,29 @@
+// Where the prefix cache's pages persist: one small interface, with IndexedDB (browsers) and files in a directory
+// (Node) behind it, or any object a caller brings. Records are opaque bytes under hex keys; the engine checks each one
+// it reads back (format, checksum, model, key), so a store needs no knowledge of what it holds.
+
+/** One stored record, as `list()` reports it. */
+export interface StoredRecord {
+  key: string;
+  bytes: number;
+  /** When it was last written or read (ms since the epoch): the oldest go first when over the budget. */
+  used: number;
+}
+
+/** A place the prefix cache's pages live across reloads and restarts. */
+export interface PrefixStore {
+  /** Every record's key, size and last use. */
+  list(): Promise<StoredRecord[]>;
+  /** A record's bytes, or `undefined` if there is none; marks it used. */
+  get(key: string): Promise<Uint8Array | undefined>;
+  /** Write records (a full store throws, e.g. a `QuotaExceededError` or `ENOSPC`). */
+  put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void>;
+  delete(keys: string[]): Promise<void>;
+  clear(): Promise<void>;
+}
+
+/** Whether `e` says the store is full (the browser's quota, a full disk). */
+export function isFull(e: unknown): boolean {
+  const err = e as { name?: string; code?: string } | null;
+  return err?.name === 'QuotaExceededError' || err?.code === 'ENOSPC' || err?.code === 'EDQUOT';
+}

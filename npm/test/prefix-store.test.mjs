@@ -1,0 +1,96 @@
+// The prefix cache kept in a directory across processes (Node's file store): a chat continued in a new process
+// starts from the pages the first one wrote, with the same answer as without any cache; damaged records are skipped
+// and deleted; a store that is full goes on in memory and says so.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync, truncateSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { LLM } from '@ruvector/ruvllm';
+import { MODEL_PATH, PACKAGE_DIR } from './helpers.mjs';
+
+const SYSTEM = { role: 'system', content: 'You are a concise assistant. Answer in one short sentence.' };
+const A1 = { role: 'user', content: 'What is the capital of France?' };
+const A2 = { role: 'user', content: 'And what river flows through it?' };
+const GREEDY = { temperature: 0, max_tokens: 16 };
+const dir = mkdtempSync(join(tmpdir(), 'ruvllm-store-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+/** One chat request in a new Node process with the store in `dir`: its reply, usage and prefix-cache info. */
+function inNewProcess(messages) {
+  const code = `
+    import { LLM } from '@ruvector/ruvllm';
+    const llm = await LLM.load(${JSON.stringify(MODEL_PATH)}, { prefixCache: { store: ${JSON.stringify(dir)} } });
+    const r = await llm.chat.completions.create({ messages: ${JSON.stringify(messages)}, ...${JSON.stringify(GREEDY)} });
+    await llm.flushPrefixCache();
+    console.log(JSON.stringify({ message: r.choices[0].message, usage: r.usage, cache: llm.info().prefixCache }));
+    llm.dispose();`;
+  const p = spawnSync(process.execPath, ['--input-type=module', '-e', code], { cwd: PACKAGE_DIR, encoding: 'utf8' });
+  assert.equal(p.status, 0, p.stderr);
+  return JSON.parse(p.stdout.trim().split('\n').pop());
+}
+
+const plain = await LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: 0 } });
+after(() => plain.dispose());
+const answer = async (messages) => (await plain.chat.completions.create({ messages, ...GREEDY })).choices[0].message;
+
+test('a chat continued in a new process starts from the pages the first process stored', async () => {
+  const first = inNewProcess([SYSTEM, A1]);
+  assert.deepEqual(first.message, await answer([SYSTEM, A1]));
+  assert.ok(first.cache.store && first.cache.storedBytes > 0 && first.cache.storeError === null, JSON.stringify(first.cache));
+  assert.ok(readdirSync(dir).filter((n) => n.endsWith('.kv')).length >= 2);
+
+  const turn2 = [SYSTEM, A1, first.message, A2];
+  const second = inNewProcess(turn2);
+  const fromStore = second.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(fromStore >= Math.floor(first.usage.prompt_tokens / 16) * 16, `${fromStore} tokens from the store`);
+  assert.equal(second.cache.loadedTokens, fromStore);
+  assert.deepEqual(second.message, await answer(turn2), 'the same answer as without any cache');
+});
+
+test('damaged records are skipped and deleted, and the answer stays the same', async () => {
+  const files = readdirSync(dir).filter((n) => n.endsWith('.kv'));
+  for (const f of files) truncateSync(join(dir, f), 100);
+  const again = inNewProcess([SYSTEM, A1, A2]);
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(again.cache.loadedTokens, 0);
+  assert.deepEqual(again.message, await answer([SYSTEM, A1, A2]));
+  // The damaged first page was deleted (and written again whole by this run): fewer damaged files are left.
+  const damaged = readdirSync(dir).filter((n) => n.endsWith('.kv') && statSync(join(dir, n)).size === 100);
+  assert.ok(damaged.length < files.length, `${damaged.length} of ${files.length} still damaged`);
+});
+
+test('a full store is given up and the model answers from memory, saying why', async () => {
+  const full = Object.assign(new Error('the quota is used up'), { name: 'QuotaExceededError' });
+  let puts = 0;
+  const store = {
+    list: async () => [],
+    get: async () => undefined,
+    put: async () => {
+      puts++;
+      throw full;
+    },
+    delete: async () => {},
+    clear: async () => {},
+  };
+  const llm = await LLM.load(MODEL_PATH, { prefixCache: { store } });
+  try {
+    const r = await llm.chat.completions.create({ messages: [SYSTEM, A1], ...GREEDY });
+    assert.deepEqual(r.choices[0].message, await answer([SYSTEM, A1]));
+    await llm.flushPrefixCache();
+    assert.equal(puts, 2, 'one retry after making room');
+    assert.equal(llm.info().prefixCache.storeError?.code, 'E_STORE_FULL');
+    const again = await llm.chat.completions.create({ messages: [SYSTEM, A1, r.choices[0].message, A2], ...GREEDY });
+    assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'the in-memory cache still works');
+    assert.equal(puts, 2, 'no more writes');
+  } finally {
+    llm.dispose();
+  }
+});
+
+test('bad store options are E_INVALID_ARGUMENT', async () => {
+  for (const prefixCache of [{ store: 42 }, { store: { get() {} } }, { store: 'indexeddb' }, { storeBudgetBytes: -1 }]) {
+    await assert.rejects(LLM.load(MODEL_PATH, { prefixCache }), { code: 'E_INVALID_ARGUMENT' }, JSON.stringify(prefixCache));
+  }
+});

@@ -1,0 +1,125 @@
+// The prefix cache in Chromium's real IndexedDB: a chat continued after a page reload starts from the pages the
+// first page load stored, with the same answer as without any cache; damaged records are skipped and deleted; a
+// page with a tiny storage quota still answers and says it could not persist.
+// Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+import { launchChromium } from './chromium.mjs';
+
+const SYSTEM = { role: 'system', content: 'You are a concise assistant. Answer in one short sentence.' };
+const A1 = { role: 'user', content: 'What is the capital of France?' };
+const A2 = { role: 'user', content: 'And what river flows through it?' };
+
+let server, browser, page;
+before(async () => {
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
+  browser = await launchChromium();
+  page = browser.context.pages()[0] ?? (await browser.context.newPage());
+  await page.goto(`${server.origin}/examples/browser/index.html`);
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** Load the model in the page (one thread) with `prefixCache`, run one greedy chat request, wait for the store. */
+function chat(messages, prefixCache) {
+  return page.evaluate(
+    async ({ messages, prefixCache }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/model.gguf', { threads: 1, prefixCache });
+      try {
+        const r = await llm.chat.completions.create({ messages, temperature: 0, max_tokens: 16 });
+        await llm.flushPrefixCache();
+        return { message: r.choices[0].message, usage: r.usage, cache: llm.info().prefixCache };
+      } finally {
+        llm.dispose();
+      }
+    },
+    { messages, prefixCache },
+  );
+}
+
+/** The page's stored records: [key, byte length]. */
+const records = () =>
+  page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('ruvllm-prefix-cache');
+        open.onerror = () => reject(open.error);
+        open.onsuccess = () => {
+          const all = open.result.transaction('pages').objectStore('pages').getAll();
+          all.onsuccess = () => resolve(all.result.map((r) => [r.key, r.bytes.byteLength]));
+          all.onerror = () => reject(all.error);
+        };
+      }),
+  );
+
+test('a chat continued after a page reload starts from the pages IndexedDB kept, with the same answer', async () => {
+  const first = await chat([SYSTEM, A1], { store: 'indexeddb' });
+  assert.ok(first.cache.storedBytes > 0 && first.cache.storeError === null, JSON.stringify(first.cache));
+  assert.ok((await records()).length >= 2);
+
+  await page.reload();
+  const turn2 = [SYSTEM, A1, first.message, A2];
+  const second = await chat(turn2, { store: 'indexeddb' });
+  const fromStore = second.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(fromStore >= Math.floor(first.usage.prompt_tokens / 16) * 16, `${fromStore} tokens from IndexedDB`);
+  assert.equal(second.cache.loadedTokens, fromStore);
+  const cold = await chat(turn2, { budgetBytes: 0 });
+  assert.equal(cold.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.deepEqual(second.message, cold.message, 'the same answer as without any cache');
+});
+
+test('damaged records are refused and deleted, and the answer stays the same', async () => {
+  const before = await records();
+  await page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('ruvllm-prefix-cache');
+        open.onsuccess = () => {
+          const tx = open.result.transaction('pages', 'readwrite');
+          const pages = tx.objectStore('pages');
+          const all = pages.getAll();
+          all.onsuccess = () => {
+            for (const r of all.result) {
+              const bytes = new Uint8Array(r.bytes);
+              bytes[bytes.length >> 1] ^= 0xff; // one byte in the middle of the keys and values
+              pages.put({ ...r, bytes });
+            }
+          };
+          tx.oncomplete = () => resolve();
+          tx.onerror = () => reject(tx.error);
+        };
+      }),
+  );
+  await page.reload();
+  const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(again.cache.loadedTokens, 0);
+  const cold = await chat([SYSTEM, A1, A2], { budgetBytes: 0 });
+  assert.deepEqual(again.message, cold.message);
+  // The first damaged page was deleted, then written again whole; the rest stay until they are asked for or old.
+  assert.ok((await records()).length > 0 && before.length > 0);
+});
+
+test('a page with a tiny storage quota still answers and says it could not persist', async () => {
+  // A fresh browser: Chromium applies a quota override to an origin whose storage it has not opened yet. (The origin
+  // with its trailing slash, as Chromium's storage keys spell it: without it the override is ignored.)
+  const small = await launchChromium();
+  try {
+    page = small.context.pages()[0] ?? (await small.context.newPage());
+    const cdp = await small.context.newCDPSession(page);
+    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${server.origin}/`, quotaSize: 64 * 1024 });
+    await page.goto(`${server.origin}/examples/browser/index.html`);
+    const r = await chat([SYSTEM, A1], { store: 'indexeddb' });
+    const cold = await chat([SYSTEM, A1], { budgetBytes: 0 });
+    assert.deepEqual(r.message, cold.message);
+    assert.equal(r.cache.storeError?.code, 'E_STORE_FULL', JSON.stringify(r.cache));
+    assert.ok(r.cache.bytes > 0, 'the cache goes on in memory');
+  } finally {
+    await small.close();
+  }
+});
