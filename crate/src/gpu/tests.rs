@@ -21,7 +21,7 @@ use super::ops::norm::{AddRmsNorm, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
 use super::ops::swiglu::Swiglu;
-use super::ops::{model_header, Kernel, Slot, Step};
+use super::ops::{model_header, CallParams, Kernel, Slot};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionScratch};
@@ -214,8 +214,8 @@ fn header() -> String {
     model_header(&config(64, 4, 2, 64, false))
 }
 
-fn step(n: usize, pos0: usize) -> Data {
-    let s = Step { n: n as u32, pos0: pos0 as u32, kv_len: (pos0 + n) as u32, ..Step::default() };
+fn call(n: usize, pos0: usize) -> Data {
+    let s = CallParams { n: n as u32, pos0: pos0 as u32, kv_len: (pos0 + n) as u32, ..CallParams::default() };
     uniform(&s)
 }
 
@@ -288,7 +288,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
         let bias = rng.normals(col0 + total);
         let out0 = vec![7.0f32; col0 + total + 2];
-        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
+        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output layer
         let cols32 = cols as u32;
         let kernel = Kernel::Matvec(Matvec {
             ty,
@@ -301,7 +301,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&MatParams::new(&segs, cols, 0, col0))),
-            (Slot::Step, step(2, 0)),
+            (Slot::Call, call(2, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::Aux, Data::Storage(f32_bytes(&bias))),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
@@ -348,7 +348,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w.clone())),
             (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&resid))),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
@@ -371,7 +371,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(vec![0; rows * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
             (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
@@ -411,7 +411,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
             let mut data = vec![
                 (Slot::Weights, Data::Storage(w.clone())),
                 (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
-                (Slot::Step, step(n, 0)),
+                (Slot::Call, call(n, 0)),
                 (Slot::Out, Data::Storage(f32_bytes(&out0))),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
@@ -460,7 +460,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
         let data = vec![
             (Slot::Weights, Data::Storage(m.clone())),
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
@@ -468,7 +468,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
         let part = run(partial, &header(), data, grid, &[Slot::Out]).await.remove(0);
         let data = vec![
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::Aux, Data::Storage(f32_bytes(&bias))),
             (Slot::In0, Data::Storage(part)),
@@ -506,7 +506,7 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(tokens.len(), 0)),
+            (Slot::Call, call(tokens.len(), 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::In0, Data::Storage(u32_bytes(&tokens))),
         ];
@@ -534,7 +534,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         let qkv = rng.normals(n * (qd + 2 * kvd));
         let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
-            (Slot::Step, step(n, pos0)),
+            (Slot::Call, call(n, pos0)),
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
             (Slot::Aux, Data::Storage(vec![0; n_ctx * kvd * 2])),
             (Slot::In0, Data::Storage(f32_bytes(&input))),
@@ -624,16 +624,16 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
     let want = cpu_attention(&c, &q, &cache, pos);
 
-    let s = Step {
+    let s = CallParams {
         n: 1,
         pos0: pos as u32,
         kv_len: kv_len as u32,
         chunk: chunk as u32,
         n_chunks: n_chunks as u32,
-        ..Step::default()
+        ..CallParams::default()
     };
     let data = vec![
-        (Slot::Step, uniform(&s)),
+        (Slot::Call, uniform(&s)),
         (Slot::Out, Data::Storage(vec![0; attn_decode::partials_len(heads, hd) * 4])),
         (Slot::Aux, Data::Storage(kb)),
         (Slot::In0, Data::Storage(f32_bytes(&qkv))),
@@ -685,7 +685,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let data = vec![
         (Slot::Weights, Data::Storage(f32_bytes(&eye))),
         (Slot::Params, uniform(&MatParams::new(&[(0, qd)], qd, 0, 0))),
-        (Slot::Step, uniform(&s)),
+        (Slot::Call, uniform(&s)),
         (Slot::Out, Data::Storage(vec![0; qd * 4])),
         (Slot::In0, Data::Storage(part)),
     ];
@@ -704,7 +704,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0);
         let data = vec![
-            (Slot::Step, step(n, pos0)),
+            (Slot::Call, call(n, pos0)),
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&q))),
             (Slot::In1, Data::Storage(kb)),
@@ -741,7 +741,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let r = rng.normals(n * d);
     let parts: Vec<f32> = r.iter().chain(&r).map(|v| v / 2.0).collect();
     let data = vec![
-        (Slot::Step, step(n, 0)),
+        (Slot::Call, call(n, 0)),
         (Slot::Out, Data::Storage(vec![0; n * d * 4])),
         (Slot::Aux, Data::Storage(f32_bytes(&x))),
         (Slot::In0, Data::Storage(f32_bytes(&parts))),
@@ -764,7 +764,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let parts: Vec<f32> = gu.iter().zip(&e).map(|(a, b)| a - b).chain(e.iter().copied()).collect();
     for (splits, input) in [(1, &gu), (2, &parts)] {
         let data = vec![
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(vec![0; n * ff * 4])),
             (Slot::In0, Data::Storage(f32_bytes(input))),
         ];
@@ -797,9 +797,9 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         *v = if i % 2 == 0 { f32::NAN } else { f32::NEG_INFINITY };
     }
     for (row, want) in [(1u32, 300u32), (2, 0)] {
-        let s = Step { n: 1, logit_row: row, slot: 3, ..Step::default() };
+        let s = CallParams { n: 1, logit_row: row, slot: 3, ..CallParams::default() };
         let data = vec![
-            (Slot::Step, uniform(&s)),
+            (Slot::Call, uniform(&s)),
             (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
             (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&logits))),
@@ -818,12 +818,12 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
         let mut x = vec![0f32; cols];
         x[0] = 1.0;
-        let per = 16; // the output head's rows per workgroup
+        let per = 16; // the output layer's rows per workgroup
         let groups = vocab.div_ceil(per as usize);
         let data = vec![
             (Slot::Weights, Data::Storage(f32_bytes(&w))),
             (Slot::Params, uniform(&MatParams::new(&[(0, vocab)], cols, vocab, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(vec![0; vocab * 4])),
             (Slot::Aux, Data::Storage(vec![0; groups * 8])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
@@ -841,9 +841,9 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
             assert!(g.to_bits() == l.to_bits() || (g.is_nan() && l.is_nan()), "row {row} logit {i}: {g} vs {l}");
         }
-        let s = Step { n: 1, slot: 3, ..Step::default() };
+        let s = CallParams { n: 1, slot: 3, ..CallParams::default() };
         let data = vec![
-            (Slot::Step, uniform(&s)),
+            (Slot::Call, uniform(&s)),
             (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
             (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
             (Slot::In0, Data::Storage(best)),
