@@ -80,10 +80,11 @@ async fn gpu() -> &'static Gpu {
     gpu
 }
 
-/// splitmix64 with normal and uniform draws: deterministic test data.
-struct Rng(u64);
+/// splitmix64 with normal and uniform draws: deterministic test data. Not `test_support::Rng`: these
+/// checks are also compiled outside `cfg(test)`, for the browser suite (tests/rust/gpu_browser.rs).
+struct SplitMix(u64);
 
-impl Rng {
+impl SplitMix {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -220,7 +221,7 @@ fn call(n: usize, pos0: usize) -> Data {
 }
 
 /// `rows` random rows of `cols` values, quantized to `ty` with the CPU reference quantizer.
-fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix) -> Vec<u8> {
     let rb = ty.row_bytes(cols);
     let mut out = vec![0u8; rows * rb];
     for r in 0..rows {
@@ -275,7 +276,7 @@ fn test_cols(ty: GgmlType) -> usize {
 
 pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(100 + i as u64);
+        let mut rng = SplitMix(100 + i as u64);
         let cols = test_cols(ty);
         let seg_rows = [13, 9, 15];
         let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
@@ -323,7 +324,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
 
 pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(200 + i as u64);
+        let mut rng = SplitMix(200 + i as u64);
         let cols = test_cols(ty);
         let rows = 21;
         let gate = random_matrix(ty, rows, cols, &mut rng);
@@ -391,7 +392,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
 pub async fn matmul_tiles_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(300 + i as u64);
+        let mut rng = SplitMix(300 + i as u64);
         let cols = if ty.block_size() == 256 { 512 } else { 96 };
         let seg_rows = [50, 21]; // 71 rows: several row tiles
         let n = 70; // several token tiles
@@ -445,7 +446,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
 
 pub async fn split_matmul_partials_sum_to_the_product() {
     for ty in [GgmlType::Q4_1, GgmlType::F32] {
-        let mut rng = Rng(350);
+        let mut rng = SplitMix(350);
         let (rows, cols, n, splits) = (71, 320, 70, 3);
         let k_len = 128; // splits of 128, 128 and 64 columns
         let m = random_matrix(ty, rows, cols, &mut rng);
@@ -494,7 +495,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
 
 pub async fn embedding_rows_match_dequantize_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(400 + i as u64);
+        let mut rng = SplitMix(400 + i as u64);
         let cols = test_cols(ty);
         let rows = 50;
         let table = random_matrix(ty, rows, cols, &mut rng);
@@ -530,7 +531,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let (n, pos0, n_ctx) = (3, 5, 16);
-        let mut rng = Rng(500 + rope_dims as u64);
+        let mut rng = SplitMix(500 + rope_dims as u64);
         let qkv = rng.normals(n * (qd + 2 * kvd));
         let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
@@ -575,7 +576,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
 }
 
 /// A random f16 KV cache of `len` positions, on the CPU and as GPU bytes.
-fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut Rng) -> (KvCache, Vec<u8>, Vec<u8>) {
+fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut SplitMix) -> (KvCache, Vec<u8>, Vec<u8>) {
     let kvd = c.kv_dim();
     let (k, v) = (rng.normals(len * kvd), rng.normals(len * kvd));
     let mut cache = KvCache::new(c.n_layers, c.kv_dim(), n_ctx);
@@ -611,7 +612,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let n_chunks = kv_len.div_ceil(chunk);
     assert!(n_chunks <= attn_decode::max_chunks(heads));
     let pos = kv_len - 1;
-    let mut rng = Rng(600 + chunk as u64);
+    let mut rng = SplitMix(600 + chunk as u64);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
     let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
@@ -699,7 +700,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     for c in [config(64, 4, 2, 64, false), config(128, 2, 1, 128, false)] {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (20, 5, 32);
-        let mut rng = Rng(700 + c.head_dim as u64);
+        let mut rng = SplitMix(700 + c.head_dim as u64);
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0);
@@ -722,7 +723,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
 pub async fn rmsnorm_and_swiglu_match_cpu() {
     let c = config(64, 4, 2, 64, false);
     let (d, ff, n) = (c.d_model, c.ffn_dim, 3);
-    let mut rng = Rng(800);
+    let mut rng = SplitMix(800);
     let x = rng.normals(n * d);
     let w: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
     let data = vec![
@@ -785,7 +786,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
 
 pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
-    let mut rng = Rng(900);
+    let mut rng = SplitMix(900);
     let mut logits = rng.normals(3 * vocab);
     // Row 1: a tie between ids 300 and 700, NaN elsewhere.
     logits[vocab + 700] = 9.0;
