@@ -138,9 +138,10 @@ pub(crate) struct SplitReduce {
 }
 
 /// Output rows per workgroup of a matvec of `rows` rows (matvec.wgsl `ROWS`; a team of 256 / ROWS
-/// invocations per row). Four: each invocation walks a short part of a row (H100: 4 rows per
-/// workgroup beat 8 and 2), except for very tall matrices (the output layer: 16), whose many
-/// workgroups cost more than the shorter walk gains (H100: 16 beat 8 and 4).
+/// invocations per row). Four, so that each invocation walks a short part of a row; 16 for very
+/// tall matrices (the output layer), whose many workgroups would cost more than the shorter walk
+/// gains, and whose best rows argmax then scans are 16 times fewer. Each beat its neighbours on an
+/// H100 (benches/README.md, "Figures behind design choices").
 pub(crate) fn matvec_rows(rows: usize) -> u32 {
     if rows >= 8192 {
         16
