@@ -3,7 +3,7 @@
 // model's four per-layer products of one row over N sets of distinct Q4_1 weights (2.2 MB each), on 1 and then
 // 2 threads, each in its own Node process (a pool's size is fixed per process), alternating per round. With a few
 // sets the weights stay in the caches (this VM: 2 MB L2 per core, 32 MB L3); with 30, as in the model, every pass
-// reads them from memory, as decode does (which also reads the 30 MB output head). Prints one JSON line per size
+// reads them from memory, as decode does (which also reads the 30 MB output layer). Prints one JSON line per size
 // and a table: microseconds per layer, and 2T/1T (median of the rounds' ratios); then what an empty parallel loop
 // costs on two threads (`emptyLoops`, crate/src/parallel.rs).
 //

@@ -1,10 +1,10 @@
-// Needs: the header (BIND_*, Step, D_MODEL), row_rms.wgsl (row_rms_scale), the variant's SPLITS.
+// Needs: the header (BIND_*, CallParams, D_MODEL), row_rms.wgsl (row_rms_scale), the variant's SPLITS.
 // A split matmul's residual add folded into the RMSNorm after it (prefill): x += the sum of the
 // SPLITS partial products ([split][token][D_MODEL], matmul.wgsl OUT_PARTIAL, summed in
 // split_reduce.wgsl's order), then out = x / sqrt(mean(x^2) + eps) * w. One workgroup per row:
 // one dispatch instead of a reduce and a norm.
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> out: array<f32>;
 @group(0) @binding(BIND_AUX) var<storage, read_write> x: array<f32>;
 @group(0) @binding(BIND_IN0) var<storage, read> part: array<f32>;
@@ -17,7 +17,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     for (var i = lid; i < D_MODEL; i += 256u) {
         var v = 0.0;
         for (var z = 0u; z < SPLITS; z++) {
-            v += part[(z * step.n + wg.x) * D_MODEL + i];
+            v += part[(z * call.n + wg.x) * D_MODEL + i];
         }
         let r = x[base + i] + v;
         x[base + i] = r;

@@ -1,11 +1,11 @@
-// Needs: the header (BIND_*, Step, VOCAB), common.wgsl (NEG_BIG, better), the variant's PER.
+// Needs: the header (BIND_*, CallParams, VOCAB), common.wgsl (NEG_BIG, better), the variant's PER.
 // Greedy sampling on the GPU: the id of the largest logit of one row (the lowest id on ties, NaN
-// never wins). It becomes the next step's input token and is kept in ids[step.slot], so greedy
+// never wins). It becomes the next step's input token and is kept in ids[call.slot], so greedy
 // decoding reads back 4 bytes per token, not the logits. The candidates are the row's logits
-// (PER = 1) or, after the output head's matvec (OUT_ARGMAX), the best (value, id) of each of its
+// (PER = 1) or, after the output layer's matvec (OUT_ARGMAX), the best (value, id) of each of its
 // workgroups of PER rows: 8 times fewer to scan.
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(BIND_AUX) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(BIND_IN0) var<storage, read> src: array<u32>; // f32 logits, or (f32 value, id) pairs
@@ -30,7 +30,7 @@ fn cand(base: u32, k: u32) -> vec2<u32> {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32) {
-    let base = step.logit_row * VOCAB;
+    let base = call.logit_row * VOCAB;
     var bv = NEG_BIG;
     var bi = 0xFFFFFFFFu;
     // Eight independent loads per round, in flight together (one round trip each, not eight);
@@ -66,7 +66,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         // Every logit NaN or -inf: token 0, as the CPU sampler picks.
         let id = select(best_i[0], 0u, best_i[0] >= VOCAB);
-        ids[step.slot] = id;
+        ids[call.slot] = id;
         tokens[0] = id;
     }
 }

@@ -1,4 +1,4 @@
-// Needs: the header (BIND_*, Step, the model's shape), common.wgsl (NEG_BIG), rope.wgsl (qkv,
+// Needs: the header (BIND_*, CallParams, the model's shape), common.wgsl (NEG_BIG), rope.wgsl (qkv,
 // QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS).
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
@@ -14,7 +14,7 @@
 // group keeps its own running max and sum (no workgroup-wide reduction per block: two barriers
 // per block) and loads its KEYS values of a block together; the groups merge at the end.
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> part: array<vec4<f32>>;
 @group(0) @binding(BIND_AUX) var<storage, read_write> k_cache: array<vec4<u32>>;
 @group(0) @binding(BIND_IN2) var<storage, read_write> v_cache: array<vec4<u32>>;
@@ -94,8 +94,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let group_size = N_HEADS / N_KV_HEADS;
     let kvh = h / group_size;
     kv_head = kvh;
-    let pos = step.kv_len - 1u; // the new token
-    let row = (step.n - 1u) * QKV;
+    let pos = call.kv_len - 1u; // the new token
+    let row = (call.n - 1u) * QKV;
     let kv_off = kvh * SLICES; // in slices
     if (lid < HEAD_DIM / 4u) {
         let e = 4u * lid;
@@ -110,13 +110,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         new_v[i] = pack8(row + Q_DIM + KV_DIM + kvh * HEAD_DIM, 8u * i, pos, false);
     }
     workgroupBarrier();
-    if (c == step.n_chunks - 1u && h % group_size == 0u && lid < SLICES) {
+    if (c == call.n_chunks - 1u && h % group_size == 0u && lid < SLICES) {
         k_cache[pos * ROW + kv_off + lid] = new_k[lid];
         v_cache[pos * ROW + kv_off + lid] = new_v[lid];
     }
 
-    let start = c * step.chunk;
-    let end = min(start + step.chunk, step.kv_len);
+    let start = c * call.chunk;
+    let end = min(start + call.chunk, call.kv_len);
     let slice = lid % SLICES;
     let group = lid / SLICES;
     var m = NEG_BIG;
@@ -182,7 +182,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             sum += o_sh[2u * (g * SLICES + lid / 2u) + lid % 2u] * w;
             ll += ml_sh[g].y * w;
         }
-        let nc = step.n_chunks;
+        let nc = call.n_chunks;
         part[(h * nc + c) * HD4 + lid] = sum;
         if (lid == 0u) {
             part[ATTN_STATS + h * nc + c] = vec4<f32>(mm, ll, 0.0, 0.0);

@@ -1,4 +1,4 @@
-// Needs: the header (BIND_*, Step, the model's shape, BQ, BK), common.wgsl (NEG_BIG).
+// Needs: the header (BIND_*, CallParams, the model's shape, BQ, BK), common.wgsl (NEG_BIG).
 // Prefill attention: causal, tiled. A workgroup takes BQ consecutive query tokens of one head and
 // walks the cached keys in tiles of BK, sharing each key and value tile in workgroup memory, with
 // an online softmax per query row. Invocation (qi, kj) scores query qi against key kj of a tile
@@ -10,7 +10,7 @@
 // BQ and BK come from the header (BQ * BK invocations; BQ * HEAD_DIM + BK * (HEAD_DIM + 1) +
 // 2 * BQ * BK floats of workgroup memory).
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> att: array<f32>;
 @group(0) @binding(BIND_IN0) var<storage, read> q_rot: array<f32>;
 @group(0) @binding(BIND_IN1) var<storage, read> k_cache: array<u32>;
@@ -42,7 +42,7 @@ fn fetch_tile(lid: u32, k0: u32, kvh: u32) -> TileRegs {
         let j = i / (HEAD_DIM / 2u);
         r.k[n] = 0u;
         r.v[n] = 0u;
-        if (i < BK * HEAD_DIM / 2u && k0 + j < step.kv_len) {
+        if (i < BK * HEAD_DIM / 2u && k0 + j < call.kv_len) {
             let w = (k0 + j) * (KV_DIM / 2u) + kvh * (HEAD_DIM / 2u) + i % (HEAD_DIM / 2u);
             r.k[n] = k_cache[w];
             r.v[n] = v_cache[w];
@@ -85,20 +85,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let qi = lid / BK;
     let kj = lid % BK;
     let t = t0 + qi;
-    let valid = t < step.n;
-    let qpos = step.pos0 + t;
+    let valid = t < call.n;
+    let qpos = call.pos0 + t;
 
     for (var i = lid; i < BQ * HEAD_DIM; i += BQ * BK) {
         let tt = t0 + i / HEAD_DIM;
         var q = 0.0;
-        if (tt < step.n) {
+        if (tt < call.n) {
             q = q_rot[tt * Q_DIM + h * HEAD_DIM + i % HEAD_DIM];
         }
         qs[i] = q;
     }
 
     // Keys up to the last query of this block (causal).
-    let k_end = step.pos0 + min(t0 + BQ, step.n);
+    let k_end = call.pos0 + min(t0 + BQ, call.n);
     var m = NEG_BIG;
     var l = 0.0;
     var o0 = 0.0;

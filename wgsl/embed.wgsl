@@ -1,11 +1,11 @@
-// Needs: the header (BIND_*, Step), `EmbedParams`, declared from its Rust struct (ops/embed.rs),
+// Needs: the header (BIND_*, CallParams), `EmbedParams`, declared from its Rust struct (ops/embed.rs),
 // weights.wgsl and a quant/*.wgsl (dequant8, QK, BLOCK_BYTES).
 // Embedding lookup: x[t] = token_embd[tokens[t]], dequantized from its GGUF blocks. One op per row
 // chunk of the table (a table larger than one storage binding is split); ids outside the chunk are
 // left to the other ops. One invocation per 8 values.
 
 @group(0) @binding(BIND_PARAMS) var<uniform> ep: EmbedParams;
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> x: array<f32>;
 @group(0) @binding(BIND_IN0) var<storage, read> tokens: array<u32>;
 
@@ -13,7 +13,7 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let g = gid.x * 8u;
-    if (t >= step.n || g >= ep.cols) {
+    if (t >= call.n || g >= ep.cols) {
         return;
     }
     let id = tokens[t];

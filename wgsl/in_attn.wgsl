@@ -1,5 +1,5 @@
 // Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl
-// (step), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl and in_plain.wgsl define the same
+// (call), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl and in_plain.wgsl define the same
 // functions.
 // Matvec input stage: the attention output, merged from the per-chunk partial results of
 // attn_decode (online-softmax merge; attn_partials.wgsl has their layout). The (m, l) pairs are
@@ -11,7 +11,7 @@ var<workgroup> chunk_ml: array<vec2<f32>, N_HEADS * MAX_CHUNKS>;
 var<workgroup> chunk_w: array<f32, N_HEADS * MAX_CHUNKS>;
 
 fn input_prepare(lid: u32) {
-    let nc = step.n_chunks;
+    let nc = call.n_chunks;
     for (var i = lid; i < N_HEADS * nc; i += 256u) {
         chunk_ml[i] = part[ATTN_STATS + i].xy;
     }
@@ -34,7 +34,7 @@ fn input_prepare(lid: u32) {
 // The chunks two at a time: both loads in flight together (an odd last one pairs with itself,
 // weighted 0).
 fn input_load4(i: u32) -> vec4<f32> {
-    let nc = step.n_chunks;
+    let nc = call.n_chunks;
     let first = i / HEAD_DIM * nc;
     let d4 = (i % HEAD_DIM) / 4u;
     var acc = vec4<f32>(0.0);

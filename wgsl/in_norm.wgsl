@@ -1,4 +1,4 @@
-// Needs: the header (BIND_IN0, BIND_IN1, EPS), mat_common.wgsl (step), a reduce_*.wgsl
+// Needs: the header (BIND_IN0, BIND_IN1, EPS), mat_common.wgsl (call), a reduce_*.wgsl
 // (team_sum2), the variant's COLS. in_plain.wgsl and in_attn.wgsl define the same functions.
 // Matvec input stage: RMSNorm of the last token's row of x, times the norm weight
 // (x / sqrt(mean(x^2) + eps) * w, as ggml_rms_norm then ggml_mul).
@@ -8,7 +8,7 @@
 var<private> norm_scale: f32;
 
 fn input_prepare(lid: u32) {
-    let base = (step.n - 1u) * (COLS / 4u);
+    let base = (call.n - 1u) * (COLS / 4u);
     var ss = 0.0;
     for (var k = 0u; k < (COLS / 4u + 255u) / 256u; k++) {
         let i = lid + 256u * k;
@@ -21,6 +21,6 @@ fn input_prepare(lid: u32) {
 }
 
 fn input_load4(i: u32) -> vec4<f32> {
-    let x = x_in[((step.n - 1u) * COLS + i) / 4u];
+    let x = x_in[((call.n - 1u) * COLS + i) / 4u];
     return (x * norm_scale) * norm_w[i / 4u];
 }

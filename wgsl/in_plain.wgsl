@@ -1,4 +1,4 @@
-// Needs: the header (BIND_IN0), mat_common.wgsl (step), the variant's COLS. in_norm.wgsl and
+// Needs: the header (BIND_IN0), mat_common.wgsl (call), the variant's COLS. in_norm.wgsl and
 // in_attn.wgsl define the same functions.
 // Matvec input stage: the last token's row of x as it is.
 @group(0) @binding(BIND_IN0) var<storage, read> x_in: array<vec4<f32>>;
@@ -6,5 +6,5 @@
 fn input_prepare(lid: u32) {}
 
 fn input_load4(i: u32) -> vec4<f32> {
-    return x_in[((step.n - 1u) * COLS + i) / 4u];
+    return x_in[((call.n - 1u) * COLS + i) / 4u];
 }

@@ -1,9 +1,9 @@
-// Needs: the header (BIND_*, Step) and `MatParams`, declared from its Rust struct (ops/mat.rs).
+// Needs: the header (BIND_*, CallParams) and `MatParams`, declared from its Rust struct (ops/mat.rs).
 // Declarations shared by matvec.wgsl, matmul.wgsl and split_reduce.wgsl: the op's parameters,
-// the step, the output, and where an output row's weights start.
+// the call's parameters, the output, and where an output row's weights start.
 
 @group(0) @binding(BIND_PARAMS) var<uniform> op: MatParams;
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> out: array<f32>;
 
 // Byte offset of the weights of output row r (r < total rows).

@@ -1,5 +1,5 @@
 // Needs: the header (BIND_IN0, OUT_*), weights.wgsl and a quant/*.wgsl (dequant8, Deq8, QK,
-// BLOCK_BYTES), mat_common.wgsl (op, step, out, weight_row), bias.wgsl or no_bias.wgsl, the
+// BLOCK_BYTES), mat_common.wgsl (op, call, out, weight_row), bias.wgsl or no_bias.wgsl, the
 // variant's OUT_MODE.
 // Prefill matrix-matrix product: out[t][out_col0 + r] (+)= dot(W[r], X[t]) for a batch of token
 // rows X, reading the weights in their GGUF blocks.
@@ -78,7 +78,7 @@ fn store(t: u32, r0: u32, n: u32, n_rows: u32, wg_z: u32, acc: vec4<f32>) {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let n_rows = op.seg_end[op.n_segs - 1u];
-    let n = step.n;
+    let n = call.n;
     let r0 = wg.x * TM;
     let t0 = wg.y * TN;
     let row_bytes = op.cols / QK * BLOCK_BYTES;

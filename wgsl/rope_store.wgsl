@@ -1,4 +1,4 @@
-// Needs: the header (BIND_*, Step, Q_DIM, KV_DIM, HEAD_DIM), rope.wgsl (qkv, QKV, rotated; this
+// Needs: the header (BIND_*, CallParams, Q_DIM, KV_DIM, HEAD_DIM), rope.wgsl (qkv, QKV, rotated; this
 // file defines its qkv_at), the variant's SPLITS.
 // RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
 // decode does this inside attn_decode). One invocation per pair of adjacent
@@ -6,7 +6,7 @@
 // products of a split qkv matmul ([split][token][QKV]), summed here: the split's reduce step
 // folded in.
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> q_rot: array<f32>;
 @group(0) @binding(BIND_AUX) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(BIND_IN2) var<storage, read_write> v_cache: array<u32>;
@@ -15,7 +15,7 @@
 fn qkv_at(i: u32) -> f32 {
     var v = 0.0;
     for (var z = 0u; z < SPLITS; z++) {
-        v += qkv[z * step.n * QKV + i];
+        v += qkv[z * call.n * QKV + i];
     }
     return v;
 }
@@ -24,10 +24,10 @@ fn qkv_at(i: u32) -> f32 {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let p = gid.x;
-    if (t >= step.n || p >= QKV / 2u) {
+    if (t >= call.n || p >= QKV / 2u) {
         return;
     }
-    let pos = step.pos0 + t;
+    let pos = call.pos0 + t;
     let row = t * QKV;
     if (p < Q_DIM / 2u) {
         let e = 2u * p;

@@ -1,4 +1,4 @@
-// Needs: the header (BIND_IN0, OUT_*), mat_common.wgsl (op, step, out), bias.wgsl or no_bias.wgsl,
+// Needs: the header (BIND_IN0, OUT_*), mat_common.wgsl (op, call, out), bias.wgsl or no_bias.wgsl,
 // the variant's OUT_MODE.
 // The sum of a split matmul's partial products ([split][token][row], rows packed; matmul.wgsl
 // OUT_PARTIAL), stored or added to the output like an unsplit matmul (OUT_STORE or OUT_ADD), with
@@ -10,7 +10,7 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let r = gid.x;
-    let n = step.n;
+    let n = call.n;
     let n_rows = op.seg_end[op.n_segs - 1u];
     if (t >= n || r >= n_rows) {
         return;

@@ -1,9 +1,9 @@
-// Needs: the header (BIND_*, Step, FFN), the variant's SPLITS.
+// Needs: the header (BIND_*, CallParams, FFN), the variant's SPLITS.
 // SwiGLU of the prefill feed-forward: h = silu(gate) * up, from rows [gate (FFN) | up (FFN)], or
 // from the SPLITS partial products of a split gate/up matmul ([split][token][2 FFN], summed here:
 // the split's reduce step folded in).
 
-@group(0) @binding(BIND_STEP) var<uniform> step: Step;
+@group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> h: array<f32>;
 @group(0) @binding(BIND_IN0) var<storage, read> gu: array<f32>;
 
@@ -11,13 +11,13 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let r = gid.x;
-    if (t >= step.n || r >= FFN) {
+    if (t >= call.n || r >= FFN) {
         return;
     }
     var g = 0.0;
     var u = 0.0;
     for (var z = 0u; z < SPLITS; z++) {
-        let b = (z * step.n + t) * 2u * FFN + r;
+        let b = (z * call.n + t) * 2u * FFN + r;
         g += gu[b];
         u += gu[b + FFN];
     }

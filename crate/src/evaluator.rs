@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::error::{Error, Result};
-use crate::gpu::{Backend, Engine, GpuOptions};
+use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
@@ -114,7 +114,7 @@ pub(crate) struct Evaluator {
     n_batch: usize,
     backend: Backend,
     /// The GPU, until a fault under `Auto` hands the work to the CPU.
-    gpu: Option<Engine>,
+    gpu: Option<GpuRunner>,
     /// CPU KV cache and scratch: allocated when the CPU first runs.
     cpu: Option<(KvCache, RunState)>,
     /// Tokens whose keys/values are in the cache, in order.
@@ -145,7 +145,7 @@ impl Evaluator {
     ) -> Result<Evaluator> {
         let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
         let opts = Evaluator::gpu_options(backend, opts);
-        let gpu = (backend != Backend::Cpu).then(|| wait(Engine::open(&model, n_ctx, n_batch, &opts)));
+        let gpu = (backend != Backend::Cpu).then(|| wait(GpuRunner::open(&model, n_ctx, n_batch, &opts)));
         Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
     }
 
@@ -162,7 +162,7 @@ impl Evaluator {
         let opts = Evaluator::gpu_options(backend, opts);
         let gpu = match backend {
             Backend::Cpu => None,
-            _ => Some(Engine::open(&model, n_ctx, n_batch, &opts).await),
+            _ => Some(GpuRunner::open(&model, n_ctx, n_batch, &opts).await),
         };
         Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
     }
@@ -174,7 +174,7 @@ impl Evaluator {
         n_ctx: usize,
         n_batch: usize,
         backend: Backend,
-        gpu: Option<Result<Engine>>,
+        gpu: Option<Result<GpuRunner>>,
     ) -> Result<Evaluator> {
         let (gpu, fallback) = match gpu {
             None => (None, None),
@@ -213,7 +213,7 @@ impl Evaluator {
     }
 
     #[cfg_attr(not(all(target_arch = "wasm32", feature = "gpu")), allow(dead_code))]
-    pub(crate) fn gpu(&self) -> Option<&Engine> {
+    pub(crate) fn gpu(&self) -> Option<&GpuRunner> {
         self.gpu.as_ref()
     }
 

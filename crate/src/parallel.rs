@@ -148,8 +148,8 @@ impl<T> SharedMut<T> {
 }
 
 /// A zeroed f32 buffer that starts on a 64-byte cache line. Tasks that write runs of 16 floats starting
-/// at multiples of 16 (as matmul tasks do) then never write the same cache line from two threads: when
-/// they did, each such line moved between the cores on every write (false sharing).
+/// at multiples of 16 (as matmul tasks do) then never write the same cache line from two threads, which
+/// would move that line between the cores on every write (false sharing).
 pub struct LineBuf {
     lines: Vec<Line>,
     len: usize,

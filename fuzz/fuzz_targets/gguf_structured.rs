@@ -42,7 +42,7 @@ struct Shape {
 }
 
 #[derive(Arbitrary, Debug)]
-enum TokenizerModel {
+enum TokenizerKind {
     /// SentencePiece: <unk> <s> </s> first, byte tokens <0x00>..<0xFF> when asked.
     Spm {
         byte_tokens: bool,
@@ -76,7 +76,7 @@ struct Token {
 
 #[derive(Arbitrary, Debug)]
 struct Vocabulary {
-    model: TokenizerModel,
+    kind: TokenizerKind,
     tokens: Vec<Token>,
     /// Merges of two tokens (indices into the vocabulary); their concatenation joins the vocabulary.
     merges: Vec<(u16, u16)>,
@@ -313,8 +313,8 @@ fn build(input: &Input) -> Vec<u8> {
             scores.push(score);
         }
     };
-    let model_name = match &v.model {
-        TokenizerModel::Spm { byte_tokens } => {
+    let kind_name = match &v.kind {
+        TokenizerKind::Spm { byte_tokens } => {
             for (t, ty) in [("<unk>", 2), ("<s>", 3), ("</s>", 3)] {
                 push(t.into(), ty, 0.0, &mut texts);
             }
@@ -323,13 +323,13 @@ fn build(input: &Input) -> Vec<u8> {
             }
             "llama".to_string()
         }
-        TokenizerModel::Bpe { byte_chars, .. } => {
+        TokenizerKind::Bpe { byte_chars, .. } => {
             if *byte_chars {
                 gpt2_byte_chars().into_iter().for_each(|c| push(c, 1, 0.0, &mut texts));
             }
             "gpt2".to_string()
         }
-        TokenizerModel::Other(name) => name.clone(),
+        TokenizerKind::Other(name) => name.clone(),
     };
     for t in &v.tokens {
         push(t.text.clone(), t.ty as i32, t.score, &mut texts);
@@ -356,11 +356,11 @@ fn build(input: &Input) -> Vec<u8> {
         .meta(&a("attention.head_count_kv"), Meta::U32(kv_heads as u32))
         .meta(&a("feed_forward_length"), Meta::U32(ffn as u32))
         .meta(&a("context_length"), Meta::U32(1 + s.context as u32 % 64))
-        .meta("tokenizer.ggml.model", Meta::Str(model_name))
+        .meta("tokenizer.ggml.model", Meta::Str(kind_name))
         .meta("tokenizer.ggml.tokens", Meta::StrArray(texts))
         .meta("tokenizer.ggml.token_type", Meta::I32Array(types))
         .meta("tokenizer.ggml.scores", Meta::F32Array(scores));
-    if let TokenizerModel::Bpe { pre, .. } = &v.model {
+    if let TokenizerKind::Bpe { pre, .. } = &v.kind {
         w = w.meta("tokenizer.ggml.merges", Meta::StrArray(merges));
         let pre = match pre {
             Pre::None => None,

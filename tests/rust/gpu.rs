@@ -63,7 +63,7 @@ fn run_ahead_greedy_decoding_reads_back_only_ids() {
     // All 7 remaining steps are submitted before any id is read.
     let rest = block_on(s.decode_greedy(prompt.len(), 7)).unwrap();
     assert_eq!([vec![first], rest].concat(), FRANCE_IDS);
-    assert_eq!(s.dispatches_per_token(), 5 * model().config.n_layers + 3, "embed, 5 per layer, output head, argmax");
+    assert_eq!(s.dispatches_per_token(), 5 * model().config.n_layers + 3, "embed, 5 per layer, output layer, argmax");
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn tensors_larger_than_a_binding_are_split_across_buffers() {
     assert_eq!(logits.len(), want.len());
     let max_diff = logits.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(max_diff < 1e-3, "split and whole weights differ by {max_diff}");
-    // Greedy decoding through the split output head (the cache is simply overwritten from 0).
+    // Greedy decoding through the split output layer (the cache is simply overwritten from 0).
     let first = block_on(split.eval_argmax(&prompt, 0)).unwrap();
     let rest = block_on(split.decode_greedy(prompt.len(), 7)).unwrap();
     assert_eq!([vec![first], rest].concat(), FRANCE_IDS);

@@ -20,9 +20,9 @@ pub(super) struct ForwardOps {
     pub decode_layers: Vec<Op>,
     pub prefill_layers: Vec<Op>,
     /// The last token's logits (a decode step, or the end of a prefill).
-    pub head_last: Vec<Op>,
+    pub logits_last: Vec<Op>,
     /// Every token's logits (prefill).
-    pub head_all: Vec<Op>,
+    pub logits_all: Vec<Op>,
     pub argmax: Op,
     /// The ops' parameter blocks, for the params buffer.
     pub params: Vec<u8>,
@@ -33,7 +33,7 @@ pub(super) async fn build(m: &GpuModel, b: &Buffers, n_batch: usize) -> Result<F
     let mut f = Forward {
         m,
         b,
-        ops: OpBuilder::new(m, &b.step, &b.params),
+        ops: OpBuilder::new(m, &b.call, &b.params),
         splits: Splits { buf: &b.split, n_batch },
         pending_add: None,
     };
@@ -44,11 +44,11 @@ pub(super) async fn build(m: &GpuModel, b: &Buffers, n_batch: usize) -> Result<F
         decode_layers.extend(f.decode_layer(l).await?);
         prefill_layers.extend(f.prefill_layer(l).await?);
     }
-    let (head_last, argmax_per) = f.head_last().await?;
-    let head_all = f.head_all().await?;
+    let (logits_last, argmax_per) = f.logits_last().await?;
+    let logits_all = f.logits_all().await?;
     let candidates = if argmax_per > 1 { &b.best } else { &b.logits };
     let argmax = argmax::op(&f.ops, argmax_per, candidates, &b.ids, &b.tokens).await?;
-    Ok(ForwardOps { embed, decode_layers, prefill_layers, head_last, head_all, argmax, params: f.ops.finish() })
+    Ok(ForwardOps { embed, decode_layers, prefill_layers, logits_last, logits_all, argmax, params: f.ops.finish() })
 }
 
 struct Forward<'a> {
@@ -149,7 +149,7 @@ impl<'a> Forward<'a> {
         let mut down_ops =
             mat::ops(&mut self.ops, "matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), down_out, &self.splits)
                 .await?;
-        // The next layer's attention norm adds the partials; the last layer's head reads x itself.
+        // The next layer's attention norm adds the partials; the output layer's norm reads x itself.
         if l + 1 < c.n_layers {
             self.pending_add = mat::take_reduce(&mut down_ops);
         }
@@ -157,9 +157,10 @@ impl<'a> Forward<'a> {
         Ok(ops)
     }
 
-    /// The output head of the last token, and the logits per argmax candidate: the head's rows
-    /// per workgroup when it leaves their best rows (one dispatch: the head in one buffer), else 1.
-    async fn head_last(&mut self) -> Result<(Vec<Op>, u32)> {
+    /// The output layer on the last token, and the logits per argmax candidate: the output matvec's
+    /// rows per workgroup when it leaves their best rows (one dispatch: the output matrix in one
+    /// buffer), else 1.
+    async fn logits_last(&mut self) -> Result<(Vec<Op>, u32)> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let input = MatIn::Norm(&b.x, &m.output_norm);
@@ -174,7 +175,8 @@ impl<'a> Forward<'a> {
         Ok((ops, per))
     }
 
-    async fn head_all(&mut self) -> Result<Vec<Op>> {
+    /// The output layer on every token.
+    async fn logits_all(&mut self) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let mut ops = vec![norm::rmsnorm(&self.ops, &b.x, &m.output_norm, &b.xb).await?];

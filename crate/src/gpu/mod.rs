@@ -12,7 +12,7 @@
 //!   `forward.rs` strings them into the forward pass a session runs.
 //!
 //! [`Evaluator`](crate::evaluator::Evaluator) chooses between this and the CPU with [`Backend`](crate::Backend);
-//! [`Engine`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
+//! [`GpuRunner`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
 
 #[cfg(feature = "gpu")]
 mod device;
@@ -92,7 +92,7 @@ pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {
 
 /// The GPU side of an [`Evaluator`](crate::evaluator::Evaluator): what it needs, nothing more.
 /// Without the `gpu` feature it cannot be constructed.
-pub(crate) struct Engine {
+pub(crate) struct GpuRunner {
     #[cfg(feature = "gpu")]
     session: GpuSession,
     #[cfg(not(feature = "gpu"))]
@@ -100,11 +100,11 @@ pub(crate) struct Engine {
 }
 
 #[cfg(feature = "gpu")]
-impl Engine {
+impl GpuRunner {
     /// Open the device and allocate a session of `n_ctx` positions, `n_batch` tokens per call.
-    pub(crate) async fn open(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<Engine> {
+    pub(crate) async fn open(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<GpuRunner> {
         let gm = Arc::new(GpuModel::new(model.clone(), opts).await?);
-        Ok(Engine { session: GpuSession::new(gm, n_ctx, n_batch).await? })
+        Ok(GpuRunner { session: GpuSession::new(gm, n_ctx, n_batch).await? })
     }
 
     /// Run `tokens` at positions `pos0..`, appending the logits `want` asks for to `out`; the id
@@ -135,8 +135,8 @@ impl Engine {
 }
 
 #[cfg(not(feature = "gpu"))]
-impl Engine {
-    pub(crate) async fn open(_: &Arc<Model>, _: usize, _: usize, _: &GpuOptions) -> Result<Engine> {
+impl GpuRunner {
+    pub(crate) async fn open(_: &Arc<Model>, _: usize, _: usize, _: &GpuOptions) -> Result<GpuRunner> {
         Err(gpu_error(GpuFault::NoAdapter, "this build of ruvllm has no WebGPU backend (cargo feature `gpu`)"))
     }
 

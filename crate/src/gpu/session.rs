@@ -1,9 +1,9 @@
 //! One conversation on the GPU, the runtime of its forward calls: the KV cache and activation
 //! buffers, allocated once, and the ops of a forward pass (built once by `forward.rs`, with their
-//! bind groups). A forward call writes the token ids and the step uniform, encodes the prebuilt
-//! dispatches and submits them: a decode step at once, a prefill call in parts of `SUBMIT_OPS` (the
-//! GPU starts on the first while the CPU encodes the rest); then it reads back the logits or the
-//! sampled ids. Profiling times each dispatch with timestamp queries.
+//! bind groups). A forward call writes the token ids and its `CallParams` uniform, encodes the
+//! prebuilt dispatches and submits them: a decode step at once, a prefill call in parts of
+//! `SUBMIT_OPS` (the GPU starts on the first while the CPU encodes the rest); then it reads back the
+//! logits or the sampled ids. Profiling times each dispatch with timestamp queries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,10 +11,10 @@ use std::sync::Arc;
 use super::forward::{self, ForwardOps};
 use super::gpu_error;
 use super::model::GpuModel;
-use super::ops::{self, attn_decode, mat, rope_store, Op, Step};
+use super::ops::{self, attn_decode, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::evaluator::{check_eval, Want};
-use crate::model::forward::{batches, LogitsFor as Head};
+use crate::model::forward::{batches, LogitsFor};
 
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
@@ -34,7 +34,7 @@ pub struct KernelTime {
 
 /// The buffers of a session.
 pub(super) struct Buffers {
-    pub step: wgpu::Buffer,
+    pub call: wgpu::Buffer,
     pub params: wgpu::Buffer,
     pub tokens: wgpu::Buffer,
     pub x: wgpu::Buffer,
@@ -48,7 +48,7 @@ pub(super) struct Buffers {
     pub gu: wgpu::Buffer,
     pub h: wgpu::Buffer,
     pub logits: wgpu::Buffer,
-    /// The best (value, id) of each output-head matvec workgroup, for argmax.
+    /// The best (value, id) of each output-layer matvec workgroup, for argmax.
     pub best: wgpu::Buffer,
     pub ids: wgpu::Buffer,
     pub rope: wgpu::Buffer,
@@ -109,7 +109,7 @@ impl GpuSession {
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
         let b = Buffers {
-            step: gpu.buffer("step", size_of::<Step>() as u64, U::UNIFORM | U::COPY_DST).await?,
+            call: gpu.buffer("call", size_of::<CallParams>() as u64, U::UNIFORM | U::COPY_DST).await?,
             params: gpu.buffer("params", ops::PARAM_SLOT * MAX_PARAMS, U::UNIFORM | U::COPY_DST).await?,
             tokens: gpu.buffer("tokens", f32s(nb), storage).await?,
             x: gpu.buffer("x", f32s(nb * c.d_model), storage).await?,
@@ -179,7 +179,7 @@ impl GpuSession {
 
     /// Dispatches of one greedy decode step (embedding to sampled id).
     pub fn dispatches_per_token(&self) -> usize {
-        self.ops.embed.len() + self.ops.decode_layers.len() + self.ops.head_last.len() + 1
+        self.ops.embed.len() + self.ops.decode_layers.len() + self.ops.logits_last.len() + 1
     }
 
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when
@@ -210,17 +210,17 @@ impl GpuSession {
     ) -> Result<Option<u32>> {
         check_eval(tokens, pos0, self.n_ctx, self.m.model.config.vocab_size)?;
         let vocab = self.m.model.config.vocab_size;
-        let (per_call, rows) = match want {
-            Want::Nothing => (self.n_batch, Head::None),
-            Want::Last | Want::Argmax => (self.n_batch, Head::Last),
-            Want::All => (self.n_batch.min(self.logit_rows), Head::All),
+        let (per_call, wanted) = match want {
+            Want::Nothing => (self.n_batch, LogitsFor::None),
+            Want::Last | Want::Argmax => (self.n_batch, LogitsFor::Last),
+            Want::All => (self.n_batch.min(self.logit_rows), LogitsFor::All),
         };
-        for (range, head) in batches(tokens.len(), per_call, rows) {
-            let argmax_slot = (want == Want::Argmax && head == Head::Last).then_some(0);
+        for (range, logits) in batches(tokens.len(), per_call, wanted) {
+            let argmax_slot = (want == Want::Argmax && logits == LogitsFor::Last).then_some(0);
             let n = range.len();
-            self.submit(Some(&tokens[range.clone()]), pos0 + range.start, head, argmax_slot).await?;
-            if head != Head::None && argmax_slot.is_none() {
-                let rows = if head == Head::All { n } else { 1 };
+            self.submit(Some(&tokens[range.clone()]), pos0 + range.start, logits, argmax_slot).await?;
+            if logits != LogitsFor::None && argmax_slot.is_none() {
+                let rows = if logits == LogitsFor::All { n } else { 1 };
                 let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
                 out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
             }
@@ -243,7 +243,7 @@ impl GpuSession {
             )));
         }
         for s in 0..count {
-            self.submit(None, pos0 + s, Head::Last, Some(s as u32)).await?;
+            self.submit(None, pos0 + s, LogitsFor::Last, Some(s as u32)).await?;
         }
         self.read_ids(count).await
     }
@@ -259,7 +259,7 @@ impl GpuSession {
         let capacity = 1
             + f.embed.len()
             + f.prefill_layers.len().max(f.decode_layers.len())
-            + f.head_all.len().max(f.head_last.len());
+            + f.logits_all.len().max(f.logits_last.len());
         let gpu = &self.m.gpu;
         let queries = gpu
             .guarded("timestamp queries", GpuFault::Limits, || {
@@ -293,13 +293,13 @@ impl GpuSession {
     }
 
     /// One forward call as one submission: `tokens` (or, with `None`, the one token the last
-    /// argmax left in the tokens buffer) at `pos0..`; the head's logits copied for reading, or
-    /// their argmax stored at `argmax_slot` of the ids.
+    /// argmax left in the tokens buffer) at `pos0..`; the rows of logits `logits` names copied for
+    /// reading, or their argmax stored at `argmax_slot` of the ids.
     async fn submit(
         &mut self,
         tokens: Option<&[u32]>,
         pos0: usize,
-        head: Head,
+        logits: LogitsFor,
         argmax_slot: Option<u32>,
     ) -> Result<()> {
         let t0 = crate::clock::now_ms();
@@ -314,28 +314,28 @@ impl GpuSession {
         }
         let kv_len = pos0 + n;
         let (chunk, n_chunks) = attn_decode::chunks(kv_len, self.m.model.config.n_heads);
-        let step = Step {
+        let call = CallParams {
             n: n as u32,
             pos0: pos0 as u32,
             kv_len: kv_len as u32,
             chunk,
             n_chunks,
-            logit_row: if head == Head::All { n as u32 - 1 } else { 0 },
+            logit_row: if logits == LogitsFor::All { n as u32 - 1 } else { 0 },
             slot: argmax_slot.unwrap_or(0),
             pad: 0,
         };
-        gpu.queue.write_buffer(&self.b.step, 0, bytemuck::bytes_of(&step));
+        gpu.queue.write_buffer(&self.b.call, 0, bytemuck::bytes_of(&call));
 
         let f = &self.ops;
         let layers = if n == 1 { &f.decode_layers } else { &f.prefill_layers };
-        let head_ops: &[Op] = match head {
-            Head::None => &[],
-            Head::Last => &f.head_last,
-            Head::All if n == 1 => &f.head_last,
-            Head::All => &f.head_all,
+        let logits_ops: &[Op] = match logits {
+            LogitsFor::None => &[],
+            LogitsFor::Last => &f.logits_last,
+            LogitsFor::All if n == 1 => &f.logits_last,
+            LogitsFor::All => &f.logits_all,
         };
         let argmax = argmax_slot.map(|_| std::slice::from_ref(&f.argmax)).unwrap_or(&[]);
-        let ops = f.embed.iter().chain(layers).chain(head_ops).chain(argmax);
+        let ops = f.embed.iter().chain(layers).chain(logits_ops).chain(argmax);
 
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
         let mut profiled = Vec::new();
@@ -350,7 +350,7 @@ impl GpuSession {
                             timestamp_writes: None,
                         });
                         for op in ops.by_ref().take(per_submit) {
-                            dispatch(&mut pass, op, &step);
+                            dispatch(&mut pass, op, &call);
                         }
                     }
                     if ops.peek().is_none() {
@@ -373,7 +373,7 @@ impl GpuSession {
                             end_of_pass_write_index: Some(2 * i as u32 + 1),
                         }),
                     });
-                    dispatch(&mut pass, op, &step);
+                    dispatch(&mut pass, op, &call);
                     profiled.push(op.label);
                 }
                 let q = 2 * profiled.len() as u32;
@@ -382,14 +382,14 @@ impl GpuSession {
             }
         }
         let vocab = self.m.model.config.vocab_size;
-        match (head, argmax_slot) {
+        match (logits, argmax_slot) {
             (_, Some(slot)) => {
                 // Every id so far (a few bytes): in run-ahead decoding the last step's copy has them all.
                 enc.copy_buffer_to_buffer(&self.b.ids, 0, &self.b.ids_staging, 0, 4 * (slot as u64 + 1));
             }
-            (Head::None, None) => {}
-            (h, None) => {
-                let rows = if h == Head::All { n } else { 1 };
+            (LogitsFor::None, None) => {}
+            (l, None) => {
+                let rows = if l == LogitsFor::All { n } else { 1 };
                 enc.copy_buffer_to_buffer(&self.b.logits, 0, &self.b.logits_staging, 0, (rows * vocab * 4) as u64);
             }
         }
@@ -411,8 +411,8 @@ impl GpuSession {
     }
 }
 
-fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, step: &Step) {
-    let [x, y, z] = op.grid.workgroups(step);
+fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, call: &CallParams) {
+    let [x, y, z] = op.grid.workgroups(call);
     pass.set_pipeline(&op.pipeline);
     pass.set_bind_group(0, &op.bind, &[]);
     pass.dispatch_workgroups(x, y, z);

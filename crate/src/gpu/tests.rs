@@ -21,7 +21,7 @@ use super::ops::norm::{AddRmsNorm, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
 use super::ops::swiglu::Swiglu;
-use super::ops::{model_header, Kernel, Slot, Step};
+use super::ops::{model_header, CallParams, Kernel, Slot};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionScratch};
@@ -80,10 +80,11 @@ async fn gpu() -> &'static Gpu {
     gpu
 }
 
-/// splitmix64 with normal and uniform draws: deterministic test data.
-struct Rng(u64);
+/// splitmix64 with normal and uniform draws: deterministic test data. Not `test_support::Rng`: these
+/// checks are also compiled outside `cfg(test)`, for the browser suite (tests/rust/gpu_browser.rs).
+struct SplitMix(u64);
 
-impl Rng {
+impl SplitMix {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -214,13 +215,13 @@ fn header() -> String {
     model_header(&config(64, 4, 2, 64, false))
 }
 
-fn step(n: usize, pos0: usize) -> Data {
-    let s = Step { n: n as u32, pos0: pos0 as u32, kv_len: (pos0 + n) as u32, ..Step::default() };
+fn call(n: usize, pos0: usize) -> Data {
+    let s = CallParams { n: n as u32, pos0: pos0 as u32, kv_len: (pos0 + n) as u32, ..CallParams::default() };
     uniform(&s)
 }
 
 /// `rows` random rows of `cols` values, quantized to `ty` with the CPU reference quantizer.
-fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix) -> Vec<u8> {
     let rb = ty.row_bytes(cols);
     let mut out = vec![0u8; rows * rb];
     for r in 0..rows {
@@ -275,7 +276,7 @@ fn test_cols(ty: GgmlType) -> usize {
 
 pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(100 + i as u64);
+        let mut rng = SplitMix(100 + i as u64);
         let cols = test_cols(ty);
         let seg_rows = [13, 9, 15];
         let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
@@ -288,7 +289,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
         let bias = rng.normals(col0 + total);
         let out0 = vec![7.0f32; col0 + total + 2];
-        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output head
+        let per = [4, 16][i % 2]; // the rows per workgroup of the layers' matvecs and of the output layer
         let cols32 = cols as u32;
         let kernel = Kernel::Matvec(Matvec {
             ty,
@@ -301,7 +302,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&MatParams::new(&segs, cols, 0, col0))),
-            (Slot::Step, step(2, 0)),
+            (Slot::Call, call(2, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::Aux, Data::Storage(f32_bytes(&bias))),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
@@ -323,7 +324,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
 
 pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(200 + i as u64);
+        let mut rng = SplitMix(200 + i as u64);
         let cols = test_cols(ty);
         let rows = 21;
         let gate = random_matrix(ty, rows, cols, &mut rng);
@@ -348,7 +349,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w.clone())),
             (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&resid))),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
@@ -371,7 +372,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(vec![0; rows * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
             (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
@@ -391,7 +392,7 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
 
 pub async fn matmul_tiles_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(300 + i as u64);
+        let mut rng = SplitMix(300 + i as u64);
         let cols = if ty.block_size() == 256 { 512 } else { 96 };
         let seg_rows = [50, 21]; // 71 rows: several row tiles
         let n = 70; // several token tiles
@@ -411,7 +412,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
             let mut data = vec![
                 (Slot::Weights, Data::Storage(w.clone())),
                 (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
-                (Slot::Step, step(n, 0)),
+                (Slot::Call, call(n, 0)),
                 (Slot::Out, Data::Storage(f32_bytes(&out0))),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
@@ -445,7 +446,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
 
 pub async fn split_matmul_partials_sum_to_the_product() {
     for ty in [GgmlType::Q4_1, GgmlType::F32] {
-        let mut rng = Rng(350);
+        let mut rng = SplitMix(350);
         let (rows, cols, n, splits) = (71, 320, 70, 3);
         let k_len = 128; // splits of 128, 128 and 64 columns
         let m = random_matrix(ty, rows, cols, &mut rng);
@@ -460,7 +461,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
         let data = vec![
             (Slot::Weights, Data::Storage(m.clone())),
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
         ];
@@ -468,7 +469,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
         let part = run(partial, &header(), data, grid, &[Slot::Out]).await.remove(0);
         let data = vec![
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::Aux, Data::Storage(f32_bytes(&bias))),
             (Slot::In0, Data::Storage(part)),
@@ -494,7 +495,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
 
 pub async fn embedding_rows_match_dequantize_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = Rng(400 + i as u64);
+        let mut rng = SplitMix(400 + i as u64);
         let cols = test_cols(ty);
         let rows = 50;
         let table = random_matrix(ty, rows, cols, &mut rng);
@@ -506,7 +507,7 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&params)),
-            (Slot::Step, step(tokens.len(), 0)),
+            (Slot::Call, call(tokens.len(), 0)),
             (Slot::Out, Data::Storage(f32_bytes(&out0))),
             (Slot::In0, Data::Storage(u32_bytes(&tokens))),
         ];
@@ -530,11 +531,11 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let (n, pos0, n_ctx) = (3, 5, 16);
-        let mut rng = Rng(500 + rope_dims as u64);
+        let mut rng = SplitMix(500 + rope_dims as u64);
         let qkv = rng.normals(n * (qd + 2 * kvd));
         let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
-            (Slot::Step, step(n, pos0)),
+            (Slot::Call, call(n, pos0)),
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
             (Slot::Aux, Data::Storage(vec![0; n_ctx * kvd * 2])),
             (Slot::In0, Data::Storage(f32_bytes(&input))),
@@ -575,7 +576,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
 }
 
 /// A random f16 KV cache of `len` positions, on the CPU and as GPU bytes.
-fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut Rng) -> (KvCache, Vec<u8>, Vec<u8>) {
+fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut SplitMix) -> (KvCache, Vec<u8>, Vec<u8>) {
     let kvd = c.kv_dim();
     let (k, v) = (rng.normals(len * kvd), rng.normals(len * kvd));
     let mut cache = KvCache::new(c.n_layers, c.kv_dim(), n_ctx);
@@ -611,7 +612,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let n_chunks = kv_len.div_ceil(chunk);
     assert!(n_chunks <= attn_decode::max_chunks(heads));
     let pos = kv_len - 1;
-    let mut rng = Rng(600 + chunk as u64);
+    let mut rng = SplitMix(600 + chunk as u64);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
     let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
@@ -624,16 +625,16 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
     let want = cpu_attention(&c, &q, &cache, pos);
 
-    let s = Step {
+    let s = CallParams {
         n: 1,
         pos0: pos as u32,
         kv_len: kv_len as u32,
         chunk: chunk as u32,
         n_chunks: n_chunks as u32,
-        ..Step::default()
+        ..CallParams::default()
     };
     let data = vec![
-        (Slot::Step, uniform(&s)),
+        (Slot::Call, uniform(&s)),
         (Slot::Out, Data::Storage(vec![0; attn_decode::partials_len(heads, hd) * 4])),
         (Slot::Aux, Data::Storage(kb)),
         (Slot::In0, Data::Storage(f32_bytes(&qkv))),
@@ -685,7 +686,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let data = vec![
         (Slot::Weights, Data::Storage(f32_bytes(&eye))),
         (Slot::Params, uniform(&MatParams::new(&[(0, qd)], qd, 0, 0))),
-        (Slot::Step, uniform(&s)),
+        (Slot::Call, uniform(&s)),
         (Slot::Out, Data::Storage(vec![0; qd * 4])),
         (Slot::In0, Data::Storage(part)),
     ];
@@ -699,12 +700,12 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     for c in [config(64, 4, 2, 64, false), config(128, 2, 1, 128, false)] {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (20, 5, 32);
-        let mut rng = Rng(700 + c.head_dim as u64);
+        let mut rng = SplitMix(700 + c.head_dim as u64);
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0);
         let data = vec![
-            (Slot::Step, step(n, pos0)),
+            (Slot::Call, call(n, pos0)),
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&q))),
             (Slot::In1, Data::Storage(kb)),
@@ -722,7 +723,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
 pub async fn rmsnorm_and_swiglu_match_cpu() {
     let c = config(64, 4, 2, 64, false);
     let (d, ff, n) = (c.d_model, c.ffn_dim, 3);
-    let mut rng = Rng(800);
+    let mut rng = SplitMix(800);
     let x = rng.normals(n * d);
     let w: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
     let data = vec![
@@ -741,7 +742,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let r = rng.normals(n * d);
     let parts: Vec<f32> = r.iter().chain(&r).map(|v| v / 2.0).collect();
     let data = vec![
-        (Slot::Step, step(n, 0)),
+        (Slot::Call, call(n, 0)),
         (Slot::Out, Data::Storage(vec![0; n * d * 4])),
         (Slot::Aux, Data::Storage(f32_bytes(&x))),
         (Slot::In0, Data::Storage(f32_bytes(&parts))),
@@ -764,7 +765,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     let parts: Vec<f32> = gu.iter().zip(&e).map(|(a, b)| a - b).chain(e.iter().copied()).collect();
     for (splits, input) in [(1, &gu), (2, &parts)] {
         let data = vec![
-            (Slot::Step, step(n, 0)),
+            (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(vec![0; n * ff * 4])),
             (Slot::In0, Data::Storage(f32_bytes(input))),
         ];
@@ -785,7 +786,7 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
 
 pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
-    let mut rng = Rng(900);
+    let mut rng = SplitMix(900);
     let mut logits = rng.normals(3 * vocab);
     // Row 1: a tie between ids 300 and 700, NaN elsewhere.
     logits[vocab + 700] = 9.0;
@@ -797,9 +798,9 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         *v = if i % 2 == 0 { f32::NAN } else { f32::NEG_INFINITY };
     }
     for (row, want) in [(1u32, 300u32), (2, 0)] {
-        let s = Step { n: 1, logit_row: row, slot: 3, ..Step::default() };
+        let s = CallParams { n: 1, logit_row: row, slot: 3, ..CallParams::default() };
         let data = vec![
-            (Slot::Step, uniform(&s)),
+            (Slot::Call, uniform(&s)),
             (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
             (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
             (Slot::In0, Data::Storage(f32_bytes(&logits))),
@@ -818,12 +819,12 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
             row_logits.iter().flat_map(|&l| (0..cols).map(move |c| if c == 0 { l } else { 0.0 })).collect();
         let mut x = vec![0f32; cols];
         x[0] = 1.0;
-        let per = 16; // the output head's rows per workgroup
+        let per = 16; // the output layer's rows per workgroup
         let groups = vocab.div_ceil(per as usize);
         let data = vec![
             (Slot::Weights, Data::Storage(f32_bytes(&w))),
             (Slot::Params, uniform(&MatParams::new(&[(0, vocab)], cols, vocab, 0))),
-            (Slot::Step, step(1, 0)),
+            (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(vec![0; vocab * 4])),
             (Slot::Aux, Data::Storage(vec![0; groups * 8])),
             (Slot::In0, Data::Storage(f32_bytes(&x))),
@@ -841,9 +842,9 @@ pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
         for (i, (g, &l)) in to_f32(&got[0]).iter().zip(row_logits).enumerate() {
             assert!(g.to_bits() == l.to_bits() || (g.is_nan() && l.is_nan()), "row {row} logit {i}: {g} vs {l}");
         }
-        let s = Step { n: 1, slot: 3, ..Step::default() };
+        let s = CallParams { n: 1, slot: 3, ..CallParams::default() };
         let data = vec![
-            (Slot::Step, uniform(&s)),
+            (Slot::Call, uniform(&s)),
             (Slot::Out, Data::Storage(vec![0xFF; 8 * 4])),
             (Slot::Aux, Data::Storage(vec![0xFF; 4 * 4])),
             (Slot::In0, Data::Storage(best)),

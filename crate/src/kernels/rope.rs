@@ -35,7 +35,8 @@ impl Rope {
     }
 
     /// `(cos, sin)` of each pair's angle at `pos` (a forward pass computes them once per token for all
-    /// layers: a `sin_cos` per pair and layer was a measurable share of a wasm32 decode step's serial work).
+    /// layers: a `sin_cos` per pair and layer would be a measurable share of a wasm32 decode step's
+    /// serial work).
     pub fn angles(&self, pos: usize, out: &mut [(f32, f32)]) {
         // As ggml: theta starts at pos and is multiplied by theta_scale for each pair.
         let mut theta = pos as f32;

@@ -4,17 +4,17 @@
 //! A decode step is hundreds of parallel loops of a few microseconds each. Through rayon every loop
 //! must reach the other workers, which fall asleep between loops (on wasm `yield_now` does nothing,
 //! so they sleep almost at once) and must be woken (`Atomics.notify` in the browser) each time: the
-//! second thread gained nothing. A team wakes the workers once per forward pass instead: each runs
-//! [`Team::help`], which spins until the forward pass ends, taking chunks of whatever loop the
-//! leader (the thread running the forward pass) has posted.
+//! wake-ups eat what a second thread would save. A team wakes the workers once per forward pass
+//! instead: each runs [`Team::help`], which spins until the forward pass ends, taking chunks of
+//! whatever loop the leader (the thread running the forward pass) has posted.
 //!
 //! Each member has a contiguous share of a loop's chunks (member `i` of `m`: chunks `n*i/m ..
 //! n*(i+1)/m`) and takes them in order from the front, so the weight rows it streams from memory are
 //! one run per loop; a member whose share is used up takes chunks from the back of the others'. It
 //! takes up to [`MOST_CHUNKS_PER_CLAIM`] at once while its share lasts, then one at a time, so the
-//! members end a loop within about one (small) chunk of each other. (With one shared counter instead,
-//! each thread's weight rows are runs of one chunk that the hardware prefetcher must find again each
-//! time: slower, as the commit that brought in the shares measured.)
+//! members end a loop within about one (small) chunk of each other. (Not one shared counter: with it,
+//! each thread's weight rows would be runs of one chunk that the hardware prefetcher must find again
+//! each time.)
 //!
 //! The leader never waits for a helper to *arrive*: it takes chunks itself, from the others' shares
 //! once its own is done, so a loop finishes even if no helper ever joins (a worker busy elsewhere, a
@@ -48,10 +48,10 @@ const MOST_CHUNKS_PER_CLAIM: u64 = 4;
 /// A member's part of the team, on cache lines of its own (its share and task on one, its done count
 /// on the next): while a loop runs, each member writes only its own lines (others touch the first
 /// only to take chunks from the back, at the end of a loop). A waiting helper reads nothing else, so
-/// posting a loop moves one line to each helper and none back: when helpers also watched a line of
-/// the leader's (the loop's task, the leader's share), each post and the leader's first claims waited
-/// for the helpers' copies of those lines to be invalidated, a round trip between the cores each, for
-/// each of the ~150 loops of a decode step (`emptyLoops` in `benches/matmul_scaling.mjs` measures it).
+/// posting a loop moves one line to each helper and none back. A helper must not watch a line of the
+/// leader's (the loop's task, the leader's share): each post and the leader's first claims would wait
+/// for the helpers' copies of it to be invalidated, a round trip between the cores, in each of the
+/// ~150 loops of a decode step (`emptyLoops` in `benches/matmul_scaling.mjs` measures a loop's cost).
 #[repr(align(64))]
 struct Member {
     /// Its unclaimed chunks of the current loop, `epoch << 40 | next << 20 | end`, or [`QUIT`]. The

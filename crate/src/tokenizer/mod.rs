@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 pub use stream::StreamDecoder;
-use vocab::{attr, Model, Vocab};
+use vocab::{attr, TokenizerKind, Vocab};
 
 /// A tokenizer. Cloning is cheap (the vocabulary is shared).
 #[derive(Clone)]
@@ -31,9 +31,9 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.vocab.model {
-            Model::Spm => "SentencePiece",
-            Model::Bpe(_) => "byte-level BPE",
+        let kind = match self.vocab.kind {
+            TokenizerKind::Spm => "SentencePiece",
+            TokenizerKind::Bpe(_) => "byte-level BPE",
         };
         f.debug_struct("Tokenizer").field("kind", &kind).field("vocab_size", &self.vocab_size()).finish()
     }
@@ -156,8 +156,8 @@ impl Tokenizer {
             out.extend(v.specials.bos); // from_gguf checked that it is set
         }
         let fragments = self.split_special(text, parse_special);
-        match &v.model {
-            Model::Spm => {
+        match &v.kind {
+            TokenizerKind::Spm => {
                 let mut after_special = true; // the text start counts as after a special token
                 for f in fragments {
                     match f {
@@ -177,7 +177,7 @@ impl Tokenizer {
                     }
                 }
             }
-            Model::Bpe(bpe) => {
+            TokenizerKind::Bpe(bpe) => {
                 for f in fragments {
                     match f {
                         Fragment::Text(t) => bpe.tokenize(v, t, &mut out),

@@ -34,7 +34,8 @@ fn attr_of_type(t: i64) -> u16 {
     }
 }
 
-pub(crate) enum Model {
+/// The tokenizer algorithm, from `tokenizer.ggml.model`.
+pub(crate) enum TokenizerKind {
     /// SentencePiece (`llama`).
     Spm,
     /// Byte-level BPE (`gpt2`).
@@ -61,7 +62,7 @@ pub(crate) struct Specials {
 }
 
 pub(crate) struct Vocab {
-    pub(crate) model: Model,
+    pub(crate) kind: TokenizerKind,
     texts: Vec<String>,
     scores: Vec<f32>,
     attrs: Vec<u16>,
@@ -370,7 +371,7 @@ fn end_of_generation_set(t: &mut Tokens, sp: &Specials) -> BTreeSet<u32> {
 
 impl Vocab {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Vocab> {
-        let model_name =
+        let kind_name =
             g.get_str("tokenizer.ggml.model").ok_or_else(|| err("metadata key tokenizer.ggml.model is missing"))?;
         let pre_name = g.get_str("tokenizer.ggml.pre");
         let texts_in = string_array(g, "tokenizer.ggml.tokens")?
@@ -380,12 +381,12 @@ impl Vocab {
             return Err(err(format!("the vocabulary has {n} tokens")));
         }
 
-        // Model type and its defaults (llama.cpp's per-type special ids and flags).
+        // The tokenizer kind and its defaults (llama.cpp's per-type special ids and flags).
         let mut sp = Specials::default();
-        let (model, mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces);
-        match model_name {
+        let (kind, mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces);
+        match kind_name {
             "llama" => {
-                model = Model::Spm;
+                kind = TokenizerKind::Spm;
                 (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
                 (add_bos, add_eos, add_space_prefix, clean_spaces) = (true, false, true, false);
             }
@@ -393,7 +394,7 @@ impl Vocab {
                 let merges = string_array(g, "tokenizer.ggml.merges")?
                     .ok_or_else(|| err("byte-level BPE vocabulary without tokenizer.ggml.merges"))?;
                 let s = bpe_settings(pre_name)?;
-                model = Model::Bpe(Bpe::new(s.pre, s.ignore_merges, merges.into_iter()));
+                kind = TokenizerKind::Bpe(Bpe::new(s.pre, s.ignore_merges, merges.into_iter()));
                 sp.eos = Some(11);
                 sp.bos = if s.no_bos { None } else { Some(11) };
                 (add_bos, add_eos, add_space_prefix, clean_spaces) =
@@ -435,7 +436,7 @@ impl Vocab {
         special_tokens.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
 
         let mut vocab = Vocab {
-            model,
+            kind,
             texts,
             scores,
             attrs,
@@ -495,9 +496,9 @@ impl Vocab {
             return text.as_bytes().to_vec();
         }
         if a & attr::NORMAL != 0 {
-            return match self.model {
-                Model::Spm => text.replace('\u{2581}', " ").into_bytes(),
-                Model::Bpe(_) => bpe::decode_text(text),
+            return match self.kind {
+                TokenizerKind::Spm => text.replace('\u{2581}', " ").into_bytes(),
+                TokenizerKind::Bpe(_) => bpe::decode_text(text),
             };
         }
         if a & attr::BYTE != 0 {

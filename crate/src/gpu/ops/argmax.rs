@@ -6,12 +6,12 @@ use super::shader::{wgsl, Module};
 use super::{Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
 
-/// Step, ids, the tokens buffer (the next input), candidates (logits or best rows).
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0];
+/// Call parameters, ids, the tokens buffer (the next input), candidates (logits or best rows).
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Argmax {
-    /// Logits per candidate: 1 (a logits row), or the output head's rows per workgroup.
+    /// Logits per candidate: 1 (a logits row), or the output layer's rows per workgroup.
     pub per: u32,
 }
 
@@ -31,7 +31,7 @@ pub(crate) async fn op(
     tokens: &wgpu::Buffer,
 ) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, ids.as_entire_binding()),
         (Slot::Aux, tokens.as_entire_binding()),
         (Slot::In0, candidates.as_entire_binding()),

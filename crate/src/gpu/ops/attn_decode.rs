@@ -11,8 +11,8 @@ use crate::error::Result;
 /// The layout of the partials (`HD4`, `ATTN_STATS`), shared with `in_attn.wgsl`.
 pub(crate) const PARTIALS: &str = wgsl!("attn_partials.wgsl");
 
-/// Step, partials, key cache, qkv rows, RoPE table, value cache.
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
+/// Call parameters, partials, key cache, qkv rows, RoPE table, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
 
 /// Chunks are a multiple of this many keys: the keys attn_decode.wgsl takes per block (a smaller
 /// chunk would leave invocations idle and finish no sooner, and give the merge more chunks to sum).
@@ -40,7 +40,7 @@ pub(crate) fn max_chunks(n_heads: usize) -> usize {
     (512 / n_heads).clamp(1, 16)
 }
 
-/// Keys per chunk and chunks per head over `kv_len` cached positions (`Step::chunk`, `n_chunks`).
+/// Keys per chunk and chunks per head over `kv_len` cached positions (`CallParams::chunk`, `n_chunks`).
 pub(crate) fn chunks(kv_len: usize, n_heads: usize) -> (u32, u32) {
     let chunk = CHUNK_STEP * kv_len.div_ceil(CHUNK_STEP * max_chunks(n_heads)).max(1);
     (chunk as u32, kv_len.div_ceil(chunk) as u32)
@@ -61,7 +61,7 @@ pub(crate) async fn op(
     kv: KvBuffers<'_>,
 ) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, partials.as_entire_binding()),
         (Slot::Aux, kv.k.as_entire_binding()),
         (Slot::In0, qkv.as_entire_binding()),

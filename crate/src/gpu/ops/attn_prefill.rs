@@ -7,8 +7,8 @@ use super::shader::{wgsl, Module};
 use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
 
-/// Step, output rows, rotated queries, key cache, value cache.
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::In0, Slot::In1, Slot::In2];
+/// Call parameters, output rows, rotated queries, key cache, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0, Slot::In1, Slot::In2];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttnPrefill;
@@ -36,7 +36,7 @@ pub(crate) fn tiles(head_dim: usize) -> (usize, usize) {
 /// Attention of the call's rotated queries `q_rot` over the caches `kv`, into `att`.
 pub(crate) async fn op(b: &OpBuilder<'_>, q_rot: &wgpu::Buffer, att: &wgpu::Buffer, kv: KvBuffers<'_>) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, att.as_entire_binding()),
         (Slot::In0, q_rot.as_entire_binding()),
         (Slot::In1, kv.k.as_entire_binding()),

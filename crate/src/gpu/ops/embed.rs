@@ -8,8 +8,8 @@ use crate::error::Result;
 use crate::gpu::model::MatLoc;
 use crate::quant::GgmlType;
 
-/// Weights, parameters, step, the output rows, the token ids.
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Weights, Slot::Params, Slot::Step, Slot::Out, Slot::In0];
+/// Weights, parameters, call parameters, the output rows, the token ids.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Weights, Slot::Params, Slot::Call, Slot::Out, Slot::In0];
 
 uniform! {
     /// The row chunk one embed op holds.
@@ -60,7 +60,7 @@ pub(crate) async fn ops(
         let entries = vec![
             (Slot::Weights, b.m.arenas[ch.arena].as_entire_binding()),
             (Slot::Params, b.params(&p)),
-            (Slot::Step, b.step.as_entire_binding()),
+            (Slot::Call, b.call.as_entire_binding()),
             (Slot::Out, x.as_entire_binding()),
             (Slot::In0, tokens.as_entire_binding()),
         ];

@@ -28,7 +28,7 @@ pub(crate) enum OutMode {
     /// A partial product over one split of the columns, summed by `SplitReduce` (matmul only).
     Partial = 3,
     /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
-    /// only: the output head in greedy decoding).
+    /// only: the output layer in greedy decoding).
     Argmax = 4,
 }
 
@@ -138,9 +138,10 @@ pub(crate) struct SplitReduce {
 }
 
 /// Output rows per workgroup of a matvec of `rows` rows (matvec.wgsl `ROWS`; a team of 256 / ROWS
-/// invocations per row). Four: each invocation walks a short part of a row (H100: 4 rows per
-/// workgroup beat 8 and 2), except for very tall matrices (the output head: 16), whose many
-/// workgroups cost more than the shorter walk gains (H100: 16 beat 8 and 4).
+/// invocations per row). Four, so that each invocation walks a short part of a row; 16 for very
+/// tall matrices (the output layer), whose many workgroups would cost more than the shorter walk
+/// gains, and whose best rows argmax then scans are 16 times fewer. Each beat its neighbours on an
+/// H100 (benches/README.md, "Figures behind design choices").
 pub(crate) fn matvec_rows(rows: usize) -> u32 {
     if rows >= 8192 {
         16
@@ -163,15 +164,15 @@ pub(crate) const MAX_SPLITS: usize = 4;
 fn bindings(aux: bool, norm: bool) -> &'static [Slot] {
     use Slot::*;
     match (aux, norm) {
-        (false, false) => &[Weights, Params, Step, Out, In0],
-        (true, false) => &[Weights, Params, Step, Out, Aux, In0],
-        (false, true) => &[Weights, Params, Step, Out, In0, In1],
-        (true, true) => &[Weights, Params, Step, Out, Aux, In0, In1],
+        (false, false) => &[Weights, Params, Call, Out, In0],
+        (true, false) => &[Weights, Params, Call, Out, Aux, In0],
+        (false, true) => &[Weights, Params, Call, Out, In0, In1],
+        (true, true) => &[Weights, Params, Call, Out, Aux, In0, In1],
     }
 }
 
 impl Matvec {
-    /// Weights, parameters, step, output, the bias or (`OutMode::Argmax`) the best rows, the input
+    /// Weights, parameters, call parameters, output, the bias or (`OutMode::Argmax`) the best rows, the input
     /// (rows or partials), the norm weight of `Input::Norm`.
     pub(crate) fn bindings(self) -> &'static [Slot] {
         bindings(self.bias || self.mode == OutMode::Argmax, self.input == Input::Norm)
@@ -218,7 +219,7 @@ impl Matvec {
 }
 
 impl Matmul {
-    /// Weights, parameters, step, output (or partials), bias, the input rows.
+    /// Weights, parameters, call parameters, output (or partials), bias, the input rows.
     pub(crate) fn bindings(self) -> &'static [Slot] {
         bindings(self.bias, false)
     }
@@ -241,12 +242,12 @@ impl Matmul {
 }
 
 impl SplitReduce {
-    /// Parameters, step, output, bias, the partials.
+    /// Parameters, call parameters, output, bias, the partials.
     pub(crate) fn bindings(self) -> &'static [Slot] {
         if self.bias {
-            &[Slot::Params, Slot::Step, Slot::Out, Slot::Aux, Slot::In0]
+            &[Slot::Params, Slot::Call, Slot::Out, Slot::Aux, Slot::In0]
         } else {
-            &[Slot::Params, Slot::Step, Slot::Out, Slot::In0]
+            &[Slot::Params, Slot::Call, Slot::Out, Slot::In0]
         }
     }
 
@@ -342,7 +343,7 @@ pub(crate) async fn ops(
         let mut entries = vec![
             (Slot::Weights, b.m.arenas[g.arena].as_entire_binding()),
             (Slot::Params, b.params(&params)),
-            (Slot::Step, b.step.as_entire_binding()),
+            (Slot::Call, b.call.as_entire_binding()),
             (Slot::Out, if splits > 1 { splits_buf.buf } else { out }.as_entire_binding()),
         ];
         match (with_bias, best) {
@@ -360,7 +361,7 @@ pub(crate) async fn ops(
         if splits > 1 {
             let mut entries = vec![
                 (Slot::Params, b.params(&params)),
-                (Slot::Step, b.step.as_entire_binding()),
+                (Slot::Call, b.call.as_entire_binding()),
                 (Slot::Out, out.as_entire_binding()),
             ];
             if let Some(bias) = bias {
@@ -392,7 +393,7 @@ pub(crate) async fn gate_up_swiglu(
     let entries = vec![
         (Slot::Weights, b.m.arenas[g.arena].as_entire_binding()),
         (Slot::Params, b.params(&params)),
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, h.as_entire_binding()),
         (Slot::In0, x.as_entire_binding()),
         (Slot::In1, norm.as_entire_binding()),

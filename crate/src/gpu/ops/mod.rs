@@ -18,7 +18,7 @@ pub(crate) mod swiglu;
 
 use std::sync::Arc;
 
-pub(crate) use params::Step;
+pub(crate) use params::CallParams;
 use params::Uniform;
 pub(crate) use shader::{dequant_source, model_header};
 
@@ -36,8 +36,8 @@ pub(crate) enum Slot {
     Weights = 0,
     /// The op's parameter struct.
     Params = 1,
-    /// The call's [`Step`].
-    Step = 2,
+    /// The call's [`CallParams`].
+    Call = 2,
     /// The output.
     Out = 3,
     /// A second output, or a matrix op's bias.
@@ -50,14 +50,14 @@ pub(crate) enum Slot {
 
 impl Slot {
     pub(crate) const ALL: [Slot; 8] =
-        [Slot::Weights, Slot::Params, Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
+        [Slot::Weights, Slot::Params, Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
 
     /// Its constant in the generated header.
     pub(crate) fn wgsl_name(self) -> &'static str {
         match self {
             Slot::Weights => "BIND_WEIGHTS",
             Slot::Params => "BIND_PARAMS",
-            Slot::Step => "BIND_STEP",
+            Slot::Call => "BIND_CALL",
             Slot::Out => "BIND_OUT",
             Slot::Aux => "BIND_AUX",
             Slot::In0 => "BIND_IN0",
@@ -130,7 +130,7 @@ pub(crate) enum Count {
     Tokens {
         per: u32,
     },
-    /// One per decode attention chunk (`Step::n_chunks`).
+    /// One per decode attention chunk (`CallParams::n_chunks`).
     Chunks,
 }
 
@@ -153,11 +153,11 @@ impl Grid {
         Grid([Count::Tokens { per: 1 }, Count::Fixed(1), Count::Fixed(1)])
     }
 
-    pub(crate) fn workgroups(&self, step: &Step) -> [u32; 3] {
+    pub(crate) fn workgroups(&self, call: &CallParams) -> [u32; 3] {
         self.0.map(|c| match c {
             Count::Fixed(n) => n,
-            Count::Tokens { per } => step.n.div_ceil(per),
-            Count::Chunks => step.n_chunks,
+            Count::Tokens { per } => call.n.div_ceil(per),
+            Count::Chunks => call.n_chunks,
         })
     }
 }
@@ -175,15 +175,15 @@ pub(crate) struct Op {
 /// blocks (collected, to be written to the params buffer once all ops are built).
 pub(crate) struct OpBuilder<'a> {
     pub m: &'a GpuModel,
-    /// The step uniform every op reads.
-    pub step: &'a wgpu::Buffer,
+    /// The call's parameters, a uniform every op reads.
+    pub call: &'a wgpu::Buffer,
     params_buffer: &'a wgpu::Buffer,
     params: Vec<u8>,
 }
 
 impl<'a> OpBuilder<'a> {
-    pub(crate) fn new(m: &'a GpuModel, step: &'a wgpu::Buffer, params_buffer: &'a wgpu::Buffer) -> Self {
-        OpBuilder { m, step, params_buffer, params: Vec::new() }
+    pub(crate) fn new(m: &'a GpuModel, call: &'a wgpu::Buffer, params_buffer: &'a wgpu::Buffer) -> Self {
+        OpBuilder { m, call, params_buffer, params: Vec::new() }
     }
 
     /// A parameter block in its own slot of the params buffer.

@@ -10,8 +10,8 @@ const ROW_RMS: &str = wgsl!("row_rms.wgsl");
 
 /// Normed rows, rows, norm weight.
 pub(crate) const RMSNORM_BINDINGS: &[Slot] = &[Slot::Out, Slot::In0, Slot::In1];
-/// Step, normed rows, the residual rows (added to), partials, norm weight.
-pub(crate) const ADD_RMSNORM_BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1];
+/// Call parameters, normed rows, the residual rows (added to), partials, norm weight.
+pub(crate) const ADD_RMSNORM_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RmsNorm;
@@ -64,7 +64,7 @@ pub(crate) async fn add_rmsnorm(
     out: &wgpu::Buffer,
 ) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, out.as_entire_binding()),
         (Slot::Aux, x.as_entire_binding()),
         (Slot::In0, partials.as_entire_binding()),

@@ -66,8 +66,8 @@ macro_rules! uniform {
 pub(crate) use uniform;
 
 uniform! {
-    /// The step uniform, every kernel's `step`: written once per forward call.
-    pub(crate) struct Step {
+    /// A forward call's parameters, every kernel's uniform `call`: written once per call.
+    pub(crate) struct CallParams {
         /// Tokens in this call.
         n: u32,
         /// Position of the first of them.
@@ -106,7 +106,7 @@ mod tests {
             Mixed::wgsl(),
             "struct Mixed {\n    a: vec4<u32>,\n    b: u32,\n    c: u32,\n    d: u32,\n    e: u32,\n}\n"
         );
-        assert_eq!(std::mem::size_of::<Step>(), 32);
-        assert_eq!(bytemuck::bytes_of(&Step { n: 1, slot: 2, ..Step::default() })[..4], 1u32.to_le_bytes());
+        assert_eq!(std::mem::size_of::<CallParams>(), 32);
+        assert_eq!(bytemuck::bytes_of(&CallParams { n: 1, slot: 2, ..CallParams::default() })[..4], 1u32.to_le_bytes());
     }
 }

@@ -10,8 +10,8 @@ use crate::model::config::Config;
 /// RoPE of a value in the qkv rows (`rotated`), shared with decode attention.
 pub(crate) const ROPE: &str = wgsl!("rope.wgsl");
 
-/// Step, rotated queries, key cache, qkv rows (or partials), RoPE table, value cache.
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
+/// Call parameters, rotated queries, key cache, qkv rows (or partials), RoPE table, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RopeStore {
@@ -49,7 +49,7 @@ pub(crate) async fn op(
     kv: KvBuffers<'_>,
 ) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, q_rot.as_entire_binding()),
         (Slot::Aux, kv.k.as_entire_binding()),
         (Slot::In0, qkv.as_entire_binding()),

@@ -3,7 +3,7 @@
 //! `.wgsl` files live in `wgsl/` at the repository root; each says at its top what it needs.
 
 use super::mat::OutMode;
-use super::params::{Step, Uniform};
+use super::params::{CallParams, Uniform};
 use super::Slot;
 use crate::model::config::Config;
 use crate::quant::GgmlType;
@@ -41,8 +41,8 @@ pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
 }
 
 /// The header every kernel of this model starts with: the model's shape, the op tiles that depend
-/// on it, the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the step
-/// uniform's declaration.
+/// on it, the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the
+/// `CallParams` uniform's declaration.
 pub(crate) fn model_header(c: &Config) -> String {
     let (bq, bk) = super::attn_prefill::tiles(c.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
@@ -69,7 +69,7 @@ pub(crate) fn model_header(c: &Config) -> String {
     for mode in OutMode::ALL {
         h += &format!("const {}: u32 = {}u;\n", mode.wgsl_name(), mode as u32);
     }
-    h + &Step::wgsl()
+    h + &CallParams::wgsl()
 }
 
 /// A kernel's WGSL module under construction.

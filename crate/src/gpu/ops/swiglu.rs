@@ -6,8 +6,8 @@ use super::shader::{wgsl, Module};
 use super::{Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
 
-/// Step, `h`, gate/up rows (or partials).
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Step, Slot::Out, Slot::In0];
+/// Call parameters, `h`, gate/up rows (or partials).
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Swiglu {
@@ -30,7 +30,7 @@ impl Swiglu {
 /// SwiGLU into `h` from the gate/up rows in `gu`, or from `splits` partial products there.
 pub(crate) async fn op(b: &OpBuilder<'_>, splits: u32, gu: &wgpu::Buffer, h: &wgpu::Buffer) -> Result<Op> {
     let entries = vec![
-        (Slot::Step, b.step.as_entire_binding()),
+        (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, h.as_entire_binding()),
         (Slot::In0, gu.as_entire_binding()),
     ];
