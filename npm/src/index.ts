@@ -10,5 +10,4 @@ export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, 
 export { AbortError, RuvllmError } from './errors.js';
 export type { PrefixStore, StoredRecord } from './store/store.js';
 export type { StoreError } from './store/persistence.js';
-export { IndexedDbStore } from './store/indexeddb.js';
 export type { ErrorCode } from './errors.js';
