@@ -303,6 +303,31 @@ impl Evaluator {
         }
     }
 
+    /// The conversation this cache holds as bytes (`memory::state`). CPU only for now.
+    pub(crate) fn save_state(&mut self) -> Result<Vec<u8>> {
+        if self.gpu.is_some() {
+            return Err(Error::InvalidArgument("saving a conversation's state runs on the CPU backend only".into()));
+        }
+        let id = self.model.id();
+        self.cpu_state();
+        let (kv, _) = self.cpu.as_ref().expect("allocated above");
+        Ok(crate::memory::state::encode(&id, &self.tokens, kv))
+    }
+
+    /// Restore a conversation saved by `save_state` (of this model, fitting this context): an error leaves
+    /// the cache as it was.
+    pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.gpu.is_some() {
+            return Err(Error::InvalidArgument("restoring a conversation's state runs on the CPU backend only".into()));
+        }
+        let id = self.model.id();
+        let (_, kv, _) = self.cpu_state();
+        let tokens = crate::memory::state::decode_into(bytes, &id, kv)
+            .map_err(|e| Error::InvalidArgument(format!("not a saved state of this model: {e}")))?;
+        self.tokens = tokens;
+        Ok(())
+    }
+
     /// Teacher-forced scoring of `tokens` from position 0: for each position, the `k` most likely next
     /// ids with their probabilities (`sampler::top_k_probs`). Batch by batch, so that one batch's logits
     /// are held at a time, not the whole sequence's. The cache is left empty.

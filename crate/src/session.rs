@@ -171,6 +171,19 @@ impl Session {
         self.generation.take().map(Generation::output)
     }
 
+    /// The conversation the cache holds (its tokens and their keys and values) as bytes that
+    /// `restore_state` takes back, in this process or another, for a session of the same model.
+    pub fn save_state(&mut self) -> Result<Vec<u8>> {
+        self.ev.save_state()
+    }
+
+    /// Continue a conversation `save_state` saved; a bad or foreign state is an error and changes nothing.
+    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.ev.restore_state(bytes)?;
+        self.generation = None;
+        Ok(())
+    }
+
     /// Whether this session starts from and adds to the model's prefix cache (on by default).
     pub fn set_prefix_cache(&mut self, on: bool) {
         self.ev.set_prefix_cache(on);

@@ -449,6 +449,19 @@ impl Engine {
         persist::take_unsaved(&self.model)
     }
 
+    /// The conversation as bytes (`Session::save_state`).
+    #[wasm_bindgen(js_name = saveState)]
+    pub fn save_state(&self) -> Result<js_sys::Uint8Array, JsValue> {
+        let bytes = self.session_now()?.save_state().map_err(js_error)?;
+        Ok(js_sys::Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// Continue a saved conversation (`Session::restore_state`).
+    #[wasm_bindgen(js_name = restoreState)]
+    pub fn restore_state(&self, bytes: Vec<u8>) -> Result<(), JsValue> {
+        self.session_now()?.restore_state(&bytes).map_err(js_error)
+    }
+
     /// Forget the conversation (the KV cache).
     pub fn reset(&self) -> Result<(), JsValue> {
         self.session_now()?.reset();

@@ -216,6 +216,22 @@ impl GpuEngine {
         Ok(persist::take_unsaved(&self.borrow()?.model))
     }
 
+    /// As [`Engine::save_state`](crate::wasm::Engine::save_state) (after a fallback to the CPU; an error on the GPU).
+    #[wasm_bindgen(js_name = saveState)]
+    pub fn save_state(&self) -> std::result::Result<js_sys::Uint8Array, JsValue> {
+        let bytes = self.borrow()?.ev.save_state().map_err(js_error)?;
+        Ok(js_sys::Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// As [`Engine::restore_state`](crate::wasm::Engine::restore_state).
+    #[wasm_bindgen(js_name = restoreState)]
+    pub fn restore_state(&self, bytes: Vec<u8>) -> std::result::Result<(), JsValue> {
+        let mut inner = self.borrow()?;
+        inner.ev.restore_state(&bytes).map_err(js_error)?;
+        inner.generation = None;
+        Ok(())
+    }
+
     /// Forget the conversation (the KV cache).
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.borrow()?.reset();

@@ -1,5 +1,5 @@
 # Writes the kv_record fuzz target's seeds (valid chained page records, framed as the target reads them):
-#   python3 fuzz/seeds/make_kv_record_seeds.py fuzz/seeds/kv_record
+#   python3 fuzz/seeds/make_kv_record_seeds.py fuzz/seeds/kv_record [fuzz/seeds/session_state]
 import hashlib, struct, zlib, sys, random
 L, D, P = 2, 4, 16
 model = bytes(32)
@@ -23,3 +23,11 @@ def framed(rs): return b"".join(struct.pack("<I", len(r)) + r for r in rs)
 open(sys.argv[1] + "/chain3", "wb").write(framed(chain))
 open(sys.argv[1] + "/one", "wb").write(framed(chain[:1]))
 open(sys.argv[1] + "/gap", "wb").write(framed([chain[0], chain[2]]))
+
+# A saved conversation of 5 tokens for the session_state target (2 layers, rows of 4; memory/state.rs's format):
+#   python3 fuzz/seeds/make_kv_record_seeds.py fuzz/seeds/kv_record fuzz/seeds/session_state
+if len(sys.argv) > 2:
+    n = 5
+    out = b"RVLLMST\0" + struct.pack("<5I", 1, 1, L, D, n) + model + b"".join(struct.pack("<I", t) for t in range(n))
+    out += bytes(rng.getrandbits(8) for _ in range(L * 2 * n * D * 2))
+    open(sys.argv[2] + "/five", "wb").write(out + struct.pack("<I", zlib.crc32(out)))

@@ -402,6 +402,22 @@ export class LLM {
     });
   }
 
+  /**
+   * The conversation this model holds (its tokens and their keys and values) as bytes, to keep anywhere and give to
+   * `restoreState` later, in this page or process or another, for the same model file (as llama.cpp's slot
+   * save/restore). The CPU engine only (`E_INVALID_ARGUMENT` on the WebGPU backend).
+   */
+  async saveState(): Promise<Uint8Array> {
+    return this.#exclusive(undefined, () => this.#call((e) => e.saveState()));
+  }
+
+  /** Continue a conversation `saveState` gave. Bytes of another model, damaged or cut, are `E_INVALID_ARGUMENT` and
+   * change nothing. */
+  async restoreState(bytes: Uint8Array): Promise<void> {
+    if (!(bytes instanceof Uint8Array)) throw invalid('restoreState takes the Uint8Array saveState gave');
+    await this.#exclusive(undefined, () => this.#call((e) => e.restoreState(bytes)));
+  }
+
   /** Wait until the prefix cache's pages are written to its store (writes run in the background). */
   async flushPrefixCache(): Promise<void> {
     await this.#persistence?.flush();

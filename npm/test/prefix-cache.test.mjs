@@ -64,3 +64,24 @@ test('clearPrefixCache forgets it; reset alone does not', async () => {
 test('a bad prefixCache budget is E_INVALID_ARGUMENT', async () => {
   await assert.rejects(LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: -1 } }), { code: 'E_INVALID_ARGUMENT' });
 });
+
+test('saveState/restoreState continue a conversation in another model instance, with the same answer', async () => {
+  const [a, b] = [await LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: 0 } }), await LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: 0 } })];
+  try {
+    const first = await a.chat.completions.create({ messages: [SYSTEM, A1], ...GREEDY });
+    const state = await a.saveState();
+    const turn2 = [SYSTEM, A1, first.choices[0].message, A2];
+    const want = await a.chat.completions.create({ messages: turn2, ...GREEDY });
+    for (const bad of [state.subarray(0, state.length - 1), new Uint8Array(100)]) {
+      await assert.rejects(b.restoreState(bad), { code: 'E_INVALID_ARGUMENT' });
+    }
+    await b.restoreState(state);
+    const got = await b.chat.completions.create({ messages: turn2, ...GREEDY });
+    assert.equal(got.choices[0].message.content, want.choices[0].message.content);
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, want.usage.prompt_tokens_details.cached_tokens);
+    assert.ok(got.usage.prompt_tokens_details.cached_tokens > 0);
+  } finally {
+    a.dispose();
+    b.dispose();
+  }
+});

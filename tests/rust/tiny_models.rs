@@ -309,3 +309,32 @@ fn sessions_start_from_the_prefix_cache_with_the_same_ids() {
         assert_eq!((cold.stats.cached_tokens, cold.ids), (0, want.ids), "{file}");
     }
 }
+
+/// A conversation saved from one session and restored into another (as llama.cpp's slot save/restore) continues
+/// exactly as it would have in the first: the same greedy ids, its positions reused. Bad or cut bytes are refused
+/// and change nothing.
+#[test]
+fn a_saved_conversation_continues_in_another_session() {
+    for file in [LLAMA_SPM, QWEN2] {
+        let (model, entry) = load(file);
+        let prompt = long_prompt(&entry);
+        let mut a = session(&model, 8);
+        a.set_prefix_cache(false);
+        let first = a.generate(&prompt, greedy(4), None, |_| {}).unwrap();
+        let state = a.save_state().unwrap();
+        let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..3]).copied().collect();
+        let want = a.generate(&turn2, greedy(4), None, |_| {}).unwrap();
+
+        let mut b = session(&model, 8);
+        b.set_prefix_cache(false);
+        for bad in [&state[..state.len() - 1], &state[1..], b"not a state".as_slice()] {
+            let e = b.restore_state(bad).unwrap_err();
+            assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{file}: {e}");
+            assert!(b.tokens().is_empty(), "{file}: a refused state changed nothing");
+        }
+        b.restore_state(&state).unwrap();
+        assert_eq!(b.tokens().len(), prompt.len() + first.ids.len() - 1, "{file}");
+        let got = b.generate(&turn2, greedy(4), None, |_| {}).unwrap();
+        assert_eq!((got.ids, got.stats.cached_tokens), (want.ids, want.stats.cached_tokens), "{file}");
+    }
+}

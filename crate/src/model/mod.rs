@@ -25,6 +25,8 @@ pub struct Model {
     load_ms: f64,
     /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
     prefix_cache: PrefixCache,
+    /// What persisted records and saved states of this model carry (`memory::record`).
+    id: ModelId,
 }
 
 /// The prefix cache's budget until the caller sets one: pages are allocated as they fill, up to this.
@@ -65,7 +67,7 @@ impl Model {
         let load_ms = crate::clock::now_ms() - t0;
         let id = ModelId::of_gguf(&bytes, gguf.data_offset);
         let prefix_cache = PrefixCache::new(id, config.n_layers, config.kv_dim(), DEFAULT_PREFIX_CACHE_BYTES);
-        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms, prefix_cache })
+        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms, prefix_cache, id })
     }
 
     /// The whole GGUF file; weights are byte ranges of it.
@@ -84,6 +86,11 @@ impl Model {
 
     pub fn name(&self) -> Option<&str> {
         self.metadata_name.as_deref()
+    }
+
+    /// The model's identity in persisted records and saved states: its GGUF header and samples of its weights.
+    pub fn id(&self) -> ModelId {
+        self.id
     }
 
     /// The KV of token prefixes shared by this model's sessions (budget, stats, clear).

@@ -1,0 +1,129 @@
+//! One conversation's saved state (llama.cpp's slot save/restore): its tokens and the keys and values of
+//! every layer at their positions, as bytes a caller can keep and restore later into a session of the same
+//! model. The reader takes bytes from outside: it checks the size against what the header says and the
+//! context allows, the checksum and the model before it believes anything.
+//!
+//! ```text
+//! 0   magic "RVLLMST\0"           8 bytes
+//! 8   version                     u32
+//! 12  KV type (1 = f16)           u32
+//! 16  layers, row width, tokens   3 × u32
+//! 28  model id                    32 bytes
+//! 60  tokens                      n × u32
+//! ..  per layer: keys of the n positions, then their values (f16)
+//! end CRC-32 of all the above     u32
+//! ```
+
+use super::record::ModelId;
+use crate::kv_cache::KvCache;
+
+const MAGIC: [u8; 8] = *b"RVLLMST\0";
+const VERSION: u32 = 1;
+const KV_F16: u32 = 1;
+const HEADER_BYTES: usize = 60;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The bytes of a conversation: `tokens` and their rows `0..tokens.len()` of `kv`.
+pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
+    let n = tokens.len();
+    let kv_dim = kv.layers.first().map_or(0, |l| l.keys().len() / kv.n_ctx.max(1));
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAGIC);
+    for x in [VERSION, KV_F16, kv.layers.len() as u32, kv_dim as u32, n as u32] {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.extend_from_slice(&model.0);
+    out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
+    for layer in &kv.layers {
+        out.extend(layer.keys()[..n * kv_dim].iter().flatten());
+        out.extend(layer.values()[..n * kv_dim].iter().flatten());
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits `kv`, and
+/// copy it in; its tokens. `kv` is only written once everything is checked.
+pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>, String> {
+    if bytes.len() < HEADER_BYTES + 4 || bytes[..8] != MAGIC {
+        return Err(format!("{} bytes without the magic number of a saved state", bytes.len()));
+    }
+    let version = u32_at(bytes, 8);
+    if version != VERSION {
+        return Err(format!("a saved state of version {version}; this build reads {VERSION}"));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body) != u32_at(crc, 0) {
+        return Err("the saved state's checksum does not match: it was damaged".into());
+    }
+    let n_layers = kv.layers.len();
+    let kv_dim = kv.layers.first().map_or(0, |l| l.keys().len() / kv.n_ctx.max(1));
+    let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20)];
+    if shape[..2] != [KV_F16, n_layers as u32][..] || shape[2] as usize != kv_dim || bytes[28..60] != model.0 {
+        return Err("the saved state belongs to another model or KV format".into());
+    }
+    let n = u32_at(bytes, 24) as usize;
+    if n > kv.n_ctx {
+        return Err(format!("the saved state holds {n} tokens, more than this context of {}", kv.n_ctx));
+    }
+    let rows = n * kv_dim * 2; // bytes of one layer's keys (or values)
+    let want = HEADER_BYTES + 4 * n + n_layers * 2 * rows + 4;
+    if bytes.len() != want {
+        return Err(format!("the saved state has {} bytes where its header says {want}", bytes.len()));
+    }
+    let tokens = bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
+    let mut at = HEADER_BYTES + 4 * n;
+    for layer in &mut kv.layers {
+        let (keys, values) = layer.rows_mut(0..n);
+        for dst in [keys, values] {
+            for (d, s) in dst.iter_mut().zip(body[at..at + rows].chunks_exact(2)) {
+                *d = [s[0], s[1]];
+            }
+            at += rows;
+        }
+    }
+    Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{test, Rng};
+
+    #[test]
+    fn states_round_trip_and_refuse_damage_and_other_models() {
+        let mut rng = Rng::new(12);
+        let model = ModelId([3; 32]);
+        let mut kv = KvCache::new(2, 4, 10);
+        for layer in &mut kv.layers {
+            let (k, v) = layer.rows_mut(0..10);
+            for x in k.iter_mut().chain(v.iter_mut()) {
+                *x = (rng.next_u64() as u16).to_le_bytes();
+            }
+        }
+        let tokens = [5, 6, 7, 8, 9, 10];
+        let bytes = encode(&model, &tokens, &kv);
+        let mut back = KvCache::new(2, 4, 10);
+        assert_eq!(decode_into(&bytes, &model, &mut back).unwrap(), tokens);
+        for (a, b) in kv.layers.iter().zip(&back.layers) {
+            assert_eq!(a.keys()[..24], b.keys()[..24]);
+            assert_eq!(a.values()[..24], b.values()[..24]);
+        }
+        let mut other = KvCache::new(2, 4, 10);
+        for cut in 0..bytes.len() {
+            assert!(decode_into(&bytes[..cut], &model, &mut other).is_err(), "cut at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[70] ^= 1;
+        assert!(decode_into(&flipped, &model, &mut other).unwrap_err().contains("damaged"));
+        assert!(decode_into(&bytes, &ModelId([4; 32]), &mut other).unwrap_err().contains("another model"));
+        assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 4, 5))
+            .unwrap_err()
+            .contains("more than this context"));
+        assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 8, 10)).is_err());
+    }
+}
