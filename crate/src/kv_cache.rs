@@ -53,6 +53,11 @@ impl KvCache {
         KvCache { layers, n_ctx }
     }
 
+    /// Width of one position's keys (or values) in every layer.
+    pub fn kv_dim(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.kv_dim)
+    }
+
     /// Bytes held by the cache.
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(|l| (l.keys.len() + l.values.len()) * 2).sum()

@@ -319,6 +319,7 @@ export class LLM {
 
   info(): ModelInfo {
     const info = parseInfo(this.#call((e) => e.info()));
+    const store = this.#persistence?.status();
     return {
       ...info,
       build: this.#wasm.build,
@@ -327,9 +328,9 @@ export class LLM {
       threadFallback: this.#threadFallback,
       prefixCache: info.prefixCache && {
         ...info.prefixCache,
-        store: this.#persistence !== null,
-        storedBytes: this.#persistence?.status().storedBytes ?? null,
-        storeError: this.#persistence?.status().error ?? null,
+        store: store !== undefined,
+        storedBytes: store?.storedBytes ?? null,
+        storeError: store?.error ?? null,
       },
     };
   }

@@ -391,7 +391,7 @@ mod tests {
     }
 
     fn rows(kv: &KvCache, n: usize) -> Vec<[u8; 2]> {
-        let kv_dim = kv.layers[0].keys().len() / kv.n_ctx;
+        let kv_dim = kv.kv_dim();
         kv.layers.iter().flat_map(|l| [&l.keys()[..n * kv_dim], &l.values()[..n * kv_dim]]).flatten().copied().collect()
     }
 

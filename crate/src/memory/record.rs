@@ -21,8 +21,9 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 const MAGIC: [u8; 8] = *b"RVLLMKV\0";
+/// The version of both framed formats, page records and saved states (`state.rs`).
 const VERSION: u32 = 1;
-const KV_F16: u32 = 1;
+pub(super) const KV_F16: u32 = 1;
 const HEADER_BYTES: usize = 92;
 
 /// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
@@ -123,7 +124,7 @@ pub enum RecordError {
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RecordError::Format(m) => write!(f, "not a page record: {m}"),
+            RecordError::Format(m) => write!(f, "{m}"),
             RecordError::Checksum => write!(f, "the record's checksum does not match: it was damaged"),
             RecordError::Foreign => write!(f, "the record belongs to another model or KV format"),
             RecordError::Key => write!(f, "the record's key does not match its tokens"),
@@ -145,8 +146,8 @@ pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[
     assert!(tokens.len() == layout.page_tokens && kv.len() == layout.values(), "a whole page");
     let key = parent.next(tokens);
     let mut out = Vec::with_capacity(layout.record_bytes().unwrap_or(0));
-    out.extend_from_slice(&MAGIC);
-    for n in [VERSION, KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
+    frame(&mut out, &MAGIC);
+    for n in [KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     out.extend_from_slice(&model.0);
@@ -154,28 +155,46 @@ pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[
     out.extend_from_slice(&parent.0);
     out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
     out.extend(kv.iter().flatten());
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    seal(&mut out);
     out
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Read a record of `model`'s cache of pages shaped `layout`, checking it whole first.
-pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<PageRecord, RecordError> {
-    if bytes.len() < HEADER_BYTES + 4 || bytes[..8] != MAGIC {
-        return Err(RecordError::Format(format!("{} bytes without the magic number", bytes.len())));
+/// Begin a framed record (page records and saved states): its magic number and the version.
+pub(super) fn frame(out: &mut Vec<u8>, magic: &[u8; 8]) {
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+}
+
+/// End a framed record: the CRC-32 of everything before.
+pub(super) fn seal(out: &mut Vec<u8>) {
+    let crc = crc32fast::hash(out);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// A framed record's bytes without its checksum, once its magic number (at least `header` bytes before the
+/// checksum), version and CRC-32 are checked; `what` names the kind in errors.
+pub(super) fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, what: &str) -> Result<&'a [u8], RecordError> {
+    if bytes.len() < header + 4 || bytes[..8] != *magic {
+        return Err(RecordError::Format(format!("{} bytes without the magic number of a {what}", bytes.len())));
     }
     let version = u32_at(bytes, 8);
     if version != VERSION {
-        return Err(RecordError::Format(format!("version {version}, this build reads {VERSION}")));
+        return Err(RecordError::Format(format!("a {what} of version {version}; this build reads {VERSION}")));
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     if crc32fast::hash(body) != u32_at(crc, 0) {
         return Err(RecordError::Checksum);
     }
+    Ok(body)
+}
+
+/// Read a record of `model`'s cache of pages shaped `layout`, checking it whole first.
+pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<PageRecord, RecordError> {
+    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "page record")?;
     let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20), u32_at(bytes, 24)];
     let ours = [KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32];
     if shape != ours || bytes[28..60] != model.0 {
@@ -183,7 +202,7 @@ pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<Page
     }
     if Some(bytes.len()) != layout.record_bytes() {
         return Err(RecordError::Format(format!(
-            "{} bytes where its shape takes {:?}",
+            "a page record of {} bytes where its shape takes {:?}",
             bytes.len(),
             layout.record_bytes()
         )));

@@ -14,25 +14,19 @@
 //! end CRC-32 of all the above     u32
 //! ```
 
-use super::record::ModelId;
+use super::record::{frame, seal, u32_at, unseal, ModelId, KV_F16};
 use crate::kv_cache::KvCache;
 
 const MAGIC: [u8; 8] = *b"RVLLMST\0";
-const VERSION: u32 = 1;
-const KV_F16: u32 = 1;
 const HEADER_BYTES: usize = 60;
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
 
 /// The bytes of a conversation: `tokens` and their rows `0..tokens.len()` of `kv`.
 pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
     let n = tokens.len();
-    let kv_dim = kv.layers.first().map_or(0, |l| l.keys().len() / kv.n_ctx.max(1));
+    let kv_dim = kv.kv_dim();
     let mut out = Vec::new();
-    out.extend_from_slice(&MAGIC);
-    for x in [VERSION, KV_F16, kv.layers.len() as u32, kv_dim as u32, n as u32] {
+    frame(&mut out, &MAGIC);
+    for x in [KV_F16, kv.layers.len() as u32, kv_dim as u32, n as u32] {
         out.extend_from_slice(&x.to_le_bytes());
     }
     out.extend_from_slice(&model.0);
@@ -41,27 +35,15 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
         out.extend(layer.keys()[..n * kv_dim].iter().flatten());
         out.extend(layer.values()[..n * kv_dim].iter().flatten());
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    seal(&mut out);
     out
 }
 
 /// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits `kv`, and
 /// copy it in; its tokens. `kv` is only written once everything is checked.
 pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>, String> {
-    if bytes.len() < HEADER_BYTES + 4 || bytes[..8] != MAGIC {
-        return Err(format!("{} bytes without the magic number of a saved state", bytes.len()));
-    }
-    let version = u32_at(bytes, 8);
-    if version != VERSION {
-        return Err(format!("a saved state of version {version}; this build reads {VERSION}"));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body) != u32_at(crc, 0) {
-        return Err("the saved state's checksum does not match: it was damaged".into());
-    }
-    let n_layers = kv.layers.len();
-    let kv_dim = kv.layers.first().map_or(0, |l| l.keys().len() / kv.n_ctx.max(1));
+    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| e.to_string())?;
+    let (n_layers, kv_dim) = (kv.layers.len(), kv.kv_dim());
     let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20)];
     if shape[..2] != [KV_F16, n_layers as u32][..] || shape[2] as usize != kv_dim || bytes[28..60] != model.0 {
         return Err("the saved state belongs to another model or KV format".into());
