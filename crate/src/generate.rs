@@ -215,13 +215,15 @@ impl Generation {
 
     /// Make `ev`'s cache hold the longest cached prefix of the prompt (but its last token, which is
     /// evaluated for its logits): what `ev` already shares with it, or more from the model's prefix
-    /// cache, after putting what `ev` held there. The prefill starts after it.
-    pub(crate) fn reuse_cache(&mut self, ev: &mut Evaluator) {
-        ev.remember();
-        let held = ev.recall(&self.tokens[..self.prompt_len - 1]);
+    /// cache, after putting what `ev` held there. The prefill starts after it. Async because on the
+    /// GPU putting it there is a readback; on the CPU the future is ready at once.
+    pub(crate) async fn reuse_cache(&mut self, ev: &mut Evaluator) -> Result<()> {
+        ev.remember().await?;
+        let held = ev.recall(&self.tokens[..self.prompt_len - 1])?;
         ev.truncate(held);
         self.prefilled = held;
         self.stats.cached_tokens = held;
+        Ok(())
     }
 
     /// What to do next: evaluate one prefill batch (at most `n_batch` prompt tokens), emit the

@@ -406,10 +406,11 @@ export class LLM {
   /**
    * The conversation this model holds (its tokens and their keys and values) as bytes, to keep anywhere and give to
    * `restoreState` later, in this page or process or another, for the same model file (as llama.cpp's slot
-   * save/restore). The CPU engine only (`E_INVALID_ARGUMENT` on the WebGPU backend).
+   * save/restore). Either backend's state restores on either backend (the WebGPU backend reads its keys and values
+   * back from the GPU).
    */
   async saveState(): Promise<Uint8Array> {
-    return this.#exclusive(undefined, () => this.#call((e) => e.saveState()));
+    return this.#exclusive(undefined, () => this.#callAsync((e) => e.saveState()));
   }
 
   /** Continue a conversation `saveState` gave. Bytes of another model, damaged or cut, are `E_INVALID_ARGUMENT` and

@@ -42,33 +42,58 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
 /// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits `kv`, and
 /// copy it in; its tokens. `kv` is only written once everything is checked.
 pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>, String> {
-    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| e.to_string())?;
-    let (n_layers, kv_dim) = (kv.layers.len(), kv.kv_dim());
+    let n = check(bytes, model, kv.layers.len(), kv.kv_dim(), kv.n_ctx)?;
+    Ok(copy_into(bytes, n, kv))
+}
+
+/// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits a context of
+/// `n_ctx`; its tokens and their rows in a cache of just their positions (to go on to the GPU's).
+pub fn decode(
+    bytes: &[u8],
+    model: &ModelId,
+    n_layers: usize,
+    kv_dim: usize,
+    n_ctx: usize,
+) -> Result<(Vec<u32>, KvCache), String> {
+    let n = check(bytes, model, n_layers, kv_dim, n_ctx)?;
+    let mut kv = KvCache::new(n_layers, kv_dim, n);
+    Ok((copy_into(bytes, n, &mut kv), kv))
+}
+
+/// Everything `decode_into` checks; the number of tokens.
+fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, n_ctx: usize) -> Result<usize, String> {
+    unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| e.to_string())?;
     let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20)];
     if shape[..2] != [KV_F16, n_layers as u32][..] || shape[2] as usize != kv_dim || bytes[28..60] != model.0 {
         return Err("the saved state belongs to another model or KV format".into());
     }
     let n = u32_at(bytes, 24) as usize;
-    if n > kv.n_ctx {
-        return Err(format!("the saved state holds {n} tokens, more than this context of {}", kv.n_ctx));
+    if n > n_ctx {
+        return Err(format!("the saved state holds {n} tokens, more than this context of {n_ctx}"));
     }
     let rows = n * kv_dim * 2; // bytes of one layer's keys (or values)
     let want = HEADER_BYTES + 4 * n + n_layers * 2 * rows + 4;
     if bytes.len() != want {
         return Err(format!("the saved state has {} bytes where its header says {want}", bytes.len()));
     }
+    Ok(n)
+}
+
+/// Copy the checked state's `n` tokens' rows into `kv`; its tokens.
+fn copy_into(bytes: &[u8], n: usize, kv: &mut KvCache) -> Vec<u32> {
+    let rows = n * kv.kv_dim() * 2;
     let tokens = bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
     let mut at = HEADER_BYTES + 4 * n;
     for layer in &mut kv.layers {
         let (keys, values) = layer.rows_mut(0..n);
         for dst in [keys, values] {
-            for (d, s) in dst.iter_mut().zip(body[at..at + rows].chunks_exact(2)) {
+            for (d, s) in dst.iter_mut().zip(bytes[at..at + rows].chunks_exact(2)) {
                 *d = [s[0], s[1]];
             }
             at += rows;
         }
     }
-    Ok(tokens)
+    tokens
 }
 
 #[cfg(test)]
@@ -107,5 +132,13 @@ mod tests {
             .unwrap_err()
             .contains("more than this context"));
         assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 8, 10)).is_err());
+        // Decoded into a cache of just its positions (for the GPU): the same rows, the same checks.
+        let (got, just) = decode(&bytes, &model, 2, 4, 10).unwrap();
+        assert_eq!((got.as_slice(), just.positions()), (&tokens[..], 0..6));
+        for (a, b) in kv.layers.iter().zip(&just.layers) {
+            assert_eq!(a.rows(0..6), b.rows(0..6));
+        }
+        assert!(decode(&bytes, &model, 2, 4, 5).err().unwrap().contains("more than this context"));
+        assert!(decode(&flipped, &model, 2, 4, 10).err().unwrap().contains("damaged"));
     }
 }
