@@ -114,6 +114,7 @@ pub(crate) struct JsOutput {
     generated_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
+    restore_ms: f64,
     prefill_tok_s: f64,
     decode_tok_s: f64,
 }
@@ -129,6 +130,7 @@ impl From<crate::Output> for JsOutput {
             generated_tokens: s.generated_tokens,
             prefill_ms: s.prefill_ms,
             decode_ms: s.decode_ms,
+            restore_ms: s.restore_ms,
             prefill_tok_s: s.prefill_tok_s(),
             decode_tok_s: s.decode_tok_s(),
             ids: o.ids,

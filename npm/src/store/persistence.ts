@@ -11,6 +11,21 @@ export interface StoreError {
   message: string;
 }
 
+/** What one read from the store before a prompt did (`info().prefixCache.lastLoad`). */
+export interface StoreLoad {
+  /** Records read, and their bytes. */
+  records: number;
+  bytes: number;
+  /** Leading tokens of the prompt the prefix cache held in memory after it. */
+  tokens: number;
+  /** Milliseconds waiting for the store (its index too, on the first read). */
+  readMs: number;
+  /** Milliseconds the engine took to check the records and take them into memory. */
+  loadMs: number;
+}
+
+const now = () => performance.now();
+
 export class Persistence {
   readonly #engine: Engine;
   readonly #store: PrefixStore;
@@ -19,6 +34,7 @@ export class Persistence {
   #index: Map<string, { bytes: number; used: number }> | null = null;
   #writing: Promise<void> = Promise.resolve();
   #error: StoreError | null = null;
+  #lastLoad: StoreLoad | null = null;
 
   constructor(engine: Engine, store: PrefixStore, budgetBytes: number) {
     this.#engine = engine;
@@ -27,9 +43,9 @@ export class Persistence {
     engine.prefixCachePersist(true);
   }
 
-  status(): { storedBytes: number | null; error: StoreError | null } {
+  status(): { storedBytes: number | null; error: StoreError | null; lastLoad: StoreLoad | null } {
     const stored = this.#index ? [...this.#index.values()].reduce((n, r) => n + r.bytes, 0) : null;
-    return { storedBytes: stored, error: this.#error };
+    return { storedBytes: stored, error: this.#error, lastLoad: this.#lastLoad };
   }
 
   async #indexed(): Promise<Map<string, { bytes: number; used: number }>> {
@@ -43,6 +59,7 @@ export class Persistence {
     try {
       await this.#writing;
       const keys = this.#engine.prefixCacheMissing(ids);
+      const t0 = now();
       const index = await this.#indexed();
       const records: Uint8Array[] = [];
       for (const key of keys) {
@@ -53,7 +70,15 @@ export class Persistence {
         records.push(bytes);
       }
       if (records.length === 0) return;
-      const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, records)) as { refused: Array<{ index: number }> };
+      const t1 = now();
+      const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, records)) as { tokens: number; refused: Array<{ index: number }> };
+      this.#lastLoad = {
+        records: records.length,
+        bytes: records.reduce((n, r) => n + r.byteLength, 0),
+        tokens: loaded.tokens,
+        readMs: t1 - t0,
+        loadMs: now() - t1,
+      };
       // Damaged, foreign or mislabeled records are never used again.
       await this.#delete(loaded.refused.map((r) => keys[r.index]));
     } catch (e) {
