@@ -45,6 +45,10 @@ export class FileStore implements PrefixStore {
     }
   }
 
+  async getMany(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+    return Promise.all(keys.map((key) => this.get(key)));
+  }
+
   async put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
     await this.#ready;
     for (const { key, bytes } of records) {

@@ -18,13 +18,17 @@ export interface StoreLoad {
   bytes: number;
   /** Leading tokens of the prompt the prefix cache held in memory after it. */
   tokens: number;
-  /** Milliseconds waiting for the store (its index too, on the first read). */
+  /** Milliseconds reading the store (its index too, on the first read). */
   readMs: number;
   /** Milliseconds the engine took to check the records and take them into memory. */
   loadMs: number;
 }
 
 const now = () => performance.now();
+/** Tokens per page of the engine's prefix cache (crate/src/memory/prefix_cache.rs `PAGE_TOKENS`). */
+const PAGE_TOKENS = 16;
+/** Records read from the store at a time. */
+const READ_CHUNK = 16;
 
 export class Persistence {
   readonly #engine: Engine;
@@ -53,37 +57,71 @@ export class Persistence {
     return this.#index;
   }
 
-  /** Read the stored pages that extend what memory holds of `ids` (the prompt but its last token) into the cache. */
+  /**
+   * Read the stored pages that extend what memory holds of `ids` (the prompt but its last token) into the cache: in
+   * order, up to the first the store lacks, in chunks; the next chunk is read while the engine checks and takes one.
+   */
   async load(ids: Uint32Array): Promise<void> {
     if (this.#error) return;
     try {
       await this.#writing;
       const keys = this.#engine.prefixCacheMissing(ids);
-      const t0 = now();
+      let t = now();
       const index = await this.#indexed();
-      const records: Uint8Array[] = [];
-      for (const key of keys) {
-        if (!index.has(key)) break;
-        const bytes = await this.#store.get(key);
-        if (!bytes) break;
-        index.set(key, { bytes: bytes.byteLength, used: Date.now() });
-        records.push(bytes);
+      let n = 0;
+      while (n < keys.length && index.has(keys[n])) n++;
+      if (n === 0) return;
+      // Tokens memory holds before: the prompt's whole pages that `missing` did not name.
+      let held = (Math.floor(ids.length / PAGE_TOKENS) - keys.length) * PAGE_TOKENS;
+      const stats: StoreLoad = { records: 0, bytes: 0, tokens: held, readMs: 0, loadMs: 0 };
+      let next: Promise<Array<Uint8Array | undefined>> | null = this.#read(keys.slice(0, READ_CHUNK));
+      for (let at = 0; next; at += READ_CHUNK) {
+        const got = await next;
+        next = null;
+        let records = got.findIndex((r) => r === undefined);
+        if (records < 0) records = got.length;
+        const more = records === got.length && at + records < n;
+        if (more) next = this.#read(keys.slice(at + records, Math.min(n, at + records + READ_CHUNK)));
+        stats.readMs += now() - t;
+        if (records === 0) break;
+        t = now();
+        const chunk = got.slice(0, records) as Uint8Array[];
+        const used = Date.now();
+        for (let i = 0; i < records; i++) index.set(keys[at + i], { bytes: chunk[i].byteLength, used });
+        const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, chunk)) as { tokens: number; refused: Array<{ index: number }> };
+        stats.loadMs += now() - t;
+        t = now();
+        stats.records += records;
+        stats.bytes += chunk.reduce((sum, r) => sum + r.byteLength, 0);
+        stats.tokens = loaded.tokens;
+        this.#lastLoad = stats;
+        // Damaged, foreign or mislabeled records are never used again.
+        await this.#delete(loaded.refused.map((r) => keys[at + r.index]));
+        held += records * PAGE_TOKENS;
+        // A refusal ends the chain; so does a full cache (the engine took fewer pages than it was given).
+        if (loaded.refused.length > 0 || loaded.tokens < held) {
+          await next?.catch(() => {});
+          break;
+        }
       }
-      if (records.length === 0) return;
-      const t1 = now();
-      const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, records)) as { tokens: number; refused: Array<{ index: number }> };
-      this.#lastLoad = {
-        records: records.length,
-        bytes: records.reduce((n, r) => n + r.byteLength, 0),
-        tokens: loaded.tokens,
-        readMs: t1 - t0,
-        loadMs: now() - t1,
-      };
-      // Damaged, foreign or mislabeled records are never used again.
-      await this.#delete(loaded.refused.map((r) => keys[r.index]));
     } catch (e) {
       this.#fail('E_STORE', e);
     }
+  }
+
+  /** Records of `keys` from the store, in order (`undefined` for any it lacks). */
+  #read(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+    const store = this.#store;
+    if (store.getMany) return store.getMany(keys);
+    return (async () => {
+      const out: Array<Uint8Array | undefined> = [];
+      for (const key of keys) {
+        const bytes = await store.get(key);
+        out.push(bytes);
+        if (!bytes) break;
+      }
+      return out;
+    })();
   }
 
   /** Write the pages the last generation added (in the background). */
