@@ -253,6 +253,11 @@ pub(crate) mod persist {
         model.prefix_cache().missing(ids).iter().map(|k| k.hex()).collect()
     }
 
+    /// Keys (hex) of every whole page of `ids`, from the first.
+    pub(crate) fn keys(model: &Model, ids: &[u32]) -> Vec<String> {
+        model.prefix_cache().keys(ids).iter().map(|k| k.hex()).collect()
+    }
+
     /// Load `records` (an Array of Uint8Array, what the store held under the first keys `missing` gave)
     /// after the pages of `ids` in memory: JSON `{tokens, refused: [{index, reason}]}`.
     pub(crate) fn load(model: &Model, ids: &[u32], records: &js_sys::Array) -> String {
@@ -437,6 +442,12 @@ impl Engine {
     #[wasm_bindgen(js_name = prefixCacheMissing)]
     pub fn prefix_cache_missing(&self, ids: Vec<u32>) -> Vec<String> {
         persist::missing(&self.model, &ids)
+    }
+
+    /// See [`persist::keys`].
+    #[wasm_bindgen(js_name = prefixCacheKeys)]
+    pub fn prefix_cache_keys(&self, ids: Vec<u32>) -> Vec<String> {
+        persist::keys(&self.model, &ids)
     }
 
     /// See [`persist::load`].

@@ -444,8 +444,11 @@ export class LLM {
   async *#run(prompt: string | Uint32Array, json: string, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     const release = await this.#lock(signal);
     let started = false;
+    /** The prompt, then the answer too: the store's records it used are marked used. */
+    let conversation: Uint32Array = new Uint32Array(0);
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
+      conversation = ids;
       // The prompt but its last token, which is always evaluated: what the store may hold.
       if (ids.length > 1) await this.#persistence?.load(ids.subarray(0, ids.length - 1));
       await this.#callAsync((e) => e.start(ids, json));
@@ -460,10 +463,12 @@ export class LLM {
         if ('id' in step) yield { id: step.id, text: step.text };
       }
       started = false;
-      return parseResult(this.#call((e) => e.finish(false)));
+      const result = parseResult(this.#call((e) => e.finish(false)));
+      conversation = Uint32Array.from([...conversation, ...result.ids]);
+      return result;
     } finally {
       if (started && this.#engine) this.#engine.finish(true); // cancelled: the session is ready for the next call
-      if (this.#engine && !this.#crashed) this.#persistence?.save();
+      if (this.#engine && !this.#crashed) this.#persistence?.save(conversation);
       release();
     }
   }

@@ -86,6 +86,48 @@ test('a conversation longer than the memory budget is read back as far as the bu
   assert.deepEqual(whole.message, want);
 });
 
+test('a store over its budget drops the pages conversations start with last: a shared system prompt outlives them', async () => {
+  const system = {
+    role: 'system',
+    content: 'You are a careful assistant for questions about geography, history and science. Answer every question in one short sentence, without lists, examples or follow-up questions.',
+  };
+  const questions = ['What is the capital of France?', 'Name a large ocean.', 'What is the tallest mountain?', 'Which planet is red?', 'Who wrote Hamlet?', 'What is water made of?'];
+  const storeDir = mkdtempSync(join(tmpdir(), 'ruvllm-store-lru-'));
+  try {
+    const info = plain.info();
+    const pageBytes = info.layers * 2 * 16 * (info.embeddingSize / info.heads) * info.kvHeads * 2;
+    // Room for 8 records (a record is a page and a small header): fewer than the conversations below write.
+    const prefixCache = { store: storeDir, storeBudgetBytes: Math.floor(8.5 * pageBytes) };
+    const writer = await LLM.load(MODEL_PATH, { prefixCache });
+    let last;
+    try {
+      for (const q of questions) {
+        last = [system, { role: 'user', content: q }];
+        last.push((await writer.chat.completions.create({ messages: last, ...GREEDY })).choices[0].message);
+        await writer.flushPrefixCache();
+      }
+      assert.ok(writer.info().prefixCache.insertedTokens / 16 > 8, 'more pages were written than the store holds');
+    } finally {
+      writer.dispose();
+    }
+    // Another instance (its memory empty) reopens the last conversation: every page of it comes from the store.
+    const reader = await LLM.load(MODEL_PATH, { prefixCache });
+    try {
+      const turn2 = [...last, A2];
+      const r = await reader.chat.completions.create({ messages: turn2, ...GREEDY });
+      const held = reader.tokenize(reader.applyChatTemplate(last, { addGenerationPrompt: false }), { prompt: true }).length;
+      const fromStore = r.usage.prompt_tokens_details.cached_tokens;
+      assert.ok(fromStore >= Math.floor((held - 1) / 16) * 16 - 16 && fromStore > 0, `${fromStore} of ${held} tokens from the store`);
+      assert.equal(reader.info().prefixCache.loadedTokens, fromStore);
+      assert.deepEqual(r.choices[0].message, await answer(turn2));
+    } finally {
+      reader.dispose();
+    }
+  } finally {
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+});
+
 test('a full store is given up and the model answers from memory, saying why', async () => {
   const full = Object.assign(new Error('the quota is used up'), { name: 'QuotaExceededError' });
   let puts = 0;

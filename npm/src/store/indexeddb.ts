@@ -87,6 +87,12 @@ export class IndexedDbStore implements PrefixStore {
     return rows.map((r) => r?.bytes);
   }
 
+  async touch(records: StoredRecord[]): Promise<void> {
+    const tx = await this.#tx([META], 'readwrite');
+    for (const { key, bytes, used } of records) tx.objectStore(META).put({ key, bytes, used } satisfies Meta);
+    await done(tx);
+  }
+
   async put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
     const tx = await this.#tx([PAGES, META], 'readwrite');
     const pages = tx.objectStore(PAGES);

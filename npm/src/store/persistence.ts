@@ -4,7 +4,7 @@
 // (after making room and retrying once) is given up: the cache goes on in memory and `status()` says why. A
 // generation never fails because of the store.
 import type { Engine } from '../builds.js';
-import { isFull, type PrefixStore } from './store.js';
+import { isFull, type PrefixStore, type StoredRecord } from './store.js';
 
 export interface StoreError {
   code: 'E_STORE_FULL' | 'E_STORE';
@@ -39,6 +39,7 @@ export class Persistence {
   #writing: Promise<void> = Promise.resolve();
   #error: StoreError | null = null;
   #lastLoad: StoreLoad | null = null;
+  #lastWrite = 0;
 
   constructor(engine: Engine, store: PrefixStore, budgetBytes: number) {
     this.#engine = engine;
@@ -124,13 +125,17 @@ export class Persistence {
     })();
   }
 
-  /** Write the pages the last generation added (in the background). */
-  save(): void {
+  /**
+   * Write the pages the last generation added, and mark the stored pages of its whole `conversation` (prompt and
+   * answer) used (in the background).
+   */
+  save(conversation: Uint32Array): void {
     if (this.#error) return;
     const pairs = this.#engine.prefixCacheTakeUnsaved() as Array<[string, Uint8Array]>;
-    if (pairs.length === 0) return;
     const records = pairs.map(([key, bytes]) => ({ key, bytes }));
-    this.#writing = this.#writing.then(() => this.#write(records));
+    const path = this.#engine.prefixCacheKeys(conversation);
+    if (records.length === 0 && path.length === 0) return;
+    this.#writing = this.#writing.then(() => this.#write(records, path));
   }
 
   /** Wait for the writes in progress. */
@@ -144,31 +149,48 @@ export class Persistence {
     this.#index = new Map();
   }
 
-  async #write(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
+  /**
+   * Put `records`, mark the stored pages of `path` (a conversation's page keys, from the first) used, and hold the
+   * budget, least recently used first. Along a path, each page counts as used a little later than the page after it:
+   * a page is dropped only after every stored page that follows it (those are never read without it), so a system
+   * prompt many conversations share stays as long as any of them.
+   */
+  async #write(records: Array<{ key: string; bytes: Uint8Array }>, path: string[]): Promise<void> {
     if (this.#error) return;
     try {
       const index = await this.#indexed();
-      try {
-        await this.#store.put(records);
-      } catch (e) {
-        if (!isFull(e)) throw e;
-        // Full: give up the older half of what is stored and try once more.
-        const oldest = [...index.entries()].sort((a, b) => a[1].used - b[1].used).slice(0, Math.ceil(index.size / 2));
-        await this.#delete(oldest.map(([key]) => key));
+      const oldestFirst = () => [...index.entries()].sort((a, b) => a[1].used - b[1].used);
+      if (records.length > 0) {
         try {
           await this.#store.put(records);
-        } catch (again) {
-          if (isFull(again)) return this.#fail('E_STORE_FULL', again);
-          throw again;
+        } catch (e) {
+          if (!isFull(e)) throw e;
+          // Full: give up the older half of what is stored and try once more.
+          await this.#delete(oldestFirst().slice(0, Math.ceil(index.size / 2)).map(([key]) => key));
+          try {
+            await this.#store.put(records);
+          } catch (again) {
+            if (isFull(again)) return this.#fail('E_STORE_FULL', again);
+            throw again;
+          }
         }
       }
-      const used = Date.now();
-      for (const r of records) index.set(r.key, { bytes: r.bytes.byteLength, used });
-      // Within the budget, oldest first.
+      // Strictly later than the last write, so that the order within one millisecond (below) stays apart from it.
+      const now = (this.#lastWrite = Math.max(Date.now(), this.#lastWrite + 1));
+      for (const r of records) index.set(r.key, { bytes: r.bytes.byteLength, used: now });
+      const touched: StoredRecord[] = [];
+      path.forEach((key, i) => {
+        const r = index.get(key);
+        if (!r) return;
+        r.used = now + (path.length - i) / (path.length + 1); // the first page latest, within the millisecond
+        touched.push({ key, bytes: r.bytes, used: r.used });
+      });
+      if (touched.length > 0) await this.#store.touch?.(touched);
+      // Within the budget, least recently used first.
       let total = [...index.values()].reduce((n, r) => n + r.bytes, 0);
       if (total > this.#budget) {
         const drop: string[] = [];
-        for (const [key, r] of [...index.entries()].sort((a, b) => a[1].used - b[1].used)) {
+        for (const [key, r] of oldestFirst()) {
           if (total <= this.#budget) break;
           drop.push(key);
           total -= r.bytes;

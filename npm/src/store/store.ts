@@ -18,6 +18,8 @@ export interface PrefixStore {
   get(key: string): Promise<Uint8Array | undefined>;
   /** Optional: `get` of several records at once (in one transaction, reads in parallel), in the order of `keys`. */
   getMany?(keys: string[]): Promise<Array<Uint8Array | undefined>>;
+  /** Optional: set records' last use to the given `used` times (without it, a store's order holds for this process only). */
+  touch?(records: StoredRecord[]): Promise<void>;
   /** Write records (a full store throws, e.g. a `QuotaExceededError` or `ENOSPC`). */
   put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void>;
   delete(keys: string[]): Promise<void>;
