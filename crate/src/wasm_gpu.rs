@@ -205,6 +205,12 @@ impl GpuEngine {
         Ok(persist::missing(&self.borrow()?.model, &ids))
     }
 
+    /// As [`Engine::prefix_cache_keys`](crate::wasm::Engine::prefix_cache_keys).
+    #[wasm_bindgen(js_name = prefixCacheKeys)]
+    pub fn prefix_cache_keys(&self, ids: Vec<u32>) -> std::result::Result<Vec<String>, JsValue> {
+        Ok(persist::keys(&self.borrow()?.model, &ids))
+    }
+
     /// As [`Engine::prefix_cache_load`](crate::wasm::Engine::prefix_cache_load).
     #[wasm_bindgen(js_name = prefixCacheLoad)]
     pub fn prefix_cache_load(&self, ids: Vec<u32>, records: js_sys::Array) -> std::result::Result<String, JsValue> {

@@ -45,6 +45,7 @@ export interface Engine {
   prefixCacheMissing(ids: Uint32Array): string[];
   prefixCacheLoad(ids: Uint32Array, records: Uint8Array[]): string;
   prefixCacheTakeUnsaved(): unknown[];
+  prefixCacheKeys(ids: Uint32Array): string[];
   /** A Promise in the WebGPU build (the GPU's rows are read back). */
   saveState(): Uint8Array | Promise<Uint8Array>;
   restoreState(bytes: Uint8Array): void;

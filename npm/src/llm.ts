@@ -5,7 +5,7 @@ import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
-import { Persistence, type StoreError } from './store/persistence.js';
+import { Persistence, type StoreError, type StoreLoad } from './store/persistence.js';
 import type { PrefixStore } from './store/store.js';
 
 /** What differs between Node and browsers: how the wasm builds are started, and extra sources. */
@@ -123,6 +123,9 @@ export interface PrefixCacheInfo {
   store: boolean;
   storedBytes: number | null;
   storeError: StoreError | null;
+  /** The last read from the store before a prompt (null before any): records and their bytes, the prompt tokens
+   * they brought, milliseconds reading the store and milliseconds the engine took to check and take them. */
+  lastLoad: StoreLoad | null;
 }
 
 export interface ModelInfo {
@@ -182,7 +185,14 @@ export interface GenerateResult {
   text: string;
   finishReason: 'stop' | 'length';
   usage: Usage;
-  timings: { prefillMs: number; decodeMs: number; prefillTokensPerSecond: number; decodeTokensPerSecond: number };
+  timings: {
+    prefillMs: number;
+    decodeMs: number;
+    /** Before the prefill: moving keys and values between the conversation's cache and the prefix cache. */
+    restoreMs: number;
+    prefillTokensPerSecond: number;
+    decodeTokensPerSecond: number;
+  };
 }
 
 /** Per prompt position, the top-k next tokens as [id, probability], most likely first. */
@@ -331,6 +341,7 @@ export class LLM {
         store: store !== undefined,
         storedBytes: store?.storedBytes ?? null,
         storeError: store?.error ?? null,
+        lastLoad: store?.lastLoad ?? null,
       },
     };
   }
@@ -434,8 +445,11 @@ export class LLM {
   async *#run(prompt: string | Uint32Array, json: string, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     const release = await this.#lock(signal);
     let started = false;
+    /** The prompt, then the answer too: the store's records it used are marked used. */
+    let conversation: Uint32Array = new Uint32Array(0);
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
+      conversation = ids;
       // The prompt but its last token, which is always evaluated: what the store may hold.
       if (ids.length > 1) await this.#persistence?.load(ids.subarray(0, ids.length - 1));
       await this.#callAsync((e) => e.start(ids, json));
@@ -450,10 +464,12 @@ export class LLM {
         if ('id' in step) yield { id: step.id, text: step.text };
       }
       started = false;
-      return parseResult(this.#call((e) => e.finish(false)));
+      const result = parseResult(this.#call((e) => e.finish(false)));
+      conversation = Uint32Array.from([...conversation, ...result.ids]);
+      return result;
     } finally {
       if (started && this.#engine) this.#engine.finish(true); // cancelled: the session is ready for the next call
-      if (this.#engine && !this.#crashed) this.#persistence?.save();
+      if (this.#engine && !this.#crashed) this.#persistence?.save(conversation);
       release();
     }
   }
@@ -573,7 +589,7 @@ function openStore(spec: 'indexeddb' | string | PrefixStore): PrefixStore {
 function parseInfo(
   json: string,
 ): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
-  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError'> | null;
+  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
 } {
   const i = JSON.parse(json);
   return {
@@ -624,6 +640,7 @@ function parseResult(json: string | undefined): GenerateResult {
     timings: {
       prefillMs: o.prefill_ms,
       decodeMs: o.decode_ms,
+      restoreMs: o.restore_ms,
       prefillTokensPerSecond: o.prefill_tok_s,
       decodeTokensPerSecond: o.decode_tok_s,
     },

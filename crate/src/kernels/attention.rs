@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
-use crate::kernels::f16;
+use crate::kernels::f16::{self, F32Rows, Rows};
 use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
@@ -16,6 +16,9 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// Cached positions per block of the softmax (see [`attention`]). Fixed, so results never depend
 /// on how the blocks are spread over tasks.
 const BLOCK: usize = 32;
+
+/// Query rows of a batch that share each block of cached keys and values (converted to f32 once for all of them).
+const GROUP_TOKENS: usize = 4;
 
 pub struct AttentionShape {
     pub n_heads: usize,
@@ -59,8 +62,10 @@ impl AttentionScratch {
 /// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
 /// query heads that share a KV head are handled together, so each cached key and value is converted
-/// from f16 once for all of them. A batch of rows runs one task per (token, KV head), which does its
-/// blocks in turn. A single row (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
+/// from f16 once for all of them. A batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): it
+/// converts each block's keys and values to f32 once for its tokens (at long contexts, re-reading and converting
+/// the cache for every token was most of a prefill's time), and does each token's blocks in order. A single row
+/// (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
 /// default model, so there each task is one block of one KV head, and the calling thread folds the
 /// parts after the loop. Both do the same float operations in the same order: the results are
 /// identical either way.
@@ -88,9 +93,17 @@ pub fn attention(
     let parts = SharedMut::new(&mut scratch.parts);
     // The group of token `t` and KV head `kvh`: its query heads, output heads and score rows are contiguous.
     let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
+    // Block `js` of KV head `kvh` for token `t`, its rows read from the f16 cache.
     let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
         let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-        attend_block(shape, qg, keys, values, kvh, js, scale, sc, stride, parts);
+        let row_of = |cached, j| head_row(shape, cached, kvh, j);
+        let mut k: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
+        let mut v: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
+        let n = js.len();
+        for (i, j) in js.enumerate() {
+            (k[i], v[i]) = (row_of(keys, j), row_of(values, j));
+        }
+        attend_block(shape, qg, &k[..n], &v[..n], scale, sc, stride, parts);
     };
 
     if n_tokens == 1 {
@@ -133,56 +146,86 @@ pub fn attention(
         scores_len >= n_tokens * n_heads * span && parts_len >= n_tokens * n_heads * 2 * part,
         "attention scratch too small"
     );
-    let n_tasks = n_tokens * n_kv_heads;
+    let groups = n_tokens.div_ceil(GROUP_TOKENS);
+    let n_tasks = groups * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
+        // A block's keys and values, converted once for every token of the group.
+        let (mut k32, mut v32) = (vec![0f32; BLOCK * head_dim], vec![0f32; BLOCK * head_dim]);
+        let mut row_refs: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
         for task in tasks {
             // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
             let task = n_tasks - 1 - task;
-            let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
-            let n_ctx = pos0 + t + 1;
-            // SAFETY: each task owns its group's score rows, output heads and two parts per head.
-            let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
-            let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
-            let (acc, next) =
-                unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
-            block(t, kvh, 0..BLOCK.min(n_ctx), sc, span, acc);
-            for j0 in (BLOCK..n_ctx).step_by(BLOCK) {
-                block(t, kvh, j0..(j0 + BLOCK).min(n_ctx), &mut sc[j0..], span, next);
-                acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
+            let (tg, kvh) = (task / n_kv_heads, task % n_kv_heads);
+            let tokens = tg * GROUP_TOKENS..(n_tokens).min((tg + 1) * GROUP_TOKENS);
+            let last_ctx = pos0 + tokens.end; // positions the group's last token sees
+            let row_of = |cached, j| head_row(shape, cached, kvh, j);
+            for j0 in (0..last_ctx).step_by(BLOCK) {
+                let rows = (last_ctx - j0).min(BLOCK);
+                for (i, r) in row_refs[..rows].iter_mut().enumerate() {
+                    *r = row_of(keys, j0 + i);
+                }
+                f16::rows_to_f32(&row_refs[..rows], &mut k32);
+                for (i, r) in row_refs[..rows].iter_mut().enumerate() {
+                    *r = row_of(values, j0 + i);
+                }
+                f16::rows_to_f32(&row_refs[..rows], &mut v32);
+                for t in tokens.clone() {
+                    let n_ctx = pos0 + t + 1;
+                    if j0 >= n_ctx {
+                        continue;
+                    }
+                    let n = (n_ctx - j0).min(BLOCK);
+                    let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
+                    // SAFETY: each task owns its tokens' score rows and two parts per head of its KV head.
+                    let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
+                    let (acc, next) =
+                        unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
+                    let k = F32Rows { data: &k32[..n * head_dim], d: head_dim };
+                    let v = F32Rows { data: &v32[..n * head_dim], d: head_dim };
+                    if j0 == 0 {
+                        attend_block(shape, qg, &k, &v, scale, &mut sc[j0..], span, acc);
+                    } else {
+                        attend_block(shape, qg, &k, &v, scale, &mut sc[j0..], span, next);
+                        acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
+                    }
+                }
             }
-            for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
-                finish(a, o);
+            for t in tokens {
+                // SAFETY: as above.
+                let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
+                let acc = unsafe { parts.slice(first(t, kvh) * 2 * part, group * part) };
+                for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
+                    finish(a, o);
+                }
             }
         }
     });
 }
 
-/// Each head of a group (queries `qg`, back to back) over cached positions `js` of KV head `kvh`
-/// alone: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
-/// `o = Σ e^(s - m) · v`. Head `g`'s score of position `js.start + i` goes to `sc[g * stride + i]`.
+/// KV head `kvh`'s row of position `j` in a layer's cached keys or values.
+fn head_row<'a>(shape: &AttentionShape, cached: &'a [[u8; 2]], kvh: usize, j: usize) -> &'a [[u8; 2]] {
+    &cached[j * shape.kv_dim() + kvh * shape.head_dim..][..shape.head_dim]
+}
+
+/// Each head of a group (queries `qg`, back to back) over the cached keys `k` and values `v` of one block of
+/// positions of one KV head: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
+/// `o = Σ e^(s - m) · v`. Head `g`'s score of the block's position `i` goes to `sc[g * stride + i]`.
 #[allow(clippy::too_many_arguments)]
-fn attend_block<'a>(
+fn attend_block<R: Rows + ?Sized>(
     shape: &AttentionShape,
     qg: &[f32],
-    keys: &'a [[u8; 2]],
-    values: &'a [[u8; 2]],
-    kvh: usize,
-    js: Range<usize>,
+    k: &R,
+    v: &R,
     scale: f32,
     sc: &mut [f32],
     stride: usize,
     parts: &mut [f32],
 ) {
-    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
-    // KV head `kvh`'s row of position `j` in the cached keys or values.
-    let head_row = |cached: &'a [[u8; 2]], j: usize| &cached[j * kv_dim + kvh * head_dim..][..head_dim];
     let mut row = [0f32; MAX_HEAD_DIM];
-    let row = &mut row[..head_dim]; // scratch: one cached key or value as f32
-    let n = js.len();
-    assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
-    let mut rows: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK]; // the block's cached keys, then its values
-    js.clone().zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(keys, j));
-    f16::scores(qg, &rows[..n], scale, sc, stride, row);
+    let row = &mut row[..shape.head_dim]; // scratch: one cached key or value as f32
+    let n = k.count();
+    assert!(n <= BLOCK && v.count() == n, "a block has at most {BLOCK} positions");
+    f16::scores(qg, k, scale, sc, stride, row);
     let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
@@ -192,8 +235,7 @@ fn attend_block<'a>(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    js.zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(values, j));
-    f16::weighted_sums(&rows[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
+    f16::weighted_sums(v, sc, stride, &mut parts[2..], shape.part_len(), row);
 }
 
 /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
@@ -234,11 +276,12 @@ mod tests {
     #[test]
     fn matches_a_float64_softmax_over_the_cache() {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
-        for (n_heads, n_kv_heads, head_dim) in [(4, 2, 20), (9, 3, 64)] {
+        // Rows of 1 to 3 blocks of positions, the last ones partial, in one or more groups of tokens (the last one
+        // partial, and a group whose tokens end in different blocks).
+        let cases = [(4, 2, 20, 60, 6), (9, 3, 64, 60, 6), (9, 3, 64, 25, 11)];
+        for (n_heads, n_kv_heads, head_dim, pos0, n_tokens) in cases {
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
             let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
-            // Rows of 1 to 3 blocks of positions, the last ones partial.
-            let (pos0, n_tokens) = (60, 6);
             let span = pos0 + n_tokens;
             let k_cache: Vec<[u8; 2]> = values(span * kv_dim, 1).into_iter().map(f32_to_f16).collect();
             let v_cache: Vec<[u8; 2]> = values(span * kv_dim, 2).into_iter().map(f32_to_f16).collect();

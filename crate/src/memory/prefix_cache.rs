@@ -226,6 +226,20 @@ impl PrefixCache {
             .collect()
     }
 
+    /// The keys of every whole page of `tokens`, from the first: the records a store may hold of them. A
+    /// store that drops records least recently used first marks a conversation's path with these, so that a
+    /// page shared by many conversations (a system prompt) is not dropped before the pages that follow it.
+    pub fn keys(&self, tokens: &[u32]) -> Vec<PageKey> {
+        let mut key = PageKey::root(&self.lock().model);
+        tokens
+            .chunks_exact(PAGE_TOKENS)
+            .map(|page| {
+                key = key.next(page);
+                key
+            })
+            .collect()
+    }
+
     /// The keys of the whole pages of `tokens` after those in memory: the stored pages that could
     /// extend the match, in order. A caller reads them (up to the first it lacks) and passes them to `load`.
     pub fn missing(&self, tokens: &[u32]) -> Vec<PageKey> {
@@ -495,6 +509,10 @@ mod tests {
         let prompt: Vec<u32> = (0..40).chain(900..920).collect();
         let keys = b.missing(&prompt);
         assert_eq!(keys.len(), 3);
+        assert_eq!(b.keys(&prompt), keys, "nothing in memory: every page is missing");
+        // The stored pages' keys, from any cache of the model: the prompt shares its first two pages with them.
+        let all = b.keys(&tokens);
+        assert!(all.len() == 3 && all.iter().all(|k| store.contains_key(k)) && all[..2] == keys[..2]);
         let found: Vec<&[u8]> = keys.iter().map_while(|k| store.get(k).map(Vec::as_slice)).collect();
         assert_eq!(found.len(), 2, "the third page of the prompt differs from the stored one");
         assert_eq!(b.load(&prompt, &found), Loaded { tokens: 32, refused: vec![] });
