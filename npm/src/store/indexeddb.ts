@@ -71,18 +71,18 @@ export class IndexedDbStore implements PrefixStore {
     return (await this.getMany([key]))[0];
   }
 
-  /** Every record of `keys` in one transaction, the requests issued at once; then marks them used. */
+  /** Every record of `keys` in one transaction, the requests issued at once; marks them used in the background (the
+   * caller need not wait for that write). */
   async getMany(keys: string[]): Promise<Array<Uint8Array | undefined>> {
     const tx = await this.#tx([PAGES], 'readonly');
     const pages = tx.objectStore(PAGES);
     const rows = await Promise.all(keys.map((key) => request(pages.get(key)) as Promise<Page | undefined>));
     const found = rows.filter((r): r is Page => r !== undefined);
     if (found.length > 0) {
-      const touch = await this.#tx([META], 'readwrite');
-      const meta = touch.objectStore(META);
       const used = Date.now();
-      for (const r of found) meta.put({ key: r.key, bytes: r.bytes.byteLength, used } satisfies Meta);
-      await done(touch);
+      this.touch(found.map((r) => ({ key: r.key, bytes: r.bytes.byteLength, used }))).catch(() => {
+        // only the order in which records are dropped suffers
+      });
     }
     return rows.map((r) => r?.bytes);
   }
