@@ -1,14 +1,18 @@
 //! Causal grouped-query attention of new queries over the KV cache.
 //!
 //! For each query row (a token at absolute position `p`) and head `h`, attend to cached positions
-//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored as f16 (as llama.cpp's
-//! default cache), a row of `n_kv_heads × head_dim` per position; scores and the softmax are f32.
+//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored a row of
+//! `n_kv_heads × head_dim` per position, as f16 (as llama.cpp's default cache) or, for the positions of
+//! a two-tier cache's cold tier, as Q8_0 or Q4_0 blocks along the row ([`KvRows`]); scores and the
+//! softmax are f32.
 
 use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
 use crate::kernels::f16;
 use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
+use crate::quant::kv::{self, KvBlock, KV_BLOCK};
+use crate::quant::{BlockQ4_0, BlockQ8_0};
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
@@ -37,6 +41,48 @@ impl AttentionShape {
     }
 }
 
+/// A layer's cached keys and values as attention reads them: positions `0..n_cold` in the cold tier, the
+/// others as f16 rows from position `n_cold` on (position `j` at row `j - n_cold` of `keys` and `values`).
+/// `n_cold` is a multiple of [`BLOCK`], so a block of positions lies in one tier.
+#[derive(Clone, Copy)]
+pub struct KvRows<'a> {
+    pub n_cold: usize,
+    pub cold: ColdRows<'a>,
+    pub keys: &'a [[u8; 2]],
+    pub values: &'a [[u8; 2]],
+}
+
+/// The cold tier's keys and values: a row of `n_kv_heads × head_dim / 32` blocks per position.
+#[derive(Clone, Copy)]
+pub enum ColdRows<'a> {
+    None,
+    Q8_0 { keys: &'a [BlockQ8_0], values: &'a [BlockQ8_0] },
+    Q4_0 { keys: &'a [BlockQ4_0], values: &'a [BlockQ4_0] },
+}
+
+impl<'a> KvRows<'a> {
+    /// Every position as f16 rows (a one-tier cache).
+    pub fn f16(keys: &'a [[u8; 2]], values: &'a [[u8; 2]]) -> KvRows<'a> {
+        KvRows { n_cold: 0, cold: ColdRows::None, keys, values }
+    }
+
+    /// Positions held, checked against the shape.
+    fn positions(&self, shape: &AttentionShape) -> usize {
+        let kv_dim = shape.kv_dim();
+        let cold_rows = |blocks: usize| {
+            assert!(shape.head_dim.is_multiple_of(KV_BLOCK), "a cold tier needs whole blocks per head");
+            blocks / (kv_dim / KV_BLOCK)
+        };
+        let cold = match self.cold {
+            ColdRows::None => 0,
+            ColdRows::Q8_0 { keys, values } => cold_rows(keys.len().min(values.len())),
+            ColdRows::Q4_0 { keys, values } => cold_rows(keys.len().min(values.len())),
+        };
+        assert!(cold >= self.n_cold && self.n_cold.is_multiple_of(BLOCK), "the cold tier holds whole blocks");
+        self.n_cold + self.keys.len().min(self.values.len()) / kv_dim
+    }
+}
+
 /// Scratch of [`attention`] for up to `n_tokens` query rows over up to `n_ctx` cached positions.
 pub struct AttentionScratch {
     scores: LineBuf, // per-row tasks: [n_tokens × n_heads × n_ctx]; one row: [n_heads × blocks × BLOCK]
@@ -53,13 +99,12 @@ impl AttentionScratch {
 }
 
 /// `q`: [n_tokens × n_heads·head_dim], token `t` at position `pos0 + t`. Writes `out` (same shape as `q`).
-/// `keys`, `values`: the layer's cache, f16, a row of `n_kv_heads × head_dim` per position, holding at
-/// least positions `0..pos0 + n_tokens`.
+/// `kv`: the layer's cache, holding at least positions `0..pos0 + n_tokens`.
 ///
 /// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
 /// query heads that share a KV head are handled together, so each cached key and value is converted
-/// from f16 once for all of them. A batch of rows runs one task per (token, KV head), which does its
+/// (from f16, or unpacked from its blocks) once for all of them. A batch of rows runs one task per (token, KV head), which does its
 /// blocks in turn. A single row (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
 /// default model, so there each task is one block of one KV head, and the calling thread folds the
 /// parts after the loop. Both do the same float operations in the same order: the results are
@@ -67,8 +112,7 @@ impl AttentionScratch {
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
-    keys: &[[u8; 2]],
-    values: &[[u8; 2]],
+    kv: &KvRows,
     pos0: usize,
     out: &mut [f32],
     scratch: &mut AttentionScratch,
@@ -79,7 +123,7 @@ pub fn attention(
     let span = pos0 + n_tokens; // cached positions visible to the last token
     let (group, part) = (shape.group(), shape.part_len());
     assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
-    assert!(keys.len() >= span * shape.kv_dim() && values.len() >= span * shape.kv_dim(), "cache too short");
+    assert!(kv.positions(shape) >= span, "cache too short");
     let scale = 1.0 / (head_dim as f32).sqrt();
     let out_ptr = SharedMut::new(out);
     let scores_len = scratch.scores.len();
@@ -90,7 +134,7 @@ pub fn attention(
     let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
     let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
         let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-        attend_block(shape, qg, keys, values, kvh, js, scale, sc, stride, parts);
+        attend_block(shape, qg, kv, kvh, js, scale, sc, stride, parts);
     };
 
     if n_tokens == 1 {
@@ -158,14 +202,14 @@ pub fn attention(
 }
 
 /// Each head of a group (queries `qg`, back to back) over cached positions `js` of KV head `kvh`
-/// alone: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
-/// `o = Σ e^(s - m) · v`. Head `g`'s score of position `js.start + i` goes to `sc[g * stride + i]`.
+/// alone (positions of one block, so of one tier): `[m, l, o..]` per head into `parts`, with `m` the
+/// largest score, `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v`. Head `g`'s score of position
+/// `js.start + i` goes to `sc[g * stride + i]`.
 #[allow(clippy::too_many_arguments)]
-fn attend_block<'a>(
+fn attend_block(
     shape: &AttentionShape,
     qg: &[f32],
-    keys: &'a [[u8; 2]],
-    values: &'a [[u8; 2]],
+    kv: &KvRows,
     kvh: usize,
     js: Range<usize>,
     scale: f32,
@@ -173,16 +217,18 @@ fn attend_block<'a>(
     stride: usize,
     parts: &mut [f32],
 ) {
-    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
-    // KV head `kvh`'s row of position `j` in the cached keys or values.
-    let head_row = |cached: &'a [[u8; 2]], j: usize| &cached[j * kv_dim + kvh * head_dim..][..head_dim];
-    let mut row = [0f32; MAX_HEAD_DIM];
-    let row = &mut row[..head_dim]; // scratch: one cached key or value as f32
     let n = js.len();
     assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
-    let mut rows: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK]; // the block's cached keys, then its values
-    js.clone().zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(keys, j));
-    f16::scores(qg, &rows[..n], scale, sc, stride, row);
+    let cold = js.start < kv.n_cold;
+    debug_assert!(!cold || js.end <= kv.n_cold, "a block lies in one tier");
+    let mut row = [0f32; MAX_HEAD_DIM];
+    let row = &mut row[..shape.head_dim]; // scratch: one cached f16 key or value as f32
+    match (cold, kv.cold) {
+        (false, _) => f16::scores(qg, &hot_rows(shape, kv.keys, kv, kvh, &js), scale, sc, stride, row),
+        (true, ColdRows::Q8_0 { keys, .. }) => kv::scores(qg, &cold_rows(shape, keys, kvh, &js), scale, sc, stride),
+        (true, ColdRows::Q4_0 { keys, .. }) => kv::scores(qg, &cold_rows(shape, keys, kvh, &js), scale, sc, stride),
+        (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
+    }
     let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
@@ -192,8 +238,65 @@ fn attend_block<'a>(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    js.zip(rows.iter_mut()).for_each(|(j, r)| *r = head_row(values, j));
-    f16::weighted_sums(&rows[..n], sc, stride, &mut parts[2..], shape.part_len(), row);
+    let (o, o_stride) = (&mut parts[2..], shape.part_len());
+    match (cold, kv.cold) {
+        (false, _) => f16::weighted_sums(&hot_rows(shape, kv.values, kv, kvh, &js), sc, stride, o, o_stride, row),
+        (true, ColdRows::Q8_0 { values, .. }) => {
+            kv::weighted_sums(&cold_rows(shape, values, kvh, &js), sc, stride, o, o_stride)
+        }
+        (true, ColdRows::Q4_0 { values, .. }) => {
+            kv::weighted_sums(&cold_rows(shape, values, kvh, &js), sc, stride, o, o_stride)
+        }
+        (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
+    }
+}
+
+/// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
+fn hot_rows<'a>(
+    shape: &AttentionShape,
+    cached: &'a [[u8; 2]],
+    kv: &KvRows,
+    kvh: usize,
+    js: &Range<usize>,
+) -> ArrayRows<'a, [u8; 2]> {
+    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
+    let rows = js.clone().map(|j| &cached[(j - kv.n_cold) * kv_dim + kvh * head_dim..][..head_dim]);
+    ArrayRows::new(rows)
+}
+
+/// KV head `kvh`'s blocks of cold positions `js` in `cached` (the cold tier's keys or values).
+fn cold_rows<'a, B: KvBlock>(
+    shape: &AttentionShape,
+    cached: &'a [B],
+    kvh: usize,
+    js: &Range<usize>,
+) -> ArrayRows<'a, B> {
+    let (head_blocks, row_blocks) = (shape.head_dim / KV_BLOCK, shape.kv_dim() / KV_BLOCK);
+    ArrayRows::new(js.clone().map(|j| &cached[j * row_blocks + kvh * head_blocks..][..head_blocks]))
+}
+
+/// At most a block's rows, on the stack.
+struct ArrayRows<'a, T> {
+    rows: [&'a [T]; BLOCK],
+    n: usize,
+}
+
+impl<'a, T> ArrayRows<'a, T> {
+    fn new(rows: impl Iterator<Item = &'a [T]>) -> Self {
+        let mut out = ArrayRows { rows: [&[] as &[T]; BLOCK], n: 0 };
+        for (slot, row) in out.rows.iter_mut().zip(rows) {
+            *slot = row;
+            out.n += 1;
+        }
+        out
+    }
+}
+
+impl<'a, T> std::ops::Deref for ArrayRows<'a, T> {
+    type Target = [&'a [T]];
+    fn deref(&self) -> &Self::Target {
+        &self.rows[..self.n]
+    }
 }
 
 /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
@@ -223,6 +326,7 @@ fn finish(acc: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::quant::act::{f16_to_f32, f32_to_f16};
+    use crate::quant::{as_blocks, dequantize_row, quantize_row, GgmlType};
     use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence.
@@ -231,63 +335,102 @@ mod tests {
         (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
     }
 
+    /// Attention of `n_tokens` rows from `pos0` over `kv`, whose positions hold `keys` and `values` (as f32,
+    /// a row of `kv_dim` per position): within float rounding of a float64 softmax, and the same bits for
+    /// a batch as for one row at a time (whose blocks are tasks folded after the loop).
+    fn check(shape: &AttentionShape, kv: &KvRows, keys: &[f32], vals: &[f32], pos0: usize, n_tokens: usize) {
+        let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
+        let (q_dim, kv_dim) = (n_heads * head_dim, shape.kv_dim());
+        let span = pos0 + n_tokens;
+        let at = format!("heads {n_heads}/{}, head_dim {head_dim}, {} cold", shape.n_kv_heads, kv.n_cold);
+        let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
+        let mut out = vec![0f32; n_tokens * q_dim];
+        attention(shape, &q, kv, pos0, &mut out, &mut AttentionScratch::new(shape, n_tokens, span));
+        for t in 0..n_tokens {
+            let mut one = vec![0f32; q_dim];
+            let q_t = &q[t * q_dim..(t + 1) * q_dim];
+            attention(shape, q_t, kv, pos0 + t, &mut one, &mut AttentionScratch::new(shape, 1, span));
+            let batched = &out[t * q_dim..(t + 1) * q_dim];
+            assert!(
+                one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{at}, token {t}: alone != batched"
+            );
+        }
+
+        // KV head `kvh`'s key and value of position `j`.
+        let key = |j: usize, kvh: usize| &keys[j * kv_dim + kvh * head_dim..][..head_dim];
+        let value = |j: usize, kvh: usize| &vals[j * kv_dim + kvh * head_dim..][..head_dim];
+        for t in 0..n_tokens {
+            for h in 0..n_heads {
+                let kvh = h / shape.group();
+                let qh = &q[t * q_dim + h * head_dim..][..head_dim];
+                let logits: Vec<f64> = (0..=pos0 + t)
+                    .map(|j| {
+                        let dot: f64 = qh.iter().zip(key(j, kvh)).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        dot / (head_dim as f64).sqrt()
+                    })
+                    .collect();
+                let max = logits.iter().cloned().fold(f64::MIN, f64::max);
+                let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for i in 0..head_dim {
+                    let want: f64 = weights.iter().enumerate().map(|(j, w)| w / total * value(j, kvh)[i] as f64).sum();
+                    let got = out[t * q_dim + h * head_dim + i] as f64;
+                    assert!((got - want).abs() < 1e-5, "{at}, token {t}, head {h}, [{i}]: {got} vs {want}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn matches_a_float64_softmax_over_the_cache() {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
         for (n_heads, n_kv_heads, head_dim) in [(4, 2, 20), (9, 3, 64)] {
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
-            let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
             // Rows of 1 to 3 blocks of positions, the last ones partial.
             let (pos0, n_tokens) = (60, 6);
-            let span = pos0 + n_tokens;
-            let k_cache: Vec<[u8; 2]> = values(span * kv_dim, 1).into_iter().map(f32_to_f16).collect();
-            let v_cache: Vec<[u8; 2]> = values(span * kv_dim, 2).into_iter().map(f32_to_f16).collect();
-            let (keys, vals) = (&k_cache[..], &v_cache[..]);
-            let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
-            let mut out = vec![0f32; n_tokens * q_dim];
-            attention(&shape, &q, keys, vals, pos0, &mut out, &mut AttentionScratch::new(&shape, n_tokens, span));
-            // One row at a time (decode: blocks as tasks, folded after the loop) gives the same bits.
-            for t in 0..n_tokens {
-                let mut one = vec![0f32; q_dim];
-                let q_t = &q[t * q_dim..(t + 1) * q_dim];
-                attention(&shape, q_t, keys, vals, pos0 + t, &mut one, &mut AttentionScratch::new(&shape, 1, span));
-                let batched = &out[t * q_dim..(t + 1) * q_dim];
-                assert!(
-                    one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "token {t}: alone != batched"
-                );
-            }
+            let n = (pos0 + n_tokens) * shape.kv_dim();
+            let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
+            let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
+            let f32s = |c: &[[u8; 2]]| c.iter().map(|&h| f16_to_f32(h)).collect::<Vec<f32>>();
+            let kv = KvRows::f16(&k_cache, &v_cache);
+            check(&shape, &kv, &f32s(&k_cache), &f32s(&v_cache), pos0, n_tokens);
+        }
+    }
 
-            // KV head `kvh`'s key and value of position `j`.
-            let key = |j: usize, kvh: usize| &keys[j * kv_dim + kvh * head_dim..][..head_dim];
-            let value = |j: usize, kvh: usize| &vals[j * kv_dim + kvh * head_dim..][..head_dim];
-            for t in 0..n_tokens {
-                for h in 0..n_heads {
-                    let kvh = h / (n_heads / n_kv_heads);
-                    let qh = &q[t * q_dim + h * head_dim..][..head_dim];
-                    let logits: Vec<f64> = (0..=pos0 + t)
-                        .map(|j| {
-                            let k = key(j, kvh);
-                            let dot: f64 = qh.iter().zip(k).map(|(&a, &b)| a as f64 * f16_to_f32(b) as f64).sum();
-                            dot / (head_dim as f64).sqrt()
-                        })
-                        .collect();
-                    let max = logits.iter().cloned().fold(f64::MIN, f64::max);
-                    let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
-                    let total: f64 = weights.iter().sum();
-                    for i in 0..head_dim {
-                        let want: f64 = weights
-                            .iter()
-                            .enumerate()
-                            .map(|(j, w)| w / total * f16_to_f32(value(j, kvh)[i]) as f64)
-                            .sum();
-                        let got = out[t * q_dim + h * head_dim + i] as f64;
-                        assert!(
-                            (got - want).abs() < 1e-5,
-                            "heads {n_heads}, token {t}, head {h}, [{i}]: {got} vs {want}"
-                        );
-                    }
-                }
+    /// A two-tier cache: positions before the boundary read from Q8_0 or Q4_0 blocks, the others from f16
+    /// rows that start at the boundary.
+    #[test]
+    fn reads_the_cold_and_the_hot_tier() {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            for (n_heads, n_kv_heads, head_dim, n_cold) in [(9, 3, 64, 64), (4, 2, 32, 96), (2, 2, 96, 32)] {
+                let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
+                let kv_dim = shape.kv_dim();
+                let (pos0, n_tokens) = (100, 7);
+                let span = pos0 + n_tokens;
+                // Cold rows, and their exact values; then the hot rows as f16.
+                let (k, v) = (values(span * kv_dim, 1), values(span * kv_dim, 2));
+                let row_bytes = ty.row_bytes(kv_dim);
+                let quantized = |x: &[f32]| {
+                    let mut out = vec![0u8; n_cold * row_bytes];
+                    quantize_row(ty, &x[..n_cold * kv_dim], &mut out);
+                    out
+                };
+                let (kq, vq) = (quantized(&k), quantized(&v));
+                let exact = |q: &[u8], x: &[f32]| {
+                    let mut all = vec![0f32; n_cold * kv_dim];
+                    dequantize_row(ty, q, &mut all);
+                    all.extend(x[n_cold * kv_dim..].iter().map(|&x| f16_to_f32(f32_to_f16(x))));
+                    all
+                };
+                let hot = |x: &[f32]| x[n_cold * kv_dim..].iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
+                let (kh, vh) = (hot(&k), hot(&v));
+                let cold = match ty {
+                    GgmlType::Q8_0 => ColdRows::Q8_0 { keys: as_blocks(&kq), values: as_blocks(&vq) },
+                    _ => ColdRows::Q4_0 { keys: as_blocks(&kq), values: as_blocks(&vq) },
+                };
+                let kv = KvRows { n_cold, cold, keys: &kh, values: &vh };
+                check(&shape, &kv, &exact(&kq, &k), &exact(&vq, &v), pos0, n_tokens);
             }
         }
     }
