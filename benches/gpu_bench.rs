@@ -5,6 +5,8 @@
 //!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
 //!   --no-subgroups                         (the kernels' variant without subgroup operations)
+//!   --prefix-cache                         (instead: the prefix cache's transfers of the prompt's keys
+//!                                           and values down from and up to the GPU)
 //!
 //! The twin is for machines the model file cannot be copied to: speed does not depend on the
 //! weight values, only on their types and shapes, which the header keeps.
@@ -15,7 +17,7 @@ use std::time::Instant;
 use ruvllm::gguf::Gguf;
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
 use ruvllm::quant::GgmlType;
-use ruvllm::Model;
+use ruvllm::{Backend, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::json;
 
 fn main() {
@@ -60,9 +62,13 @@ fn run() -> Result<(), String> {
                 "load_ms": t0.elapsed().as_secs_f64() * 1e3 })
     );
 
+    let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    if args.iter().any(|a| a == "--prefix-cache") {
+        drop(gm);
+        return prefix_cache_transfers(&model, &opts, &prompt, repeat);
+    }
     let n_ctx = (n_prompt + n_gen + 1).next_multiple_of(256);
     let mut s = block_on(GpuSession::new(gm, n_ctx, n_prompt)).map_err(|e| e.to_string())?;
-    let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     let err = |e: ruvllm::Error| e.to_string();
 
     // Warm-up: first use of every pipeline, first touch of every buffer.
@@ -114,6 +120,66 @@ fn run() -> Result<(), String> {
         block_on(s.decode_greedy(n_prompt, n_gen)).map_err(err)?;
         print_profile("decode", s.take_profile(), n_gen);
     }
+    Ok(())
+}
+
+/// The prefix cache on the GPU, through `Session` as a caller runs it: a finished conversation of the
+/// prompt's tokens comes down into the cache (`finish`: the keys and values of its whole pages are read
+/// back and inserted), and a new session's `start` puts them up into its cache (restored into a host
+/// window, written with `queue.write_buffer`; the copy to the GPU runs with the next submission, so the
+/// time to the first token, the rest of the prompt evaluated, is given too, with the cold one). The
+/// transfers are timed at least 5 times, the first tokens `repeat` times; medians.
+fn prefix_cache_transfers(model: &Arc<Model>, opts: &GpuOptions, prompt: &[u32], repeat: usize) -> Result<(), String> {
+    let err = |e: ruvllm::Error| e.to_string();
+    let so = SessionOptions { n_ctx: (prompt.len() + 1).next_multiple_of(256), n_batch: prompt.len().min(512) };
+    let session = || Session::with_gpu_options(model.clone(), &so, Backend::WebGpu, opts).map_err(err);
+    let one = GenerateOptions { max_tokens: 1, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
+    let first_token = |s: &mut Session| -> Result<f64, String> {
+        let t = Instant::now();
+        s.start(prompt, one.clone()).map_err(err)?;
+        while !matches!(s.next_step().map_err(err)?, Some(Step::Token(_)) | None) {}
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let cache = model.prefix_cache();
+    cache.clear();
+    let mut a = session()?;
+    a.set_prefix_cache(false);
+    let mut cold = Vec::new();
+    for _ in 0..repeat {
+        a.reset();
+        cold.push(first_token(&mut a)?);
+    }
+    a.set_prefix_cache(true);
+    let mut down = Vec::new();
+    for _ in 0..repeat.max(5) {
+        cache.clear();
+        let t = Instant::now();
+        a.finish();
+        down.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let stored = cache.stats();
+    let mut b = session()?;
+    let mut up = Vec::new();
+    for _ in 0..repeat.max(5) {
+        b.reset();
+        let t = Instant::now();
+        b.start(prompt, one.clone()).map_err(err)?;
+        up.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let restored = cache.stats().restored_tokens as usize / up.len();
+    let mut cached = Vec::new();
+    for _ in 0..repeat {
+        b.reset();
+        cached.push(first_token(&mut b)?);
+    }
+    let per_token = stored.bytes / (stored.inserted_tokens as usize).max(1);
+    println!(
+        "{}",
+        json!({ "prefix_cache": prompt.len(), "down_tokens": stored.inserted_tokens,
+                "down_bytes": stored.bytes, "down_ms": median(&down),
+                "up_tokens": restored, "up_bytes": restored * per_token, "up_ms": median(&up),
+                "first_token_ms_cached": median(&cached), "first_token_ms_cold": median(&cold) })
+    );
     Ok(())
 }
 

@@ -24,18 +24,19 @@ fi
 
 export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
-if [ ! -f "$RUVLLM_FIXTURES/tiny-qwen2.gguf" ] && [ -x .venv/bin/python ]; then
+if [ ! -f "$RUVLLM_FIXTURES/micro-qwen2.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
 fi
 
-# Seeds. The tiny models load and generate; the default model (98 MB, a 1.8 MB header of which the vocabulary
+# Seeds. The tiny and micro models load and generate (the micro ones, ~130 KB, run faster: a model
+# target's time goes to instrumented matmuls); the default model (98 MB, a 1.8 MB header of which the vocabulary
 # is nearly all) would make every execution slow, so only its first 64 KiB go in: the real file's metadata
 # layout, cut inside the vocabulary. libFuzzer takes -max_len from the largest seed (the tiny models, ~400 KB).
 corpus=target/fuzz-corpus
 seeds=target/fuzz-seeds
 mkdir -p "$seeds"
 head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
-fixtures=("$RUVLLM_FIXTURES/tiny-llama-spm.gguf" "$RUVLLM_FIXTURES/tiny-qwen2.gguf")
+fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf)
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
 for text in "Hello, world! 123 héllo wörld" $'<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n' \

@@ -1,6 +1,8 @@
 // A static file server on 127.0.0.1 for the browser benchmarks. It sends COOP/COEP, so pages are
 // crossOriginIsolated (SharedArrayBuffer, hence wasm threads for wllama and, later, for ruvllm).
-// `mounts` maps URL prefixes ("/web/") to folders; nothing outside them is served.
+// `mounts` maps URL prefixes ("/web/") to folders; nothing outside them is served. Nothing is cached (`no-store`),
+// unless `cache` is true: then files may be kept an hour, as a site would serve its assets (and Chromium keeps the
+// compiled code of a cached .wasm, so that a reload does not start over from the baseline compiler).
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -13,13 +15,13 @@ const MIME = {
   '.wasm': 'application/wasm',
 };
 
-export function startServer(mounts) {
+export function startServer(mounts, { cache = false } = {}) {
   const server = http.createServer((req, res) => {
     const headers = {
       'Cross-Origin-Opener-Policy': 'same-origin',
       'Cross-Origin-Embedder-Policy': 'require-corp',
       'Cross-Origin-Resource-Policy': 'same-origin',
-      'Cache-Control': 'no-store',
+      'Cache-Control': cache ? 'max-age=3600' : 'no-store',
     };
     const pathname = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     const mount = Object.keys(mounts).find((prefix) => pathname.startsWith(prefix));

@@ -16,6 +16,7 @@ use std::task::{Context, Poll, Waker};
 use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
+use crate::memory::prefix_cache::PAGE_TOKENS;
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
@@ -291,56 +292,86 @@ impl Evaluator {
     }
 
     /// Take the longest prefix of `tokens` the model's prefix cache holds, if it is longer than what
-    /// this cache already shares with them (CPU only for now: the GPU keeps its KV on the device). How
+    /// this cache already shares with them (on the GPU its pages go up through a host window). How
     /// many leading tokens of `tokens` the cache now holds.
-    pub(crate) fn recall(&mut self, tokens: &[u32]) -> usize {
+    pub(crate) fn recall(&mut self, tokens: &[u32]) -> Result<usize> {
         let held = self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-        if self.gpu.is_some() || !self.use_prefix_cache {
-            return held;
+        if !self.use_prefix_cache {
+            return Ok(held);
         }
         self.truncate(held);
+        if let Some(gpu) = &self.gpu {
+            match upload_prefix(gpu, &self.model, tokens, held) {
+                Ok(n) => {
+                    self.tokens.extend_from_slice(&tokens[held..n]);
+                    return Ok(n);
+                }
+                Err(e) => self.gpu_failed(e)?,
+            }
+        }
         let model = self.model.clone();
         let (_, kv, _) = self.cpu_state();
         let n = model.prefix_cache().restore(tokens, held, kv);
         self.tokens.extend_from_slice(&tokens[held..n]);
-        n
+        Ok(n)
     }
 
     pub(crate) fn set_prefix_cache(&mut self, on: bool) {
         self.use_prefix_cache = on;
     }
 
-    /// Put what this cache holds into the model's prefix cache, for any session to start from.
-    pub(crate) fn remember(&mut self) {
-        if self.gpu.is_some() || !self.use_prefix_cache {
-            return;
+    /// Put what this cache holds into the model's prefix cache, for any session to start from. On
+    /// the GPU only the rows of pages the prefix cache lacks come down (async: a readback).
+    pub(crate) async fn remember(&mut self) -> Result<()> {
+        if !self.use_prefix_cache {
+            return Ok(());
+        }
+        if let Some(gpu) = &self.gpu {
+            match download_new_pages(gpu, &self.model, &self.tokens).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.gpu_failed(e)?,
+            }
         }
         if let Some((kv, _)) = &self.cpu {
             self.model.prefix_cache().insert(&self.tokens, kv);
         }
+        Ok(())
     }
 
-    /// The conversation this cache holds as bytes (`memory::state`). CPU only for now.
-    pub(crate) fn save_state(&mut self) -> Result<Vec<u8>> {
-        if self.gpu.is_some() {
-            return Err(Error::InvalidArgument("saving a conversation's state runs on the CPU backend only".into()));
-        }
+    /// The conversation this cache holds as bytes (`memory::state`); on the GPU its rows come down first.
+    pub(crate) async fn save_state(&mut self) -> Result<Vec<u8>> {
         let id = self.model.id();
+        if let Some(gpu) = &self.gpu {
+            let c = &self.model.config;
+            let n = self.tokens.len();
+            let mut kv = KvCache::new(c.n_layers, c.kv_dim(), n);
+            match gpu.download_kv(&mut kv, 0..n).await {
+                Ok(()) => return Ok(crate::memory::state::encode(&id, &self.tokens, &kv)),
+                Err(e) => self.gpu_failed(e)?,
+            }
+        }
         self.cpu_state();
         let (kv, _) = self.cpu.as_ref().expect("allocated above");
         Ok(crate::memory::state::encode(&id, &self.tokens, kv))
     }
 
-    /// Restore a conversation saved by `save_state` (of this model, fitting this context): an error leaves
-    /// the cache as it was.
+    /// Restore a conversation saved by `save_state` (of this model, fitting this context; saved on
+    /// either backend): an error leaves the cache as it was.
     pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        if self.gpu.is_some() {
-            return Err(Error::InvalidArgument("restoring a conversation's state runs on the CPU backend only".into()));
-        }
         let id = self.model.id();
+        if let Some(gpu) = &self.gpu {
+            let c = &self.model.config;
+            let (tokens, kv) = crate::memory::state::decode(bytes, &id, c.n_layers, c.kv_dim(), self.n_ctx)?;
+            match gpu.upload_kv(&kv, 0..tokens.len()) {
+                Ok(()) => {
+                    self.tokens = tokens;
+                    return Ok(());
+                }
+                Err(e) => self.gpu_failed(e)?,
+            }
+        }
         let (_, kv, _) = self.cpu_state();
-        let tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
-        self.tokens = tokens;
+        self.tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
         Ok(())
     }
 
@@ -428,4 +459,60 @@ impl Evaluator {
             gpu.destroy_device();
         }
     }
+}
+
+/// Bytes of the host window a prefix-cache transfer to or from the GPU goes through at a time: the
+/// whole cache of a long conversation is never copied to the host at once (wasm memory does not shrink).
+const STAGING_BYTES: usize = 8 << 20;
+
+/// Positions of one transfer window: whole pages within `STAGING_BYTES` (at least one).
+fn window_positions(c: &Config) -> usize {
+    let per_position = 2 * c.n_layers * c.kv_dim() * 2;
+    (STAGING_BYTES / per_position / PAGE_TOKENS).max(1) * PAGE_TOKENS
+}
+
+/// `recall` on the GPU: the pages of the longest cached prefix of `tokens` after the `held` tokens
+/// the GPU's cache shares with them, restored into a host window and written up, window by window.
+/// How many leading tokens of `tokens` the GPU's cache now holds.
+fn upload_prefix(gpu: &GpuRunner, model: &Model, tokens: &[u32], held: usize) -> Result<usize> {
+    let c = &model.config;
+    let step = window_positions(c);
+    let mut n = held;
+    loop {
+        // `restore` writes from the page holding position `n` on.
+        let start = n / PAGE_TOKENS * PAGE_TOKENS;
+        let end = (start + step).min(tokens.len());
+        let mut window = KvCache::window(c.n_layers, c.kv_dim(), start..end);
+        let got = model.prefix_cache().restore(&tokens[..end], n, &mut window);
+        if got > n {
+            gpu.upload_kv(&window, start..got)?;
+            n = got;
+        }
+        if got < end || end == tokens.len() {
+            return Ok(n);
+        }
+    }
+}
+
+/// `remember` on the GPU: the rows of the whole pages of `tokens` the prefix cache lacks, read into a
+/// host window and inserted, window by window.
+async fn download_new_pages(gpu: &GpuRunner, model: &Model, tokens: &[u32]) -> Result<()> {
+    let c = &model.config;
+    let cache = model.prefix_cache();
+    let step = window_positions(c);
+    let missing = cache.uncached(tokens);
+    let mut start = missing.start;
+    while start < missing.end {
+        let end = (start + step).min(missing.end);
+        let mut window = KvCache::window(c.n_layers, c.kv_dim(), start..end);
+        gpu.download_kv(&mut window, start..end).await?;
+        cache.insert(&tokens[..end], &window);
+        // The cache took fewer pages (every page in use by other sessions), or lost some before
+        // `start` meanwhile: the next window would not join on.
+        if end < missing.end && cache.uncached(&tokens[..end]).start < end {
+            break;
+        }
+        start = end;
+    }
+    Ok(())
 }

@@ -86,6 +86,9 @@ pub struct Stats {
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Time spent before the prefill moving keys and values between the session's cache and the model's
+    /// prefix cache (putting what the session held there, copying the longest cached prefix in).
+    pub restore_ms: f64,
 }
 
 impl Stats {
@@ -215,13 +218,17 @@ impl Generation {
 
     /// Make `ev`'s cache hold the longest cached prefix of the prompt (but its last token, which is
     /// evaluated for its logits): what `ev` already shares with it, or more from the model's prefix
-    /// cache, after putting what `ev` held there. The prefill starts after it.
-    pub(crate) fn reuse_cache(&mut self, ev: &mut Evaluator) {
-        ev.remember();
-        let held = ev.recall(&self.tokens[..self.prompt_len - 1]);
+    /// cache, after putting what `ev` held there. The prefill starts after it. Async because on the
+    /// GPU putting it there is a readback; on the CPU the future is ready at once.
+    pub(crate) async fn reuse_cache(&mut self, ev: &mut Evaluator) -> Result<()> {
+        let t0 = now_ms();
+        ev.remember().await?;
+        let held = ev.recall(&self.tokens[..self.prompt_len - 1])?;
         ev.truncate(held);
         self.prefilled = held;
         self.stats.cached_tokens = held;
+        self.stats.restore_ms = now_ms() - t0;
+        Ok(())
     }
 
     /// What to do next: evaluate one prefill batch (at most `n_batch` prompt tokens), emit the

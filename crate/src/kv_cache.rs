@@ -19,6 +19,11 @@
 //! A row is quantized from its f16 values, whether it moves from the hot tier or is written straight to
 //! the cold one (a prefill batch longer than the hot window), so a position's cold row does not depend on
 //! how it got there. Persisted pages and saved states keep the cold type (`memory/`).
+//!
+//! A session's cache holds positions `0..n_ctx`; a window ([`KvCache::window`]) holds a range of them only,
+//! in f16: the host's staging copy of part of the GPU's cache (which is always f16: the GPU backend refuses
+//! a cold tier), for the prefix cache's `restore` and `insert` and saved states, which address rows by
+//! absolute position.
 
 use std::ops::Range;
 use std::str::FromStr;
@@ -165,23 +170,37 @@ fn floor_block(n: usize) -> usize {
     n / BLOCK * BLOCK
 }
 
-/// One layer's keys and values: a row of `kv_dim` (KV heads × head dim) per position, positions
-/// `0..n_cold` in the cold tier, the rest in the hot one.
+/// One layer's keys and values: a row of `kv_dim` (KV heads × head dim) per position held, positions
+/// `0..n_cold` in the cold tier, the rest in the hot one (from `first` on in a window).
 pub struct LayerCache {
     kv_dim: usize,
+    /// The first position held: 0 but in a window (which has no cold tier).
+    first: usize,
     /// The cold tier's type (`F16`: there is none).
     ty: KvType,
     /// Positions in the cold tier: the cache's boundary, the same in every layer.
     n_cold: usize,
     cold_keys: Vec<u8>,   // [cold capacity × row bytes of `ty`]
     cold_values: Vec<u8>, // [cold capacity × row bytes of `ty`]
-    keys: Vec<[u8; 2]>,   // [hot capacity × kv_dim] f16, position n_cold + i at row i
+    keys: Vec<[u8; 2]>,   // [hot capacity × kv_dim] f16, position hot_start() + i at row i
     values: Vec<[u8; 2]>, // [hot capacity × kv_dim] f16
 }
 
 impl LayerCache {
     fn cold_row_bytes(&self) -> usize {
         self.ty.row_bytes(self.kv_dim)
+    }
+
+    /// The first position of the hot tier: `n_cold`, or a window's first position.
+    fn hot_start(&self) -> usize {
+        self.n_cold.max(self.first)
+    }
+
+    /// The span of the hot tier's rows (in f16 values) holding `positions`, all hot.
+    fn hot_span(&self, positions: Range<usize>) -> Range<usize> {
+        let start = self.hot_start();
+        assert!(positions.start >= start, "positions {positions:?} of a hot tier from {start}");
+        (positions.start - start) * self.kv_dim..(positions.end - start) * self.kv_dim
     }
 
     /// Store rows of keys and values (each `kv_dim` wide) for positions `pos0..` (within the cache's
@@ -195,7 +214,7 @@ impl LayerCache {
                 quantize_f32(self.ty, k, &mut self.cold_keys[p * rb..][..rb]);
                 quantize_f32(self.ty, v, &mut self.cold_values[p * rb..][..rb]);
             } else {
-                let at = (p - self.n_cold) * d;
+                let at = (p - self.hot_start()) * d;
                 self.keys[at..at + d].iter_mut().zip(k).for_each(|(h, &x)| *h = f32_to_f16(x));
                 self.values[at..at + d].iter_mut().zip(v).for_each(|(h, &x)| *h = f32_to_f16(x));
             }
@@ -217,14 +236,28 @@ impl LayerCache {
         KvRows { n_cold: self.n_cold, cold, keys: &self.keys, values: &self.values }
     }
 
-    /// The hot tier's keys, `kv_dim` a row from position `n_cold` on.
+    /// The hot tier's keys, `kv_dim` a row from position `n_cold` (a window's first) on.
     pub fn keys(&self) -> &[[u8; 2]] {
         &self.keys
     }
 
-    /// The hot tier's values, `kv_dim` a row from position `n_cold` on.
+    /// The hot tier's values, `kv_dim` a row from position `n_cold` (a window's first) on.
     pub fn values(&self) -> &[[u8; 2]] {
         &self.values
+    }
+
+    /// The f16 keys and values of `positions`, all in the hot tier (every position held by an f16 cache
+    /// or window): the GPU's rows go up from here.
+    pub fn rows(&self, positions: Range<usize>) -> (&[[u8; 2]], &[[u8; 2]]) {
+        let rows = self.hot_span(positions);
+        (&self.keys[rows.clone()], &self.values[rows])
+    }
+
+    /// The f16 keys and values of `positions`, all in the hot tier, to overwrite: the GPU's rows come
+    /// down into a window this way.
+    pub fn rows_mut(&mut self, positions: Range<usize>) -> (&mut [[u8; 2]], &mut [[u8; 2]]) {
+        let rows = self.hot_span(positions);
+        (&mut self.keys[rows.clone()], &mut self.values[rows])
     }
 
     /// The keys and values of `positions` as rows of `ty`, the cold type or f16, into `keys` and
@@ -242,7 +275,7 @@ impl LayerCache {
                     false => (dequantize_f16(self.ty, ck, k), dequantize_f16(self.ty, cv, v)),
                 };
             } else {
-                let at = (p - self.n_cold) * self.kv_dim;
+                let at = (p - self.hot_start()) * self.kv_dim;
                 let (hk, hv) = (&self.keys[at..at + self.kv_dim], &self.values[at..at + self.kv_dim]);
                 match ty {
                     KvType::F16 => (k.copy_from_slice(hk.as_flattened()), v.copy_from_slice(hv.as_flattened())),
@@ -268,7 +301,7 @@ impl LayerCache {
                     false => (quantize_f16(self.ty, k, ck), quantize_f16(self.ty, v, cv)),
                 };
             } else {
-                let at = (p - self.n_cold) * self.kv_dim;
+                let at = (p - self.hot_start()) * self.kv_dim;
                 let (hk, hv) = (&mut self.keys[at..at + self.kv_dim], &mut self.values[at..at + self.kv_dim]);
                 match ty {
                     KvType::F16 => (hk.as_flattened_mut().copy_from_slice(k), hv.as_flattened_mut().copy_from_slice(v)),
@@ -339,6 +372,7 @@ fn dequantize_f16(ty: KvType, row: &[u8], h: &mut [u8]) {
 
 pub struct KvCache {
     pub layers: Vec<LayerCache>,
+    /// One past the last position held.
     pub n_ctx: usize,
     options: KvCacheOptions,
     /// Positions held: those written since the cache was last cut shorter (`make_room`, `resize`).
@@ -361,6 +395,7 @@ impl KvCache {
         let layers = (0..n_layers)
             .map(|_| LayerCache {
                 kv_dim,
+                first: 0,
                 ty: options.cold,
                 n_cold: 0,
                 cold_keys: vec![0; cold_bytes],
@@ -370,6 +405,23 @@ impl KvCache {
             })
             .collect();
         KvCache { layers, n_ctx, options, len: 0, cold_capacity: cold }
+    }
+
+    /// An f16 cache of `positions` only: the host's copy of part of another cache (the GPU's), for the
+    /// prefix cache's `restore` and `insert`, which address rows by position.
+    pub fn window(n_layers: usize, kv_dim: usize, positions: Range<usize>) -> KvCache {
+        let mut kv = KvCache::new(n_layers, kv_dim, positions.len());
+        for l in &mut kv.layers {
+            l.first = positions.start;
+        }
+        kv.n_ctx = positions.end;
+        kv.len = positions.start;
+        kv
+    }
+
+    /// The positions held: `0..n_ctx`, or a window's.
+    pub fn positions(&self) -> Range<usize> {
+        self.layers.first().map_or(0, |l| l.first)..self.n_ctx
     }
 
     /// Width of one position's keys (or values) in every layer.

@@ -142,7 +142,7 @@ impl Session {
     pub fn start(&mut self, prompt: &[u32], opts: GenerateOptions) -> Result<()> {
         self.generation = None;
         let mut g = Generation::new(self.ev.model(), opts, prompt, self.n_ctx(), self.n_batch())?;
-        g.reuse_cache(&mut self.ev);
+        wait(g.reuse_cache(&mut self.ev))?;
         self.generation = Some(g);
         Ok(())
     }
@@ -167,14 +167,16 @@ impl Session {
     /// The finished (or cancelled) generation's ids, text and stats; `None` if none was started.
     /// What the cache holds goes into the model's prefix cache.
     pub fn finish(&mut self) -> Option<Output> {
-        self.ev.remember();
+        // If this fails only the pages are lost (a lost device is the next call's error too).
+        let _ = wait(self.ev.remember());
         self.generation.take().map(Generation::output)
     }
 
     /// The conversation the cache holds (its tokens and their keys and values) as bytes that
-    /// `restore_state` takes back, in this process or another, for a session of the same model.
+    /// `restore_state` takes back, in this process or another, for a session of the same model
+    /// on either backend.
     pub fn save_state(&mut self) -> Result<Vec<u8>> {
-        self.ev.save_state()
+        wait(self.ev.save_state())
     }
 
     /// Continue a conversation `save_state` saved; a bad or foreign state is an error and changes nothing.

@@ -133,6 +133,7 @@ pub(crate) struct JsOutput {
     generated_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
+    restore_ms: f64,
     prefill_tok_s: f64,
     decode_tok_s: f64,
 }
@@ -148,6 +149,7 @@ impl From<crate::Output> for JsOutput {
             generated_tokens: s.generated_tokens,
             prefill_ms: s.prefill_ms,
             decode_ms: s.decode_ms,
+            restore_ms: s.restore_ms,
             prefill_tok_s: s.prefill_tok_s(),
             decode_tok_s: s.decode_tok_s(),
             ids: o.ids,
@@ -268,6 +270,11 @@ pub(crate) mod persist {
     /// Keys (hex) of the stored pages that could extend what memory holds of `ids`, in order.
     pub(crate) fn missing(model: &Model, ids: &[u32]) -> Vec<String> {
         model.prefix_cache().missing(ids).iter().map(|k| k.hex()).collect()
+    }
+
+    /// Keys (hex) of every whole page of `ids`, from the first.
+    pub(crate) fn keys(model: &Model, ids: &[u32]) -> Vec<String> {
+        model.prefix_cache().keys(ids).iter().map(|k| k.hex()).collect()
     }
 
     /// Load `records` (an Array of Uint8Array, what the store held under the first keys `missing` gave)
@@ -463,6 +470,12 @@ impl Engine {
     #[wasm_bindgen(js_name = prefixCacheMissing)]
     pub fn prefix_cache_missing(&self, ids: Vec<u32>) -> Vec<String> {
         persist::missing(&self.model, &ids)
+    }
+
+    /// See [`persist::keys`].
+    #[wasm_bindgen(js_name = prefixCacheKeys)]
+    pub fn prefix_cache_keys(&self, ids: Vec<u32>) -> Vec<String> {
+        persist::keys(&self.model, &ids)
     }
 
     /// See [`persist::load`].

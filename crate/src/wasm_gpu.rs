@@ -143,13 +143,14 @@ impl GpuEngine {
         let opts = parse::<JsGenerateOptions>(options_json, "options").map(JsGenerateOptions::into_options);
         let cell = self.inner.clone();
         future_to_promise(async move {
-            lock(&cell)?.start(&prompt_ids, opts?).map_err(js_error)?;
+            lock(&cell)?.start(&prompt_ids, opts?).await.map_err(js_error)?;
             Ok(JsValue::UNDEFINED)
         })
     }
 
     /// A Promise of the next step: `{prefilled, total}` after a batch of the prompt, `{id, text}`
-    /// for a token, `undefined` when generation has finished.
+    /// for a token, `undefined` when generation has finished (and the conversation's new pages are
+    /// in the prefix cache, as `Engine::finish` puts them there).
     #[wasm_bindgen(js_name = nextStep)]
     pub fn next_step(&self) -> js_sys::Promise {
         let cell = self.inner.clone();
@@ -208,6 +209,12 @@ impl GpuEngine {
         Ok(persist::missing(&self.borrow()?.model, &ids))
     }
 
+    /// As [`Engine::prefix_cache_keys`](crate::wasm::Engine::prefix_cache_keys).
+    #[wasm_bindgen(js_name = prefixCacheKeys)]
+    pub fn prefix_cache_keys(&self, ids: Vec<u32>) -> std::result::Result<Vec<String>, JsValue> {
+        Ok(persist::keys(&self.borrow()?.model, &ids))
+    }
+
     /// As [`Engine::prefix_cache_load`](crate::wasm::Engine::prefix_cache_load).
     #[wasm_bindgen(js_name = prefixCacheLoad)]
     pub fn prefix_cache_load(&self, ids: Vec<u32>, records: js_sys::Array) -> std::result::Result<String, JsValue> {
@@ -220,11 +227,14 @@ impl GpuEngine {
         Ok(persist::take_unsaved(&self.borrow()?.model))
     }
 
-    /// As [`Engine::save_state`](crate::wasm::Engine::save_state) (after a fallback to the CPU; an error on the GPU).
+    /// As [`Engine::save_state`](crate::wasm::Engine::save_state), a Promise (the GPU's rows are read back).
     #[wasm_bindgen(js_name = saveState)]
-    pub fn save_state(&self) -> std::result::Result<js_sys::Uint8Array, JsValue> {
-        let bytes = self.borrow()?.ev.save_state().map_err(js_error)?;
-        Ok(js_sys::Uint8Array::from(bytes.as_slice()))
+    pub fn save_state(&self) -> js_sys::Promise {
+        let cell = self.inner.clone();
+        future_to_promise(async move {
+            let bytes = lock(&cell)?.ev.save_state().await.map_err(js_error)?;
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
     }
 
     /// As [`Engine::restore_state`](crate::wasm::Engine::restore_state).
@@ -265,19 +275,27 @@ impl Inner {
     }
 
     /// As [`Session::start`](crate::Session::start): every check before the cache changes.
-    fn start(&mut self, prompt: &[u32], opts: crate::GenerateOptions) -> Result<()> {
+    async fn start(&mut self, prompt: &[u32], opts: crate::GenerateOptions) -> Result<()> {
         self.generation = None;
         let ev = &self.ev;
         let mut g = Generation::new(ev.model(), opts, prompt, ev.n_ctx(), ev.n_batch())?;
-        g.reuse_cache(&mut self.ev);
+        g.reuse_cache(&mut self.ev).await?;
         self.generation = Some(g);
         Ok(())
     }
 
+    /// As [`Session::next_step`](crate::Session::next_step); once the generation has finished, what the
+    /// cache holds goes into the prefix cache here (a readback), as `Session::finish` does, so that
+    /// `finish` stays synchronous.
     async fn next_step(&mut self) -> Result<Option<Step>> {
         let Some(g) = self.generation.as_mut() else {
             return Err(Error::InvalidArgument("no generation in progress: call start first".into()));
         };
-        g.step(&mut self.ev).await
+        let step = g.step(&mut self.ev).await?;
+        if step.is_none() {
+            // If this fails only the pages are lost (a lost device is the next call's error too).
+            let _ = self.ev.remember().await;
+        }
+        Ok(step)
     }
 }

@@ -274,12 +274,18 @@ fn tensor_size(ty: GgmlType, dims: &[u64]) -> Option<usize> {
     ty.row_bytes(row).checked_mul(rows).filter(|&n| n <= 4 << 20)
 }
 
+/// `n` bytes of `data` repeated (zeros if it is empty), copied by doubling: a byte-at-a-time loop is slow under
+/// coverage instrumentation.
 fn fill(data: &[u8], n: usize) -> Vec<u8> {
     if data.is_empty() {
-        vec![0; n]
-    } else {
-        data.iter().copied().cycle().take(n).collect()
+        return vec![0; n];
     }
+    let mut out = Vec::with_capacity(n);
+    out.extend_from_slice(&data[..data.len().min(n)]);
+    while out.len() < n {
+        out.extend_from_within(..out.len().min(n - out.len()));
+    }
+    out
 }
 
 fn dims_of(raw: &[u16]) -> Vec<u64> {

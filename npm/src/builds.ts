@@ -45,7 +45,9 @@ export interface Engine {
   prefixCacheMissing(ids: Uint32Array): string[];
   prefixCacheLoad(ids: Uint32Array, records: Uint8Array[]): string;
   prefixCacheTakeUnsaved(): unknown[];
-  saveState(): Uint8Array;
+  prefixCacheKeys(ids: Uint32Array): string[];
+  /** A Promise in the WebGPU build (the GPU's rows are read back). */
+  saveState(): Uint8Array | Promise<Uint8Array>;
   restoreState(bytes: Uint8Array): void;
   free(): void;
 }

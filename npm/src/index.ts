@@ -9,5 +9,5 @@ export { MAX_MODEL_BYTES } from './source.js';
 export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage } from './chat.js';
 export { AbortError, RuvllmError } from './errors.js';
 export type { PrefixStore, StoredRecord } from './store/store.js';
-export type { StoreError } from './store/persistence.js';
+export type { StoreError, StoreLoad } from './store/persistence.js';
 export type { ErrorCode } from './errors.js';

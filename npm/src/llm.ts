@@ -5,7 +5,7 @@ import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
-import { Persistence, type StoreError } from './store/persistence.js';
+import { Persistence, type StoreError, type StoreLoad } from './store/persistence.js';
 import type { PrefixStore } from './store/store.js';
 
 /** What differs between Node and browsers: how the wasm builds are started, and extra sources. */
@@ -143,6 +143,9 @@ export interface PrefixCacheInfo {
   store: boolean;
   storedBytes: number | null;
   storeError: StoreError | null;
+  /** The last read from the store before a prompt (null before any): records and their bytes, the prompt tokens
+   * they brought, milliseconds reading the store and milliseconds the engine took to check and take them. */
+  lastLoad: StoreLoad | null;
 }
 
 export interface ModelInfo {
@@ -204,7 +207,14 @@ export interface GenerateResult {
   text: string;
   finishReason: 'stop' | 'length';
   usage: Usage;
-  timings: { prefillMs: number; decodeMs: number; prefillTokensPerSecond: number; decodeTokensPerSecond: number };
+  timings: {
+    prefillMs: number;
+    decodeMs: number;
+    /** Before the prefill: moving keys and values between the conversation's cache and the prefix cache. */
+    restoreMs: number;
+    prefillTokensPerSecond: number;
+    decodeTokensPerSecond: number;
+  };
 }
 
 /** Per prompt position, the top-k next tokens as [id, probability], most likely first. */
@@ -354,6 +364,7 @@ export class LLM {
         store: store !== undefined,
         storedBytes: store?.storedBytes ?? null,
         storeError: store?.error ?? null,
+        lastLoad: store?.lastLoad ?? null,
       },
     };
   }
@@ -429,10 +440,11 @@ export class LLM {
   /**
    * The conversation this model holds (its tokens and their keys and values) as bytes, to keep anywhere and give to
    * `restoreState` later, in this page or process or another, for the same model file (as llama.cpp's slot
-   * save/restore). The CPU engine only (`E_INVALID_ARGUMENT` on the WebGPU backend).
+   * save/restore). Either backend's state restores on either backend (the WebGPU backend reads its keys and values
+   * back from the GPU).
    */
   async saveState(): Promise<Uint8Array> {
-    return this.#exclusive(undefined, () => this.#call((e) => e.saveState()));
+    return this.#exclusive(undefined, () => this.#callAsync((e) => e.saveState()));
   }
 
   /** Continue a conversation `saveState` gave. Bytes of another model, damaged or cut, are `E_INVALID_ARGUMENT` and
@@ -456,8 +468,11 @@ export class LLM {
   async *#run(prompt: string | Uint32Array, json: string, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     const release = await this.#lock(signal);
     let started = false;
+    /** The prompt, then the answer too: the store's records it used are marked used. */
+    let conversation: Uint32Array = new Uint32Array(0);
     try {
       const ids = typeof prompt === 'string' ? this.#call((e) => e.tokenizePrompt(prompt)) : prompt;
+      conversation = ids;
       // The prompt but its last token, which is always evaluated: what the store may hold.
       if (ids.length > 1) await this.#persistence?.load(ids.subarray(0, ids.length - 1));
       await this.#callAsync((e) => e.start(ids, json));
@@ -472,10 +487,12 @@ export class LLM {
         if ('id' in step) yield { id: step.id, text: step.text };
       }
       started = false;
-      return parseResult(this.#call((e) => e.finish(false)));
+      const result = parseResult(this.#call((e) => e.finish(false)));
+      conversation = Uint32Array.from([...conversation, ...result.ids]);
+      return result;
     } finally {
       if (started && this.#engine) this.#engine.finish(true); // cancelled: the session is ready for the next call
-      if (this.#engine && !this.#crashed) this.#persistence?.save();
+      if (this.#engine && !this.#crashed) this.#persistence?.save(conversation);
       release();
     }
   }
@@ -612,7 +629,7 @@ function checkKvCache(kv: KvCacheOptions | undefined): KvCacheOptions | undefine
 function parseInfo(
   json: string,
 ): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
-  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError'> | null;
+  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
 } {
   const i = JSON.parse(json);
   return {
@@ -664,6 +681,7 @@ function parseResult(json: string | undefined): GenerateResult {
     timings: {
       prefillMs: o.prefill_ms,
       decodeMs: o.decode_ms,
+      restoreMs: o.restore_ms,
       prefillTokensPerSecond: o.prefill_tok_s,
       decodeTokensPerSecond: o.decode_tok_s,
     },

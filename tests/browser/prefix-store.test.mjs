@@ -1,6 +1,7 @@
 // The prefix cache in Chromium's real IndexedDB: a chat continued after a page reload starts from the pages the
-// first page load stored, with the same answer as without any cache; damaged records are skipped and deleted; a
-// page with a tiny storage quota still answers and says it could not persist.
+// first page load stored, with the same answer as without any cache; damaged records and another model's are refused
+// and deleted; a database of the first version is upgraded with its pages; a page with a tiny storage quota still
+// answers and says it could not persist.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -103,6 +104,98 @@ test('damaged records are refused and deleted, and the answer stays the same', a
   assert.deepEqual(again.message, cold.message);
   // The first damaged page was deleted, then written again whole; the rest stay until they are asked for or old.
   assert.ok((await records()).length > 0 && before.length > 0);
+});
+
+test("a record of another model is refused and replaced, and the answer stays the same", async () => {
+  // The first page of the conversation (the record whose parent is no stored record) made another model's: its model
+  // id changed and its CRC-32 made right again, so only the model check can refuse it.
+  const forged = await page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const crc32 = (bytes) => {
+          let c = ~0;
+          for (const b of bytes) {
+            c ^= b;
+            for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1));
+          }
+          return ~c >>> 0;
+        };
+        const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+        const open = indexedDB.open('ruvllm-prefix-cache');
+        open.onsuccess = () => {
+          const tx = open.result.transaction('pages', 'readwrite');
+          const pages = tx.objectStore('pages');
+          const all = pages.getAll();
+          let key;
+          all.onsuccess = () => {
+            const keys = new Set(all.result.map((r) => r.key));
+            const first = all.result.find((r) => !keys.has(hex(r.bytes.subarray(76, 92))));
+            const bytes = new Uint8Array(first.bytes);
+            bytes[28] ^= 0xff; // the model id
+            new DataView(bytes.buffer).setUint32(bytes.length - 4, crc32(bytes.subarray(0, bytes.length - 4)), true);
+            key = first.key;
+            pages.put({ ...first, bytes });
+          };
+          tx.oncomplete = () => resolve({ key, model: hex(all.result[0].bytes.subarray(28, 60)) });
+          tx.onerror = () => reject(tx.error);
+        };
+      }),
+  );
+  await page.reload();
+  const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(again.cache.loadedTokens, 0);
+  assert.deepEqual(again.message, (await chat([SYSTEM, A1, A2], { budgetBytes: 0 })).message);
+  // Deleted, then written again whole by this run: the key holds this model's page now.
+  const model = await page.evaluate(
+    (key) =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('ruvllm-prefix-cache');
+        open.onsuccess = () => {
+          const get = open.result.transaction('pages').objectStore('pages').get(key);
+          get.onsuccess = () => resolve(Array.from(get.result.bytes.subarray(28, 60), (x) => x.toString(16).padStart(2, '0')).join(''));
+          get.onerror = () => reject(get.error);
+        };
+      }),
+    forged.key,
+  );
+  assert.equal(model, forged.model);
+});
+
+test('a database of the first version (the last use in each page row) keeps its pages', async () => {
+  // Rewrite the database as version 1 held it: one object store of { key, bytes, used }.
+  await page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('ruvllm-prefix-cache');
+        open.onsuccess = () => {
+          const all = open.result.transaction('pages').objectStore('pages').getAll();
+          all.onsuccess = () => {
+            open.result.close();
+            const del = indexedDB.deleteDatabase('ruvllm-prefix-cache');
+            del.onsuccess = () => {
+              const v1 = indexedDB.open('ruvllm-prefix-cache', 1);
+              v1.onupgradeneeded = () => v1.result.createObjectStore('pages', { keyPath: 'key' });
+              v1.onsuccess = () => {
+                const tx = v1.result.transaction('pages', 'readwrite');
+                for (const r of all.result) tx.objectStore('pages').put({ key: r.key, bytes: r.bytes, used: Date.now() });
+                tx.oncomplete = () => {
+                  v1.result.close();
+                  resolve();
+                };
+                tx.onerror = () => reject(tx.error);
+              };
+            };
+            del.onerror = () => reject(del.error);
+          };
+        };
+        open.onerror = () => reject(open.error);
+      }),
+  );
+  await page.reload();
+  const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
+  assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'pages read from the upgraded database');
+  assert.equal(again.cache.loadedTokens, again.usage.prompt_tokens_details.cached_tokens);
 });
 
 test('a page with a tiny storage quota still answers and says it could not persist', async () => {

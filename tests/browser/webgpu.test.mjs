@@ -1,6 +1,7 @@
 // The npm package's WebGPU backend in headless Chromium with --enable-unsafe-webgpu (the adapter is
 // SwiftShader, a CPU implementation of the GPU: slow, so these tests keep forward passes few).
-// - backend "webgpu" answers the France prompt on the GPU path;
+// - backend "webgpu" answers the France prompt on the GPU path, and the chat's next turn, asked again after reset(),
+//   starts from the prefix cache (pages read back from the GPU) with the same answer;
 // - backend "auto" finishes a generation on the CPU when the device is lost mid-generation;
 // - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
 // - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
@@ -61,7 +62,17 @@ test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { ti
       const llm = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context });
       const loadMs = performance.now() - t0;
       const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
-      return { info: llm.info(), ids: result.ids, text: result.text, timings: result.timings, loadMs };
+      // The chat's next turn continues from the conversation the GPU holds; asked again after reset(), only the
+      // prefix cache (pages read back from the GPU when each generation ended) can supply its start.
+      const turn2 = `${prompt}${result.text}<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n`;
+      // Two tokens each: a SwiftShader decode step takes seconds to a minute on a busy 2-core machine.
+      const t1 = performance.now();
+      const held = await llm.complete(turn2, { temperature: 0, maxTokens: 2 });
+      await llm.reset();
+      const restored = await llm.complete(turn2, { temperature: 0, maxTokens: 2 });
+      const turnsMs = performance.now() - t1;
+      const turns = [held, restored].map((t) => ({ ids: t.ids, prompt: t.usage.promptTokens, cached: t.usage.cachedTokens }));
+      return { info: llm.info(), ids: result.ids, text: result.text, timings: result.timings, loadMs, turns, turnsMs };
     },
     { prompt: FRANCE.prompt, context: CONTEXT },
   );
@@ -70,6 +81,12 @@ test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { ti
   assert.equal(r.info.fallback, null);
   assert.deepEqual(r.ids, FRANCE.ids);
   assert.equal(r.text, FRANCE.text);
+  const [held, restored] = r.turns;
+  assert.ok(held.cached >= FRANCE.ids.length, JSON.stringify(held)); // the prompt and the answer but its last token
+  assert.equal(restored.cached, Math.floor((restored.prompt - 1) / 16) * 16, JSON.stringify(r.turns));
+  assert.ok(restored.cached > 0 && r.info.prefixCache.restoredTokens >= restored.cached, JSON.stringify(r.info.prefixCache));
+  assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');
+  console.log(`next turn twice (own cache, then the prefix cache: ${restored.cached} tokens): ${r.turnsMs.toFixed(0)} ms`);
   console.log(`WebGPU in Chromium: load ${r.loadMs.toFixed(0)} ms, prefill ${r.timings.prefillMs.toFixed(0)} ms, decode ${r.timings.decodeMs.toFixed(0)} ms`);
   await page.close();
 });

@@ -1,6 +1,7 @@
 //! The WebGPU backend on the real default model (SmolLM2-135M-Instruct Q4_1), natively through
 //! wgpu (Mesa lavapipe on a machine without a GPU): llama.cpp's next-token distributions, the greedy
-//! France answer, and the fallbacks (no hardware adapter, lost device, too-small limits).
+//! France answer, the fallbacks (no hardware adapter, lost device, too-small limits), and the prefix
+//! cache and saved states, whose keys and values go up to and come down from the GPU.
 //! Native only: the synchronous Session cannot wait for WebGPU inside a browser or Node.
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -10,7 +11,11 @@ mod support;
 use std::sync::Arc;
 
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
-use ruvllm::{Backend, Error, FinishReason, GenerateOptions, GpuFault, SamplerConfig, Session, SessionOptions, Step};
+use ruvllm::kv_cache::KvCache;
+use ruvllm::memory::prefix_cache::PAGE_TOKENS;
+use ruvllm::{
+    Backend, Error, FinishReason, GenerateOptions, GpuFault, Model, SamplerConfig, Session, SessionOptions, Step,
+};
 use support::default_model as model;
 use support::test;
 
@@ -191,6 +196,7 @@ fn a_long_gpu_prefill_runs_one_batch_per_step() {
     let want = gpu_session(&opts).generate(&prompt, greedy(4), None, |_| {}).unwrap();
 
     let mut s = gpu_session(&opts);
+    s.set_prefix_cache(false); // the session's own cache only
     s.start(&prompt, greedy(4)).unwrap();
     let mut prefilled = Vec::new();
     let mut ids = Vec::new();
@@ -217,4 +223,170 @@ fn a_long_gpu_prefill_runs_one_batch_per_step() {
     let again = s.generate(&prompt, greedy(4), None, |_| {}).unwrap();
     assert_eq!((again.stats.cached_tokens, again.ids), (32, want.ids));
     assert!(s.on_gpu());
+}
+
+/// A model of its own, so that its prefix cache holds only what the test puts there (the other tests
+/// share `model()`'s, in parallel).
+fn own_model() -> Arc<Model> {
+    Arc::new(Model::from_bytes(support::read_file(&support::model_path())).expect("the default model loads"))
+}
+
+fn session_on(model: &Arc<Model>, backend: Backend, prefix_cache: bool) -> Session {
+    let software = GpuOptions { allow_software: true, ..GpuOptions::default() };
+    let mut s =
+        Session::with_gpu_options(model.clone(), &SessionOptions { n_ctx: 256, n_batch: 64 }, backend, &software)
+            .expect("a session (is mesa-vulkan-drivers installed?)");
+    assert_eq!(s.on_gpu(), backend == Backend::WebGpu);
+    s.set_prefix_cache(prefix_cache);
+    s
+}
+
+fn chat_ids(model: &Model, text: &str) -> Vec<u32> {
+    model.tokenizer().encode_with_special(text, true).unwrap()
+}
+
+const SYSTEM: &str = "<|im_start|>system\nYou are a helpful assistant. You answer questions about the geography \
+                      of Europe in one short sentence, and you name the country in your answer.<|im_end|>\n";
+
+/// A chat's first turn: the system prompt and `question`.
+fn first_turn(model: &Model, question: &str) -> Vec<u32> {
+    chat_ids(model, &format!("{SYSTEM}<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"))
+}
+
+/// The whole pages of the first `n` tokens.
+fn pages(n: usize) -> usize {
+    n / PAGE_TOKENS * PAGE_TOKENS
+}
+
+/// The prefix cache on the GPU backend: a second conversation sharing a prefix with an earlier one (its
+/// next turn; another question after the same system prompt) restores the earlier one's pages into the
+/// GPU's cache instead of prefilling them, and the greedy ids equal those of a session that prefills
+/// everything.
+#[test]
+fn the_prefix_cache_gives_the_same_greedy_ids_on_the_gpu() {
+    let model = own_model();
+    let prompt = first_turn(&model, "What is the capital of France?");
+    let first = session_on(&model, Backend::WebGpu, true).generate(&prompt, greedy(8), None, |_| {}).unwrap();
+    // The first session's pages came down from the GPU when it finished: its prompt and answer but the
+    // last token (never evaluated).
+    let held = prompt.len() + first.ids.len() - 1;
+    assert_eq!(model.prefix_cache().stats().inserted_tokens, pages(held) as u64);
+
+    let next = chat_ids(&model, "<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n");
+    let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&next).copied().collect();
+    let other = first_turn(&model, "Which river flows through Vienna?");
+    let shared = prompt.iter().zip(&other).take_while(|(a, b)| a == b).count();
+    assert!(pages(shared) >= 2 * PAGE_TOKENS, "the system prompt spans {shared} tokens");
+
+    for (what, ids, cached) in [("the next turn", &turn2, pages(held)), ("another question", &other, pages(shared))] {
+        let want = session_on(&model, Backend::WebGpu, false).generate(ids, greedy(6), None, |_| {}).unwrap();
+        assert_eq!(want.stats.cached_tokens, 0);
+        let restored_before = model.prefix_cache().stats().restored_tokens;
+        let mut s = session_on(&model, Backend::WebGpu, true);
+        let got = s.generate(ids, greedy(6), None, |_| {}).unwrap();
+        assert_eq!(got.stats.cached_tokens, cached, "{what}");
+        assert_eq!(got.stats.prefilled_tokens, ids.len() - cached, "{what}");
+        assert_eq!(got.ids, want.ids, "{what}: greedy ids with the prefix cache");
+        assert_eq!(model.prefix_cache().stats().restored_tokens - restored_before, cached as u64, "{what}");
+        assert!(s.on_gpu());
+    }
+}
+
+/// Pages one backend inserted restore into the other's cache. CPU and GPU results differ in their last
+/// bits, so each backend is compared with itself prefilling everything: the same greedy ids.
+#[test]
+fn prefixes_cached_by_one_backend_restore_into_the_other() {
+    let model = own_model();
+    let prompt = first_turn(&model, "What is the capital of France?");
+    let next = chat_ids(
+        &model,
+        "The capital of France is Paris.<|im_end|>\n<|im_start|>user\nAnd of Spain?<|im_end|>\n<|im_start|>assistant\n",
+    );
+    let turn2: Vec<u32> = prompt.iter().chain(&next).copied().collect();
+    let cold = |backend| session_on(&model, backend, false).generate(&turn2, greedy(6), None, |_| {}).unwrap().ids;
+    let (cpu_cold, gpu_cold) = (cold(Backend::Cpu), cold(Backend::WebGpu));
+    eprintln!("greedy ids cold: CPU {cpu_cold:?}, GPU {gpu_cold:?} (equal: {})", cpu_cold == gpu_cold);
+
+    for (from, to, want) in [(Backend::Cpu, Backend::WebGpu, &gpu_cold), (Backend::WebGpu, Backend::Cpu, &cpu_cold)] {
+        model.prefix_cache().clear();
+        session_on(&model, from, true).generate(&prompt, greedy(1), None, |_| {}).unwrap();
+        let got = session_on(&model, to, true).generate(&turn2, greedy(6), None, |_| {}).unwrap();
+        assert_eq!(got.stats.cached_tokens, pages(prompt.len()), "{from:?} -> {to:?}");
+        assert_eq!(&got.ids, want, "{from:?} -> {to:?}: the greedy ids of {to:?} prefilling everything");
+    }
+}
+
+/// A conversation saved on the GPU continues in another GPU session exactly as in the first, and saved
+/// states move between backends byte for byte (the GPU's keys and values are the f16 rows the CPU keeps).
+#[test]
+fn saved_states_restore_on_the_gpu_and_move_between_backends() {
+    let model = own_model();
+    let prompt = first_turn(&model, "What is the capital of France?");
+    let mut a = session_on(&model, Backend::WebGpu, false);
+    let first = a.generate(&prompt, greedy(4), None, |_| {}).unwrap();
+    let state = a.save_state().unwrap();
+    let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..3]).copied().collect();
+    let want = a.generate(&turn2, greedy(4), None, |_| {}).unwrap();
+
+    let mut b = session_on(&model, Backend::WebGpu, false);
+    let e = b.restore_state(&state[..state.len() - 1]).unwrap_err();
+    assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{e}");
+    assert!(b.tokens().is_empty(), "a refused state changed nothing");
+    b.restore_state(&state).unwrap();
+    assert_eq!(b.tokens().len(), prompt.len() + first.ids.len() - 1);
+    let got = b.generate(&turn2, greedy(4), None, |_| {}).unwrap();
+    assert_eq!((got.ids, got.stats.cached_tokens), (want.ids, want.stats.cached_tokens));
+
+    // GPU -> CPU -> bytes, and CPU -> GPU -> bytes: the same bytes.
+    let mut cpu = session_on(&model, Backend::Cpu, false);
+    cpu.restore_state(&state).unwrap();
+    assert!(cpu.save_state().unwrap() == state, "a GPU state through the CPU");
+    cpu.generate(&turn2, greedy(2), None, |_| {}).unwrap();
+    let cpu_state = cpu.save_state().unwrap();
+    let mut gpu = session_on(&model, Backend::WebGpu, false);
+    gpu.restore_state(&cpu_state).unwrap();
+    assert!(gpu.save_state().unwrap() == cpu_state, "a CPU state through the GPU");
+}
+
+/// Rows go up into a GPU session's cache and come down as they were, at their positions; a download
+/// larger than the staging buffer (8 MiB: 512 positions of this model are 11.8 MB) takes several rounds.
+#[test]
+fn kv_rows_go_up_and_come_down_unchanged() {
+    let model = model();
+    let c = &model.config;
+    let gm = Arc::new(
+        block_on(GpuModel::new(model.clone(), &GpuOptions { allow_software: true, ..GpuOptions::default() })).unwrap(),
+    );
+    let s = block_on(GpuSession::new(gm, 512, 16)).unwrap();
+    let mut rng = support::test_support::Rng::new(3);
+    let mut fill = |kv: &mut KvCache| {
+        let positions = kv.positions();
+        for layer in &mut kv.layers {
+            let (k, v) = layer.rows_mut(positions.clone());
+            for x in k.iter_mut().chain(v.iter_mut()) {
+                *x = (rng.next_u64() as u16).to_le_bytes();
+            }
+        }
+    };
+    let mut whole = KvCache::new(c.n_layers, c.kv_dim(), 512);
+    fill(&mut whole);
+    s.upload_kv(&whole, 0..512).unwrap();
+    // A window overwrites its positions only.
+    let mut window = KvCache::window(c.n_layers, c.kv_dim(), 100..300);
+    fill(&mut window);
+    s.upload_kv(&window, 150..250).unwrap();
+
+    let mut back = KvCache::new(c.n_layers, c.kv_dim(), 512);
+    block_on(s.download_kv(&mut back, 0..512)).unwrap();
+    for (l, (b, w)) in back.layers.iter().zip(&whole.layers).enumerate() {
+        for (range, from) in [(0..150, w), (250..512, w), (150..250, &window.layers[l])] {
+            assert!(b.rows(range.clone()) == from.rows(range.clone()), "layer {l}, positions {range:?}");
+        }
+    }
+    let mut part = KvCache::window(c.n_layers, c.kv_dim(), 140..160);
+    block_on(s.download_kv(&mut part, 140..160)).unwrap();
+    assert!(part.layers[7].rows(140..160) == back.layers[7].rows(140..160));
+    // Positions a cache does not hold are refused.
+    let e = s.upload_kv(&window, 50..150).unwrap_err();
+    assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{e}");
 }

@@ -356,3 +356,17 @@ fn a_cold_tier_needs_heads_of_whole_blocks() {
         assert_eq!(model.kv_cache().cold, KvType::F16);
     }
 }
+
+/// The micro models (the fuzz targets' seeds: the tiny models' vocabularies over one or two small layers) load,
+/// tokenize their own text and generate: a seed that a loader check refused would leave the fuzzers at the header.
+#[test]
+fn micro_fuzz_seeds_load_and_generate() {
+    for file in ["micro-llama-spm.gguf", "micro-qwen2.gguf"] {
+        let path = format!("{}/{file}", fixtures_dir());
+        let model = Arc::new(Model::from_bytes(support::read_file(&path)).unwrap_or_else(|e| panic!("{file}: {e}")));
+        let prompt = model.tokenizer().encode_with_special("The old fisherman rowed out.", true).expect("tokenize");
+        assert!(prompt.len() > 3, "{file}: {prompt:?}");
+        let out = session(&model, 8).generate(&prompt, greedy(4), None, |_| {}).expect("generate");
+        assert_eq!(out.ids.len(), 4, "{file}");
+    }
+}

@@ -220,6 +220,11 @@ impl Gpu {
 
     /// Wait for submitted work, then map `buf` (MAP_READ) and copy out its first `len` bytes.
     pub async fn read(&self, buf: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
+        self.read_with(buf, len, <[u8]>::to_vec).await
+    }
+
+    /// Wait for submitted work, then map `buf` (MAP_READ) and give its first `len` bytes to `f`.
+    pub async fn read_with<T>(&self, buf: &wgpu::Buffer, len: u64, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         let done = Oneshot::new();
         let signal = done.clone();
         buf.map_async(wgpu::MapMode::Read, ..len, move |r| signal.set(r));
@@ -229,12 +234,12 @@ impl Gpu {
         let mapped = done.await;
         self.check()?;
         mapped.map_err(|e| gpu_error(GpuFault::DeviceLost, format!("reading back results: {e}")))?;
-        let bytes = buf
+        let value = buf
             .get_mapped_range(..len)
-            .map(|view| view.to_vec())
+            .map(|view| f(&view))
             .map_err(|e| gpu_error(GpuFault::DeviceLost, format!("reading back results: {e}")));
         buf.unmap();
-        bytes
+        value
     }
 
     pub fn destroy(&self) {

@@ -7,7 +7,9 @@
 //!   pipelines, cached per kernel variant.
 //! - [`GpuSession`]: one conversation's buffers, allocated once: the f16 KV cache, activations for
 //!   `n_batch` tokens, and every dispatch's bind group. A forward call writes two small buffers and
-//!   submits one command buffer; greedy decoding reads back only the sampled id.
+//!   submits one command buffer; greedy decoding reads back only the sampled id. Rows of the KV cache
+//!   go up from and down to a host [`KvCache`] (the prefix cache's pages, saved states) as they are:
+//!   the same f16 rows of `kv_dim` per position.
 //! - `ops/`: one file per GPU op (its WGSL pieces, bindings, grid and parameter struct);
 //!   `forward.rs` strings them into the forward pass a session runs.
 //!
@@ -39,10 +41,12 @@ pub use model::GpuModel;
 #[cfg(feature = "gpu")]
 pub use session::{GpuSession, KernelTime, MAX_RUN_AHEAD};
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
 use crate::evaluator::Want;
+use crate::kv_cache::KvCache;
 use crate::model::Model;
 
 /// Where a session runs its forward passes.
@@ -123,6 +127,16 @@ impl GpuRunner {
         self.session.kv_cache_bytes()
     }
 
+    /// Write rows `positions` of `kv` into the GPU's cache.
+    pub(crate) fn upload_kv(&self, kv: &KvCache, positions: Range<usize>) -> Result<()> {
+        self.session.upload_kv(kv, positions)
+    }
+
+    /// Read the GPU cache's rows at `positions` into `kv`.
+    pub(crate) async fn download_kv(&self, kv: &mut KvCache, positions: Range<usize>) -> Result<()> {
+        self.session.download_kv(kv, positions).await
+    }
+
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     pub(crate) fn adapter(&self) -> &AdapterSummary {
         self.session.model().adapter()
@@ -145,6 +159,14 @@ impl GpuRunner {
     }
 
     pub(crate) fn kv_cache_bytes(&self) -> usize {
+        match self.never {}
+    }
+
+    pub(crate) fn upload_kv(&self, _: &KvCache, _: Range<usize>) -> Result<()> {
+        match self.never {}
+    }
+
+    pub(crate) async fn download_kv(&self, _: &mut KvCache, _: Range<usize>) -> Result<()> {
         match self.never {}
     }
 }

@@ -6,6 +6,7 @@
 //! logits or the sampled ids. Profiling times each dispatch with timestamp queries.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::forward::{self, ForwardOps};
@@ -14,6 +15,7 @@ use super::model::GpuModel;
 use super::ops::{self, attn_decode, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::evaluator::{check_eval, Want};
+use crate::kv_cache::KvCache;
 use crate::model::forward::{batches, LogitsFor};
 
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -23,6 +25,8 @@ pub const MAX_RUN_AHEAD: usize = 1024;
 const SUBMIT_OPS: usize = 64;
 /// Most ops (parameter blocks) of a session.
 const MAX_PARAMS: u64 = 2048;
+/// Bytes of the staging buffer a KV download goes through (larger downloads take several rounds).
+const KV_STAGING_BYTES: u64 = 8 << 20;
 
 /// GPU time of one kernel kind over the profiled calls.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,8 +107,8 @@ impl GpuSession {
         let mut kv = Vec::with_capacity(c.n_layers);
         for _ in 0..c.n_layers {
             kv.push((
-                gpu.buffer("k cache", kv_layer, U::STORAGE).await?,
-                gpu.buffer("v cache", kv_layer, U::STORAGE).await?,
+                gpu.buffer("k cache", kv_layer, U::STORAGE | U::COPY_SRC | U::COPY_DST).await?,
+                gpu.buffer("v cache", kv_layer, U::STORAGE | U::COPY_SRC | U::COPY_DST).await?,
             ));
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
@@ -180,6 +184,86 @@ impl GpuSession {
     /// Dispatches of one greedy decode step (embedding to sampled id).
     pub fn dispatches_per_token(&self) -> usize {
         self.ops.embed.len() + self.ops.decode_layers.len() + self.ops.logits_last.len() + 1
+    }
+
+    /// Write rows `positions` of `kv` (a host cache or window holding them) into the cache at
+    /// those positions: the prefix cache's pages and saved states go up this way. The rows are
+    /// copied out at once (`queue.write_buffer`), before any later forward call runs.
+    pub fn upload_kv(&self, kv: &KvCache, positions: Range<usize>) -> Result<()> {
+        let gpu = &self.m.gpu;
+        gpu.check()?;
+        self.check_rows(kv, &positions)?;
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let at = (positions.start * kv.kv_dim() * 2) as u64;
+        for (layer, (k, v)) in kv.layers.iter().zip(&self.b.kv) {
+            let (keys, values) = layer.rows(positions.clone());
+            gpu.queue.write_buffer(k, at, keys.as_flattened());
+            gpu.queue.write_buffer(v, at, values.as_flattened());
+        }
+        gpu.check()
+    }
+
+    /// Read the cache's rows at `positions` into `kv` (a host cache or window holding them), through
+    /// a staging buffer of at most `KV_STAGING_BYTES`: the prefix cache's new pages and saved states
+    /// come down this way.
+    pub async fn download_kv(&self, kv: &mut KvCache, positions: Range<usize>) -> Result<()> {
+        self.check_rows(kv, &positions)?;
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let gpu = &self.m.gpu;
+        gpu.check()?;
+        let row = (kv.kv_dim() * 2) as u64;
+        let per_position = 2 * kv.layers.len() as u64 * row;
+        let step = (KV_STAGING_BYTES / per_position).max(1) as usize;
+        let size = per_position * step.min(positions.len()) as u64;
+        let staging =
+            gpu.buffer("kv staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).await?;
+        for start in positions.clone().step_by(step) {
+            let part = start..(start + step).min(positions.end);
+            let bytes = part.len() as u64 * row;
+            let mut enc =
+                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kv download") });
+            for (l, (k, v)) in self.b.kv.iter().enumerate() {
+                let to = 2 * l as u64 * bytes;
+                enc.copy_buffer_to_buffer(k, part.start as u64 * row, &staging, to, bytes);
+                enc.copy_buffer_to_buffer(v, part.start as u64 * row, &staging, to + bytes, bytes);
+            }
+            gpu.queue.submit([enc.finish()]);
+            gpu.read_with(&staging, 2 * kv.layers.len() as u64 * bytes, |data| {
+                for (layer, rows) in kv.layers.iter_mut().zip(data.chunks_exact(2 * bytes as usize)) {
+                    let (keys, values) = layer.rows_mut(part.clone());
+                    let (k, v) = rows.split_at(bytes as usize);
+                    keys.as_flattened_mut().copy_from_slice(k);
+                    values.as_flattened_mut().copy_from_slice(v);
+                }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// `kv` has this cache's shape and holds `positions`, within the context.
+    fn check_rows(&self, kv: &KvCache, positions: &Range<usize>) -> Result<()> {
+        let c = &self.m.model.config;
+        let held = kv.positions();
+        if kv.layers.len() != c.n_layers
+            || kv.kv_dim() != c.kv_dim()
+            || positions.start < held.start
+            || positions.end > held.end.min(self.n_ctx)
+        {
+            return Err(crate::Error::InvalidArgument(format!(
+                "rows {positions:?} of a cache of {} layers × {} holding {held:?}, for a GPU cache of {} layers × {}, {} positions",
+                kv.layers.len(),
+                kv.kv_dim(),
+                c.n_layers,
+                c.kv_dim(),
+                self.n_ctx
+            )));
+        }
+        Ok(())
     }
 
     /// Run `tokens` at positions `pos0..` and put the logits in `out`: every row when

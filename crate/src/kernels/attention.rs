@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
-use crate::kernels::f16;
+use crate::kernels::f16::{self, F32Rows, Rows};
 use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 use crate::quant::kv::{self, KvBlock, KV_BLOCK};
 use crate::quant::{BlockQ4_0, BlockQ8_0};
@@ -20,6 +20,10 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// Cached positions per block of the softmax (see [`attention`]). Fixed, so results never depend
 /// on how the blocks are spread over tasks.
 const BLOCK: usize = 32;
+
+/// Query rows of a batch that share each block of cached keys and values (an f16 block is converted to f32 once
+/// for all of them).
+const GROUP_TOKENS: usize = 4;
 
 pub struct AttentionShape {
     pub n_heads: usize,
@@ -104,11 +108,16 @@ impl AttentionScratch {
 /// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
 /// query heads that share a KV head are handled together, so each cached key and value is converted
-/// (from f16, or unpacked from its blocks) once for all of them. A batch of rows runs one task per (token, KV head), which does its
-/// blocks in turn. A single row (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
+/// (from f16, or unpacked from its blocks) once for all of them. A block of positions lies in one tier. A
+/// batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): it converts each hot block's f16 keys
+/// and values to f32 once for its tokens (at long contexts, re-reading and converting the cache for every
+/// token was most of a prefill's time), and does each token's blocks in order; a cold block's rows are
+/// unpacked from their blocks by the quantized kernels as each token reads them (`quant::kv`). A single row
+/// (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
 /// default model, so there each task is one block of one KV head, and the calling thread folds the
-/// parts after the loop. Both do the same float operations in the same order: the results are
-/// identical either way.
+/// parts after the loop. Both do the same float operations in the same order (a block's f16 rows give the
+/// same bits converted before or as they are read): the results are identical either way, and do not
+/// depend on the number of threads.
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
@@ -132,10 +141,6 @@ pub fn attention(
     let parts = SharedMut::new(&mut scratch.parts);
     // The group of token `t` and KV head `kvh`: its query heads, output heads and score rows are contiguous.
     let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
-    let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
-        let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-        attend_block(shape, qg, kv, kvh, js, scale, sc, stride, parts);
-    };
 
     if n_tokens == 1 {
         let n_ctx = pos0 + 1;
@@ -155,7 +160,9 @@ pub fn attention(
                 // SAFETY: each task owns its block's scores and parts.
                 let sc = unsafe { scores.slice((kvh * blocks + b) * group * BLOCK, group * BLOCK) };
                 let p = unsafe { parts.slice(slot(kvh, b), group * part) };
-                block(0, kvh, b * BLOCK..((b + 1) * BLOCK).min(n_ctx), sc, BLOCK, p);
+                let qg = &q[first(0, kvh) * head_dim..][..group * head_dim];
+                let js = b * BLOCK..((b + 1) * BLOCK).min(n_ctx);
+                attend_cached(shape, kv, kvh, js, None, qg, scale, sc, BLOCK, p);
             }
         });
         // SAFETY: the loop is over; this thread alone uses the buffers now.
@@ -177,58 +184,159 @@ pub fn attention(
         scores_len >= n_tokens * n_heads * span && parts_len >= n_tokens * n_heads * 2 * part,
         "attention scratch too small"
     );
-    let n_tasks = n_tokens * n_kv_heads;
+    let groups = n_tokens.div_ceil(GROUP_TOKENS);
+    let n_tasks = groups * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
+        // A hot block's keys and values, converted once for every token of the group.
+        let (mut k32, mut v32) = (vec![0f32; BLOCK * head_dim], vec![0f32; BLOCK * head_dim]);
         for task in tasks {
             // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
             let task = n_tasks - 1 - task;
-            let (t, kvh) = (task / n_kv_heads, task % n_kv_heads);
-            let n_ctx = pos0 + t + 1;
-            // SAFETY: each task owns its group's score rows, output heads and two parts per head.
-            let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
-            let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
-            let (acc, next) =
-                unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
-            block(t, kvh, 0..BLOCK.min(n_ctx), sc, span, acc);
-            for j0 in (BLOCK..n_ctx).step_by(BLOCK) {
-                block(t, kvh, j0..(j0 + BLOCK).min(n_ctx), &mut sc[j0..], span, next);
-                acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
+            let (tg, kvh) = (task / n_kv_heads, task % n_kv_heads);
+            let tokens = tg * GROUP_TOKENS..(n_tokens).min((tg + 1) * GROUP_TOKENS);
+            let last_ctx = pos0 + tokens.end; // positions the group's last token sees
+            for j0 in (0..last_ctx).step_by(BLOCK) {
+                let js = j0..last_ctx.min(j0 + BLOCK);
+                let hot = js.start >= kv.n_cold;
+                if hot {
+                    f16::rows_to_f32(&hot_rows(shape, kv.keys, kv, kvh, &js), &mut k32);
+                    f16::rows_to_f32(&hot_rows(shape, kv.values, kv, kvh, &js), &mut v32);
+                }
+                for t in tokens.clone() {
+                    let n_ctx = pos0 + t + 1;
+                    if j0 >= n_ctx {
+                        continue;
+                    }
+                    let n = (n_ctx - j0).min(BLOCK);
+                    let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
+                    // SAFETY: each task owns its tokens' score rows and two parts per head of its KV head.
+                    let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
+                    let (acc, next) =
+                        unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
+                    let hot32 = hot.then_some((&k32[..], &v32[..]));
+                    let sc = &mut sc[j0..];
+                    if j0 == 0 {
+                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, acc);
+                    } else {
+                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, next);
+                        acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
+                    }
+                }
             }
-            for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
-                finish(a, o);
+            for t in tokens {
+                // SAFETY: as above.
+                let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
+                let acc = unsafe { parts.slice(first(t, kvh) * 2 * part, group * part) };
+                for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
+                    finish(a, o);
+                }
             }
         }
     });
 }
 
-/// Each head of a group (queries `qg`, back to back) over cached positions `js` of KV head `kvh`
-/// alone (positions of one block, so of one tier): `[m, l, o..]` per head into `parts`, with `m` the
-/// largest score, `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v`. Head `g`'s score of position
-/// `js.start + i` goes to `sc[g * stride + i]`.
+/// Block `js` of KV head `kvh` (positions of one tier) for the query heads `qg`: [`attend_block`] over its
+/// rows where they are. A cold block's rows are read from their quantized blocks; a hot block's from `hot32`,
+/// its keys and values converted to f32 before (rows from the block's first position: a batch's group of
+/// tokens shares them), else from the f16 rows, converted as they are read.
 #[allow(clippy::too_many_arguments)]
-fn attend_block(
+fn attend_cached(
     shape: &AttentionShape,
-    qg: &[f32],
     kv: &KvRows,
     kvh: usize,
     js: Range<usize>,
+    hot32: Option<(&[f32], &[f32])>,
+    qg: &[f32],
     scale: f32,
     sc: &mut [f32],
     stride: usize,
     parts: &mut [f32],
 ) {
-    let n = js.len();
-    assert!(n <= BLOCK, "a block has at most {BLOCK} positions");
     let cold = js.start < kv.n_cold;
     debug_assert!(!cold || js.end <= kv.n_cold, "a block lies in one tier");
-    let mut row = [0f32; MAX_HEAD_DIM];
-    let row = &mut row[..shape.head_dim]; // scratch: one cached f16 key or value as f32
     match (cold, kv.cold) {
-        (false, _) => f16::scores(qg, &hot_rows(shape, kv.keys, kv, kvh, &js), scale, sc, stride, row),
-        (true, ColdRows::Q8_0 { keys, .. }) => kv::scores(qg, &cold_rows(shape, keys, kvh, &js), scale, sc, stride),
-        (true, ColdRows::Q4_0 { keys, .. }) => kv::scores(qg, &cold_rows(shape, keys, kvh, &js), scale, sc, stride),
+        (false, _) => match hot32 {
+            Some((k, v)) => {
+                let (d, n) = (shape.head_dim, js.len());
+                let (k, v) = (F32Rows { data: &k[..n * d], d }, F32Rows { data: &v[..n * d], d });
+                attend_block(shape, qg, &Hot(&k), &Hot(&v), scale, sc, stride, parts)
+            }
+            None => {
+                let (k, v) = (hot_rows(shape, kv.keys, kv, kvh, &js), hot_rows(shape, kv.values, kv, kvh, &js));
+                attend_block(shape, qg, &Hot(&*k), &Hot(&*v), scale, sc, stride, parts)
+            }
+        },
+        (true, ColdRows::Q8_0 { keys, values }) => {
+            let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
+            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+        }
+        (true, ColdRows::Q4_0 { keys, values }) => {
+            let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
+            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+        }
         (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
     }
+}
+
+/// One block's cached keys or values of one KV head as [`attend_block`] reads them.
+trait BlockRows {
+    fn count(&self) -> usize;
+    /// `out[g * stride + i] = dot(q[g], row i) * scale` for each head `g` of `q`; `row`: scratch of a row.
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]);
+    /// `o[g * o_stride..] += w[g * w_stride + i] * row i`, `i` in order, for each head `g`.
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, row: &mut [f32]);
+}
+
+/// Hot rows: f16, converted as they are read or before ([`Rows`]).
+struct Hot<'r, R: ?Sized>(&'r R);
+
+impl<R: Rows + ?Sized> BlockRows for Hot<'_, R> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]) {
+        f16::scores(q, self.0, scale, out, stride, row)
+    }
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, row: &mut [f32]) {
+        f16::weighted_sums(self.0, w, w_stride, o, o_stride, row)
+    }
+}
+
+/// Cold rows: Q8_0 or Q4_0 blocks, unpacked as they are read.
+struct Cold<'r, 'a, B>(&'r [&'a [B]]);
+
+impl<B: KvBlock> BlockRows for Cold<'_, '_, B> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, _: &mut [f32]) {
+        kv::scores(q, self.0, scale, out, stride)
+    }
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, _: &mut [f32]) {
+        kv::weighted_sums(self.0, w, w_stride, o, o_stride)
+    }
+}
+
+/// Each head of a group (queries `qg`, back to back) over the cached keys `k` and values `v` of one block of
+/// positions of one KV head (so of one tier): `[m, l, o..]` per head into `parts`, with `m` the largest score,
+/// `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v`. Head `g`'s score of the block's position `i` goes to
+/// `sc[g * stride + i]`.
+#[allow(clippy::too_many_arguments)]
+fn attend_block<K: BlockRows>(
+    shape: &AttentionShape,
+    qg: &[f32],
+    k: &K,
+    v: &K,
+    scale: f32,
+    sc: &mut [f32],
+    stride: usize,
+    parts: &mut [f32],
+) {
+    let mut row = [0f32; MAX_HEAD_DIM];
+    let row = &mut row[..shape.head_dim]; // scratch: one cached f16 key or value as f32
+    let n = k.count();
+    assert!(n <= BLOCK && v.count() == n, "a block has at most {BLOCK} positions");
+    k.scores(qg, scale, sc, stride, row);
     let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
@@ -238,17 +346,7 @@ fn attend_block(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    let (o, o_stride) = (&mut parts[2..], shape.part_len());
-    match (cold, kv.cold) {
-        (false, _) => f16::weighted_sums(&hot_rows(shape, kv.values, kv, kvh, &js), sc, stride, o, o_stride, row),
-        (true, ColdRows::Q8_0 { values, .. }) => {
-            kv::weighted_sums(&cold_rows(shape, values, kvh, &js), sc, stride, o, o_stride)
-        }
-        (true, ColdRows::Q4_0 { values, .. }) => {
-            kv::weighted_sums(&cold_rows(shape, values, kvh, &js), sc, stride, o, o_stride)
-        }
-        (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
-    }
+    v.weighted_sums(sc, stride, &mut parts[2..], shape.part_len(), row);
 }
 
 /// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
@@ -385,10 +483,11 @@ mod tests {
     #[test]
     fn matches_a_float64_softmax_over_the_cache() {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
-        for (n_heads, n_kv_heads, head_dim) in [(4, 2, 20), (9, 3, 64)] {
+        // Rows of 1 to 3 blocks of positions, the last ones partial, in one or more groups of tokens (the last one
+        // partial, and a group whose tokens end in different blocks).
+        let cases = [(4, 2, 20, 60, 6), (9, 3, 64, 60, 6), (9, 3, 64, 25, 11)];
+        for (n_heads, n_kv_heads, head_dim, pos0, n_tokens) in cases {
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
-            // Rows of 1 to 3 blocks of positions, the last ones partial.
-            let (pos0, n_tokens) = (60, 6);
             let n = (pos0 + n_tokens) * shape.kv_dim();
             let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
             let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
@@ -399,14 +498,15 @@ mod tests {
     }
 
     /// A two-tier cache: positions before the boundary read from Q8_0 or Q4_0 blocks, the others from f16
-    /// rows that start at the boundary.
+    /// rows that start at the boundary. A batch's groups of tokens read blocks of both tiers, and one batch
+    /// (a prefill longer than the hot window) has tokens on both sides of the boundary.
     #[test]
     fn reads_the_cold_and_the_hot_tier() {
+        let cases = [(9, 3, 64, 64, 100, 7), (4, 2, 32, 96, 100, 7), (2, 2, 96, 32, 100, 7), (4, 2, 32, 64, 20, 90)];
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
-            for (n_heads, n_kv_heads, head_dim, n_cold) in [(9, 3, 64, 64), (4, 2, 32, 96), (2, 2, 96, 32)] {
+            for (n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens) in cases {
                 let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
                 let kv_dim = shape.kv_dim();
-                let (pos0, n_tokens) = (100, 7);
                 let span = pos0 + n_tokens;
                 // Cold rows, and their exact values; then the hot rows as f16.
                 let (k, v) = (values(span * kv_dim, 1), values(span * kv_dim, 2));

@@ -16,6 +16,7 @@
 //! the pages it inserts, `take_unsaved` hands them over as records (`record.rs`), `missing` names the
 //! stored pages a prompt could use next, and `load` takes them back, checked, into memory.
 
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::radix::{PageId, RadixTree};
@@ -149,7 +150,8 @@ impl PrefixCache {
     }
 
     /// Copy the longest cached prefix of `tokens` into `kv` if it is longer than the `held` tokens
-    /// the session's cache already shares with them; how many leading tokens `kv` now holds.
+    /// the session's cache already shares with them; how many leading tokens `kv` now holds. The
+    /// rows written start at the page holding position `held`, so `kv` may be a window from there.
     pub fn restore(&self, tokens: &[u32], held: usize, kv: &mut KvCache) -> usize {
         let mut c = self.lock();
         let m = c.tree.match_prefix(tokens);
@@ -166,14 +168,17 @@ impl PrefixCache {
         m.tokens
     }
 
-    /// Copy the KV of `tokens` (held in `kv` at positions `0..tokens.len()`) into the cache: its
+    /// Copy the KV of `tokens` (held in `kv` at positions `0..tokens.len()`, or from the start of
+    /// a window that begins with the first page not cached: see `uncached`) into the cache: its
     /// whole pages that are not cached yet, as far as the budget allows.
     pub fn insert(&self, tokens: &[u32], kv: &KvCache) {
         let mut c = self.lock();
         let full = tokens.len() / PAGE_TOKENS;
         let m = c.tree.match_prefix(&tokens[..full * PAGE_TOKENS]);
         let have = m.pages.len();
-        if have == full {
+        // A window lacks the rows before it: the pages up to it must be cached (they may have been
+        // evicted since the caller asked).
+        if have == full || have * PAGE_TOKENS < kv.positions().start {
             return;
         }
         // The matched path stays while pages are evicted to make room for the new ones.
@@ -194,6 +199,19 @@ impl PrefixCache {
         let inserted = c.tree.insert(&tokens[..pages.len() * PAGE_TOKENS], &pages);
         debug_assert_eq!(inserted.unused, m.pages, "the locked path was matched again");
         c.stats.inserted_tokens += (added * PAGE_TOKENS) as u64;
+    }
+
+    /// The positions of the whole pages of `tokens` the cache does not hold: the rows `insert` would
+    /// copy (none when the budget holds no page). A caller whose KV is elsewhere (the GPU) copies only
+    /// these to the host.
+    pub fn uncached(&self, tokens: &[u32]) -> Range<usize> {
+        let mut c = self.lock();
+        let full = tokens.len() / PAGE_TOKENS * PAGE_TOKENS;
+        if c.budget_pages == 0 {
+            return full..full;
+        }
+        let m = c.tree.match_prefix(&tokens[..full]);
+        m.pages.len() * PAGE_TOKENS..full
     }
 }
 
@@ -216,6 +234,23 @@ impl PrefixCache {
             .filter_map(|id| {
                 let name = c.names[id as usize]?; // evicted before it was saved
                 Some((name.key, record::encode(&c.model, &layout, &name.parent, &name.tokens, &c.pages[id as usize])))
+            })
+            .collect()
+    }
+
+    /// The keys of every whole page of `tokens`, from the first: the records a store may hold of them. A
+    /// store that drops records least recently used first marks a conversation's path with these, so that a
+    /// page shared by many conversations (a system prompt) is not dropped before the pages that follow it.
+    pub fn keys(&self, tokens: &[u32]) -> Vec<PageKey> {
+        let mut key = {
+            let c = self.lock();
+            PageKey::root(&c.model, c.kv)
+        };
+        tokens
+            .chunks_exact(PAGE_TOKENS)
+            .map(|page| {
+                key = key.next(page);
+                key
             })
             .collect()
     }
@@ -443,6 +478,46 @@ mod tests {
         assert_eq!(cache.stats().restored_tokens, 32);
     }
 
+    /// A window of positions (the host's copy of part of a GPU's cache) restores and inserts as the
+    /// whole cache does; `uncached` names the positions an insert would copy.
+    #[test]
+    fn windows_restore_and_insert_the_positions_they_hold() {
+        let mut rng = Rng::new(13);
+        let (n_layers, kv_dim) = (2, 4);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, KvType::F16, 1 << 20);
+        let tokens: Vec<u32> = (0..90).collect();
+        let whole = filled(n_layers, kv_dim, 96, &mut rng);
+        assert_eq!(cache.uncached(&tokens), 0..80);
+        cache.insert(&tokens[..40], &whole);
+        assert_eq!(cache.uncached(&tokens), 32..80);
+
+        // The rest, from a window holding only the positions not cached.
+        let mut window = KvCache::window(n_layers, kv_dim, 32..80);
+        for (w, l) in window.layers.iter_mut().zip(&whole.layers) {
+            let (k, v) = w.rows_mut(32..80);
+            k.copy_from_slice(l.rows(32..80).0);
+            v.copy_from_slice(l.rows(32..80).1);
+        }
+        cache.insert(&tokens, &window);
+        assert_eq!(cache.uncached(&tokens), 80..80);
+        assert_eq!(cache.stats().inserted_tokens, 80);
+
+        // Restored into a window from the page holding position `held` (40: page 2, from 32) on.
+        let mut out = KvCache::window(n_layers, kv_dim, 32..90);
+        assert_eq!(cache.restore(&tokens, 40, &mut out), 80);
+        for (o, w) in out.layers.iter().zip(&whole.layers) {
+            assert_eq!(o.rows(32..80), w.rows(32..80));
+        }
+
+        // A window that starts past what the cache holds (its pages evicted since) inserts nothing.
+        cache.clear();
+        cache.insert(&tokens, &window);
+        assert_eq!((cache.stats().pages, cache.uncached(&tokens)), (0, 0..80));
+        // Nothing is uncached when the budget holds no page.
+        cache.set_budget(0);
+        assert!(cache.uncached(&tokens).is_empty());
+    }
+
     #[test]
     fn pages_taken_as_records_load_into_another_cache_checked() {
         let mut rng = Rng::new(11);
@@ -463,6 +538,10 @@ mod tests {
         let prompt: Vec<u32> = (0..40).chain(900..920).collect();
         let keys = b.missing(&prompt);
         assert_eq!(keys.len(), 3);
+        assert_eq!(b.keys(&prompt), keys, "nothing in memory: every page is missing");
+        // The stored pages' keys, from any cache of the model: the prompt shares its first two pages with them.
+        let all = b.keys(&tokens);
+        assert!(all.len() == 3 && all.iter().all(|k| store.contains_key(k)) && all[..2] == keys[..2]);
         let found: Vec<&[u8]> = keys.iter().map_while(|k| store.get(k).map(Vec::as_slice)).collect();
         assert_eq!(found.len(), 2, "the third page of the prompt differs from the stored one");
         assert_eq!(b.load(&prompt, &found), Loaded { tokens: 32, refused: vec![] });

@@ -57,9 +57,43 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
 /// Check `bytes` as a state of `model` that fits `kv` (its layers, row width, KV type and context), and
 /// copy it in; its tokens. `kv` is only written once everything is checked.
 pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>> {
+    let state = check(bytes, model, kv.layers.len(), kv.kv_dim(), kv.options().persisted(), kv.n_ctx)?;
+    Ok(copy_into(bytes, &state, kv))
+}
+
+/// Check `bytes` as an f16 state (the GPU's cache is f16) of `model` with `n_layers` layers of `kv_dim` wide
+/// rows that fits a context of `n_ctx`; its tokens and their rows in a cache of just their positions (to go
+/// on to the GPU's).
+pub fn decode(
+    bytes: &[u8],
+    model: &ModelId,
+    n_layers: usize,
+    kv_dim: usize,
+    n_ctx: usize,
+) -> Result<(Vec<u32>, KvCache)> {
+    let state = check(bytes, model, n_layers, kv_dim, KvType::F16, n_ctx)?;
+    let mut kv = KvCache::new(n_layers, kv_dim, state.n);
+    Ok((copy_into(bytes, &state, &mut kv), kv))
+}
+
+/// A state's shape, checked by [`check`].
+struct Checked {
+    ty: KvType,
+    /// Tokens, and the first of them whose rows are f16.
+    n: usize,
+    cold: usize,
+    /// Bytes of one layer's keys (or values): the cold rows, then the hot ones.
+    cold_bytes: usize,
+    hot_bytes: usize,
+    /// Where the first layer's rows start.
+    at: usize,
+}
+
+/// Everything `decode_into` checks, for a cache of `n_layers` layers of `kv_dim` wide rows of type `ty` (its
+/// persisted one) and a context of `n_ctx`.
+fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, ty: KvType, n_ctx: usize) -> Result<Checked> {
     let invalid = |e: String| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
     let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| invalid(e.to_string()))?;
-    let (n_layers, kv_dim, ty) = (kv.layers.len(), kv.kv_dim(), kv.options().persisted());
     let saved = u32_at(bytes, 12);
     if saved != ty.id() {
         let name = KvType::from_id(saved).map_or_else(|| format!("type {saved}"), |t| t.name().to_string());
@@ -73,8 +107,8 @@ pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Ve
         return Err(invalid("the saved state belongs to another model".into()));
     }
     let n = u32_at(bytes, 24) as usize;
-    if n > kv.n_ctx {
-        return Err(invalid(format!("the saved state holds {n} tokens, more than this context of {}", kv.n_ctx)));
+    if n > n_ctx {
+        return Err(invalid(format!("the saved state holds {n} tokens, more than this context of {n_ctx}")));
     }
     let mut at = HEADER_BYTES + 4 * n;
     let cold = match ty {
@@ -88,7 +122,6 @@ pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Ve
     if cold > n {
         return Err(invalid(format!("the saved state has {cold} cold positions of {n}")));
     }
-    // Bytes of one layer's keys (or values): the cold rows, then the hot ones.
     let (cold_bytes, hot_bytes) = (cold * ty.row_bytes(kv_dim), (n - cold) * kv_dim * 2);
     let want = (cold_bytes + hot_bytes)
         .checked_mul(2 * n_layers)
@@ -97,18 +130,24 @@ pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Ve
     if bytes.len() != want {
         return Err(invalid(format!("the saved state has {} bytes where its header says {want}", bytes.len())));
     }
+    Ok(Checked { ty, n, cold, cold_bytes, hot_bytes, at })
+}
+
+/// Copy the checked state's rows into `kv` (of its shape and type, holding positions `0..n`); its tokens.
+fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
+    let Checked { ty, n, cold, cold_bytes, hot_bytes, mut at } = *state;
     let tokens = bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
     kv.resize(0, 0);
     kv.resize(n, cold);
     for layer in &mut kv.layers {
-        let rows = &body[at..at + 2 * (cold_bytes + hot_bytes)];
+        let rows = &bytes[at..at + 2 * (cold_bytes + hot_bytes)];
         let (keys, values) = rows.split_at(cold_bytes + hot_bytes);
         let ((kc, kh), (vc, vh)) = (keys.split_at(cold_bytes), values.split_at(cold_bytes));
         layer.write(0, ty, kc, vc);
         layer.write(cold, KvType::F16, kh, vh);
         at += rows.len();
     }
-    Ok(tokens)
+    tokens
 }
 
 #[cfg(test)]
@@ -167,6 +206,14 @@ mod tests {
             .to_string()
             .contains("more than this context"));
         assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 8, 10)).is_err());
+        // Decoded into a cache of just its positions (for the GPU): the same rows, the same checks.
+        let (got, just) = decode(&bytes, &model, 2, 4, 10).unwrap();
+        assert_eq!((got.as_slice(), just.positions()), (&tokens[..], 0..6));
+        for (a, b) in kv.layers.iter().zip(&just.layers) {
+            assert_eq!(a.rows(0..6), b.rows(0..6));
+        }
+        assert!(decode(&bytes, &model, 2, 4, 5).err().unwrap().to_string().contains("more than this context"));
+        assert!(decode(&flipped, &model, 2, 4, 10).err().unwrap().to_string().contains("damaged"));
     }
 
     /// A two-tier cache's state keeps both tiers: restored into a session of the same format it is the
@@ -203,6 +250,8 @@ mod tests {
                 assert_eq!(e.code(), "E_KV_CACHE", "{e}");
                 assert_eq!(rows(&kv, 20), before);
             }
+            // Nor does a GPU session's f16 cache take it.
+            assert_eq!(decode(&bytes, &model, 2, 64, 200).err().unwrap().code(), "E_KV_CACHE");
             // And the other way: an f16 state into this format.
             let f16_state = encode(&model, &[1, 2, 3], &filled(2, 64, 200, KvCacheOptions::default(), 3, &mut rng));
             assert_eq!(decode_into(&f16_state, &model, &mut back).unwrap_err().code(), "E_KV_CACHE");

@@ -45,6 +45,16 @@ export class FileStore implements PrefixStore {
     }
   }
 
+  async getMany(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+    return Promise.all(keys.map((key) => this.get(key)));
+  }
+
+  async touch(records: StoredRecord[]): Promise<void> {
+    await this.#ready;
+    // In seconds as a float: a Date would cut `used` to whole milliseconds (mtimes keep nanoseconds).
+    await Promise.all(records.map(({ key, used }) => utimes(this.#path(key), used / 1000, used / 1000).catch(() => {})));
+  }
+
   async put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
     await this.#ready;
     for (const { key, bytes } of records) {

@@ -1,7 +1,12 @@
-// The prefix cache's store in a browser: one IndexedDB database, one object store of `{ key, bytes, used }`.
+// The prefix cache's store in a browser: one IndexedDB database with two object stores, `pages` (`{ key, bytes }`,
+// the records) and `meta` (`{ key, bytes, used }`: each record's size and last use). They are apart so that listing
+// the store and marking records used never read or rewrite the records themselves (hundreds of KB each).
 import type { PrefixStore, StoredRecord } from './store.js';
 
-const STORE = 'pages';
+const PAGES = 'pages';
+const META = 'meta';
+/** Version 1 kept `used` in the page rows; version 2 moves it to `meta`. */
+const VERSION = 2;
 
 function request<T>(r: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -18,10 +23,28 @@ function done(tx: IDBTransaction): Promise<void> {
   });
 }
 
-interface Row {
+interface Page {
   key: string;
   bytes: Uint8Array;
-  used: number;
+}
+
+type Meta = StoredRecord;
+
+/** Create the object stores, or move a version-1 database's `used` times into `meta`. */
+function upgrade(open: IDBOpenDBRequest, oldVersion: number): void {
+  const db = open.result;
+  if (oldVersion < 1) db.createObjectStore(PAGES, { keyPath: 'key' });
+  const meta = db.createObjectStore(META, { keyPath: 'key' });
+  if (oldVersion === 1) {
+    const cursor = open.transaction!.objectStore(PAGES).openCursor();
+    cursor.onsuccess = () => {
+      const c = cursor.result;
+      if (!c) return;
+      const row = c.value as Page & { used?: number };
+      meta.put({ key: row.key, bytes: row.bytes.byteLength, used: row.used ?? 0 } satisfies Meta);
+      c.continue();
+    };
+  }
 }
 
 export class IndexedDbStore implements PrefixStore {
@@ -29,57 +52,72 @@ export class IndexedDbStore implements PrefixStore {
 
   /** The database `name` (default `ruvllm-prefix-cache`), created on first use. */
   constructor(name = 'ruvllm-prefix-cache') {
-    const open = indexedDB.open(name, 1);
-    open.onupgradeneeded = () => open.result.createObjectStore(STORE, { keyPath: 'key' });
+    const open = indexedDB.open(name, VERSION);
+    open.onupgradeneeded = (e) => upgrade(open, e.oldVersion);
     this.#db = request(open);
   }
 
-  async #tx(mode: IDBTransactionMode): Promise<{ tx: IDBTransaction; pages: IDBObjectStore }> {
-    const tx = (await this.#db).transaction(STORE, mode);
-    return { tx, pages: tx.objectStore(STORE) };
+  async #tx(stores: string[], mode: IDBTransactionMode): Promise<IDBTransaction> {
+    // 'relaxed': a cache needs no flush to disk before the write counts as done.
+    return (await this.#db).transaction(stores, mode, { durability: 'relaxed' });
   }
 
   async list(): Promise<StoredRecord[]> {
-    const { pages } = await this.#tx('readonly');
-    const out: StoredRecord[] = [];
-    await new Promise<void>((resolve, reject) => {
-      const cursor = pages.openCursor();
-      cursor.onerror = () => reject(cursor.error);
-      cursor.onsuccess = () => {
-        const c = cursor.result;
-        if (!c) return resolve();
-        const row = c.value as Row;
-        out.push({ key: row.key, bytes: row.bytes.byteLength, used: row.used });
-        c.continue();
-      };
-    });
-    return out;
+    const tx = await this.#tx([META], 'readonly');
+    return (await request(tx.objectStore(META).getAll())) as Meta[];
   }
 
   async get(key: string): Promise<Uint8Array | undefined> {
-    const { tx, pages } = await this.#tx('readwrite');
-    const row = (await request(pages.get(key))) as Row | undefined;
-    if (row) pages.put({ ...row, used: Date.now() });
+    return (await this.getMany([key]))[0];
+  }
+
+  /** Every record of `keys` in one transaction, the requests issued at once; then marks them used. */
+  async getMany(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+    const tx = await this.#tx([PAGES], 'readonly');
+    const pages = tx.objectStore(PAGES);
+    const rows = await Promise.all(keys.map((key) => request(pages.get(key)) as Promise<Page | undefined>));
+    const found = rows.filter((r): r is Page => r !== undefined);
+    if (found.length > 0) {
+      const touch = await this.#tx([META], 'readwrite');
+      const meta = touch.objectStore(META);
+      const used = Date.now();
+      for (const r of found) meta.put({ key: r.key, bytes: r.bytes.byteLength, used } satisfies Meta);
+      await done(touch);
+    }
+    return rows.map((r) => r?.bytes);
+  }
+
+  async touch(records: StoredRecord[]): Promise<void> {
+    const tx = await this.#tx([META], 'readwrite');
+    for (const { key, bytes, used } of records) tx.objectStore(META).put({ key, bytes, used } satisfies Meta);
     await done(tx);
-    return row?.bytes;
   }
 
   async put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
-    const { tx, pages } = await this.#tx('readwrite');
+    const tx = await this.#tx([PAGES, META], 'readwrite');
+    const pages = tx.objectStore(PAGES);
+    const meta = tx.objectStore(META);
     const used = Date.now();
-    for (const { key, bytes } of records) pages.put({ key, bytes, used } satisfies Row);
+    for (const { key, bytes } of records) {
+      pages.put({ key, bytes } satisfies Page);
+      meta.put({ key, bytes: bytes.byteLength, used } satisfies Meta);
+    }
     await done(tx);
   }
 
   async delete(keys: string[]): Promise<void> {
-    const { tx, pages } = await this.#tx('readwrite');
-    for (const key of keys) pages.delete(key);
+    const tx = await this.#tx([PAGES, META], 'readwrite');
+    for (const key of keys) {
+      tx.objectStore(PAGES).delete(key);
+      tx.objectStore(META).delete(key);
+    }
     await done(tx);
   }
 
   async clear(): Promise<void> {
-    const { tx, pages } = await this.#tx('readwrite');
-    pages.clear();
+    const tx = await this.#tx([PAGES, META], 'readwrite');
+    tx.objectStore(PAGES).clear();
+    tx.objectStore(META).clear();
     await done(tx);
   }
 }

@@ -4,12 +4,31 @@
 // (after making room and retrying once) is given up: the cache goes on in memory and `status()` says why. A
 // generation never fails because of the store.
 import type { Engine } from '../builds.js';
-import { isFull, type PrefixStore } from './store.js';
+import { isFull, type PrefixStore, type StoredRecord } from './store.js';
 
 export interface StoreError {
   code: 'E_STORE_FULL' | 'E_STORE';
   message: string;
 }
+
+/** What one read from the store before a prompt did (`info().prefixCache.lastLoad`). */
+export interface StoreLoad {
+  /** Records read, and their bytes. */
+  records: number;
+  bytes: number;
+  /** Leading tokens of the prompt the prefix cache held in memory after it. */
+  tokens: number;
+  /** Milliseconds reading the store (its index too, on the first read). */
+  readMs: number;
+  /** Milliseconds the engine took to check the records and take them into memory. */
+  loadMs: number;
+}
+
+const now = () => performance.now();
+/** Tokens per page of the engine's prefix cache (crate/src/memory/prefix_cache.rs `PAGE_TOKENS`). */
+const PAGE_TOKENS = 16;
+/** Records read from the store at a time. */
+const READ_CHUNK = 16;
 
 export class Persistence {
   readonly #engine: Engine;
@@ -19,6 +38,8 @@ export class Persistence {
   #index: Map<string, { bytes: number; used: number }> | null = null;
   #writing: Promise<void> = Promise.resolve();
   #error: StoreError | null = null;
+  #lastLoad: StoreLoad | null = null;
+  #lastWrite = 0;
 
   constructor(engine: Engine, store: PrefixStore, budgetBytes: number) {
     this.#engine = engine;
@@ -27,9 +48,9 @@ export class Persistence {
     engine.prefixCachePersist(true);
   }
 
-  status(): { storedBytes: number | null; error: StoreError | null } {
+  status(): { storedBytes: number | null; error: StoreError | null; lastLoad: StoreLoad | null } {
     const stored = this.#index ? [...this.#index.values()].reduce((n, r) => n + r.bytes, 0) : null;
-    return { storedBytes: stored, error: this.#error };
+    return { storedBytes: stored, error: this.#error, lastLoad: this.#lastLoad };
   }
 
   async #indexed(): Promise<Map<string, { bytes: number; used: number }>> {
@@ -37,37 +58,84 @@ export class Persistence {
     return this.#index;
   }
 
-  /** Read the stored pages that extend what memory holds of `ids` (the prompt but its last token) into the cache. */
+  /**
+   * Read the stored pages that extend what memory holds of `ids` (the prompt but its last token) into the cache: in
+   * order, up to the first the store lacks, in chunks; the next chunk is read while the engine checks and takes one.
+   */
   async load(ids: Uint32Array): Promise<void> {
     if (this.#error) return;
     try {
       await this.#writing;
       const keys = this.#engine.prefixCacheMissing(ids);
+      let t = now();
       const index = await this.#indexed();
-      const records: Uint8Array[] = [];
-      for (const key of keys) {
-        if (!index.has(key)) break;
-        const bytes = await this.#store.get(key);
-        if (!bytes) break;
-        index.set(key, { bytes: bytes.byteLength, used: Date.now() });
-        records.push(bytes);
+      let n = 0;
+      while (n < keys.length && index.has(keys[n])) n++;
+      if (n === 0) return;
+      // Tokens memory holds before: the prompt's whole pages that `missing` did not name.
+      let held = (Math.floor(ids.length / PAGE_TOKENS) - keys.length) * PAGE_TOKENS;
+      const stats: StoreLoad = { records: 0, bytes: 0, tokens: held, readMs: 0, loadMs: 0 };
+      let next: Promise<Array<Uint8Array | undefined>> | null = this.#read(keys.slice(0, READ_CHUNK));
+      for (let at = 0; next; at += READ_CHUNK) {
+        const got = await next;
+        next = null;
+        let records = got.findIndex((r) => r === undefined);
+        if (records < 0) records = got.length;
+        const more = records === got.length && at + records < n;
+        if (more) next = this.#read(keys.slice(at + records, Math.min(n, at + records + READ_CHUNK)));
+        stats.readMs += now() - t;
+        if (records === 0) break;
+        t = now();
+        const chunk = got.slice(0, records) as Uint8Array[];
+        const used = Date.now();
+        for (let i = 0; i < records; i++) index.set(keys[at + i], { bytes: chunk[i].byteLength, used });
+        const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, chunk)) as { tokens: number; refused: Array<{ index: number }> };
+        stats.loadMs += now() - t;
+        t = now();
+        stats.records += records;
+        stats.bytes += chunk.reduce((sum, r) => sum + r.byteLength, 0);
+        stats.tokens = loaded.tokens;
+        this.#lastLoad = stats;
+        // Damaged, foreign or mislabeled records are never used again.
+        await this.#delete(loaded.refused.map((r) => keys[at + r.index]));
+        held += records * PAGE_TOKENS;
+        // A refusal ends the chain; so does a full cache (the engine took fewer pages than it was given).
+        if (loaded.refused.length > 0 || loaded.tokens < held) {
+          await next?.catch(() => {});
+          break;
+        }
       }
-      if (records.length === 0) return;
-      const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, records)) as { refused: Array<{ index: number }> };
-      // Damaged, foreign or mislabeled records are never used again.
-      await this.#delete(loaded.refused.map((r) => keys[r.index]));
     } catch (e) {
       this.#fail('E_STORE', e);
     }
   }
 
-  /** Write the pages the last generation added (in the background). */
-  save(): void {
+  /** Records of `keys` from the store, in order (`undefined` for any it lacks). */
+  #read(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+    const store = this.#store;
+    if (store.getMany) return store.getMany(keys);
+    return (async () => {
+      const out: Array<Uint8Array | undefined> = [];
+      for (const key of keys) {
+        const bytes = await store.get(key);
+        out.push(bytes);
+        if (!bytes) break;
+      }
+      return out;
+    })();
+  }
+
+  /**
+   * Write the pages the last generation added, and mark the stored pages of its whole `conversation` (prompt and
+   * answer) used (in the background).
+   */
+  save(conversation: Uint32Array): void {
     if (this.#error) return;
     const pairs = this.#engine.prefixCacheTakeUnsaved() as Array<[string, Uint8Array]>;
-    if (pairs.length === 0) return;
     const records = pairs.map(([key, bytes]) => ({ key, bytes }));
-    this.#writing = this.#writing.then(() => this.#write(records));
+    const path = this.#engine.prefixCacheKeys(conversation);
+    if (records.length === 0 && path.length === 0) return;
+    this.#writing = this.#writing.then(() => this.#write(records, path));
   }
 
   /** Wait for the writes in progress. */
@@ -81,31 +149,48 @@ export class Persistence {
     this.#index = new Map();
   }
 
-  async #write(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void> {
+  /**
+   * Put `records`, mark the stored pages of `path` (a conversation's page keys, from the first) used, and hold the
+   * budget, least recently used first. Along a path, each page counts as used a little later than the page after it:
+   * a page is dropped only after every stored page that follows it (those are never read without it), so a system
+   * prompt many conversations share stays as long as any of them.
+   */
+  async #write(records: Array<{ key: string; bytes: Uint8Array }>, path: string[]): Promise<void> {
     if (this.#error) return;
     try {
       const index = await this.#indexed();
-      try {
-        await this.#store.put(records);
-      } catch (e) {
-        if (!isFull(e)) throw e;
-        // Full: give up the older half of what is stored and try once more.
-        const oldest = [...index.entries()].sort((a, b) => a[1].used - b[1].used).slice(0, Math.ceil(index.size / 2));
-        await this.#delete(oldest.map(([key]) => key));
+      const oldestFirst = () => [...index.entries()].sort((a, b) => a[1].used - b[1].used);
+      if (records.length > 0) {
         try {
           await this.#store.put(records);
-        } catch (again) {
-          if (isFull(again)) return this.#fail('E_STORE_FULL', again);
-          throw again;
+        } catch (e) {
+          if (!isFull(e)) throw e;
+          // Full: give up the older half of what is stored and try once more.
+          await this.#delete(oldestFirst().slice(0, Math.ceil(index.size / 2)).map(([key]) => key));
+          try {
+            await this.#store.put(records);
+          } catch (again) {
+            if (isFull(again)) return this.#fail('E_STORE_FULL', again);
+            throw again;
+          }
         }
       }
-      const used = Date.now();
-      for (const r of records) index.set(r.key, { bytes: r.bytes.byteLength, used });
-      // Within the budget, oldest first.
+      // Strictly later than the last write, so that the order within one millisecond (below) stays apart from it.
+      const now = (this.#lastWrite = Math.max(Date.now(), this.#lastWrite + 1));
+      for (const r of records) index.set(r.key, { bytes: r.bytes.byteLength, used: now });
+      const touched: StoredRecord[] = [];
+      path.forEach((key, i) => {
+        const r = index.get(key);
+        if (!r) return;
+        r.used = now + (path.length - i) / (path.length + 1); // the first page latest, within the millisecond
+        touched.push({ key, bytes: r.bytes, used: r.used });
+      });
+      if (touched.length > 0) await this.#store.touch?.(touched);
+      // Within the budget, least recently used first.
       let total = [...index.values()].reduce((n, r) => n + r.bytes, 0);
       if (total > this.#budget) {
         const drop: string[] = [];
-        for (const [key, r] of [...index.entries()].sort((a, b) => a[1].used - b[1].used)) {
+        for (const [key, r] of oldestFirst()) {
           if (total <= this.#budget) break;
           drop.push(key);
           total -= r.bytes;

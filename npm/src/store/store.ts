@@ -16,6 +16,10 @@ export interface PrefixStore {
   list(): Promise<StoredRecord[]>;
   /** A record's bytes, or `undefined` if there is none; marks it used. */
   get(key: string): Promise<Uint8Array | undefined>;
+  /** Optional: `get` of several records at once (in one transaction, reads in parallel), in the order of `keys`. */
+  getMany?(keys: string[]): Promise<Array<Uint8Array | undefined>>;
+  /** Optional: set records' last use to the given `used` times (without it, a store's order holds for this process only). */
+  touch?(records: StoredRecord[]): Promise<void>;
   /** Write records (a full store throws, e.g. a `QuotaExceededError` or `ENOSPC`). */
   put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void>;
   delete(keys: string[]): Promise<void>;
