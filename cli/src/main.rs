@@ -5,6 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{Backend, ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
 use serde_json::json;
 
@@ -43,12 +44,20 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// Options every command takes.
-const COMMON: &[Opt] =
-    &[value("model", "M"), value("threads", "N"), value("ctx", "N"), value("backend", "auto|webgpu|cpu")];
+const COMMON: &[Opt] = &[
+    value("model", "M"),
+    value("threads", "N"),
+    value("ctx", "N"),
+    value("backend", "auto|webgpu|cpu"),
+    value("kv-cold", "f16|q8_0|q4_0"),
+    value("kv-hot", "N"),
+];
 
 const NOTES: &str = "\
 --model defaults to $RUVLLM_MODEL. --threads: default all cores. --ctx: the context window. --backend: default auto
 (a hardware GPU when there is one and the build has the `gpu` feature, else the CPU).
+--kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
+tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 `--name=value` is `--name value`. `--` ends the options: what follows is TEXT even if it begins with `-`.";
 
 /// The usage of `cmd`, or of every command.
@@ -113,6 +122,12 @@ fn load(args: &Args) -> Result<Arc<Model>, String> {
         None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
     };
     let model = Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
+    let cold: KvType = args.opt("kv-cold").unwrap_or("f16").parse().map_err(|e: ruvllm::Error| e.to_string())?;
+    let kv = KvCacheOptions { cold, hot_tokens: args.num("kv-hot", DEFAULT_HOT_TOKENS)? };
+    if args.flag("kv-hot") && !kv.is_tiered() {
+        return Err("--kv-hot needs --kv-cold q8_0 or q4_0".into());
+    }
+    let model = model.with_kv_cache(kv).map_err(|e| e.to_string())?;
     Ok(Arc::new(model))
 }
 
@@ -234,6 +249,7 @@ fn bench(args: &Args) -> CliResult {
             "prompt_tokens": s.prompt_tokens, "gen_tokens": s.generated_tokens,
             "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
             "peak_rss_mb": peak_rss_mb(), "model_mb": file_size as f64 / 1e6, "kv_cache_mb": sess.kv_cache_bytes() as f64 / 1e6,
+            "kv_cache": sess.model().kv_cache().cold.name(),
         })
     );
     Ok(())

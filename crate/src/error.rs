@@ -25,6 +25,9 @@ pub enum Error {
     InvalidArgument(String),
     /// An I/O error (native only), with the path.
     Io(String),
+    /// The KV cache's format cannot be had here: a quantized cold tier for a head size that is not whole
+    /// blocks, or a saved state of another KV format.
+    KvCache(String),
     /// The WebGPU backend could not run (`kind` says why); under `Backend::Auto` the CPU takes over instead.
     Gpu { kind: GpuFault, message: String },
 }
@@ -73,6 +76,7 @@ impl Error {
             Error::ContextOverflow { .. } => "E_CONTEXT_OVERFLOW",
             Error::InvalidArgument(_) => "E_INVALID_ARGUMENT",
             Error::Io(_) => "E_IO",
+            Error::KvCache(_) => "E_KV_CACHE",
             Error::Gpu { kind, .. } => kind.code(),
         }
     }
@@ -97,6 +101,7 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Io(m) => write!(f, "i/o: {m}"),
+            Error::KvCache(m) => write!(f, "kv cache: {m}"),
             Error::Gpu { kind, message } => write!(f, "webgpu ({}): {message}", kind.code()),
         }
     }

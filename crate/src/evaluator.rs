@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
 use crate::memory::prefix_cache::PAGE_TOKENS;
@@ -109,6 +109,21 @@ pub(crate) fn wait<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     }
 }
 
+/// The GPU keeps an f16 KV cache: a model with a quantized cold tier is a GPU fault of its own (so
+/// `Backend::Auto` runs it on the CPU, and `Backend::WebGpu` reports it).
+fn gpu_kv_cache(model: &Model) -> Result<()> {
+    match model.kv_cache().is_tiered() {
+        false => Ok(()),
+        true => Err(crate::gpu::gpu_error(
+            GpuFault::Unsupported,
+            format!(
+                "the two-tier KV cache ({} cold tier) runs on the CPU backend only; the WebGPU backend keeps an f16 KV cache",
+                model.kv_cache().cold.name()
+            ),
+        )),
+    }
+}
+
 pub(crate) struct Evaluator {
     model: Arc<Model>,
     n_ctx: usize,
@@ -146,7 +161,8 @@ impl Evaluator {
     ) -> Result<Evaluator> {
         let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
         let opts = Evaluator::gpu_options(backend, opts);
-        let gpu = (backend != Backend::Cpu).then(|| wait(GpuRunner::open(&model, n_ctx, n_batch, &opts)));
+        let gpu = (backend != Backend::Cpu)
+            .then(|| gpu_kv_cache(&model).and_then(|()| wait(GpuRunner::open(&model, n_ctx, n_batch, &opts))));
         Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
     }
 
@@ -161,8 +177,9 @@ impl Evaluator {
     ) -> Result<Evaluator> {
         let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
         let opts = Evaluator::gpu_options(backend, opts);
-        let gpu = match backend {
-            Backend::Cpu => None,
+        let gpu = match (backend, gpu_kv_cache(&model)) {
+            (Backend::Cpu, _) => None,
+            (_, Err(e)) => Some(Err(e)),
             _ => Some(GpuRunner::open(&model, n_ctx, n_batch, &opts).await),
         };
         Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
@@ -237,13 +254,13 @@ impl Evaluator {
         self.tokens.truncate(n);
     }
 
-    /// Bytes of the KV cache (f16 keys and values of every layer and position).
+    /// Bytes of the KV cache (keys and values of every layer and position, in the model's KV format).
     pub(crate) fn kv_cache_bytes(&self) -> usize {
         match &self.gpu {
             Some(gpu) => gpu.kv_cache_bytes(),
             None => {
                 let c = &self.model.config;
-                2 * c.n_layers * self.n_ctx * c.kv_dim() * 2
+                self.model.kv_cache().bytes(c.n_layers, c.kv_dim(), self.n_ctx)
             }
         }
     }
@@ -342,11 +359,9 @@ impl Evaluator {
     /// either backend): an error leaves the cache as it was.
     pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let id = self.model.id();
-        let refused = |e| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
-            let (tokens, kv) =
-                crate::memory::state::decode(bytes, &id, c.n_layers, c.kv_dim(), self.n_ctx).map_err(refused)?;
+            let (tokens, kv) = crate::memory::state::decode(bytes, &id, c.n_layers, c.kv_dim(), self.n_ctx)?;
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
@@ -356,7 +371,7 @@ impl Evaluator {
             }
         }
         let (_, kv, _) = self.cpu_state();
-        self.tokens = crate::memory::state::decode_into(bytes, &id, kv).map_err(refused)?;
+        self.tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
         Ok(())
     }
 
@@ -414,7 +429,8 @@ impl Evaluator {
     fn cpu_state(&mut self) -> (&Model, &mut KvCache, &mut RunState) {
         let (model, n_ctx, n_batch) = (&self.model, self.n_ctx, self.n_batch);
         let (kv, state) = self.cpu.get_or_insert_with(|| {
-            (KvCache::new(model.config.n_layers, model.config.kv_dim(), n_ctx), RunState::new(model, n_batch, n_ctx))
+            let (c, format) = (&model.config, model.kv_cache());
+            (KvCache::with_options(c.n_layers, c.kv_dim(), n_ctx, format), RunState::new(model, n_batch, n_ctx))
         });
         (model, kv, state)
     }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
+use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
 use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 
 pub(crate) fn js_error(e: Error) -> JsValue {
@@ -61,6 +62,24 @@ pub(crate) fn json<T: Serialize>(v: &T) -> String {
 
 pub(crate) fn parse<'a, T: Deserialize<'a>>(s: &'a str, what: &str) -> Result<T, JsValue> {
     serde_json::from_str(s).map_err(|e| js_error(Error::InvalidArgument(format!("{what}: {e}"))))
+}
+
+/// The KV cache option as the JS side sends it: `{cold: "f16" | "q8_0" | "q4_0", hotTokens?}`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct JsKvCache {
+    cold: String,
+    #[serde(default)]
+    hot_tokens: Option<usize>,
+}
+
+impl JsKvCache {
+    /// The model's KV cache option (absent: the default f16 cache).
+    pub(crate) fn options(kv: Option<JsKvCache>) -> Result<KvCacheOptions, JsValue> {
+        let Some(kv) = kv else { return Ok(KvCacheOptions::default()) };
+        let cold = kv.cold.parse().map_err(js_error)?;
+        Ok(KvCacheOptions { cold, hot_tokens: kv.hot_tokens.unwrap_or(DEFAULT_HOT_TOKENS) })
+    }
 }
 
 /// Generation options as the JS side sends them (camelCase; every field optional).
@@ -183,7 +202,7 @@ pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), Js
     let Ok((n_ctx, _)) = crate::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
         return Ok(()); // opening the session names this error
     };
-    let kv = c.n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(c.kv_dim()).saturating_mul(2);
+    let kv = model.kv_cache().bytes(c.n_layers, c.kv_dim(), n_ctx);
     let scores = 64usize.saturating_mul(c.n_heads).saturating_mul(n_ctx).saturating_mul(4);
     let row = [c.d_model, c.d_model, c.d_model, c.q_dim(), c.q_dim(), c.kv_dim(), c.kv_dim(), c.ffn_dim, c.ffn_dim];
     let activations = 64usize.saturating_mul(row.iter().fold(0, |a: usize, &w| a.saturating_add(w))).saturating_mul(4);
@@ -298,6 +317,11 @@ fn prefix_cache_info(model: &Model) -> serde_json::Value {
     })
 }
 
+/// The KV cache's format, as `info()` reports it: `{cold, hot_tokens}` (`hot_tokens` null for one f16 tier).
+fn kv_cache_info(kv: KvCacheOptions) -> serde_json::Value {
+    serde_json::json!({ "cold": kv.cold.name(), "hot_tokens": kv.is_tiered().then_some(kv.hot_tokens) })
+}
+
 /// Model facts (the `info()` JSON of both engines).
 pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> serde_json::Value {
     let c = &model.config;
@@ -306,6 +330,7 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
         "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
         "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
+        "kv_cache": kv_cache_info(model.kv_cache()),
         "threads": crate::parallel::threads(),
         "has_chat_template": model.chat_template().is_ok(),
         "prefix_cache": prefix_cache_info(model),
@@ -317,19 +342,22 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
 #[wasm_bindgen]
 impl Engine {
     /// Load a GGUF file from its bytes (copied into wasm memory). `n_ctx` 0 = the default context window.
+    /// `kv_cache_json`: the KV cache's format, `{cold: "q8_0" | "q4_0" | "f16", hotTokens?}` (absent: f16).
     #[wasm_bindgen(constructor)]
-    pub fn new(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
-        Engine::load(bytes, n_ctx)
+    pub fn new(bytes: Vec<u8>, n_ctx: usize, kv_cache_json: Option<String>) -> Result<Engine, JsValue> {
+        Engine::load(bytes, n_ctx, kv_cache_json.as_deref())
     }
 
     /// Load the GGUF file received in `buffer` (consumed, never copied).
     #[wasm_bindgen(js_name = fromBuffer)]
-    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize) -> Result<Engine, JsValue> {
-        Engine::load(buffer.bytes, n_ctx)
+    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize, kv_cache_json: Option<String>) -> Result<Engine, JsValue> {
+        Engine::load(buffer.bytes, n_ctx, kv_cache_json.as_deref())
     }
 
-    fn load(bytes: Vec<u8>, n_ctx: usize) -> Result<Engine, JsValue> {
-        let model = Arc::new(Model::from_bytes(bytes).map_err(js_error)?);
+    fn load(bytes: Vec<u8>, n_ctx: usize, kv_cache_json: Option<&str>) -> Result<Engine, JsValue> {
+        let kv = JsKvCache::options(kv_cache_json.map(|json| parse(json, "kvCache")).transpose()?)?;
+        let model = Model::from_bytes(bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
+        let model = Arc::new(model);
         probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;

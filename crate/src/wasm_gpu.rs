@@ -25,7 +25,7 @@ use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
     js_error, json, model_info, parse, persist, probe_score_memory, probe_session_memory, scores_json, step_to_js,
-    JsGenerateOptions, JsOutput, ModelBuffer,
+    JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
 };
 use crate::{ChatMessage, Model, SessionOptions, Step};
 
@@ -40,6 +40,9 @@ struct JsLoadOptions {
     /// Let "auto" use a software adapter (SwiftShader) too, as "webgpu" does.
     #[serde(default)]
     allow_software: bool,
+    /// The KV cache's format (`JsKvCache`): a quantized cold tier runs on the CPU.
+    #[serde(default)]
+    kv_cache: Option<JsKvCache>,
 }
 
 /// Why the CPU runs a request that asked for the GPU.
@@ -71,8 +74,8 @@ struct Inner {
 #[wasm_bindgen]
 impl GpuEngine {
     /// Load the GGUF file in `buffer` (consumed) onto the GPU. `options_json`: `{backend: "auto" |
-    /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?}`. Under "webgpu" a GPU failure rejects with its `E_GPU_*`
-    /// code; under "auto" the engine runs on the CPU instead.
+    /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?, kvCache?}`. Under "webgpu" a GPU failure rejects with its
+    /// `E_GPU_*` code (a two-tier `kvCache` is one: the GPU keeps f16); under "auto" the engine runs on the CPU instead.
     pub async fn load(
         buffer: ModelBuffer,
         n_ctx: usize,
@@ -80,7 +83,8 @@ impl GpuEngine {
     ) -> std::result::Result<GpuEngine, JsValue> {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
-        let model = Arc::new(Model::from_bytes(buffer.bytes).map_err(js_error)?);
+        let kv = JsKvCache::options(opts.kv_cache)?;
+        let model = Arc::new(Model::from_bytes(buffer.bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?);
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,

@@ -1,15 +1,15 @@
 #![no_main]
 //! Any bytes as persisted prefix-cache pages (what a store gives back after a restart): refused with a reason,
 //! or a page whose tokens, key chain and KV are what the cache then restores. The input is up to three records,
-//! each after its length (u32, little-endian), loaded in order after a prompt of the tokens they say they hold.
+//! each after its length (u32, little-endian), loaded in order after a prompt of the tokens they say they hold,
+//! by an f16 cache and by caches of a two-tier cache's cold types.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::kv_cache::KvCache;
+use ruvllm::kv_cache::{KvCache, KvCacheOptions, KvType};
 use ruvllm::memory::record::{decode, ModelId, PageLayout};
 use ruvllm::memory::{PrefixCache, PAGE_TOKENS};
 
 const N_LAYERS: usize = 2;
-const KV_DIM: usize = 4;
 
 fuzz_target!(|data: &[u8]| {
     let mut records = Vec::new();
@@ -22,13 +22,19 @@ fuzz_target!(|data: &[u8]| {
         rest = &body[take..];
     }
     let model = ModelId([0; 32]);
-    let layout = PageLayout { n_layers: N_LAYERS, kv_dim: KV_DIM, page_tokens: PAGE_TOKENS };
+    for (kv_type, kv_dim) in [(KvType::F16, 4), (KvType::Q8_0, 32), (KvType::Q4_0, 32)] {
+        check(&records, &model, kv_type, kv_dim);
+    }
+});
+
+fn check(records: &[&[u8]], model: &ModelId, kv_type: KvType, kv_dim: usize) {
+    let layout = PageLayout { n_layers: N_LAYERS, kv_dim, page_tokens: PAGE_TOKENS, kv: kv_type };
     let mut prompt = Vec::new();
-    for r in &records {
-        match decode(r, &model, &layout) {
+    for r in records {
+        match decode(r, model, &layout) {
             Ok(page) => {
                 assert_eq!(page.tokens.len(), PAGE_TOKENS);
-                assert_eq!(page.kv.len(), layout.values());
+                assert_eq!(page.kv.len(), layout.kv_bytes());
                 assert_eq!(page.parent.next(&page.tokens), page.key);
                 prompt.extend_from_slice(&page.tokens);
             }
@@ -38,9 +44,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let cache = PrefixCache::new(model, N_LAYERS, KV_DIM, 1 << 20);
-    let loaded = cache.load(&prompt, &records);
+    let cache = PrefixCache::new(*model, N_LAYERS, kv_dim, kv_type, 1 << 20);
+    let loaded = cache.load(&prompt, records);
     assert!(loaded.tokens <= prompt.len() && loaded.tokens % PAGE_TOKENS == 0);
-    let mut kv = KvCache::new(N_LAYERS, KV_DIM, prompt.len().max(1));
+    let opts = KvCacheOptions { cold: kv_type, hot_tokens: 32 };
+    let mut kv = KvCache::with_options(N_LAYERS, kv_dim, prompt.len().max(1), opts);
     assert_eq!(cache.restore(&prompt, 0, &mut kv), loaded.tokens);
-});
+}

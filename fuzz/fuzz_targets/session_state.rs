@@ -1,15 +1,22 @@
 #![no_main]
 //! Any bytes as a saved conversation (`Session::save_state`'s format, what a caller hands back to
-//! `restore_state`): refused with a reason, or tokens and keys and values that fit the context.
+//! `restore_state`): refused with a reason, or tokens and keys and values that fit the context. The same
+//! bytes go to an f16 cache and to two-tier caches of each cold type.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::kv_cache::KvCache;
+use ruvllm::kv_cache::{KvCache, KvCacheOptions, KvType};
 use ruvllm::memory::record::ModelId;
 use ruvllm::memory::state::decode_into;
 
 fuzz_target!(|data: &[u8]| {
-    let mut kv = KvCache::new(2, 4, 32);
-    if let Ok(tokens) = decode_into(data, &ModelId([0; 32]), &mut kv) {
-        assert!(tokens.len() <= kv.n_ctx);
+    let caches = [
+        KvCache::new(2, 4, 32),
+        KvCache::with_options(2, 32, 64, KvCacheOptions { cold: KvType::Q8_0, hot_tokens: 32 }),
+        KvCache::with_options(2, 32, 64, KvCacheOptions { cold: KvType::Q4_0, hot_tokens: 0 }),
+    ];
+    for mut kv in caches {
+        if let Ok(tokens) = decode_into(data, &ModelId([0; 32]), &mut kv) {
+            assert!(tokens.len() <= kv.n_ctx && kv.len() == tokens.len() && kv.n_cold() <= kv.len());
+        }
     }
 });

@@ -14,7 +14,7 @@ export interface Glue {
   default(init: { module_or_path: Uint8Array | URL }): Promise<unknown>;
   /** wasm-bindgen-rayon's pool start (threaded build only). */
   initThreadPool?(threads: number): Promise<unknown>;
-  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number): Engine };
+  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number, kvCacheJson?: string): Engine };
   /** The WebGPU engine (crate/src/wasm_gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
   GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;

@@ -2,7 +2,7 @@
 // `ruvllm` for Node: the native CLI's commands, flags and JSON output (cli/src/main.rs), on the wasm engine.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult } from './node.js';
+import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type KvCacheType } from './node.js';
 
 /** One option a command takes: a boolean flag when it has no `value` (what the value is called in the usage). */
 interface Opt {
@@ -52,11 +52,20 @@ const COMMANDS: Command[] = [
 ];
 
 /** Options every command takes. */
-const COMMON: Opt[] = [value('model', 'M'), value('threads', 'N'), value('ctx', 'N'), value('backend', 'auto|webgpu|cpu')];
+const COMMON: Opt[] = [
+  value('model', 'M'),
+  value('threads', 'N'),
+  value('ctx', 'N'),
+  value('backend', 'auto|webgpu|cpu'),
+  value('kv-cold', 'f16|q8_0|q4_0'),
+  value('kv-hot', 'N'),
+];
 
 const NOTES = `--model defaults to $RUVLLM_MODEL. --threads: default the cores, at most 8; 1 = the single-thread build.
 --ctx: the context window. --backend: default auto (WebGPU when navigator.gpu offers an adapter, e.g. the npm
 \`webgpu\` package in Node, see the README; else the CPU).
+--kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
+tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 \`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
 
 /** `head` and the words after it, wrapped at 100 columns; continuation lines are indented under the first word. */
@@ -181,9 +190,12 @@ async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
   const backend = args.opt('backend') ?? 'auto';
   if (!['auto', 'cpu', 'webgpu', 'gpu'].includes(backend)) throw new Error(`backend '${backend}' is not one of auto, webgpu, cpu`);
   const threads = args.num('threads', 0);
+  const cold = args.opt('kv-cold') ?? 'f16';
+  if (args.opt('kv-hot') !== undefined && cold === 'f16') throw new Error('--kv-hot needs --kv-cold q8_0 or q4_0');
+  const kvCache = { cold: cold as KvCacheType, ...(args.opt('kv-hot') !== undefined && { hotTokens: args.num('kv-hot', 128) }) };
   const t0 = performance.now();
   try {
-    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0), threads: threads || undefined, backend: backend as Backend });
+    const llm = await LLM.load(path, { contextSize: args.num('ctx', 0), threads: threads || undefined, backend: backend as Backend, kvCache });
     return { llm, loadMs: performance.now() - t0 };
   } catch (e) {
     throw new Error(`${path}: ${(e as Error).message}`, { cause: e });
@@ -321,6 +333,7 @@ async function bench(args: Args): Promise<void> {
     engine: 'ruvllm-wasm', backend: info.backend, threads: info.threads, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
     load_ms: loadMs, prefill_tok_s: r.timings.prefillTokensPerSecond, decode_tok_s: r.timings.decodeTokensPerSecond,
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
+    kv_cache: info.kvCache.cold,
   });
 }
 

@@ -106,6 +106,26 @@ export interface LoadOptions {
    * given up (the cache goes on in memory; `info().prefixCache.storeError` says why).
    */
   prefixCache?: { budgetBytes?: number; store?: 'indexeddb' | string | PrefixStore; storeBudgetBytes?: number };
+  /**
+   * The KV cache's format. By default every position's keys and values are f16. `cold: 'q8_0'` (or `'q4_0'`) makes a
+   * two-tier cache: the most recent `hotTokens` positions (default 128, a multiple of 32; at most 31 more) stay f16,
+   * older ones are stored in 32-position blocks of q8_0 (q4_0), so the cache takes less memory (the KV memory figures
+   * are in the README), and the prefix cache's pages and stored records shrink alike. The CPU engine runs it: with
+   * `backend: 'webgpu'` it is an `E_GPU_UNSUPPORTED` error, and `auto` runs on the CPU (`info().fallback` says why).
+   * A model whose head size is not a multiple of 32 refuses it (`E_KV_CACHE`).
+   */
+  kvCache?: KvCacheOptions;
+}
+
+/** How keys and values are stored: f16, or q8_0 / q4_0 blocks (a two-tier cache's cold tier). */
+export type KvCacheType = 'f16' | 'q8_0' | 'q4_0';
+
+/** `LoadOptions.kvCache`. */
+export interface KvCacheOptions {
+  /** The type of positions older than the hot window; `'f16'` keeps one f16 tier (the default). */
+  cold: KvCacheType;
+  /** Positions kept in f16 (a multiple of 32, default 128). */
+  hotTokens?: number;
 }
 
 /** The prefix cache's state (`info().prefixCache`). */
@@ -142,6 +162,8 @@ export interface ModelInfo {
   contextSize: number;
   fileBytes: number;
   kvCacheBytes: number;
+  /** The KV cache's format (`LoadOptions.kvCache`): `hotTokens` is null for a one-tier f16 cache. */
+  kvCache: { cold: KvCacheType; hotTokens: number | null };
   /** The wasm instance's memory now (shared by every model loaded in it). */
   wasmMemoryBytes: number;
   simd128: boolean;
@@ -248,6 +270,7 @@ export class LLM {
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
     const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false, prefixCache } = options;
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
+    const kvCache = checkKvCache(options.kvCache);
     const budgetBytes = prefixCache?.budgetBytes;
     if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes < 0)) {
       throw invalid(`prefixCache.budgetBytes must be an integer >= 0, got ${budgetBytes}`);
@@ -291,13 +314,13 @@ export class LLM {
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
       if (wasm.build === 'wasm-gpu') {
-        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware) });
+        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware), kvCache });
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
           throw engineError(e, wasm);
         });
         return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
       }
-      const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize));
+      const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize, kvCache && JSON.stringify(kvCache)));
       return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
     } catch (e) {
       buffer?.free();
@@ -586,6 +609,23 @@ function openStore(spec: 'indexeddb' | string | PrefixStore): PrefixStore {
   throw invalid("prefixCache.store must be 'indexeddb', a directory path (Node) or a PrefixStore");
 }
 
+const KV_CACHE_TYPES: readonly KvCacheType[] = ['f16', 'q8_0', 'q4_0'];
+
+/** Check `LoadOptions.kvCache`'s types (the engine checks the hot window against the model); undefined: f16. */
+function checkKvCache(kv: KvCacheOptions | undefined): KvCacheOptions | undefined {
+  if (kv === undefined) return undefined;
+  if (typeof kv !== 'object' || kv === null) throw invalid('kvCache must be an object');
+  for (const key of Object.keys(kv)) {
+    if (key !== 'cold' && key !== 'hotTokens') throw invalid(`unknown kvCache option '${key}'`);
+  }
+  if (!KV_CACHE_TYPES.includes(kv.cold)) throw invalid(`kvCache.cold must be one of ${KV_CACHE_TYPES.join(', ')}, got ${String(kv.cold)}`);
+  const { hotTokens } = kv;
+  if (hotTokens !== undefined && (!Number.isSafeInteger(hotTokens) || hotTokens < 0)) {
+    throw invalid(`kvCache.hotTokens must be an integer >= 0, got ${String(hotTokens)}`);
+  }
+  return { cold: kv.cold, ...(hotTokens !== undefined && { hotTokens }) };
+}
+
 function parseInfo(
   json: string,
 ): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
@@ -604,6 +644,7 @@ function parseInfo(
     contextSize: i.n_ctx,
     fileBytes: i.file_bytes,
     kvCacheBytes: i.kv_cache_bytes,
+    kvCache: { cold: i.kv_cache.cold, hotTokens: i.kv_cache.hot_tokens ?? null },
     wasmMemoryBytes: i.wasm_memory_bytes,
     simd128: i.simd128,
     hasChatTemplate: i.has_chat_template,

@@ -15,6 +15,7 @@ mod support;
 
 use std::sync::Arc;
 
+use ruvllm::kv_cache::{KvCacheOptions, KvType};
 use ruvllm::memory::PAGE_TOKENS;
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
@@ -336,6 +337,23 @@ fn a_saved_conversation_continues_in_another_session() {
         assert_eq!(b.tokens().len(), prompt.len() + first.ids.len() - 1, "{file}");
         let got = b.generate(&turn2, greedy(4), None, |_| {}).unwrap();
         assert_eq!((got.ids, got.stats.cached_tokens), (want.ids, want.stats.cached_tokens), "{file}");
+    }
+}
+
+/// The tiny models' heads are 16 wide: a quantized cold tier, whose blocks of 32 values must not straddle heads, is
+/// refused with `E_KV_CACHE` where the model takes the option; the f16 cache (the default) is taken.
+#[test]
+fn a_cold_tier_needs_heads_of_whole_blocks() {
+    for file in [LLAMA_SPM, QWEN2] {
+        let bytes = support::read_file(&format!("{}/{file}", fixtures_dir()));
+        for cold in [KvType::Q8_0, KvType::Q4_0] {
+            let e = Model::from_bytes(bytes.clone()).unwrap().with_kv_cache(KvCacheOptions::tiered(cold)).err();
+            let e = e.expect("refused");
+            assert_eq!(e.code(), "E_KV_CACHE", "{file}: {e}");
+            assert!(e.to_string().contains("head size"), "{file}: {e}");
+        }
+        let model = Model::from_bytes(bytes).unwrap().with_kv_cache(KvCacheOptions::default()).unwrap();
+        assert_eq!(model.kv_cache().cold, KvType::F16);
     }
 }
 

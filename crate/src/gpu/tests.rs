@@ -592,8 +592,7 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
     let shape = c.attention_shape();
     let n = q.len() / c.q_dim();
     let mut out = vec![0f32; q.len()];
-    let (keys, values) = (cache.layers[0].keys(), cache.layers[0].values());
-    attention(&shape, q, keys, values, pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
+    attention(&shape, q, &cache.layers[0].view(), pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
     out
 }
 

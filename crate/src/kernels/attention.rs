@@ -1,14 +1,18 @@
 //! Causal grouped-query attention of new queries over the KV cache.
 //!
 //! For each query row (a token at absolute position `p`) and head `h`, attend to cached positions
-//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored as f16 (as llama.cpp's
-//! default cache), a row of `n_kv_heads × head_dim` per position; scores and the softmax are f32.
+//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored a row of
+//! `n_kv_heads × head_dim` per position, as f16 (as llama.cpp's default cache) or, for the positions of
+//! a two-tier cache's cold tier, as Q8_0 or Q4_0 blocks along the row ([`KvRows`]); scores and the
+//! softmax are f32.
 
 use std::ops::Range;
 
 use crate::kernels::exp::{exp, Exp};
 use crate::kernels::f16::{self, F32Rows, Rows};
 use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
+use crate::quant::kv::{self, KvBlock, KV_BLOCK};
+use crate::quant::{BlockQ4_0, BlockQ8_0};
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
@@ -17,7 +21,8 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// on how the blocks are spread over tasks.
 const BLOCK: usize = 32;
 
-/// Query rows of a batch that share each block of cached keys and values (converted to f32 once for all of them).
+/// Query rows of a batch that share each block of cached keys and values (an f16 block is converted to f32 once
+/// for all of them).
 const GROUP_TOKENS: usize = 4;
 
 pub struct AttentionShape {
@@ -40,6 +45,48 @@ impl AttentionShape {
     }
 }
 
+/// A layer's cached keys and values as attention reads them: positions `0..n_cold` in the cold tier, the
+/// others as f16 rows from position `n_cold` on (position `j` at row `j - n_cold` of `keys` and `values`).
+/// `n_cold` is a multiple of [`BLOCK`], so a block of positions lies in one tier.
+#[derive(Clone, Copy)]
+pub struct KvRows<'a> {
+    pub n_cold: usize,
+    pub cold: ColdRows<'a>,
+    pub keys: &'a [[u8; 2]],
+    pub values: &'a [[u8; 2]],
+}
+
+/// The cold tier's keys and values: a row of `n_kv_heads × head_dim / 32` blocks per position.
+#[derive(Clone, Copy)]
+pub enum ColdRows<'a> {
+    None,
+    Q8_0 { keys: &'a [BlockQ8_0], values: &'a [BlockQ8_0] },
+    Q4_0 { keys: &'a [BlockQ4_0], values: &'a [BlockQ4_0] },
+}
+
+impl<'a> KvRows<'a> {
+    /// Every position as f16 rows (a one-tier cache).
+    pub fn f16(keys: &'a [[u8; 2]], values: &'a [[u8; 2]]) -> KvRows<'a> {
+        KvRows { n_cold: 0, cold: ColdRows::None, keys, values }
+    }
+
+    /// Positions held, checked against the shape.
+    fn positions(&self, shape: &AttentionShape) -> usize {
+        let kv_dim = shape.kv_dim();
+        let cold_rows = |blocks: usize| {
+            assert!(shape.head_dim.is_multiple_of(KV_BLOCK), "a cold tier needs whole blocks per head");
+            blocks / (kv_dim / KV_BLOCK)
+        };
+        let cold = match self.cold {
+            ColdRows::None => 0,
+            ColdRows::Q8_0 { keys, values } => cold_rows(keys.len().min(values.len())),
+            ColdRows::Q4_0 { keys, values } => cold_rows(keys.len().min(values.len())),
+        };
+        assert!(cold >= self.n_cold && self.n_cold.is_multiple_of(BLOCK), "the cold tier holds whole blocks");
+        self.n_cold + self.keys.len().min(self.values.len()) / kv_dim
+    }
+}
+
 /// Scratch of [`attention`] for up to `n_tokens` query rows over up to `n_ctx` cached positions.
 pub struct AttentionScratch {
     scores: LineBuf, // per-row tasks: [n_tokens × n_heads × n_ctx]; one row: [n_heads × blocks × BLOCK]
@@ -56,24 +103,25 @@ impl AttentionScratch {
 }
 
 /// `q`: [n_tokens × n_heads·head_dim], token `t` at position `pos0 + t`. Writes `out` (same shape as `q`).
-/// `keys`, `values`: the layer's cache, f16, a row of `n_kv_heads × head_dim` per position, holding at
-/// least positions `0..pos0 + n_tokens`.
+/// `kv`: the layer's cache, holding at least positions `0..pos0 + n_tokens`.
 ///
 /// The softmax over a row's cached positions is computed in blocks of [`BLOCK`] positions, each block's
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
 /// query heads that share a KV head are handled together, so each cached key and value is converted
-/// from f16 once for all of them. A batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): it
-/// converts each block's keys and values to f32 once for its tokens (at long contexts, re-reading and converting
-/// the cache for every token was most of a prefill's time), and does each token's blocks in order. A single row
+/// (from f16, or unpacked from its blocks) once for all of them. A block of positions lies in one tier. A
+/// batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): it converts each hot block's f16 keys
+/// and values to f32 once for its tokens (at long contexts, re-reading and converting the cache for every
+/// token was most of a prefill's time), and does each token's blocks in order; a cold block's rows are
+/// unpacked from their blocks by the quantized kernels as each token reads them (`quant::kv`). A single row
 /// (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
 /// default model, so there each task is one block of one KV head, and the calling thread folds the
-/// parts after the loop. Both do the same float operations in the same order: the results are
-/// identical either way.
+/// parts after the loop. Both do the same float operations in the same order (a block's f16 rows give the
+/// same bits converted before or as they are read): the results are identical either way, and do not
+/// depend on the number of threads.
 pub fn attention(
     shape: &AttentionShape,
     q: &[f32],
-    keys: &[[u8; 2]],
-    values: &[[u8; 2]],
+    kv: &KvRows,
     pos0: usize,
     out: &mut [f32],
     scratch: &mut AttentionScratch,
@@ -84,7 +132,7 @@ pub fn attention(
     let span = pos0 + n_tokens; // cached positions visible to the last token
     let (group, part) = (shape.group(), shape.part_len());
     assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
-    assert!(keys.len() >= span * shape.kv_dim() && values.len() >= span * shape.kv_dim(), "cache too short");
+    assert!(kv.positions(shape) >= span, "cache too short");
     let scale = 1.0 / (head_dim as f32).sqrt();
     let out_ptr = SharedMut::new(out);
     let scores_len = scratch.scores.len();
@@ -93,18 +141,6 @@ pub fn attention(
     let parts = SharedMut::new(&mut scratch.parts);
     // The group of token `t` and KV head `kvh`: its query heads, output heads and score rows are contiguous.
     let first = |t: usize, kvh: usize| t * n_heads + kvh * group;
-    // Block `js` of KV head `kvh` for token `t`, its rows read from the f16 cache.
-    let block = |t: usize, kvh: usize, js: Range<usize>, sc: &mut [f32], stride: usize, parts: &mut [f32]| {
-        let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-        let row_of = |cached, j| head_row(shape, cached, kvh, j);
-        let mut k: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
-        let mut v: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
-        let n = js.len();
-        for (i, j) in js.enumerate() {
-            (k[i], v[i]) = (row_of(keys, j), row_of(values, j));
-        }
-        attend_block(shape, qg, &k[..n], &v[..n], scale, sc, stride, parts);
-    };
 
     if n_tokens == 1 {
         let n_ctx = pos0 + 1;
@@ -124,7 +160,9 @@ pub fn attention(
                 // SAFETY: each task owns its block's scores and parts.
                 let sc = unsafe { scores.slice((kvh * blocks + b) * group * BLOCK, group * BLOCK) };
                 let p = unsafe { parts.slice(slot(kvh, b), group * part) };
-                block(0, kvh, b * BLOCK..((b + 1) * BLOCK).min(n_ctx), sc, BLOCK, p);
+                let qg = &q[first(0, kvh) * head_dim..][..group * head_dim];
+                let js = b * BLOCK..((b + 1) * BLOCK).min(n_ctx);
+                attend_cached(shape, kv, kvh, js, None, qg, scale, sc, BLOCK, p);
             }
         });
         // SAFETY: the loop is over; this thread alone uses the buffers now.
@@ -149,26 +187,21 @@ pub fn attention(
     let groups = n_tokens.div_ceil(GROUP_TOKENS);
     let n_tasks = groups * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
-        // A block's keys and values, converted once for every token of the group.
+        // A hot block's keys and values, converted once for every token of the group.
         let (mut k32, mut v32) = (vec![0f32; BLOCK * head_dim], vec![0f32; BLOCK * head_dim]);
-        let mut row_refs: [&[[u8; 2]]; BLOCK] = [&[]; BLOCK];
         for task in tasks {
             // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
             let task = n_tasks - 1 - task;
             let (tg, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let tokens = tg * GROUP_TOKENS..(n_tokens).min((tg + 1) * GROUP_TOKENS);
             let last_ctx = pos0 + tokens.end; // positions the group's last token sees
-            let row_of = |cached, j| head_row(shape, cached, kvh, j);
             for j0 in (0..last_ctx).step_by(BLOCK) {
-                let rows = (last_ctx - j0).min(BLOCK);
-                for (i, r) in row_refs[..rows].iter_mut().enumerate() {
-                    *r = row_of(keys, j0 + i);
+                let js = j0..last_ctx.min(j0 + BLOCK);
+                let hot = js.start >= kv.n_cold;
+                if hot {
+                    f16::rows_to_f32(&hot_rows(shape, kv.keys, kv, kvh, &js), &mut k32);
+                    f16::rows_to_f32(&hot_rows(shape, kv.values, kv, kvh, &js), &mut v32);
                 }
-                f16::rows_to_f32(&row_refs[..rows], &mut k32);
-                for (i, r) in row_refs[..rows].iter_mut().enumerate() {
-                    *r = row_of(values, j0 + i);
-                }
-                f16::rows_to_f32(&row_refs[..rows], &mut v32);
                 for t in tokens.clone() {
                     let n_ctx = pos0 + t + 1;
                     if j0 >= n_ctx {
@@ -180,12 +213,12 @@ pub fn attention(
                     let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
                     let (acc, next) =
                         unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
-                    let k = F32Rows { data: &k32[..n * head_dim], d: head_dim };
-                    let v = F32Rows { data: &v32[..n * head_dim], d: head_dim };
+                    let hot32 = hot.then_some((&k32[..], &v32[..]));
+                    let sc = &mut sc[j0..];
                     if j0 == 0 {
-                        attend_block(shape, qg, &k, &v, scale, &mut sc[j0..], span, acc);
+                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, acc);
                     } else {
-                        attend_block(shape, qg, &k, &v, scale, &mut sc[j0..], span, next);
+                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, next);
                         acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
                     }
                 }
@@ -202,30 +235,108 @@ pub fn attention(
     });
 }
 
-/// KV head `kvh`'s row of position `j` in a layer's cached keys or values.
-fn head_row<'a>(shape: &AttentionShape, cached: &'a [[u8; 2]], kvh: usize, j: usize) -> &'a [[u8; 2]] {
-    &cached[j * shape.kv_dim() + kvh * shape.head_dim..][..shape.head_dim]
+/// Block `js` of KV head `kvh` (positions of one tier) for the query heads `qg`: [`attend_block`] over its
+/// rows where they are. A cold block's rows are read from their quantized blocks; a hot block's from `hot32`,
+/// its keys and values converted to f32 before (rows from the block's first position: a batch's group of
+/// tokens shares them), else from the f16 rows, converted as they are read.
+#[allow(clippy::too_many_arguments)]
+fn attend_cached(
+    shape: &AttentionShape,
+    kv: &KvRows,
+    kvh: usize,
+    js: Range<usize>,
+    hot32: Option<(&[f32], &[f32])>,
+    qg: &[f32],
+    scale: f32,
+    sc: &mut [f32],
+    stride: usize,
+    parts: &mut [f32],
+) {
+    let cold = js.start < kv.n_cold;
+    debug_assert!(!cold || js.end <= kv.n_cold, "a block lies in one tier");
+    match (cold, kv.cold) {
+        (false, _) => match hot32 {
+            Some((k, v)) => {
+                let (d, n) = (shape.head_dim, js.len());
+                let (k, v) = (F32Rows { data: &k[..n * d], d }, F32Rows { data: &v[..n * d], d });
+                attend_block(shape, qg, &Hot(&k), &Hot(&v), scale, sc, stride, parts)
+            }
+            None => {
+                let (k, v) = (hot_rows(shape, kv.keys, kv, kvh, &js), hot_rows(shape, kv.values, kv, kvh, &js));
+                attend_block(shape, qg, &Hot(&*k), &Hot(&*v), scale, sc, stride, parts)
+            }
+        },
+        (true, ColdRows::Q8_0 { keys, values }) => {
+            let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
+            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+        }
+        (true, ColdRows::Q4_0 { keys, values }) => {
+            let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
+            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+        }
+        (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
+    }
+}
+
+/// One block's cached keys or values of one KV head as [`attend_block`] reads them.
+trait BlockRows {
+    fn count(&self) -> usize;
+    /// `out[g * stride + i] = dot(q[g], row i) * scale` for each head `g` of `q`; `row`: scratch of a row.
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]);
+    /// `o[g * o_stride..] += w[g * w_stride + i] * row i`, `i` in order, for each head `g`.
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, row: &mut [f32]);
+}
+
+/// Hot rows: f16, converted as they are read or before ([`Rows`]).
+struct Hot<'r, R: ?Sized>(&'r R);
+
+impl<R: Rows + ?Sized> BlockRows for Hot<'_, R> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, row: &mut [f32]) {
+        f16::scores(q, self.0, scale, out, stride, row)
+    }
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, row: &mut [f32]) {
+        f16::weighted_sums(self.0, w, w_stride, o, o_stride, row)
+    }
+}
+
+/// Cold rows: Q8_0 or Q4_0 blocks, unpacked as they are read.
+struct Cold<'r, 'a, B>(&'r [&'a [B]]);
+
+impl<B: KvBlock> BlockRows for Cold<'_, '_, B> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn scores(&self, q: &[f32], scale: f32, out: &mut [f32], stride: usize, _: &mut [f32]) {
+        kv::scores(q, self.0, scale, out, stride)
+    }
+    fn weighted_sums(&self, w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize, _: &mut [f32]) {
+        kv::weighted_sums(self.0, w, w_stride, o, o_stride)
+    }
 }
 
 /// Each head of a group (queries `qg`, back to back) over the cached keys `k` and values `v` of one block of
-/// positions of one KV head: `[m, l, o..]` per head into `parts`, with `m` the largest score, `l = Σ e^(s - m)` and
-/// `o = Σ e^(s - m) · v`. Head `g`'s score of the block's position `i` goes to `sc[g * stride + i]`.
+/// positions of one KV head (so of one tier): `[m, l, o..]` per head into `parts`, with `m` the largest score,
+/// `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v`. Head `g`'s score of the block's position `i` goes to
+/// `sc[g * stride + i]`.
 #[allow(clippy::too_many_arguments)]
-fn attend_block<R: Rows + ?Sized>(
+fn attend_block<K: BlockRows>(
     shape: &AttentionShape,
     qg: &[f32],
-    k: &R,
-    v: &R,
+    k: &K,
+    v: &K,
     scale: f32,
     sc: &mut [f32],
     stride: usize,
     parts: &mut [f32],
 ) {
     let mut row = [0f32; MAX_HEAD_DIM];
-    let row = &mut row[..shape.head_dim]; // scratch: one cached key or value as f32
+    let row = &mut row[..shape.head_dim]; // scratch: one cached f16 key or value as f32
     let n = k.count();
     assert!(n <= BLOCK && v.count() == n, "a block has at most {BLOCK} positions");
-    f16::scores(qg, k, scale, sc, stride, row);
+    k.scores(qg, scale, sc, stride, row);
     let e = Exp::new();
     for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let s = &mut sc[g * stride..][..n];
@@ -235,7 +346,55 @@ fn attend_block<R: Rows + ?Sized>(
         p[1] = s.iter().sum();
         p[2..].fill(0.0);
     }
-    f16::weighted_sums(v, sc, stride, &mut parts[2..], shape.part_len(), row);
+    v.weighted_sums(sc, stride, &mut parts[2..], shape.part_len(), row);
+}
+
+/// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
+fn hot_rows<'a>(
+    shape: &AttentionShape,
+    cached: &'a [[u8; 2]],
+    kv: &KvRows,
+    kvh: usize,
+    js: &Range<usize>,
+) -> ArrayRows<'a, [u8; 2]> {
+    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
+    let rows = js.clone().map(|j| &cached[(j - kv.n_cold) * kv_dim + kvh * head_dim..][..head_dim]);
+    ArrayRows::new(rows)
+}
+
+/// KV head `kvh`'s blocks of cold positions `js` in `cached` (the cold tier's keys or values).
+fn cold_rows<'a, B: KvBlock>(
+    shape: &AttentionShape,
+    cached: &'a [B],
+    kvh: usize,
+    js: &Range<usize>,
+) -> ArrayRows<'a, B> {
+    let (head_blocks, row_blocks) = (shape.head_dim / KV_BLOCK, shape.kv_dim() / KV_BLOCK);
+    ArrayRows::new(js.clone().map(|j| &cached[j * row_blocks + kvh * head_blocks..][..head_blocks]))
+}
+
+/// At most a block's rows, on the stack.
+struct ArrayRows<'a, T> {
+    rows: [&'a [T]; BLOCK],
+    n: usize,
+}
+
+impl<'a, T> ArrayRows<'a, T> {
+    fn new(rows: impl Iterator<Item = &'a [T]>) -> Self {
+        let mut out = ArrayRows { rows: [&[] as &[T]; BLOCK], n: 0 };
+        for (slot, row) in out.rows.iter_mut().zip(rows) {
+            *slot = row;
+            out.n += 1;
+        }
+        out
+    }
+}
+
+impl<'a, T> std::ops::Deref for ArrayRows<'a, T> {
+    type Target = [&'a [T]];
+    fn deref(&self) -> &Self::Target {
+        &self.rows[..self.n]
+    }
 }
 
 /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
@@ -265,12 +424,60 @@ fn finish(acc: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::quant::act::{f16_to_f32, f32_to_f16};
+    use crate::quant::{as_blocks, dequantize_row, quantize_row, GgmlType};
     use crate::test_support::{test, Rng};
 
     /// Values in -1..1 from a fixed sequence.
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
         (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+    }
+
+    /// Attention of `n_tokens` rows from `pos0` over `kv`, whose positions hold `keys` and `values` (as f32,
+    /// a row of `kv_dim` per position): within float rounding of a float64 softmax, and the same bits for
+    /// a batch as for one row at a time (whose blocks are tasks folded after the loop).
+    fn check(shape: &AttentionShape, kv: &KvRows, keys: &[f32], vals: &[f32], pos0: usize, n_tokens: usize) {
+        let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
+        let (q_dim, kv_dim) = (n_heads * head_dim, shape.kv_dim());
+        let span = pos0 + n_tokens;
+        let at = format!("heads {n_heads}/{}, head_dim {head_dim}, {} cold", shape.n_kv_heads, kv.n_cold);
+        let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
+        let mut out = vec![0f32; n_tokens * q_dim];
+        attention(shape, &q, kv, pos0, &mut out, &mut AttentionScratch::new(shape, n_tokens, span));
+        for t in 0..n_tokens {
+            let mut one = vec![0f32; q_dim];
+            let q_t = &q[t * q_dim..(t + 1) * q_dim];
+            attention(shape, q_t, kv, pos0 + t, &mut one, &mut AttentionScratch::new(shape, 1, span));
+            let batched = &out[t * q_dim..(t + 1) * q_dim];
+            assert!(
+                one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{at}, token {t}: alone != batched"
+            );
+        }
+
+        // KV head `kvh`'s key and value of position `j`.
+        let key = |j: usize, kvh: usize| &keys[j * kv_dim + kvh * head_dim..][..head_dim];
+        let value = |j: usize, kvh: usize| &vals[j * kv_dim + kvh * head_dim..][..head_dim];
+        for t in 0..n_tokens {
+            for h in 0..n_heads {
+                let kvh = h / shape.group();
+                let qh = &q[t * q_dim + h * head_dim..][..head_dim];
+                let logits: Vec<f64> = (0..=pos0 + t)
+                    .map(|j| {
+                        let dot: f64 = qh.iter().zip(key(j, kvh)).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        dot / (head_dim as f64).sqrt()
+                    })
+                    .collect();
+                let max = logits.iter().cloned().fold(f64::MIN, f64::max);
+                let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for i in 0..head_dim {
+                    let want: f64 = weights.iter().enumerate().map(|(j, w)| w / total * value(j, kvh)[i] as f64).sum();
+                    let got = out[t * q_dim + h * head_dim + i] as f64;
+                    assert!((got - want).abs() < 1e-5, "{at}, token {t}, head {h}, [{i}]: {got} vs {want}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -281,56 +488,49 @@ mod tests {
         let cases = [(4, 2, 20, 60, 6), (9, 3, 64, 60, 6), (9, 3, 64, 25, 11)];
         for (n_heads, n_kv_heads, head_dim, pos0, n_tokens) in cases {
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
-            let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
-            let span = pos0 + n_tokens;
-            let k_cache: Vec<[u8; 2]> = values(span * kv_dim, 1).into_iter().map(f32_to_f16).collect();
-            let v_cache: Vec<[u8; 2]> = values(span * kv_dim, 2).into_iter().map(f32_to_f16).collect();
-            let (keys, vals) = (&k_cache[..], &v_cache[..]);
-            let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
-            let mut out = vec![0f32; n_tokens * q_dim];
-            attention(&shape, &q, keys, vals, pos0, &mut out, &mut AttentionScratch::new(&shape, n_tokens, span));
-            // One row at a time (decode: blocks as tasks, folded after the loop) gives the same bits.
-            for t in 0..n_tokens {
-                let mut one = vec![0f32; q_dim];
-                let q_t = &q[t * q_dim..(t + 1) * q_dim];
-                attention(&shape, q_t, keys, vals, pos0 + t, &mut one, &mut AttentionScratch::new(&shape, 1, span));
-                let batched = &out[t * q_dim..(t + 1) * q_dim];
-                assert!(
-                    one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "token {t}: alone != batched"
-                );
-            }
+            let n = (pos0 + n_tokens) * shape.kv_dim();
+            let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
+            let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
+            let f32s = |c: &[[u8; 2]]| c.iter().map(|&h| f16_to_f32(h)).collect::<Vec<f32>>();
+            let kv = KvRows::f16(&k_cache, &v_cache);
+            check(&shape, &kv, &f32s(&k_cache), &f32s(&v_cache), pos0, n_tokens);
+        }
+    }
 
-            // KV head `kvh`'s key and value of position `j`.
-            let key = |j: usize, kvh: usize| &keys[j * kv_dim + kvh * head_dim..][..head_dim];
-            let value = |j: usize, kvh: usize| &vals[j * kv_dim + kvh * head_dim..][..head_dim];
-            for t in 0..n_tokens {
-                for h in 0..n_heads {
-                    let kvh = h / (n_heads / n_kv_heads);
-                    let qh = &q[t * q_dim + h * head_dim..][..head_dim];
-                    let logits: Vec<f64> = (0..=pos0 + t)
-                        .map(|j| {
-                            let k = key(j, kvh);
-                            let dot: f64 = qh.iter().zip(k).map(|(&a, &b)| a as f64 * f16_to_f32(b) as f64).sum();
-                            dot / (head_dim as f64).sqrt()
-                        })
-                        .collect();
-                    let max = logits.iter().cloned().fold(f64::MIN, f64::max);
-                    let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
-                    let total: f64 = weights.iter().sum();
-                    for i in 0..head_dim {
-                        let want: f64 = weights
-                            .iter()
-                            .enumerate()
-                            .map(|(j, w)| w / total * f16_to_f32(value(j, kvh)[i]) as f64)
-                            .sum();
-                        let got = out[t * q_dim + h * head_dim + i] as f64;
-                        assert!(
-                            (got - want).abs() < 1e-5,
-                            "heads {n_heads}, token {t}, head {h}, [{i}]: {got} vs {want}"
-                        );
-                    }
-                }
+    /// A two-tier cache: positions before the boundary read from Q8_0 or Q4_0 blocks, the others from f16
+    /// rows that start at the boundary. A batch's groups of tokens read blocks of both tiers, and one batch
+    /// (a prefill longer than the hot window) has tokens on both sides of the boundary.
+    #[test]
+    fn reads_the_cold_and_the_hot_tier() {
+        let cases = [(9, 3, 64, 64, 100, 7), (4, 2, 32, 96, 100, 7), (2, 2, 96, 32, 100, 7), (4, 2, 32, 64, 20, 90)];
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            for (n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens) in cases {
+                let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
+                let kv_dim = shape.kv_dim();
+                let span = pos0 + n_tokens;
+                // Cold rows, and their exact values; then the hot rows as f16.
+                let (k, v) = (values(span * kv_dim, 1), values(span * kv_dim, 2));
+                let row_bytes = ty.row_bytes(kv_dim);
+                let quantized = |x: &[f32]| {
+                    let mut out = vec![0u8; n_cold * row_bytes];
+                    quantize_row(ty, &x[..n_cold * kv_dim], &mut out);
+                    out
+                };
+                let (kq, vq) = (quantized(&k), quantized(&v));
+                let exact = |q: &[u8], x: &[f32]| {
+                    let mut all = vec![0f32; n_cold * kv_dim];
+                    dequantize_row(ty, q, &mut all);
+                    all.extend(x[n_cold * kv_dim..].iter().map(|&x| f16_to_f32(f32_to_f16(x))));
+                    all
+                };
+                let hot = |x: &[f32]| x[n_cold * kv_dim..].iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
+                let (kh, vh) = (hot(&k), hot(&v));
+                let cold = match ty {
+                    GgmlType::Q8_0 => ColdRows::Q8_0 { keys: as_blocks(&kq), values: as_blocks(&vq) },
+                    _ => ColdRows::Q4_0 { keys: as_blocks(&kq), values: as_blocks(&vq) },
+                };
+                let kv = KvRows { n_cold, cold, keys: &kh, values: &vh };
+                check(&shape, &kv, &exact(&kq, &k), &exact(&vq, &v), pos0, n_tokens);
             }
         }
     }

@@ -3,10 +3,12 @@
 //! regenerated answer).
 //!
 //! A radix tree (`radix.rs`) maps whole pages of `PAGE_TOKENS` tokens to pages of KV held here:
-//! every layer's f16 keys and values for those positions, in the session cache's row layout. A
-//! session's cache is one contiguous array per layer, which the attention kernels read directly, so a
-//! cached prefix is copied into it (`restore`) and a session's positions are copied out into new pages
-//! (`insert`); `benches/` says what the copies cost against the prefill they save. Pages are
+//! every layer's keys and values for those positions, in the session cache's row layout and its
+//! persisted type (f16, or a two-tier cache's cold type: then a page takes that much less memory, and
+//! so does its record). A session's cache is one contiguous array per layer and tier, which the
+//! attention kernels read directly, so a cached prefix is copied into it (`restore`, as a forward pass
+//! writes those positions: into the tier each is in) and a session's positions are copied out into new
+//! pages (`insert`, a hot row quantized as it would be on leaving the hot window); `benches/` says what the copies cost against the prefill they save. Pages are
 //! evicted least recently used first to stay within the byte budget; a page being copied is held by
 //! a lock. One cache is shared by every session of a model through a mutex.
 //!
@@ -19,7 +21,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::radix::{PageId, RadixTree};
 use super::record::{self, ModelId, PageKey, PageLayout, RecordError};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvType};
 
 /// Tokens per page: a match, an insert and an eviction move whole pages.
 pub const PAGE_TOKENS: usize = 16;
@@ -55,14 +57,15 @@ pub struct PrefixCache {
 
 struct Inner {
     tree: RadixTree,
-    /// Page `id`'s keys and values: per layer, `PAGE_TOKENS` rows of keys then as many of values.
-    pages: Vec<Box<[[u8; 2]]>>,
+    /// Page `id`'s keys and values: per layer, `PAGE_TOKENS` rows of keys then as many of values, as `kv`.
+    pages: Vec<Box<[u8]>>,
     /// Page `id`'s name and tokens while the tree holds it (`None` while free).
     names: Vec<Option<PageName>>,
     free: Vec<PageId>,
     model: ModelId,
     n_layers: usize,
     kv_dim: usize,
+    kv: KvType,
     budget_pages: usize,
     stats: PrefixCacheStats,
     /// Whether a store keeps pages: then `unsaved` lists the pages inserted since `take_unsaved`.
@@ -79,8 +82,9 @@ struct PageName {
 }
 
 impl PrefixCache {
-    /// A cache for `model`'s KV of `n_layers` layers of `kv_dim` wide rows, holding at most `budget_bytes`.
-    pub fn new(model: ModelId, n_layers: usize, kv_dim: usize, budget_bytes: usize) -> PrefixCache {
+    /// A cache for `model`'s KV of `n_layers` layers of `kv_dim` wide rows stored as `kv` (the sessions'
+    /// persisted type), holding at most `budget_bytes`.
+    pub fn new(model: ModelId, n_layers: usize, kv_dim: usize, kv: KvType, budget_bytes: usize) -> PrefixCache {
         let mut inner = Inner {
             tree: RadixTree::new(PAGE_TOKENS),
             pages: Vec::new(),
@@ -89,6 +93,7 @@ impl PrefixCache {
             model,
             n_layers,
             kv_dim,
+            kv,
             budget_pages: 0,
             stats: PrefixCacheStats::default(),
             persistent: false,
@@ -106,6 +111,11 @@ impl PrefixCache {
     /// Bytes of one page.
     pub fn page_bytes(&self) -> usize {
         self.lock().page_bytes()
+    }
+
+    /// How pages store keys and values.
+    pub fn kv_type(&self) -> KvType {
+        self.lock().kv
     }
 
     /// Hold at most `bytes` from now on, evicting what is over.
@@ -149,7 +159,9 @@ impl PrefixCache {
             return held;
         }
         // Pages from the one holding position `held` on: the rows before it are the session's own.
-        for (i, &page) in m.pages.iter().enumerate().skip(held / PAGE_TOKENS) {
+        let first = held / PAGE_TOKENS;
+        kv.make_room(first * PAGE_TOKENS, m.tokens - first * PAGE_TOKENS);
+        for (i, &page) in m.pages.iter().enumerate().skip(first) {
             c.copy_in(page, i * PAGE_TOKENS, kv);
         }
         c.stats.restored_tokens += (m.tokens - held) as u64;
@@ -230,7 +242,10 @@ impl PrefixCache {
     /// store that drops records least recently used first marks a conversation's path with these, so that a
     /// page shared by many conversations (a system prompt) is not dropped before the pages that follow it.
     pub fn keys(&self, tokens: &[u32]) -> Vec<PageKey> {
-        let mut key = PageKey::root(&self.lock().model);
+        let mut key = {
+            let c = self.lock();
+            PageKey::root(&c.model, c.kv)
+        };
         tokens
             .chunks_exact(PAGE_TOKENS)
             .map(|page| {
@@ -295,14 +310,14 @@ impl PrefixCache {
 
 impl Inner {
     fn layout(&self) -> PageLayout {
-        PageLayout { n_layers: self.n_layers, kv_dim: self.kv_dim, page_tokens: PAGE_TOKENS }
+        PageLayout { n_layers: self.n_layers, kv_dim: self.kv_dim, page_tokens: PAGE_TOKENS, kv: self.kv }
     }
 
     /// The key of the page after `pages` (a matched path from the root).
     fn key_after(&self, pages: &[PageId]) -> PageKey {
         match pages.last() {
             Some(&p) => self.names[p as usize].expect("a page in the tree has a name").key,
-            None => PageKey::root(&self.model),
+            None => PageKey::root(&self.model, self.kv),
         }
     }
 
@@ -332,7 +347,7 @@ impl Inner {
     }
 
     fn page_bytes(&self) -> usize {
-        self.n_layers * 2 * PAGE_TOKENS * self.kv_dim * 2
+        self.layout().kv_bytes()
     }
 
     fn set_budget(&mut self, bytes: usize) {
@@ -359,14 +374,16 @@ impl Inner {
             return Some(page);
         }
         if self.pages.len() < self.budget_pages {
-            // Allocated fallibly: where memory runs out (wasm32), the cache stops growing instead of trapping.
-            let len = self.n_layers * 2 * PAGE_TOKENS * self.kv_dim;
+            // Allocated fallibly: where memory runs out (wasm32), the cache stops growing instead of trapping
+            // (so not `vec![0; len]`).
+            let len = self.page_bytes();
+            #[allow(clippy::slow_vector_initialization)]
             let mut page = Vec::new();
             if page.try_reserve_exact(len).is_ok()
                 && self.pages.try_reserve(1).is_ok()
                 && self.names.try_reserve(1).is_ok()
             {
-                page.resize(len, [0u8; 2]);
+                page.resize(len, 0);
                 self.pages.push(page.into_boxed_slice());
                 self.names.push(None);
                 return Some((self.pages.len() - 1) as PageId);
@@ -377,30 +394,29 @@ impl Inner {
         self.free.pop()
     }
 
-    /// Rows `pos..pos + PAGE_TOKENS` of layer `l` in a page: (keys, values).
+    /// Bytes of layer `l`'s rows in a page: (keys, values).
     fn span(&self, l: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let rows = PAGE_TOKENS * self.kv_dim;
+        let rows = PAGE_TOKENS * self.kv.row_bytes(self.kv_dim);
         let k = 2 * l * rows;
         (k..k + rows, k + rows..k + 2 * rows)
     }
 
     fn copy_in(&self, page: PageId, pos: usize, kv: &mut KvCache) {
+        debug_assert_eq!(kv.options().persisted(), self.kv, "the model's sessions and its prefix cache agree");
         let data = &self.pages[page as usize];
         for (l, layer) in kv.layers.iter_mut().enumerate() {
             let (k, v) = self.span(l);
-            let (keys, values) = layer.rows_mut(pos..pos + PAGE_TOKENS);
-            keys.copy_from_slice(&data[k]);
-            values.copy_from_slice(&data[v]);
+            layer.write(pos, self.kv, &data[k], &data[v]);
         }
     }
 
     fn copy_out(&mut self, page: PageId, pos: usize, kv: &KvCache) {
+        debug_assert_eq!(kv.options().persisted(), self.kv, "the model's sessions and its prefix cache agree");
         let spans: Vec<_> = (0..self.n_layers).map(|l| self.span(l)).collect();
         let data = &mut self.pages[page as usize];
         for (layer, (k, v)) in kv.layers.iter().zip(spans) {
-            let (keys, values) = layer.rows(pos..pos + PAGE_TOKENS);
-            data[k].copy_from_slice(keys);
-            data[v].copy_from_slice(values);
+            let (keys, values) = data.split_at_mut(v.start);
+            layer.read(pos..pos + PAGE_TOKENS, self.kv, &mut keys[k], &mut values[..v.len()]);
         }
     }
 }
@@ -408,29 +424,42 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv_cache::KvCacheOptions;
     use crate::test_support::{test, Rng};
 
-    fn filled(n_layers: usize, kv_dim: usize, n_ctx: usize, rng: &mut Rng) -> KvCache {
-        let mut kv = KvCache::new(n_layers, kv_dim, n_ctx);
+    /// A cache of `opts`' format holding `n_ctx` positions of random rows, written as one batch.
+    fn filled_as(opts: KvCacheOptions, n_layers: usize, kv_dim: usize, n_ctx: usize, rng: &mut Rng) -> KvCache {
+        let mut kv = KvCache::with_options(n_layers, kv_dim, n_ctx, opts);
+        kv.make_room(0, n_ctx);
         for layer in &mut kv.layers {
-            let (k, v) = layer.rows_mut(0..n_ctx);
-            for x in k.iter_mut().chain(v.iter_mut()) {
-                *x = (rng.next_u64() as u16).to_le_bytes();
-            }
+            let rows: Vec<f32> = (0..2 * n_ctx * kv_dim).map(|_| rng.uniform(-3.0, 3.0)).collect();
+            let (k, v) = rows.split_at(n_ctx * kv_dim);
+            layer.store(0, k, v);
         }
         kv
     }
 
-    fn rows(kv: &KvCache, n: usize) -> Vec<[u8; 2]> {
-        let kv_dim = kv.kv_dim();
-        kv.layers.iter().flat_map(|l| [&l.keys()[..n * kv_dim], &l.values()[..n * kv_dim]]).flatten().copied().collect()
+    fn filled(n_layers: usize, kv_dim: usize, n_ctx: usize, rng: &mut Rng) -> KvCache {
+        filled_as(KvCacheOptions::default(), n_layers, kv_dim, n_ctx, rng)
+    }
+
+    /// Every layer's rows `0..n`, in the cache's persisted type.
+    fn rows(kv: &KvCache, n: usize) -> Vec<u8> {
+        let (ty, rb) = (kv.options().persisted(), kv.options().persisted().row_bytes(kv.kv_dim()));
+        let mut out = Vec::new();
+        for layer in &kv.layers {
+            let (mut k, mut v) = (vec![0; n * rb], vec![0; n * rb]);
+            layer.read(0..n, ty, &mut k, &mut v);
+            out.extend(k.into_iter().chain(v));
+        }
+        out
     }
 
     #[test]
     fn a_restored_prefix_holds_the_rows_that_were_inserted() {
         let mut rng = Rng::new(7);
         let (n_layers, kv_dim) = (3, 8);
-        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, 1 << 20);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, KvType::F16, 1 << 20);
         let tokens: Vec<u32> = (0..70).collect();
         let a = filled(n_layers, kv_dim, 80, &mut rng);
         cache.insert(&tokens, &a);
@@ -455,7 +484,7 @@ mod tests {
     fn windows_restore_and_insert_the_positions_they_hold() {
         let mut rng = Rng::new(13);
         let (n_layers, kv_dim) = (2, 4);
-        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, 1 << 20);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, KvType::F16, 1 << 20);
         let tokens: Vec<u32> = (0..90).collect();
         let whole = filled(n_layers, kv_dim, 96, &mut rng);
         assert_eq!(cache.uncached(&tokens), 0..80);
@@ -494,7 +523,7 @@ mod tests {
         let mut rng = Rng::new(11);
         let (n_layers, kv_dim) = (2, 4);
         let model = ModelId([5; 32]);
-        let a = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let a = PrefixCache::new(model, n_layers, kv_dim, KvType::F16, 1 << 20);
         a.set_persistent(true);
         let tokens: Vec<u32> = (0..50).collect();
         let kv = filled(n_layers, kv_dim, 64, &mut rng);
@@ -505,7 +534,7 @@ mod tests {
         let store: std::collections::HashMap<PageKey, Vec<u8>> = saved.into_iter().collect();
 
         // A new cache of the same model (a restart) asks for the pages of a prompt and reads them back.
-        let b = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let b = PrefixCache::new(model, n_layers, kv_dim, KvType::F16, 1 << 20);
         let prompt: Vec<u32> = (0..40).chain(900..920).collect();
         let keys = b.missing(&prompt);
         assert_eq!(keys.len(), 3);
@@ -522,14 +551,14 @@ mod tests {
         assert!(b.missing(&prompt).len() == 1 && b.stats().loaded_tokens == 32);
 
         // A damaged record, another model's, or the wrong page is refused, and nothing after it is loaded.
-        let c = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let c = PrefixCache::new(model, n_layers, kv_dim, KvType::F16, 1 << 20);
         let mut damaged = found[1].to_vec();
         damaged[200] ^= 1;
         let loaded = c.load(&prompt, &[found[0], &damaged]);
         assert_eq!((loaded.tokens, loaded.refused), (16, vec![(1, RecordError::Checksum)]));
-        let other = PrefixCache::new(ModelId([6; 32]), n_layers, kv_dim, 1 << 20);
+        let other = PrefixCache::new(ModelId([6; 32]), n_layers, kv_dim, KvType::F16, 1 << 20);
         assert_eq!(other.load(&prompt, &found).refused, vec![(0, RecordError::Foreign)]);
-        let d = PrefixCache::new(model, n_layers, kv_dim, 1 << 20);
+        let d = PrefixCache::new(model, n_layers, kv_dim, KvType::F16, 1 << 20);
         assert_eq!(d.load(&prompt, &[found[1]]).refused, vec![(0, RecordError::Key)]);
     }
 
@@ -538,7 +567,7 @@ mod tests {
         let mut rng = Rng::new(9);
         let (n_layers, kv_dim) = (2, 4);
         let page = n_layers * 2 * PAGE_TOKENS * kv_dim * 2;
-        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, 5 * page);
+        let cache = PrefixCache::new(ModelId::default(), n_layers, kv_dim, KvType::F16, 5 * page);
         let kv = filled(n_layers, kv_dim, 64, &mut rng);
         let a: Vec<u32> = (0..48).collect(); // 3 pages
         let b: Vec<u32> = (100..148).collect(); // 3 pages
@@ -557,5 +586,55 @@ mod tests {
         assert_eq!(cache.restore(&b, 0, &mut out), 32, "b was used last");
         cache.clear();
         assert_eq!((cache.stats().pages, cache.restore(&b, 0, &mut out)), (0, 0));
+    }
+
+    /// A two-tier cache's pages are its cold type: a page takes that much less memory and its records are
+    /// smaller. A restored prefix holds the inserted rows (each position in its tier: cold rows as they
+    /// were, the hot window's as their cold values in f16), and a cache of another KV type refuses the
+    /// records.
+    #[test]
+    fn tiered_pages_round_trip_in_the_cold_type() {
+        for cold in [KvType::Q8_0, KvType::Q4_0] {
+            let mut rng = Rng::new(cold.id() as u64 + 20);
+            let (n_layers, kv_dim) = (2, 64);
+            let opts = KvCacheOptions { cold, hot_tokens: 32 };
+            let model = ModelId([5; 32]);
+            let a = PrefixCache::new(model, n_layers, kv_dim, cold, 1 << 20);
+            let f16 = PrefixCache::new(model, n_layers, kv_dim, KvType::F16, 1 << 20);
+            assert!(a.page_bytes() * 3 < f16.page_bytes() * 2, "{cold:?}");
+            a.set_persistent(true);
+            let tokens: Vec<u32> = (0..100).collect();
+            let kv = filled_as(opts, n_layers, kv_dim, 100, &mut rng);
+            assert_eq!(kv.n_cold(), 64);
+            a.insert(&tokens, &kv);
+            assert_eq!(a.stats().bytes, 6 * a.page_bytes());
+
+            // Restored into a fresh session: 96 positions, 64 of them cold (the rules of writing 96 positions).
+            let mut out = KvCache::with_options(n_layers, kv_dim, 200, opts);
+            assert_eq!(a.restore(&tokens, 0, &mut out), 96);
+            assert_eq!((out.len(), out.n_cold()), (96, 64));
+            assert_eq!(rows(&out, 96), rows(&kv, 96), "{cold:?}");
+            // A session that holds a prefix takes the rest from the page holding its end on.
+            let mut partial = KvCache::with_options(n_layers, kv_dim, 200, opts);
+            assert_eq!(a.restore(&tokens[..40], 0, &mut partial), 32);
+            assert_eq!(a.restore(&tokens, 32, &mut partial), 96);
+            assert_eq!(rows(&partial, 96), rows(&kv, 96), "{cold:?}");
+
+            // Records: the same rows in another process; refused by a cache of another KV type.
+            let saved = a.take_unsaved();
+            assert_eq!(saved.len(), 6);
+            let records: Vec<&[u8]> = saved.iter().map(|(_, r)| r.as_slice()).collect();
+            let b = PrefixCache::new(model, n_layers, kv_dim, cold, 1 << 20);
+            assert_eq!(b.missing(&tokens), saved.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+            assert_eq!(b.load(&tokens, &records), Loaded { tokens: 96, refused: vec![] });
+            let mut again = KvCache::with_options(n_layers, kv_dim, 200, opts);
+            assert_eq!(b.restore(&tokens, 0, &mut again), 96);
+            assert_eq!(rows(&again, 96), rows(&kv, 96));
+            assert_ne!(f16.missing(&tokens)[0], saved[0].0, "another KV type's pages have other keys");
+            assert_eq!(f16.load(&tokens, &records).refused, vec![(0, RecordError::Foreign)]);
+            let other = if cold == KvType::Q8_0 { KvType::Q4_0 } else { KvType::Q8_0 };
+            let c = PrefixCache::new(model, n_layers, kv_dim, other, 1 << 20);
+            assert_eq!(c.load(&tokens, &records).refused, vec![(0, RecordError::Foreign)]);
+        }
     }
 }

@@ -6,28 +6,32 @@
 //! ```text
 //! 0   magic "RVLLMKV\0"           8 bytes
 //! 8   version                     u32
-//! 12  KV type (1 = f16)           u32
+//! 12  KV type                     u32, ggml's type id: 1 = f16, 8 = q8_0, 2 = q4_0
 //! 16  layers, row width, tokens   3 × u32
 //! 28  model id                    32 bytes
 //! 60  key, parent key             2 × 16 bytes
 //! 92  tokens                      page tokens × u32
-//! ..  keys and values             per layer: the page's key rows, then its value rows (f16)
+//! ..  keys and values             per layer: the page's key rows, then its value rows, in the KV type
 //! end CRC-32 of all the above     u32
 //! ```
-//! Integers are little-endian.
+//! Integers are little-endian. A two-tier cache's pages are in its cold type (`kv_cache.rs`), so its
+//! records are that much smaller; a record of another KV type is another cache's, and its keys differ
+//! ([`PageKey::root`]).
 
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::kv_cache::KvType;
+
 const MAGIC: [u8; 8] = *b"RVLLMKV\0";
 /// The version of both framed formats, page records and saved states (`state.rs`).
 const VERSION: u32 = 1;
-pub(super) const KV_F16: u32 = 1;
 const HEADER_BYTES: usize = 92;
 
 /// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
-/// samples of the tensor data, and the KV format. A record of another model is never used.
+/// samples of the tensor data. A record of another model is never used (nor one of another KV type: the
+/// record says its type, and its key depends on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ModelId(pub [u8; 32]);
 
@@ -60,9 +64,13 @@ impl ModelId {
 pub struct PageKey(pub [u8; 16]);
 
 impl PageKey {
-    /// The key before the first page.
-    pub fn root(model: &ModelId) -> PageKey {
-        PageKey::hash(&[b"root", &model.0[..]])
+    /// The key before the first page of a cache of `kv` pages. The f16 cache's keys are those of the
+    /// records written before the KV type was a choice, so those stay valid.
+    pub fn root(model: &ModelId, kv: KvType) -> PageKey {
+        match kv {
+            KvType::F16 => PageKey::hash(&[b"root", &model.0[..]]),
+            _ => PageKey::hash(&[b"root", &model.0[..], kv.name().as_bytes()]),
+        }
     }
 
     /// The key of the page of `tokens` that follows this one.
@@ -85,25 +93,27 @@ impl PageKey {
     }
 }
 
-/// The shape every page of a cache has; a record of another shape is not this cache's.
+/// The shape and type every page of a cache has; a record of another is not this cache's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageLayout {
     pub n_layers: usize,
     pub kv_dim: usize,
     pub page_tokens: usize,
+    /// How the page's rows are stored (a two-tier cache's cold type).
+    pub kv: KvType,
 }
 
 impl PageLayout {
-    /// f16 values of one page: every layer's keys and values.
-    pub fn values(&self) -> usize {
-        self.n_layers * 2 * self.page_tokens * self.kv_dim
+    /// Bytes of one page's keys and values: every layer's.
+    pub fn kv_bytes(&self) -> usize {
+        self.n_layers * 2 * self.page_tokens * self.kv.row_bytes(self.kv_dim)
     }
 
     /// Bytes of a whole record, `None` if that overflows.
     fn record_bytes(&self) -> Option<usize> {
         let tokens = self.page_tokens.checked_mul(4)?;
-        let kv =
-            self.n_layers.checked_mul(2)?.checked_mul(self.page_tokens)?.checked_mul(self.kv_dim)?.checked_mul(2)?;
+        let row = (self.kv_dim / self.kv.ggml().block_size()).checked_mul(self.kv.ggml().block_bytes())?;
+        let kv = self.n_layers.checked_mul(2)?.checked_mul(self.page_tokens)?.checked_mul(row)?;
         HEADER_BYTES.checked_add(tokens)?.checked_add(kv)?.checked_add(4)
     }
 }
@@ -138,23 +148,23 @@ pub struct PageRecord {
     pub key: PageKey,
     pub parent: PageKey,
     pub tokens: Vec<u32>,
-    pub kv: Vec<[u8; 2]>,
+    pub kv: Vec<u8>,
 }
 
-/// The bytes of a page: `tokens` (the layout's page of them) and `kv` (`layout.values()` f16s).
-pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[u32], kv: &[[u8; 2]]) -> Vec<u8> {
-    assert!(tokens.len() == layout.page_tokens && kv.len() == layout.values(), "a whole page");
+/// The bytes of a page: `tokens` (the layout's page of them) and `kv` (`layout.kv_bytes()` of rows).
+pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[u32], kv: &[u8]) -> Vec<u8> {
+    assert!(tokens.len() == layout.page_tokens && kv.len() == layout.kv_bytes(), "a whole page");
     let key = parent.next(tokens);
     let mut out = Vec::with_capacity(layout.record_bytes().unwrap_or(0));
     frame(&mut out, &MAGIC);
-    for n in [KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
+    for n in [layout.kv.id(), layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     out.extend_from_slice(&model.0);
     out.extend_from_slice(&key.0);
     out.extend_from_slice(&parent.0);
     out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
-    out.extend(kv.iter().flatten());
+    out.extend_from_slice(kv);
     seal(&mut out);
     out
 }
@@ -196,7 +206,7 @@ pub(super) fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, what: 
 pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<PageRecord, RecordError> {
     let body = unseal(bytes, &MAGIC, HEADER_BYTES, "page record")?;
     let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20), u32_at(bytes, 24)];
-    let ours = [KV_F16, layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32];
+    let ours = [layout.kv.id(), layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32];
     if shape != ours || bytes[28..60] != model.0 {
         return Err(RecordError::Foreign);
     }
@@ -214,7 +224,7 @@ pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<Page
     if parent.next(&tokens) != key {
         return Err(RecordError::Key);
     }
-    let kv = body[tokens_end..].chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+    let kv = body[tokens_end..].to_vec();
     Ok(PageRecord { key, parent, tokens, kv })
 }
 
@@ -223,11 +233,12 @@ mod tests {
     use super::*;
     use crate::test_support::{test, Rng};
 
-    const LAYOUT: PageLayout = PageLayout { n_layers: 2, kv_dim: 4, page_tokens: 3 };
+    const LAYOUT: PageLayout = PageLayout { n_layers: 2, kv_dim: 4, page_tokens: 3, kv: KvType::F16 };
 
-    fn page(rng: &mut Rng) -> (Vec<u32>, Vec<[u8; 2]>) {
-        let tokens = (0..3).map(|_| rng.next_u64() as u32 % 1000).collect();
-        let kv = (0..LAYOUT.values()).map(|_| (rng.next_u64() as u16).to_le_bytes()).collect();
+    fn page(layout: &PageLayout, rng: &mut Rng) -> (Vec<u32>, Vec<u8>) {
+        let tokens = (0..layout.page_tokens).map(|_| rng.next_u64() as u32 % 1000).collect();
+        let mut kv = vec![0; layout.kv_bytes()];
+        rng.fill(&mut kv);
         (tokens, kv)
     }
 
@@ -235,23 +246,48 @@ mod tests {
     fn records_round_trip_and_chain_their_keys() {
         let mut rng = Rng::new(3);
         let model = ModelId([7; 32]);
-        let (tokens, kv) = page(&mut rng);
-        let root = PageKey::root(&model);
+        let (tokens, kv) = page(&LAYOUT, &mut rng);
+        let root = PageKey::root(&model, KvType::F16);
         let bytes = encode(&model, &LAYOUT, &root, &tokens, &kv);
         let r = decode(&bytes, &model, &LAYOUT).unwrap();
         assert_eq!((r.parent, r.key, &r.tokens, &r.kv), (root, root.next(&tokens), &tokens, &kv));
         // Keys depend on every earlier token: the same page after another parent has another key.
-        let (other, _) = page(&mut rng);
+        let (other, _) = page(&LAYOUT, &mut rng);
         assert_ne!(root.next(&other).next(&tokens), r.key);
-        assert_ne!(PageKey::root(&ModelId([8; 32])), root);
+        assert_ne!(PageKey::root(&ModelId([8; 32]), KvType::F16), root);
+    }
+
+    /// A two-tier cache's pages are records of its cold type: smaller, under other keys, and refused by a
+    /// cache of another KV type even where the shape matches.
+    #[test]
+    fn records_carry_their_kv_type() {
+        let mut rng = Rng::new(8);
+        let model = ModelId([9; 32]);
+        let f16 = PageLayout { n_layers: 2, kv_dim: 64, page_tokens: 16, kv: KvType::F16 };
+        let q8 = PageLayout { kv: KvType::Q8_0, ..f16 };
+        let q4 = PageLayout { kv: KvType::Q4_0, ..f16 };
+        assert_eq!((q8.kv_bytes(), q4.kv_bytes()), (2 * 2 * 16 * 68, 2 * 2 * 16 * 36));
+        let (tokens, kv) = page(&q8, &mut rng);
+        let root = PageKey::root(&model, KvType::Q8_0);
+        assert!(root != PageKey::root(&model, KvType::F16) && root != PageKey::root(&model, KvType::Q4_0));
+        let bytes = encode(&model, &q8, &root, &tokens, &kv);
+        assert_eq!(bytes.len(), q8.record_bytes().unwrap());
+        assert!(bytes.len() * 100 < f16.record_bytes().unwrap() * 55, "34 bytes for 32 values instead of 64");
+        assert_eq!(decode(&bytes, &model, &q8).unwrap().kv, kv);
+        assert_eq!(decode(&bytes, &model, &q4), Err(RecordError::Foreign));
+        assert_eq!(decode(&bytes, &model, &f16), Err(RecordError::Foreign));
+        // An f16 record is not a Q8_0 cache's either.
+        let (tokens, kv) = page(&f16, &mut rng);
+        let f16_bytes = encode(&model, &f16, &PageKey::root(&model, KvType::F16), &tokens, &kv);
+        assert_eq!(decode(&f16_bytes, &model, &q8), Err(RecordError::Foreign));
     }
 
     #[test]
     fn damaged_foreign_and_mislabeled_records_are_refused() {
         let mut rng = Rng::new(4);
         let model = ModelId([1; 32]);
-        let (tokens, kv) = page(&mut rng);
-        let good = encode(&model, &LAYOUT, &PageKey::root(&model), &tokens, &kv);
+        let (tokens, kv) = page(&LAYOUT, &mut rng);
+        let good = encode(&model, &LAYOUT, &PageKey::root(&model, KvType::F16), &tokens, &kv);
         // Every cut, and every single flipped bit, is refused.
         for cut in 0..good.len() {
             assert!(decode(&good[..cut], &model, &LAYOUT).is_err(), "cut at {cut}");
@@ -263,6 +299,10 @@ mod tests {
         }
         assert_eq!(decode(&good, &ModelId([2; 32]), &LAYOUT), Err(RecordError::Foreign));
         let wider = PageLayout { kv_dim: 8, ..LAYOUT };
+        assert_eq!(
+            decode(&good, &model, &PageLayout { kv: KvType::Q8_0, kv_dim: 32, ..LAYOUT }),
+            Err(RecordError::Foreign)
+        );
         assert_eq!(decode(&good, &model, &wider), Err(RecordError::Foreign));
         // A record written under a key that is not its tokens' (its checksum redone) is refused too.
         let mut relabeled = good.clone();

@@ -6,16 +6,22 @@
 //! ```text
 //! 0   magic "RVLLMST\0"           8 bytes
 //! 8   version                     u32
-//! 12  KV type (1 = f16)           u32
+//! 12  KV type                     u32, ggml's type id: 1 = f16, 8 = q8_0, 2 = q4_0 (a two-tier cache's cold type)
 //! 16  layers, row width, tokens   3 × u32
 //! 28  model id                    32 bytes
 //! 60  tokens                      n × u32
-//! ..  per layer: keys of the n positions, then their values (f16)
+//! ..  cold positions c            u32, only for a quantized KV type
+//! ..  per layer: keys of the n positions, then their values: the first c rows in the KV type, the others f16
 //! end CRC-32 of all the above     u32
 //! ```
+//!
+//! A two-tier cache's state keeps each tier as it is, so a session restores it exactly (where its own
+//! hot window puts the boundary elsewhere, rows move between the tiers as they do in the cache). A state
+//! of another KV type is an `Error::KvCache`: the sessions of a model all have its one KV format.
 
-use super::record::{frame, seal, u32_at, unseal, ModelId, KV_F16};
-use crate::kv_cache::KvCache;
+use super::record::{frame, seal, u32_at, unseal, ModelId};
+use crate::error::{Error, Result};
+use crate::kv_cache::{KvCache, KvType};
 
 const MAGIC: [u8; 8] = *b"RVLLMST\0";
 const HEADER_BYTES: usize = 60;
@@ -23,75 +29,123 @@ const HEADER_BYTES: usize = 60;
 /// The bytes of a conversation: `tokens` and their rows `0..tokens.len()` of `kv`.
 pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
     let n = tokens.len();
-    let kv_dim = kv.kv_dim();
+    let (kv_dim, ty) = (kv.kv_dim(), kv.options().persisted());
+    let cold = kv.n_cold().min(n);
     let mut out = Vec::new();
     frame(&mut out, &MAGIC);
-    for x in [KV_F16, kv.layers.len() as u32, kv_dim as u32, n as u32] {
+    for x in [ty.id(), kv.layers.len() as u32, kv_dim as u32, n as u32] {
         out.extend_from_slice(&x.to_le_bytes());
     }
     out.extend_from_slice(&model.0);
     out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
+    if ty != KvType::F16 {
+        out.extend_from_slice(&(cold as u32).to_le_bytes());
+    }
+    let (cold_bytes, hot_bytes) = (cold * ty.row_bytes(kv_dim), (n - cold) * kv_dim * 2);
+    let mut rows = vec![0u8; 2 * (cold_bytes + hot_bytes)];
     for layer in &kv.layers {
-        out.extend(layer.keys()[..n * kv_dim].iter().flatten());
-        out.extend(layer.values()[..n * kv_dim].iter().flatten());
+        let (keys, values) = rows.split_at_mut(cold_bytes + hot_bytes);
+        let ((kc, kh), (vc, vh)) = (keys.split_at_mut(cold_bytes), values.split_at_mut(cold_bytes));
+        layer.read(0..cold, ty, kc, vc);
+        layer.read(cold..n, KvType::F16, kh, vh);
+        out.extend_from_slice(&rows);
     }
     seal(&mut out);
     out
 }
 
-/// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits `kv`, and
+/// Check `bytes` as a state of `model` that fits `kv` (its layers, row width, KV type and context), and
 /// copy it in; its tokens. `kv` is only written once everything is checked.
-pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>, String> {
-    let n = check(bytes, model, kv.layers.len(), kv.kv_dim(), kv.n_ctx)?;
-    Ok(copy_into(bytes, n, kv))
+pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>> {
+    let state = check(bytes, model, kv.layers.len(), kv.kv_dim(), kv.options().persisted(), kv.n_ctx)?;
+    Ok(copy_into(bytes, &state, kv))
 }
 
-/// Check `bytes` as a state of `model` with `n_layers` layers of `kv_dim` wide rows that fits a context of
-/// `n_ctx`; its tokens and their rows in a cache of just their positions (to go on to the GPU's).
+/// Check `bytes` as an f16 state (the GPU's cache is f16) of `model` with `n_layers` layers of `kv_dim` wide
+/// rows that fits a context of `n_ctx`; its tokens and their rows in a cache of just their positions (to go
+/// on to the GPU's).
 pub fn decode(
     bytes: &[u8],
     model: &ModelId,
     n_layers: usize,
     kv_dim: usize,
     n_ctx: usize,
-) -> Result<(Vec<u32>, KvCache), String> {
-    let n = check(bytes, model, n_layers, kv_dim, n_ctx)?;
-    let mut kv = KvCache::new(n_layers, kv_dim, n);
-    Ok((copy_into(bytes, n, &mut kv), kv))
+) -> Result<(Vec<u32>, KvCache)> {
+    let state = check(bytes, model, n_layers, kv_dim, KvType::F16, n_ctx)?;
+    let mut kv = KvCache::new(n_layers, kv_dim, state.n);
+    Ok((copy_into(bytes, &state, &mut kv), kv))
 }
 
-/// Everything `decode_into` checks; the number of tokens.
-fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, n_ctx: usize) -> Result<usize, String> {
-    unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| e.to_string())?;
-    let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20)];
-    if shape[..2] != [KV_F16, n_layers as u32][..] || shape[2] as usize != kv_dim || bytes[28..60] != model.0 {
-        return Err("the saved state belongs to another model or KV format".into());
+/// A state's shape, checked by [`check`].
+struct Checked {
+    ty: KvType,
+    /// Tokens, and the first of them whose rows are f16.
+    n: usize,
+    cold: usize,
+    /// Bytes of one layer's keys (or values): the cold rows, then the hot ones.
+    cold_bytes: usize,
+    hot_bytes: usize,
+    /// Where the first layer's rows start.
+    at: usize,
+}
+
+/// Everything `decode_into` checks, for a cache of `n_layers` layers of `kv_dim` wide rows of type `ty` (its
+/// persisted one) and a context of `n_ctx`.
+fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, ty: KvType, n_ctx: usize) -> Result<Checked> {
+    let invalid = |e: String| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
+    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| invalid(e.to_string()))?;
+    let saved = u32_at(bytes, 12);
+    if saved != ty.id() {
+        let name = KvType::from_id(saved).map_or_else(|| format!("type {saved}"), |t| t.name().to_string());
+        return Err(Error::KvCache(format!(
+            "the saved state holds a {name} KV cache; this session's is {}",
+            ty.name()
+        )));
+    }
+    let shape = [u32_at(bytes, 16), u32_at(bytes, 20)];
+    if shape != [n_layers as u32, kv_dim as u32] || bytes[28..60] != model.0 {
+        return Err(invalid("the saved state belongs to another model".into()));
     }
     let n = u32_at(bytes, 24) as usize;
     if n > n_ctx {
-        return Err(format!("the saved state holds {n} tokens, more than this context of {n_ctx}"));
+        return Err(invalid(format!("the saved state holds {n} tokens, more than this context of {n_ctx}")));
     }
-    let rows = n * kv_dim * 2; // bytes of one layer's keys (or values)
-    let want = HEADER_BYTES + 4 * n + n_layers * 2 * rows + 4;
+    let mut at = HEADER_BYTES + 4 * n;
+    let cold = match ty {
+        KvType::F16 => 0,
+        _ if body.len() < at + 4 => return Err(invalid(format!("the saved state ends after {} bytes", bytes.len()))),
+        _ => {
+            at += 4;
+            u32_at(bytes, at - 4) as usize
+        }
+    };
+    if cold > n {
+        return Err(invalid(format!("the saved state has {cold} cold positions of {n}")));
+    }
+    let (cold_bytes, hot_bytes) = (cold * ty.row_bytes(kv_dim), (n - cold) * kv_dim * 2);
+    let want = (cold_bytes + hot_bytes)
+        .checked_mul(2 * n_layers)
+        .and_then(|rows| rows.checked_add(at + 4))
+        .ok_or_else(|| invalid("its size overflows".into()))?;
     if bytes.len() != want {
-        return Err(format!("the saved state has {} bytes where its header says {want}", bytes.len()));
+        return Err(invalid(format!("the saved state has {} bytes where its header says {want}", bytes.len())));
     }
-    Ok(n)
+    Ok(Checked { ty, n, cold, cold_bytes, hot_bytes, at })
 }
 
-/// Copy the checked state's `n` tokens' rows into `kv`; its tokens.
-fn copy_into(bytes: &[u8], n: usize, kv: &mut KvCache) -> Vec<u32> {
-    let rows = n * kv.kv_dim() * 2;
+/// Copy the checked state's rows into `kv` (of its shape and type, holding positions `0..n`); its tokens.
+fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
+    let Checked { ty, n, cold, cold_bytes, hot_bytes, mut at } = *state;
     let tokens = bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
-    let mut at = HEADER_BYTES + 4 * n;
+    kv.resize(0, 0);
+    kv.resize(n, cold);
     for layer in &mut kv.layers {
-        let (keys, values) = layer.rows_mut(0..n);
-        for dst in [keys, values] {
-            for (d, s) in dst.iter_mut().zip(bytes[at..at + rows].chunks_exact(2)) {
-                *d = [s[0], s[1]];
-            }
-            at += rows;
-        }
+        let rows = &bytes[at..at + 2 * (cold_bytes + hot_bytes)];
+        let (keys, values) = rows.split_at(cold_bytes + hot_bytes);
+        let ((kc, kh), (vc, vh)) = (keys.split_at(cold_bytes), values.split_at(cold_bytes));
+        layer.write(0, ty, kc, vc);
+        layer.write(cold, KvType::F16, kh, vh);
+        at += rows.len();
     }
     tokens
 }
@@ -99,37 +153,57 @@ fn copy_into(bytes: &[u8], n: usize, kv: &mut KvCache) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv_cache::KvCacheOptions;
     use crate::test_support::{test, Rng};
+
+    /// A cache of `n` positions of random rows, decoded one position at a time (so a two-tier one moves
+    /// blocks to its cold tier as it goes).
+    fn filled(n_layers: usize, kv_dim: usize, n_ctx: usize, opts: KvCacheOptions, n: usize, rng: &mut Rng) -> KvCache {
+        let mut kv = KvCache::with_options(n_layers, kv_dim, n_ctx, opts);
+        for p in 0..n {
+            kv.make_room(p, 1);
+            for layer in &mut kv.layers {
+                let row: Vec<f32> = (0..2 * kv_dim).map(|_| rng.normal()).collect();
+                layer.store(p, &row[..kv_dim], &row[kv_dim..]);
+            }
+        }
+        kv
+    }
+
+    /// Every layer's rows `0..n` as f16.
+    fn rows(kv: &KvCache, n: usize) -> Vec<u8> {
+        let rb = kv.kv_dim() * 2;
+        let mut out = Vec::new();
+        for layer in &kv.layers {
+            let (mut k, mut v) = (vec![0; n * rb], vec![0; n * rb]);
+            layer.read(0..n, KvType::F16, &mut k, &mut v);
+            out.extend(k.into_iter().chain(v));
+        }
+        out
+    }
 
     #[test]
     fn states_round_trip_and_refuse_damage_and_other_models() {
         let mut rng = Rng::new(12);
         let model = ModelId([3; 32]);
-        let mut kv = KvCache::new(2, 4, 10);
-        for layer in &mut kv.layers {
-            let (k, v) = layer.rows_mut(0..10);
-            for x in k.iter_mut().chain(v.iter_mut()) {
-                *x = (rng.next_u64() as u16).to_le_bytes();
-            }
-        }
+        let kv = filled(2, 4, 10, KvCacheOptions::default(), 10, &mut rng);
         let tokens = [5, 6, 7, 8, 9, 10];
         let bytes = encode(&model, &tokens, &kv);
         let mut back = KvCache::new(2, 4, 10);
         assert_eq!(decode_into(&bytes, &model, &mut back).unwrap(), tokens);
-        for (a, b) in kv.layers.iter().zip(&back.layers) {
-            assert_eq!(a.keys()[..24], b.keys()[..24]);
-            assert_eq!(a.values()[..24], b.values()[..24]);
-        }
+        assert_eq!(rows(&back, 6), rows(&kv, 6));
         let mut other = KvCache::new(2, 4, 10);
         for cut in 0..bytes.len() {
             assert!(decode_into(&bytes[..cut], &model, &mut other).is_err(), "cut at {cut}");
         }
         let mut flipped = bytes.clone();
         flipped[70] ^= 1;
-        assert!(decode_into(&flipped, &model, &mut other).unwrap_err().contains("damaged"));
-        assert!(decode_into(&bytes, &ModelId([4; 32]), &mut other).unwrap_err().contains("another model"));
+        assert!(decode_into(&flipped, &model, &mut other).unwrap_err().to_string().contains("damaged"));
+        let foreign = decode_into(&bytes, &ModelId([4; 32]), &mut other).unwrap_err();
+        assert!(foreign.to_string().contains("another model") && foreign.code() == "E_INVALID_ARGUMENT");
         assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 4, 5))
             .unwrap_err()
+            .to_string()
             .contains("more than this context"));
         assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 8, 10)).is_err());
         // Decoded into a cache of just its positions (for the GPU): the same rows, the same checks.
@@ -138,7 +212,52 @@ mod tests {
         for (a, b) in kv.layers.iter().zip(&just.layers) {
             assert_eq!(a.rows(0..6), b.rows(0..6));
         }
-        assert!(decode(&bytes, &model, 2, 4, 5).err().unwrap().contains("more than this context"));
-        assert!(decode(&flipped, &model, 2, 4, 10).err().unwrap().contains("damaged"));
+        assert!(decode(&bytes, &model, 2, 4, 5).err().unwrap().to_string().contains("more than this context"));
+        assert!(decode(&flipped, &model, 2, 4, 10).err().unwrap().to_string().contains("damaged"));
+    }
+
+    /// A two-tier cache's state keeps both tiers: restored into a session of the same format it is the
+    /// same cache, into one with another hot window the same values, and into one of another KV type an
+    /// `E_KV_CACHE` error that leaves it alone.
+    #[test]
+    fn two_tier_states_round_trip_and_refuse_another_kv_type() {
+        for cold in [KvType::Q8_0, KvType::Q4_0] {
+            let mut rng = Rng::new(cold.id() as u64);
+            let model = ModelId([3; 32]);
+            let opts = KvCacheOptions { cold, hot_tokens: 32 };
+            let kv = filled(2, 64, 200, opts, 150, &mut rng);
+            assert_eq!(kv.n_cold(), 96);
+            let tokens: Vec<u32> = (0..140).collect(); // the session's last 10 positions are not its tokens'
+            let bytes = encode(&model, &tokens, &kv);
+            let f16_size = encode(&model, &tokens, &filled(2, 64, 200, KvCacheOptions::default(), 150, &mut rng)).len();
+            assert!(bytes.len() < f16_size, "{cold:?}: {} bytes, f16 {f16_size}", bytes.len());
+
+            let mut back = KvCache::with_options(2, 64, 200, opts);
+            assert_eq!(decode_into(&bytes, &model, &mut back).unwrap(), tokens);
+            assert_eq!((back.len(), back.n_cold()), (140, 96));
+            assert_eq!(rows(&back, 140), rows(&kv, 140), "{cold:?}: exact");
+            let mut wider = KvCache::with_options(2, 64, 200, KvCacheOptions { cold, hot_tokens: 96 });
+            decode_into(&bytes, &model, &mut wider).unwrap();
+            assert_eq!((wider.n_cold(), rows(&wider, 140)), (96, rows(&kv, 140)), "{cold:?}: another hot window");
+
+            for other in [KvCacheOptions::default(), KvCacheOptions { cold: KvType::Q4_0, hot_tokens: 32 }] {
+                if other.cold == cold {
+                    continue;
+                }
+                let mut kv = filled(2, 64, 200, other, 20, &mut rng);
+                let before = rows(&kv, 20);
+                let e = decode_into(&bytes, &model, &mut kv).unwrap_err();
+                assert_eq!(e.code(), "E_KV_CACHE", "{e}");
+                assert_eq!(rows(&kv, 20), before);
+            }
+            // Nor does a GPU session's f16 cache take it.
+            assert_eq!(decode(&bytes, &model, 2, 64, 200).err().unwrap().code(), "E_KV_CACHE");
+            // And the other way: an f16 state into this format.
+            let f16_state = encode(&model, &[1, 2, 3], &filled(2, 64, 200, KvCacheOptions::default(), 3, &mut rng));
+            assert_eq!(decode_into(&f16_state, &model, &mut back).unwrap_err().code(), "E_KV_CACHE");
+            for cut in (0..bytes.len()).step_by(97) {
+                assert!(decode_into(&bytes[..cut], &model, &mut back).is_err(), "cut at {cut}");
+            }
+        }
     }
 }

@@ -98,6 +98,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
     let shape = c.attention_shape();
 
+    kv.make_room(pos0, n);
     let pairs = s.rope.pairs();
     for (t, angles) in s.angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
         s.rope.angles(pos0 + t, angles);
@@ -139,8 +140,8 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             });
         }
         kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
-        let (keys, values) = (kv.layers[l].keys(), kv.layers[l].values());
-        attention(&shape, &s.q[..n * qd], keys, values, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
+        let view = kv.layers[l].view();
+        attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
 

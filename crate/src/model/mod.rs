@@ -7,6 +7,7 @@ pub mod weights;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::kv_cache::{KvCacheOptions, KvType};
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
 use config::Config;
@@ -25,6 +26,8 @@ pub struct Model {
     load_ms: f64,
     /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
     prefix_cache: PrefixCache,
+    /// The KV cache's format, for every session and the prefix cache (`with_kv_cache`).
+    kv_cache: KvCacheOptions,
     /// What persisted records and saved states of this model carry (`memory::record`).
     id: ModelId,
 }
@@ -66,8 +69,38 @@ impl Model {
         let metadata_name = gguf.get_str("general.name").map(str::to_string);
         let load_ms = crate::clock::now_ms() - t0;
         let id = ModelId::of_gguf(&bytes, gguf.data_offset);
-        let prefix_cache = PrefixCache::new(id, config.n_layers, config.kv_dim(), DEFAULT_PREFIX_CACHE_BYTES);
-        Ok(Model { bytes, config, weights, tokenizer, chat_template, metadata_name, load_ms, prefix_cache, id })
+        let prefix_cache =
+            PrefixCache::new(id, config.n_layers, config.kv_dim(), KvType::F16, DEFAULT_PREFIX_CACHE_BYTES);
+        let kv_cache = KvCacheOptions::default();
+        Ok(Model {
+            bytes,
+            config,
+            weights,
+            tokenizer,
+            chat_template,
+            metadata_name,
+            load_ms,
+            prefix_cache,
+            kv_cache,
+            id,
+        })
+    }
+
+    /// This model with the KV cache format `kv` for all its sessions and its prefix cache: the one place
+    /// that decides it, before any session exists. A quantized cold tier needs heads of whole blocks
+    /// (`Error::KvCache` otherwise); the CPU runs it (a GPU session under `Backend::WebGpu` refuses it).
+    pub fn with_kv_cache(mut self, kv: KvCacheOptions) -> Result<Model> {
+        kv.check(self.config.head_dim)?;
+        let budget = self.prefix_cache.stats().budget_bytes;
+        let c = &self.config;
+        self.prefix_cache = PrefixCache::new(self.id, c.n_layers, c.kv_dim(), kv.persisted(), budget);
+        self.kv_cache = kv;
+        Ok(self)
+    }
+
+    /// The KV cache format of this model's sessions.
+    pub fn kv_cache(&self) -> KvCacheOptions {
+        self.kv_cache
     }
 
     /// The whole GGUF file; weights are byte ranges of it.

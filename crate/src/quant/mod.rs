@@ -46,20 +46,27 @@ macro_rules! simd_kernel {
 pub mod act;
 mod float;
 mod k_quants;
+pub(crate) mod kv;
 mod legacy;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
+#[cfg(target_arch = "x86_64")]
+mod avx2_kv;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_k;
+#[cfg(target_arch = "aarch64")]
+mod neon_kv;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) mod simd128;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_k;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128_kv;
 
 #[cfg(test)]
 mod tests;

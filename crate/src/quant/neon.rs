@@ -87,7 +87,7 @@ fn signed((lo, hi): (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
 
 /// Four f16 (raw bits) to f32 with `fcvtl` (base AdvSIMD; its intrinsic needs Rust's unstable f16).
 #[inline(always)]
-unsafe fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+pub(super) unsafe fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
     let out: float32x4_t;
     asm!(
         "fcvtl {out:v}.4s, {h:v}.4h",
