@@ -2,9 +2,12 @@
 // our two-tier caches (f16 hot window, q8_0 or q4_0 cold tier), and llama.cpp's f16 cache against its own q8_0 and
 // q4_0 caches (node-llama-cpp's experimentalKvCacheKeyType / ValueType), on the reference prompts after 1,024 tokens
 // of other text; then the KV cache bytes at 4,096 positions. Prints one JSON object (progress on stderr).
+// llama.cpp (this build) rotates keys and values by a Hadamard matrix when its cache is quantized (`attn_rot_k`,
+// `attn_rot_v` in its log), which spreads outliers over a block; we do not. Its quantized runs go with the rotation
+// (its default) and without (LLAMA_ATTN_ROT_DISABLE=1): the latter quantizes what ours does.
 //
 // Usage: node benches/kv_tiers.mjs [--model M] [--cli target/release/ruvllm] [--threads 2] [--context 1024]
-//          [--ours-only]
+//          [--ours-only | --llama-only]
 // Needs the release CLI (cargo build --release -p ruvllm-cli) and, for llama.cpp, benches/setup.sh's npm packages.
 //
 // Sequences: for each prompt of the reference's logits.json, 1,024 tokens of filler (the reference tokenizer cases'
@@ -67,7 +70,9 @@ function ours(kvCold, kvHot) {
   });
 }
 
-async function llamaCpp(kvType) {
+async function llamaCpp(kvType, rotation = true) {
+  if (rotation) delete process.env.LLAMA_ATTN_ROT_DISABLE;
+  else process.env.LLAMA_ATTN_ROT_DISABLE = '1'; // read when the context is made
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
   const llama = await getLlama({
     gpu: false,
@@ -112,7 +117,7 @@ async function llamaCpp(kvType) {
     }
     runs.push(positions);
   }
-  const info = { kv_type: kvType, flash_attention: context.flashAttention, state_bytes_after_last: null };
+  const info = { kv_type: kvType, flash_attention: context.flashAttention };
   await context.dispose();
   await model.dispose();
   return { runs, info };
@@ -164,21 +169,23 @@ function kvBytes(kvCold) {
 const llamaKvBytes = (bytesPer32) => 30 * 2 * 4096 * (192 / 32) * bytesPer32;
 
 const result = { model: path.basename(args.model), threads: Number(args.threads), filler_tokens: FILLER, sequences: sequences.map((s) => s.ids.length) };
-log('ours: f16');
-const f16 = ours('f16');
-result.ours = {};
-for (const [cold, hot] of [['q8_0', 128], ['q4_0', 128], ['q8_0', 0]]) {
-  log(`ours: ${cold} cold, ${hot} hot`);
-  result.ours[`${cold}_hot${hot}`] = compare(f16, ours(cold, hot));
+if (!args['llama-only']) {
+  log('ours: f16');
+  const f16 = ours('f16');
+  result.ours = {};
+  for (const [cold, hot] of [['q8_0', 128], ['q4_0', 128], ['q8_0', 0], ['q4_0', 0]]) {
+    log(`ours: ${cold} cold, ${hot} hot`);
+    result.ours[`${cold}_hot${hot}`] = compare(f16, ours(cold, hot));
+  }
 }
 if (!args['ours-only']) {
   log('llama.cpp: F16');
   const base = await llamaCpp('F16');
   result.llama_cpp = { flash_attention: base.info.flash_attention };
-  for (const t of ['Q8_0', 'Q4_0']) {
-    log(`llama.cpp: ${t}`);
-    const run = await llamaCpp(t);
-    result.llama_cpp[t.toLowerCase()] = compare(base.runs, run.runs);
+  for (const [t, rotation] of [['Q8_0', true], ['Q4_0', true], ['Q8_0', false], ['Q4_0', false]]) {
+    log(`llama.cpp: ${t}${rotation ? '' : ', rotation off'}`);
+    const run = await llamaCpp(t, rotation);
+    result.llama_cpp[`${t.toLowerCase()}${rotation ? '' : '_no_rotation'}`] = compare(base.runs, run.runs);
   }
 }
 log('KV bytes at 4096 positions');
