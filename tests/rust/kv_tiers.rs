@@ -263,3 +263,26 @@ fn the_gpu_backend_refuses_a_two_tier_cache() {
     let at_4096 = |m: &Arc<Model>| session(m, 4096).kv_cache_bytes() as f64;
     assert!(at_4096(&support::default_model()) / at_4096(&model(q8_0(128))) >= 1.8);
 }
+
+/// With the tiers, results do not depend on the thread count: the same bits on 1 and 3 threads, for a prefill's
+/// batches (a task per token and KV head) and for decode steps (a task per KV head and block of positions).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let ids = long_prompt(400);
+    let tiered = model(q8_0(64));
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let mut s = session(&tiered, 1024);
+            let prefill = s.eval(&ids[..ids.len() - 24], true).unwrap().to_vec();
+            let decode: Vec<f32> =
+                ids[ids.len() - 24..].iter().flat_map(|&t| s.eval(&[t], false).unwrap().to_vec()).collect();
+            (prefill, decode)
+        })
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let ((p1, d1), (p3, d3)) = (run(1), run(3));
+    assert!(bits(&p1) == bits(&p3), "prefill logits differ between 1 and 3 threads");
+    assert!(bits(&d1) == bits(&d3), "decode logits differ between 1 and 3 threads");
+}
