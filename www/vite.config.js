@@ -2,7 +2,7 @@
 // - send COOP/COEP, so the page is cross-origin isolated and the package runs its threaded build;
 // - serve the models of the local model cache (~/.cache/ruvllm, or the directory of $RUVLLM_MODEL) under /models/,
 //   so the default model loads with no download from the internet (scripts/fetch-model.sh puts it there).
-import { createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import { createReadStream, existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { defineConfig } from 'vite';
@@ -45,9 +45,12 @@ const modelsPlugin = {
   configurePreviewServer: (server) => void server.middlewares.use(localModels),
 };
 
+// The package is a link to ../npm: the dev server may serve its files (its .wasm builds) from there.
+const PACKAGE_DIR = realpathSync(new URL('./node_modules/@ruvector/ruvllm', import.meta.url));
+
 export default defineConfig({
   plugins: [modelsPlugin],
-  server: { headers: ISOLATION },
+  server: { headers: ISOLATION, fs: { allow: ['.', PACKAGE_DIR] } },
   preview: { headers: ISOLATION },
   build: { target: 'es2022', chunkSizeWarningLimit: 2000 },
   worker: { format: 'es' },

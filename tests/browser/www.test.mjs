@@ -22,7 +22,6 @@ const MODEL_URL = `/models/${basename(MODEL_PATH)}`;
 
 let browser;
 let page;
-let server;
 let origin;
 const modelRequests = [];
 const pageErrors = [];
@@ -36,26 +35,35 @@ async function freePort() {
   return port;
 }
 
+/** Start `vite preview` or the dev server (`vite`) in www/; resolves to its origin once it listens. */
+async function startVite(command) {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const args = ['node_modules/vite/bin/vite.js', ...(command === 'dev' ? [] : [command]), '--host', '127.0.0.1', '--port', String(port), '--strictPort'];
+  const child = spawn(process.execPath, args, { cwd: WWW, env: { ...process.env, RUVLLM_MODEL: MODEL_PATH, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });
+  stops.push(async () => {
+    if (child.exitCode === null) {
+      child.kill();
+      await new Promise((resolve) => child.once('exit', resolve));
+    }
+  });
+  await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`vite ${command} did not start: ${out}`)), 60_000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes(url)) clearTimeout(timer), resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`vite ${command} exited with ${code}: ${out}`)));
+  });
+  return url;
+}
+
 before(async () => {
   // scripts/www.sh installs www/'s pinned dependencies when they are missing, then runs `vite build`.
   execFileSync(join(REPO_DIR, 'scripts', 'www.sh'), ['build'], { stdio: 'inherit' });
   mkdirSync(SHOTS, { recursive: true });
-  const port = await freePort();
-  origin = `http://127.0.0.1:${port}`;
-  server = spawn(process.execPath, ['node_modules/vite/bin/vite.js', 'preview', '--host', '127.0.0.1', '--port', String(port), '--strictPort'], {
-    cwd: WWW,
-    env: { ...process.env, RUVLLM_MODEL: MODEL_PATH, NO_COLOR: '1' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`vite preview did not start: ${out}`)), 60_000);
-    server.stdout.on('data', (d) => {
-      out += d;
-      if (out.includes(origin)) clearTimeout(timer), resolve();
-    });
-    server.once('exit', (code) => reject(new Error(`vite preview exited with ${code}: ${out}`)));
-  });
+  origin = await startVite('preview');
   browser = await launchChromium();
   page = await browser.context.newPage();
   await page.setViewportSize({ width: 1280, height: 800 });
@@ -67,10 +75,6 @@ before(async () => {
 after(async () => {
   await browser?.close();
   for (const stop of stops) await stop();
-  if (server?.exitCode === null) {
-    server.kill();
-    await new Promise((resolve) => server.once('exit', resolve));
-  }
 });
 
 const state = () => page.evaluate(() => document.body.dataset.state);
@@ -351,4 +355,22 @@ test('a static host without COOP/COEP: the coi service worker makes the page cro
   await other.goto(`${plain.origin}/`);
   await other.waitForFunction(() => window.crossOriginIsolated === true, null, { timeout: 60_000 });
   await other.close();
+});
+
+test('the dev server (vite) serves the same page, cross-origin isolated: the model loads and answers', async () => {
+  const dev = await browser.context.newPage();
+  dev.on('pageerror', (e) => pageErrors.push(`dev: ${e}`));
+  await dev.goto(await startVite('dev'));
+  assert.equal(await dev.evaluate(() => crossOriginIsolated), true);
+  await dev.getByText('Settings', { exact: true }).click();
+  await dev.getByLabel('Temperature').fill('0');
+  await dev.getByRole('button', { name: 'Load', exact: true }).click();
+  await dev.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 });
+  assert.match(await dev.locator('#engine').textContent(), /2 threads \(wasm-mt\)/);
+  await dev.getByLabel('Message', { exact: true }).fill('What is the capital of France?');
+  await dev.getByRole('button', { name: 'Send', exact: true }).click();
+  await dev.waitForFunction(() => Number(document.body.dataset.replies ?? 0) > 0, null, { timeout: 180_000 });
+  assert.match(await dev.locator('article.msg.assistant .content').last().textContent(), /Paris/);
+  await dev.close();
+  assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
 });
