@@ -186,6 +186,23 @@ test('after a reload: the conversation is listed, the model comes from the brows
   assert.ok((await lastAnswer().locator('.content').textContent()).length > 0);
 });
 
+test('edit and resend replaces a question and what followed it; Copy copies an answer', async () => {
+  const question = page.locator('article.msg.user').last();
+  await question.getByRole('button', { name: 'Edit and resend' }).click();
+  await question.getByLabel('Edit message').fill('And what is the capital of Italy?');
+  const replies = await counter('replies');
+  await question.getByRole('button', { name: 'Save and send' }).click();
+  await waitCounter('replies', replies);
+  assert.equal(await page.locator('article.msg').count(), 4);
+  assert.equal(await page.locator('article.msg.user .content').last().textContent(), 'And what is the capital of Italy?');
+  const answer = await lastAnswer().locator('.content').textContent();
+  assert.match(answer, /Rome/);
+  await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  await lastAnswer().getByRole('button', { name: 'Copy answer' }).click();
+  await page.locator('#notice', { hasText: 'Copied.' }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), answer.trim());
+});
+
 test('a dropped GGUF file loads', async () => {
   const loaded = page.waitForFunction(() => document.getElementById('model-name').title === 'dropped.gguf' && document.body.dataset.state === 'ready', null, { timeout: 180_000 });
   await page.evaluate(async (url) => {
@@ -262,6 +279,20 @@ test('a model too large for wasm memory is refused before its download', async (
   });
   assert.equal(code, 'E_MODEL_TOO_LARGE', text);
   assert.match(text, /does not fit in the browser's WebAssembly memory/);
+});
+
+test('Cancel stops a download, and nothing is cached', async () => {
+  const url = `${origin}/models/slow.gguf`;
+  let pending;
+  await page.route(url, (route) => void (pending = route)); // the server never answers
+  await page.getByLabel('GGUF URL (a CORS-enabled host)').fill(url);
+  await page.getByRole('button', { name: 'Load URL' }).click();
+  await page.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('#notice', { hasText: 'Model load cancelled.' }).waitFor();
+  assert.equal(await state(), 'idle');
+  assert.equal(await page.locator('#progress-box').isHidden(), true);
+  assert.equal(await page.evaluate(async (u) => !!(await (await caches.open('ruvllm-models-v1')).match(u)), url), false);
+  await pending?.abort();
 });
 
 test('HTML in the model\'s output shows as text and runs nothing (the stored conversation is rendered again)', async () => {

@@ -125,6 +125,7 @@ async function loadModel({ url, file }) {
   setState('loading');
   const label = file ? file.name : decodeURIComponent(new URL(url, location.href).pathname.split('/').pop());
   $('model-name').textContent = `Loading ${label}…`;
+  showProgress(file ? `Reading ${file.name}…` : `Connecting to ${new URL(url, location.href).host}…`); // Cancel is there from the start
   let downloaded = null;
   try {
     let source = file ?? null;
@@ -366,6 +367,8 @@ async function reply() {
   await saveConversation(conversation);
   view.render(conversation);
   setState(llm ? 'ready' : 'idle');
+  const storeError = model === llm ? model.info().prefixCache?.storeError : null;
+  if (storeError) notice(`What the model computed for conversations is kept for this visit only: ${storeError.message}`);
   document.body.dataset.replies = String(++replies);
   $('message').focus();
   // The prefix cache writes its pages to IndexedDB in the background; data-persisted says when they are there.
