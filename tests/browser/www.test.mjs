@@ -335,6 +335,7 @@ test('HTML in the model\'s output shows as text and runs nothing (the stored con
   assert.equal(await content.locator('strong').textContent(), 'bold');
   assert.ok((await content.locator('pre code.hljs.language-js span').count()) > 0, 'no highlighted code');
   assert.equal(await page.evaluate(() => window.pwned), undefined);
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-markdown.png') });
   await waitReady(); // the model of the last visit, from the browser's cache
 });
 
