@@ -6,6 +6,7 @@ import { explain, notCached } from './errors.js';
 import { bytes, seconds } from './format.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
 import { bindSettingsForm, loadSettings, saveSettings } from './settings.js';
+import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
 import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
 import { describeContext, describeEngine, describeSpeed } from './status.js';
 
@@ -70,40 +71,15 @@ applyTheme();
 
 // ---- models ---------------------------------------------------------------------------------------------------
 async function fillModelList() {
-  const seen = new Set();
-  const select = $('model-select');
-  select.replaceChildren();
-  for (const m of [...KNOWN_MODELS, ...(await localModels())]) {
-    if (seen.has(m.url)) continue;
-    seen.add(m.url);
-    select.append(new Option(m.label, m.url));
-  }
-  if (settings.lastModel && seen.has(settings.lastModel)) select.value = settings.lastModel;
+  renderModelOptions($('model-select'), [...KNOWN_MODELS, ...(await localModels())], settings.lastModel);
 }
 
 async function refreshCached() {
-  const list = $('cached');
-  list.replaceChildren();
-  const models = await cachedModels();
-  for (const m of models) {
-    const li = document.createElement('li');
-    const name = document.createElement('span');
-    name.textContent = `${m.name} · ${bytes(m.bytes)}`;
-    name.title = m.url;
-    const del = document.createElement('button');
-    del.type = 'button';
-    del.textContent = 'Delete';
-    del.setAttribute('aria-label', `Delete cached ${m.name}`);
-    del.onclick = async () => {
-      await deleteCached(m.url);
-      await refreshCached();
-    };
-    li.append(name, del);
-    list.append(li);
-  }
-  if (models.length === 0) list.innerHTML = '<li class="hint">None yet: a downloaded model is kept here.</li>';
-  const { usage, quota } = await storageEstimate();
-  $('storage').textContent = quota ? `Storage: ${bytes(usage)} used of ${bytes(quota)} this browser gives the site.` : '';
+  const remove = async (url) => {
+    await deleteCached(url);
+    await refreshCached();
+  };
+  renderCachedModels($('cached'), $('storage'), await cachedModels(), await storageEstimate(), remove);
 }
 
 function showProgress(text, fraction) {
@@ -211,23 +187,7 @@ $('model-file').onchange = () => {
 $('cancel').onclick = () => loading?.abort();
 
 // Drag and drop a .gguf anywhere on the page.
-let drags = 0;
-window.addEventListener('dragenter', (e) => {
-  if (!e.dataTransfer?.types.includes('Files')) return;
-  drags++;
-  $('drop').hidden = false;
-});
-window.addEventListener('dragleave', () => {
-  if (--drags <= 0) (drags = 0), ($('drop').hidden = true);
-});
-window.addEventListener('dragover', (e) => e.preventDefault());
-window.addEventListener('drop', (e) => {
-  e.preventDefault();
-  drags = 0;
-  $('drop').hidden = true;
-  const file = e.dataTransfer?.files[0];
-  if (file) loadModel({ file });
-});
+onFileDrop($('drop'), (file) => loadModel({ file }));
 
 // ---- conversations ---------------------------------------------------------------------------------------------
 const view = new ChatView(
@@ -256,29 +216,14 @@ const view = new ChatView(
 );
 
 async function refreshConversations() {
-  const list = $('conversations');
-  list.replaceChildren();
-  for (const c of await listConversations()) {
-    const li = document.createElement('li');
-    if (c.id === conversation.id) li.setAttribute('aria-current', 'true');
-    const open = document.createElement('button');
-    open.type = 'button';
-    open.className = 'open';
-    open.textContent = c.title;
-    open.onclick = () => openConversation(c.id);
-    const del = document.createElement('button');
-    del.type = 'button';
-    del.className = 'delete';
-    del.textContent = '×';
-    del.setAttribute('aria-label', `Delete conversation ${c.title}`);
-    del.onclick = async () => {
-      await deleteConversation(c.id);
-      if (c.id === conversation.id) startNew();
+  renderConversationList($('conversations'), await listConversations(), conversation.id, {
+    open: openConversation,
+    remove: async (id) => {
+      await deleteConversation(id);
+      if (id === conversation.id) startNew();
       else refreshConversations();
-    };
-    li.append(open, del);
-    list.append(li);
-  }
+    },
+  });
 }
 
 async function openConversation(id) {

@@ -12,7 +12,7 @@ export const KNOWN_MODELS = [
   { url: DEFAULT_MODEL, label: 'SmolLM2 135M Instruct Q4_1 (98 MB, served locally)' },
   {
     url: 'https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_0.gguf',
-    label: 'Qwen2.5 0.5B Instruct Q4_0 (about 430 MB, Hugging Face)',
+    label: 'Qwen2.5 0.5B Instruct Q4_0 (a download from Hugging Face)',
   },
 ];
 
