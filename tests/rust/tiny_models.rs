@@ -311,6 +311,35 @@ fn sessions_start_from_the_prefix_cache_with_the_same_ids() {
     }
 }
 
+/// `max_tokens: 0` evaluates a prompt into the session and returns no token: a reopened conversation made ready
+/// (from the prefix cache, then its uncached tail) before its next turn, which then prefills only its own tokens and
+/// gives the ids of a session that prefills everything.
+#[test]
+fn max_tokens_0_makes_a_conversation_ready_without_a_token() {
+    for file in [LLAMA_SPM, QWEN2] {
+        let (model, entry) = load(file);
+        let prompt = long_prompt(&entry);
+        let turn2: Vec<u32> = prompt.iter().chain(&prompt[..5]).copied().collect();
+        let mut plain = session(&model, 8);
+        plain.set_prefix_cache(false);
+        let want = plain.generate(&turn2, greedy(6), None, |_| {}).unwrap();
+
+        session(&model, 8).generate(&prompt, greedy(2), None, |_| {}).unwrap(); // pages of `prompt` in the cache
+        let mut s = session(&model, 8);
+        let mut steps = 0;
+        let ready = s.generate(&prompt, greedy(0), None, |_| steps += 1).unwrap();
+        assert_eq!((steps, ready.ids.len(), ready.text.as_str()), (0, 0, ""), "{file}: no token");
+        assert_eq!(ready.finish, FinishReason::Length, "{file}");
+        let cached = (prompt.len() - 1) / PAGE_TOKENS * PAGE_TOKENS;
+        assert_eq!((ready.stats.cached_tokens, ready.stats.prefilled_tokens), (cached, prompt.len() - cached));
+        assert_eq!(s.tokens(), &prompt[..], "{file}: the whole prompt is in the cache");
+
+        let next = s.generate(&turn2, greedy(6), None, |_| {}).unwrap();
+        assert_eq!((next.stats.cached_tokens, next.stats.prefilled_tokens), (prompt.len(), 5), "{file}");
+        assert_eq!(next.ids, want.ids, "{file}: greedy ids after the prompt was made ready");
+    }
+}
+
 /// A conversation saved from one session and restored into another (as llama.cpp's slot save/restore) continues
 /// exactly as it would have in the first: the same greedy ids, its positions reused. Bad or cut bytes are refused
 /// and change nothing.
