@@ -176,13 +176,19 @@ test('after a reload: the conversation is listed, the model comes from the brows
   await page.reload();
   await waitReady(); // the last model loads by itself from the browser's cache
   assert.deepEqual(modelRequests, [], 'the second load requested the model file');
+  const prepared = await counter('prepared');
   await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
   assert.match(await lastAnswer().locator('.content').textContent(), /Paris/);
+  // Opened, the conversation is made ready from the persisted prefix cache before anything is asked.
+  await waitCounter('prepared', prepared);
+  const ready = (await page.locator('#memory').textContent()).match(/ready: (\d+) of (\d+) tokens from memory/);
+  assert.ok(ready && Number(ready[1]) > 0, `not made ready from memory: ${await page.locator('#memory').textContent()}`);
   assert.equal(await page.getByLabel('Temperature').inputValue(), '0', 'the settings were not kept');
   await ask('And what is the capital of Germany?');
   const meta = await lastAnswer().locator('.meta').textContent();
   const fromMemory = Number(meta.match(/(\d+) tokens? from memory/)?.[1] ?? 0);
-  assert.ok(fromMemory > 0, `no tokens from memory: ${meta}`);
+  // The question evaluated only its own tokens: the whole conversation before it was in the model.
+  assert.ok(fromMemory >= Number(ready[2]), `${fromMemory} tokens from memory, ${ready[2]} made ready: ${meta}`);
   assert.ok((await lastAnswer().locator('.content').textContent()).length > 0);
 });
 

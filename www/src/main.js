@@ -17,9 +17,11 @@ let llm = null; // the loaded model
 let conversation = newConversation(); // saved once it has a message
 let generation = null; // AbortController of the reply being generated
 let loading = null; // AbortController of the model being downloaded or loaded
-// Counters on <body> for tests and scripts: replies finished (data-replies), prefix-cache flushes done (data-persisted).
+// Counters on <body> for tests and scripts: replies finished (data-replies), prefix-cache flushes done (data-persisted),
+// conversations made ready (data-prepared).
 let replies = 0;
 let flushes = 0;
+let prepared = 0;
 
 /** The page's state, for styles and tests: idle, loading, ready, generating. */
 function setState(state) {
@@ -134,6 +136,7 @@ async function loadModel({ url, file }) {
     if (url) settings.lastModel = url;
     saveSettings(settings);
     setState('ready');
+    prepare();
     if (downloaded) {
       saveToCache(url, downloaded).then(refreshCached, (e) => notice(notCached(e, downloaded.size)));
     }
@@ -234,6 +237,35 @@ async function openConversation(id) {
   refreshConversations();
   closeMenu();
   $('message').focus();
+  prepare();
+}
+
+/** The conversation as the model sees it: the system prompt, then every message with text. */
+function chatMessages() {
+  const messages = [];
+  if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
+  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: m.content });
+  return messages;
+}
+
+/**
+ * Make the open conversation ready while its user reads and types: the model takes what its prefix cache holds of it
+ * (from IndexedDB after a reload) and evaluates the rest, generating nothing (`maxTokens: 0`), so the next message
+ * evaluates only its own tokens. The model runs one call at a time: a message sent meanwhile waits for this.
+ */
+async function prepare() {
+  const messages = chatMessages();
+  $('memory').textContent = '';
+  if (!llm || generation || messages.at(-1)?.role !== 'assistant') return;
+  const [model, id] = [llm, conversation.id];
+  try {
+    const { usage } = await model.complete(model.applyChatTemplate(messages, { addGenerationPrompt: false }), { maxTokens: 0 });
+    if (model !== llm || id !== conversation.id) return;
+    $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
+    document.body.dataset.prepared = String(++prepared);
+  } catch {
+    // Nothing is lost: the next message evaluates whatever the model lacks.
+  }
 }
 
 /** The speeds and context use of the conversation's last answer. */
@@ -268,9 +300,8 @@ async function send() {
 /** Generate the assistant's answer to the conversation as it stands, streaming it into the page. */
 async function reply() {
   clearMessages();
-  const messages = [];
-  if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
-  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: m.content });
+  $('memory').textContent = '';
+  const messages = chatMessages();
   const answer = { role: 'assistant', content: '', meta: {} };
   conversation.messages.push(answer);
   const index = conversation.messages.length - 1;
