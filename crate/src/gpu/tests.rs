@@ -34,10 +34,12 @@ use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};
 
 /// The weight types the GPU reads.
-const TYPES: [GgmlType; 11] = [
+const TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -149,7 +151,7 @@ async fn run(kernel: Kernel, header: &str, data: Vec<(Slot, Data)>, grid: [u32; 
     let gpu = gpu().await;
     let device = &gpu.device;
     let subgroups = gpu.subgroups && !FALLBACK.get();
-    let src = kernel.source(header, subgroups).expect("a kernel for this type");
+    let src = kernel.source(header, subgroups);
     let pipeline =
         gpu.pipeline("test kernel", src).await.unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
     use wgpu::BufferUsages as U;
