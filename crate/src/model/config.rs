@@ -10,6 +10,8 @@ pub enum Arch {
     Llama,
     /// Qwen2: q/k/v biases, NeoX-style RoPE (pairs `i` and `i + rot/2`).
     Qwen2,
+    /// Qwen3: no biases, an RMSNorm of each query and key head before RoPE (QK-norm), NeoX-style RoPE.
+    Qwen3,
 }
 
 impl Arch {
@@ -17,6 +19,7 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
         }
     }
 }
@@ -48,6 +51,7 @@ impl Config {
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -114,7 +118,7 @@ impl Config {
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
-            rope_neox: arch == Arch::Qwen2,
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3),
         })
     }
 
