@@ -12,7 +12,6 @@ use super::device::Gpu;
 use super::ops::{self, Kernel};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{GpuFault, Result};
-use crate::model::config::Arch;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
 use crate::quant::GgmlType;
@@ -46,6 +45,8 @@ pub(crate) struct LayerLocs {
     pub ffn_norm: wgpu::Buffer,
     /// q, k and v biases concatenated (qwen2), like the rows of the fused q/k/v output.
     pub qkv_bias: Option<wgpu::Buffer>,
+    /// The query and key heads' norms concatenated (qwen3).
+    pub qk_norm: Option<wgpu::Buffer>,
 }
 
 pub struct GpuModel {
@@ -110,6 +111,12 @@ impl GpuModel {
                     Some(gpu.buffer_with("qkv bias", &vector(&all), wgpu::BufferUsages::STORAGE).await?)
                 }
             };
+            let qk_norm = match (&lw.q_norm, &lw.k_norm) {
+                (Some(q), Some(k)) => {
+                    Some(gpu.buffer_with("qk norm", &vector(&[&q[..], k].concat()), wgpu::BufferUsages::STORAGE).await?)
+                }
+                _ => None,
+            };
             layers.push(LayerLocs {
                 wq,
                 wk,
@@ -121,6 +128,7 @@ impl GpuModel {
                 attn_norm: gpu.buffer_with("attn_norm", &vector(&lw.attn_norm), wgpu::BufferUsages::STORAGE).await?,
                 ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
                 qkv_bias,
+                qk_norm,
             });
         }
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
@@ -180,9 +188,6 @@ fn check_supported(model: &Model) -> Result<()> {
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
     if !c.head_dim.is_multiple_of(16) || c.head_dim > 128 {
         return unsupported(format!("head size {} (the GPU kernels take multiples of 16 up to 128)", c.head_dim));
-    }
-    if c.arch == Arch::Qwen3 {
-        return unsupported("the query and key heads' norms (qwen3) have no GPU kernel yet".into());
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));

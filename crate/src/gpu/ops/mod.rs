@@ -79,6 +79,7 @@ pub(crate) enum Kernel {
     AttnPrefill(attn_prefill::AttnPrefill),
     RmsNorm(norm::RmsNorm),
     AddRmsNorm(norm::AddRmsNorm),
+    HeadNorm(norm::HeadNorm),
     Swiglu(swiglu::Swiglu),
     Argmax(argmax::Argmax),
 }
@@ -98,6 +99,7 @@ impl Kernel {
             Kernel::AttnPrefill(k) => k.source(&mut m),
             Kernel::RmsNorm(k) => k.source(&mut m),
             Kernel::AddRmsNorm(k) => k.source(&mut m),
+            Kernel::HeadNorm(k) => k.source(&mut m),
             Kernel::Swiglu(k) => k.source(&mut m),
             Kernel::Argmax(k) => k.source(&mut m),
         }
@@ -116,6 +118,7 @@ impl Kernel {
             Kernel::AttnPrefill(_) => attn_prefill::BINDINGS,
             Kernel::RmsNorm(_) => norm::RMSNORM_BINDINGS,
             Kernel::AddRmsNorm(_) => norm::ADD_RMSNORM_BINDINGS,
+            Kernel::HeadNorm(_) => norm::HEAD_NORM_BINDINGS,
             Kernel::Swiglu(_) => swiglu::BINDINGS,
             Kernel::Argmax(_) => argmax::BINDINGS,
         }
