@@ -1,7 +1,7 @@
 //! The engine end to end on the tiny models that tests/fixtures/make_tiny_models.py generates into $RUVLLM_FIXTURES:
 //! a llama with a SentencePiece tokenizer and every legacy and K-quant weight type, a qwen2 (q/k/v biases, NEOX
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
-//! wider than d_model / n_head) with the same tokenizer.
+//! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -22,7 +22,7 @@ use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, Sessi
 use serde_json::Value;
 
 use support::test;
-use support::tiny::{check_logits, fixtures_dir, ids, load, LLAMA_SPM, QWEN2, QWEN3};
+use support::tiny::{check_logits, fixtures_dir, ids, load, LLAMA3, LLAMA_SPM, QWEN2, QWEN3};
 
 fn check_tokenizer(file: &str) {
     let (model, entry) = load(file);
@@ -88,6 +88,14 @@ fn qwen3_logits_match_reference() {
     check_tokenizer(QWEN3);
     check_logits(QWEN3, &SessionOptions::default(), None);
     check_logits(QWEN3, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[2, 3, 1]));
+}
+
+/// Llama 3.1+: RoPE with a frequency factor per rotated pair (`rope_freqs.weight`), GQA 4, tied embedding.
+#[test]
+fn llama3_rope_factors_match_reference() {
+    check_tokenizer(LLAMA3);
+    check_logits(LLAMA3, &SessionOptions::default(), None);
+    check_logits(LLAMA3, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[1, 4]));
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.

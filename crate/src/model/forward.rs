@@ -50,7 +50,7 @@ impl RunState {
             up: LineBuf::zeros(n * c.ffn_dim),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
-            rope: Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox),
+            rope: model.rope(),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             logits: Vec::new(),
         }

@@ -7,6 +7,7 @@ pub mod weights;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
@@ -110,6 +111,17 @@ impl Model {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// RoPE as the config says, with the file's per-pair frequency factors if it has them (the CPU forward and the
+    /// GPU's angle table both come from it).
+    pub fn rope(&self) -> Rope {
+        let c = &self.config;
+        let rope = Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox);
+        match &self.weights.rope_freqs {
+            Some(factors) => rope.with_freq_factors(factors),
+            None => rope,
+        }
     }
 
     /// The model's own chat template, or an error naming the problem when it has none or it did not compile.

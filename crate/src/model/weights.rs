@@ -76,6 +76,8 @@ pub struct Weights {
     pub output_norm: Vec<f32>, // [d_model]
     /// [vocab × d_model]; the token embedding itself when the model ties them.
     pub output: MatrixRef,
+    /// [rope_dims / 2]: each rotated pair's frequency divisor (Llama 3.1+ `rope_freqs.weight`), if the file has one.
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -140,6 +142,13 @@ impl Weights {
             Some(_) => matrix("output.weight", c.vocab_size, d)?,
             None => token_embd,
         };
-        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output })
+        let rope_freqs = match g.tensor("rope_freqs.weight") {
+            Some(_) => Some(vector("rope_freqs.weight", c.rope_dims / 2)?),
+            None => None,
+        };
+        if rope_freqs.as_ref().is_some_and(|f| f.iter().any(|&v| !(v.is_finite() && v > 0.0))) {
+            return Err(Error::Model("rope_freqs.weight holds a factor that is not a positive number".into()));
+        }
+        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output, rope_freqs })
     }
 }
