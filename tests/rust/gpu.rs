@@ -35,7 +35,7 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 
 /// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
-/// qwen3's head norms and Llama 3.1's RoPE frequency factors, within the CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time
+/// qwen3's head norms, Llama 3.1's RoPE frequency factors and Phi-3's fused matrices and LongRoPE, within the CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time
 /// (decode steps among them).
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
@@ -45,7 +45,7 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         assert!(s.on_gpu(), "the tiny model runs on the GPU");
         s
     };
-    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3] {
+    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3] {
         tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
     }

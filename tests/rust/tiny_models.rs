@@ -1,7 +1,8 @@
 //! The engine end to end on the tiny models that tests/fixtures/make_tiny_models.py generates into $RUVLLM_FIXTURES:
 //! a llama with a SentencePiece tokenizer and every legacy and K-quant weight type, a qwen2 (q/k/v biases, NEOX
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
-//! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer.
+//! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer, and
+//! a phi3 (fused q/k/v and gate/up, LongRoPE) with the SentencePiece one.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -22,7 +23,7 @@ use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, Sessi
 use serde_json::Value;
 
 use support::test;
-use support::tiny::{check_logits, fixtures_dir, ids, load, LLAMA3, LLAMA_SPM, QWEN2, QWEN3};
+use support::tiny::{check_logits, fixtures_dir, ids, load, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3};
 
 fn check_tokenizer(file: &str) {
     let (model, entry) = load(file);
@@ -96,6 +97,26 @@ fn llama3_rope_factors_match_reference() {
     check_tokenizer(LLAMA3);
     check_logits(LLAMA3, &SessionOptions::default(), None);
     check_logits(LLAMA3, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[1, 4]));
+}
+
+/// Phi-3: q/k/v and gate/up each read from one fused matrix, LongRoPE's long factors and attention factor (the
+/// default context, 128, is past the original 64); a session within the original context takes the short factors.
+#[test]
+fn phi3_fused_matrices_and_long_rope_match_reference() {
+    check_tokenizer(PHI3);
+    check_logits(PHI3, &SessionOptions::default(), None);
+    check_logits(PHI3, &SessionOptions { n_batch: 2, ..SessionOptions::default() }, Some(&[3, 2]));
+    let (model, entry) = load(PHI3);
+    let seq = ids(&entry["forward"][0]["ids"]);
+    let logits = |n_ctx| {
+        let mut s =
+            Session::with_options(model.clone(), &SessionOptions { n_ctx, ..SessionOptions::default() }).unwrap();
+        s.eval(&seq, true).unwrap().to_vec()
+    };
+    let (long, short) = (logits(128), logits(64));
+    let vocab = model.config.vocab_size;
+    assert_eq!(long[..vocab], short[..vocab], "position 0 turns by no angle");
+    assert_ne!(long, short, "a context within the original one uses the short factors");
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.

@@ -208,6 +208,8 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rms_eps: 1e-5,
         rope_base: 10000.0,
         rope_freq_scale: 1.0,
+        rope_attn_factor: 1.0,
+        rope_orig_context: 4096,
         rope_dims,
         rope_neox: neox,
     }
@@ -529,7 +531,7 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
 
 pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
     // Also from a split qkv matmul's partials (two halves: their sum is exact), and with per-pair frequency factors
-    // (Llama 3.1+), which only the angle table carries.
+    // and an attention factor (Llama 3.1+, LongRoPE), which only the angle table carries.
     let cases =
         [(false, 32, 1, false), (true, 32, 1, false), (true, 16, 1, false), (false, 16, 1, true), (true, 32, 2, true)];
     for (neox, rope_dims, splits, factors) in cases {
@@ -537,7 +539,9 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         let rope = match factors {
-            true => rope.with_freq_factors(&(0..rope_dims / 2).map(|i| 1.0 + i as f32 * 0.5).collect::<Vec<_>>()),
+            true => rope
+                .with_freq_factors(&(0..rope_dims / 2).map(|i| 1.0 + i as f32 * 0.5).collect::<Vec<_>>())
+                .with_attn_factor(1.2),
             false => rope,
         };
         let (n, pos0, n_ctx) = (3, 5, 16);

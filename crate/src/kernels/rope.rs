@@ -2,7 +2,8 @@
 //!
 //! Dimension pair `i` (of `rope_dims / 2`) of a head rotates by `pos * freq_scale * base^(-2i / rope_dims)`, divided
 //! by the pair's frequency factor where the model has them (Llama 3.1+'s `rope_freqs.weight`, as `ggml_rope_ext`'s
-//! `freq_factors`). "Normal" mode (llama) pairs adjacent values `(2i, 2i+1)`; NeoX mode (qwen2) pairs
+//! `freq_factors`), and its cosine and sine scaled by an attention factor where the model has one (LongRoPE's
+//! `mscale`). "Normal" mode (llama) pairs adjacent values `(2i, 2i+1)`; NeoX mode (qwen2) pairs
 //! `(i, i + rope_dims/2)`.
 
 /// Most rotated dimensions per head we support (llama-family heads are 64..256).
@@ -17,6 +18,8 @@ pub struct Rope {
     head_dim: usize,
     /// Each pair's frequency divisor (`rope_pairs` of them), if any.
     freq_factors: Option<Vec<f32>>,
+    /// What every rotated value is multiplied by (ggml's `mscale`: LongRoPE's attention factor; 1 elsewhere).
+    attn_factor: f32,
 }
 
 impl Rope {
@@ -24,7 +27,13 @@ impl Rope {
     pub fn new(head_dim: usize, rope_dims: usize, base: f32, freq_scale: f32, neox: bool) -> Rope {
         assert!(rope_dims <= MAX_ROPE_DIMS && rope_dims <= head_dim);
         let theta_scale = base.powf(-2.0 / rope_dims as f32);
-        Rope { theta_scale, freq_scale, pairs: rope_dims / 2, neox, head_dim, freq_factors: None }
+        Rope { theta_scale, freq_scale, pairs: rope_dims / 2, neox, head_dim, freq_factors: None, attn_factor: 1.0 }
+    }
+
+    /// The same with the rotated values scaled by `factor` (folded into each angle's cos and sin, as ggml does).
+    pub fn with_attn_factor(mut self, factor: f32) -> Rope {
+        self.attn_factor = factor;
+        self
     }
 
     /// The same with each pair's angle divided by its factor (one per pair, checked when the weights are read).
@@ -58,7 +67,7 @@ impl Rope {
                 None => theta,
             };
             let (sin, cos) = (t * self.freq_scale).sin_cos();
-            *c = (cos, sin);
+            *c = (cos * self.attn_factor, sin * self.attn_factor);
             theta *= self.theta_scale;
         }
     }

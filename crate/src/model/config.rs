@@ -12,6 +12,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: no biases, an RMSNorm of each query and key head before RoPE (QK-norm), NeoX-style RoPE.
     Qwen3,
+    /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
+    /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
+    Phi3,
 }
 
 impl Arch {
@@ -20,6 +23,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
         }
     }
 }
@@ -40,6 +44,11 @@ pub struct Config {
     pub rope_base: f32,
     /// Position scale (1 / linear scaling factor), as llama.cpp's `freq_scale`.
     pub rope_freq_scale: f32,
+    /// What RoPE multiplies each rotated value by (`rope.scaling.attn_factor`, LongRoPE's; 1 elsewhere).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained at before any extension (`rope.scaling.original_context_length`): a
+    /// session past it uses LongRoPE's long factors.
+    pub rope_orig_context: usize,
     /// Number of leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     pub rope_neox: bool,
@@ -52,6 +61,7 @@ impl Config {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "phi3" => Arch::Phi3,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -100,6 +110,15 @@ impl Config {
             "none" | "linear" => 1.0,
             other => return Err(Error::Model(format!("rope scaling '{other}' is not supported"))),
         };
+        let rope_attn_factor = g.get_f32(&key("rope.scaling.attn_factor")).unwrap_or(1.0);
+        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
+            return Err(Error::Model(format!("rope.scaling.attn_factor {rope_attn_factor} is not a positive number")));
+        }
+        let context_length = req("context_length")?;
+        let rope_orig_context = match g.get_u64(&key("rope.scaling.original_context_length")) {
+            Some(_) => req("rope.scaling.original_context_length")?,
+            None => context_length,
+        };
         let vocab_size = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
@@ -113,12 +132,14 @@ impl Config {
             head_dim,
             ffn_dim: req("feed_forward_length")?,
             vocab_size,
-            context_length: req("context_length")?,
+            context_length,
             rms_eps: g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3),
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3),
+            rope_attn_factor,
+            rope_orig_context,
         })
     }
 

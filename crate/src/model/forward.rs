@@ -50,7 +50,7 @@ impl RunState {
             up: LineBuf::zeros(n * c.ffn_dim),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
-            rope: model.rope(),
+            rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             logits: Vec::new(),
         }

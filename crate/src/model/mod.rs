@@ -113,12 +113,17 @@ impl Model {
         &self.tokenizer
     }
 
-    /// RoPE as the config says, with the file's per-pair frequency factors if it has them (the CPU forward and the
-    /// GPU's angle table both come from it).
-    pub fn rope(&self) -> Rope {
-        let c = &self.config;
-        let rope = Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox);
-        match &self.weights.rope_freqs {
+    /// RoPE for a context of `n_ctx` positions, as the config says, with the file's per-pair frequency factors if it
+    /// has them: Llama 3.1's `rope_freqs`, or LongRoPE's short ones, long ones past the original context (as llama.cpp
+    /// picks them by the context size). The CPU forward and the GPU's angle table both come from it.
+    pub fn rope(&self, n_ctx: usize) -> Rope {
+        let (c, w) = (&self.config, &self.weights);
+        let rope = Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox)
+            .with_attn_factor(c.rope_attn_factor);
+        let long = n_ctx > c.rope_orig_context;
+        let factors =
+            w.rope_freqs.as_ref().or(if long { w.rope_factors_long.as_ref() } else { w.rope_factors_short.as_ref() });
+        match factors {
             Some(factors) => rope.with_freq_factors(factors),
             None => rope,
         }

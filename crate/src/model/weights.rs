@@ -47,6 +47,12 @@ impl MatrixRef {
         &file[self.offset..self.offset + self.rows * self.row_bytes()]
     }
 
+    /// Rows `rows` of this matrix, a matrix of its own (Phi-3 keeps q/k/v in one tensor, and gate/up in another).
+    pub fn row_range(&self, rows: std::ops::Range<usize>) -> MatrixRef {
+        assert!(rows.start <= rows.end && rows.end <= self.rows, "rows {rows:?} of {}", self.rows);
+        MatrixRef { rows: rows.len(), offset: self.offset + rows.start * self.row_bytes(), ..*self }
+    }
+
     /// The matrix as the kernels read it, in place in the model file.
     pub fn view<'a>(&self, file: &'a [u8]) -> QuantMatrix<'a> {
         QuantMatrix { ty: self.ty, rows: self.rows, cols: self.cols, bytes: self.bytes(file) }
@@ -78,6 +84,9 @@ pub struct Weights {
     pub output: MatrixRef,
     /// [rope_dims / 2]: each rotated pair's frequency divisor (Llama 3.1+ `rope_freqs.weight`), if the file has one.
     pub rope_freqs: Option<Vec<f32>>,
+    /// [rope_dims / 2] each: LongRoPE's divisors (Phi-3) within the original context and past it.
+    pub rope_factors_short: Option<Vec<f32>>,
+    pub rope_factors_long: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -100,11 +109,12 @@ impl Weights {
         };
         let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let token_embd = matrix("token_embd.weight", c.vocab_size, d)?;
-        // Before reserving a layer each: every layer has at least these tensors in the file.
-        const LAYER_TENSORS: usize = 9; // attn_norm, q, k, v, output, ffn_norm, gate, up, down
-        if c.n_layers > g.tensors.len() / LAYER_TENSORS {
+        // Before reserving a layer each: every layer has at least these tensors in the file (attn_norm, q, k, v,
+        // output, ffn_norm, gate, up, down; Phi-3 fuses q/k/v and gate/up).
+        let layer_tensors = if c.arch == Arch::Phi3 { 6 } else { 9 };
+        if c.n_layers > g.tensors.len() / layer_tensors {
             return Err(Error::Model(format!(
-                "block_count {} needs at least {LAYER_TENSORS} tensors a layer, but the file has {} tensors",
+                "block_count {} needs at least {layer_tensors} tensors a layer, but the file has {} tensors",
                 c.n_layers,
                 g.tensors.len()
             )));
@@ -115,17 +125,36 @@ impl Weights {
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
                 Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
-                Arch::Llama | Arch::Qwen3 => Ok(None),
+                Arch::Llama | Arch::Qwen3 | Arch::Phi3 => Ok(None),
             };
             let head_norm = |s: &str| match c.arch {
                 Arch::Qwen3 => vector(&p(s), c.head_dim).map(Some),
-                Arch::Llama | Arch::Qwen2 => Ok(None),
+                Arch::Llama | Arch::Qwen2 | Arch::Phi3 => Ok(None),
+            };
+            // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
+            let (wq, wk, wv) = match c.arch {
+                Arch::Phi3 => {
+                    let qkv = matrix(&p("attn_qkv.weight"), q + 2 * kv, d)?;
+                    (qkv.row_range(0..q), qkv.row_range(q..q + kv), qkv.row_range(q + kv..q + 2 * kv))
+                }
+                _ => (
+                    matrix(&p("attn_q.weight"), q, d)?,
+                    matrix(&p("attn_k.weight"), kv, d)?,
+                    matrix(&p("attn_v.weight"), kv, d)?,
+                ),
+            };
+            let (w_gate, w_up) = match c.arch {
+                Arch::Phi3 => {
+                    let gate_up = matrix(&p("ffn_up.weight"), 2 * ff, d)?;
+                    (gate_up.row_range(0..ff), gate_up.row_range(ff..2 * ff))
+                }
+                _ => (matrix(&p("ffn_gate.weight"), ff, d)?, matrix(&p("ffn_up.weight"), ff, d)?),
             };
             layers.push(LayerWeights {
                 attn_norm: vector(&p("attn_norm.weight"), d)?,
-                wq: matrix(&p("attn_q.weight"), q, d)?,
-                wk: matrix(&p("attn_k.weight"), kv, d)?,
-                wv: matrix(&p("attn_v.weight"), kv, d)?,
+                wq,
+                wk,
+                wv,
                 bq: bias("attn_q.bias", q)?,
                 bk: bias("attn_k.bias", kv)?,
                 bv: bias("attn_v.bias", kv)?,
@@ -133,8 +162,8 @@ impl Weights {
                 k_norm: head_norm("attn_k_norm.weight")?,
                 wo: matrix(&p("attn_output.weight"), d, q)?,
                 ffn_norm: vector(&p("ffn_norm.weight"), d)?,
-                w_gate: matrix(&p("ffn_gate.weight"), ff, d)?,
-                w_up: matrix(&p("ffn_up.weight"), ff, d)?,
+                w_gate,
+                w_up,
                 w_down: matrix(&p("ffn_down.weight"), d, ff)?,
             });
         }
@@ -142,13 +171,25 @@ impl Weights {
             Some(_) => matrix("output.weight", c.vocab_size, d)?,
             None => token_embd,
         };
-        let rope_freqs = match g.tensor("rope_freqs.weight") {
-            Some(_) => Some(vector("rope_freqs.weight", c.rope_dims / 2)?),
-            None => None,
+        // RoPE's per-pair divisors, where the file has them: each positive.
+        let factors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if g.tensor(name).is_none() {
+                return Ok(None);
+            }
+            let f = vector(name, c.rope_dims / 2)?;
+            if f.iter().any(|&v| !(v.is_finite() && v > 0.0)) {
+                return Err(Error::Model(format!("{name} holds a factor that is not a positive number")));
+            }
+            Ok(Some(f))
         };
-        if rope_freqs.as_ref().is_some_and(|f| f.iter().any(|&v| !(v.is_finite() && v > 0.0))) {
-            return Err(Error::Model("rope_freqs.weight holds a factor that is not a positive number".into()));
-        }
-        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output, rope_freqs })
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: vector("output_norm.weight", d)?,
+            output,
+            rope_freqs: factors("rope_freqs.weight")?,
+            rope_factors_short: factors("rope_factors_short.weight")?,
+            rope_factors_long: factors("rope_factors_long.weight")?,
+        })
     }
 }
