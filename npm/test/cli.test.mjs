@@ -163,7 +163,7 @@ test('usage errors exit 2, other errors exit 1 with a message', () => {
     [['generate', '--model', MODEL_PATH], 2, /--prompt is required/],
     [['score', '--model', MODEL_PATH], 2, /--ids is required/],
     [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens', 'lots'], 1, /--max-tokens: 'lots' is not a valid number/],
-    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens', '-1'], 1, /maxTokens must be an integer >= 1/],
+    [['generate', '--model', MODEL_PATH, '--prompt', 'x', '--max-tokens', '-1'], 1, /maxTokens must be an integer >= 0/],
     [['generate', '--model', '/nonexistent.gguf', '--prompt', 'x'], 1, /\/nonexistent.gguf: .*ENOENT|no such file/],
     [['generate', '--model', PACKAGE_DIR + '/package.json', '--prompt', 'x'], 1, /invalid GGUF: bad magic/],
     [['score', '--model', MODEL_PATH, '--ids', '1,x'], 1, /bad token id 'x'/],
