@@ -423,3 +423,45 @@ fn foreign_and_hostile_blobs_are_typed_errors() {
     let error: ruvllm::Error = IndexError::Checksum.into();
     assert_eq!(error.code(), "E_INDEX");
 }
+
+/// Prints a line natively and in wasm-bindgen-test's output on wasm32.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        #[cfg(target_arch = "wasm32")]
+        wasm_bindgen_test::console_log!($($arg)*);
+        #[cfg(not(target_arch = "wasm32"))]
+        println!($($arg)*);
+    }};
+}
+
+/// Speed, not correctness (so ignored by default): 10,000 clustered vectors of 384 dimensions, cosine, M 16,
+/// ef_construction 200, the build time and the mean time and recall@10 of 200 queries at several ef, natively or on
+/// wasm32 (`cargo test --target wasm32-unknown-unknown -p ruvllm --test index -- --include-ignored speed`), where
+/// `std::time::Instant` does not exist: hence `ruvllm::clock` and means over all queries (its wasm32 clock counts
+/// whole milliseconds). benches/hnsw.rs is the native bench.
+#[test]
+#[ignore]
+fn speed_at_10k_vectors_of_384() {
+    use ruvllm::clock::now_ms;
+    let (n, dims) = (10_000, 384);
+    let mut rng = Rng::new(10);
+    let centres: Vec<Vec<f32>> = (0..100).map(|_| random_vector(&mut rng, dims)).collect();
+    let mut vector = |i: usize| -> Vec<f32> { centres[i % 100].iter().map(|c| c + 0.6 * rng.normal()).collect() };
+    let vectors: Vec<Vec<f32>> = (0..n).map(&mut vector).collect();
+    let queries: Vec<Vec<f32>> = (0..200).map(&mut vector).collect();
+    let t = now_ms();
+    let mut index = Hnsw::new(Metric::Cosine, dims, HnswParams::default()).unwrap();
+    for (i, v) in vectors.iter().enumerate() {
+        index.insert(i as u64, v).unwrap();
+    }
+    say!("hnsw speed: {n} x {dims} built in {:.0} ms", now_ms() - t);
+    let truth: Vec<Vec<u64>> =
+        queries.iter().map(|q| index.search_exact(q, 10, None).unwrap().iter().map(|h| h.id).collect()).collect();
+    for ef in [10, 20, 40, 100] {
+        let t = now_ms();
+        let found: Vec<Vec<Hit>> = queries.iter().map(|q| index.search(q, 10, ef).unwrap()).collect();
+        let mean_us = (now_ms() - t) * 1e3 / queries.len() as f64;
+        let at10 = found.iter().zip(&truth).map(|(f, t)| recall(f, t)).sum::<f64>() / queries.len() as f64;
+        say!("hnsw speed: ef {ef}: recall@10 {at10:.4}, {mean_us:.1} us a query");
+    }
+}
