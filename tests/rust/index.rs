@@ -311,6 +311,12 @@ fn records_persist_incrementally() {
     missing.remove(&RecordKey::Vectors(3));
     let result = Hnsw::from_records(missing.iter().map(|(k, v)| (*k, &v[..])));
     assert!(matches!(result, Err(IndexError::Missing(RecordKey::Vectors(3)))));
+    // A write cut short: the segments of a new generation stored, its header not.
+    index.insert(999_999, &random_vector(&mut rng, dims)).unwrap();
+    let mut torn = store.clone();
+    torn.extend(index.take_changed_records().into_iter().filter(|(k, _)| *k != RecordKey::Header));
+    let result = Hnsw::from_records(torn.iter().map(|(k, v)| (*k, &v[..])));
+    assert!(matches!(result, Err(IndexError::NewerThanHeader(_))), "{result:?}");
     let mut swapped = store.clone();
     let links1 = swapped[&RecordKey::Links(1)].clone();
     swapped.insert(RecordKey::Links(2), links1);
@@ -409,10 +415,11 @@ fn foreign_and_hostile_blobs_are_typed_errors() {
     }
     let links0 = &records[1].1;
     assert_eq!(records[1].0, RecordKey::Links(0));
+    // A links record's first slot (after the 40 bytes of its fixed part): id, deleted, level, count, links.
     for (at, value) in [
-        (32 + 8 + 2, 9u16.to_le_bytes().to_vec()),
-        (32 + 8 + 2 + 2, 100u32.to_le_bytes().to_vec()),
-        (32 + 8, vec![2u8]),
+        (40 + 8 + 2, 9u16.to_le_bytes().to_vec()),
+        (40 + 8 + 2 + 2, 100u32.to_le_bytes().to_vec()),
+        (40 + 8, vec![2u8]),
     ] {
         let mut l = links0[..links0.len() - 4].to_vec();
         l[at..at + value.len()].copy_from_slice(&value);

@@ -80,8 +80,9 @@ pub struct Hnsw {
     pub(super) slot_of: HashMap<u64, u32>,
     /// Deleted slots, the lowest reused first (so the order survives a reload).
     pub(super) free: BTreeSet<u32>,
-    /// What changed since the records were last taken (see `records.rs`).
+    /// What changed since the records were last taken (see `records.rs`), and how many times they were.
     pub(super) changed: Changes,
+    pub(super) generation: u64,
     /// Reusable visited marks for searches on `&self` (one per concurrent search).
     visited_pool: Mutex<Vec<Visited>>,
 }
@@ -179,6 +180,7 @@ impl Hnsw {
             slot_of: HashMap::new(),
             free: BTreeSet::new(),
             changed: Changes::default(),
+            generation: 0,
             visited_pool: Mutex::new(Vec::new()),
         })
     }

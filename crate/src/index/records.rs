@@ -9,15 +9,18 @@
 //!
 //! Every record is framed as the prefix cache's are (magic number, version, CRC-32 of all before it) and carries
 //! the index's identity (`uid`, mixed from its metric, dims, parameters and seed), so records of an index of
-//! another shape are refused (two indexes in one store still need keys of their own, as the prefix cache's do). Write the segments before the header: a header then never names a segment the store lacks, and
-//! a set that does not fit together (a missing, foreign or damaged record) is an `IndexError`, never a panic.
-//!
+//! another shape are refused (two indexes in one store still need keys of their own, as the prefix cache's do).
+//! Each `take_changed_records` is one generation: its records and its header carry its number. Write the
+//! segments before the header: a header then never names a segment the store lacks, and a write cut short leaves
+//! segments newer than the header, which the reader refuses (`IndexError::NewerThanHeader`) instead of mixing
+//! two states of the graph. Any set that does not fit together (a missing, foreign or damaged record) is an
+//! `IndexError`, never a panic. //!
 //! ```text
 //! header   magic "RVHNSWH\0" | version u32 | metric u32 | dims u32 | M u32 | ef_construction u32 | seed u64
-//!          | uid u64 | rng u64 | slots u32 | entry u32 (u32::MAX: none) | max level u32 | CRC-32
-//! vectors  magic "RVHNSWV\0" | version u32 | uid u64 | segment u32 | slots n u32 | dims u32
+//!          | uid u64 | rng u64 | slots u32 | entry u32 (u32::MAX: none) | max level u32 | generation u64 | CRC-32
+//! vectors  magic "RVHNSWV\0" | version u32 | uid u64 | segment u32 | slots n u32 | dims u32 | generation u64
 //!          | n × dims f32 | CRC-32
-//! links    magic "RVHNSWL\0" | version u32 | uid u64 | segment u32 | slots n u32 | M u32
+//! links    magic "RVHNSWL\0" | version u32 | uid u64 | segment u32 | slots n u32 | M u32 | generation u64
 //!          | per slot: id u64, deleted u8, level u8, per level 0..=level: count u16, count × u32 | CRC-32
 //! blob     magic "RVHNSW\0\0" | version u32 | records u32 | per record: key (5 bytes), length u32, bytes | CRC-32
 //! ```
@@ -38,9 +41,9 @@ const HEADER_MAGIC: [u8; 8] = *b"RVHNSWH\0";
 const VECTORS_MAGIC: [u8; 8] = *b"RVHNSWV\0";
 const LINKS_MAGIC: [u8; 8] = *b"RVHNSWL\0";
 const BLOB_MAGIC: [u8; 8] = *b"RVHNSW\0\0";
-const HEADER_BYTES: usize = 68;
-/// A segment record's fixed part: magic, version, uid, segment, slots, dims or M.
-const SEGMENT_HEAD: usize = 32;
+const HEADER_BYTES: usize = 76;
+/// A segment record's fixed part: magic, version, uid, segment, slots, dims or M, generation.
+const SEGMENT_HEAD: usize = 40;
 const NO_ENTRY: u32 = u32::MAX;
 
 /// Why bytes are not an index (or a record of this one).
@@ -56,6 +59,8 @@ pub enum IndexError {
     Foreign(String),
     /// A record the header needs is not in the set.
     Missing(RecordKey),
+    /// A record of a later generation than the header: the store's last write stopped before its header.
+    NewerThanHeader(RecordKey),
 }
 
 impl fmt::Display for IndexError {
@@ -66,6 +71,9 @@ impl fmt::Display for IndexError {
             IndexError::Checksum => write!(f, "an HNSW index record's checksum does not match: it was damaged"),
             IndexError::Foreign(m) => write!(f, "an HNSW index record of another index: {m}"),
             IndexError::Missing(key) => write!(f, "the HNSW index's {key:?} record is missing"),
+            IndexError::NewerThanHeader(key) => {
+                write!(f, "the HNSW index's {key:?} record is newer than its header: a write was cut short")
+            }
         }
     }
 }
@@ -185,6 +193,7 @@ struct Header {
     slots: usize,
     entry: Option<u32>,
     max_level: usize,
+    generation: u64,
 }
 
 impl Hnsw {
@@ -213,6 +222,7 @@ impl Hnsw {
         if vectors.is_empty() && links.is_empty() {
             return Vec::new();
         }
+        self.generation += 1;
         let mut out: Vec<_> = vectors.into_iter().map(|s| (RecordKey::Vectors(s), self.vectors_record(s))).collect();
         out.extend(links.into_iter().map(|s| (RecordKey::Links(s), self.links_record(s))));
         out.push((RecordKey::Header, self.header_record()));
@@ -239,6 +249,7 @@ impl Hnsw {
         for x in [self.ids.len() as u32, self.entry.unwrap_or(NO_ENTRY), self.max_level as u32] {
             push_u32(&mut out, x);
         }
+        push_u64(&mut out, self.generation);
         seal(out)
     }
 
@@ -253,6 +264,7 @@ impl Hnsw {
         push_u32(&mut out, segment);
         push_u32(&mut out, self.segment_slots(segment).len() as u32);
         push_u32(&mut out, last);
+        push_u64(&mut out, self.generation);
         out
     }
 
@@ -338,7 +350,7 @@ impl Hnsw {
             let take = |key| by_key.get(&key).copied().ok_or(IndexError::Missing(key));
             let vectors = take(RecordKey::Vectors(segment))?;
             let links = take(RecordKey::Links(segment))?;
-            let mut r = segment_body(vectors, &VECTORS_MAGIC, header.uid, segment, slots, header.dims)?;
+            let mut r = segment_body(vectors, RecordKey::Vectors(segment), &header, slots)?;
             let want = slots * header.dims * 4;
             if r.left() != want {
                 return Err(format(format!("vectors of segment {segment}: {} bytes for {want}", r.left())));
@@ -350,7 +362,7 @@ impl Hnsw {
                 }
                 index.vectors.push(x);
             }
-            let mut r = segment_body(links, &LINKS_MAGIC, header.uid, segment, slots, m)?;
+            let mut r = segment_body(links, RecordKey::Links(segment), &header, slots)?;
             for _ in 0..slots {
                 let (id, deleted, level) = (r.u64()?, r.u8()?, r.u8()? as usize);
                 if deleted > 1 || level > MAX_LEVEL {
@@ -416,6 +428,7 @@ impl Hnsw {
             }
         }
         index.rng = header.rng;
+        index.generation = header.generation;
         Ok(index)
     }
 }
@@ -433,36 +446,38 @@ fn read_header(bytes: &[u8]) -> Result<Header, IndexError> {
         return Err(format(format!("dims {dims}, M {m}, ef_construction {ef_construction}")));
     }
     let (seed, uid, rng) = (r.u64()?, r.u64()?, r.u64()?);
-    let (slots, entry, max_level) = (r.u32()? as usize, r.u32()?, r.u32()? as usize);
+    let (slots, entry, max_level, generation) = (r.u32()? as usize, r.u32()?, r.u32()? as usize, r.u64()?);
     if max_level > MAX_LEVEL || (slots == 0) != (entry == NO_ENTRY) || slots >= NO_ENTRY as usize {
         return Err(format(format!("{slots} slots, entry {entry}, max level {max_level}")));
     }
     let entry = (entry != NO_ENTRY).then_some(entry);
     let params = HnswParams { m, ef_construction, seed };
-    Ok(Header { metric, dims, params, uid, rng, slots, entry, max_level })
+    Ok(Header { metric, dims, params, uid, rng, slots, entry, max_level, generation })
 }
 
-/// A segment record's body after its fixed part, which must name index `uid`, `segment`, `slots` and `last`
-/// (dims for vectors, M for links).
-fn segment_body<'a>(
-    bytes: &'a [u8],
-    magic: &[u8; 8],
-    uid: u64,
-    segment: u32,
-    slots: usize,
-    last: usize,
-) -> Result<Reader<'a>, IndexError> {
+/// The body after the fixed part of the segment record `key` (vectors or links), which must name `header`'s
+/// index, the segment, its `slots`, the dims (vectors) or M (links), and a generation no later than the header's.
+fn segment_body<'a>(bytes: &'a [u8], key: RecordKey, header: &Header, slots: usize) -> Result<Reader<'a>, IndexError> {
+    let (magic, segment, last) = match key {
+        RecordKey::Vectors(segment) => (&VECTORS_MAGIC, segment, header.dims),
+        RecordKey::Links(segment) => (&LINKS_MAGIC, segment, header.params.m),
+        RecordKey::Header => return Err(format("a header where a segment belongs".into())),
+    };
     let mut r = unseal(bytes, magic, "segment")?;
     if r.bytes.len() < SEGMENT_HEAD {
         return Err(format(format!("a segment record of {} bytes", bytes.len())));
     }
     let (their_uid, their_segment, their_slots, their_last) =
         (r.u64()?, r.u32()?, r.u32()? as usize, r.u32()? as usize);
+    let uid = header.uid;
     if their_uid != uid || their_segment != segment || their_slots != slots || their_last != last {
         return Err(IndexError::Foreign(format!(
             "segment {their_segment} of {their_slots} slots ({their_last}) of index {their_uid:016x} where the header \
              wants segment {segment} of {slots} ({last}) of {uid:016x}"
         )));
+    }
+    if r.u64()? > header.generation {
+        return Err(IndexError::NewerThanHeader(key));
     }
     Ok(r)
 }
