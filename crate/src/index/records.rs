@@ -26,7 +26,10 @@
 //! ```
 //!
 //! A reader allocates only for what the bytes hold: every count is checked against the bytes present (and
-//! dims, M and levels against the index's limits) before anything is sized by it. All numbers little-endian.
+//! dims, M and levels against the index's limits) before anything is sized by it. Memory is still a multiple of
+//! the bytes read, as the graph's lists have room for `M` (`2M` on level 0) links however few a record holds: at
+//! most about 17 bytes per byte read at M 16, 260 at M 256 (a slot takes 16 bytes of records at least), against
+//! about 1 for an index as written. All numbers little-endian.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -344,6 +347,9 @@ impl Hnsw {
             return Err(format("the header's uid does not match its parameters".into()));
         }
         let (m, m0) = (header.params.m, 2 * header.params.m);
+        // A node's levels above 0 number 1 / (M - 1) on average (at most 1, for M 2): more than twice the slots is
+        // a forgery that would only cost memory.
+        let (mut upper_levels, most_upper_levels) = (0, 2 * header.slots + 64);
         for segment in 0..segments {
             let first = segment as usize * SEGMENT_SLOTS;
             let slots = SEGMENT_SLOTS.min(header.slots - first);
@@ -365,7 +371,8 @@ impl Hnsw {
             let mut r = segment_body(links, RecordKey::Links(segment), &header, slots)?;
             for _ in 0..slots {
                 let (id, deleted, level) = (r.u64()?, r.u8()?, r.u8()? as usize);
-                if deleted > 1 || level > MAX_LEVEL {
+                upper_levels += level;
+                if deleted > 1 || level > MAX_LEVEL || upper_levels > most_upper_levels {
                     return Err(format(format!("segment {segment}: a slot deleted {deleted} at level {level}")));
                 }
                 index.ids.push(id);
