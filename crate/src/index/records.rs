@@ -348,8 +348,9 @@ impl Hnsw {
         }
         let (m, m0) = (header.params.m, 2 * header.params.m);
         // A node's levels above 0 number 1 / (M - 1) on average (at most 1, for M 2): more than twice the slots is
-        // a forgery that would only cost memory.
-        let (mut upper_levels, most_upper_levels) = (0, 2 * header.slots + 64);
+        // a forgery that would only cost memory. (Saturating: `slots` may be near u32::MAX, and usize is 32 bits on
+        // wasm32.)
+        let (mut upper_levels, most_upper_levels) = (0, header.slots.saturating_mul(2).saturating_add(64));
         for segment in 0..segments {
             let first = segment as usize * SEGMENT_SLOTS;
             let slots = SEGMENT_SLOTS.min(header.slots - first);
