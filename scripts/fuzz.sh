@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages and
-# saved conversations (cargo-fuzz, libFuzzer;
+# Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages,
+# saved conversations and persisted HNSW indexes (cargo-fuzz, libFuzzer;
 # the targets are in fuzz/fuzz_targets/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
-all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state)
+all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state hnsw_index)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly} # libFuzzer's instrumentation needs nightly (scripts/setup.sh installs it)
 
@@ -62,6 +62,8 @@ seed tokenizer "$seeds"/tokenizer-*
 seed chat_template fuzz/seeds/chat_template/*
 seed kv_record fuzz/seeds/kv_record/*
 seed session_state fuzz/seeds/session_state/*
+# hnsw_index builds its own valid records from the input's first bytes: it needs no seeds.
+seed hnsw_index
 
 echo "== fuzz: build (cargo-fuzz, $NIGHTLY)"
 # cargo-fuzz has no --locked: check that fuzz/Cargo.lock needs no change first.

@@ -11,6 +11,7 @@ pub(crate) mod evaluator;
 pub mod generate;
 pub mod gguf;
 pub mod gpu;
+pub mod index;
 pub mod kernels;
 pub mod kv_cache;
 pub mod memory;
