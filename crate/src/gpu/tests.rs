@@ -208,6 +208,7 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rope_freq_scale: 1.0,
         rope_dims,
         rope_neox: neox,
+        pooling: None,
     }
 }
 

@@ -3,13 +3,17 @@
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
-/// The model families we run. They share one forward pass; the differences are listed here.
+/// The model families we run. The decoders share one forward pass (`forward.rs`); the differences are listed
+/// here. The encoder (`bert`) has its own (`bert.rs`) and computes embeddings only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     /// Llama 2/3, SmolLM2, Mistral: no attention biases, RoPE on adjacent pairs.
     Llama,
     /// Qwen2: q/k/v biases, NeoX-style RoPE (pairs `i` and `i + rot/2`).
     Qwen2,
+    /// BERT (all-MiniLM, bge, ...): an encoder with absolute position and token-type embeddings, LayerNorm
+    /// after each block, biases everywhere, GELU, attention over the whole sequence. No RoPE, no KV cache.
+    Bert,
 }
 
 impl Arch {
@@ -17,6 +21,30 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Bert => "bert",
+        }
+    }
+}
+
+/// How a sequence's hidden states become one embedding (llama.cpp's `--pooling`, `<arch>.pooling_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over every token, [CLS] and [SEP] included (sentence-transformers' mean over the attention mask).
+    Mean,
+    /// The first token's state ([CLS]).
+    Cls,
+    /// The last token's state (decoder embedding models).
+    Last,
+}
+
+impl Pooling {
+    /// llama.cpp's `enum llama_pooling_type` value; None for NONE, RANK and unknown values.
+    pub fn from_gguf_value(v: u64) -> Option<Pooling> {
+        match v {
+            1 => Some(Pooling::Mean),
+            2 => Some(Pooling::Cls),
+            3 => Some(Pooling::Last),
+            _ => None,
         }
     }
 }
@@ -33,6 +61,7 @@ pub struct Config {
     pub vocab_size: usize,
     /// Training context length: the largest context a session may use.
     pub context_length: usize,
+    /// The epsilon of the norms: RMSNorm for the decoders, LayerNorm for `bert`.
     pub rms_eps: f32,
     pub rope_base: f32,
     /// Position scale (1 / linear scaling factor), as llama.cpp's `freq_scale`.
@@ -40,6 +69,8 @@ pub struct Config {
     /// Number of leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     pub rope_neox: bool,
+    /// The pooling the GGUF asks for (`<arch>.pooling_type`), if any: embeddings default to it.
+    pub pooling: Option<Pooling>,
 }
 
 impl Config {
@@ -48,6 +79,7 @@ impl Config {
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "bert" => Arch::Bert,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -110,11 +142,15 @@ impl Config {
             ffn_dim: req("feed_forward_length")?,
             vocab_size,
             context_length: req("context_length")?,
-            rms_eps: g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rms_eps: match arch {
+                Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
+                Arch::Llama | Arch::Qwen2 => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
             rope_neox: arch == Arch::Qwen2,
+            pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
         })
     }
 

@@ -173,7 +173,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
 /// and multiplying the matrices that share one in one call.
-fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix, &mut [f32])]) {
+pub(crate) fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix, &mut [f32])]) {
     let mut rest = outs;
     while let Some((m, _)) = rest.first() {
         let kind = m.ty.act_kind();
@@ -186,7 +186,7 @@ fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix
 }
 
 /// `x += y`, row by row (rows of `d`).
-fn add(x: &mut [f32], y: &[f32], d: usize) {
+pub(crate) fn add(x: &mut [f32], y: &[f32], d: usize) {
     for_each_row_chunk(x, d, |t0, x| x.iter_mut().zip(&y[t0 * d..]).for_each(|(a, b)| *a += b));
 }
 
