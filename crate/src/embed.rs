@@ -1,15 +1,19 @@
 //! Sentence embeddings: texts -> token ids -> the encoder's last hidden states -> one pooled vector per text,
 //! L2-normalized on request (as sentence-transformers' `Normalize` and llama.cpp's `--embd-normalize 2`).
 //!
-//! Texts are tokenized with the model's special tokens ([CLS] ... [SEP] for BERT) and packed, whole, into
-//! batches of at most [`BATCH_TOKENS`] tokens: one forward call multiplies every matrix for all of a batch's
-//! tokens at once (the prefill path), while attention stays within each text.
+//! Texts are tokenized with the model's special tokens ([CLS] ... [SEP] for BERT, BOS where a decoder adds it).
+//! An encoder's texts are packed, whole, into batches of at most [`BATCH_TOKENS`] tokens: one forward call
+//! multiplies every matrix for all of a batch's tokens at once (the prefill path), while attention stays within
+//! each text. A decoder (llama, qwen2) runs each text through its causal forward pass in prefill batches of
+//! [`BATCH_TOKENS`], and pools the final norm's outputs (llama.cpp's embeddings of a decoder).
 
 use std::ops::Range;
 
 use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
 use crate::model::bert;
 use crate::model::config::{Arch, Pooling};
+use crate::model::forward::{self, LogitsFor, RunState};
 use crate::model::Model;
 
 /// The most tokens one encoder call takes: texts are added to a batch while they fit (a longer text runs alone).
@@ -32,8 +36,7 @@ impl Default for EmbedOptions {
 impl Model {
     /// One embedding of `config.d_model` floats per text, in order.
     ///
-    /// Errors: a model that is not an encoder (`Error::Model`; decoder embeddings are not implemented yet), a
-    /// text whose tokens do not fit the model's context (`Error::ContextOverflow`).
+    /// Errors: a text whose tokens do not fit the model's context (`Error::ContextOverflow`).
     pub fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         let ids = texts.iter().map(|t| self.tokenizer().encode_with_special(t, false)).collect::<Result<Vec<_>>>()?;
         self.embed_tokens(&ids, opts)
@@ -42,9 +45,6 @@ impl Model {
     /// [`embed`](Self::embed) of texts already tokenized (special tokens included).
     pub fn embed_tokens(&self, texts: &[Vec<u32>], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         let c = &self.config;
-        let (Arch::Bert, Some(weights)) = (c.arch, &self.encoder) else {
-            return Err(Error::Model(format!("embeddings of {} models are not implemented", c.arch.name())));
-        };
         for ids in texts {
             if ids.len() > c.context_length {
                 return Err(Error::ContextOverflow { needed: ids.len(), context: c.context_length });
@@ -54,21 +54,44 @@ impl Model {
             }
         }
         let pooling = opts.pooling.or(c.pooling).unwrap_or(Pooling::Mean);
-        let d = c.d_model;
+        let mut out = match (c.arch, &self.encoder) {
+            (Arch::Bert, Some(weights)) => self.encoder_embeddings(weights, texts, pooling),
+            (Arch::Bert, None) => unreachable!("a bert model loads with its encoder weights"),
+            (Arch::Llama | Arch::Qwen2, _) => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
+        };
+        if opts.normalize {
+            out.iter_mut().for_each(|e| normalize(e));
+        }
+        Ok(out)
+    }
+
+    fn encoder_embeddings(&self, weights: &bert::BertWeights, texts: &[Vec<u32>], pooling: Pooling) -> Vec<Vec<f32>> {
+        let d = self.config.d_model;
         let mut out = Vec::with_capacity(texts.len());
         for batch in batches(texts) {
             let tokens: Vec<u32> = batch.iter().flat_map(|ids| ids.iter().copied()).collect();
             let seqs = ranges(batch);
-            let hidden = bert::encode(c, weights, self.file(), &tokens, &seqs);
-            for seq in seqs {
-                let mut e = pool(&hidden[seq.start * d..seq.end * d], d, pooling);
-                if opts.normalize {
-                    normalize(&mut e);
-                }
-                out.push(e);
-            }
+            let hidden = bert::encode(&self.config, weights, self.file(), &tokens, &seqs);
+            out.extend(seqs.into_iter().map(|seq| pool(&hidden[seq.start * d..seq.end * d], d, pooling)));
         }
-        Ok(out)
+        out
+    }
+
+    /// One text through the decoder from an empty KV cache of its own length.
+    fn decoder_embedding(&self, ids: &[u32], pooling: Pooling) -> Vec<f32> {
+        let (c, n) = (&self.config, ids.len());
+        if n == 0 {
+            return vec![0.0; c.d_model];
+        }
+        let n_batch = n.min(BATCH_TOKENS);
+        let mut kv = KvCache::with_options(c.n_layers, c.kv_dim(), n, self.kv_cache());
+        let mut state = RunState::new(self, n_batch, n);
+        let mut hidden = vec![0f32; n * c.d_model];
+        for (range, _) in forward::batches(n, n_batch, LogitsFor::None) {
+            let out = &mut hidden[range.start * c.d_model..range.end * c.d_model];
+            forward::hidden_states(self, &mut kv, &mut state, &ids[range.clone()], range.start, out);
+        }
+        pool(&hidden, c.d_model, pooling)
     }
 }
 

@@ -154,9 +154,42 @@ fn refusals_are_typed() {
     ));
     // An encoder does not generate.
     assert!(matches!(ruvllm::Session::with_options(model.clone(), &Default::default()), Err(Error::Model(_))));
-    // A decoder model has no embeddings yet.
-    let tiny = support::default_model();
-    assert!(matches!(tiny.embed(&["x"], &EmbedOptions::default()), Err(Error::Model(_))));
+}
+
+/// Decoder embeddings (llama.cpp's pooling over the final norm's outputs), on the default model (SmolLM2, llama):
+/// the last token's state is what the output head turns into the session's logits, and because attention is
+/// causal, the mean over a text is the mean of the last states of its prefixes.
+#[test]
+fn decoder_pooling_agrees_with_the_forward_pass() {
+    let model = support::default_model();
+    let ids = model.tokenizer().encode("The capital of France is", false).unwrap();
+    let raw = |pooling| EmbedOptions { pooling: Some(pooling), normalize: false };
+    let last = &model.embed_tokens(std::slice::from_ref(&ids), &raw(Pooling::Last)).unwrap()[0];
+    assert_eq!(last.len(), model.config.d_model);
+
+    let mut session = ruvllm::Session::new(model.clone());
+    let logits = session.eval(&ids, false).unwrap().to_vec();
+    let mut top: Vec<usize> = (0..logits.len()).collect();
+    top.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let output = &model.weights.output;
+    let mut row = vec![0f32; output.cols];
+    for &id in &top[..5] {
+        let bytes = &output.bytes(model.file())[id * output.row_bytes()..][..output.row_bytes()];
+        ruvllm::quant::dequantize_row(output.ty, bytes, &mut row);
+        let dot: f32 = row.iter().zip(last).map(|(w, h)| w * h).sum();
+        // The session's matmul quantizes its input to Q8: a small difference, not a different state.
+        assert!((dot - logits[id]).abs() < 0.05 * logits[id].abs().max(1.0), "token {id}: {dot} vs {}", logits[id]);
+    }
+
+    let mean = &model.embed_tokens(std::slice::from_ref(&ids), &raw(Pooling::Mean)).unwrap()[0];
+    let prefixes: Vec<Vec<u32>> = (1..=ids.len()).map(|n| ids[..n].to_vec()).collect();
+    let lasts = model.embed_tokens(&prefixes, &raw(Pooling::Last)).unwrap();
+    for (j, &m) in mean.iter().enumerate() {
+        let want = lasts.iter().map(|v| v[j]).sum::<f32>() / lasts.len() as f32;
+        assert!((m - want).abs() <= 1e-4 * want.abs().max(1.0), "dim {j}: {m} vs {want}");
+    }
+    let normalized = &model.embed(&["The capital of France is"], &EmbedOptions::default()).unwrap()[0];
+    assert!(cosine(normalized, mean) > 0.999_999, "the default pooling of a decoder is the mean");
 }
 
 /// A small bert GGUF in F32 (`d` wide, 4 heads, one layer, 112 tokens), with `change` applied to the tensor list
