@@ -195,15 +195,22 @@ pub struct Engine {
     kv_cache_bytes: usize,
 }
 
-/// Run `work` and convert its result with `to_js`: here in the plain build; as a pool job whose Promise this
-/// returns in the threaded build.
+/// Run `work` and convert its result with `to_js`: as a pool job whose Promise this returns in the threaded build.
+#[cfg(feature = "threads")]
 fn run_job<T: Send + 'static>(
     work: impl FnOnce() -> crate::Result<T> + Send + 'static,
     to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
 ) -> Result<JsValue, JsValue> {
-    #[cfg(feature = "threads")]
-    return Ok(crate::wasm_threads::on_pool(work, to_js).into());
-    #[cfg(not(feature = "threads"))]
+    Ok(crate::wasm_threads::on_pool(work, to_js).into())
+}
+
+/// Run `work` here and convert its result with `to_js` (the plain and WebGPU builds, whose session need not be
+/// `Send`).
+#[cfg(not(feature = "threads"))]
+fn run_job<T>(
+    work: impl FnOnce() -> crate::Result<T>,
+    to_js: impl FnOnce(T) -> Result<JsValue, JsValue>,
+) -> Result<JsValue, JsValue> {
     to_js(work().map_err(js_error)?)
 }
 
