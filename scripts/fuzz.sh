@@ -25,7 +25,7 @@ fi
 export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
 export RUVLLM_EMBED_MODEL=${RUVLLM_EMBED_MODEL:-$(scripts/fetch-embed-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
-if [ ! -f "$RUVLLM_FIXTURES/micro-qwen2.gguf" ] && [ -x .venv/bin/python ]; then
+if [ ! -f "$RUVLLM_FIXTURES/tiny-phi3.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
 fi
 
@@ -39,7 +39,7 @@ mkdir -p "$seeds"
 head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
 # The same for the bert encoder (all-MiniLM-L6-v2 F16): its metadata and the start of its WordPiece vocabulary.
 head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
-fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf)
+fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
 for text in "Hello, world! 123 héllo wörld" $'<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n' \

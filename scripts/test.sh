@@ -64,7 +64,7 @@ echo "== npm package tests in Node (against the native CLI: release build)"
 cargo build --locked --release -p ruvllm-cli
 (cd npm && npm test)
 
-echo "== browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks)"
+echo "== browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
 # webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
 node --test --test-timeout=900000 tests/browser/
 echo "== all tests passed"

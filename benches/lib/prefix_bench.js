@@ -8,11 +8,12 @@ const now = () => performance.now();
  * Time to the first token of `prompt` (token ids or text), greedy, one token: the milliseconds from the call to the
  * token, the token, how many prompt tokens came from a cache, and where the time went (the engine's prefill of the
  * uncached tail, its restore of cached keys and values, the store read before the prompt when there was one).
+ * `maxTokens: 0` times the same without a token: the prompt made ready in the cache.
  */
-export async function firstToken(llm, prompt) {
+export async function firstToken(llm, prompt, { maxTokens = 1 } = {}) {
   const before = llm.info().prefixCache?.lastLoad ?? null;
   const t0 = now();
-  const r = await llm.complete(prompt, { temperature: 0, maxTokens: 1 });
+  const r = await llm.complete(prompt, { temperature: 0, maxTokens });
   const ms = now() - t0;
   const cache = llm.info().prefixCache;
   const load = cache?.lastLoad && cache.lastLoad !== before ? cache.lastLoad : null;
@@ -127,12 +128,18 @@ export async function firstVisit(LLM, modelUrl, cfg, store) {
   }
 }
 
-/** The conversation reopened in a new page or process: the next question, its first token timed (`firstToken`). */
+/**
+ * The conversation reopened in a new page or process: the next question, its first token timed (`firstToken`).
+ * With `cfg.ready`, the page first makes the conversation ready (`maxTokens: 0`, as it would while its user types:
+ * the store read, the restore and the last partial page's prefill), timed as `ready`; the question then evaluates
+ * only its own tokens.
+ */
 export async function reopen(LLM, modelUrl, cfg, store, messages) {
   const llm = await LLM.load(modelUrl, longLoadOptions(cfg, store));
   try {
+    const ready = cfg.ready ? await firstToken(llm, llm.applyChatTemplate(messages, { addGenerationPrompt: false }), { maxTokens: 0 }) : null;
     const next = [...messages, { role: 'user', content: 'Thank you. In one sentence, what was this conversation about?' }];
-    return await firstToken(llm, llm.applyChatTemplate(next));
+    return { ...(await firstToken(llm, llm.applyChatTemplate(next))), ready };
   } finally {
     llm.dispose();
   }

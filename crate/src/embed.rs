@@ -4,7 +4,7 @@
 //! Texts are tokenized with the model's special tokens ([CLS] ... [SEP] for BERT, BOS where a decoder adds it).
 //! An encoder's texts are packed, whole, into batches of at most [`BATCH_TOKENS`] tokens: one forward call
 //! multiplies every matrix for all of a batch's tokens at once (the prefill path), while attention stays within
-//! each text. A decoder (llama, qwen2) runs each text through its causal forward pass in prefill batches of
+//! each text. A decoder (llama, qwen2, qwen3, phi3) runs each text through its causal forward pass in prefill batches of
 //! [`BATCH_TOKENS`], and pools the final norm's outputs (llama.cpp's embeddings of a decoder).
 
 use std::ops::Range;
@@ -57,7 +57,9 @@ impl Model {
         let mut out = match (c.arch, &self.encoder) {
             (Arch::Bert, Some(weights)) => self.encoder_embeddings(weights, texts, pooling),
             (Arch::Bert, None) => unreachable!("a bert model loads with its encoder weights"),
-            (Arch::Llama | Arch::Qwen2, _) => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
+            (Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3, _) => {
+                texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect()
+            }
         };
         if opts.normalize {
             out.iter_mut().for_each(|e| normalize(e));

@@ -19,7 +19,9 @@ use crate::tokenizer::StreamDecoder;
 
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
-    /// Most tokens to generate (the end-of-generation token counts).
+    /// Most tokens to generate (the end-of-generation token counts). 0 evaluates the prompt into the cache
+    /// and stops without a token: a conversation reopened from the prefix cache is made ready while its user
+    /// types, so the next turn prefills only its own tokens.
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     /// Generation ends when the text contains one of these; the stop string is not returned.
@@ -192,9 +194,6 @@ impl Generation {
         if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
-        if opts.max_tokens == 0 {
-            return Err(Error::InvalidArgument("max_tokens must be at least 1".into()));
-        }
         Ok(Generation {
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
@@ -239,7 +238,8 @@ impl Generation {
         }
         if self.prefilled < self.prompt_len {
             let (pos, end) = (self.prefilled, self.prompt_len.min(self.prefilled + self.n_batch));
-            let want = if end == self.prompt_len { self.sample_want() } else { Want::Nothing };
+            let sample = end == self.prompt_len && self.opts.max_tokens > 0;
+            let want = if sample { self.sample_want() } else { Want::Nothing };
             return Ok(self.eval(Awaiting::Prefill { end }, pos..end, want));
         }
         if let Some(id) = self.pending.take() {
@@ -276,7 +276,11 @@ impl Generation {
                 self.stats.prefill_ms += ms;
                 self.prefilled = end;
                 if end == self.prompt_len {
-                    self.pending = Some(self.sample(out));
+                    if self.opts.max_tokens == 0 {
+                        self.finish = Some(FinishReason::Length);
+                    } else {
+                        self.pending = Some(self.sample(out));
+                    }
                 }
                 Some(Step::Prefill { done: end, total: self.prompt_len })
             }

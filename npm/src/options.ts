@@ -2,7 +2,8 @@ import { invalid } from './errors.js';
 
 /** Sampling and stopping options of `generate` (defaults are llama.cpp's, as in the native CLI). */
 export interface GenerateOptions {
-  /** Most tokens to generate, end-of-generation token included (default 256). */
+  /** Most tokens to generate, end-of-generation token included (default 256). 0 evaluates the prompt into the cache
+   * and returns without a token (a reopened conversation made ready while its user types). */
   maxTokens?: number;
   /** 0 = greedy (default 0.8). */
   temperature?: number;
@@ -44,9 +45,8 @@ export function engineOptions(options: GenerateOptions): string {
   for (const key of INTEGERS) {
     const v = options[key];
     if (v === undefined) continue;
-    const min = key === 'maxTokens' ? 1 : 0;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) {
-      throw invalid(`${key} must be an integer >= ${min}${key === 'seed' ? ` and <= ${Number.MAX_SAFE_INTEGER}` : ''}, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+      throw invalid(`${key} must be an integer >= 0${key === 'seed' ? ` and <= ${Number.MAX_SAFE_INTEGER}` : ''}, got ${String(v)}`);
     }
     out[key] = v;
   }

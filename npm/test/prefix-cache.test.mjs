@@ -61,6 +61,19 @@ test('clearPrefixCache forgets it; reset alone does not', async () => {
   assert.equal(cold.choices[0].message.content, again.choices[0].message.content);
 });
 
+test('maxTokens: 0 makes a conversation ready without a token; its next turn evaluates only its own tokens', async () => {
+  const [llm, without] = [await cached, await plain];
+  const first = await without.chat.completions.create({ messages: [SYSTEM, A1], ...GREEDY });
+  const history = [SYSTEM, A1, first.choices[0].message];
+  const want = await without.chat.completions.create({ messages: [...history, A2], ...GREEDY });
+  await llm.reset();
+  const ready = await llm.complete(llm.applyChatTemplate(history, { addGenerationPrompt: false }), { maxTokens: 0 });
+  assert.deepEqual([ready.ids, ready.text, ready.finishReason, ready.usage.completionTokens], [[], '', 'length', 0]);
+  const next = await llm.chat.completions.create({ messages: [...history, A2], ...GREEDY });
+  assert.equal(next.usage.prompt_tokens_details.cached_tokens, ready.usage.promptTokens);
+  assert.equal(next.choices[0].message.content, want.choices[0].message.content);
+});
+
 test('a bad prefixCache budget is E_INVALID_ARGUMENT', async () => {
   await assert.rejects(LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: -1 } }), { code: 'E_INVALID_ARGUMENT' });
 });

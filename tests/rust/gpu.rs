@@ -17,7 +17,7 @@ use ruvllm::{
     Backend, Error, FinishReason, GenerateOptions, GpuFault, Model, SamplerConfig, Session, SessionOptions, Step,
 };
 use support::default_model as model;
-use support::test;
+use support::{test, tiny};
 
 const FRANCE: &str = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 const FRANCE_IDS: [u32; 8] = [504, 3575, 282, 4649, 314, 7042, 30, 2];
@@ -31,6 +31,24 @@ fn gpu_session(opts: &SessionOptions) -> Session {
 
 fn greedy(max_tokens: usize) -> GenerateOptions {
     GenerateOptions { max_tokens, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() }
+}
+
+/// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
+/// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
+/// qwen3's head norms, Llama 3.1's RoPE frequency factors and Phi-3's fused matrices and LongRoPE, within the CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time
+/// (decode steps among them).
+#[test]
+fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
+    let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
+        let software = GpuOptions { allow_software: true, ..GpuOptions::default() };
+        let s = Session::with_gpu_options(model.clone(), opts, Backend::WebGpu, &software).expect("a WebGPU session");
+        assert!(s.on_gpu(), "the tiny model runs on the GPU");
+        s
+    };
+    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3] {
+        tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
+        tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
+    }
 }
 
 #[test]

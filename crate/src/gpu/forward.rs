@@ -87,6 +87,9 @@ impl<'a> Forward<'a> {
         let mut ops =
             mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
                 .await?;
+        if let Some(qk_norm) = &lw.qk_norm {
+            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
+        }
         ops.push(attn_decode::op(&self.ops, &b.qkv, &b.rope, &b.part, self.kv(l)).await?);
         let wo_out = to(&b.x, d, OutMode::Add, None);
         ops.extend(
@@ -122,9 +125,13 @@ impl<'a> Forward<'a> {
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut qkv_ops =
             mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.splits).await?;
-        // rope_store sums a split qkv matmul's partials itself (no bias to add).
-        let qkv_splits = if lw.qkv_bias.is_none() { mat::take_reduce(&mut qkv_ops) } else { None };
+        // rope_store sums a split qkv matmul's partials itself (no bias to add, no head norm between).
+        let qkv_splits =
+            if lw.qkv_bias.is_none() && lw.qk_norm.is_none() { mat::take_reduce(&mut qkv_ops) } else { None };
         ops.extend(qkv_ops);
+        if let Some(qk_norm) = &lw.qk_norm {
+            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
+        }
         let qkv_rows = if qkv_splits.is_some() { &b.split } else { &b.qkv };
         ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, &b.rope, &b.q_rot, self.kv(l)).await?);
         ops.push(attn_prefill::op(&self.ops, &b.q_rot, &b.att, self.kv(l)).await?);

@@ -45,6 +45,8 @@ pub(crate) struct LayerLocs {
     pub ffn_norm: wgpu::Buffer,
     /// q, k and v biases concatenated (qwen2), like the rows of the fused q/k/v output.
     pub qkv_bias: Option<wgpu::Buffer>,
+    /// The query and key heads' norms concatenated (qwen3).
+    pub qk_norm: Option<wgpu::Buffer>,
 }
 
 pub struct GpuModel {
@@ -109,6 +111,12 @@ impl GpuModel {
                     Some(gpu.buffer_with("qkv bias", &vector(&all), wgpu::BufferUsages::STORAGE).await?)
                 }
             };
+            let qk_norm = match (&lw.q_norm, &lw.k_norm) {
+                (Some(q), Some(k)) => {
+                    Some(gpu.buffer_with("qk norm", &vector(&[&q[..], k].concat()), wgpu::BufferUsages::STORAGE).await?)
+                }
+                _ => None,
+            };
             layers.push(LayerLocs {
                 wq,
                 wk,
@@ -120,6 +128,7 @@ impl GpuModel {
                 attn_norm: gpu.buffer_with("attn_norm", &vector(&lw.attn_norm), wgpu::BufferUsages::STORAGE).await?,
                 ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
                 qkv_bias,
+                qk_norm,
             });
         }
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
@@ -165,9 +174,7 @@ impl GpuModel {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel) {
             return Ok(p.clone());
         }
-        let src = kernel
-            .source(&self.header, self.gpu.subgroups)
-            .ok_or_else(|| gpu_error(GpuFault::Unsupported, format!("no GPU kernel for {kernel:?}")))?;
+        let src = kernel.source(&self.header, self.gpu.subgroups);
         let pipeline = self.gpu.pipeline(&format!("{kernel:?}"), src).await?;
         let pipeline = Arc::new(pipeline);
         self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(kernel, pipeline.clone());
@@ -184,16 +191,6 @@ fn check_supported(model: &Model) -> Result<()> {
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
-    }
-    let w = &model.weights;
-    let mut mats = vec![&w.token_embd, &w.output];
-    for lw in &w.layers {
-        mats.extend([&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down]);
-    }
-    for m in mats {
-        if ops::dequant_source(m.ty).is_none() {
-            return unsupported(format!("tensor type {} has no GPU kernel", m.ty.name()));
-        }
     }
     Ok(())
 }

@@ -102,7 +102,7 @@ impl GpuSession {
             return Err(gpu_error(GpuFault::Limits, "one row of logits does not fit in a storage binding"));
         }
 
-        let rope = rope_store::rope_table(&c, n_ctx);
+        let rope = rope_store::rope_table(&m.model.rope(n_ctx), n_ctx);
         let kv_layer = (n_ctx * c.kv_dim() * 2) as u64;
         let mut kv = Vec::with_capacity(c.n_layers);
         for _ in 0..c.n_layers {

@@ -34,10 +34,12 @@ use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};
 
 /// The weight types the GPU reads.
-const TYPES: [GgmlType; 11] = [
+const TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -149,7 +151,7 @@ async fn run(kernel: Kernel, header: &str, data: Vec<(Slot, Data)>, grid: [u32; 
     let gpu = gpu().await;
     let device = &gpu.device;
     let subgroups = gpu.subgroups && !FALLBACK.get();
-    let src = kernel.source(header, subgroups).expect("a kernel for this type");
+    let src = kernel.source(header, subgroups);
     let pipeline =
         gpu.pipeline("test kernel", src).await.unwrap_or_else(|e| panic!("{kernel:?} (subgroups {subgroups}): {e}"));
     use wgpu::BufferUsages as U;
@@ -206,6 +208,8 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rms_eps: 1e-5,
         rope_base: 10000.0,
         rope_freq_scale: 1.0,
+        rope_attn_factor: 1.0,
+        rope_orig_context: 4096,
         rope_dims,
         rope_neox: neox,
         pooling: None,
@@ -527,10 +531,20 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
 }
 
 pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
-    // Also from a split qkv matmul's partials (two halves: their sum is exact).
-    for (neox, rope_dims, splits) in [(false, 32, 1), (true, 32, 1), (true, 16, 1), (false, 16, 1), (true, 32, 2)] {
+    // Also from a split qkv matmul's partials (two halves: their sum is exact), and with per-pair frequency factors
+    // and an attention factor (Llama 3.1+, LongRoPE), which only the angle table carries.
+    let cases =
+        [(false, 32, 1, false), (true, 32, 1, false), (true, 16, 1, false), (false, 16, 1, true), (true, 32, 2, true)];
+    for (neox, rope_dims, splits, factors) in cases {
         let c = config(32, 4, 2, rope_dims, neox);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
+        let rope = match factors {
+            true => rope
+                .with_freq_factors(&(0..rope_dims / 2).map(|i| 1.0 + i as f32 * 0.5).collect::<Vec<_>>())
+                .with_attn_factor(1.2),
+            false => rope,
+        };
         let (n, pos0, n_ctx) = (3, 5, 16);
         let mut rng = SplitMix(500 + rope_dims as u64);
         let qkv = rng.normals(n * (qd + 2 * kvd));
@@ -540,7 +554,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
             (Slot::Aux, Data::Storage(vec![0; n_ctx * kvd * 2])),
             (Slot::In0, Data::Storage(f32_bytes(&input))),
-            (Slot::In1, Data::Storage(rope_table(&c, n_ctx))),
+            (Slot::In1, Data::Storage(rope_table(&rope, n_ctx))),
             (Slot::In2, Data::Storage(vec![0; n_ctx * kvd * 2])),
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
@@ -553,7 +567,6 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         )
         .await;
         let (q_rot, k_cache, v_cache) = (to_f32(&got[0]), halves(&got[1]), halves(&got[2]));
-        let rope = Rope::new(c.head_dim, rope_dims, c.rope_base, c.rope_freq_scale, neox);
         for t in 0..n {
             let row = &qkv[t * (qd + 2 * kvd)..(t + 1) * (qd + 2 * kvd)];
             let (mut q, mut k) = (row[..qd].to_vec(), row[qd..qd + kvd].to_vec());
@@ -638,7 +651,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
         (Slot::Out, Data::Storage(vec![0; attn_decode::partials_len(heads, hd) * 4])),
         (Slot::Aux, Data::Storage(kb)),
         (Slot::In0, Data::Storage(f32_bytes(&qkv))),
-        (Slot::In1, Data::Storage(rope_table(&c, n_ctx))),
+        (Slot::In1, Data::Storage(rope_table(&rope, n_ctx))),
         (Slot::In2, Data::Storage(vb)),
     ];
     let header = model_header(&c);

@@ -11,6 +11,11 @@ pub enum Arch {
     Llama,
     /// Qwen2: q/k/v biases, NeoX-style RoPE (pairs `i` and `i + rot/2`).
     Qwen2,
+    /// Qwen3: no biases, an RMSNorm of each query and key head before RoPE (QK-norm), NeoX-style RoPE.
+    Qwen3,
+    /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
+    /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
+    Phi3,
     /// BERT (all-MiniLM, bge, ...): an encoder with absolute position and token-type embeddings, LayerNorm
     /// after each block, biases everywhere, GELU, attention over the whole sequence. No RoPE, no KV cache.
     Bert,
@@ -21,6 +26,8 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
             Arch::Bert => "bert",
         }
     }
@@ -66,6 +73,11 @@ pub struct Config {
     pub rope_base: f32,
     /// Position scale (1 / linear scaling factor), as llama.cpp's `freq_scale`.
     pub rope_freq_scale: f32,
+    /// What RoPE multiplies each rotated value by (`rope.scaling.attn_factor`, LongRoPE's; 1 elsewhere).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained at before any extension (`rope.scaling.original_context_length`): a
+    /// session past it uses LongRoPE's long factors.
+    pub rope_orig_context: usize,
     /// Number of leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     pub rope_neox: bool,
@@ -79,6 +91,8 @@ impl Config {
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "phi3" => Arch::Phi3,
             "bert" => Arch::Bert,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
@@ -128,6 +142,15 @@ impl Config {
             "none" | "linear" => 1.0,
             other => return Err(Error::Model(format!("rope scaling '{other}' is not supported"))),
         };
+        let rope_attn_factor = g.get_f32(&key("rope.scaling.attn_factor")).unwrap_or(1.0);
+        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
+            return Err(Error::Model(format!("rope.scaling.attn_factor {rope_attn_factor} is not a positive number")));
+        }
+        let context_length = req("context_length")?;
+        let rope_orig_context = match g.get_u64(&key("rope.scaling.original_context_length")) {
+            Some(_) => req("rope.scaling.original_context_length")?,
+            None => context_length,
+        };
         let vocab_size = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
@@ -141,15 +164,19 @@ impl Config {
             head_dim,
             ffn_dim: req("feed_forward_length")?,
             vocab_size,
-            context_length: req("context_length")?,
+            context_length,
             rms_eps: match arch {
                 Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
-                Arch::Llama | Arch::Qwen2 => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+                    g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
+                }
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
-            rope_neox: arch == Arch::Qwen2,
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3),
+            rope_attn_factor,
+            rope_orig_context,
             pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
         })
     }

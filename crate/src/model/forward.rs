@@ -5,7 +5,7 @@
 
 use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::matmul::matmul;
-use crate::kernels::rmsnorm::rmsnorm;
+use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
@@ -50,7 +50,7 @@ impl RunState {
             up: LineBuf::zeros(n * c.ffn_dim),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
-            rope: Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox),
+            rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             logits: Vec::new(),
         }
@@ -126,7 +126,8 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     }
 
     for (l, lw) in w.layers.iter().enumerate() {
-        // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
+        // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
+        // (qwen2) and each query and key head RMS-normed before RoPE (qwen3).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
         project(
             &mut s.acts,
@@ -143,6 +144,11 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
                 for row in buf[..n * dim].chunks_exact_mut(dim) {
                     row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
                 }
+            }
+        }
+        for (buf, head_norm, dim) in [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd)] {
+            if let Some(w) = head_norm {
+                for_each_row_chunk(&mut buf[..n * dim], dim, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
             }
         }
         for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)] {

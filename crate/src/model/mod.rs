@@ -8,6 +8,7 @@ pub mod weights;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
@@ -66,7 +67,7 @@ impl Model {
                 let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
                 (Weights::encoder_only(encoder.token_embd), Some(encoder))
             }
-            Arch::Llama | Arch::Qwen2 => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
         };
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         if tokenizer.vocab_size() != config.vocab_size {
@@ -122,6 +123,22 @@ impl Model {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// RoPE for a context of `n_ctx` positions, as the config says, with the file's per-pair frequency factors if it
+    /// has them: Llama 3.1's `rope_freqs`, or LongRoPE's short ones, long ones past the original context (as llama.cpp
+    /// picks them by the context size). The CPU forward and the GPU's angle table both come from it.
+    pub fn rope(&self, n_ctx: usize) -> Rope {
+        let (c, w) = (&self.config, &self.weights);
+        let rope = Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox)
+            .with_attn_factor(c.rope_attn_factor);
+        let long = n_ctx > c.rope_orig_context;
+        let factors =
+            w.rope_freqs.as_ref().or(if long { w.rope_factors_long.as_ref() } else { w.rope_factors_short.as_ref() });
+        match factors {
+            Some(factors) => rope.with_freq_factors(factors),
+            None => rope,
+        }
     }
 
     /// The model's own chat template, or an error naming the problem when it has none or it did not compile.

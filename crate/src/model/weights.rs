@@ -47,6 +47,12 @@ impl MatrixRef {
         &file[self.offset..self.offset + self.rows * self.row_bytes()]
     }
 
+    /// Rows `rows` of this matrix, a matrix of its own (Phi-3 keeps q/k/v in one tensor, and gate/up in another).
+    pub fn row_range(&self, rows: std::ops::Range<usize>) -> MatrixRef {
+        assert!(rows.start <= rows.end && rows.end <= self.rows, "rows {rows:?} of {}", self.rows);
+        MatrixRef { rows: rows.len(), offset: self.offset + rows.start * self.row_bytes(), ..*self }
+    }
+
     /// The matrix as the kernels read it, in place in the model file.
     pub fn view<'a>(&self, file: &'a [u8]) -> QuantMatrix<'a> {
         QuantMatrix { ty: self.ty, rows: self.rows, cols: self.cols, bytes: self.bytes(file) }
@@ -54,18 +60,20 @@ impl MatrixRef {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,  // [d_model]
-    pub wq: MatrixRef,        // [q_dim rows × d_model]
-    pub wk: MatrixRef,        // [kv_dim × d_model]
-    pub wv: MatrixRef,        // [kv_dim × d_model]
-    pub bq: Option<Vec<f32>>, // [q_dim]  (qwen2)
-    pub bk: Option<Vec<f32>>, // [kv_dim] (qwen2)
-    pub bv: Option<Vec<f32>>, // [kv_dim] (qwen2)
-    pub wo: MatrixRef,        // [d_model × q_dim]
-    pub ffn_norm: Vec<f32>,   // [d_model]
-    pub w_gate: MatrixRef,    // [ffn_dim × d_model]
-    pub w_up: MatrixRef,      // [ffn_dim × d_model]
-    pub w_down: MatrixRef,    // [d_model × ffn_dim]
+    pub attn_norm: Vec<f32>,      // [d_model]
+    pub wq: MatrixRef,            // [q_dim rows × d_model]
+    pub wk: MatrixRef,            // [kv_dim × d_model]
+    pub wv: MatrixRef,            // [kv_dim × d_model]
+    pub bq: Option<Vec<f32>>,     // [q_dim]  (qwen2)
+    pub bk: Option<Vec<f32>>,     // [kv_dim] (qwen2)
+    pub bv: Option<Vec<f32>>,     // [kv_dim] (qwen2)
+    pub q_norm: Option<Vec<f32>>, // [head_dim] (qwen3: each query head's RMSNorm before RoPE)
+    pub k_norm: Option<Vec<f32>>, // [head_dim] (qwen3: each key head's)
+    pub wo: MatrixRef,            // [d_model × q_dim]
+    pub ffn_norm: Vec<f32>,       // [d_model]
+    pub w_gate: MatrixRef,        // [ffn_dim × d_model]
+    pub w_up: MatrixRef,          // [ffn_dim × d_model]
+    pub w_down: MatrixRef,        // [d_model × ffn_dim]
 }
 
 pub struct Weights {
@@ -74,6 +82,11 @@ pub struct Weights {
     pub output_norm: Vec<f32>, // [d_model]
     /// [vocab × d_model]; the token embedding itself when the model ties them.
     pub output: MatrixRef,
+    /// [rope_dims / 2]: each rotated pair's frequency divisor (Llama 3.1+ `rope_freqs.weight`), if the file has one.
+    pub rope_freqs: Option<Vec<f32>>,
+    /// [rope_dims / 2] each: LongRoPE's divisors (Phi-3) within the original context and past it.
+    pub rope_factors_short: Option<Vec<f32>>,
+    pub rope_factors_long: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -82,11 +95,12 @@ impl Weights {
         let vector = |name: &str, n: usize| read_vector(g, file, name, n);
         let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let token_embd = matrix("token_embd.weight", c.vocab_size, d)?;
-        // Before reserving a layer each: every layer has at least these tensors in the file.
-        const LAYER_TENSORS: usize = 9; // attn_norm, q, k, v, output, ffn_norm, gate, up, down
-        if c.n_layers > g.tensors.len() / LAYER_TENSORS {
+        // Before reserving a layer each: every layer has at least these tensors in the file (attn_norm, q, k, v,
+        // output, ffn_norm, gate, up, down; Phi-3 fuses q/k/v and gate/up).
+        let layer_tensors = if c.arch == Arch::Phi3 { 6 } else { 9 };
+        if c.n_layers > g.tensors.len() / layer_tensors {
             return Err(Error::Model(format!(
-                "block_count {} needs at least {LAYER_TENSORS} tensors a layer, but the file has {} tensors",
+                "block_count {} needs at least {layer_tensors} tensors a layer, but the file has {} tensors",
                 c.n_layers,
                 g.tensors.len()
             )));
@@ -96,21 +110,47 @@ impl Weights {
             let p = |s: &str| format!("blk.{i}.{s}");
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
-                Arch::Llama | Arch::Bert if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
-                Arch::Llama | Arch::Bert => Ok(None),
+                Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
+                // A bert model has no decoder layers (`encoder_only`): it never comes here.
+                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Bert => Ok(None),
+            };
+            let head_norm = |s: &str| match c.arch {
+                Arch::Qwen3 => vector(&p(s), c.head_dim).map(Some),
+                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => Ok(None),
+            };
+            // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
+            let (wq, wk, wv) = match c.arch {
+                Arch::Phi3 => {
+                    let qkv = matrix(&p("attn_qkv.weight"), q + 2 * kv, d)?;
+                    (qkv.row_range(0..q), qkv.row_range(q..q + kv), qkv.row_range(q + kv..q + 2 * kv))
+                }
+                _ => (
+                    matrix(&p("attn_q.weight"), q, d)?,
+                    matrix(&p("attn_k.weight"), kv, d)?,
+                    matrix(&p("attn_v.weight"), kv, d)?,
+                ),
+            };
+            let (w_gate, w_up) = match c.arch {
+                Arch::Phi3 => {
+                    let gate_up = matrix(&p("ffn_up.weight"), 2 * ff, d)?;
+                    (gate_up.row_range(0..ff), gate_up.row_range(ff..2 * ff))
+                }
+                _ => (matrix(&p("ffn_gate.weight"), ff, d)?, matrix(&p("ffn_up.weight"), ff, d)?),
             };
             layers.push(LayerWeights {
                 attn_norm: vector(&p("attn_norm.weight"), d)?,
-                wq: matrix(&p("attn_q.weight"), q, d)?,
-                wk: matrix(&p("attn_k.weight"), kv, d)?,
-                wv: matrix(&p("attn_v.weight"), kv, d)?,
+                wq,
+                wk,
+                wv,
                 bq: bias("attn_q.bias", q)?,
                 bk: bias("attn_k.bias", kv)?,
                 bv: bias("attn_v.bias", kv)?,
+                q_norm: head_norm("attn_q_norm.weight")?,
+                k_norm: head_norm("attn_k_norm.weight")?,
                 wo: matrix(&p("attn_output.weight"), d, q)?,
                 ffn_norm: vector(&p("ffn_norm.weight"), d)?,
-                w_gate: matrix(&p("ffn_gate.weight"), ff, d)?,
-                w_up: matrix(&p("ffn_up.weight"), ff, d)?,
+                w_gate,
+                w_up,
                 w_down: matrix(&p("ffn_down.weight"), d, ff)?,
             });
         }
@@ -118,13 +158,40 @@ impl Weights {
             Some(_) => matrix("output.weight", c.vocab_size, d)?,
             None => token_embd,
         };
-        Ok(Weights { token_embd, layers, output_norm: vector("output_norm.weight", d)?, output })
+        // RoPE's per-pair divisors, where the file has them: each positive.
+        let factors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if g.tensor(name).is_none() {
+                return Ok(None);
+            }
+            let f = vector(name, c.rope_dims / 2)?;
+            if f.iter().any(|&v| !(v.is_finite() && v > 0.0)) {
+                return Err(Error::Model(format!("{name} holds a factor that is not a positive number")));
+            }
+            Ok(Some(f))
+        };
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: vector("output_norm.weight", d)?,
+            output,
+            rope_freqs: factors("rope_freqs.weight")?,
+            rope_factors_short: factors("rope_factors_short.weight")?,
+            rope_factors_long: factors("rope_factors_long.weight")?,
+        })
     }
 
     /// The decoder weights of an encoder model (`bert`): none. The encoder's own are `model::bert::BertWeights`;
     /// `Evaluator::open` refuses encoder models, so no decoder forward pass ever reads these.
     pub fn encoder_only(token_embd: MatrixRef) -> Weights {
-        Weights { token_embd, layers: Vec::new(), output_norm: Vec::new(), output: token_embd }
+        Weights {
+            token_embd,
+            layers: Vec::new(),
+            output_norm: Vec::new(),
+            output: token_embd,
+            rope_freqs: None,
+            rope_factors_short: None,
+            rope_factors_long: None,
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod logits;
 /// `#[test]` on every target and the tests' generator: the crate's unit tests' own file.
 #[path = "../../../crate/src/test_support.rs"]
 pub mod test_support;
+pub mod tiny;
 
 pub use test_support::test;
 

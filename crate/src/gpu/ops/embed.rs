@@ -29,11 +29,10 @@ pub(crate) struct Embed {
 }
 
 impl Embed {
-    pub(crate) fn source(self, m: &mut Module) -> Option<()> {
+    pub(crate) fn source(self, m: &mut Module) {
         m.uniform::<EmbedParams>();
-        m.weights(self.ty)?;
+        m.weights(self.ty);
         m.piece(wgsl!("embed.wgsl"));
-        Some(())
     }
 
     /// One invocation per 8 values, workgroups of 64, by tokens.

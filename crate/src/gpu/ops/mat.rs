@@ -178,7 +178,7 @@ impl Matvec {
         bindings(self.bias || self.mode == OutMode::Argmax, self.input == Input::Norm)
     }
 
-    pub(crate) fn source(self, m: &mut Module) -> Option<()> {
+    pub(crate) fn source(self, m: &mut Module) {
         let Matvec { ty, input, mode, bias, rows, cols } = self;
         debug_assert!(!(bias && mode == OutMode::Argmax), "BIND_AUX is the bias or the best rows");
         debug_assert!(cols % 8 == 0 && 256 % rows == 0);
@@ -194,7 +194,7 @@ impl Matvec {
         m.constant("ROUNDS", rounds);
         m.constant("LOADS", loads);
         m.uniform::<MatParams>();
-        m.weights(ty)?;
+        m.weights(ty);
         m.piece(MAT_COMMON);
         m.piece(if bias { BIAS } else { NO_BIAS });
         m.reduce();
@@ -208,7 +208,6 @@ impl Matvec {
             }
         }
         m.piece(wgsl!("matvec.wgsl"));
-        Some(())
     }
 
     /// Workgroups of `per_wg` rows over `rows` rows, folded into two dimensions past 65535.
@@ -224,14 +223,13 @@ impl Matmul {
         bindings(self.bias, false)
     }
 
-    pub(crate) fn source(self, m: &mut Module) -> Option<()> {
+    pub(crate) fn source(self, m: &mut Module) {
         m.constant("OUT_MODE", self.mode as u32);
         m.uniform::<MatParams>();
-        m.weights(self.ty)?;
+        m.weights(self.ty);
         m.piece(MAT_COMMON);
         m.piece(if self.bias { BIAS } else { NO_BIAS });
         m.piece(wgsl!("matmul.wgsl"));
-        Some(())
     }
 
     /// Tiles of `MATMUL_TILE` over `rows` rows by the call's tokens, by column splits.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub(crate) use params::CallParams;
 use params::Uniform;
-pub(crate) use shader::{dequant_source, model_header};
+pub(crate) use shader::model_header;
 
 use super::model::GpuModel;
 use crate::error::{GpuFault, Result};
@@ -79,29 +79,31 @@ pub(crate) enum Kernel {
     AttnPrefill(attn_prefill::AttnPrefill),
     RmsNorm(norm::RmsNorm),
     AddRmsNorm(norm::AddRmsNorm),
+    HeadNorm(norm::HeadNorm),
     Swiglu(swiglu::Swiglu),
     Argmax(argmax::Argmax),
 }
 
 impl Kernel {
     /// The whole WGSL module (entry point `main`) after the model's `header`, its reductions with
-    /// subgroup operations when `subgroups`. `None` for a weight type without a GPU `dequant8`.
-    pub(crate) fn source(self, header: &str, subgroups: bool) -> Option<String> {
+    /// subgroup operations when `subgroups`.
+    pub(crate) fn source(self, header: &str, subgroups: bool) -> String {
         let mut m = shader::Module::new(header, subgroups);
         match self {
-            Kernel::Matvec(k) => k.source(&mut m)?,
-            Kernel::Matmul(k) => k.source(&mut m)?,
+            Kernel::Matvec(k) => k.source(&mut m),
+            Kernel::Matmul(k) => k.source(&mut m),
             Kernel::SplitReduce(k) => k.source(&mut m),
-            Kernel::Embed(k) => k.source(&mut m)?,
+            Kernel::Embed(k) => k.source(&mut m),
             Kernel::RopeStore(k) => k.source(&mut m),
             Kernel::AttnDecode(k) => k.source(&mut m),
             Kernel::AttnPrefill(k) => k.source(&mut m),
             Kernel::RmsNorm(k) => k.source(&mut m),
             Kernel::AddRmsNorm(k) => k.source(&mut m),
+            Kernel::HeadNorm(k) => k.source(&mut m),
             Kernel::Swiglu(k) => k.source(&mut m),
             Kernel::Argmax(k) => k.source(&mut m),
         }
-        Some(m.finish())
+        m.finish()
     }
 
     /// The slots its bind group fills, in order: those the module uses.
@@ -116,6 +118,7 @@ impl Kernel {
             Kernel::AttnPrefill(_) => attn_prefill::BINDINGS,
             Kernel::RmsNorm(_) => norm::RMSNORM_BINDINGS,
             Kernel::AddRmsNorm(_) => norm::ADD_RMSNORM_BINDINGS,
+            Kernel::HeadNorm(_) => norm::HEAD_NORM_BINDINGS,
             Kernel::Swiglu(_) => swiglu::BINDINGS,
             Kernel::Argmax(_) => argmax::BINDINGS,
         }

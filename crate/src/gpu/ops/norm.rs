@@ -1,6 +1,7 @@
 //! The prefill RMSNorms, one workgroup per token row: `wgsl/rmsnorm.wgsl`, and
 //! `wgsl/add_rmsnorm.wgsl`, which first adds a split matmul's partials to the residual (the
-//! split's reduce folded into the norm). Both after a reduction and `wgsl/row_rms.wgsl`.
+//! split's reduce folded into the norm). Both after a reduction and `wgsl/row_rms.wgsl`. And
+//! `wgsl/head_norm.wgsl`, Qwen3's norm of each query and key head in the qkv rows (prefill and decode).
 
 use super::shader::{wgsl, Module};
 use super::{Grid, Kernel, Op, OpBuilder, Slot};
@@ -12,6 +13,8 @@ const ROW_RMS: &str = wgsl!("row_rms.wgsl");
 pub(crate) const RMSNORM_BINDINGS: &[Slot] = &[Slot::Out, Slot::In0, Slot::In1];
 /// Call parameters, normed rows, the residual rows (added to), partials, norm weight.
 pub(crate) const ADD_RMSNORM_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1];
+/// Call parameters, the qkv rows (normed in place), the query and key norms' weights.
+pub(crate) const HEAD_NORM_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RmsNorm;
@@ -36,6 +39,16 @@ impl AddRmsNorm {
         m.reduce();
         m.piece(ROW_RMS);
         m.piece(wgsl!("add_rmsnorm.wgsl"));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct HeadNorm;
+
+impl HeadNorm {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.reduce();
+        m.piece(wgsl!("head_norm.wgsl"));
     }
 }
 
@@ -71,4 +84,16 @@ pub(crate) async fn add_rmsnorm(
         (Slot::In1, norm.as_entire_binding()),
     ];
     b.op("add_rmsnorm", Kernel::AddRmsNorm(AddRmsNorm { splits }), Grid::tokens(), entries).await
+}
+
+/// Each query and key head of the call's rows of `qkv` RMS-normed in place, times `qk_norm` ([q_norm | k_norm]).
+pub(crate) async fn head_norm(b: &OpBuilder<'_>, qkv: &wgpu::Buffer, qk_norm: &wgpu::Buffer) -> Result<Op> {
+    let c = &b.m.model.config;
+    let entries = vec![
+        (Slot::Call, b.call.as_entire_binding()),
+        (Slot::Out, qkv.as_entire_binding()),
+        (Slot::In0, qk_norm.as_entire_binding()),
+    ];
+    let grid = Grid::per_token((c.n_heads + c.n_kv_heads).div_ceil(4) as u32);
+    b.op("head_norm", Kernel::HeadNorm(HeadNorm), grid, entries).await
 }

@@ -5,6 +5,7 @@
 use super::shader::{wgsl, Module};
 use super::{Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
+use crate::kernels::rope::Rope;
 use crate::model::config::Config;
 
 /// RoPE of a value in the qkv rows (`rotated`), shared with decode attention.
@@ -60,21 +61,16 @@ pub(crate) async fn op(
     b.op("rope_store", kernel, RopeStore::grid(&b.m.model.config), entries).await
 }
 
-/// The RoPE table (rope.wgsl `rope`): (cos, sin) per position and rotated pair, exactly as the CPU
-/// computes them (kernels/rope.rs): theta starts at the position and is multiplied by
-/// `base^(-2/rope_dims)` per pair, in f32.
-pub(crate) fn rope_table(c: &Config, n_ctx: usize) -> Vec<u8> {
-    let pairs = c.rope_dims / 2;
-    let theta_scale = c.rope_base.powf(-2.0 / c.rope_dims as f32);
-    let mut rope = Vec::with_capacity(n_ctx * pairs * 8);
+/// The RoPE table (rope.wgsl `rope`): (cos, sin) per position and rotated pair, `rope`'s own angles (the CPU's).
+pub(crate) fn rope_table(rope: &Rope, n_ctx: usize) -> Vec<u8> {
+    let mut angles = vec![(0f32, 0f32); rope.pairs()];
+    let mut table = Vec::with_capacity(n_ctx * rope.pairs() * 8);
     for pos in 0..n_ctx {
-        let mut theta = pos as f32;
-        for _ in 0..pairs {
-            let (sin, cos) = (theta * c.rope_freq_scale).sin_cos();
-            rope.extend(cos.to_le_bytes());
-            rope.extend(sin.to_le_bytes());
-            theta *= theta_scale;
+        rope.angles(pos, &mut angles);
+        for (cos, sin) in &angles {
+            table.extend(cos.to_le_bytes());
+            table.extend(sin.to_le_bytes());
         }
     }
-    rope
+    table
 }

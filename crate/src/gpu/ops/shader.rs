@@ -22,9 +22,9 @@ const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
 const REDUCE_SUBGROUP: &str = wgsl!("reduce_subgroup.wgsl");
 const REDUCE_SHARED: &str = wgsl!("reduce_shared.wgsl");
 
-/// The `dequant8` of a weight type, or `None` when the GPU kernels do not read it.
-pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
-    Some(match ty {
+/// The `dequant8` of a weight type: every type the loader takes has one.
+fn dequant_source(ty: GgmlType) -> &'static str {
+    match ty {
         GgmlType::F32 => wgsl!("quant/f32.wgsl"),
         GgmlType::F16 => wgsl!("quant/f16.wgsl"),
         GgmlType::BF16 => wgsl!("quant/bf16.wgsl"),
@@ -33,11 +33,12 @@ pub(crate) fn dequant_source(ty: GgmlType) -> Option<&'static str> {
         GgmlType::Q5_0 => wgsl!("quant/q5_0.wgsl"),
         GgmlType::Q5_1 => wgsl!("quant/q5_1.wgsl"),
         GgmlType::Q8_0 => wgsl!("quant/q8_0.wgsl"),
+        GgmlType::Q2_K => wgsl!("quant/q2_k.wgsl"),
+        GgmlType::Q3_K => wgsl!("quant/q3_k.wgsl"),
         GgmlType::Q4_K => wgsl!("quant/q4_k.wgsl"),
         GgmlType::Q5_K => wgsl!("quant/q5_k.wgsl"),
         GgmlType::Q6_K => wgsl!("quant/q6_k.wgsl"),
-        GgmlType::Q2_K | GgmlType::Q3_K => return None,
-    })
+    }
 }
 
 /// The header every kernel of this model starts with: the model's shape, the op tiles that depend
@@ -104,16 +105,13 @@ impl Module {
         self.piece(&T::wgsl());
     }
 
-    /// The weight readers and `dequant8` of `ty` (`weights.wgsl`, `quant/*.wgsl`); `None` for a
-    /// type without a GPU `dequant8`.
-    pub(crate) fn weights(&mut self, ty: GgmlType) -> Option<()> {
-        let dequant = dequant_source(ty)?;
+    /// The weight readers and `dequant8` of `ty` (`weights.wgsl`, `quant/*.wgsl`).
+    pub(crate) fn weights(&mut self, ty: GgmlType) {
         self.piece(WEIGHTS);
         if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
             self.piece(K_SCALES);
         }
-        self.piece(dequant);
-        Some(())
+        self.piece(dequant_source(ty));
     }
 
     /// `team_sum2`: `reduce_subgroup.wgsl` or `reduce_shared.wgsl`.

@@ -1,0 +1,414 @@
+// The chat demo (www/), built by Vite and served by `vite preview` (COOP/COEP, the default model from the local model
+// cache), in headless Chromium: the real model loads with progress, answers the France question at temperature 0
+// while the answer streams, stops mid-answer; after a reload the conversation is listed, the model comes from the
+// browser's cache with no request for it, and continuing the conversation starts from the persisted prefix cache; a
+// dropped GGUF loads and a file that is not one says so; HTML in stored model output shows as text and runs nothing;
+// axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
+// target/www/.
+// Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { basename, join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { MODEL_PATH, REPO_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+import { launchChromium } from './chromium.mjs';
+
+const WWW = join(REPO_DIR, 'www');
+const SHOTS = join(REPO_DIR, 'target', 'www');
+const MODEL_URL = `/models/${basename(MODEL_PATH)}`;
+
+let browser;
+let page;
+let origin;
+const modelRequests = [];
+const pageErrors = [];
+const stops = [];
+
+async function freePort() {
+  const s = createServer();
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const { port } = s.address();
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+/** Start `vite preview` or the dev server (`vite`) in www/; resolves to its origin once it listens. */
+async function startVite(command) {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const args = ['node_modules/vite/bin/vite.js', ...(command === 'dev' ? [] : [command]), '--host', '127.0.0.1', '--port', String(port), '--strictPort'];
+  const child = spawn(process.execPath, args, { cwd: WWW, env: { ...process.env, RUVLLM_MODEL: MODEL_PATH, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });
+  stops.push(async () => {
+    if (child.exitCode === null) {
+      child.kill();
+      await new Promise((resolve) => child.once('exit', resolve));
+    }
+  });
+  await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`vite ${command} did not start: ${out}`)), 60_000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes(url)) clearTimeout(timer), resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`vite ${command} exited with ${code}: ${out}`)));
+  });
+  return url;
+}
+
+before(async () => {
+  // scripts/www.sh installs www/'s pinned dependencies when they are missing, then runs `vite build`.
+  execFileSync(join(REPO_DIR, 'scripts', 'www.sh'), ['build'], { stdio: 'inherit' });
+  mkdirSync(SHOTS, { recursive: true });
+  origin = await startVite('preview');
+  browser = await launchChromium();
+  page = await browser.context.newPage();
+  await page.setViewportSize({ width: 1280, height: 800 });
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  page.on('request', (r) => r.url().endsWith('.gguf') && modelRequests.push(r.url()));
+  await page.goto(origin);
+});
+
+after(async () => {
+  await browser?.close();
+  for (const stop of stops) await stop();
+});
+
+const state = () => page.evaluate(() => document.body.dataset.state);
+const counter = (name) => page.evaluate((n) => Number(document.body.dataset[n] ?? 0), name);
+const waitCounter = (name, above, timeout = 180_000) =>
+  page.waitForFunction(([n, v]) => Number(document.body.dataset[n] ?? 0) > v, [name, above], { timeout });
+const waitReady = (timeout = 180_000) => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout });
+const lastAnswer = () => page.locator('article.msg.assistant').last();
+
+async function openSettings() {
+  if (!(await page.locator('#settings-panel').evaluate((d) => d.open))) await page.getByText('Settings', { exact: true }).click();
+}
+
+/** Send `text` with the keyboard (Enter) and wait for the reply and for the prefix cache's pages to be stored. */
+async function ask(text, { whileStreaming } = {}) {
+  const replies = await counter('replies');
+  const persisted = await counter('persisted');
+  await page.getByLabel('Message', { exact: true }).fill(text);
+  await page.getByLabel('Message', { exact: true }).press('Enter');
+  await whileStreaming?.();
+  await waitCounter('replies', replies);
+  await waitCounter('persisted', persisted);
+}
+
+test('the default model loads with download progress, on threads (the preview server sends COOP/COEP)', async () => {
+  await page.evaluate(() => {
+    window.progressSeen = [];
+    new MutationObserver(() => window.progressSeen.push(document.getElementById('progress-text').textContent)).observe(
+      document.getElementById('progress-text'),
+      { childList: true, characterData: true, subtree: true },
+    );
+  });
+  assert.equal(await page.locator('#model-select').inputValue(), MODEL_URL);
+  await page.getByRole('button', { name: 'Load', exact: true }).click();
+  await waitReady();
+  const seen = await page.evaluate(() => window.progressSeen);
+  assert.ok(seen.some((t) => /^Downloading [\d.]+ [KMG]?B of 98(?:\.\d)? MB · [\d.]+ [KMG]?B\/s · \d+ s left$/.test(t)), `progress: ${seen.join(' | ')}`);
+  assert.ok(seen.some((t) => t.startsWith('Loading into the engine')), `progress: ${seen.join(' | ')}`);
+  const engine = await page.locator('#engine').textContent();
+  assert.match(engine, /CPU, WebAssembly SIMD128 \(.+\) · 2 threads \(wasm-mt\)/);
+  // The download is committed to the browser's cache once the model loaded.
+  await page.locator('#cached li', { hasText: basename(MODEL_PATH) }).waitFor();
+  assert.match(await page.locator('#cached li').first().textContent(), /98(\.\d)? MB/);
+});
+
+test('"What is the capital of France?" at temperature 0: the answer streams and names Paris', async () => {
+  await openSettings();
+  await page.getByLabel('Temperature').fill('0');
+  await ask('What is the capital of France?', {
+    whileStreaming: () =>
+      page.evaluate(() => {
+        window.streamed = [];
+        new MutationObserver(() => {
+          const answers = document.querySelectorAll('article.msg.assistant .content');
+          const text = answers[answers.length - 1]?.textContent ?? '';
+          if (text && window.streamed.at(-1) !== text) window.streamed.push(text);
+        }).observe(document.getElementById('messages'), { childList: true, characterData: true, subtree: true });
+      }),
+  });
+  const answer = await lastAnswer().locator('.content').textContent();
+  assert.match(answer, /Paris/);
+  const streamed = await page.evaluate(() => window.streamed);
+  assert.ok(streamed.length >= 2 && streamed[0].length < answer.length, `the answer came at once: ${JSON.stringify(streamed)}`);
+  assert.match(await lastAnswer().locator('.meta').textContent(), /in prompt, \d+ generated · prefill [\d.]+ tok\/s, decode [\d.]+ tok\/s/);
+  assert.match(await page.locator('#speed').textContent(), /prefill [\d.]+ tok\/s · decode [\d.]+ tok\/s/);
+  assert.match(await page.locator('#context').textContent(), /context \d+ \/ 4096 tokens/);
+});
+
+test('Stop (the button, then Esc on a regenerated answer) ends a long answer mid-way', async () => {
+  await page.getByRole('button', { name: 'New chat' }).click();
+  const midAnswer = async () => {
+    await page.waitForFunction(
+      () => document.body.dataset.state === 'generating' && document.querySelector('article.msg.assistant:last-of-type .content')?.textContent.length > 40,
+      null,
+      { timeout: 120_000 },
+    );
+  };
+  await ask('Write a long story about a dragon who learns to fly.', {
+    whileStreaming: async () => {
+      await midAnswer();
+      await page.getByRole('button', { name: 'Stop' }).click();
+    },
+  });
+  assert.match(await lastAnswer().locator('.meta').textContent(), /stopped/);
+  assert.ok((await lastAnswer().locator('.content').textContent()).length > 40);
+  assert.equal(await page.getByRole('button', { name: 'Send', exact: true }).isDisabled(), false);
+  // Regenerate, and stop that one with Esc.
+  const replies = await counter('replies');
+  await lastAnswer().getByRole('button', { name: 'Regenerate' }).click();
+  await midAnswer();
+  await page.keyboard.press('Escape');
+  await waitCounter('replies', replies);
+  assert.match(await lastAnswer().locator('.meta').textContent(), /stopped/);
+  assert.equal(await state(), 'ready');
+});
+
+test('after a reload: the conversation is listed, the model comes from the browser cache, continuing starts from memory', async () => {
+  modelRequests.length = 0;
+  await page.reload();
+  await waitReady(); // the last model loads by itself from the browser's cache
+  assert.deepEqual(modelRequests, [], 'the second load requested the model file');
+  const prepared = await counter('prepared');
+  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  assert.match(await lastAnswer().locator('.content').textContent(), /Paris/);
+  // Opened, the conversation is made ready from the persisted prefix cache before anything is asked.
+  await waitCounter('prepared', prepared);
+  const ready = (await page.locator('#memory').textContent()).match(/ready: (\d+) of (\d+) tokens from memory/);
+  assert.ok(ready && Number(ready[1]) > 0, `not made ready from memory: ${await page.locator('#memory').textContent()}`);
+  assert.equal(await page.getByLabel('Temperature').inputValue(), '0', 'the settings were not kept');
+  await ask('And what is the capital of Germany?');
+  const meta = await lastAnswer().locator('.meta').textContent();
+  const fromMemory = Number(meta.match(/(\d+) tokens? from memory/)?.[1] ?? 0);
+  // The question evaluated only its own tokens: the whole conversation before it was in the model.
+  assert.ok(fromMemory >= Number(ready[2]), `${fromMemory} tokens from memory, ${ready[2]} made ready: ${meta}`);
+  assert.ok((await lastAnswer().locator('.content').textContent()).length > 0);
+});
+
+test('edit and resend replaces a question and what followed it; Copy copies an answer', async () => {
+  const question = page.locator('article.msg.user').last();
+  await question.getByRole('button', { name: 'Edit and resend' }).click();
+  await question.getByLabel('Edit message').fill('And what is the capital of Italy?');
+  const replies = await counter('replies');
+  await question.getByRole('button', { name: 'Save and send' }).click();
+  await waitCounter('replies', replies);
+  assert.equal(await page.locator('article.msg').count(), 4);
+  assert.equal(await page.locator('article.msg.user .content').last().textContent(), 'And what is the capital of Italy?');
+  const answer = await lastAnswer().locator('.content').textContent();
+  assert.match(answer, /Rome/);
+  await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  await lastAnswer().getByRole('button', { name: 'Copy answer' }).click();
+  await page.locator('#notice', { hasText: 'Copied.' }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), answer.trim());
+});
+
+test('a dropped GGUF file loads', async () => {
+  const loaded = page.waitForFunction(() => document.getElementById('model-name').title === 'dropped.gguf' && document.body.dataset.state === 'ready', null, { timeout: 180_000 });
+  await page.evaluate(async (url) => {
+    const file = new File([await (await fetch(url)).blob()], 'dropped.gguf');
+    const data = new DataTransfer();
+    data.items.add(file);
+    document.getElementById('messages').dispatchEvent(new DragEvent('drop', { dataTransfer: data, bubbles: true, cancelable: true }));
+  }, MODEL_URL);
+  await loaded;
+  assert.match(await page.locator('#model-name').textContent(), /98(\.\d)? MB/);
+});
+
+test('a picked file that is not a GGUF shows what is wrong', async () => {
+  await page.locator('#model-file').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('These are my notes, not a model.\n'.repeat(100)) });
+  const error = page.getByRole('alert');
+  await error.waitFor();
+  assert.equal(await error.getAttribute('data-code'), 'E_GGUF');
+  assert.match(await error.textContent(), /not a GGUF model file/);
+  assert.equal(await state(), 'idle');
+});
+
+/** A GGUF header with no tensors, of architecture `arch`. */
+function ggufHeader(arch) {
+  const u32 = (n) => Buffer.from(new Uint32Array([n]).buffer);
+  const u64 = (n) => Buffer.from(new BigUint64Array([BigInt(n)]).buffer);
+  const str = (s) => Buffer.concat([u64(Buffer.byteLength(s)), Buffer.from(s)]);
+  return Buffer.concat([Buffer.from('GGUF'), u32(3), u64(0), u64(1), str('general.architecture'), u32(8), str(arch)]);
+}
+
+/** The alert's code and text after `action`. */
+async function alertAfter(action) {
+  await page.locator('#error').evaluate((e) => (e.hidden = true));
+  await action();
+  const error = page.getByRole('alert');
+  await error.waitFor();
+  return { code: await error.getAttribute('data-code'), text: await error.textContent() };
+}
+
+test('a model of an architecture the engine does not run says so', async () => {
+  const { code, text } = await alertAfter(() => page.locator('#model-file').setInputFiles({ name: 'mamba.gguf', mimeType: 'application/octet-stream', buffer: ggufHeader('mamba') }));
+  assert.equal(code, 'E_UNSUPPORTED_ARCH', text);
+  assert.match(text, /architecture is not supported.*mamba/);
+});
+
+test('WebGPU asked for where there is none: the model runs on the CPU, and the page says so', async () => {
+  await openSettings();
+  await page.getByLabel('Backend').selectOption('webgpu');
+  await page.getByRole('button', { name: 'Load', exact: true }).click();
+  await waitReady();
+  assert.match(await page.locator('#notice').textContent(), /WebGPU could not run the model \(This browser offers no WebGPU\..*\): it runs on the CPU instead/);
+  assert.match(await page.locator('#engine').textContent(), /^CPU/);
+  await page.getByLabel('Backend').selectOption('auto');
+});
+
+test('a download that breaks off is an error and leaves nothing in the cache', async () => {
+  const url = `${origin}/models/cut.gguf`;
+  await page.route(url, (route) => route.fulfill({ status: 200, headers: { 'content-type': 'application/octet-stream', 'content-length': '10000000' }, body: Buffer.alloc(4096) }));
+  const { code, text } = await alertAfter(async () => {
+    await page.getByLabel('GGUF URL (a CORS-enabled host)').fill(url);
+    await page.getByRole('button', { name: 'Load URL' }).click();
+  });
+  assert.equal(code, 'E_FETCH', text);
+  assert.match(text, /broke off|stopped at/);
+  assert.equal(await page.evaluate(async (u) => !!(await (await caches.open('ruvllm-models-v1')).match(u)), url), false);
+  assert.equal(await page.locator('#cached li', { hasText: 'cut.gguf' }).count(), 0);
+});
+
+test('a model too large for wasm memory is refused before its download', async () => {
+  const url = `${origin}/models/huge.gguf`;
+  await page.route(url, (route) => route.fulfill({ status: 200, headers: { 'content-type': 'application/octet-stream', 'content-length': String(5 * 1024 ** 3) }, body: Buffer.alloc(64) }));
+  const { code, text } = await alertAfter(async () => {
+    await page.getByLabel('GGUF URL (a CORS-enabled host)').fill(url);
+    await page.getByRole('button', { name: 'Load URL' }).click();
+  });
+  assert.equal(code, 'E_MODEL_TOO_LARGE', text);
+  assert.match(text, /does not fit in the browser's WebAssembly memory/);
+});
+
+test('Cancel stops a download, and nothing is cached', async () => {
+  const url = `${origin}/models/slow.gguf`;
+  let pending;
+  await page.route(url, (route) => void (pending = route)); // the server never answers
+  await page.getByLabel('GGUF URL (a CORS-enabled host)').fill(url);
+  await page.getByRole('button', { name: 'Load URL' }).click();
+  await page.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('#notice', { hasText: 'Model load cancelled.' }).waitFor();
+  assert.equal(await state(), 'idle');
+  assert.equal(await page.locator('#progress-box').isHidden(), true);
+  assert.equal(await page.evaluate(async (u) => !!(await (await caches.open('ruvllm-models-v1')).match(u)), url), false);
+  await pending?.abort();
+});
+
+test('HTML in the model\'s output shows as text and runs nothing (the stored conversation is rendered again)', async () => {
+  // Model output from an earlier visit, as the page stored it: raw HTML, a javascript: link, and Markdown.
+  const output = [
+    'Here you go: <img src=x onerror="window.pwned = 1"> and <script>window.pwned = 2</script>',
+    '',
+    '<iframe src="javascript:window.parent.pwned = 3"></iframe>',
+    '',
+    '[click](javascript:window.pwned=4) **bold**',
+    '',
+    '```js',
+    'const answer = 42; // code',
+    '```',
+  ].join('\n');
+  await page.evaluate(async (content) => {
+    const db = await new Promise((resolve, reject) => {
+      const req = indexedDB.open('ruvllm-chat', 1);
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+    await new Promise((resolve, reject) => {
+      const tx = db.transaction('conversations', 'readwrite');
+      const now = Date.now();
+      tx.objectStore('conversations').put({ id: 'xss', title: 'Show me HTML', createdAt: now, updatedAt: now, messages: [{ role: 'user', content: 'Show me HTML' }, { role: 'assistant', content, meta: {} }] });
+      tx.oncomplete = resolve;
+      tx.onerror = () => reject(tx.error);
+    });
+    db.close();
+  }, output);
+  await page.reload();
+  await page.getByRole('button', { name: 'Show me HTML', exact: true }).click();
+  const content = lastAnswer().locator('.content');
+  await content.waitFor();
+  await page.waitForTimeout(500);
+  const text = await content.textContent();
+  assert.ok(text.includes('<img src=x onerror="window.pwned = 1">'), text);
+  assert.ok(text.includes('<script>window.pwned = 2</script>'), text);
+  assert.equal(await content.locator('img, script, iframe, [onerror], a[href^="javascript"]').count(), 0);
+  assert.equal(await content.locator('strong').textContent(), 'bold');
+  assert.ok((await content.locator('pre code.hljs.language-js span').count()) > 0, 'no highlighted code');
+  assert.equal(await page.evaluate(() => window.pwned), undefined);
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-markdown.png') });
+  await waitReady(); // the model of the last visit, from the browser's cache
+});
+
+test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {
+  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  await page.addScriptTag({ path: join(WWW, 'node_modules', 'axe-core', 'axe.min.js') });
+  const found = [];
+  for (const [width, height] of [[1280, 800], [390, 844]]) {
+    for (const scheme of ['light', 'dark']) {
+      await page.setViewportSize({ width, height });
+      await page.emulateMedia({ colorScheme: scheme });
+      await page.screenshot({ path: join(SHOTS, `www-${width}x${height}-${scheme}.png`) });
+      const violations = await page.evaluate(async () => (await window.axe.run(document)).violations);
+      for (const v of violations) {
+        if (v.impact === 'serious' || v.impact === 'critical') found.push(`${width}x${height} ${scheme}: ${v.id} (${v.impact}): ${v.nodes.map((n) => n.target).join(', ')}`);
+      }
+    }
+  }
+  // The phone layout's drawer, open.
+  await page.getByRole('button', { name: 'Menu' }).click();
+  await page.screenshot({ path: join(SHOTS, 'www-390x844-dark-menu.png') });
+  assert.deepEqual(found, []);
+  assert.deepEqual(pageErrors, [], 'uncaught errors in the page');
+});
+
+test('storage full: said plainly, and the model runs uncached', async () => {
+  const full = await browser.context.newPage();
+  // The browser's own answer for a full disk: no room left for the site.
+  await full.addInitScript(() => {
+    StorageManager.prototype.estimate = async () => ({ usage: 9_000_000, quota: 10_000_000 });
+  });
+  await full.goto(origin);
+  await full.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 }); // from the cache
+  await full.getByRole('button', { name: `Delete cached ${basename(MODEL_PATH)}` }).click();
+  await full.locator('#cached li', { hasText: 'None yet' }).waitFor();
+  await full.getByRole('button', { name: 'Load', exact: true }).click();
+  await full.locator('#notice', { hasText: 'Storage full' }).waitFor({ timeout: 180_000 });
+  assert.match(await full.locator('#notice').textContent(), /Storage full: the model \(98(\.\d)? MB\) runs but is not cached in this browser/);
+  assert.equal(await full.evaluate(() => document.body.dataset.state), 'ready');
+  assert.match(await full.locator('#cached').textContent(), /None yet/);
+  await full.close();
+});
+
+test('a static host without COOP/COEP: the coi service worker makes the page cross-origin isolated', async () => {
+  const dist = join(WWW, 'dist');
+  const plain = await serve({ root: dist, files: { '/': join(dist, 'index.html') } });
+  stops.push(plain.close);
+  const other = await browser.context.newPage();
+  await other.goto(`${plain.origin}/`);
+  await other.waitForFunction(() => window.crossOriginIsolated === true, null, { timeout: 60_000 });
+  await other.close();
+});
+
+test('the dev server (vite) serves the same page, cross-origin isolated: the model loads and answers', async () => {
+  const dev = await browser.context.newPage();
+  dev.on('pageerror', (e) => pageErrors.push(`dev: ${e}`));
+  await dev.goto(await startVite('dev'));
+  assert.equal(await dev.evaluate(() => crossOriginIsolated), true);
+  await dev.getByText('Settings', { exact: true }).click();
+  await dev.getByLabel('Temperature').fill('0');
+  await dev.getByRole('button', { name: 'Load', exact: true }).click();
+  await dev.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 });
+  assert.match(await dev.locator('#engine').textContent(), /2 threads \(wasm-mt\)/);
+  await dev.getByLabel('Message', { exact: true }).fill('What is the capital of France?');
+  await dev.getByRole('button', { name: 'Send', exact: true }).click();
+  await dev.waitForFunction(() => Number(document.body.dataset.replies ?? 0) > 0, null, { timeout: 180_000 });
+  assert.match(await dev.locator('article.msg.assistant .content').last().textContent(), /Paris/);
+  await dev.close();
+  assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+});

@@ -1,0 +1,52 @@
+// What a person can do about an error: the package's typed errors (RuvllmError.code) and the browser's own.
+import { bytes } from './format.js';
+
+/** { title, detail } for an error of the package (`e.code`), of the Cache API (QuotaExceededError) or any other. */
+export function explain(e) {
+  const detail = e?.message ?? String(e);
+  switch (e?.code ?? e?.name) {
+    case 'E_GGUF':
+      return { title: 'This is not a GGUF model file, or it is damaged or cut short.', detail: `Pick a .gguf file (llama.cpp's format). ${detail}` };
+    case 'E_UNSUPPORTED_ARCH':
+      return { title: 'This model\'s architecture is not supported.', detail: `ruvllm runs llama-family models (Llama, SmolLM2, Mistral) and Qwen2. ${detail}` };
+    case 'E_UNSUPPORTED_TENSOR_TYPE':
+      return { title: 'This model uses a quantization ruvllm does not run.', detail: `Try a Q4_0, Q4_1, Q8_0 or K-quant file. ${detail}` };
+    case 'E_MODEL_TOO_LARGE':
+    case 'E_OUT_OF_MEMORY':
+      return {
+        title: 'The model does not fit in the browser\'s WebAssembly memory (4 GiB at most).',
+        detail: `Choose a smaller or more quantized model, or a smaller context size in Settings. ${detail}`,
+      };
+    case 'E_FETCH':
+      return { title: 'The model could not be downloaded.', detail: `Check the URL; a model on another site must be served with CORS headers. ${detail}` };
+    case 'E_GPU_NO_ADAPTER':
+      return { title: 'This browser offers no WebGPU.', detail: `Choose Auto or CPU as the backend in Settings. ${detail}` };
+    case 'E_GPU_LIMITS':
+    case 'E_GPU_UNSUPPORTED':
+    case 'E_GPU_SHADER':
+    case 'E_GPU_OUT_OF_MEMORY':
+    case 'E_GPU_DEVICE_LOST':
+      return { title: 'The GPU could not run this model.', detail: `Choose Auto or CPU as the backend in Settings. ${detail}` };
+    case 'E_CONTEXT_OVERFLOW':
+      return { title: 'The conversation no longer fits in the context window.', detail: `Start a new chat, or raise the context size in Settings and load the model again. ${detail}` };
+    case 'E_CHAT_TEMPLATE':
+      return { title: 'This model has no usable chat template.', detail };
+    case 'E_ENGINE_CRASHED':
+      return { title: 'The engine crashed (a bug in ruvllm). Load the model again.', detail };
+    case 'E_INVALID_ARGUMENT':
+      return /thread/i.test(detail)
+        ? { title: 'The thread count changed: reload the page to use it.', detail }
+        : { title: 'A setting is out of range.', detail };
+    case 'QuotaExceededError':
+      return { title: 'The browser\'s storage for this site is full.', detail: `Delete cached models to make room. ${detail}` };
+    default:
+      return { title: 'Something went wrong.', detail: e?.code ? `${e.code}: ${detail}` : detail };
+  }
+}
+
+/** Said when a model could not be cached: it still runs, from memory. */
+export function notCached(e, size) {
+  return e?.name === 'QuotaExceededError' || e?.code === 'QUOTA'
+    ? `Storage full: the model (${bytes(size)}) runs but is not cached in this browser; delete cached models to make room. (${e.message})`
+    : `The model runs but could not be cached in this browser: ${e?.message ?? e}`;
+}

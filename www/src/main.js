@@ -1,0 +1,393 @@
+// The chat demo: wires the model loader, the conversation store, the chat view, settings and status together.
+import { LLM } from '@ruvector/ruvllm';
+import './style.css';
+import { ChatView } from './chat-view.js';
+import { explain, notCached } from './errors.js';
+import { bytes, seconds } from './format.js';
+import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
+import { bindSettingsForm, loadSettings, saveSettings } from './settings.js';
+import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
+import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
+import { describeContext, describeEngine, describeSpeed } from './status.js';
+
+const $ = (id) => document.getElementById(id);
+const settings = loadSettings();
+
+let llm = null; // the loaded model
+let conversation = newConversation(); // saved once it has a message
+let generation = null; // AbortController of the reply being generated
+let loading = null; // AbortController of the model being downloaded or loaded
+// Counters on <body> for tests and scripts: replies finished (data-replies), prefix-cache flushes done (data-persisted),
+// conversations made ready (data-prepared).
+let replies = 0;
+let flushes = 0;
+let prepared = 0;
+
+/** The page's state, for styles and tests: idle, loading, ready, generating. */
+function setState(state) {
+  document.body.dataset.state = state;
+  const generating = state === 'generating';
+  $('send').disabled = !llm || generating || state === 'loading';
+  $('stop').disabled = !generating;
+}
+
+function showError(e) {
+  const { title, detail } = explain(e);
+  const box = $('error');
+  box.replaceChildren();
+  const strong = document.createElement('strong');
+  strong.textContent = title;
+  const p = document.createElement('p');
+  p.textContent = detail;
+  const close = document.createElement('button');
+  close.type = 'button';
+  close.textContent = 'Dismiss';
+  close.onclick = () => (box.hidden = true);
+  box.append(strong, p, close);
+  box.dataset.code = e?.code ?? e?.name ?? 'error';
+  box.hidden = false;
+}
+
+function notice(text) {
+  $('notice').textContent = text;
+  $('notice').hidden = !text;
+}
+
+function clearMessages() {
+  $('error').hidden = true;
+  notice('');
+}
+
+// ---- theme ----------------------------------------------------------------------------------------------------
+function applyTheme() {
+  if (settings.theme === 'auto') delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = settings.theme;
+}
+$('theme').value = settings.theme;
+$('theme').onchange = () => {
+  settings.theme = $('theme').value;
+  saveSettings(settings);
+  applyTheme();
+};
+applyTheme();
+
+// ---- models ---------------------------------------------------------------------------------------------------
+async function fillModelList() {
+  renderModelOptions($('model-select'), [...KNOWN_MODELS, ...(await localModels())], settings.lastModel);
+}
+
+async function refreshCached() {
+  const remove = async (url) => {
+    await deleteCached(url);
+    await refreshCached();
+  };
+  renderCachedModels($('cached'), $('storage'), await cachedModels(), await storageEstimate(), remove);
+}
+
+function showProgress(text, fraction) {
+  $('progress-box').hidden = false;
+  $('progress-text').textContent = text;
+  if (fraction === undefined) $('progress').removeAttribute('value');
+  else $('progress').value = fraction;
+}
+
+/** Load a model from a URL (the browser's cache first, else a download that is then cached) or from a File. */
+async function loadModel({ url, file }) {
+  generation?.abort();
+  loading?.abort();
+  const controller = (loading = new AbortController());
+  const { signal } = controller;
+  llm?.dispose();
+  llm = null;
+  clearMessages();
+  setState('loading');
+  const label = file ? file.name : decodeURIComponent(new URL(url, location.href).pathname.split('/').pop());
+  $('model-name').textContent = `Loading ${label}…`;
+  showProgress(file ? `Reading ${file.name}…` : `Connecting to ${new URL(url, location.href).host}…`); // Cancel is there from the start
+  let downloaded = null;
+  try {
+    let source = file ?? null;
+    if (url) {
+      const hit = await cachedResponse(url);
+      if (hit) {
+        showProgress('Reading the model from this browser\'s cache…');
+        source = await hit.blob();
+      } else {
+        downloaded = await download(url, {
+          signal,
+          onProgress: ({ loaded, total, bytesPerSecond, secondsLeft }) =>
+            showProgress(
+              `Downloading ${bytes(loaded)}${total ? ` of ${bytes(total)}` : ''} · ${bytes(bytesPerSecond)}/s` +
+                (secondsLeft !== undefined ? ` · ${seconds(secondsLeft)} left` : ''),
+              total ? loaded / total : undefined,
+            ),
+        });
+        source = downloaded;
+      }
+    }
+    llm = await loadEngine(source, signal);
+    if (signal.aborted) throw signal.reason;
+    const info = llm.info();
+    $('model-name').textContent = `${info.name ?? label} · ${bytes(info.fileBytes)}`;
+    $('engine').textContent = describeEngine(info);
+    showLastReply();
+    $('progress-box').hidden = true;
+    $('model-name').title = label;
+    if (url) settings.lastModel = url;
+    saveSettings(settings);
+    setState('ready');
+    prepare();
+    if (downloaded) {
+      saveToCache(url, downloaded).then(refreshCached, (e) => notice(notCached(e, downloaded.size)));
+    }
+  } catch (e) {
+    llm?.dispose();
+    llm = null;
+    $('progress-box').hidden = true;
+    $('model-name').textContent = 'No model loaded';
+    if (signal.aborted) notice('Model load cancelled.');
+    else showError(e);
+    setState('idle');
+  } finally {
+    if (loading === controller) loading = null;
+  }
+}
+
+/** LLM.load with the settings; a WebGPU backend that is not there falls back to the CPU, saying so. */
+async function loadEngine(source, signal) {
+  const options = {
+    signal,
+    contextSize: settings.contextSize,
+    backend: settings.backend,
+    ...(settings.threads > 0 ? { threads: settings.threads } : {}),
+    // The prefix cache's pages in IndexedDB: a conversation continued after a reload starts from them.
+    prefixCache: { store: 'indexeddb', budgetBytes: 128 * 1024 * 1024 },
+    onProgress: ({ loaded, total }) =>
+      showProgress(`Loading into the engine: ${bytes(loaded)}${total ? ` of ${bytes(total)}` : ''}`, total ? loaded / total : undefined),
+  };
+  try {
+    return await LLM.load(source, options);
+  } catch (e) {
+    if (settings.backend !== 'webgpu' || !String(e?.code).startsWith('E_GPU_')) throw e;
+    const model = await LLM.load(source, { ...options, backend: 'cpu' });
+    notice(`WebGPU could not run the model (${explain(e).title} ${e.message}): it runs on the CPU instead.`);
+    return model;
+  }
+}
+
+$('load').onclick = () => loadModel({ url: $('model-select').value });
+$('load-url').onclick = () => {
+  const url = $('model-url').value.trim();
+  if (url) loadModel({ url });
+  else $('model-url').focus();
+};
+$('model-url').addEventListener('keydown', (e) => e.key === 'Enter' && $('load-url').click());
+$('model-file').onchange = () => {
+  const file = $('model-file').files[0];
+  $('model-file').value = '';
+  if (file) loadModel({ file });
+};
+$('cancel').onclick = () => loading?.abort();
+
+// Drag and drop a .gguf anywhere on the page.
+onFileDrop($('drop'), (file) => loadModel({ file }));
+
+// ---- conversations ---------------------------------------------------------------------------------------------
+const view = new ChatView(
+  $('messages'),
+  {
+    copy: async (i) => {
+      await navigator.clipboard.writeText(conversation.messages[i].content).then(
+        () => notice('Copied.'),
+        () => notice('The browser did not allow copying.'),
+      );
+    },
+    regenerate: async (i) => {
+      if (!llm || generation) return;
+      conversation.messages.splice(i);
+      await reply();
+    },
+    edit: async (i, text) => {
+      if (!llm || generation || !text.trim()) return;
+      conversation.messages.splice(i);
+      conversation.messages.push({ role: 'user', content: text.trim() });
+      if (i === 0) conversation.title = titleOf(text);
+      await reply();
+    },
+  },
+  () => generation !== null,
+);
+
+async function refreshConversations() {
+  renderConversationList($('conversations'), await listConversations(), conversation.id, {
+    open: openConversation,
+    remove: async (id) => {
+      await deleteConversation(id);
+      if (id === conversation.id) startNew();
+      else refreshConversations();
+    },
+  });
+}
+
+async function openConversation(id) {
+  if (generation) return;
+  conversation = (await getConversation(id)) ?? newConversation();
+  view.render(conversation);
+  showLastReply();
+  refreshConversations();
+  closeMenu();
+  $('message').focus();
+  prepare();
+}
+
+/** The conversation as the model sees it: the system prompt, then every message with text. */
+function chatMessages() {
+  const messages = [];
+  if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
+  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: m.content });
+  return messages;
+}
+
+/**
+ * Make the open conversation ready while its user reads and types: the model takes what its prefix cache holds of it
+ * (from IndexedDB after a reload) and evaluates the rest, generating nothing (`maxTokens: 0`), so the next message
+ * evaluates only its own tokens. The model runs one call at a time: a message sent meanwhile waits for this.
+ */
+async function prepare() {
+  const messages = chatMessages();
+  $('memory').textContent = '';
+  if (!llm || generation || messages.at(-1)?.role !== 'assistant') return;
+  const [model, id] = [llm, conversation.id];
+  try {
+    const { usage } = await model.complete(model.applyChatTemplate(messages, { addGenerationPrompt: false }), { maxTokens: 0 });
+    if (model !== llm || id !== conversation.id) return;
+    $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
+    document.body.dataset.prepared = String(++prepared);
+  } catch {
+    // Nothing is lost: the next message evaluates whatever the model lacks.
+  }
+}
+
+/** The speeds and context use of the conversation's last answer. */
+function showLastReply() {
+  const meta = conversation.messages.findLast((m) => m.meta?.promptTokens !== undefined)?.meta;
+  $('speed').textContent = describeSpeed(meta);
+  const size = llm?.info().contextSize ?? settings.contextSize;
+  $('context').textContent = describeContext(meta ? meta.promptTokens + meta.completionTokens : 0, size);
+}
+
+function startNew() {
+  if (generation) return;
+  conversation = newConversation();
+  view.render(conversation);
+  showLastReply();
+  refreshConversations();
+  closeMenu();
+  $('message').focus();
+}
+$('new-chat').onclick = startNew;
+
+// ---- chat -------------------------------------------------------------------------------------------------------
+async function send() {
+  const text = $('message').value.trim();
+  if (!text || !llm || generation) return;
+  $('message').value = '';
+  if (conversation.messages.length === 0) conversation.title = titleOf(text);
+  conversation.messages.push({ role: 'user', content: text });
+  await reply();
+}
+
+/** Generate the assistant's answer to the conversation as it stands, streaming it into the page. */
+async function reply() {
+  clearMessages();
+  $('memory').textContent = '';
+  const messages = chatMessages();
+  const answer = { role: 'assistant', content: '', meta: {} };
+  conversation.messages.push(answer);
+  const index = conversation.messages.length - 1;
+  conversation.updatedAt = Date.now();
+  await saveConversation(conversation);
+  view.render(conversation);
+  refreshConversations();
+  const controller = (generation = new AbortController());
+  setState('generating');
+  const model = llm;
+  try {
+    // The template path: the model's own chat template, then generate(), whose result has the engine's timings.
+    // Its usage.cachedTokens is what the chat API reports as usage.prompt_tokens_details.cached_tokens.
+    const prompt = model.applyChatTemplate(messages);
+    const options = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, signal: controller.signal };
+    const it = model.generate(prompt, options);
+    for (;;) {
+      const r = await it.next();
+      if (r.done) {
+        const { usage, timings, finishReason } = r.value;
+        answer.meta = { cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
+        $('speed').textContent = describeSpeed(answer.meta);
+        $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
+        break;
+      }
+      answer.content += r.value.text;
+      view.update(index, answer);
+    }
+  } catch (e) {
+    if (e?.code === 'E_ABORTED') answer.meta.stopped = true;
+    else {
+      answer.meta.error = explain(e).title;
+      showError(e);
+    }
+  } finally {
+    generation = null;
+  }
+  conversation.updatedAt = Date.now();
+  await saveConversation(conversation);
+  view.render(conversation);
+  setState(llm ? 'ready' : 'idle');
+  const storeError = model === llm ? model.info().prefixCache?.storeError : null;
+  if (storeError) notice(`What the model computed for conversations is kept for this visit only: ${storeError.message}`);
+  document.body.dataset.replies = String(++replies);
+  $('message').focus();
+  // The prefix cache writes its pages to IndexedDB in the background; data-persisted says when they are there.
+  model.flushPrefixCache?.().then(
+    () => (document.body.dataset.persisted = String(++flushes)),
+    () => {},
+  );
+}
+
+$('composer').addEventListener('submit', (e) => {
+  e.preventDefault();
+  send();
+});
+$('message').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    send();
+  }
+});
+$('stop').onclick = () => generation?.abort();
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape') return;
+  if (generation) generation.abort();
+  else if (loading) loading.abort();
+  else closeMenu();
+});
+
+// ---- layout (phone width: the sidebar is a drawer) ------------------------------------------------------------
+function closeMenu() {
+  $('sidebar').classList.remove('open');
+  $('menu').setAttribute('aria-expanded', 'false');
+}
+$('menu').onclick = () => {
+  const open = $('sidebar').classList.toggle('open');
+  $('menu').setAttribute('aria-expanded', String(open));
+};
+
+// ---- start -------------------------------------------------------------------------------------------------------
+bindSettingsForm($('settings'), settings);
+setState('idle');
+view.render(conversation);
+await Promise.all([fillModelList(), refreshConversations(), refreshCached()]);
+if (!crossOriginIsolated) notice('This page is not cross-origin isolated, so the model runs on one thread (slower).');
+// The last model loaded from a URL comes back from the browser's cache, with no download.
+if (settings.lastModel && (await cachedResponse(settings.lastModel))) loadModel({ url: settings.lastModel });
+else if (!settings.lastModel) $('model-select').value = DEFAULT_MODEL;

@@ -1,0 +1,44 @@
+// Settings, kept in localStorage. Sampling settings apply to the next message; the others at the next model load.
+const KEY = 'ruvllm-chat-settings';
+
+export const DEFAULTS = {
+  systemPrompt: '',
+  temperature: 0.7,
+  topP: 0.95,
+  maxTokens: 512,
+  contextSize: 4096,
+  threads: 0, // 0: the package's default, one per core (at most 8)
+  backend: 'auto',
+  theme: 'auto',
+  lastModel: null, // the URL of the last model loaded from a URL, reloaded from the cache on the next visit
+};
+
+export function loadSettings() {
+  try {
+    return { ...DEFAULTS, ...JSON.parse(localStorage.getItem(KEY) ?? '{}') };
+  } catch {
+    return { ...DEFAULTS };
+  }
+}
+
+export function saveSettings(settings) {
+  localStorage.setItem(KEY, JSON.stringify(settings));
+}
+
+const NUMBERS = new Set(['temperature', 'topP', 'maxTokens', 'contextSize', 'threads']);
+
+/** Fill the form from `settings`, and keep `settings` (saved) in step with it. */
+export function bindSettingsForm(form, settings, onChange) {
+  for (const el of form.elements) if (el.name in settings) el.value = settings[el.name];
+  form.addEventListener('input', (event) => {
+    const el = event.target;
+    if (!(el.name in settings)) return;
+    if (NUMBERS.has(el.name)) {
+      if (el.value === '' || !el.checkValidity()) return;
+      settings[el.name] = Number(el.value);
+    } else settings[el.name] = el.value;
+    saveSettings(settings);
+    onChange?.(el.name);
+  });
+  form.addEventListener('submit', (e) => e.preventDefault());
+}
