@@ -23,6 +23,7 @@ if ! cargo +"$NIGHTLY" fuzz --version >/dev/null 2>&1; then
 fi
 
 export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
+export RUVLLM_EMBED_MODEL=${RUVLLM_EMBED_MODEL:-$(scripts/fetch-embed-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
 if [ ! -f "$RUVLLM_FIXTURES/tiny-phi3.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
@@ -36,6 +37,8 @@ corpus=target/fuzz-corpus
 seeds=target/fuzz-seeds
 mkdir -p "$seeds"
 head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
+# The same for the bert encoder (all-MiniLM-L6-v2 F16): its metadata and the start of its WordPiece vocabulary.
+head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
 fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
@@ -54,8 +57,8 @@ seed() { # seed TARGET FILE...: copy the files that exist into the target's corp
     if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
   done
 }
-seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
-seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
+seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
+seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured
 seed tokenizer "$seeds"/tokenizer-*
