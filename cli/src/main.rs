@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
-use ruvllm::{Backend, ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
+use ruvllm::{
+    Backend, ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions,
+};
 use serde_json::json;
 
 mod args;
@@ -35,6 +37,17 @@ const COMMANDS: &[Command] = &[
         positional: None,
     },
     Command { name: "score", run: score, options: &[required("ids", "1,2,3"), value("top-k", "K")], positional: None },
+    Command {
+        name: "embed",
+        run: embed,
+        options: &[
+            repeated("text", "TEXT"),
+            value("file", "F"),
+            value("pooling", "mean|cls|last"),
+            flag("no-normalize"),
+        ],
+        positional: None,
+    },
     Command {
         name: "bench",
         run: bench,
@@ -215,6 +228,32 @@ fn score(args: &Args) -> CliResult {
     let mut sess = session(args, model)?;
     let positions = sess.score(&ids, k).map_err(|e| e.to_string())?;
     println!("{}", json!({ "positions": positions }));
+    Ok(())
+}
+
+/// Embeddings of each --text, then of each line of --file: `{"embeddings": [[...]], "tokens", "embed_ms"}`.
+fn embed(args: &Args) -> CliResult {
+    let model = load(args)?;
+    let mut texts: Vec<String> = args.all("text");
+    if let Some(path) = args.opt("file") {
+        let lines = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        texts.extend(lines.lines().filter(|l| !l.is_empty()).map(str::to_string));
+    }
+    let pooling = match args.opt("pooling") {
+        None => None,
+        Some("mean") => Some(Pooling::Mean),
+        Some("cls") => Some(Pooling::Cls),
+        Some("last") => Some(Pooling::Last),
+        Some(other) => return Err(format!("--pooling must be mean, cls or last, not '{other}'")),
+    };
+    let opts = EmbedOptions { pooling, normalize: !args.flag("no-normalize") };
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let tokens: usize =
+        texts.iter().map(|t| model.tokenizer().encode_with_special(t, false).map_or(0, |ids| ids.len())).sum();
+    let t0 = std::time::Instant::now();
+    let embeddings = model.embed(&texts, &opts).map_err(|e| e.to_string())?;
+    let embed_ms = t0.elapsed().as_secs_f64() * 1e3;
+    println!("{}", json!({ "embeddings": embeddings, "tokens": tokens, "embed_ms": embed_ms }));
     Ok(())
 }
 

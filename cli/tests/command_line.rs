@@ -46,7 +46,7 @@ fn help_prints_the_commands_usage_and_exits_0() {
     for args in [&["--help"][..], &["-h"], &["help"]] {
         let out = ruvllm(args);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
-        for cmd in ["tokenize", "generate", "score", "bench"] {
+        for cmd in ["tokenize", "generate", "score", "embed", "bench"] {
             assert!(stdout(&out).contains(&format!("\n  ruvllm {cmd} ")), "{args:?} lists {cmd}: {}", stdout(&out));
         }
     }

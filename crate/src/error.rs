@@ -30,6 +30,8 @@ pub enum Error {
     KvCache(String),
     /// The WebGPU backend could not run (`kind` says why); under `Backend::Auto` the CPU takes over instead.
     Gpu { kind: GpuFault, message: String },
+    /// Bytes that are not an HNSW index, or a record that does not belong with the others (`IndexError` says how).
+    Index(crate::index::IndexError),
 }
 
 /// Why the WebGPU backend failed.
@@ -78,6 +80,7 @@ impl Error {
             Error::Io(_) => "E_IO",
             Error::KvCache(_) => "E_KV_CACHE",
             Error::Gpu { kind, .. } => kind.code(),
+            Error::Index(_) => "E_INDEX",
         }
     }
 }
@@ -103,10 +106,17 @@ impl fmt::Display for Error {
             Error::Io(m) => write!(f, "i/o: {m}"),
             Error::KvCache(m) => write!(f, "kv cache: {m}"),
             Error::Gpu { kind, message } => write!(f, "webgpu ({}): {message}", kind.code()),
+            Error::Index(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+impl From<crate::index::IndexError> for Error {
+    fn from(e: crate::index::IndexError) -> Error {
+        Error::Index(e)
+    }
+}
 
 pub type Result<T> = std::result::Result<T, Error>;

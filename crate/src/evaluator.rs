@@ -58,6 +58,9 @@ pub(crate) enum Out<'a> {
 /// The context window and batch size for requested `n_ctx` (0: min(the model's training context, 4096))
 /// and `n_batch` (at most `n_ctx`). Every engine resolves them here.
 pub(crate) fn resolve(c: &Config, n_ctx: usize, n_batch: usize) -> Result<(usize, usize)> {
+    if c.arch == crate::model::config::Arch::Bert {
+        return Err(Error::Model("a bert model is an encoder: it computes embeddings (Model::embed), not text".into()));
+    }
     let n_ctx = if n_ctx == 0 { c.context_length.min(4096) } else { n_ctx };
     if n_ctx > c.context_length {
         return Err(Error::InvalidArgument(format!(

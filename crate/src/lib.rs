@@ -6,11 +6,13 @@
 
 pub mod chat_template;
 pub mod clock;
+pub mod embed;
 pub mod error;
 pub(crate) mod evaluator;
 pub mod generate;
 pub mod gguf;
 pub mod gpu;
+pub mod index;
 pub mod kernels;
 pub mod kv_cache;
 pub mod memory;
@@ -31,9 +33,11 @@ pub mod wasm_gpu;
 pub mod wasm_threads;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
+pub use embed::EmbedOptions;
 pub use error::{Error, GpuFault, Result};
 pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step, Token};
 pub use gpu::{Backend, GpuOptions};
+pub use model::config::Pooling;
 pub use model::Model;
 pub use sampler::SamplerConfig;
 pub use session::{Session, SessionOptions};

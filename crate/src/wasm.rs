@@ -6,7 +6,8 @@
 //! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
-//! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`) run on
+//! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
+//! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`, `embed`) run on
 //! the thread pool and return Promises (see `crate::wasm_threads`); in the plain build they return values.
 
 use std::cell::RefCell;
@@ -17,7 +18,8 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
 use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
-use crate::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
+use crate::model::config::Arch;
+use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
 pub(crate) fn js_error(e: Error) -> JsValue {
     coded_error(e.code(), &e.to_string())
@@ -187,9 +189,54 @@ impl ModelBuffer {
 pub struct Engine {
     model: Arc<Model>,
     /// Shared with the pool job that runs a forward pass (threaded build); one job at a time.
-    session: Arc<Mutex<Session>>,
+    /// None for an encoder model, which does not generate.
+    session: Option<Arc<Mutex<Session>>>,
     n_ctx: usize,
     kv_cache_bytes: usize,
+}
+
+/// Run `work` and convert its result with `to_js`: as a pool job whose Promise this returns in the threaded build.
+#[cfg(feature = "threads")]
+fn run_job<T: Send + 'static>(
+    work: impl FnOnce() -> crate::Result<T> + Send + 'static,
+    to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
+) -> Result<JsValue, JsValue> {
+    Ok(crate::wasm_threads::on_pool(work, to_js).into())
+}
+
+/// Run `work` here and convert its result with `to_js` (the plain and WebGPU builds, whose session need not be
+/// `Send`).
+#[cfg(not(feature = "threads"))]
+fn run_job<T>(
+    work: impl FnOnce() -> crate::Result<T>,
+    to_js: impl FnOnce(T) -> Result<JsValue, JsValue>,
+) -> Result<JsValue, JsValue> {
+    to_js(work().map_err(js_error)?)
+}
+
+/// `embed`'s options.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsEmbedOptions {
+    pooling: Option<String>,
+    normalize: Option<bool>,
+}
+
+impl JsEmbedOptions {
+    fn into_options(self) -> Result<EmbedOptions, JsValue> {
+        let pooling = match self.pooling.as_deref() {
+            None => None,
+            Some("mean") => Some(Pooling::Mean),
+            Some("cls") => Some(Pooling::Cls),
+            Some("last") => Some(Pooling::Last),
+            Some(other) => {
+                return Err(js_error(Error::InvalidArgument(format!(
+                    "pooling must be 'mean', 'cls' or 'last', not '{other}'"
+                ))))
+            }
+        };
+        Ok(EmbedOptions { pooling, normalize: self.normalize.unwrap_or(true) })
+    }
 }
 
 /// Check that the session's buffers can be allocated, so that a context window too large for wasm
@@ -358,17 +405,28 @@ impl Engine {
         let kv = JsKvCache::options(kv_cache_json.map(|json| parse(json, "kvCache")).transpose()?)?;
         let model = Model::from_bytes(bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
         let model = Arc::new(model);
+        if model.config.arch == Arch::Bert {
+            let n_ctx = model.config.context_length;
+            return Ok(Engine { model, session: None, n_ctx, kv_cache_bytes: 0 });
+        }
         probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
         let (n_ctx, kv_cache_bytes) = (session.n_ctx(), session.kv_cache_bytes());
-        Ok(Engine { model, session: Arc::new(Mutex::new(session)), n_ctx, kv_cache_bytes })
+        Ok(Engine { model, session: Some(Arc::new(Mutex::new(session))), n_ctx, kv_cache_bytes })
+    }
+
+    /// The session, or an error for an encoder model.
+    fn session(&self) -> Result<&Arc<Mutex<Session>>, JsValue> {
+        self.session.as_ref().ok_or_else(|| {
+            js_error(Error::Model("this model is an encoder: it computes embeddings (embed), not text".into()))
+        })
     }
 
     /// The session, for a quick call on this thread. `try_lock`, since a page's main thread must
     /// never block: the npm package runs one call at a time, so a held lock is a caller's bug.
     fn session_now(&self) -> Result<MutexGuard<'_, Session>, JsValue> {
-        match self.session.try_lock() {
+        match self.session()?.try_lock() {
             Ok(s) => Ok(s),
             Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
             Err(TryLockError::WouldBlock) => {
@@ -384,12 +442,24 @@ impl Engine {
         work: impl FnOnce(&mut Session) -> crate::Result<T> + Send + 'static,
         to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
     ) -> Result<JsValue, JsValue> {
-        let session = self.session.clone();
-        let work = move || work(&mut session.lock().unwrap_or_else(PoisonError::into_inner));
-        #[cfg(feature = "threads")]
-        return Ok(crate::wasm_threads::on_pool(work, to_js).into());
-        #[cfg(not(feature = "threads"))]
-        to_js(work().map_err(js_error)?)
+        let session = self.session()?.clone();
+        run_job(move || work(&mut session.lock().unwrap_or_else(PoisonError::into_inner)), to_js)
+    }
+
+    /// Embeddings of `texts_json` (a JSON array of strings) with `options_json` (`{pooling?: "mean" | "cls" |
+    /// "last", normalize?: boolean}`): JSON `{embeddings: [[...]], tokens}` (a Promise of it in the threaded build).
+    pub fn embed(&self, texts_json: &str, options_json: &str) -> Result<JsValue, JsValue> {
+        let texts: Vec<String> = parse(texts_json, "texts")?;
+        let opts = parse::<JsEmbedOptions>(options_json, "options")?.into_options()?;
+        let tokenizer = self.model.tokenizer();
+        let ids = texts.iter().map(|t| tokenizer.encode_with_special(t, false)).collect::<crate::Result<Vec<_>>>();
+        let ids = ids.map_err(js_error)?;
+        let tokens: usize = ids.iter().map(Vec::len).sum();
+        let model = self.model.clone();
+        run_job(
+            move || model.embed_tokens(&ids, &opts),
+            move |embeddings| Ok(json(&serde_json::json!({ "embeddings": embeddings, "tokens": tokens })).into()),
+        )
     }
 
     /// Model facts as JSON.

@@ -38,6 +38,8 @@ export interface Engine {
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;
   score(ids: Uint32Array, k: number): unknown;
+  /** JSON `{embeddings, tokens}` (crate/src/wasm.rs only: the WebGPU build's engine has none). */
+  embed?(textsJson: string, optionsJson: string): unknown;
   reset(): void;
   setPrefixCacheBudget(bytes: number): void;
   clearPrefixCache(): void;

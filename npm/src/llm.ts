@@ -1,6 +1,7 @@
 import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
 import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type ThreadFallback, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
+import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
@@ -220,6 +221,16 @@ export interface GenerateResult {
 /** Per prompt position, the top-k next tokens as [id, probability], most likely first. */
 export type ScorePositions = Array<Array<[number, number]>>;
 
+/** How a text's hidden states become one embedding (llama.cpp's `--pooling`). */
+export type Pooling = 'mean' | 'cls' | 'last';
+
+export interface EmbedOptions {
+  pooling?: Pooling;
+  /** Scale each embedding to unit length (default true). */
+  normalize?: boolean;
+  signal?: AbortSignal;
+}
+
 /** What `Engine.nextStep` returns: progress of the prompt's prefill, or a generated token. */
 type EngineStep = { prefilled: number; total: number } | GenerateChunk;
 
@@ -256,6 +267,8 @@ export class LLM {
   #crashed: RuvllmError | null = null;
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
+  /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
+  readonly embeddings: Embeddings;
 
   private constructor(engine: Engine, wasm: Wasm, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
     this.#engine = engine;
@@ -264,6 +277,7 @@ export class LLM {
     this.#fallback = fallback;
     this.#threadFallback = threadFallback;
     this.chat = createChat(this);
+    this.embeddings = createEmbeddings(this);
   }
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
@@ -413,6 +427,31 @@ export class LLM {
       const r = await it.next();
       if (r.done) return r.value;
     }
+  }
+
+  /** One embedding per text: an encoder's (`bert`: all-MiniLM, bge) or a decoder's final hidden states, pooled
+   * (`pooling`: 'mean', 'cls' or 'last'; default the model's own, else mean) and L2-normalized unless
+   * `normalize` is false. */
+  async embed(texts: string | readonly string[], options: EmbedOptions = {}): Promise<number[][]> {
+    return (await this.embedWithUsage(texts, options)).embeddings;
+  }
+
+  /** `embed`, with the number of tokens the texts took (special tokens included). */
+  async embedWithUsage(texts: string | readonly string[], options: EmbedOptions = {}): Promise<{ embeddings: number[][]; tokens: number }> {
+    const list = typeof texts === 'string' ? [texts] : texts;
+    if (!Array.isArray(list) || !list.every((t) => typeof t === 'string')) throw invalid('texts must be a string or an array of strings');
+    const { pooling, normalize = true } = options;
+    if (pooling !== undefined && !['mean', 'cls', 'last'].includes(pooling)) throw invalid(`pooling must be 'mean', 'cls' or 'last', got ${JSON.stringify(pooling)}`);
+    if (typeof normalize !== 'boolean') throw invalid('normalize must be a boolean');
+    const textsJson = JSON.stringify(list);
+    const optionsJson = JSON.stringify({ pooling, normalize });
+    return this.#exclusive(options.signal, async () => {
+      const json = await this.#callAsync((e) => {
+        if (typeof e.embed !== 'function') throw invalid('embeddings need the CPU engine (load with backend: "cpu")');
+        return e.embed(textsJson, optionsJson);
+      });
+      return JSON.parse(json as string);
+    });
   }
 
   /** Teacher-forced scoring: for each position of `ids`, the `topK` most likely next tokens. */

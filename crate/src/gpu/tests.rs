@@ -212,6 +212,7 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rope_orig_context: 4096,
         rope_dims,
         rope_neox: neox,
+        pooling: None,
     }
 }
 

@@ -6,6 +6,9 @@
 pub mod attention;
 pub mod exp;
 pub mod f16;
+pub mod full_attention;
+pub mod gelu;
+pub mod layernorm;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;

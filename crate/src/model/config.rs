@@ -3,7 +3,8 @@
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
-/// The model families we run. They share one forward pass; the differences are listed here.
+/// The model families we run. The decoders share one forward pass (`forward.rs`); the differences are listed
+/// here. The encoder (`bert`) has its own (`bert.rs`) and computes embeddings only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     /// Llama 2/3, SmolLM2, Mistral: no attention biases, RoPE on adjacent pairs.
@@ -15,6 +16,9 @@ pub enum Arch {
     /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
     /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
     Phi3,
+    /// BERT (all-MiniLM, bge, ...): an encoder with absolute position and token-type embeddings, LayerNorm
+    /// after each block, biases everywhere, GELU, attention over the whole sequence. No RoPE, no KV cache.
+    Bert,
 }
 
 impl Arch {
@@ -24,6 +28,30 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
+            Arch::Bert => "bert",
+        }
+    }
+}
+
+/// How a sequence's hidden states become one embedding (llama.cpp's `--pooling`, `<arch>.pooling_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over every token, [CLS] and [SEP] included (sentence-transformers' mean over the attention mask).
+    Mean,
+    /// The first token's state ([CLS]).
+    Cls,
+    /// The last token's state (decoder embedding models).
+    Last,
+}
+
+impl Pooling {
+    /// llama.cpp's `enum llama_pooling_type` value; None for NONE, RANK and unknown values.
+    pub fn from_gguf_value(v: u64) -> Option<Pooling> {
+        match v {
+            1 => Some(Pooling::Mean),
+            2 => Some(Pooling::Cls),
+            3 => Some(Pooling::Last),
+            _ => None,
         }
     }
 }
@@ -40,6 +68,7 @@ pub struct Config {
     pub vocab_size: usize,
     /// Training context length: the largest context a session may use.
     pub context_length: usize,
+    /// The epsilon of the norms: RMSNorm for the decoders, LayerNorm for `bert`.
     pub rms_eps: f32,
     pub rope_base: f32,
     /// Position scale (1 / linear scaling factor), as llama.cpp's `freq_scale`.
@@ -52,6 +81,8 @@ pub struct Config {
     /// Number of leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     pub rope_neox: bool,
+    /// The pooling the GGUF asks for (`<arch>.pooling_type`), if any: embeddings default to it.
+    pub pooling: Option<Pooling>,
 }
 
 impl Config {
@@ -62,6 +93,7 @@ impl Config {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "phi3" => Arch::Phi3,
+            "bert" => Arch::Bert,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -133,13 +165,19 @@ impl Config {
             ffn_dim: req("feed_forward_length")?,
             vocab_size,
             context_length,
-            rms_eps: g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rms_eps: match arch {
+                Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+                    g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
+                }
+            },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
             rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3),
             rope_attn_factor,
             rope_orig_context,
+            pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
         })
     }
 

@@ -86,10 +86,24 @@ pub fn batches(
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
 /// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
 pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
-    in_pool(|| forward_layers(model, kv, s, tokens, pos0, want))
+    in_pool(|| {
+        forward_layers(model, kv, s, tokens, pos0);
+        output_head(model, s, tokens.len(), want);
+    })
 }
 
-fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
+/// [`forward`] without the output head: the final norm's output for every token of the batch, `[n × d_model]`,
+/// into `out` (what llama.cpp pools into a decoder model's embeddings).
+pub fn hidden_states(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, out: &mut [f32]) {
+    in_pool(|| {
+        forward_layers(model, kv, s, tokens, pos0);
+        let d = model.config.d_model;
+        norm(out, &s.x[..tokens.len() * d], &model.weights.output_norm, model.config.rms_eps);
+    })
+}
+
+/// The layers: leave the last layer's residual stream in `s.x`.
+fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();
@@ -164,8 +178,12 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
     }
+}
 
-    // Output head on the rows that need logits.
+/// The output head on the rows of the last `n` tokens' residual stream that need logits.
+fn output_head(model: &Model, s: &mut RunState, n: usize, want: LogitsFor) {
+    let (c, w, file) = (&model.config, &model.weights, model.file());
+    let d = c.d_model;
     let first = match want {
         LogitsFor::None => return,
         LogitsFor::All => 0,
@@ -179,7 +197,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
 /// and multiplying the matrices that share one in one call.
-fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix, &mut [f32])]) {
+pub(crate) fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix, &mut [f32])]) {
     let mut rest = outs;
     while let Some((m, _)) = rest.first() {
         let kind = m.ty.act_kind();
@@ -192,7 +210,7 @@ fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(QuantMatrix
 }
 
 /// `x += y`, row by row (rows of `d`).
-fn add(x: &mut [f32], y: &[f32], d: usize) {
+pub(crate) fn add(x: &mut [f32], y: &[f32], d: usize) {
     for_each_row_chunk(x, d, |t0, x| x.iter_mut().zip(&y[t0 * d..]).for_each(|(a, b)| *a += b));
 }
 

@@ -1,5 +1,6 @@
 //! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
 
+pub mod bert;
 pub mod config;
 pub mod forward;
 pub mod weights;
@@ -11,13 +12,17 @@ use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
-use config::Config;
+use bert::BertWeights;
+use config::{Arch, Config};
 use weights::{ModelBytes, Weights};
 
 pub struct Model {
     bytes: ModelBytes,
     pub config: Config,
+    /// The decoder's weights (none for an encoder: [`Weights::encoder_only`]).
     pub weights: Weights,
+    /// The encoder's weights, for `bert` models only.
+    pub encoder: Option<BertWeights>,
     tokenizer: Tokenizer,
     /// The GGUF's `tokenizer.chat_template`, compiled; or why there is none (missing, or refused when compiled):
     /// an error at chat time, while the model still loads and completes plain prompts.
@@ -57,7 +62,13 @@ impl Model {
     fn load(bytes: ModelBytes, t0: f64) -> Result<Model> {
         let gguf = Gguf::parse(&bytes)?;
         let config = Config::from_gguf(&gguf)?;
-        let weights = Weights::from_gguf(&gguf, &bytes, &config)?;
+        let (weights, encoder) = match config.arch {
+            Arch::Bert => {
+                let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
+                (Weights::encoder_only(encoder.token_embd), Some(encoder))
+            }
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
+        };
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(
@@ -77,6 +88,7 @@ impl Model {
             bytes,
             config,
             weights,
+            encoder,
             tokenizer,
             chat_template,
             metadata_name,

@@ -91,22 +91,8 @@ pub struct Weights {
 
 impl Weights {
     pub fn from_gguf(g: &Gguf, file: &[u8], c: &Config) -> Result<Weights> {
-        let matrix = |name: &str, rows: usize, cols: usize| -> Result<MatrixRef> {
-            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
-            if t.dims != [cols, rows] {
-                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
-            }
-            Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
-        };
-        let vector = |name: &str, n: usize| -> Result<Vec<f32>> {
-            let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
-            if t.dims != [n] {
-                return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
-            }
-            let mut v = vec![0f32; n];
-            dequantize_row(t.ty, &file[t.offset..t.offset + t.size], &mut v);
-            Ok(v)
-        };
+        let matrix = |name: &str, rows: usize, cols: usize| read_matrix(g, name, rows, cols);
+        let vector = |name: &str, n: usize| read_vector(g, file, name, n);
         let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let token_embd = matrix("token_embd.weight", c.vocab_size, d)?;
         // Before reserving a layer each: every layer has at least these tensors in the file (attn_norm, q, k, v,
@@ -125,11 +111,12 @@ impl Weights {
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
                 Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
-                Arch::Llama | Arch::Qwen3 | Arch::Phi3 => Ok(None),
+                // A bert model has no decoder layers (`encoder_only`): it never comes here.
+                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Bert => Ok(None),
             };
             let head_norm = |s: &str| match c.arch {
                 Arch::Qwen3 => vector(&p(s), c.head_dim).map(Some),
-                Arch::Llama | Arch::Qwen2 | Arch::Phi3 => Ok(None),
+                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => Ok(None),
             };
             // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
             let (wq, wk, wv) = match c.arch {
@@ -192,4 +179,38 @@ impl Weights {
             rope_factors_long: factors("rope_factors_long.weight")?,
         })
     }
+
+    /// The decoder weights of an encoder model (`bert`): none. The encoder's own are `model::bert::BertWeights`;
+    /// `Evaluator::open` refuses encoder models, so no decoder forward pass ever reads these.
+    pub fn encoder_only(token_embd: MatrixRef) -> Weights {
+        Weights {
+            token_embd,
+            layers: Vec::new(),
+            output_norm: Vec::new(),
+            output: token_embd,
+            rope_freqs: None,
+            rope_factors_short: None,
+            rope_factors_long: None,
+        }
+    }
+}
+
+/// The 2-D tensor `name`, which must be `rows` rows of `cols` (GGUF dims `[cols, rows]`).
+pub(crate) fn read_matrix(g: &Gguf, name: &str, rows: usize, cols: usize) -> Result<MatrixRef> {
+    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+    if t.dims != [cols, rows] {
+        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
+    }
+    Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
+}
+
+/// The 1-D tensor `name` of `n` elements, converted to f32.
+pub(crate) fn read_vector(g: &Gguf, file: &[u8], name: &str, n: usize) -> Result<Vec<f32>> {
+    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+    if t.dims != [n] {
+        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
+    }
+    let mut v = vec![0f32; n];
+    dequantize_row(t.ty, &file[t.offset..t.offset + t.size], &mut v);
+    Ok(v)
 }

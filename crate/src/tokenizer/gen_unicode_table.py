@@ -1,4 +1,5 @@
-"""Generate unicode_table.rs: the general category of every code point, as llama.cpp's unicode.cpp groups them.
+"""Generate unicode_table.rs: the general category of every code point, as llama.cpp's unicode.cpp groups them, and
+its "NFD" map (each code point to the first code point of its NFD form, which is all llama.cpp's WordPiece uses).
 
 llama.cpp's tables come from UnicodeData.txt of Unicode 15.1; `unicodedata2==15.1.0` has the same data.
 Run:  python gen_unicode_table.py > unicode_table.rs   (needs `pip install unicodedata2==15.1.0`)
@@ -37,4 +38,23 @@ for start, cat in ranges:
         line = []
 if line:
     print("    " + " ".join(line))
+print("];")
+
+# llama.cpp's unicode_ranges_nfd: ranges of code points whose NFD form starts with another code point, all mapped to
+# the same one. Written as ranges the way llama.cpp's gen-unicode-data.py merges them.
+nfd_ranges = []  # (first, last, nfd)
+for cpt in range(0x110000):
+    nfd = ord(ud.normalize("NFD", chr(cpt))[0])
+    if nfd == cpt:
+        continue
+    if nfd_ranges and nfd_ranges[-1][1] == cpt - 1 and nfd_ranges[-1][2] == nfd:
+        nfd_ranges[-1] = (nfd_ranges[-1][0], cpt, nfd)
+    else:
+        nfd_ranges.append((cpt, cpt, nfd))
+
+print()
+print("// (first, last, nfd): every code point in first..=last maps to nfd; ranges ascending, disjoint.")
+print(f"pub(super) static NFD_RANGES: [(u32, u32, u32); {len(nfd_ranges)}] = [")
+for i in range(0, len(nfd_ranges), 4):
+    print("    " + " ".join(f"(0x{a:05X}, 0x{b:05X}, 0x{c:05X})," for a, b, c in nfd_ranges[i : i + 4]))
 print("];")

@@ -1,6 +1,6 @@
 //! Tokenizers built from GGUF metadata, token for token the same as llama.cpp (llama-vocab.cpp, unicode.cpp):
 //! byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer `tokenizer.ggml.pre` names, and
-//! SentencePiece BPE (`"llama"`) with scores, byte fallback and the space prefix.
+//! SentencePiece BPE (`"llama"`) with scores, byte fallback and the space prefix, and BERT's WordPiece (`"bert"`).
 //!
 //! Text flows: special-token split ([`Tokenizer::encode`] with `parse_special`) -> pre-tokenizer -> merges -> ids.
 //! Back: ids -> each token's bytes -> text ([`Tokenizer::decode`], or [`StreamDecoder`] while generating).
@@ -12,6 +12,7 @@ mod stream;
 mod symbols;
 mod unicode;
 mod vocab;
+mod wordpiece;
 
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ impl std::fmt::Debug for Tokenizer {
         let kind = match self.vocab.kind {
             TokenizerKind::Spm => "SentencePiece",
             TokenizerKind::Bpe(_) => "byte-level BPE",
+            TokenizerKind::WordPiece { .. } => "WordPiece",
         };
         f.debug_struct("Tokenizer").field("kind", &kind).field("vocab_size", &self.vocab_size()).finish()
     }
@@ -63,7 +65,7 @@ impl Tokenizer {
         self.tokenize(text, false, parse_special)
     }
 
-    /// [`encode`](Self::encode), plus BOS/EOS where `tokenizer.ggml.add_bos_token` / `add_eos_token` (or the
+    /// [`encode`](Self::encode), plus BOS/EOS (WordPiece: [CLS]/[SEP]) where `tokenizer.ggml.add_bos_token` / `add_eos_token` (or the
     /// tokenizer type's default) ask for them: llama.cpp's `add_special = true`.
     pub fn encode_with_special(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         self.tokenize(text, true, parse_special)
@@ -185,9 +187,20 @@ impl Tokenizer {
                     }
                 }
             }
+            &TokenizerKind::WordPiece { max_token_len } => {
+                for f in fragments {
+                    match f {
+                        Fragment::Text(t) => wordpiece::tokenize(v, t, max_token_len, &mut out),
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
         }
         if add_special && v.add_eos {
             out.extend(v.specials.eos);
+        }
+        if add_special && v.add_sep {
+            out.extend(v.specials.sep); // from_gguf checked that it is set
         }
         Ok(out)
     }

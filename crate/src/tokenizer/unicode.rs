@@ -48,6 +48,17 @@ pub(crate) fn is_number(c: char) -> bool {
     category(c) == Category::Number
 }
 
+/// The first code point of `c`'s NFD form (llama.cpp's unicode_cpts_normalize_nfd): a letter without its accents.
+pub(crate) fn nfd_first(c: char) -> char {
+    let cp = c as u32;
+    // The last range starting at or before `cp`, if any.
+    let i = table::NFD_RANGES.partition_point(|&(first, _, _)| first <= cp);
+    match i.checked_sub(1).map(|i| table::NFD_RANGES[i]) {
+        Some((_, last, nfd)) if cp <= last => char::from_u32(nfd).unwrap_or(c),
+        _ => c,
+    }
+}
+
 /// `\s` in llama.cpp's splitters: its fixed list, which is exactly Unicode's White_Space property.
 pub(crate) fn is_whitespace(c: char) -> bool {
     matches!(c as u32, 0x09..=0x0D | 0x20 | 0x85 | 0xA0 | 0x1680 | 0x2000..=0x200A | 0x2028 | 0x2029 | 0x202F | 0x205F | 0x3000)
@@ -82,6 +93,15 @@ mod tests {
         assert_eq!(category('\u{1C89}'), Category::Undefined);
         assert_eq!(category('\u{10FFFF}'), Category::Undefined);
         assert_eq!(category('\u{10FFFD}'), Category::Control); // private use
+    }
+
+    #[test]
+    fn nfd_first_drops_accents() {
+        assert_eq!(nfd_first('é'), 'e');
+        assert_eq!(nfd_first('Å'), 'A');
+        assert_eq!(nfd_first('ω'), 'ω');
+        assert_eq!(nfd_first('a'), 'a');
+        assert_eq!(nfd_first('가'), '\u{1100}'); // a Hangul syllable's leading consonant, as llama.cpp's table
     }
 
     #[test]

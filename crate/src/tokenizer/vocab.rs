@@ -40,6 +40,8 @@ pub(crate) enum TokenizerKind {
     Spm,
     /// Byte-level BPE (`gpt2`).
     Bpe(Bpe),
+    /// BERT's WordPiece (`bert`); `max_token_len` is the longest token text in bytes.
+    WordPiece { max_token_len: usize },
 }
 
 /// Special token ids. None is llama.cpp's LLAMA_TOKEN_NULL.
@@ -70,6 +72,8 @@ pub(crate) struct Vocab {
     pub(crate) specials: Specials,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
+    /// WordPiece: end a sequence with the separator ([SEP]).
+    pub(crate) add_sep: bool,
     /// SentencePiece: prefix a space to text after BOS/special tokens; decoding drops one leading space.
     pub(crate) add_space_prefix: bool,
     /// llama.cpp's clean_up_tokenization_spaces pass on decode.
@@ -384,6 +388,7 @@ impl Vocab {
         // The tokenizer kind and its defaults (llama.cpp's per-type special ids and flags).
         let mut sp = Specials::default();
         let (kind, mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces);
+        let mut add_sep = false;
         match kind_name {
             "llama" => {
                 kind = TokenizerKind::Spm;
@@ -400,10 +405,18 @@ impl Vocab {
                 (add_bos, add_eos, add_space_prefix, clean_spaces) =
                     (s.add_bos.unwrap_or(false), false, false, s.clean_spaces);
             }
+            "bert" => {
+                let max_token_len = texts_in.iter().map(|t| t.len()).max().unwrap_or(0);
+                kind = TokenizerKind::WordPiece { max_token_len };
+                // llama.cpp's WPM defaults: [CLS] is the BOS, [SEP] ends a sequence, no EOS.
+                (sp.bos, sp.unk, sp.sep, sp.pad, sp.mask) = (Some(101), Some(100), Some(102), Some(0), Some(103));
+                (add_bos, add_eos, add_space_prefix, clean_spaces) = (true, false, false, true);
+                add_sep = true;
+            }
             other => {
                 return Err(err(format!(
                     "unsupported tokenizer model '{other}' (tokenizer.ggml.model); \
-                     supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                     supported: llama (SentencePiece), gpt2 (byte-level BPE), bert (WordPiece)"
                 )))
             }
         }
@@ -425,6 +438,9 @@ impl Vocab {
         if add_eos && sp.eos.is_none() {
             return Err(err("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"));
         }
+        if add_sep && sp.sep.is_none() {
+            return Err(err("a WordPiece vocabulary needs tokenizer.ggml.seperator_token_id"));
+        }
         detect_specials_by_text(&mut tokens, &mut sp);
         let eog = end_of_generation_set(&mut tokens, &sp);
 
@@ -444,6 +460,7 @@ impl Vocab {
             specials: sp,
             add_bos,
             add_eos,
+            add_sep,
             add_space_prefix,
             clean_spaces,
             eog,
@@ -497,7 +514,7 @@ impl Vocab {
         }
         if a & attr::NORMAL != 0 {
             return match self.kind {
-                TokenizerKind::Spm => text.replace('\u{2581}', " ").into_bytes(),
+                TokenizerKind::Spm | TokenizerKind::WordPiece { .. } => text.replace('\u{2581}', " ").into_bytes(),
                 TokenizerKind::Bpe(_) => bpe::decode_text(text),
             };
         }

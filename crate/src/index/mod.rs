@@ -1,0 +1,12 @@
+//! A vector index: HNSW over f32 vectors under cosine, inner product or L2, for retrieval and routing over
+//! embeddings (issue 22). [`Hnsw`] is the graph (insert, update, delete, search with `ef` and a filter);
+//! [`distance`] its metrics and SIMD kernels; `records` its persisted form, as byte records a store keeps
+//! under keys (written incrementally) or as one blob. The index knows no storage and no JavaScript.
+
+pub mod distance;
+mod hnsw;
+mod records;
+
+pub use distance::Metric;
+pub use hnsw::{Hit, Hnsw, HnswParams};
+pub use records::{IndexError, RecordKey, SEGMENT_SLOTS};
