@@ -39,6 +39,8 @@ mkdir -p "$seeds"
 head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
 # The same for the bert encoder (all-MiniLM-L6-v2 F16): its metadata and the start of its WordPiece vocabulary.
 head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
+# Gemma 3 270M's metadata and the start of its 262,144-piece vocabulary, the same way.
+head -c 65536 "$(scripts/fetch-model.sh gemma3)" >"$seeds/gemma3-first-64k.gguf"
 fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
@@ -57,8 +59,8 @@ seed() { # seed TARGET FILE...: copy the files that exist into the target's corp
     if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
   done
 }
-seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
-seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf"
+seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
+seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured
 seed tokenizer "$seeds"/tokenizer-*

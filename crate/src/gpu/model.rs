@@ -12,6 +12,7 @@ use super::device::Gpu;
 use super::ops::{self, Kernel};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{GpuFault, Result};
+use crate::model::config::Arch;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
 use crate::quant::GgmlType;
@@ -188,6 +189,9 @@ fn check_supported(model: &Model) -> Result<()> {
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
     if !c.head_dim.is_multiple_of(16) || c.head_dim > 128 {
         return unsupported(format!("head size {} (the GPU kernels take multiples of 16 up to 128)", c.head_dim));
+    }
+    if c.arch == Arch::Gemma3 {
+        return unsupported("Gemma 3's sliding windows, post-norms and GeGLU have no GPU kernels yet".into());
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));

@@ -1,7 +1,8 @@
 //! Causal grouped-query attention of new queries over the KV cache.
 //!
 //! For each query row (a token at absolute position `p`) and head `h`, attend to cached positions
-//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`. Keys and values are stored a row of
+//! `0..=p` of KV head `h / (n_heads / n_kv_heads)`, or with a sliding window of `w` positions to the last `w` of
+//! them (`p + 1 - w..=p`, llama.cpp's standard window: Gemma 3's local layers). Keys and values are stored a row of
 //! `n_kv_heads × head_dim` per position, as f16 (as llama.cpp's default cache) or, for the positions of
 //! a two-tier cache's cold tier, as Q8_0 or Q4_0 blocks along the row ([`KvRows`]); scores and the
 //! softmax are f32.
@@ -29,9 +30,20 @@ pub struct AttentionShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Positions a query sees, itself included: 0 for all of them.
+    pub window: usize,
 }
 
 impl AttentionShape {
+    /// The first cached position a query at `pos` sees.
+    fn first_seen(&self, pos: usize) -> usize {
+        if self.window == 0 {
+            0
+        } else {
+            (pos + 1).saturating_sub(self.window)
+        }
+    }
+
     fn group(&self) -> usize {
         self.n_heads / self.n_kv_heads
     }
@@ -126,7 +138,7 @@ pub fn attention(
     out: &mut [f32],
     scratch: &mut AttentionScratch,
 ) {
-    let AttentionShape { n_heads, n_kv_heads, head_dim } = *shape;
+    let AttentionShape { n_heads, n_kv_heads, head_dim, .. } = *shape;
     let q_dim = n_heads * head_dim;
     let n_tokens = q.len() / q_dim;
     let span = pos0 + n_tokens; // cached positions visible to the last token
@@ -145,6 +157,9 @@ pub fn attention(
     if n_tokens == 1 {
         let n_ctx = pos0 + 1;
         let blocks = n_ctx.div_ceil(BLOCK);
+        // A window starts inside block `b0`; the blocks before it are not read.
+        let seen = shape.first_seen(pos0);
+        let b0 = seen / BLOCK;
         assert!(
             scores_len >= n_heads * blocks * BLOCK && parts_len >= n_heads * blocks * part,
             "attention scratch too small"
@@ -152,16 +167,16 @@ pub fn attention(
         // The scores and parts of (KV head, block, group head) at ((kvh * blocks + b) * group + g) * (BLOCK or part).
         let slot = |kvh: usize, b: usize| (kvh * blocks + b) * group * part;
         let head_part = |kvh: usize, b: usize, g: usize| slot(kvh, b) + g * part;
-        let n_tasks = blocks * n_kv_heads;
+        let n_tasks = (blocks - b0) * n_kv_heads;
         for_each_chunk(n_tasks, 1, |tasks| {
             for task in tasks {
                 // Block-major order: the short last blocks come last.
-                let (b, kvh) = (task / n_kv_heads, task % n_kv_heads);
+                let (b, kvh) = (b0 + task / n_kv_heads, task % n_kv_heads);
                 // SAFETY: each task owns its block's scores and parts.
                 let sc = unsafe { scores.slice((kvh * blocks + b) * group * BLOCK, group * BLOCK) };
                 let p = unsafe { parts.slice(slot(kvh, b), group * part) };
                 let qg = &q[first(0, kvh) * head_dim..][..group * head_dim];
-                let js = b * BLOCK..((b + 1) * BLOCK).min(n_ctx);
+                let js = (b * BLOCK).max(seen)..((b + 1) * BLOCK).min(n_ctx);
                 attend_cached(shape, kv, kvh, js, None, qg, scale, sc, BLOCK, p);
             }
         });
@@ -169,8 +184,8 @@ pub fn attention(
         let (parts, out) = unsafe { (parts.slice(0, parts_len), out_ptr.slice(0, q_dim)) };
         for kvh in 0..n_kv_heads {
             for g in 0..group {
-                let acc = head_part(kvh, 0, g);
-                for b in 1..blocks {
+                let acc = head_part(kvh, b0, g);
+                for b in b0 + 1..blocks {
                     let (before, from_b) = parts.split_at_mut(head_part(kvh, b, g));
                     fold(&mut before[acc..][..part], &from_b[..part]);
                 }
@@ -195,7 +210,9 @@ pub fn attention(
             let (tg, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let tokens = tg * GROUP_TOKENS..(n_tokens).min((tg + 1) * GROUP_TOKENS);
             let last_ctx = pos0 + tokens.end; // positions the group's last token sees
-            for j0 in (0..last_ctx).step_by(BLOCK) {
+                                              // Blocks from the one where the group's first token's window starts (block 0 without a window).
+            let first_block = shape.first_seen(pos0 + tokens.start) / BLOCK * BLOCK;
+            for j0 in (first_block..last_ctx).step_by(BLOCK) {
                 let js = j0..last_ctx.min(j0 + BLOCK);
                 let hot = js.start >= kv.n_cold;
                 if hot {
@@ -203,22 +220,24 @@ pub fn attention(
                     f16::rows_to_f32(&hot_rows(shape, kv.values, kv, kvh, &js), &mut v32);
                 }
                 for t in tokens.clone() {
-                    let n_ctx = pos0 + t + 1;
-                    if j0 >= n_ctx {
+                    let (n_ctx, seen) = (pos0 + t + 1, shape.first_seen(pos0 + t));
+                    if j0 >= n_ctx || j0 + BLOCK <= seen {
                         continue;
                     }
-                    let n = (n_ctx - j0).min(BLOCK);
+                    // The token's part of the block: from its window's start, if that lies in the block.
+                    let rows = j0.max(seen)..n_ctx.min(j0 + BLOCK);
                     let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
                     // SAFETY: each task owns its tokens' score rows and two parts per head of its KV head.
                     let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
                     let (acc, next) =
                         unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
-                    let hot32 = hot.then_some((&k32[..], &v32[..]));
-                    let sc = &mut sc[j0..];
-                    if j0 == 0 {
-                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, acc);
+                    let skip = (rows.start - j0) * head_dim;
+                    let hot32 = hot.then_some((&k32[skip..], &v32[skip..]));
+                    let sc = &mut sc[rows.start..];
+                    if rows.start == seen {
+                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, sc, span, acc);
                     } else {
-                        attend_cached(shape, kv, kvh, j0..j0 + n, hot32, qg, scale, sc, span, next);
+                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, sc, span, next);
                         acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
                     }
                 }
@@ -235,10 +254,10 @@ pub fn attention(
     });
 }
 
-/// Block `js` of KV head `kvh` (positions of one tier) for the query heads `qg`: [`attend_block`] over its
-/// rows where they are. A cold block's rows are read from their quantized blocks; a hot block's from `hot32`,
-/// its keys and values converted to f32 before (rows from the block's first position: a batch's group of
-/// tokens shares them), else from the f16 rows, converted as they are read.
+/// Positions `js` of one block of KV head `kvh` (all in one tier) for the query heads `qg`: [`attend_block`] over
+/// their rows where they are. Cold rows are read from their quantized blocks; hot ones from `hot32`, keys and values
+/// converted to f32 before (from `js.start` on: a batch's group of tokens shares a block's conversion), else from
+/// the f16 rows, converted as they are read.
 #[allow(clippy::too_many_arguments)]
 fn attend_cached(
     shape: &AttentionShape,
@@ -440,7 +459,10 @@ mod tests {
         let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
         let (q_dim, kv_dim) = (n_heads * head_dim, shape.kv_dim());
         let span = pos0 + n_tokens;
-        let at = format!("heads {n_heads}/{}, head_dim {head_dim}, {} cold", shape.n_kv_heads, kv.n_cold);
+        let at = format!(
+            "heads {n_heads}/{}, head_dim {head_dim}, {} cold, window {}",
+            shape.n_kv_heads, kv.n_cold, shape.window
+        );
         let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
         let mut out = vec![0f32; n_tokens * q_dim];
         attention(shape, &q, kv, pos0, &mut out, &mut AttentionScratch::new(shape, n_tokens, span));
@@ -462,7 +484,8 @@ mod tests {
             for h in 0..n_heads {
                 let kvh = h / shape.group();
                 let qh = &q[t * q_dim + h * head_dim..][..head_dim];
-                let logits: Vec<f64> = (0..=pos0 + t)
+                let seen = shape.first_seen(pos0 + t);
+                let logits: Vec<f64> = (seen..=pos0 + t)
                     .map(|j| {
                         let dot: f64 = qh.iter().zip(key(j, kvh)).map(|(&a, &b)| a as f64 * b as f64).sum();
                         dot / (head_dim as f64).sqrt()
@@ -472,7 +495,8 @@ mod tests {
                 let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
                 let total: f64 = weights.iter().sum();
                 for i in 0..head_dim {
-                    let want: f64 = weights.iter().enumerate().map(|(j, w)| w / total * value(j, kvh)[i] as f64).sum();
+                    let want: f64 =
+                        weights.iter().enumerate().map(|(j, w)| w / total * value(seen + j, kvh)[i] as f64).sum();
                     let got = out[t * q_dim + h * head_dim + i] as f64;
                     assert!((got - want).abs() < 1e-5, "{at}, token {t}, head {h}, [{i}]: {got} vs {want}");
                 }
@@ -485,9 +509,19 @@ mod tests {
         // head_dim 20 leaves a tail after the 8- and 16-wide SIMD steps.
         // Rows of 1 to 3 blocks of positions, the last ones partial, in one or more groups of tokens (the last one
         // partial, and a group whose tokens end in different blocks).
-        let cases = [(4, 2, 20, 60, 6), (9, 3, 64, 60, 6), (9, 3, 64, 25, 11)];
-        for (n_heads, n_kv_heads, head_dim, pos0, n_tokens) in cases {
-            let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
+        // With a sliding window too: windows that start inside a block, on a block's edge, differently for the tokens
+        // of one group, and one wider than the context.
+        let cases = [
+            (4, 2, 20, 60, 6, 0),
+            (9, 3, 64, 60, 6, 0),
+            (9, 3, 64, 25, 11, 0),
+            (9, 3, 64, 60, 6, 17),
+            (4, 2, 20, 70, 13, 32),
+            (9, 3, 64, 25, 11, 40),
+            (4, 2, 20, 10, 5, 100),
+        ];
+        for (n_heads, n_kv_heads, head_dim, pos0, n_tokens, window) in cases {
+            let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window };
             let n = (pos0 + n_tokens) * shape.kv_dim();
             let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
             let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
@@ -504,8 +538,11 @@ mod tests {
     fn reads_the_cold_and_the_hot_tier() {
         let cases = [(9, 3, 64, 64, 100, 7), (4, 2, 32, 96, 100, 7), (2, 2, 96, 32, 100, 7), (4, 2, 32, 64, 20, 90)];
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
-            for (n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens) in cases {
-                let shape = AttentionShape { n_heads, n_kv_heads, head_dim };
+            // Without a window, and with one that starts in the cold tier for some tokens and in the hot one for others.
+            for ((n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens), window) in
+                cases.into_iter().flat_map(|c| [(c, 0), (c, 70)])
+            {
+                let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window };
                 let kv_dim = shape.kv_dim();
                 let span = pos0 + n_tokens;
                 // Cold rows, and their exact values; then the hot rows as f16.

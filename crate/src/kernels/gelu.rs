@@ -12,6 +12,13 @@ pub fn gelu(x: &mut [f32]) {
     }
 }
 
+/// GeGLU gate of a feed-forward block (Gemma): `gate = gelu(gate) * up`, in place. llama.cpp's GeGLU computes GELU
+/// in f32 too (its f16 table lands further from it on Gemma 3: tests/fixtures/README.md).
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    gelu(gate);
+    gate.iter_mut().zip(up).for_each(|(g, &u)| *g *= u);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

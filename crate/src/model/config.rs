@@ -13,6 +13,10 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: no biases, an RMSNorm of each query and key head before RoPE (QK-norm), NeoX-style RoPE.
     Qwen3,
+    /// Gemma 3: embeddings scaled by `sqrt(d_model)`, QK-norm, norms after attention and after the feed-forward
+    /// block too, GeGLU, NeoX-style RoPE; five of every six layers attend within a sliding window, with RoPE base
+    /// 10000 (the others: the model's base).
+    Gemma3,
     /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
     /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
     Phi3,
@@ -28,6 +32,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
+            Arch::Gemma3 => "gemma3",
             Arch::Bert => "bert",
         }
     }
@@ -78,6 +83,8 @@ pub struct Config {
     /// The context the model was trained at before any extension (`rope.scaling.original_context_length`): a
     /// session past it uses LongRoPE's long factors.
     pub rope_orig_context: usize,
+    /// Positions a windowed layer's query sees (`attention.sliding_window`; Gemma 3); 0 without windows.
+    pub sliding_window: usize,
     /// Number of leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     pub rope_neox: bool,
@@ -94,6 +101,7 @@ impl Config {
             "qwen3" => Arch::Qwen3,
             "phi3" => Arch::Phi3,
             "bert" => Arch::Bert,
+            "gemma3" => Arch::Gemma3,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -151,6 +159,10 @@ impl Config {
             Some(_) => req("rope.scaling.original_context_length")?,
             None => context_length,
         };
+        let sliding_window = match (arch, g.get_u64(&key("attention.sliding_window"))) {
+            (Arch::Gemma3, Some(_)) => req("attention.sliding_window")?,
+            _ => 0,
+        };
         let vocab_size = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
@@ -167,14 +179,15 @@ impl Config {
             context_length,
             rms_eps: match arch {
                 Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
-                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 => {
                     g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
                 }
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3),
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3),
+            sliding_window,
             rope_attn_factor,
             rope_orig_context,
             pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
@@ -186,6 +199,33 @@ impl Config {
             n_heads: self.n_heads,
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
+            window: 0,
+        }
+    }
+
+    /// Layer `l`'s sliding window (0: it sees every position). Gemma 3, as llama.cpp sets it: every sixth layer is
+    /// global, the others windowed.
+    pub fn layer_window(&self, l: usize) -> usize {
+        match self.arch {
+            Arch::Gemma3 if l % 6 < 5 => self.sliding_window,
+            _ => 0,
+        }
+    }
+
+    /// Layer `l`'s RoPE base: Gemma 3's windowed layers use 10000 whatever the model's base.
+    pub fn layer_rope_base(&self, l: usize) -> f32 {
+        if self.arch == Arch::Gemma3 && self.layer_window(l) > 0 {
+            10_000.0
+        } else {
+            self.rope_base
+        }
+    }
+
+    /// What the token embeddings are multiplied by (Gemma: `sqrt(d_model)`).
+    pub fn embedding_scale(&self) -> f32 {
+        match self.arch {
+            Arch::Gemma3 => (self.d_model as f32).sqrt(),
+            _ => 1.0,
         }
     }
 

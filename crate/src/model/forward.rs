@@ -3,12 +3,14 @@
 //! All buffers live in a [`RunState`] allocated once per session for `n_batch` tokens, so the decode
 //! loop allocates nothing.
 
-use crate::kernels::attention::{attention, AttentionScratch};
+use crate::kernels::attention::{attention, AttentionScratch, AttentionShape};
+use crate::kernels::gelu::geglu;
 use crate::kernels::matmul::matmul;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
+use crate::model::config::Arch;
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
@@ -29,6 +31,8 @@ pub struct RunState {
     acts: Activations,
     rope: Rope,
     angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
+    /// The RoPE of layers with a base of their own (Gemma 3's windowed ones), and its angles.
+    local: Option<(Rope, Vec<(f32, f32)>)>,
     /// [rows × vocab]: logits of the rows asked for in the last call.
     pub logits: Vec<f32>,
 }
@@ -52,6 +56,7 @@ impl RunState {
             acts: Activations::new(),
             rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
+            local: model.local_rope(n_ctx).map(|r| (r, vec![(0.0, 0.0); n * (c.rope_dims / 2)])),
             logits: Vec::new(),
         }
     }
@@ -110,19 +115,28 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
     let n = tokens.len();
     assert!(n > 0 && n <= s.n_batch && pos0 + n <= kv.n_ctx);
     let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
-    let shape = c.attention_shape();
 
     kv.make_room(pos0, n);
     let pairs = s.rope.pairs();
     for (t, angles) in s.angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
         s.rope.angles(pos0 + t, angles);
     }
+    if let Some((rope, angles)) = &mut s.local {
+        for (t, angles) in angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
+            rope.angles(pos0 + t, angles);
+        }
+    }
 
-    // Token embeddings: one row of token_embd per token, dequantized.
+    // Token embeddings: one row of token_embd per token, dequantized (and scaled, for Gemma).
     let emb_row = w.token_embd.row_bytes();
+    let scale = c.embedding_scale();
     for (t, &id) in tokens.iter().enumerate() {
         let row = &w.token_embd.bytes(file)[id as usize * emb_row..][..emb_row];
-        dequantize_row(w.token_embd.ty, row, &mut s.x[t * d..(t + 1) * d]);
+        let x = &mut s.x[t * d..(t + 1) * d];
+        dequantize_row(w.token_embd.ty, row, x);
+        if scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
     }
 
     for (l, lw) in w.layers.iter().enumerate() {
@@ -151,8 +165,14 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
                 for_each_row_chunk(&mut buf[..n * dim], dim, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
             }
         }
+        // A windowed layer (Gemma 3) sees the last `window` positions, with its own RoPE base.
+        let window = c.layer_window(l);
+        let shape = AttentionShape { window, ..c.attention_shape() };
         for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)] {
-            let (rope, angles) = (&s.rope, &s.angles);
+            let (rope, angles) = match &s.local {
+                Some((rope, angles)) if window > 0 => (rope, angles),
+                _ => (&s.rope, &s.angles),
+            };
             for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
                 for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
                     rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);
@@ -163,9 +183,13 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         let view = kv.layers[l].view();
         attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
+        if let Some(w) = &lw.post_attn_norm {
+            for_each_row_chunk(&mut s.proj[..n * d], d, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
+        }
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
 
-        // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
+        // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x)), GELU for Gemma, whose block
+        // output is normed again before the add.
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.ffn_norm, c.rms_eps);
         project(
             &mut s.acts,
@@ -173,9 +197,19 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             n,
             &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
         );
-        let up = &s.up;
-        for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| swiglu(g, &up[t0 * ff..][..g.len()]));
+        let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
+        for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
+            let u = &up[t0 * ff..][..g.len()];
+            if gelu {
+                geglu(g, u)
+            } else {
+                swiglu(g, u)
+            }
+        });
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
+        if let Some(w) = &lw.post_ffn_norm {
+            for_each_row_chunk(&mut s.proj[..n * d], d, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
+        }
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
     }
 }

@@ -67,7 +67,9 @@ impl Model {
                 let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
                 (Weights::encoder_only(encoder.token_embd), Some(encoder))
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 => {
+                (Weights::from_gguf(&gguf, &bytes, &config)?, None)
+            }
         };
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         if tokenizer.vocab_size() != config.vocab_size {
@@ -129,8 +131,20 @@ impl Model {
     /// has them: Llama 3.1's `rope_freqs`, or LongRoPE's short ones, long ones past the original context (as llama.cpp
     /// picks them by the context size). The CPU forward and the GPU's angle table both come from it.
     pub fn rope(&self, n_ctx: usize) -> Rope {
+        self.rope_with_base(n_ctx, self.config.rope_base)
+    }
+
+    /// [`Model::rope`] of Gemma 3's windowed layers, whose base is their own; `None` where every layer uses the
+    /// model's.
+    pub fn local_rope(&self, n_ctx: usize) -> Option<Rope> {
+        let c = &self.config;
+        let l = (0..c.n_layers).find(|&l| c.layer_rope_base(l) != c.rope_base)?;
+        Some(self.rope_with_base(n_ctx, c.layer_rope_base(l)))
+    }
+
+    fn rope_with_base(&self, n_ctx: usize, base: f32) -> Rope {
         let (c, w) = (&self.config, &self.weights);
-        let rope = Rope::new(c.head_dim, c.rope_dims, c.rope_base, c.rope_freq_scale, c.rope_neox)
+        let rope = Rope::new(c.head_dim, c.rope_dims, base, c.rope_freq_scale, c.rope_neox)
             .with_attn_factor(c.rope_attn_factor);
         let long = n_ctx > c.rope_orig_context;
         let factors =

@@ -60,20 +60,22 @@ impl MatrixRef {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,      // [d_model]
-    pub wq: MatrixRef,            // [q_dim rows × d_model]
-    pub wk: MatrixRef,            // [kv_dim × d_model]
-    pub wv: MatrixRef,            // [kv_dim × d_model]
-    pub bq: Option<Vec<f32>>,     // [q_dim]  (qwen2)
-    pub bk: Option<Vec<f32>>,     // [kv_dim] (qwen2)
-    pub bv: Option<Vec<f32>>,     // [kv_dim] (qwen2)
-    pub q_norm: Option<Vec<f32>>, // [head_dim] (qwen3: each query head's RMSNorm before RoPE)
-    pub k_norm: Option<Vec<f32>>, // [head_dim] (qwen3: each key head's)
-    pub wo: MatrixRef,            // [d_model × q_dim]
-    pub ffn_norm: Vec<f32>,       // [d_model]
-    pub w_gate: MatrixRef,        // [ffn_dim × d_model]
-    pub w_up: MatrixRef,          // [ffn_dim × d_model]
-    pub w_down: MatrixRef,        // [d_model × ffn_dim]
+    pub attn_norm: Vec<f32>,              // [d_model]
+    pub wq: MatrixRef,                    // [q_dim rows × d_model]
+    pub wk: MatrixRef,                    // [kv_dim × d_model]
+    pub wv: MatrixRef,                    // [kv_dim × d_model]
+    pub bq: Option<Vec<f32>>,             // [q_dim]  (qwen2)
+    pub bk: Option<Vec<f32>>,             // [kv_dim] (qwen2)
+    pub bv: Option<Vec<f32>>,             // [kv_dim] (qwen2)
+    pub q_norm: Option<Vec<f32>>,         // [head_dim] (qwen3: each query head's RMSNorm before RoPE)
+    pub k_norm: Option<Vec<f32>>,         // [head_dim] (qwen3: each key head's)
+    pub post_attn_norm: Option<Vec<f32>>, // [d_model] (gemma3: the attention block's output, before the residual add)
+    pub post_ffn_norm: Option<Vec<f32>>,  // [d_model] (gemma3: the feed-forward block's output)
+    pub wo: MatrixRef,                    // [d_model × q_dim]
+    pub ffn_norm: Vec<f32>,               // [d_model]
+    pub w_gate: MatrixRef,                // [ffn_dim × d_model]
+    pub w_up: MatrixRef,                  // [ffn_dim × d_model]
+    pub w_down: MatrixRef,                // [d_model × ffn_dim]
 }
 
 pub struct Weights {
@@ -112,11 +114,15 @@ impl Weights {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
                 Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
                 // A bert model has no decoder layers (`encoder_only`): it never comes here.
-                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Bert => Ok(None),
+                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::Bert => Ok(None),
             };
             let head_norm = |s: &str| match c.arch {
-                Arch::Qwen3 => vector(&p(s), c.head_dim).map(Some),
+                Arch::Qwen3 | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
                 Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => Ok(None),
+            };
+            let post_norm = |s: &str| match c.arch {
+                Arch::Gemma3 => vector(&p(s), d).map(Some),
+                _ => Ok(None),
             };
             // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
             let (wq, wk, wv) = match c.arch {
@@ -147,6 +153,8 @@ impl Weights {
                 bv: bias("attn_v.bias", kv)?,
                 q_norm: head_norm("attn_q_norm.weight")?,
                 k_norm: head_norm("attn_k_norm.weight")?,
+                post_attn_norm: post_norm("post_attention_norm.weight")?,
+                post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 wo: matrix(&p("attn_output.weight"), d, q)?,
                 ffn_norm: vector(&p("ffn_norm.weight"), d)?,
                 w_gate,
