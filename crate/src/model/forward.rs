@@ -162,7 +162,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         }
         for (buf, head_norm, dim) in [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd)] {
             if let Some(w) = head_norm {
-                for_each_row_chunk(&mut buf[..n * dim], dim, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
+                norm_in_place(&mut buf[..n * dim], w, c.rms_eps);
             }
         }
         // A windowed layer (Gemma 3) sees the last `window` positions, with its own RoPE base.
@@ -184,7 +184,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
         if let Some(w) = &lw.post_attn_norm {
-            for_each_row_chunk(&mut s.proj[..n * d], d, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
+            norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
 
@@ -208,7 +208,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         });
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
         if let Some(w) = &lw.post_ffn_norm {
-            for_each_row_chunk(&mut s.proj[..n * d], d, |_, rows| rmsnorm_in_place(rows, w, c.rms_eps));
+            norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
     }
@@ -252,4 +252,9 @@ pub(crate) fn add(x: &mut [f32], y: &[f32], d: usize) {
 fn norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     let d = weight.len();
     for_each_row_chunk(out, d, |t0, out| rmsnorm(out, &x[t0 * d..][..out.len()], weight, eps));
+}
+
+/// RMSNorm of each row of `x` (rows of `weight.len()`: a token's, or one head's) in place.
+fn norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    for_each_row_chunk(x, weight.len(), |_, rows| rmsnorm_in_place(rows, weight, eps));
 }
