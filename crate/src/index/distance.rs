@@ -52,7 +52,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the lengths are equal.
+        // SAFETY: the CPU has AVX2, FMA and F16C; the lengths are equal.
         return unsafe { avx2::dot(a, b) };
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -70,7 +70,7 @@ pub fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the lengths are equal.
+        // SAFETY: the CPU has AVX2, FMA and F16C; the lengths are equal.
         return unsafe { avx2::l2_squared(a, b) };
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -94,17 +94,13 @@ pub fn l2_squared_ref(a: &[f32], b: &[f32]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// The sum of a vector's 8 lanes.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn sum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
+    // The quantized kernels' sum of a vector's 8 lanes; these kernels are compiled for the same features (`has_avx2`
+    // checks all three), so it inlines.
+    use crate::quant::avx2::hsum as sum;
 
     /// Four accumulators over 32 elements a step (an FMA's latency is four of its issue slots), then 8 a step,
-    /// then a scalar tail. SAFETY: AVX2 and FMA, `a.len() == b.len()`.
-    #[target_feature(enable = "avx2,fma")]
+    /// then a scalar tail. SAFETY: AVX2, FMA and F16C, `a.len() == b.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len();
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
@@ -125,8 +121,8 @@ mod avx2 {
         sum(v) + super::dot_ref(&a[i..], &b[i..])
     }
 
-    /// As `dot`, on the differences. SAFETY: AVX2 and FMA, `a.len() == b.len()`.
-    #[target_feature(enable = "avx2,fma")]
+    /// As `dot`, on the differences. SAFETY: AVX2, FMA and F16C, `a.len() == b.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len();
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
