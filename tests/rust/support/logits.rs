@@ -21,13 +21,55 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Score every reference sequence with `eval` (ids -> logits of every position, row-major) and assert:
-/// our top-1 equals llama.cpp's wherever llama.cpp's leads its second by >= 0.2, and at >= 98% of positions
-/// where it leads by >= 0.05; |p1 - p1_llama.cpp| has median <= 0.015 and max <= 0.15.
+/// How teacher-forced next-token distributions compare with llama.cpp's, position by position, and the bounds every
+/// model is held to (see the issue on the core engine): our top-1 equals llama.cpp's wherever llama.cpp's leads its
+/// second by >= 0.2, and at >= 98% of positions where it leads by >= 0.05; |p1 - p1_llama.cpp| has median <= 0.015
+/// and max <= 0.15, over more than 100 clear positions.
+#[derive(Default)]
+pub struct LlamaCppAgreement {
+    clear: usize,
+    close: usize,
+    close_agree: usize,
+    dp1: Vec<f64>,
+}
+
+impl LlamaCppAgreement {
+    /// One position: llama.cpp's most likely tokens with their probabilities (best first), our top-1, and our
+    /// probability of llama.cpp's top-1. Where llama.cpp's top-1 leads by >= 0.2, ours must be it (`at` names the
+    /// position in the failure).
+    pub fn add(&mut self, reference: &[(u32, f64)], ours: u32, our_p_of_ref_top1: f64, at: impl std::fmt::Display) {
+        let (ref_top1, ref_p1) = reference[0];
+        let gap = ref_p1 - reference[1].1;
+        self.dp1.push((our_p_of_ref_top1 - ref_p1).abs());
+        if gap >= 0.2 {
+            self.clear += 1;
+            assert_eq!(ours, ref_top1, "{at}: llama.cpp's top-1 leads by {gap:.3}");
+        }
+        if gap >= 0.05 {
+            self.close += 1;
+            self.close_agree += (ours == ref_top1) as usize;
+        }
+    }
+
+    /// Assert the bounds over every position added; a line saying how it went.
+    pub fn assert_bounds(mut self) -> String {
+        self.dp1.sort_by(f64::total_cmp);
+        let (n, clear, close) = (self.dp1.len(), self.clear, self.close);
+        let (median, max) = (self.dp1[n / 2], self.dp1[n - 1]);
+        let agree = self.close_agree as f64 / close as f64;
+        assert!(clear > 100, "the reference has enough clear positions to test ({clear})");
+        assert!(agree >= 0.98, "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05");
+        assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
+        assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
+        format!("{n} positions; top-1 agreement {agree:.4} where gap>=0.05 ({close}), {clear} clear; |dp1| median {median:.4} max {max:.4}")
+    }
+}
+
+/// Score every reference sequence with `eval` (ids -> logits of every position, row-major) and assert the
+/// [`LlamaCppAgreement`] bounds against `logits.json`.
 pub fn assert_matches_llama_cpp(vocab: usize, mut eval: impl FnMut(&[u32]) -> Vec<f32>) {
     let reference = read_json(&format!("{}/logits.json", reference_dir()));
-    let (mut n_clear, mut n_close, mut n_close_agree) = (0, 0, 0);
-    let mut dp1 = Vec::new();
+    let mut agreement = LlamaCppAgreement::default();
     for prompt in reference["prompts"].as_array().unwrap() {
         let mut ids: Vec<u32> = serde_json::from_value(prompt["prompt_ids"].clone()).unwrap();
         let cont: Vec<u32> = serde_json::from_value(prompt["continuation"]["ids"].clone()).unwrap();
@@ -43,30 +85,9 @@ pub fn assert_matches_llama_cpp(vocab: usize, mut eval: impl FnMut(&[u32]) -> Ve
                 .iter()
                 .map(|t| (t["id"].as_u64().unwrap() as u32, t["prob"].as_f64().unwrap()))
                 .collect();
-            let (ref_top1, ref_p1) = top[0];
-            let gap = ref_p1 - top[1].1;
-            let ours = argmax(row);
-            dp1.push((prob(row, ref_top1) - ref_p1).abs());
-            if gap >= 0.2 {
-                n_clear += 1;
-                assert_eq!(ours, ref_top1, "{}: position {i}: llama.cpp's top-1 leads by {gap:.3}", prompt["prompt"]);
-            }
-            if gap >= 0.05 {
-                n_close += 1;
-                n_close_agree += (ours == ref_top1) as usize;
-            }
+            let at = format!("{}: position {i}", prompt["prompt"]);
+            agreement.add(&top, argmax(row), prob(row, top[0].0), at);
         }
     }
-    dp1.sort_by(f64::total_cmp);
-    let median = dp1[dp1.len() / 2];
-    let max = dp1[dp1.len() - 1];
-    let agree = n_close_agree as f64 / n_close as f64;
-    println!(
-        "{} positions; top-1 agreement {agree:.4} where gap>=0.05 ({n_close}), {n_clear} clear; |dp1| median {median:.4} max {max:.4}",
-        dp1.len()
-    );
-    assert!(n_clear > 100, "the reference has enough clear positions to test");
-    assert!(agree >= 0.98, "top-1 agrees at {agree:.4} of positions where llama.cpp leads by >= 0.05");
-    assert!(median <= 0.015, "median |dp1| {median:.4} > 0.015");
-    assert!(max <= 0.15, "max |dp1| {max:.4} > 0.15");
+    println!("{}", agreement.assert_bounds());
 }
