@@ -29,6 +29,8 @@ pub mod tokenizer;
 pub mod wasm;
 #[cfg(all(target_arch = "wasm32", feature = "gpu"))]
 pub mod wasm_gpu;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm_index;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod wasm_threads;
 

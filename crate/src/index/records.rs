@@ -116,54 +116,54 @@ impl RecordKey {
 }
 
 /// Reads numbers from a record's bytes, refusing to read past them.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], IndexError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], IndexError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
         let end = end.ok_or_else(|| format(format!("cut short at byte {} (needs {n} more)", self.at)))?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
-    fn u8(&mut self) -> Result<u8, IndexError> {
+    pub(super) fn u8(&mut self) -> Result<u8, IndexError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, IndexError> {
+    pub(super) fn u16(&mut self) -> Result<u16, IndexError> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
-    fn u32(&mut self) -> Result<u32, IndexError> {
+    pub(super) fn u32(&mut self) -> Result<u32, IndexError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
-    fn u64(&mut self) -> Result<u64, IndexError> {
+    pub(super) fn u64(&mut self) -> Result<u64, IndexError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
-    fn left(&self) -> usize {
+    pub(super) fn left(&self) -> usize {
         self.bytes.len() - self.at
     }
 }
 
-fn format(message: String) -> IndexError {
+pub(super) fn format(message: String) -> IndexError {
     IndexError::Format(message)
 }
 
-fn begin(magic: &[u8; 8]) -> Vec<u8> {
+pub(super) fn begin(magic: &[u8; 8]) -> Vec<u8> {
     let mut out = magic.to_vec();
     out.extend_from_slice(&VERSION.to_le_bytes());
     out
 }
 
-fn seal(mut out: Vec<u8>) -> Vec<u8> {
+pub(super) fn seal(mut out: Vec<u8>) -> Vec<u8> {
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
 /// A record's body (after magic and version, before the checksum), its frame checked.
-fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> Result<Reader<'a>, IndexError> {
+pub(super) fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> Result<Reader<'a>, IndexError> {
     if bytes.len() < 16 || bytes[..8] != *magic {
         return Err(format(format!("{} bytes without the magic number of an index {what}", bytes.len())));
     }
@@ -178,11 +178,11 @@ fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> Result<Reader<'a>
     Ok(Reader { bytes: body, at: 12 })
 }
 
-fn push_u32(out: &mut Vec<u8>, x: u32) {
+pub(super) fn push_u32(out: &mut Vec<u8>, x: u32) {
     out.extend_from_slice(&x.to_le_bytes());
 }
 
-fn push_u64(out: &mut Vec<u8>, x: u64) {
+pub(super) fn push_u64(out: &mut Vec<u8>, x: u64) {
     out.extend_from_slice(&x.to_le_bytes());
 }
 

@@ -1,0 +1,267 @@
+//! The JavaScript binding of a [`Collection`] (wasm32 only): the vector index with its entries, which the package's
+//! `VectorIndex`, `Router` and `Memory` wrap (npm/src/index/). JSON-shaped like `wasm.rs`; ids are JS numbers
+//! (a collection numbers its entries from 0, far below 2^53). The package reads and writes the records in its store.
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::error::Error;
+use crate::index::{Changes, Collection as Inner, Entry, Found, HnswParams, LabelScore, Metric};
+use crate::wasm::{js_error, json, parse};
+
+/// `new Collection(options)`'s options: `{metric: "cosine" | "dot" | "l2", dims, m?, efConstruction?, seed?}`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NewOptions {
+    metric: String,
+    dims: usize,
+    m: Option<usize>,
+    ef_construction: Option<usize>,
+    seed: Option<u64>,
+}
+
+/// One search result as JS sees it.
+#[derive(Serialize)]
+struct Hit<'a> {
+    id: u64,
+    score: f32,
+    text: &'a str,
+    label: &'a str,
+    used: u64,
+}
+
+#[derive(Serialize)]
+struct Decision<'a> {
+    route: Option<&'a LabelScore>,
+    candidates: &'a [LabelScore],
+}
+
+fn metric(name: &str) -> Result<Metric, JsValue> {
+    match name {
+        "cosine" => Ok(Metric::Cosine),
+        "dot" => Ok(Metric::Dot),
+        "l2" => Ok(Metric::L2),
+        _ => Err(js_error(Error::InvalidArgument(format!("metric {name:?}: 'cosine', 'dot' or 'l2'")))),
+    }
+}
+
+fn metric_name(m: Metric) -> &'static str {
+    match m {
+        Metric::Cosine => "cosine",
+        Metric::Dot => "dot",
+        Metric::L2 => "l2",
+    }
+}
+
+/// A JS number as an entry id or a time (a non-negative integer); others match nothing.
+fn whole(x: f64) -> Option<u64> {
+    (x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(64)).then_some(x as u64)
+}
+
+fn time(now: f64) -> Result<u64, JsValue> {
+    whole(now).ok_or_else(|| js_error(Error::InvalidArgument(format!("a time of {now}"))))
+}
+
+#[wasm_bindgen]
+pub struct Collection {
+    inner: Inner,
+}
+
+#[wasm_bindgen]
+impl Collection {
+    #[wasm_bindgen(constructor)]
+    pub fn new(options_json: &str) -> Result<Collection, JsValue> {
+        let o: NewOptions = parse(options_json, "collection options")?;
+        let d = HnswParams::default();
+        let params = HnswParams {
+            m: o.m.unwrap_or(d.m),
+            ef_construction: o.ef_construction.unwrap_or(d.ef_construction),
+            seed: o.seed.unwrap_or(d.seed),
+        };
+        let inner = Inner::new(metric(&o.metric)?, o.dims, params).map_err(js_error)?;
+        Ok(Collection { inner })
+    }
+
+    /// A collection from its records (`keys[i]` names `records[i]`); `E_INDEX` if they are not one.
+    #[wasm_bindgen(js_name = fromRecords)]
+    pub fn from_records(keys: Vec<String>, records: Vec<js_sys::Uint8Array>) -> Result<Collection, JsValue> {
+        if keys.len() != records.len() {
+            return Err(js_error(Error::InvalidArgument(format!("{} keys for {} records", keys.len(), records.len()))));
+        }
+        let bytes: Vec<Vec<u8>> = records.iter().map(|r| r.to_vec()).collect();
+        let inner = Inner::from_records(keys.iter().map(String::as_str).zip(bytes.iter().map(Vec::as_slice)))
+            .map_err(|e| js_error(e.into()))?;
+        Ok(Collection { inner })
+    }
+
+    /// JSON `{metric, dims, m, efConstruction, entries, bytes, budget, threshold, labels: {name: {entries,
+    /// threshold}}}` (`threshold`: the label's own, or null).
+    pub fn info(&self) -> String {
+        let index = self.inner.index();
+        let mut labels = serde_json::Map::new();
+        for (label, count) in self.inner.label_counts() {
+            let own = self.inner.thresholds().get(label);
+            labels.insert(label.to_string(), serde_json::json!({ "entries": count, "threshold": own }));
+        }
+        for (label, t) in self.inner.thresholds() {
+            labels.entry(label.clone()).or_insert_with(|| serde_json::json!({ "entries": 0, "threshold": t }));
+        }
+        json(&serde_json::json!({
+            "metric": metric_name(index.metric()),
+            "dims": index.dims(),
+            "m": index.params().m,
+            "efConstruction": index.params().ef_construction,
+            "entries": self.inner.len(),
+            "bytes": self.inner.bytes(),
+            "budget": self.inner.budget(),
+            "threshold": self.inner.threshold(None),
+            "labels": labels,
+        }))
+    }
+
+    /// Add an entry; JSON `{id, dropped: [ids the budget dropped]}`.
+    pub fn add(&mut self, vector: &[f32], text: &str, label: &str, now: f64) -> Result<String, JsValue> {
+        let (id, dropped) = self.inner.add(vector, text, label, time(now)?).map_err(js_error)?;
+        Ok(json(&serde_json::json!({ "id": id, "dropped": dropped })))
+    }
+
+    /// Remove entry `id`; whether it was there.
+    pub fn remove(&mut self, id: f64) -> bool {
+        whole(id).is_some_and(|id| self.inner.remove(id))
+    }
+
+    /// Remove a label's entries and threshold; how many entries it had.
+    #[wasm_bindgen(js_name = removeLabel)]
+    pub fn remove_label(&mut self, label: &str) -> u32 {
+        self.inner.remove_label(label) as u32
+    }
+
+    /// `label`'s threshold (the collection's when `label` is undefined); undefined removes it.
+    #[wasm_bindgen(js_name = setThreshold)]
+    pub fn set_threshold(&mut self, label: Option<String>, threshold: Option<f32>) -> Result<(), JsValue> {
+        self.inner.set_threshold(label.as_deref(), threshold).map_err(js_error)
+    }
+
+    /// The byte budget (undefined: none); JSON of the ids it dropped.
+    #[wasm_bindgen(js_name = setBudget)]
+    pub fn set_budget(&mut self, bytes: Option<f64>) -> Result<String, JsValue> {
+        let bytes = match bytes {
+            None => None,
+            Some(b) => Some(
+                whole(b)
+                    .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+                    .ok_or_else(|| js_error(Error::InvalidArgument(format!("a budget of {b} bytes"))))?,
+            ),
+        };
+        Ok(json(&self.inner.set_budget(bytes)))
+    }
+
+    /// JSON of the entry `id`, or undefined.
+    pub fn entry(&self, id: f64) -> Option<String> {
+        let id = whole(id)?;
+        let e = self.inner.entry(id)?;
+        Some(json(&Hit { id, score: 1.0, text: &e.text, label: &e.label, used: e.used }))
+    }
+
+    /// JSON of every entry (of `label` only, if given), by id; `score` is 1.
+    pub fn entries(&self, label: Option<String>) -> String {
+        let all = self.inner.entries().filter(|(_, e)| label.as_ref().is_none_or(|l| e.label == *l));
+        let hits: Vec<Hit> =
+            all.map(|(id, e)| Hit { id, score: 1.0, text: &e.text, label: &e.label, used: e.used }).collect();
+        json(&hits)
+    }
+
+    /// JSON of the `k` entries nearest `query`, best first: of `label` only if given, else of any label but
+    /// `except_label`.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: u32,
+        ef: u32,
+        label: Option<String>,
+        except_label: Option<String>,
+    ) -> Result<String, JsValue> {
+        let filter = label_filter(&label, &except_label);
+        let found = self.inner.search(query, k as usize, ef as usize, filter.as_deref()).map_err(js_error)?;
+        Ok(self.hits(&found))
+    }
+
+    /// `search` keeping entries scoring at least `min_score`, marked used at `now`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recall(
+        &mut self,
+        query: &[f32],
+        k: u32,
+        ef: u32,
+        label: Option<String>,
+        except_label: Option<String>,
+        min_score: f32,
+        now: f64,
+    ) -> Result<String, JsValue> {
+        let filter = label_filter(&label, &except_label);
+        let found = self
+            .inner
+            .recall(query, k as usize, ef as usize, filter.as_deref(), min_score, time(now)?)
+            .map_err(js_error)?;
+        Ok(self.hits(&found))
+    }
+
+    pub fn tag(&self) -> String {
+        self.inner.tag().to_string()
+    }
+
+    #[wasm_bindgen(js_name = setTag)]
+    pub fn set_tag(&mut self, tag: &str) -> Result<(), JsValue> {
+        self.inner.set_tag(tag).map_err(js_error)
+    }
+
+    /// JSON `{route: {label, score} | null, candidates: [{label, score}]}` over the `k` nearest entries.
+    pub fn route(&self, query: &[f32], k: u32, ef: u32) -> Result<String, JsValue> {
+        let d = self.inner.route(query, k as usize, ef as usize).map_err(js_error)?;
+        Ok(json(&Decision { route: d.route.as_ref(), candidates: &d.candidates }))
+    }
+
+    /// What changed since the last call: `{put: [[key, bytes]], delete: [key]}` (write `put` in order, then delete).
+    #[wasm_bindgen(js_name = takeChanges)]
+    pub fn take_changes(&mut self) -> js_sys::Object {
+        let Changes { put, delete } = self.inner.take_changes();
+        let out = js_sys::Object::new();
+        let put: js_sys::Array = put
+            .into_iter()
+            .map(|(key, bytes)| {
+                let pair = js_sys::Array::new();
+                pair.push(&key.into());
+                pair.push(&js_sys::Uint8Array::from(bytes.as_slice()));
+                JsValue::from(pair)
+            })
+            .collect();
+        let delete: js_sys::Array = delete.into_iter().map(JsValue::from).collect();
+        let _ = js_sys::Reflect::set(&out, &"put".into(), &put);
+        let _ = js_sys::Reflect::set(&out, &"delete".into(), &delete);
+        out
+    }
+}
+
+type EntryFilter<'a> = Box<dyn Fn(&Entry) -> bool + 'a>;
+
+/// Entries of `label` only, or of any label but `except`, or all.
+fn label_filter<'a>(label: &'a Option<String>, except: &'a Option<String>) -> Option<EntryFilter<'a>> {
+    match (label, except) {
+        (Some(l), _) => Some(Box::new(move |e: &Entry| e.label == *l)),
+        (None, Some(x)) => Some(Box::new(move |e: &Entry| e.label != *x)),
+        (None, None) => None,
+    }
+}
+
+impl Collection {
+    fn hits(&self, found: &[Found]) -> String {
+        let hits: Vec<Hit> = found
+            .iter()
+            .filter_map(|f| {
+                let e = self.inner.entry(f.id)?;
+                Some(Hit { id: f.id, score: f.score, text: &e.text, label: &e.label, used: e.used })
+            })
+            .collect();
+        json(&hits)
+    }
+}
