@@ -67,7 +67,7 @@ function dirBytes(dir) {
 function chains(dir) {
   const parent = new Map();
   let root = null;
-  for (const name of readdirSync(dir).filter((n) => n.endsWith('.kv'))) {
+  for (const name of readdirSync(dir).filter((n) => n.endsWith('.rec'))) {
     const head = Buffer.alloc(92);
     const fd = openSync(path.join(dir, name), 'r');
     readSync(fd, head, 0, 92, 0);

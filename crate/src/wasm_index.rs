@@ -53,6 +53,11 @@ fn metric_name(m: Metric) -> &'static str {
     }
 }
 
+/// An f32 as the decimal it was written as (0.3, not 0.30000001192092896): thresholds come from JS numbers.
+fn decimal(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(x as f64)
+}
+
 /// A JS number as an entry id or a time (a non-negative integer); others match nothing.
 fn whole(x: f64) -> Option<u64> {
     (x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(64)).then_some(x as u64)
@@ -100,11 +105,13 @@ impl Collection {
         let index = self.inner.index();
         let mut labels = serde_json::Map::new();
         for (label, count) in self.inner.label_counts() {
-            let own = self.inner.thresholds().get(label);
+            let own = self.inner.thresholds().get(label).copied().map(decimal);
             labels.insert(label.to_string(), serde_json::json!({ "entries": count, "threshold": own }));
         }
         for (label, t) in self.inner.thresholds() {
-            labels.entry(label.clone()).or_insert_with(|| serde_json::json!({ "entries": 0, "threshold": t }));
+            labels
+                .entry(label.clone())
+                .or_insert_with(|| serde_json::json!({ "entries": 0, "threshold": decimal(*t) }));
         }
         json(&serde_json::json!({
             "metric": metric_name(index.metric()),
@@ -114,7 +121,7 @@ impl Collection {
             "entries": self.inner.len(),
             "bytes": self.inner.bytes(),
             "budget": self.inner.budget(),
-            "threshold": self.inner.threshold(None),
+            "threshold": self.inner.threshold(None).map(decimal),
             "labels": labels,
         }))
     }
@@ -222,24 +229,33 @@ impl Collection {
     }
 
     /// What changed since the last call: `{put: [[key, bytes]], delete: [key]}` (write `put` in order, then delete).
-    #[wasm_bindgen(js_name = takeChanges)]
+    #[wasm_bindgen(js_name = takeChanges, unchecked_return_type = "{ put: [string, Uint8Array][]; delete: string[] }")]
     pub fn take_changes(&mut self) -> js_sys::Object {
-        let Changes { put, delete } = self.inner.take_changes();
-        let out = js_sys::Object::new();
-        let put: js_sys::Array = put
-            .into_iter()
-            .map(|(key, bytes)| {
-                let pair = js_sys::Array::new();
-                pair.push(&key.into());
-                pair.push(&js_sys::Uint8Array::from(bytes.as_slice()));
-                JsValue::from(pair)
-            })
-            .collect();
-        let delete: js_sys::Array = delete.into_iter().map(JsValue::from).collect();
-        let _ = js_sys::Reflect::set(&out, &"put".into(), &put);
-        let _ = js_sys::Reflect::set(&out, &"delete".into(), &delete);
-        out
+        changes_object(self.inner.take_changes())
     }
+
+    /// Every record, as `takeChanges` gives them (a store that lost track deletes the keys not among them).
+    #[wasm_bindgen(js_name = takeAll, unchecked_return_type = "{ put: [string, Uint8Array][]; delete: string[] }")]
+    pub fn take_all(&mut self) -> js_sys::Object {
+        changes_object(self.inner.take_all())
+    }
+}
+
+fn changes_object(Changes { put, delete }: Changes) -> js_sys::Object {
+    let out = js_sys::Object::new();
+    let put: js_sys::Array = put
+        .into_iter()
+        .map(|(key, bytes)| {
+            let pair = js_sys::Array::new();
+            pair.push(&key.into());
+            pair.push(&js_sys::Uint8Array::from(bytes.as_slice()));
+            JsValue::from(pair)
+        })
+        .collect();
+    let delete: js_sys::Array = delete.into_iter().map(JsValue::from).collect();
+    let _ = js_sys::Reflect::set(&out, &"put".into(), &put);
+    let _ = js_sys::Reflect::set(&out, &"delete".into(), &delete);
+    out
 }
 
 type EntryFilter<'a> = Box<dyn Fn(&Entry) -> bool + 'a>;

@@ -18,7 +18,34 @@ export interface Glue {
   /** The WebGPU engine (crate/src/wasm_gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
   GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
+  /** A vector index with entries (crate/src/wasm_index.rs). */
+  Collection: CollectionClass;
   lastPanic(): string | undefined;
+}
+
+export interface CollectionClass {
+  new (optionsJson: string): WasmCollection;
+  fromRecords(keys: string[], records: Uint8Array[]): WasmCollection;
+}
+
+/** crate/src/wasm_index.rs: JSON in and out, ids as numbers. */
+export interface WasmCollection {
+  info(): string;
+  add(vector: Float32Array, text: string, label: string, now: number): string;
+  remove(id: number): boolean;
+  removeLabel(label: string): number;
+  setThreshold(label: string | undefined, threshold: number | undefined): void;
+  setBudget(bytes: number | undefined): string;
+  entry(id: number): string | undefined;
+  entries(label: string | undefined): string;
+  search(query: Float32Array, k: number, ef: number, label: string | undefined, exceptLabel: string | undefined): string;
+  recall(query: Float32Array, k: number, ef: number, label: string | undefined, exceptLabel: string | undefined, minScore: number, now: number): string;
+  route(query: Float32Array, k: number, ef: number): string;
+  tag(): string;
+  setTag(tag: string): void;
+  takeChanges(): { put: Array<[string, Uint8Array]>; delete: string[] };
+  takeAll(): { put: Array<[string, Uint8Array]>; delete: string[] };
+  free(): void;
 }
 
 export interface ModelBuffer {

@@ -11,6 +11,7 @@ export type ErrorCode =
   | 'E_INVALID_ARGUMENT'
   | 'E_IO'
   | 'E_KV_CACHE'
+  | 'E_INDEX'
   | 'E_GPU_NO_ADAPTER'
   | 'E_GPU_LIMITS'
   | 'E_GPU_UNSUPPORTED'
@@ -21,6 +22,8 @@ export type ErrorCode =
   | 'E_THREADS'
   | 'E_MODEL_TOO_LARGE'
   | 'E_FETCH'
+  | 'E_STORE'
+  | 'E_STORE_FULL'
   | 'E_ABORTED'
   | 'E_DISPOSED'
   | 'E_ENGINE_CRASHED';

@@ -1,5 +1,5 @@
 import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
-import { chooseBuild, startBuild, type BuildName, type Engine, type Host, type ModelBuffer, type ThreadFallback, type Wasm } from './builds.js';
+import { chooseBuild, startBuild, type BuildName, type Engine, type Glue, type Host, type ModelBuffer, type ThreadFallback, type Wasm } from './builds.js';
 import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
@@ -7,14 +7,14 @@ import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence, type StoreError, type StoreLoad } from './store/persistence.js';
-import type { PrefixStore } from './store/store.js';
+import type { Store } from './store/store.js';
 
 /** What differs between Node and browsers: how the wasm builds are started, and extra sources. */
 export interface Platform extends Host {
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
-  /** A prefix-cache store in the directory `dir` (Node), or undefined where there are no files (browsers). */
-  fileStore(dir: string): PrefixStore | undefined;
+  /** A store in the directory `dir` (Node), or undefined where there are no files (browsers). */
+  fileStore(dir: string): Store | undefined;
 }
 
 let platform: Platform | undefined;
@@ -33,29 +33,29 @@ async function initWasm(
   allowSoftware: boolean,
   threads: number | undefined,
 ): Promise<{ host: Platform; wasm: Wasm; fallback: BackendFallback | null; threadFallback: ThreadFallback | null }> {
-  if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  const host = started();
   const choice = await chooseBackend(backend, allowSoftware);
   let fallback = choice.build === 'cpu' ? choice.fallback : null;
   if (choice.build === 'gpu') {
     try {
-      return { host: platform, wasm: await startBuild(platform, 'wasm-gpu', 1), fallback, threadFallback: null };
+      return { host, wasm: await startBuild(host, 'wasm-gpu', 1), fallback, threadFallback: null };
     } catch (e) {
       if (backend === 'webgpu') throw e;
       fallback = { code: (e as RuvllmError).code, message: (e as Error).message };
     }
   }
-  const { build, threads: n, fallback: threadFallback } = chooseBuild(platform, threads);
+  const { build, threads: n, fallback: threadFallback } = chooseBuild(host, threads);
   if (build === 'wasm-mt') {
     try {
-      return { host: platform, wasm: await startBuild(platform, build, n), fallback, threadFallback };
+      return { host, wasm: await startBuild(host, build, n), fallback, threadFallback };
     } catch (e) {
       const code = (e as RuvllmError).code;
       if (code !== 'E_THREADS' && code !== 'E_FETCH') throw e;
       const why = { code: 'E_THREADS' as const, message: `one thread runs: ${(e as Error).message}` };
-      return { host: platform, wasm: await startBuild(platform, 'wasm', 1), fallback, threadFallback: why };
+      return { host, wasm: await startBuild(host, 'wasm', 1), fallback, threadFallback: why };
     }
   }
-  return { host: platform, wasm: await startBuild(platform, build, n), fallback, threadFallback };
+  return { host, wasm: await startBuild(host, build, n), fallback, threadFallback };
 }
 
 /**
@@ -102,11 +102,11 @@ export interface LoadOptions {
    * engine uses it (the WebGPU backend keeps its KV on the GPU).
    *
    * `store` keeps it across reloads and restarts: `'indexeddb'` (browsers), a directory path (Node), or an object
-   * implementing `PrefixStore`. Pages are written after each generation and read back when a prompt can use them;
+   * implementing `Store`. Pages are written after each generation and read back when a prompt can use them;
    * the store holds at most `storeBudgetBytes` (default 256 MiB), oldest first. A store that fails or stays full is
    * given up (the cache goes on in memory; `info().prefixCache.storeError` says why).
    */
-  prefixCache?: { budgetBytes?: number; store?: 'indexeddb' | string | PrefixStore; storeBudgetBytes?: number };
+  prefixCache?: { budgetBytes?: number; store?: 'indexeddb' | string | Store; storeBudgetBytes?: number };
   /**
    * The KV cache's format. By default every position's keys and values are f16. `cold: 'q8_0'` (or `'q4_0'`) makes a
    * two-tier cache: the most recent `hotTokens` positions (default 128, a multiple of 32; at most 31 more) stay f16,
@@ -293,7 +293,7 @@ export class LLM {
     if (!Number.isSafeInteger(storeBudget) || storeBudget < 0) {
       throw invalid(`prefixCache.storeBudgetBytes must be an integer >= 0, got ${storeBudget}`);
     }
-    const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store);
+    const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store, 'prefixCache.store', 'ruvllm-prefix-cache');
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
@@ -350,7 +350,7 @@ export class LLM {
     fallback: BackendFallback | null,
     threadFallback: ThreadFallback | null,
     budgetBytes: number | undefined,
-    store: PrefixStore | null,
+    store: Store | null,
     storeBudget: number,
   ): LLM {
     try {
@@ -627,25 +627,35 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-/** The store `spec` names: `'indexeddb'`, a directory (Node), or the caller's own. */
-function openStore(spec: 'indexeddb' | string | PrefixStore): PrefixStore {
+/** The store `spec` names (the option `option`): `'indexeddb'` (the IndexedDB database `database`), a directory
+ * (Node), or the caller's own. */
+export function openStore(spec: 'indexeddb' | string | Store, option: string, database: string): Store {
   if (typeof spec === 'object' && spec !== null) {
     for (const m of ['list', 'get', 'put', 'delete', 'clear'] as const) {
-      if (typeof spec[m] !== 'function') throw invalid(`prefixCache.store has no ${m}() method`);
+      if (typeof spec[m] !== 'function') throw invalid(`${option} has no ${m}() method`);
     }
     return spec;
   }
   if (spec === 'indexeddb') {
-    if (typeof indexedDB === 'undefined') throw invalid("prefixCache.store 'indexeddb': this runtime has no IndexedDB");
-    return new IndexedDbStore();
+    if (typeof indexedDB === 'undefined') throw invalid(`${option} 'indexeddb': this runtime has no IndexedDB`);
+    return new IndexedDbStore(database);
   }
   if (typeof spec === 'string' && spec !== '') {
-    if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
-    const store = platform.fileStore(spec);
-    if (!store) throw invalid(`prefixCache.store '${spec}': only Node keeps a store in a directory; in a browser use 'indexeddb'`);
+    const store = started().fileStore(spec);
+    if (!store) throw invalid(`${option} '${spec}': only Node keeps a store in a directory; in a browser use 'indexeddb'`);
     return store;
   }
-  throw invalid("prefixCache.store must be 'indexeddb', a directory path (Node) or a PrefixStore");
+  throw invalid(`${option} must be 'indexeddb', a directory path (Node) or a Store`);
+}
+
+/** The one-thread build's glue, which the vector indexes run in (started once, shared with models that use it). */
+export async function indexGlue(): Promise<Glue> {
+  return (await startBuild(started(), 'wasm', 1)).glue;
+}
+
+function started(): Platform {
+  if (!platform) throw new Error('import @ruvector/ruvllm (its node or browser entry), not an internal module');
+  return platform;
 }
 
 const KV_CACHE_TYPES: readonly KvCacheType[] = ['f16', 'q8_0', 'q4_0'];

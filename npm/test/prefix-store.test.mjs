@@ -41,7 +41,7 @@ test('a chat continued in a new process starts from the pages the first process 
   const first = inNewProcess([SYSTEM, A1]);
   assert.deepEqual(first.message, await answer([SYSTEM, A1]));
   assert.ok(first.cache.store && first.cache.storedBytes > 0 && first.cache.storeError === null, JSON.stringify(first.cache));
-  assert.ok(readdirSync(dir).filter((n) => n.endsWith('.kv')).length >= 2);
+  assert.ok(readdirSync(dir).filter((n) => n.endsWith('.rec')).length >= 2);
 
   const turn2 = [SYSTEM, A1, first.message, A2];
   const second = inNewProcess(turn2);
@@ -52,14 +52,14 @@ test('a chat continued in a new process starts from the pages the first process 
 });
 
 test('damaged records are skipped and deleted, and the answer stays the same', async () => {
-  const files = readdirSync(dir).filter((n) => n.endsWith('.kv'));
+  const files = readdirSync(dir).filter((n) => n.endsWith('.rec'));
   for (const f of files) truncateSync(join(dir, f), 100);
   const again = inNewProcess([SYSTEM, A1, A2]);
   assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(again.cache.loadedTokens, 0);
   assert.deepEqual(again.message, await answer([SYSTEM, A1, A2]));
   // The damaged first page was deleted (and written again whole by this run): fewer damaged files are left.
-  const damaged = readdirSync(dir).filter((n) => n.endsWith('.kv') && statSync(join(dir, n)).size === 100);
+  const damaged = readdirSync(dir).filter((n) => n.endsWith('.rec') && statSync(join(dir, n)).size === 100);
   assert.ok(damaged.length < files.length, `${damaged.length} of ${files.length} still damaged`);
 });
 
@@ -70,7 +70,7 @@ test('a conversation longer than the memory budget is read back as far as the bu
   const pages = Math.floor((first.usage.prompt_tokens + first.usage.completion_tokens - 1) / 16);
   assert.ok(pages > 20, `${pages} pages`);
   const pageBytes = first.cache.bytes / ((first.cache.insertedTokens + first.cache.loadedTokens) / 16);
-  const records = () => readdirSync(dir).filter((n) => n.endsWith('.kv')).length;
+  const records = () => readdirSync(dir).filter((n) => n.endsWith('.rec')).length;
   const stored = records();
 
   // Room for 20 pages: the first 20 come from the store, the rest is evaluated; no record is refused or deleted.

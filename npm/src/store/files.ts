@@ -1,12 +1,12 @@
-// The prefix cache's store in Node: a directory with one file per record. A record is written to a temporary name
+// A store in Node: a directory with one file per record. A record is written to a temporary name
 // and renamed, so a crash leaves either the whole record or none (a cut one would be refused anyway: checksums).
 import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { PrefixStore, StoredRecord } from './store.js';
+import { KEY, type Store, type StoredRecord } from './store.js';
 
-const NAME = /^[0-9a-f]{32}\.kv$/;
+const SUFFIX = '.rec';
 
-export class FileStore implements PrefixStore {
+export class FileStore implements Store {
   readonly #dir: string;
   readonly #ready: Promise<unknown>;
 
@@ -16,17 +16,18 @@ export class FileStore implements PrefixStore {
   }
 
   #path(key: string): string {
-    if (!/^[0-9a-f]{32}$/.test(key)) throw new Error(`not a record key: ${key}`);
-    return join(this.#dir, `${key}.kv`);
+    if (!KEY.test(key)) throw new Error(`not a record key: ${key}`);
+    return join(this.#dir, key + SUFFIX);
   }
 
   async list(): Promise<StoredRecord[]> {
     await this.#ready;
     const out: StoredRecord[] = [];
     for (const name of await readdir(this.#dir)) {
-      if (!NAME.test(name)) continue;
+      const key = name.slice(0, -SUFFIX.length);
+      if (!name.endsWith(SUFFIX) || !KEY.test(key)) continue;
       const s = await stat(join(this.#dir, name)).catch(() => undefined);
-      if (s) out.push({ key: name.slice(0, 32), bytes: s.size, used: s.mtimeMs });
+      if (s) out.push({ key, bytes: s.size, used: s.mtimeMs });
     }
     return out;
   }
@@ -77,7 +78,7 @@ export class FileStore implements PrefixStore {
 
   async clear(): Promise<void> {
     await this.#ready;
-    const names = (await readdir(this.#dir)).filter((n) => NAME.test(n) || n.endsWith('.tmp'));
+    const names = (await readdir(this.#dir)).filter((n) => (n.endsWith(SUFFIX) && KEY.test(n.slice(0, -SUFFIX.length))) || n.endsWith('.tmp'));
     await Promise.all(names.map((n) => rm(join(this.#dir, n), { force: true })));
   }
 }

@@ -1,7 +1,7 @@
-// The prefix cache's store in a browser: one IndexedDB database with two object stores, `pages` (`{ key, bytes }`,
+// A store in a browser: one IndexedDB database with two object stores, `pages` (`{ key, bytes }`,
 // the records) and `meta` (`{ key, bytes, used }`: each record's size and last use). They are apart so that listing
 // the store and marking records used never read or rewrite the records themselves (hundreds of KB each).
-import type { PrefixStore, StoredRecord } from './store.js';
+import type { Store, StoredRecord } from './store.js';
 
 const PAGES = 'pages';
 const META = 'meta';
@@ -47,7 +47,7 @@ function upgrade(open: IDBOpenDBRequest, oldVersion: number): void {
   }
 }
 
-export class IndexedDbStore implements PrefixStore {
+export class IndexedDbStore implements Store {
   readonly #db: Promise<IDBDatabase>;
 
   /** The database `name` (default `ruvllm-prefix-cache`), created on first use. */

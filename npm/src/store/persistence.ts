@@ -4,7 +4,7 @@
 // (after making room and retrying once) is given up: the cache goes on in memory and `status()` says why. A
 // generation never fails because of the store.
 import type { Engine } from '../builds.js';
-import { isFull, type PrefixStore, type StoredRecord } from './store.js';
+import { isFull, type Store, type StoredRecord } from './store.js';
 
 export interface StoreError {
   code: 'E_STORE_FULL' | 'E_STORE';
@@ -32,7 +32,7 @@ const READ_CHUNK = 16;
 
 export class Persistence {
   readonly #engine: Engine;
-  readonly #store: PrefixStore;
+  readonly #store: Store;
   readonly #budget: number;
   /** key -> bytes and last use, from `list()` on first need. */
   #index: Map<string, { bytes: number; used: number }> | null = null;
@@ -41,7 +41,7 @@ export class Persistence {
   #lastLoad: StoreLoad | null = null;
   #lastWrite = 0;
 
-  constructor(engine: Engine, store: PrefixStore, budgetBytes: number) {
+  constructor(engine: Engine, store: Store, budgetBytes: number) {
     this.#engine = engine;
     this.#store = store;
     this.#budget = budgetBytes;

@@ -1,6 +1,8 @@
-// Where the prefix cache's pages persist: one small interface, with IndexedDB (browsers) and files in a directory
-// (Node) behind it, or any object a caller brings. Records are opaque bytes under hex keys; the engine checks each one
-// it reads back (format, checksum, model, key), so a store needs no knowledge of what it holds.
+// Where the prefix cache's pages, a vector index's records (VectorIndex, Router, Memory) persist: one small
+// interface, with IndexedDB (browsers) and files in a directory (Node) behind it, or any object a caller brings.
+// Records are opaque bytes under short keys (lowercase letters and digits); the engine checks each one it reads back
+// (format, checksum, identity), so a store needs no knowledge of what it holds. One store holds one thing: a prefix
+// cache or one index.
 
 /** One stored record, as `list()` reports it. */
 export interface StoredRecord {
@@ -10,8 +12,8 @@ export interface StoredRecord {
   used: number;
 }
 
-/** A place the prefix cache's pages live across reloads and restarts. */
-export interface PrefixStore {
+/** A place records live across reloads and restarts. */
+export interface Store {
   /** Every record's key, size and last use. */
   list(): Promise<StoredRecord[]>;
   /** A record's bytes, or `undefined` if there is none; marks it used. */
@@ -25,6 +27,12 @@ export interface PrefixStore {
   delete(keys: string[]): Promise<void>;
   clear(): Promise<void>;
 }
+
+/** The prefix cache's store (the name it had before indexes shared it). */
+export type PrefixStore = Store;
+
+/** A record key: what `FileStore` can name a file by. */
+export const KEY = /^[0-9a-z]{1,64}$/;
 
 /** Whether `e` says the store is full (the browser's quota, a full disk). */
 export function isFull(e: unknown): boolean {
