@@ -1,0 +1,142 @@
+// The router and the long-term memory in Chromium's real IndexedDB, with all-MiniLM-L6-v2 as the embedder: built on
+// one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store.
+// Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
+import assert from 'node:assert/strict';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
+import { launchChromium } from './chromium.mjs';
+
+const EMBED_MODEL_PATH =
+  process.env.RUVLLM_EMBED_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'all-MiniLM-L6-v2.F16.gguf');
+const ROUTES = [
+  { name: 'weather', utterances: ['What is the weather like today?', 'Will it rain tomorrow?', 'How hot is it outside?'] },
+  { name: 'code', utterances: ['How do I reverse a list in Python?', 'Fix this JavaScript error', 'Why does my SQL query fail?'] },
+  { name: 'greeting', utterances: ['Hello!', 'Hi there, how are you?', 'Good morning'], threshold: 0.5 },
+];
+const QUERIES = ['Do I need an umbrella this afternoon?', 'My TypeScript build throws a type error', 'hello friend', 'What is the capital of Italy?'];
+const TURNS = {
+  trip: [
+    { role: 'user', content: 'I am planning a trip to Kyoto in April to see the cherry blossoms.' },
+    { role: 'assistant', content: 'April is a great time for Kyoto; book hotels early because of the sakura season.' },
+  ],
+  pet: [
+    { role: 'user', content: 'My dog Biscuit is a three year old beagle who loves carrots.' },
+    { role: 'assistant', content: 'Carrots are a healthy treat for beagles in moderation.' },
+  ],
+};
+
+let server, browser, page;
+before(async () => {
+  server = await serve({ root: PACKAGE_DIR, files: { '/embed.gguf': EMBED_MODEL_PATH } });
+  browser = await launchChromium();
+  page = browser.context.pages()[0] ?? (await browser.context.newPage());
+  await page.goto(`${server.origin}/examples/browser/index.html`);
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** On the page: open the router and the memory in IndexedDB (`build`: with routes, a correction and turns), route
+ * the queries and recall, and return what they answered. */
+function session(build) {
+  return page.evaluate(
+    async ({ build, ROUTES, QUERIES, TURNS }) => {
+      const { LLM, Memory, Router } = await import('@ruvector/ruvllm');
+      const embedder = await LLM.load('/embed.gguf', { threads: 1 });
+      try {
+        const router = await Router.open({ embedder, routes: build ? ROUTES : [], threshold: 0.3, store: 'indexeddb' });
+        const memory = await Memory.open({ embedder, store: 'indexeddb' });
+        if (build) {
+          await router.add('What is the capital of Germany?', 'geography');
+          for (const [conversation, turns] of Object.entries(TURNS)) await memory.remember(conversation, turns);
+        }
+        const decisions = [];
+        for (const q of QUERIES) decisions.push(await router.route(q));
+        const recalled = await memory.recall('When should I visit Japan for the blossoms?', { k: 2 });
+        const { messages } = await memory.augment([{ role: 'user', content: 'What treats can I give my beagle?' }], { conversation: 'now', k: 1 });
+        await router.flush();
+        await memory.flush();
+        const out = { routes: router.routes(), decisions, recalled: recalled.map((t) => [t.conversation, t.content]), system: messages[0].content, info: memory.info() };
+        await router.close();
+        await memory.close();
+        return out;
+      } catch (e) {
+        return { error: { code: e.code, message: e.message } };
+      } finally {
+        embedder.dispose();
+      }
+    },
+    { build, ROUTES, QUERIES, TURNS },
+  );
+}
+
+let first;
+test('a router and a memory built on one page load route and recall the same after a reload', async () => {
+  first = await session(true);
+  assert.equal(first.error, undefined, JSON.stringify(first.error));
+  assert.deepEqual(first.decisions.map((d) => d.route), ['weather', 'code', 'greeting', 'geography']);
+  assert.deepEqual(first.recalled, TURNS.trip.map((t) => ['trip', t.content]));
+  assert.match(first.system, /^Relevant turns from earlier conversations[^\n]*\n- (user|assistant): .*(beagle|Biscuit)/);
+  assert.equal(first.info.turns, 4);
+
+  await page.reload();
+  const second = await session(false);
+  assert.equal(second.error, undefined, JSON.stringify(second.error));
+  assert.deepEqual(second.routes, first.routes);
+  assert.deepEqual(second.decisions.map((d) => d.route), first.decisions.map((d) => d.route));
+  second.decisions.forEach((d, i) => d.candidates.forEach((c, j) => {
+    assert.equal(c.route, first.decisions[i].candidates[j].route);
+    assert.ok(Math.abs(c.score - first.decisions[i].candidates[j].score) < 1e-6);
+  }));
+  assert.deepEqual(second.recalled, first.recalled);
+  assert.equal(second.system, first.system);
+});
+
+test('a damaged router record is E_INDEX after a reload, and the store keeps its records', async () => {
+  const damage = () =>
+    page.evaluate(
+      () =>
+        new Promise((resolve, reject) => {
+          const open = indexedDB.open('ruvllm-router');
+          open.onerror = () => reject(open.error);
+          open.onsuccess = () => {
+            const tx = open.result.transaction('pages', 'readwrite');
+            const pages = tx.objectStore('pages');
+            const all = pages.getAll();
+            let count = 0;
+            all.onsuccess = () => {
+              count = all.result.length;
+              const r = all.result.find((r) => r.key.startsWith('e'));
+              const bytes = new Uint8Array(r.bytes);
+              bytes[12] ^= 0xff;
+              pages.put({ ...r, bytes });
+            };
+            tx.oncomplete = () => {
+              open.result.close();
+              resolve(count);
+            };
+            tx.onerror = () => reject(tx.error);
+          };
+        }),
+    );
+  const records = await damage();
+  assert.ok(records > 4);
+  await page.reload();
+  const after = await session(false);
+  assert.equal(after.error?.code, 'E_INDEX', JSON.stringify(after));
+  const left = await page.evaluate(
+    () =>
+      new Promise((resolve) => {
+        const open = indexedDB.open('ruvllm-router');
+        open.onsuccess = () => {
+          const all = open.result.transaction('pages').objectStore('pages').count();
+          all.onsuccess = () => resolve(all.result);
+        };
+      }),
+  );
+  assert.equal(left, records);
+});
