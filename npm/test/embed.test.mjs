@@ -3,15 +3,11 @@
 // pooling options, and the typed refusals.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM } from '@ruvector/ruvllm';
-import { MODEL_PATH, REPO_DIR, rejectsWith } from './helpers.mjs';
+import { EMBED_MODEL_PATH, MODEL_PATH, REPO_DIR, rejectsWith } from './helpers.mjs';
 
-/** $RUVLLM_EMBED_MODEL, else the cache path scripts/fetch-embed-model.sh uses. */
-const EMBED_MODEL_PATH =
-  process.env.RUVLLM_EMBED_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'all-MiniLM-L6-v2.F16.gguf');
 const fixtures = join(REPO_DIR, 'tests', 'fixtures');
 const sentences = readFileSync(join(fixtures, 'embed_sentences.txt'), 'utf8').split('\n').filter((s) => s.length);
 const { n_embd: dims } = JSON.parse(readFileSync(join(fixtures, 'embed_reference.json'), 'utf8'));

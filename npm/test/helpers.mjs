@@ -11,6 +11,10 @@ export const REPO_DIR = join(PACKAGE_DIR, '..');
 export const MODEL_PATH =
   process.env.RUVLLM_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'SmolLM2-135M-Instruct.Q4_1.gguf');
 
+/** The embedding model: $RUVLLM_EMBED_MODEL, else the cache path scripts/fetch-embed-model.sh uses. */
+export const EMBED_MODEL_PATH =
+  process.env.RUVLLM_EMBED_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'all-MiniLM-L6-v2.F16.gguf');
+
 const referenceDir = process.env.RUVLLM_REFERENCE_DIR ?? join(REPO_DIR, '..', 'shared', 'reference');
 const france = JSON.parse(readFileSync(join(referenceDir, 'logits.json'), 'utf8')).prompts.find((p) => p.name === 'chat_france_nosystem');
 

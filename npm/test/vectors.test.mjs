@@ -4,14 +4,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM, Memory, Router, VectorIndex } from '@ruvector/ruvllm';
-import { MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
+import { EMBED_MODEL_PATH, MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
 
-const EMBED_MODEL_PATH =
-  process.env.RUVLLM_EMBED_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'all-MiniLM-L6-v2.F16.gguf');
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-vectors-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 const embedder = await LLM.load(EMBED_MODEL_PATH, { threads: 1 });

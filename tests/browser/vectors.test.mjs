@@ -2,15 +2,11 @@
 // one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { EMBED_MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 import { launchChromium } from './chromium.mjs';
 
-const EMBED_MODEL_PATH =
-  process.env.RUVLLM_EMBED_MODEL ?? join(process.env.RUVLLM_CACHE ?? join(homedir(), '.cache', 'ruvllm'), 'all-MiniLM-L6-v2.F16.gguf');
 const ROUTES = [
   { name: 'weather', utterances: ['What is the weather like today?', 'Will it rain tomorrow?', 'How hot is it outside?'] },
   { name: 'code', utterances: ['How do I reverse a list in Python?', 'Fix this JavaScript error', 'Why does my SQL query fail?'] },
