@@ -269,3 +269,26 @@ fn templates_whose_values_could_hold_themselves_are_refused() {
         assert_eq!(e.code(), "E_CHAT_TEMPLATE", "{src}");
     }
 }
+
+#[test]
+fn byte_level_tokens_that_render_to_gigabytes_are_refused() {
+    // The gguf_structured target's merges built tokens of tens of thousands of chars outside GPT-2's byte
+    // alphabet; llama.cpp writes each such char out with the whole text again (`[UNK_BYTE_0x..text]`), so a
+    // 434 KB vocabulary rendered to gigabytes and the load aborted. A ~120 KB token of 40,000 such chars
+    // (4.8 GB rendered) is now an E_TOKENIZER error, and a short one still renders as llama.cpp does.
+    let vocab = |long: usize| {
+        let tokens = vec!["a".to_string(), "b".to_string(), "中".repeat(long)];
+        GgufWriter::new()
+            .meta("general.architecture", Meta::Str("llama".into()))
+            .meta("tokenizer.ggml.model", Meta::Str("gpt2".into()))
+            .meta("tokenizer.ggml.tokens", Meta::StrArray(tokens))
+            .meta("tokenizer.ggml.merges", Meta::StrArray(vec!["a b".into()]))
+            .bytes()
+    };
+    let load = |bytes: &[u8]| ruvllm::tokenizer::Tokenizer::from_gguf(&Gguf::parse(bytes).expect("a GGUF"));
+    let e = load(&vocab(40_000)).unwrap_err();
+    assert_eq!(e.code(), "E_TOKENIZER", "{e}");
+    assert!(e.to_string().contains("token 2's text renders past"), "{e}");
+    let short = load(&vocab(2)).expect("a short token");
+    assert_eq!(short.decode(&[2]).unwrap(), "[UNK_BYTE_0xe4b8ad中中][UNK_BYTE_0xe4b8ad中中]");
+}

@@ -57,7 +57,8 @@ pub(crate) fn char_to_byte(c: char) -> Option<u8> {
 }
 
 /// A token's text in the byte alphabet -> the bytes it stands for. A char outside the alphabet is written out as
-/// llama.cpp does (`[UNK_BYTE_0x..` + its UTF-8 in hex + the whole text + `]`).
+/// llama.cpp does (`[UNK_BYTE_0x..` + its UTF-8 in hex + the whole text + `]`), so a text of such chars grows with
+/// the square of its length: see [`decoded_len`].
 pub(crate) fn decode_text(text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
     for c in text.chars() {
@@ -75,6 +76,12 @@ pub(crate) fn decode_text(text: &str) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The length of `decode_text(text)`, computed without making it (saturating).
+pub(crate) fn decoded_len(text: &str) -> usize {
+    let unknown = |c: char| "[UNK_BYTE_0x".len() + 2 * c.len_utf8() + text.len() + 1;
+    text.chars().fold(0usize, |n, c| n.saturating_add(if char_to_byte(c).is_some() { 1 } else { unknown(c) }))
 }
 
 pub(crate) struct Bpe {

@@ -468,7 +468,19 @@ impl Vocab {
             pieces: Vec::new(),
             piece_ends: Vec::with_capacity(n),
         };
+        // A byte-level token's chars outside the byte alphabet render as llama.cpp writes them, the whole text again
+        // for each: a vocabulary of long such tokens, a few hundred KB of file, would render to gigabytes. Real
+        // vocabularies render to about their own size; the rendered pieces may take that plus 16 MiB.
+        let budget = vocab.texts.iter().map(String::len).sum::<usize>().saturating_add(16 << 20);
+        let mut rendered = 0usize;
         for id in 0..n {
+            rendered = rendered.saturating_add(vocab.rendered_len(id));
+            if rendered > budget {
+                return Err(err(format!(
+                    "token {id}'s text renders past {budget} bytes for the whole vocabulary (chars outside the \
+                     byte-level alphabet are written out with the whole text)"
+                )));
+            }
             let piece = vocab.render(id);
             vocab.pieces.extend_from_slice(&piece);
             vocab.piece_ends.push(vocab.pieces.len());
@@ -506,6 +518,15 @@ impl Vocab {
     }
 
     /// llama.cpp's token_to_piece(special = true), uncached.
+    /// The length of `render(id)`, at most (exact for byte-level tokens, which are the ones that can grow).
+    fn rendered_len(&self, id: usize) -> usize {
+        let text = &self.texts[id];
+        match self.kind {
+            TokenizerKind::Bpe(_) if self.attrs[id] & attr::NORMAL != 0 => bpe::decoded_len(text),
+            _ => text.len().max(1),
+        }
+    }
+
     fn render(&self, id: usize) -> Vec<u8> {
         let a = self.attrs[id];
         let text = &self.texts[id];
