@@ -134,7 +134,7 @@ pub(crate) fn weighted_sums<R: Rows + ?Sized>(
 
 /// `dst[i] = src[i]` as f32, exactly.
 #[inline]
-fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
+pub(crate) fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {

@@ -10,7 +10,8 @@
 use std::ops::Range;
 
 use crate::parallel::{for_each_chunk, SharedMut};
-use crate::quant::{dot_rows, vec_dot, Activations, QuantMatrix};
+use super::f16;
+use crate::quant::{dot_rows, vec_dot, Activations, GgmlType, QuantMatrix};
 
 /// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
 /// chunks write whole 64-byte lines of an output row (the forward pass's buffers start on a line) and
@@ -89,10 +90,26 @@ unsafe fn rows_task(w: &QuantMatrix, acts: &Activations, rows: Range<usize>, out
 
 /// The row kernel, or `vec_dot` output by output for types without one.
 fn dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
+    if w.ty == GgmlType::F16 && A > 1 {
+        return f16_dots(w, rows, acts, a_rows, out);
+    }
     if !dot_rows(w.ty, rows, w.cols, acts, a_rows, out) {
         for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
             *o = a_rows.map(|t| vec_dot(w.ty, wr, acts.row(t)));
         }
+    }
+}
+
+/// `dots` of f16 weights: each weight row converted to f32 once for the `A` activation rows (on simd128 the
+/// conversion costs more than the multiply-adds it feeds), then the f32 kernel. The conversion is exact and every
+/// ISA's f32 kernel adds in its f16 kernel's order, so outputs equal `vec_dot`'s bit for bit, whatever `A`.
+fn f16_dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
+    let mut values = vec![0f32; w.cols];
+    let mut row = vec![0u8; 4 * w.cols];
+    for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
+        f16::to_f32(wr.as_chunks::<2>().0, &mut values);
+        row.chunks_exact_mut(4).zip(&values).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes()));
+        *o = a_rows.map(|t| vec_dot(GgmlType::F32, &row, acts.row(t)));
     }
 }
 
@@ -110,9 +127,9 @@ mod tests {
 
     #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
-        // The legacy types have row kernels; Q4_K goes dot by dot. Odd and even block counts,
-        // weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
+        // The legacy types have row kernels, F16 converts each row once; Q4_K goes dot by dot. Odd and even block
+        // counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16] {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
                 let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
