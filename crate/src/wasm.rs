@@ -120,6 +120,8 @@ impl JsGenerateOptions {
             },
             stop: self.stop,
             ignore_eog: self.ignore_eos,
+            // The JS surface loads no LoRA adapters yet: the base model.
+            adapters: crate::lora::AdapterSet::default(),
         }
     }
 }

@@ -11,6 +11,7 @@ export type ErrorCode =
   | 'E_INVALID_ARGUMENT'
   | 'E_IO'
   | 'E_KV_CACHE'
+  | 'E_ADAPTER'
   | 'E_GPU_NO_ADAPTER'
   | 'E_GPU_LIMITS'
   | 'E_GPU_UNSUPPORTED'
