@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages,
-# saved conversations and persisted HNSW indexes (cargo-fuzz, libFuzzer;
+# saved conversations, persisted HNSW indexes and LoRA adapters (cargo-fuzz, libFuzzer;
 # the targets are in fuzz/fuzz_targets/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
 #
@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
-all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state hnsw_index)
+all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state hnsw_index
+  lora_adapter)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly} # libFuzzer's instrumentation needs nightly (scripts/setup.sh installs it)
 
@@ -27,6 +28,9 @@ export RUVLLM_EMBED_MODEL=${RUVLLM_EMBED_MODEL:-$(scripts/fetch-embed-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
 if [ ! -f "$RUVLLM_FIXTURES/tiny-phi3.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
+fi
+if [ ! -f "$RUVLLM_FIXTURES/lora.json" ] && [ -x .venv/bin/python ]; then
+  .venv/bin/python tests/fixtures/make_lora_adapters.py "$RUVLLM_FIXTURES" >&2
 fi
 
 # Seeds. The tiny and micro models load and generate (the micro ones, ~130 KB, run faster: a model
@@ -67,6 +71,8 @@ seed tokenizer "$seeds"/tokenizer-*
 seed chat_template fuzz/seeds/chat_template/*
 seed kv_record fuzz/seeds/kv_record/*
 seed session_state fuzz/seeds/session_state/*
+# The tiny models' adapters, good and bad (make_lora_adapters.py); lora_adapter reads them for tiny-llama-spm.
+seed lora_adapter "$RUVLLM_FIXTURES"/lora-{llama,phi3,bad}-*.gguf
 # hnsw_index builds its own valid records from the input's first bytes: it needs no seeds.
 seed hnsw_index
 

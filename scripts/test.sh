@@ -15,6 +15,9 @@ export RUVLLM_FIXTURES="$PWD/target/fixtures"
 
 echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES"
+echo "== LoRA adapters for the tiny models and the default model (tests/rust/lora.rs) -> $RUVLLM_FIXTURES"
+.venv/bin/python tests/fixtures/make_lora_adapters.py "$RUVLLM_FIXTURES"
+.venv/bin/python tests/fixtures/make_lora_adapters.py --model "$RUVLLM_MODEL" "$RUVLLM_FIXTURES/lora-smollm2-r8.gguf"
 
 echo "== native tests"
 cargo test --workspace --locked

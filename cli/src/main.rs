@@ -182,6 +182,7 @@ fn generate(args: &Args) -> CliResult {
         },
         stop: args.all("stop"),
         ignore_eog: args.flag("ignore-eos"),
+        ..GenerateOptions::default()
     };
     let json_out = args.flag("json");
     let mut sess = session(args, model)?;

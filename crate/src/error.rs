@@ -32,6 +32,8 @@ pub enum Error {
     Gpu { kind: GpuFault, message: String },
     /// Bytes that are not an HNSW index, or a record that does not belong with the others (`IndexError` says how).
     Index(crate::index::IndexError),
+    /// A LoRA adapter that is not one (GGUF metadata), or not for this model (architecture, tensor names or shapes).
+    Adapter(String),
 }
 
 /// Why the WebGPU backend failed.
@@ -81,6 +83,7 @@ impl Error {
             Error::KvCache(_) => "E_KV_CACHE",
             Error::Gpu { kind, .. } => kind.code(),
             Error::Index(_) => "E_INDEX",
+            Error::Adapter(_) => "E_ADAPTER",
         }
     }
 }
@@ -107,6 +110,7 @@ impl fmt::Display for Error {
             Error::KvCache(m) => write!(f, "kv cache: {m}"),
             Error::Gpu { kind, message } => write!(f, "webgpu ({}): {message}", kind.code()),
             Error::Index(e) => write!(f, "{e}"),
+            Error::Adapter(m) => write!(f, "lora adapter: {m}"),
         }
     }
 }

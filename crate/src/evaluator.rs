@@ -16,6 +16,7 @@ use std::task::{Context, Poll, Waker};
 use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
+use crate::lora::AdapterSet;
 use crate::memory::prefix_cache::PAGE_TOKENS;
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
@@ -144,6 +145,8 @@ pub(crate) struct Evaluator {
     fallback: Option<Error>,
     /// Whether to start from and add to the model's prefix cache.
     use_prefix_cache: bool,
+    /// The LoRA adapters the cache's keys and values were computed with (`set_adapters`).
+    lora: AdapterSet,
 }
 
 impl Evaluator {
@@ -214,6 +217,7 @@ impl Evaluator {
             logits: Vec::new(),
             fallback,
             use_prefix_cache: true,
+            lora: AdapterSet::default(),
         })
     }
 
@@ -299,7 +303,7 @@ impl Evaluator {
     /// many leading tokens of `tokens` the cache now holds.
     pub(crate) fn recall(&mut self, tokens: &[u32]) -> Result<usize> {
         let held = self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-        if !self.use_prefix_cache {
+        if !self.shares_prefix_cache() {
             return Ok(held);
         }
         self.truncate(held);
@@ -323,10 +327,34 @@ impl Evaluator {
         self.use_prefix_cache = on;
     }
 
+    /// Whether the model's prefix cache may be used: it holds the base model's pages only, so keys and
+    /// values computed under adapters are neither put there nor taken from there.
+    fn shares_prefix_cache(&self) -> bool {
+        self.use_prefix_cache && self.lora.is_empty()
+    }
+
+    /// Run the next evals with the adapters `lora` (checked against the model). The cache's keys and values
+    /// are those of the set they were computed with, so another set forgets them. Adapters run on the
+    /// CPU only: a GPU session moves to the CPU under `Backend::Auto`, and under `WebGpu` it is an error.
+    pub(crate) fn set_adapters(&mut self, lora: &AdapterSet) -> Result<()> {
+        lora.check(&self.model)?;
+        if *lora == self.lora {
+            return Ok(());
+        }
+        if self.gpu.is_some() && !lora.is_empty() {
+            let e = crate::gpu::gpu_error(GpuFault::Unsupported, "LoRA adapters run on the CPU backend only");
+            self.truncate(0);
+            self.gpu_failed(e)?;
+        }
+        self.truncate(0);
+        self.lora = lora.clone();
+        Ok(())
+    }
+
     /// Put what this cache holds into the model's prefix cache, for any session to start from. On
     /// the GPU only the rows of pages the prefix cache lacks come down (async: a readback).
     pub(crate) async fn remember(&mut self) -> Result<()> {
-        if !self.use_prefix_cache {
+        if !self.shares_prefix_cache() {
             return Ok(());
         }
         if let Some(gpu) = &self.gpu {
@@ -343,6 +371,7 @@ impl Evaluator {
 
     /// The conversation this cache holds as bytes (`memory::state`); on the GPU its rows come down first.
     pub(crate) async fn save_state(&mut self) -> Result<Vec<u8>> {
+        self.base_model_only("save_state")?;
         let id = self.model.id();
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
@@ -361,6 +390,7 @@ impl Evaluator {
     /// Restore a conversation saved by `save_state` (of this model, fitting this context; saved on
     /// either backend): an error leaves the cache as it was.
     pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.base_model_only("restore_state")?;
         let id = self.model.id();
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
@@ -376,6 +406,14 @@ impl Evaluator {
         let (_, kv, _) = self.cpu_state();
         self.tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
         Ok(())
+    }
+
+    /// A saved state names its model but not adapters: states are of the base model only.
+    fn base_model_only(&self, what: &str) -> Result<()> {
+        match self.lora.is_empty() {
+            true => Ok(()),
+            false => Err(Error::Adapter(format!("{what} needs a session without LoRA adapters"))),
+        }
     }
 
     /// Teacher-forced scoring of `tokens` from position 0: for each position, the `k` most likely next
@@ -417,8 +455,9 @@ impl Evaluator {
             }
         }
         let rows = want.rows();
-        let (model, kv, state) = self.cpu_state();
-        forward(model, kv, state, tokens, pos, rows);
+        self.cpu_state();
+        let (kv, state) = self.cpu.as_mut().expect("allocated above");
+        forward(&self.model, &self.lora, kv, state, tokens, pos, rows);
         self.tokens.extend_from_slice(tokens);
         if rows == LogitsFor::None {
             return Ok(None);
@@ -447,9 +486,10 @@ impl Evaluator {
         self.gpu = None;
         self.fallback = Some(e);
         let history = std::mem::take(&mut self.tokens);
-        let (model, kv, state) = self.cpu_state();
+        self.cpu_state();
+        let (kv, state) = self.cpu.as_mut().expect("allocated above");
         for (range, rows) in batches(history.len(), state.n_batch, LogitsFor::None) {
-            forward(model, kv, state, &history[range.clone()], range.start, rows);
+            forward(&self.model, &self.lora, kv, state, &history[range.clone()], range.start, rows);
         }
         self.tokens = history;
         Ok(())

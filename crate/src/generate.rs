@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::evaluator::{Evaluator, Out, Want};
+use crate::lora::AdapterSet;
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::stop::StopMatcher;
@@ -28,11 +29,20 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens (benchmarks, reference runs).
     pub ignore_eog: bool,
+    /// The LoRA adapters this request runs with, each with its scale (empty: the base model). The
+    /// session's cached conversation is kept only when the set is the one it was computed with.
+    pub adapters: AdapterSet,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 256, sampler: SamplerConfig::default(), stop: Vec::new(), ignore_eog: false }
+        GenerateOptions {
+            max_tokens: 256,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            ignore_eog: false,
+            adapters: AdapterSet::default(),
+        }
     }
 }
 
@@ -194,6 +204,7 @@ impl Generation {
         if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
+        opts.adapters.check(model)?;
         Ok(Generation {
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
@@ -218,10 +229,12 @@ impl Generation {
     /// Make `ev`'s cache hold the longest cached prefix of the prompt (but its last token, which is
     /// evaluated for its logits): what `ev` already shares with it, or more from the model's prefix
     /// cache, after putting what `ev` held there. The prefill starts after it. Async because on the
-    /// GPU putting it there is a readback; on the CPU the future is ready at once.
+    /// GPU putting it there is a readback; on the CPU the future is ready at once. What `ev` holds
+    /// under other adapters than this request's is put away, then forgotten.
     pub(crate) async fn reuse_cache(&mut self, ev: &mut Evaluator) -> Result<()> {
         let t0 = now_ms();
         ev.remember().await?;
+        ev.set_adapters(&self.opts.adapters)?;
         let held = ev.recall(&self.tokens[..self.prompt_len - 1])?;
         ev.truncate(held);
         self.prefilled = held;

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::evaluator::{wait, Evaluator, Out, Want};
 use crate::generate::{GenerateOptions, Generation, Output, Step, Token};
 use crate::gpu::{Backend, GpuOptions};
+use crate::lora::AdapterSet;
 use crate::model::Model;
 
 #[derive(Clone, Debug)]
@@ -184,6 +185,15 @@ impl Session {
         self.ev.restore_state(bytes)?;
         self.generation = None;
         Ok(())
+    }
+
+    /// Run `eval`, `score` and `eval_argmax` with the LoRA adapters `adapters` (each read for this
+    /// session's model); a generation runs with its options' `adapters` and leaves them set. The cached
+    /// conversation is forgotten when the set changes: its keys and values were computed with the old one.
+    /// A generation in progress ends.
+    pub fn set_adapters(&mut self, adapters: &AdapterSet) -> Result<()> {
+        self.generation = None;
+        self.ev.set_adapters(adapters)
     }
 
     /// Whether this session starts from and adds to the model's prefix cache (on by default).

@@ -7,10 +7,13 @@
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
+//! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
+//! options); they run on the CPU.
 //! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`, `embed`) run on
 //! the thread pool and return Promises (see `crate::wasm_threads`); in the plain build they return values.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +21,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
 use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
+use crate::lora::{AdapterSet, LoraAdapter};
 use crate::model::config::Arch;
 use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
@@ -100,12 +104,47 @@ pub(crate) struct JsGenerateOptions {
     seed: Option<u64>,
     stop: Vec<String>,
     ignore_eos: bool,
+    /// LoRA adapters loaded by `loadAdapter`, each with its scale (1 when absent).
+    adapters: Vec<JsAdapter>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JsAdapter {
+    id: u32,
+    scale: Option<f32>,
+}
+
+/// The LoRA adapters an engine has read for its model, by the ids `loadAdapter` gave them.
+#[derive(Default)]
+pub(crate) struct Adapters {
+    next_id: u32,
+    loaded: BTreeMap<u32, Arc<LoraAdapter>>,
+}
+
+impl Adapters {
+    fn load(&mut self, model: &Model, bytes: Vec<u8>) -> crate::Result<u32> {
+        let adapter = LoraAdapter::from_bytes(model, bytes)?;
+        self.next_id += 1;
+        self.loaded.insert(self.next_id, Arc::new(adapter));
+        Ok(self.next_id)
+    }
+
+    /// The set a request names; an id never loaded (or unloaded) is an `Error::Adapter`.
+    fn set(&self, chosen: &[JsAdapter]) -> crate::Result<AdapterSet> {
+        let adapters = chosen.iter().map(|a| match self.loaded.get(&a.id) {
+            Some(adapter) => Ok((adapter.clone(), a.scale.unwrap_or(1.0))),
+            None => Err(Error::Adapter(format!("no adapter has id {}", a.id))),
+        });
+        adapters.collect::<crate::Result<_>>().map(AdapterSet::new)
+    }
 }
 
 impl JsGenerateOptions {
-    pub(crate) fn into_options(self) -> GenerateOptions {
+    /// The options, with the adapters they name taken from `adapters`.
+    pub(crate) fn into_options(self, adapters: &Adapters) -> Result<GenerateOptions, JsValue> {
         let d = SamplerConfig::default();
-        GenerateOptions {
+        Ok(GenerateOptions {
             max_tokens: self.max_tokens.unwrap_or(GenerateOptions::default().max_tokens),
             sampler: SamplerConfig {
                 temperature: self.temperature.unwrap_or(d.temperature),
@@ -120,7 +159,8 @@ impl JsGenerateOptions {
             },
             stop: self.stop,
             ignore_eog: self.ignore_eos,
-        }
+            adapters: adapters.set(&self.adapters).map_err(js_error)?,
+        })
     }
 }
 
@@ -193,6 +233,7 @@ pub struct Engine {
     session: Option<Arc<Mutex<Session>>>,
     n_ctx: usize,
     kv_cache_bytes: usize,
+    adapters: RefCell<Adapters>,
 }
 
 /// Run `work` and convert its result with `to_js`: as a pool job whose Promise this returns in the threaded build.
@@ -407,13 +448,14 @@ impl Engine {
         let model = Arc::new(model);
         if model.config.arch == Arch::Bert {
             let n_ctx = model.config.context_length;
-            return Ok(Engine { model, session: None, n_ctx, kv_cache_bytes: 0 });
+            return Ok(Engine { model, session: None, n_ctx, kv_cache_bytes: 0, adapters: RefCell::default() });
         }
         probe_session_memory(&model, n_ctx)?;
         let session =
             Session::with_options(model.clone(), &SessionOptions { n_ctx, ..Default::default() }).map_err(js_error)?;
         let (n_ctx, kv_cache_bytes) = (session.n_ctx(), session.kv_cache_bytes());
-        Ok(Engine { model, session: Some(Arc::new(Mutex::new(session))), n_ctx, kv_cache_bytes })
+        let session = Some(Arc::new(Mutex::new(session)));
+        Ok(Engine { model, session, n_ctx, kv_cache_bytes, adapters: RefCell::default() })
     }
 
     /// The session, or an error for an encoder model.
@@ -489,10 +531,24 @@ impl Engine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
+    /// Read a LoRA adapter file (llama.cpp's GGUF adapter format) for this model: its id, for the `adapters`
+    /// option of `start` (`[{id, scale?}]`). A file that is not an adapter of this model is `E_ADAPTER` (or
+    /// `E_GGUF` when it is not a whole GGUF).
+    #[wasm_bindgen(js_name = loadAdapter)]
+    pub fn load_adapter(&self, bytes: Vec<u8>) -> Result<u32, JsValue> {
+        self.adapters.borrow_mut().load(&self.model, bytes).map_err(js_error)
+    }
+
+    /// Forget the adapter `id` (a generation that runs with it keeps it until it ends); whether it was loaded.
+    #[wasm_bindgen(js_name = unloadAdapter)]
+    pub fn unload_adapter(&self, id: u32) -> bool {
+        self.adapters.borrow_mut().loaded.remove(&id).is_some()
+    }
+
     /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).
     /// Returns undefined (a Promise of it in the threaded build).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> Result<JsValue, JsValue> {
-        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options();
+        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options(&self.adapters.borrow())?;
         self.run(move |s| s.start(&prompt_ids, opts), |()| Ok(JsValue::UNDEFINED))
     }
 

@@ -25,7 +25,7 @@ use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
     js_error, json, model_info, parse, persist, probe_score_memory, probe_session_memory, scores_json, step_to_js,
-    JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
+    Adapters, JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
 };
 use crate::{ChatMessage, Model, SessionOptions, Step};
 
@@ -140,7 +140,9 @@ impl GpuEngine {
     /// Prepare to generate from `prompt_ids` (a Promise; nothing is evaluated yet: the prefill runs
     /// in the `nextStep` calls, one batch each).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> js_sys::Promise {
-        let opts = parse::<JsGenerateOptions>(options_json, "options").map(JsGenerateOptions::into_options);
+        // This engine loads no adapters (they run on the CPU engine): any the options name is unknown.
+        let opts =
+            parse::<JsGenerateOptions>(options_json, "options").and_then(|o| o.into_options(&Adapters::default()));
         let cell = self.inner.clone();
         future_to_promise(async move {
             lock(&cell)?.start(&prompt_ids, opts?).await.map_err(js_error)?;

@@ -12,6 +12,7 @@ export type ErrorCode =
   | 'E_IO'
   | 'E_KV_CACHE'
   | 'E_INDEX'
+  | 'E_ADAPTER'
   | 'E_GPU_NO_ADAPTER'
   | 'E_GPU_LIMITS'
   | 'E_GPU_UNSUPPORTED'

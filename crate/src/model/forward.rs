@@ -10,6 +10,7 @@ use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
+use crate::lora::{AdapterSet, LoraScratch, Proj, Site};
 use crate::model::config::Arch;
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
@@ -29,6 +30,7 @@ pub struct RunState {
     up: LineBuf,   // [n × ffn_dim]
     att_scratch: AttentionScratch,
     acts: Activations,
+    lora: LoraScratch,
     rope: Rope,
     angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
     /// The RoPE of layers with a base of their own (Gemma 3's windowed ones), and its angles.
@@ -54,6 +56,7 @@ impl RunState {
             up: LineBuf::zeros(n * c.ffn_dim),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
+            lora: LoraScratch::default(),
             rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             local: model.local_rope(n_ctx).map(|r| (r, vec![(0.0, 0.0); n * (c.rope_dims / 2)])),
@@ -89,11 +92,20 @@ pub fn batches(
 }
 
 /// Run `tokens` (at most `s.n_batch`, ids already checked against the vocabulary) at positions
-/// `pos0..`, appending their keys/values to `kv`, and leave logits in `s.logits`.
-pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, want: LogitsFor) {
+/// `pos0..` with the adapters `lora` (checked against the model), appending their keys/values to `kv`,
+/// and leave logits in `s.logits`.
+pub fn forward(
+    model: &Model,
+    lora: &AdapterSet,
+    kv: &mut KvCache,
+    s: &mut RunState,
+    tokens: &[u32],
+    pos0: usize,
+    want: LogitsFor,
+) {
     in_pool(|| {
-        forward_layers(model, kv, s, tokens, pos0);
-        output_head(model, s, tokens.len(), want);
+        forward_layers(model, lora, kv, s, tokens, pos0);
+        output_head(model, lora, s, tokens.len(), want);
     })
 }
 
@@ -101,14 +113,14 @@ pub fn forward(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32]
 /// into `out` (what llama.cpp pools into a decoder model's embeddings).
 pub fn hidden_states(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, out: &mut [f32]) {
     in_pool(|| {
-        forward_layers(model, kv, s, tokens, pos0);
+        forward_layers(model, &AdapterSet::default(), kv, s, tokens, pos0);
         let d = model.config.d_model;
         norm(out, &s.x[..tokens.len() * d], &model.weights.output_norm, model.config.rms_eps);
     })
 }
 
 /// The layers: leave the last layer's residual stream in `s.x`.
-fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize) {
+fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();
@@ -153,6 +165,11 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
                 (lw.wv.view(file), &mut s.v[..n * kvd]),
             ],
         );
+        // Each adapter's `s·B·(A·x)` is added where the weight's product is, before any bias or norm.
+        for (p, out) in [(Proj::Q, &mut s.q[..n * qd]), (Proj::K, &mut s.k[..n * kvd]), (Proj::V, &mut s.v[..n * kvd])]
+        {
+            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out, &mut s.acts, &mut s.lora);
+        }
         for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
             if let Some(b) = bias {
                 for row in buf[..n * dim].chunks_exact_mut(dim) {
@@ -183,6 +200,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
         let view = kv.layers[l].view();
         attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
+        lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d], &mut s.acts, &mut s.lora);
         if let Some(w) = &lw.post_attn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
@@ -197,6 +215,9 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             n,
             &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
         );
+        for (p, out) in [(Proj::Gate, &mut s.gate[..n * ff]), (Proj::Up, &mut s.up[..n * ff])] {
+            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out, &mut s.acts, &mut s.lora);
+        }
         let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
         for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
             let u = &up[t0 * ff..][..g.len()];
@@ -207,6 +228,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
             }
         });
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
+        lora.add_to(Site::Layer(l, Proj::Down), &s.gate[..n * ff], n, &mut s.proj[..n * d], &mut s.acts, &mut s.lora);
         if let Some(w) = &lw.post_ffn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
@@ -215,7 +237,7 @@ fn forward_layers(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u
 }
 
 /// The output head on the rows of the last `n` tokens' residual stream that need logits.
-fn output_head(model: &Model, s: &mut RunState, n: usize, want: LogitsFor) {
+fn output_head(model: &Model, lora: &AdapterSet, s: &mut RunState, n: usize, want: LogitsFor) {
     let (c, w, file) = (&model.config, &model.weights, model.file());
     let d = c.d_model;
     let first = match want {
@@ -227,6 +249,7 @@ fn output_head(model: &Model, s: &mut RunState, n: usize, want: LogitsFor) {
     norm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
     s.logits.resize(rows * c.vocab_size, 0.0);
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(w.output.view(file), &mut s.logits[..])]);
+    lora.add_to(Site::Output, &s.xb[..rows * d], rows, &mut s.logits[..], &mut s.acts, &mut s.lora);
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format

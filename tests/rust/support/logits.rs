@@ -67,8 +67,13 @@ impl LlamaCppAgreement {
 
 /// Score every reference sequence with `eval` (ids -> logits of every position, row-major) and assert the
 /// [`LlamaCppAgreement`] bounds against `logits.json`.
-pub fn assert_matches_llama_cpp(vocab: usize, mut eval: impl FnMut(&[u32]) -> Vec<f32>) {
-    let reference = read_json(&format!("{}/logits.json", reference_dir()));
+pub fn assert_matches_llama_cpp(vocab: usize, eval: impl FnMut(&[u32]) -> Vec<f32>) {
+    assert_matches_reference(&read_json(&format!("{}/logits.json", reference_dir())), vocab, eval);
+}
+
+/// [`assert_matches_llama_cpp`] against `reference`, distributions of llama.cpp in `logits.json`'s shape (`prompts`,
+/// each with `prompt_ids`, `continuation.ids` and the `top` tokens of every position).
+pub fn assert_matches_reference(reference: &serde_json::Value, vocab: usize, mut eval: impl FnMut(&[u32]) -> Vec<f32>) {
     let mut agreement = LlamaCppAgreement::default();
     for prompt in reference["prompts"].as_array().unwrap() {
         let mut ids: Vec<u32> = serde_json::from_value(prompt["prompt_ids"].clone()).unwrap();

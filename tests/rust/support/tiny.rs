@@ -54,6 +54,30 @@ pub struct Deviation {
     clear_top1_agree: usize,
 }
 
+impl Deviation {
+    /// Assert that the logits are within `tol` (max and rms, over the reference's std) and that the top token is the
+    /// reference's wherever it is clear; `what` names the sequence in a failure.
+    pub fn assert_within(&self, (tol_max, tol_rms): (f64, f64), what: &str) {
+        assert!(
+            self.max_over_std <= tol_max && self.rms_over_std <= tol_rms,
+            "{what}: logits deviate from the reference by max {:.4} / rms {:.4} of their std; \
+             allowed {tol_max:.4} / {tol_rms:.4} ({TOLERANCE_FACTOR} x ggml's own 8-bit activation rounding)",
+            self.max_over_std,
+            self.rms_over_std
+        );
+        assert_eq!(self.clear_top1_agree, self.clear_top1, "{what}: top token differs where the reference is clear");
+    }
+}
+
+/// The allowed deviation (max, rms) for a reference whose ggml-like simulation deviates by `sim`
+/// (`ggml_like_deviation`).
+pub fn tolerance(sim: &Value, what: &str) -> (f64, f64) {
+    let (sim_max, sim_rms) = (sim["max_over_std"].as_f64().unwrap(), sim["rms_over_std"].as_f64().unwrap());
+    // A regenerated fixture must not quietly widen the tolerance.
+    assert!(sim_max < 0.15 && sim_rms < 0.05, "{what}: implausible ggml-like deviation {sim}");
+    (TOLERANCE_FACTOR * sim_max, TOLERANCE_FACTOR * sim_rms)
+}
+
 pub fn argmax<T: PartialOrd + Copy>(v: &[T]) -> usize {
     (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best })
 }
@@ -92,11 +116,7 @@ pub fn check_logits_with(
 ) {
     let (model, entry) = load(file);
     let vocab = model.config.vocab_size;
-    let sim = &entry["ggml_like_deviation"];
-    let (sim_max, sim_rms) = (sim["max_over_std"].as_f64().unwrap(), sim["rms_over_std"].as_f64().unwrap());
-    // A regenerated fixture must not quietly widen the tolerance.
-    assert!(sim_max < 0.15 && sim_rms < 0.05, "{file}: implausible ggml-like deviation {sim}");
-    let (tol_max, tol_rms) = (TOLERANCE_FACTOR * sim_max, TOLERANCE_FACTOR * sim_rms);
+    let tol = tolerance(&entry["ggml_like_deviation"], file);
 
     let sequences = entry["forward"].as_array().expect("forward cases");
     assert!(!sequences.is_empty());
@@ -114,19 +134,9 @@ pub fn check_logits_with(
             logits.extend_from_slice(session.eval(&ids[start..end], true).expect("eval"));
             start = end;
         }
-        let d = compare(&logits, seq["logits"].as_array().unwrap(), vocab, tol_max);
+        let d = compare(&logits, seq["logits"].as_array().unwrap(), vocab, tol.0);
         eprintln!("{file} {} tokens, chunks {chunks:?}, n_batch {}: {d:?}", ids.len(), opts.n_batch);
-        assert!(
-            d.max_over_std <= tol_max && d.rms_over_std <= tol_rms,
-            "{file}, sequence {ids:?}: logits deviate from the reference by max {:.4} / rms {:.4} of their std; \
-             allowed {tol_max:.4} / {tol_rms:.4} ({TOLERANCE_FACTOR} x ggml's own 8-bit activation rounding)",
-            d.max_over_std,
-            d.rms_over_std
-        );
-        assert_eq!(
-            d.clear_top1_agree, d.clear_top1,
-            "{file}, sequence {ids:?}: top token differs where the reference is clear"
-        );
+        d.assert_within(tol, &format!("{file}, sequence {ids:?}"));
     }
 }
 

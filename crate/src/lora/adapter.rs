@@ -1,0 +1,220 @@
+//! Reading a LoRA adapter: llama.cpp's GGUF adapter format, checked against the model it is for.
+//!
+//! The file is llama.cpp's (`convert_lora_to_gguf.py`): `general.type = "adapter"`, `adapter.type = "lora"`,
+//! `general.architecture` the model's, `adapter.lora.alpha`, and for each adapted weight `<name>.lora_a` (GGUF
+//! dims `[n_in, rank]`: `rank` rows of the weight's input width) and `<name>.lora_b` (dims `[rank, n_out]`:
+//! the weight's rows, each `rank` wide). The file may be hostile: `Gguf::parse` checks its layout, and every
+//! pair is checked here against the model's weights before it is kept, so the forward pass trusts the shapes.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use sha2::{Digest, Sha256};
+
+use super::{Proj, Site};
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, TensorInfo};
+use crate::memory::ModelId;
+use crate::model::config::Arch;
+use crate::model::weights::MatrixRef;
+use crate::model::Model;
+
+/// One adapted weight's matrices, in the adapter's bytes: `a` is `rank × n_in`, `b` is `n_out × rank`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pair {
+    pub a: MatrixRef,
+    pub b: MatrixRef,
+}
+
+/// A LoRA adapter checked against one model: its matrices stay in the file's types (read by the same
+/// kernels as the model's weights) in a copy of the file's bytes.
+pub struct LoraAdapter {
+    bytes: Vec<u8>,
+    alpha: f32,
+    /// The model it was checked against: it runs on that model's sessions only.
+    model: ModelId,
+    /// SHA-256 of the file: what tells two adapters apart in an [`AdapterSet`](super::AdapterSet).
+    digest: [u8; 32],
+    name: Option<String>,
+    /// Per layer, per [`Proj`]: the pair adapting that projection.
+    layers: Vec<[Option<Pair>; Proj::ALL.len()]>,
+    output: Option<Pair>,
+}
+
+impl std::fmt::Debug for LoraAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoraAdapter").field("name", &self.name).field("alpha", &self.alpha).finish_non_exhaustive()
+    }
+}
+
+impl LoraAdapter {
+    /// Read the adapter file `bytes` for `model`: a GGUF that is not an adapter is `Error::Adapter`, as is one
+    /// of another architecture, or one whose tensors do not name this model's weights or match their shapes;
+    /// bytes that are not a readable GGUF (truncated ones) are `Error::Gguf`.
+    pub fn from_bytes(model: &Model, bytes: Vec<u8>) -> Result<LoraAdapter> {
+        let g = Gguf::parse(&bytes)?;
+        let bad = |m: String| Err(Error::Adapter(m));
+        let meta = |key: &str| g.get_str(key).unwrap_or("");
+        if meta("general.type") != "adapter" {
+            return bad(format!("general.type is '{}', not 'adapter'", meta("general.type")));
+        }
+        if meta("adapter.type") != "lora" {
+            return bad(format!("adapter.type is '{}', not 'lora'", meta("adapter.type")));
+        }
+        let arch = model.config.arch.name();
+        if meta("general.architecture") != arch {
+            return bad(format!("the adapter is for a '{}' model, not '{arch}'", meta("general.architecture")));
+        }
+        // llama.cpp reads a missing alpha as 0: the scale is then used as it is.
+        let alpha = g.get_f32("adapter.lora.alpha").unwrap_or(0.0);
+        if !alpha.is_finite() {
+            return bad(format!("adapter.lora.alpha is {alpha}"));
+        }
+
+        // Pair the tensors by the weight they adapt. Norm vectors are skipped, as llama.cpp does.
+        let mut pairs: BTreeMap<&str, (Option<&TensorInfo>, Option<&TensorInfo>)> = BTreeMap::new();
+        for t in &g.tensors {
+            if let Some(weight) = t.name.strip_suffix(".lora_a") {
+                pairs.entry(weight).or_default().0 = Some(t);
+            } else if let Some(weight) = t.name.strip_suffix(".lora_b") {
+                pairs.entry(weight).or_default().1 = Some(t);
+            } else if !t.name.ends_with("_norm.weight") {
+                return bad(format!("tensor '{}' is neither a lora_a nor a lora_b", t.name));
+            }
+        }
+        if pairs.is_empty() {
+            return bad("the adapter has no lora_a/lora_b pairs".into());
+        }
+
+        let c = &model.config;
+        let mut adapter = LoraAdapter {
+            digest: Sha256::digest(&bytes).into(),
+            name: g.get_str("general.name").map(str::to_string),
+            bytes: Vec::new(),
+            alpha,
+            model: model.id(),
+            layers: vec![[None; Proj::ALL.len()]; c.n_layers],
+            output: None,
+        };
+        for (weight, pair) in pairs {
+            let (Some(a), Some(b)) = pair else {
+                return bad(format!("'{weight}' has only one of lora_a and lora_b"));
+            };
+            let Some(Target { n_in, n_out, sites }) = target(model, weight) else {
+                return bad(format!("'{weight}' is not a weight of this model that adapters apply to"));
+            };
+            // GGUF dims are innermost first: lora_a is [n_in, rank], lora_b [rank, n_out].
+            let rank = b.dims.first().copied().unwrap_or(0);
+            if rank == 0 || a.dims != [n_in, rank] || b.dims != [rank, n_out] {
+                return bad(format!(
+                    "'{weight}' has lora_a {:?} and lora_b {:?}; this model needs [{n_in}, rank] and [rank, {n_out}]",
+                    a.dims, b.dims
+                ));
+            }
+            let a = MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset };
+            let b = MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset };
+            for (site, rows) in sites {
+                *adapter.slot(site) = Some(Pair { a, b: b.row_range(rows) });
+            }
+        }
+        adapter.bytes = bytes;
+        Ok(adapter)
+    }
+
+    /// The pair adapting `site`, with the adapter's bytes it is read from.
+    pub(crate) fn pair(&self, site: Site) -> Option<(Pair, &[u8])> {
+        let pair = match site {
+            Site::Layer(l, p) => self.layers[l][p as usize],
+            Site::Output => self.output,
+        };
+        pair.map(|p| (p, &self.bytes[..]))
+    }
+
+    fn slot(&mut self, site: Site) -> &mut Option<Pair> {
+        match site {
+            Site::Layer(l, p) => &mut self.layers[l][p as usize],
+            Site::Output => &mut self.output,
+        }
+    }
+
+    /// What multiplies `B·A·x` of a pair of rank `rank` at the request's `scale`: llama.cpp's
+    /// `scale · alpha / rank`, or `scale` itself when the adapter's alpha is 0.
+    pub fn effective_scale(&self, scale: f32, rank: usize) -> f32 {
+        if self.alpha == 0.0 {
+            scale
+        } else {
+            scale * self.alpha / rank as f32
+        }
+    }
+
+    pub fn alpha(&self) -> f32 {
+        self.alpha
+    }
+
+    /// The file's `general.name`, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// SHA-256 of the adapter file.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// The id of the model this adapter was checked against.
+    pub fn model_id(&self) -> ModelId {
+        self.model
+    }
+}
+
+/// A model weight as an adapter target.
+struct Target {
+    n_in: usize,
+    n_out: usize,
+    /// The projections it feeds, with the rows of it each takes (Phi-3's fused `attn_qkv` and `ffn_up` feed several).
+    sites: Vec<(Site, Range<usize>)>,
+}
+
+/// The model weight `name` as an adapter target; `None` where the model has no such weight, or the forward
+/// pass applies no adapter to it.
+fn target(model: &Model, name: &str) -> Option<Target> {
+    let c = &model.config;
+    let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    if name == "output.weight" {
+        // A model whose output head is its token embedding has no `output.weight` (llama.cpp refuses it too).
+        let w = &model.weights;
+        let tied = w.output.offset == w.token_embd.offset;
+        let sites = vec![(Site::Output, 0..c.vocab_size)];
+        return (!tied).then_some(Target { n_in: d, n_out: c.vocab_size, sites });
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, weight) = rest.split_once('.')?;
+    let l = layer.parse::<usize>().ok().filter(|&l| l < c.n_layers && layer == l.to_string())?;
+    let one =
+        |p: Proj, n_in: usize, n_out: usize| Some(Target { n_in, n_out, sites: vec![(Site::Layer(l, p), 0..n_out)] });
+    let fused = c.arch == Arch::Phi3;
+    match (weight, fused) {
+        ("attn_q.weight", false) => one(Proj::Q, d, q),
+        ("attn_k.weight", false) => one(Proj::K, d, kv),
+        ("attn_v.weight", false) => one(Proj::V, d, kv),
+        ("attn_qkv.weight", true) => Some(Target {
+            n_in: d,
+            n_out: q + 2 * kv,
+            sites: vec![
+                (Site::Layer(l, Proj::Q), 0..q),
+                (Site::Layer(l, Proj::K), q..q + kv),
+                (Site::Layer(l, Proj::V), q + kv..q + 2 * kv),
+            ],
+        }),
+        ("attn_output.weight", _) => one(Proj::O, q, d),
+        ("ffn_gate.weight", false) => one(Proj::Gate, d, ff),
+        ("ffn_up.weight", false) => one(Proj::Up, d, ff),
+        ("ffn_up.weight", true) => Some(Target {
+            n_in: d,
+            n_out: 2 * ff,
+            sites: vec![(Site::Layer(l, Proj::Gate), 0..ff), (Site::Layer(l, Proj::Up), ff..2 * ff)],
+        }),
+        ("ffn_down.weight", _) => one(Proj::Down, ff, d),
+        _ => None,
+    }
+}
