@@ -46,3 +46,4 @@ setPlatform({
 });
 
 export * from './index.js';
+export { FileStore } from './store/files.js';

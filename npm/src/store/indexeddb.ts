@@ -48,18 +48,42 @@ function upgrade(open: IDBOpenDBRequest, oldVersion: number): void {
 }
 
 export class IndexedDbStore implements Store {
-  readonly #db: Promise<IDBDatabase>;
+  readonly #name: string;
+  #db: Promise<IDBDatabase> | null = null;
 
   /** The database `name` (default `ruvllm-prefix-cache`), created on first use. */
   constructor(name = 'ruvllm-prefix-cache') {
-    const open = indexedDB.open(name, VERSION);
-    open.onupgradeneeded = (e) => upgrade(open, e.oldVersion);
-    this.#db = request(open);
+    this.#name = name;
+  }
+
+  /** The open database. Another page's upgrade or `indexedDB.deleteDatabase` closes it (they would wait for it);
+   * the next call opens it again. */
+  #open(): Promise<IDBDatabase> {
+    if (!this.#db) {
+      const open = indexedDB.open(this.#name, VERSION);
+      open.onupgradeneeded = (e) => upgrade(open, e.oldVersion);
+      const db = request(open).then((db) => {
+        db.onversionchange = () => this.close();
+        return db;
+      });
+      db.catch(() => {
+        if (this.#db === db) this.#db = null;
+      });
+      this.#db = db;
+    }
+    return this.#db;
+  }
+
+  /** Close the connection (the next call opens it again). */
+  close(): void {
+    const db = this.#db;
+    this.#db = null;
+    db?.then((d) => d.close(), () => {});
   }
 
   async #tx(stores: string[], mode: IDBTransactionMode): Promise<IDBTransaction> {
     // 'relaxed': a cache needs no flush to disk before the write counts as done.
-    return (await this.#db).transaction(stores, mode, { durability: 'relaxed' });
+    return (await this.#open()).transaction(stores, mode, { durability: 'relaxed' });
   }
 
   async list(): Promise<StoredRecord[]> {
