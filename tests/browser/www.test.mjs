@@ -3,6 +3,8 @@
 // while the answer streams, stops mid-answer; after a reload the conversation is listed, the model comes from the
 // browser's cache with no request for it, and continuing the conversation starts from the persisted prefix cache; a
 // dropped GGUF loads and a file that is not one says so; HTML in stored model output shows as text and runs nothing;
+// the "Memory & routing" panel routes each message, recalls a related conversation's turns, and keeps the routes added
+// in it across a reload;
 // axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
 // target/www/.
 // Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
@@ -343,6 +345,65 @@ test('HTML in the model\'s output shows as text and runs nothing (the stored con
   assert.equal(await page.evaluate(() => window.pwned), undefined);
   await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-markdown.png') });
   await waitReady(); // the model of the last visit, from the browser's cache
+});
+
+test('memory & routing: a message is routed, another conversation recalls it; routes added in the panel outlive a reload', async () => {
+  const panel = page.locator('#memory-panel');
+  const routes = panel.locator('#mem-routes');
+  // The router (with its default routes) and the memory open once the model is loaded, on its embeddings.
+  await routes.locator('li[data-route="code"]').waitFor({ timeout: 120_000 });
+  await openSettings();
+  await page.getByLabel('Max tokens').fill('48'); // short answers: this test is about what comes before and after them
+  await page.getByRole('button', { name: 'New chat' }).click();
+  // The panel says what it did once the change is stored in IndexedDB.
+  const said = (text) => panel.locator('#mem-status', { hasText: text }).waitFor({ timeout: 120_000 });
+  await panel.getByLabel('Route name').fill('gardening');
+  await panel.getByLabel('Example utterances').fill('What are good plants for a balcony garden?\nHow often should I water tomatoes?\nWhen do I plant tulip bulbs?');
+  await panel.getByRole('button', { name: 'Add route' }).click();
+  await said('Route gardening: 3 utterances added.');
+  assert.match(await routes.locator('li[data-route="gardening"]').textContent(), /^gardening · 3 utterances · threshold [\d.]+/);
+
+  // A message that is one of the route's utterances takes it; the other routes are the runners-up.
+  await ask('What are good plants for a balcony garden?');
+  const decision = panel.locator('#mem-decision');
+  assert.equal(await decision.getAttribute('data-route'), 'gardening');
+  assert.match(await decision.textContent(), /Route: gardening · score [\d.]+Runners-up: .+ [\d.]+/);
+  assert.match(await panel.locator('#mem-recalled').textContent(), /None for this message/);
+
+  // Another conversation on the same topic: the first one's turns are recalled for it (and given to the model).
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await ask('What are good plants for a small balcony garden?');
+  const recalled = panel.locator('#mem-recalled li', { hasText: 'from “What are good plants for a balcony garden?”' });
+  assert.ok((await recalled.count()) >= 1, `nothing recalled: ${await panel.locator('#mem-recalled').textContent()}`);
+  assert.match(await recalled.first().textContent(), /^(You|Assistant) · score [\d.]+ · from “.+”.+/);
+  assert.match(await panel.locator('#mem-stats').textContent(), /Remembered: \d+ turns from \d+ conversations · [\d.]+ [KM]?B of 16.8 MB/);
+
+  // A correction: the message routed takes the route chosen (the text box starts with it).
+  assert.equal(await panel.getByLabel('Correction: this text').inputValue(), 'What are good plants for a small balcony garden?');
+  await panel.getByLabel('takes the route').selectOption('gardening');
+  await panel.getByRole('button', { name: 'Teach' }).click();
+  await said('Route gardening learned');
+  assert.match(await routes.locator('li[data-route="gardening"]').textContent(), /^gardening · 4 utterances/);
+
+  // Forgetting this conversation's turns leaves the other's.
+  await panel.getByRole('button', { name: 'Forget this conversation\'s turns' }).click();
+  await said('Forgot');
+  assert.match(await panel.locator('#mem-status').textContent(), /^Forgot [1-9]\d* turns? of this conversation\.$/);
+  const left = Number(await panel.locator('#mem-stats').getAttribute('data-turns'));
+  assert.ok(left > 0, 'the first conversation\'s turns went too');
+
+  // After a reload the routes are the same (the one added and corrected too), and the conversation shows its decision.
+  await page.reload();
+  await waitReady();
+  await routes.locator('li[data-route="gardening"]').waitFor({ timeout: 120_000 });
+  assert.match(await routes.locator('li[data-route="gardening"]').textContent(), /^gardening · 4 utterances/);
+  for (const name of ['code', 'math', 'chit-chat']) assert.equal(await routes.locator(`li[data-route="${name}"]`).count(), 1, name);
+  await page.getByRole('button', { name: 'What are good plants for a small balcony garden?', exact: true }).click();
+  await panel.locator('#mem-decision[data-route="gardening"]').waitFor();
+  assert.ok((await recalled.count()) >= 1);
+  assert.equal(await panel.locator('#mem-stats').getAttribute('data-turns'), String(left));
+  await openSettings();
+  await page.getByLabel('Max tokens').fill('512');
 });
 
 test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {

@@ -4,6 +4,7 @@ import './style.css';
 import { ChatView } from './chat-view.js';
 import { explain, notCached } from './errors.js';
 import { bytes, seconds } from './format.js';
+import { MemoryPanel, modelContent } from './memory-panel.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
 import { bindSettingsForm, loadSettings, saveSettings } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
@@ -22,6 +23,7 @@ let loading = null; // AbortController of the model being downloaded or loaded
 let replies = 0;
 let flushes = 0;
 let prepared = 0;
+let conversationTitles = new Map(); // id -> title, of the conversations listed
 
 /** The page's state, for styles and tests: idle, loading, ready, generating. */
 function setState(state) {
@@ -97,6 +99,7 @@ async function loadModel({ url, file }) {
   loading?.abort();
   const controller = (loading = new AbortController());
   const { signal } = controller;
+  panel.close();
   llm?.dispose();
   llm = null;
   clearMessages();
@@ -137,6 +140,7 @@ async function loadModel({ url, file }) {
     saveSettings(settings);
     setState('ready');
     prepare();
+    panel.open(llm); // the router and the memory, on this model's embeddings
     if (downloaded) {
       saveToCache(url, downloaded).then(refreshCached, (e) => notice(notCached(e, downloaded.size)));
     }
@@ -219,10 +223,13 @@ const view = new ChatView(
 );
 
 async function refreshConversations() {
-  renderConversationList($('conversations'), await listConversations(), conversation.id, {
+  const conversations = await listConversations();
+  conversationTitles = new Map(conversations.map((c) => [c.id, c.title]));
+  renderConversationList($('conversations'), conversations, conversation.id, {
     open: openConversation,
     remove: async (id) => {
       await deleteConversation(id);
+      panel.forget(id); // its turns go from the long-term memory too
       if (id === conversation.id) startNew();
       else refreshConversations();
     },
@@ -234,19 +241,23 @@ async function openConversation(id) {
   conversation = (await getConversation(id)) ?? newConversation();
   view.render(conversation);
   showLastReply();
+  panel.show(lastQuestion());
   refreshConversations();
   closeMenu();
   $('message').focus();
   prepare();
 }
 
-/** The conversation as the model sees it: the system prompt, then every message with text. */
+/** The conversation as the model sees it: the system prompt, then every message with text (a question with the
+ * turns of earlier conversations recalled for it before its text). */
 function chatMessages() {
   const messages = [];
   if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
-  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: m.content });
+  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: modelContent(m) });
   return messages;
 }
+
+const lastQuestion = () => conversation.messages.findLast((m) => m.role === 'user') ?? null;
 
 /**
  * Make the open conversation ready while its user reads and types: the model takes what its prefix cache holds of it
@@ -281,6 +292,7 @@ function startNew() {
   conversation = newConversation();
   view.render(conversation);
   showLastReply();
+  panel.show(null);
   refreshConversations();
   closeMenu();
   $('message').focus();
@@ -301,7 +313,7 @@ async function send() {
 async function reply() {
   clearMessages();
   $('memory').textContent = '';
-  const messages = chatMessages();
+  const question = lastQuestion();
   const answer = { role: 'assistant', content: '', meta: {} };
   conversation.messages.push(answer);
   const index = conversation.messages.length - 1;
@@ -312,7 +324,12 @@ async function reply() {
   const controller = (generation = new AbortController());
   setState('generating');
   const model = llm;
+  const id = conversation.id;
   try {
+    // A new question is routed and, with the long-term memory on, gets the turns of earlier conversations nearest it
+    // (kept with it: a regenerated answer, and the next message, see the same prompt).
+    if (question && !('recalled' in question)) await panel.annotate(id, question, controller.signal);
+    const messages = chatMessages();
     // The template path: the model's own chat template, then generate(), whose result has the engine's timings.
     // Its usage.cachedTokens is what the chat API reports as usage.prompt_tokens_details.cached_tokens.
     const prompt = model.applyChatTemplate(messages);
@@ -346,6 +363,7 @@ async function reply() {
   const storeError = model === llm ? model.info().prefixCache?.storeError : null;
   if (storeError) notice(`What the model computed for conversations is kept for this visit only: ${storeError.message}`);
   document.body.dataset.replies = String(++replies);
+  if (question && model === llm) panel.remember(id, question, answer);
   $('message').focus();
   // The prefix cache writes its pages to IndexedDB in the background; data-persisted says when they are there.
   model.flushPrefixCache?.().then(
@@ -381,6 +399,9 @@ $('menu').onclick = () => {
   const open = $('sidebar').classList.toggle('open');
   $('menu').setAttribute('aria-expanded', String(open));
 };
+
+// ---- memory & routing (memory-panel.js) -------------------------------------------------------------------------
+const panel = new MemoryPanel({ settings, saveSettings, titleOf: (id) => conversationTitles.get(id), currentId: () => conversation.id });
 
 // ---- start -------------------------------------------------------------------------------------------------------
 bindSettingsForm($('settings'), settings);

@@ -11,6 +11,8 @@ export const DEFAULTS = {
   backend: 'auto',
   theme: 'auto',
   lastModel: null, // the URL of the last model loaded from a URL, reloaded from the cache on the next visit
+  useMemory: true, // long-term memory: recall earlier conversations' turns, remember this one's (memory-panel.js)
+  memoryMinScore: 0.85, // the least score (cosine) a turn needs to be recalled
 };
 
 export function loadSettings() {
