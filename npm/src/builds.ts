@@ -65,6 +65,9 @@ export interface Engine {
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;
   score(ids: Uint32Array, k: number): unknown;
+  /** A LoRA adapter file read for the model: its id (crate/src/wasm.rs only: the WebGPU engine runs none). */
+  loadAdapter?(bytes: Uint8Array): number;
+  unloadAdapter?(id: number): boolean;
   /** JSON `{embeddings, tokens}` (crate/src/wasm.rs only: the WebGPU build's engine has none). */
   embed?(textsJson: string, optionsJson: string): unknown;
   reset(): void;

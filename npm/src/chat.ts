@@ -7,7 +7,7 @@ export interface ChatMessage {
   content: string;
 }
 
-/** The OpenAI request fields this engine implements (plus `top_k`, `min_p`, `repeat_penalty`). */
+/** The OpenAI request fields this engine implements (plus `top_k`, `min_p`, `repeat_penalty`, `adapters`). */
 export interface ChatCompletionRequest {
   messages: ChatMessage[];
   stream?: boolean;
@@ -24,6 +24,8 @@ export interface ChatCompletionRequest {
   frequency_penalty?: number;
   seed?: number;
   stop?: string | string[];
+  /** LoRA adapters (`llm.loadAdapter`) to answer with, each with its scale (default 1). */
+  adapters?: Array<{ id: number; scale?: number }>;
   /** Only 1 is supported. */
   n?: number;
   /** Accepted; usage is always sent, on the last chunk. */
@@ -71,7 +73,7 @@ const FIELDS: Record<string, keyof GenerateOptions | null> = {
   messages: null, stream: null, model: null, n: null, stream_options: null, user: null,
   max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
   top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
-  frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop',
+  frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters',
 };
 
 function generateOptions(body: ChatCompletionRequest, signal: AbortSignal | undefined): GenerateOptions {

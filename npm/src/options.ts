@@ -27,13 +27,16 @@ export interface GenerateOptions {
   stop?: string | string[];
   /** Keep generating past end-of-generation tokens. */
   ignoreEos?: boolean;
+  /** LoRA adapters (`llm.loadAdapter`) this generation runs with, each with its scale (default 1); none: the base
+   * model. The conversation's cache is kept only while the set stays the same. CPU engine only. */
+  adapters?: Array<{ id: number; scale?: number }>;
   /** Stops generation (the iterator throws an `AbortError`); the model stays usable. */
   signal?: AbortSignal;
 }
 
 const INTEGERS = ['maxTokens', 'topK', 'penaltyLastN', 'seed'] as const;
 const NUMBERS = ['temperature', 'topP', 'minP', 'repeatPenalty', 'presencePenalty', 'frequencyPenalty'] as const;
-const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal']);
+const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters']);
 
 /** Check types and integer ranges here (the engine checks the float ranges) and build the engine's JSON. */
 export function engineOptions(options: GenerateOptions): string {
@@ -64,6 +67,14 @@ export function engineOptions(options: GenerateOptions): string {
     out.stop = stop;
   }
   if (options.ignoreEos !== undefined) out.ignoreEos = Boolean(options.ignoreEos);
+  if (options.adapters !== undefined) {
+    if (!Array.isArray(options.adapters)) throw invalid('adapters must be an array of {id, scale?}');
+    out.adapters = options.adapters.map((a) => {
+      if (typeof a !== 'object' || a === null || !Number.isSafeInteger(a.id) || a.id < 0) throw invalid(`adapters: ${JSON.stringify(a)} has no adapter id`);
+      if (a.scale !== undefined && (typeof a.scale !== 'number' || !Number.isFinite(a.scale))) throw invalid(`adapters: the scale of adapter ${a.id} must be a finite number`);
+      return { id: a.id, scale: a.scale };
+    });
+  }
   if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) throw invalid('signal must be an AbortSignal');
   return JSON.stringify(out);
 }
