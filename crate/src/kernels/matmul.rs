@@ -105,11 +105,11 @@ fn dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows
 /// ISA's f32 kernel adds in its f16 kernel's order, so outputs equal `vec_dot`'s bit for bit, whatever `A`.
 fn f16_dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
     let mut values = vec![0f32; w.cols];
-    let mut row = vec![0u8; 4 * w.cols];
     for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
         f16::to_f32(wr.as_chunks::<2>().0, &mut values);
-        row.chunks_exact_mut(4).zip(&values).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes()));
-        *o = a_rows.map(|t| vec_dot(GgmlType::F32, &row, acts.row(t)));
+        // SAFETY: f32 has no padding and u8 no alignment: the values' bytes, as an F32 row's (little-endian).
+        let row = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), 4 * values.len()) };
+        *o = a_rows.map(|t| vec_dot(GgmlType::F32, row, acts.row(t)));
     }
 }
 
