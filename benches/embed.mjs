@@ -1,11 +1,12 @@
 // Embedding throughput of all-MiniLM-L6-v2 (issue 22's goal): 32 texts of ~30 tokens (the first 96 sentences of
-// tests/fixtures/embed_sentences.txt, three to a text), ours natively (target/release/ruvllm embed) against llama.cpp
-// (node-llama-cpp 3.22.1, benches/setup.sh), with 1 and 2 threads. Prints one JSON line per run.
+// tests/fixtures/embed_sentences.txt, three to a text), ours natively (target/release/ruvllm embed) and on wasm32
+// (the npm package in Node, npm/dist: `llm.embed(texts)`, all texts in one call) against llama.cpp (node-llama-cpp
+// 3.22.1, benches/setup.sh), with 1 and 2 threads. Prints one JSON line per run.
 //   node benches/embed.mjs [MODEL.gguf]     (default: scripts/fetch-embed-model.sh's F16 file; its Q8_0 twin works too)
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const model = process.argv[2] ?? `${process.env.HOME}/.cache/ruvllm/all-MiniLM-L6-v2.F16.gguf`;
@@ -16,6 +17,7 @@ writeFileSync(file, texts.join('\n') + '\n');
 const REPEATS = 3; // best of
 
 const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+const { LLM } = await import(pathToFileURL(`${root}/npm/dist/node.js`).href);
 for (const threads of [1, 2]) {
   let best = Infinity;
   let tokens = 0;
@@ -25,6 +27,18 @@ for (const threads of [1, 2]) {
     tokens = out.tokens;
   }
   console.log(JSON.stringify({ engine: 'ruvllm-native', threads, texts: texts.length, tokens, ms: +best.toFixed(1), tok_s: +(tokens / best * 1e3).toFixed(0) }));
+
+  const llm = await LLM.load(model, { threads });
+  await llm.embed(texts[0]); // warm-up
+  best = Infinity;
+  for (let r = 0; r < REPEATS; r++) {
+    const t0 = performance.now();
+    const { tokens: n } = await llm.embedWithUsage(texts);
+    best = Math.min(best, performance.now() - t0);
+    if (n !== tokens) throw new Error(`wasm counted ${n} tokens, native ${tokens}`);
+  }
+  console.log(JSON.stringify({ engine: `ruvllm-wasm (${llm.info().build})`, threads, texts: texts.length, tokens, ms: +best.toFixed(1), tok_s: +(tokens / best * 1e3).toFixed(0) }));
+  llm.dispose();
 
   const llama = await getLlama({ gpu: false, build: 'never', skipDownload: true, usePrebuiltBinaries: true, existingPrebuiltBinaryMustMatchBuildOptions: false, progressLogs: false, maxThreads: threads, logLevel: LlamaLogLevel.error });
   const m = await llama.loadModel({ modelPath: model, gpuLayers: 0 });

@@ -1,7 +1,9 @@
 //! The HNSW index natively, one thread: build time, recall@1 and recall@10 against brute force, and queries per
 //! second at several `ef`, its size (in memory and as records) per vector, and the records a store rewrites after
 //! 10 more inserts. The vectors are standard normal
-//! (`--data random`) or around 100 centres (`--data clustered`, closer to embeddings), made from `--seed`.
+//! (`--data random`) or around 100 centres (`--data clustered`, closer to embeddings), made from `--seed`, or rows
+//! of a file (`--data FILE.f32`, as `--out` writes them: benches/minilm_corpus.py makes MiniLM embeddings of real
+//! sentences), of which the last `--queries` rows are the queries and the `--n` before them the index.
 //!
 //! `--out DIR` writes the vectors, the queries and the brute-force neighbours there (`vectors.f32`,
 //! `queries.f32`: u32 count, u32 dims, then f32 rows; `truth.u32`: u32 count, u32 k, then the rows' 0-based
@@ -23,6 +25,7 @@ struct Args {
     queries: usize,
     metric: Metric,
     clustered: bool,
+    file: Option<PathBuf>,
     params: HnswParams,
     efs: Vec<usize>,
     out: Option<PathBuf>,
@@ -35,6 +38,7 @@ fn parse() -> Result<Args, String> {
         queries: 1000,
         metric: Metric::Cosine,
         clustered: false,
+        file: None,
         params: HnswParams::default(),
         efs: vec![10, 20, 40, 80, 160, 320],
         out: None,
@@ -58,7 +62,11 @@ fn parse() -> Result<Args, String> {
                     _ => return Err(format!("--metric {value}: cosine, dot or l2")),
                 }
             }
-            "--data" => args.clustered = value == "clustered",
+            "--data" => match value.as_str() {
+                "clustered" => args.clustered = true,
+                "random" => args.clustered = false,
+                _ => args.file = Some(PathBuf::from(value)),
+            },
             "--ef" => {
                 args.efs = value
                     .split(',')
@@ -96,6 +104,20 @@ fn make_vectors(rng: &mut Rng, n: usize, dims: usize, centres: &[Vec<f32>]) -> V
         .collect()
 }
 
+/// Rows of a file as `write_rows` writes them: the first `n` and the last `queries`.
+fn read_rows(path: &PathBuf, n: usize, queries: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize;
+    let (rows, dims) = (word(0), word(1));
+    if bytes.len() != 8 + rows * dims * 4 || n + queries > rows {
+        return Err(format!("{}: {rows} rows of {dims} for {n} vectors and {queries} queries", path.display()));
+    }
+    let row = |r: usize| {
+        (0..dims).map(|d| f32::from_le_bytes(bytes[8 + 4 * (r * dims + d)..][..4].try_into().unwrap())).collect()
+    };
+    Ok(((0..n).map(row).collect(), (rows - queries..rows).map(row).collect()))
+}
+
 fn write_rows(path: PathBuf, rows: usize, width: usize, values: impl Iterator<Item = [u8; 4]>) -> Result<(), String> {
     let mut bytes = Vec::with_capacity(8 + rows * width * 4);
     bytes.extend_from_slice(&(rows as u32).to_le_bytes());
@@ -112,11 +134,22 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse()?;
+    let mut args = parse()?;
     let mut rng = Rng(args.params.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let centres = if args.clustered { make_vectors(&mut rng, 100, args.dims, &[]) } else { Vec::new() };
-    let vectors = make_vectors(&mut rng, args.n, args.dims, &centres);
-    let queries = make_vectors(&mut rng, args.queries, args.dims, &centres);
+    let (vectors, queries) = match &args.file {
+        Some(path) => read_rows(path, args.n, args.queries)?,
+        None => (
+            make_vectors(&mut rng, args.n, args.dims, &centres),
+            make_vectors(&mut rng, args.queries, args.dims, &centres),
+        ),
+    };
+    args.dims = vectors[0].len();
+    let data = match &args.file {
+        Some(path) => path.file_name().map_or("file".into(), |f| f.to_string_lossy().into_owned()),
+        None if args.clustered => "clustered".into(),
+        None => "random".into(),
+    };
 
     let t = Instant::now();
     let mut index = Hnsw::new(args.metric, args.dims, args.params).map_err(|e| e.to_string())?;
@@ -135,7 +168,7 @@ fn run() -> Result<(), String> {
         args.n,
         args.dims,
         args.metric,
-        if args.clustered { "clustered" } else { "random" },
+        data,
         args.params.m,
         args.params.ef_construction,
         args.n as f64 / build_s,

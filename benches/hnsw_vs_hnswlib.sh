@@ -3,7 +3,8 @@
 # same brute-force truth and the same settings, one thread each. Extra arguments go to both (--n, --dims, --metric,
 # --data, --m, --ef-construction, --ef; --n, --dims, --data and --queries only matter to the Rust side, which makes
 # the vectors).
-# Usage: benches/hnsw_vs_hnswlib.sh [--n 10000] [--dims 384] [--metric cosine] [--data random] ...
+# Usage: benches/hnsw_vs_hnswlib.sh [--n 10000] [--dims 384] [--metric cosine] [--data random|clustered|FILE.f32] ...
+# (FILE.f32: rows from benches/minilm_corpus.py, MiniLM embeddings of real sentences)
 # Needs hnswlib and numpy in .venv (`.venv/bin/pip install hnswlib numpy`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
