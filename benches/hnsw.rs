@@ -104,8 +104,10 @@ fn make_vectors(rng: &mut Rng, n: usize, dims: usize, centres: &[Vec<f32>]) -> V
         .collect()
 }
 
+type Rows = Vec<Vec<f32>>;
+
 /// Rows of a file as `write_rows` writes them: the first `n` and the last `queries`.
-fn read_rows(path: &PathBuf, n: usize, queries: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>), String> {
+fn read_rows(path: &PathBuf, n: usize, queries: usize) -> Result<(Rows, Rows), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize;
     let (rows, dims) = (word(0), word(1));

@@ -9,8 +9,8 @@
 
 use std::ops::Range;
 
-use crate::parallel::{for_each_chunk, SharedMut};
 use super::f16;
+use crate::parallel::{for_each_chunk, SharedMut};
 use crate::quant::{dot_rows, vec_dot, Activations, GgmlType, QuantMatrix};
 
 /// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
@@ -103,7 +103,13 @@ fn dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows
 /// `dots` of f16 weights: each weight row converted to f32 once for the `A` activation rows (on simd128 the
 /// conversion costs more than the multiply-adds it feeds), then the f32 kernel. The conversion is exact and every
 /// ISA's f32 kernel adds in its f16 kernel's order, so outputs equal `vec_dot`'s bit for bit, whatever `A`.
-fn f16_dots<const A: usize>(w: &QuantMatrix, rows: &[u8], acts: &Activations, a_rows: [usize; A], out: &mut [[f32; A]]) {
+fn f16_dots<const A: usize>(
+    w: &QuantMatrix,
+    rows: &[u8],
+    acts: &Activations,
+    a_rows: [usize; A],
+    out: &mut [[f32; A]],
+) {
     let mut values = vec![0f32; w.cols];
     for (wr, o) in rows.chunks_exact(w.row_bytes()).zip(out) {
         f16::to_f32(wr.as_chunks::<2>().0, &mut values);
