@@ -202,7 +202,6 @@ fn generate(args: &Args) -> CliResult {
         stop: args.all("stop"),
         ignore_eog: args.flag("ignore-eos"),
         adapters: adapters(args, &model)?,
-        ..GenerateOptions::default()
     };
     let json_out = args.flag("json");
     let mut sess = session(args, model)?;
