@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{
-    Backend, ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions,
+    AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, SamplerConfig,
+    Session, SessionOptions,
 };
 use serde_json::json;
 
@@ -33,6 +34,7 @@ const COMMANDS: &[Command] = &[
             repeated("stop", "S"),
             flag("ignore-eos"),
             flag("json"),
+            repeated("lora", "FILE[:SCALE]"),
         ],
         positional: None,
     },
@@ -51,7 +53,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "bench",
         run: bench,
-        options: &[value("prompt-tokens", "N"), value("gen-tokens", "N")],
+        options: &[value("prompt-tokens", "N"), value("gen-tokens", "N"), repeated("lora", "FILE[:SCALE]")],
         positional: None,
     },
 ];
@@ -71,6 +73,7 @@ const NOTES: &str = "\
 (a hardware GPU when there is one and the build has the `gpu` feature, else the CPU).
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
+--lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
 `--name=value` is `--name value`. `--` ends the options: what follows is TEXT even if it begins with `-`.";
 
 /// The usage of `cmd`, or of every command.
@@ -144,6 +147,22 @@ fn load(args: &Args) -> Result<Arc<Model>, String> {
     Ok(Arc::new(model))
 }
 
+/// The adapters of each `--lora FILE[:SCALE]`, read for `model`.
+fn adapters(args: &Args, model: &Model) -> Result<AdapterSet, String> {
+    let mut set = Vec::new();
+    for spec in args.all("lora") {
+        // FILE:SCALE where what follows the last ':' is a number, else the whole of it is the file.
+        let (path, scale) = match spec.rsplit_once(':').map(|(p, s)| (p, s.parse::<f32>())) {
+            Some((path, Ok(scale))) => (path, scale),
+            _ => (spec.as_str(), 1.0),
+        };
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let adapter = LoraAdapter::from_bytes(model, bytes).map_err(|e| format!("{path}: {e}"))?;
+        set.push((Arc::new(adapter), scale));
+    }
+    Ok(AdapterSet::new(set))
+}
+
 fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
     let opts = SessionOptions { n_ctx: args.num("ctx", 0)?, ..SessionOptions::default() };
     let backend: Backend = args.opt("backend").unwrap_or("auto").parse().map_err(|e: ruvllm::Error| e.to_string())?;
@@ -182,7 +201,7 @@ fn generate(args: &Args) -> CliResult {
         },
         stop: args.all("stop"),
         ignore_eog: args.flag("ignore-eos"),
-        ..GenerateOptions::default()
+        adapters: adapters(args, &model)?,
     };
     let json_out = args.flag("json");
     let mut sess = session(args, model)?;
@@ -268,15 +287,19 @@ fn bench(args: &Args) -> CliResult {
     let text = include_str!("bench_prompt.txt").repeat(8);
     let mut ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
     ids.truncate(n_prompt);
+    let set = adapters(args, &model)?;
+    let n_adapters = set.adapters().len();
     let mut sess = session(args, model)?;
     sess.set_prefix_cache(false); // the whole prompt prefilled, as a benchmark of the prefill
-                                  // Warm-up (page in the weights), not measured.
+    sess.set_adapters(&set).map_err(|e| e.to_string())?;
+    // Warm-up (page in the weights), not measured.
     sess.eval(&ids[..ids.len().min(16)], false).map_err(|e| e.to_string())?;
     sess.reset();
     let opts = GenerateOptions {
         max_tokens: n_gen + 1,
         sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
         ignore_eog: true,
+        adapters: set,
         ..GenerateOptions::default()
     };
     let out = sess.generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
@@ -289,7 +312,7 @@ fn bench(args: &Args) -> CliResult {
             "prompt_tokens": s.prompt_tokens, "gen_tokens": s.generated_tokens,
             "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
             "peak_rss_mb": peak_rss_mb(), "model_mb": file_size as f64 / 1e6, "kv_cache_mb": sess.kv_cache_bytes() as f64 / 1e6,
-            "kv_cache": sess.model().kv_cache().cold.name(),
+            "kv_cache": sess.model().kv_cache().cold.name(), "adapters": n_adapters,
         })
     );
     Ok(())

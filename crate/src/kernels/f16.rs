@@ -147,9 +147,9 @@ pub(crate) fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     to_f32_ref(src, dst)
 }
 
-/// `sum(a[i] * b[i])` over `a.len() == b.len()` elements.
+/// `sum(a[i] * b[i])` over `a.len() == b.len()` elements (also LoRA adapters' `A·x`, `crate::lora`).
 #[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {
@@ -162,9 +162,9 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_ref(a, b)
 }
 
-/// `out[i] += w * x[i]` over `out.len() == x.len()` elements.
+/// `out[i] += w * x[i]` over `out.len() == x.len()` elements (also LoRA adapters' `B·(A·x)`).
 #[inline]
-fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
+pub(crate) fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
     assert_eq!(out.len(), x.len());
     #[cfg(target_arch = "x86_64")]
     if crate::quant::has_avx2() {

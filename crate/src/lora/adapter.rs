@@ -18,18 +18,20 @@ use crate::memory::ModelId;
 use crate::model::config::Arch;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
+use crate::quant::dequantize_row;
 
-/// One adapted weight's matrices, in the adapter's bytes: `a` is `rank × n_in`, `b` is `n_out × rank`.
-#[derive(Clone, Copy, Debug)]
+/// One adapted projection's matrices in f32, as the forward pass reads them (`super::AdapterSet::add_to`):
+/// `a` is A, `rank` rows of `n_in`; `bt` is B transposed, `rank` rows of `n_out` (row `j` is column `j` of B).
+#[derive(Clone, Debug)]
 pub(crate) struct Pair {
-    pub a: MatrixRef,
-    pub b: MatrixRef,
+    pub rank: usize,
+    pub a: Vec<f32>,
+    pub bt: Vec<f32>,
 }
 
-/// A LoRA adapter checked against one model: its matrices stay in the file's types (read by the same
-/// kernels as the model's weights) in a copy of the file's bytes.
+/// A LoRA adapter checked against one model: its matrices converted to f32 (they are small: `rank` rows or
+/// columns), B transposed, so that applying one is a few vector ops per token and needs no conversion.
 pub struct LoraAdapter {
-    bytes: Vec<u8>,
     alpha: f32,
     /// The model it was checked against: it runs on that model's sessions only.
     model: ModelId,
@@ -90,10 +92,9 @@ impl LoraAdapter {
         let mut adapter = LoraAdapter {
             digest: Sha256::digest(&bytes).into(),
             name: g.get_str("general.name").map(str::to_string),
-            bytes: Vec::new(),
             alpha,
             model: model.id(),
-            layers: vec![[None; Proj::ALL.len()]; c.n_layers],
+            layers: vec![Default::default(); c.n_layers],
             output: None,
         };
         for (weight, pair) in pairs {
@@ -111,23 +112,24 @@ impl LoraAdapter {
                     a.dims, b.dims
                 ));
             }
-            let a = MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset };
-            let b = MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset };
+            let a = to_f32(&bytes, MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset });
+            let b = to_f32(&bytes, MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset });
             for (site, rows) in sites {
-                *adapter.slot(site) = Some(Pair { a, b: b.row_range(rows) });
+                // The site's rows of B (Phi-3's fused weights feed several), transposed.
+                let b = &b;
+                let bt = (0..rank).flat_map(|j| rows.clone().map(move |i| b[i * rank + j])).collect();
+                *adapter.slot(site) = Some(Pair { rank, a: a.clone(), bt });
             }
         }
-        adapter.bytes = bytes;
         Ok(adapter)
     }
 
-    /// The pair adapting `site`, with the adapter's bytes it is read from.
-    pub(crate) fn pair(&self, site: Site) -> Option<(Pair, &[u8])> {
-        let pair = match site {
-            Site::Layer(l, p) => self.layers[l][p as usize],
-            Site::Output => self.output,
-        };
-        pair.map(|p| (p, &self.bytes[..]))
+    /// The pair adapting `site`.
+    pub(crate) fn pair(&self, site: Site) -> Option<&Pair> {
+        match site {
+            Site::Layer(l, p) => self.layers[l][p as usize].as_ref(),
+            Site::Output => self.output.as_ref(),
+        }
     }
 
     fn slot(&mut self, site: Site) -> &mut Option<Pair> {
@@ -165,6 +167,15 @@ impl LoraAdapter {
     pub fn model_id(&self) -> ModelId {
         self.model
     }
+}
+
+/// The matrix `m` of the adapter file `bytes` (its layout checked by `Gguf::parse`) as f32, row after row.
+fn to_f32(bytes: &[u8], m: MatrixRef) -> Vec<f32> {
+    let mut out = vec![0.0; m.rows * m.cols];
+    for (row, out) in m.bytes(bytes).chunks_exact(m.row_bytes()).zip(out.chunks_exact_mut(m.cols)) {
+        dequantize_row(m.ty, row, out);
+    }
+    out
 }
 
 /// A model weight as an adapter target.

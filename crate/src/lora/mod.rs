@@ -4,8 +4,9 @@
 //!
 //! A projection `y = W·x` with an adapter of rank `r` becomes `y = W·x + s·B·(A·x)`, where `A` is
 //! `r × n_in`, `B` is `n_out × r` and `s` is the request's scale times `alpha / r` (llama.cpp's rule).
-//! `A·x` is `r` values per token, so an adapter costs two thin matmuls beside the weight's, through the
-//! same kernels ([`crate::kernels::matmul`]) as the weights.
+//! `A·x` is `r` values per token: an adapter is kept in f32 (B transposed) and applied a token at a time
+//! with the f32 vector kernels, `r` dot products over `x` and `r` scaled rows of `Bᵀ` added to `y`. That is
+//! cheaper than two thin matmuls beside the weight's (no activation quantization, no tasks for `r` rows).
 //!
 //! Keys and values computed under one set of adapters are not those of another: a session's cache is
 //! forgotten when its set changes, and the model's prefix cache holds pages of the base model only.
@@ -17,9 +18,9 @@ use std::sync::Arc;
 pub use adapter::LoraAdapter;
 
 use crate::error::{Error, Result};
-use crate::model::forward::{add, project};
+use crate::kernels::f16::{axpy, dot};
 use crate::model::Model;
-use crate::quant::Activations;
+use crate::parallel::for_each_row_chunk;
 
 /// The projections of a layer that an adapter may adapt (Phi-3's fused tensors are split into these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,26 +74,23 @@ impl AdapterSet {
     }
 
     /// `y += s·B·(A·x)` for each adapter of the set that adapts `site`: `x` is `n` rows of the
-    /// projection's input, `y` its `n` output rows.
-    pub(crate) fn add_to(
-        &self,
-        site: Site,
-        x: &[f32],
-        n: usize,
-        y: &mut [f32],
-        acts: &mut Activations,
-        scratch: &mut LoraScratch,
-    ) {
+    /// projection's input, `y` its `n` output rows. Each token's row is `y += (s·(A_j·x))·Bᵀ_j` for
+    /// `j` in `0..rank`, in f32; the rows of a batch are shared among the threads.
+    pub(crate) fn add_to(&self, site: Site, x: &[f32], n: usize, y: &mut [f32]) {
+        let (n_in, n_out) = (x.len() / n, y.len() / n);
         for (adapter, scale) in &self.0 {
-            let Some((pair, bytes)) = adapter.pair(site) else { continue };
-            let (rank, n_out) = (pair.a.rows, pair.b.rows);
-            let t = grown(&mut scratch.t, n * rank);
-            project(acts, x, n, &mut [(pair.a.view(bytes), &mut t[..])]);
-            let s = adapter.effective_scale(*scale, rank);
-            t.iter_mut().for_each(|v| *v *= s);
-            let out = grown(&mut scratch.out, n * n_out);
-            project(acts, t, n, &mut [(pair.b.view(bytes), &mut out[..])]);
-            add(y, out, n_out);
+            let Some(pair) = adapter.pair(site) else { continue };
+            let s = adapter.effective_scale(*scale, pair.rank);
+            if s == 0.0 {
+                continue; // the base model's outputs, bit for bit
+            }
+            for_each_row_chunk(y, n_out, |t0, rows| {
+                for (y, x) in rows.chunks_exact_mut(n_out).zip(x[t0 * n_in..].chunks_exact(n_in)) {
+                    for (a, bt) in pair.a.chunks_exact(n_in).zip(pair.bt.chunks_exact(n_out)) {
+                        axpy(y, s * dot(a, x), bt);
+                    }
+                }
+            });
         }
     }
 }
@@ -104,20 +102,4 @@ impl PartialEq for AdapterSet {
         let key = |(a, s): &(Arc<LoraAdapter>, f32)| (*a.digest(), s.to_bits());
         self.0.len() == other.0.len() && self.0.iter().map(key).eq(other.0.iter().map(key))
     }
-}
-
-/// The forward pass's buffers for adapters: `A·x` and `B·(A·x)` of one projection, grown to the
-/// largest asked for (they stay empty while no adapter is used).
-#[derive(Default)]
-pub(crate) struct LoraScratch {
-    t: Vec<f32>,
-    out: Vec<f32>,
-}
-
-/// The first `len` values of `buf`, grown to hold them.
-fn grown(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if buf.len() < len {
-        buf.resize(len, 0.0);
-    }
-    &mut buf[..len]
 }

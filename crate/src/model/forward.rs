@@ -10,7 +10,7 @@ use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
-use crate::lora::{AdapterSet, LoraScratch, Proj, Site};
+use crate::lora::{AdapterSet, Proj, Site};
 use crate::model::config::Arch;
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
@@ -30,7 +30,6 @@ pub struct RunState {
     up: LineBuf,   // [n × ffn_dim]
     att_scratch: AttentionScratch,
     acts: Activations,
-    lora: LoraScratch,
     rope: Rope,
     angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
     /// The RoPE of layers with a base of their own (Gemma 3's windowed ones), and its angles.
@@ -56,7 +55,6 @@ impl RunState {
             up: LineBuf::zeros(n * c.ffn_dim),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
-            lora: LoraScratch::default(),
             rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             local: model.local_rope(n_ctx).map(|r| (r, vec![(0.0, 0.0); n * (c.rope_dims / 2)])),
@@ -168,7 +166,7 @@ fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut Ru
         // Each adapter's `s·B·(A·x)` is added where the weight's product is, before any bias or norm.
         for (p, out) in [(Proj::Q, &mut s.q[..n * qd]), (Proj::K, &mut s.k[..n * kvd]), (Proj::V, &mut s.v[..n * kvd])]
         {
-            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out, &mut s.acts, &mut s.lora);
+            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
         }
         for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
             if let Some(b) = bias {
@@ -200,7 +198,7 @@ fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut Ru
         let view = kv.layers[l].view();
         attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
-        lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d], &mut s.acts, &mut s.lora);
+        lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d]);
         if let Some(w) = &lw.post_attn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
@@ -216,7 +214,7 @@ fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut Ru
             &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
         );
         for (p, out) in [(Proj::Gate, &mut s.gate[..n * ff]), (Proj::Up, &mut s.up[..n * ff])] {
-            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out, &mut s.acts, &mut s.lora);
+            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
         }
         let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
         for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
@@ -228,7 +226,7 @@ fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut Ru
             }
         });
         project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
-        lora.add_to(Site::Layer(l, Proj::Down), &s.gate[..n * ff], n, &mut s.proj[..n * d], &mut s.acts, &mut s.lora);
+        lora.add_to(Site::Layer(l, Proj::Down), &s.gate[..n * ff], n, &mut s.proj[..n * d]);
         if let Some(w) = &lw.post_ffn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
@@ -249,7 +247,7 @@ fn output_head(model: &Model, lora: &AdapterSet, s: &mut RunState, n: usize, wan
     norm(&mut s.xb[..rows * d], &s.x[first * d..n * d], &w.output_norm, c.rms_eps);
     s.logits.resize(rows * c.vocab_size, 0.0);
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(w.output.view(file), &mut s.logits[..])]);
-    lora.add_to(Site::Output, &s.xb[..rows * d], rows, &mut s.logits[..], &mut s.acts, &mut s.lora);
+    lora.add_to(Site::Output, &s.xb[..rows * d], rows, &mut s.logits[..]);
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
