@@ -169,8 +169,9 @@ fn a_lost_device_falls_back_to_the_cpu_under_auto_and_is_an_error_under_webgpu()
 fn lora_adapters_move_an_auto_session_to_the_cpu_and_are_an_error_under_webgpu() {
     let bytes = support::read_file(&format!("{}/lora-smollm2-r8.gguf", tiny::fixtures_dir()));
     let lora = LoraAdapter::from_bytes(&model(), bytes).expect("make_lora_adapters.py --model's adapter");
-    // At scale 4 the adapter changes the answer (at 1 it leaves this confident one as it is).
-    let opts = GenerateOptions { adapters: AdapterSet::new(vec![(Arc::new(lora), 4.0)]), ..greedy(16) };
+    // At scale 8 the adapter changes the answer (at 1 it leaves this confident one as it is; at 4 the answer stays
+    // within rounding of the base one).
+    let opts = GenerateOptions { adapters: AdapterSet::new(vec![(Arc::new(lora), 8.0)]), ..greedy(16) };
     let cpu = Session::new(model()).generate(&france_prompt(), opts.clone(), None, |_| {}).unwrap();
     let base = Session::new(model()).generate(&france_prompt(), greedy(16), None, |_| {}).unwrap();
     assert_ne!(cpu.ids, base.ids, "the adapter changes the answer: {:?}", cpu.text);
