@@ -30,6 +30,12 @@ struct Hit<'a> {
     used: u64,
 }
 
+impl<'a> Hit<'a> {
+    fn of(id: u64, score: f32, e: &'a Entry) -> Hit<'a> {
+        Hit { id, score, text: &e.text, label: &e.label, used: e.used }
+    }
+}
+
 #[derive(Serialize)]
 struct Decision<'a> {
     route: Option<&'a LabelScore>,
@@ -167,14 +173,13 @@ impl Collection {
     pub fn entry(&self, id: f64) -> Option<String> {
         let id = whole(id)?;
         let e = self.inner.entry(id)?;
-        Some(json(&Hit { id, score: 1.0, text: &e.text, label: &e.label, used: e.used }))
+        Some(json(&Hit::of(id, 1.0, e)))
     }
 
     /// JSON of every entry (of `label` only, if given), by id; `score` is 1.
     pub fn entries(&self, label: Option<String>) -> String {
         let all = self.inner.entries().filter(|(_, e)| label.as_ref().is_none_or(|l| e.label == *l));
-        let hits: Vec<Hit> =
-            all.map(|(id, e)| Hit { id, score: 1.0, text: &e.text, label: &e.label, used: e.used }).collect();
+        let hits: Vec<Hit> = all.map(|(id, e)| Hit::of(id, 1.0, e)).collect();
         json(&hits)
     }
 
@@ -275,7 +280,7 @@ impl Collection {
             .iter()
             .filter_map(|f| {
                 let e = self.inner.entry(f.id)?;
-                Some(Hit { id: f.id, score: f.score, text: &e.text, label: &e.label, used: e.used })
+                Some(Hit::of(f.id, f.score, e))
             })
             .collect();
         json(&hits)

@@ -182,8 +182,10 @@ impl Collection {
 
     pub fn set_tag(&mut self, tag: &str) -> Result<()> {
         check_label(tag)?;
-        self.tag = tag.to_string();
-        self.meta_changed = true;
+        if self.tag != tag {
+            self.tag = tag.to_string();
+            self.meta_changed = true;
+        }
         Ok(())
     }
 
@@ -193,8 +195,8 @@ impl Collection {
 
     /// Keep the entries within `bytes` (none: no limit), dropping the least recently used; the ids dropped.
     pub fn set_budget(&mut self, bytes: Option<usize>) -> Vec<u64> {
+        self.meta_changed |= self.budget != bytes;
         self.budget = bytes;
-        self.meta_changed = true;
         self.enforce_budget()
     }
 
@@ -203,6 +205,10 @@ impl Collection {
         if threshold.is_some_and(|t| !t.is_finite()) {
             return Err(Error::InvalidArgument(format!("a threshold of {threshold:?}")));
         }
+        let own = match label {
+            None => self.threshold,
+            Some(l) => self.thresholds.get(l).copied(),
+        };
         match (label, threshold) {
             (None, t) => self.threshold = t,
             (Some(l), Some(t)) => {
@@ -213,7 +219,8 @@ impl Collection {
                 self.thresholds.remove(l);
             }
         }
-        self.meta_changed = true;
+        // A caller that sets what is there already (a router reopened with its routes) writes nothing.
+        self.meta_changed |= own != threshold;
         Ok(())
     }
 
@@ -632,6 +639,11 @@ mod tests {
         assert!(c.remove(4) && !c.remove(4));
         assert_eq!(c.remove_label("c"), 50);
         store(&mut c, &mut stored);
+        assert!(c.take_changes().is_empty());
+        // Setting what is there already changes nothing to write.
+        c.set_threshold(Some("b"), Some(0.25)).unwrap();
+        c.set_tag("all-MiniLM-L6-v2 384").unwrap();
+        assert!(c.set_budget(Some(1 << 20)).is_empty());
         assert!(c.take_changes().is_empty());
         let back = reload(&stored).unwrap();
         assert_eq!(back.entries().collect::<Vec<_>>(), c.entries().collect::<Vec<_>>());
