@@ -305,7 +305,7 @@ export class LLM {
       try {
         return fn();
       } catch (e) {
-        throw engineError(e, wasm);
+        throw engineError(e, wasm.glue);
       }
     };
     let buffer: ModelBuffer | undefined;
@@ -330,7 +330,7 @@ export class LLM {
       if (wasm.build === 'wasm-gpu') {
         const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware), kvCache });
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
-          throw engineError(e, wasm);
+          throw engineError(e, wasm.glue);
         });
         return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
       }
@@ -360,7 +360,7 @@ export class LLM {
       return llm;
     } catch (e) {
       engine.free();
-      throw engineError(e, wasm);
+      throw engineError(e, wasm.glue);
     }
   }
 
@@ -625,7 +625,7 @@ export class LLM {
   }
 
   #failed(e: unknown): RuvllmError {
-    const err = engineError(e, this.#wasm);
+    const err = engineError(e, this.#wasm.glue);
     if (err.code === 'E_ENGINE_CRASHED') {
       this.#crashed = err;
       this.#engine = null; // its wasm state is unknown after a trap: never touch it again
@@ -639,14 +639,15 @@ export class LLM {
   }
 }
 
-/** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError). */
-function engineError(e: unknown, wasm: Wasm): RuvllmError {
+/** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError), after which the
+ * object that trapped is unusable (`remedy` says what to do). */
+export function engineError(e: unknown, glue: Glue, remedy = 'load the model again'): RuvllmError {
   if (e instanceof RuvllmError) return e;
   const code = (e as { code?: unknown } | null)?.code;
   if (e instanceof Error && typeof code === 'string') return new RuvllmError(code as ErrorCode, e.message);
-  const panic = wasm.glue.lastPanic();
+  const panic = glue.lastPanic();
   const what = panic ? `the engine panicked: ${panic}` : `the engine failed: ${e instanceof Error ? e.message : String(e)}`;
-  return new RuvllmError('E_ENGINE_CRASHED', `${what} (load the model again)`, { cause: e });
+  return new RuvllmError('E_ENGINE_CRASHED', `${what} (${remedy})`, { cause: e });
 }
 
 function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {

@@ -5,8 +5,7 @@
 import type { ChatMessage } from '../chat.js';
 import { invalid } from '../errors.js';
 import { openStore, type LLM } from '../llm.js';
-import { checkTag } from './router.js';
-import { StoredCollection, type GraphOptions } from './stored.js';
+import { openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 
 export interface MemoryOptions extends GraphOptions {
@@ -73,10 +72,8 @@ export class Memory {
     const minScore = options.minScore ?? 0.3;
     if (!Number.isFinite(minScore)) throw invalid(`minScore must be a number, got ${options.minScore}`);
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-memory');
-    const [probe] = await embedder.embed('dimensions');
-    const c = await StoredCollection.open(store, probe.length, options);
+    const c = await openForEmbedder(embedder, store, options);
     try {
-      checkTag(c, embedder, probe.length);
       c.run((w) => w.setBudget(budget));
       c.changed();
     } catch (e) {

@@ -2,9 +2,9 @@
 // have a threshold); `route(text)` embeds the text, finds the nearest utterances, scores each route by its best one,
 // and answers the best route, or none when its score is below the route's threshold (else the router's). `add`
 // teaches it a new utterance (a correction). Kept in a store, so a page or process that reopens it routes the same.
-import { RuvllmError, invalid } from '../errors.js';
+import { invalid } from '../errors.js';
 import { openStore, type LLM } from '../llm.js';
-import { StoredCollection, type GraphOptions } from './stored.js';
+import { openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 
 export interface RouteDefinition {
@@ -73,11 +73,9 @@ export class Router {
     const k = count(options.k, 10, 'k');
     const ef = count(options.ef, 64, 'ef');
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-router');
-    const [probe] = await embedder.embed('dimensions');
-    const c = await StoredCollection.open(store, probe.length, options);
+    const c = await openForEmbedder(embedder, store, options);
     const router = new Router(c, embedder, k, ef);
     try {
-      checkTag(c, embedder, probe.length);
       if (threshold !== undefined) c.run((w) => w.setThreshold(undefined, threshold));
       for (const r of routes) await router.addRoute(r);
       c.changed();
@@ -149,15 +147,4 @@ function checkRoute(r: RouteDefinition): void {
   if (typeof r !== 'object' || r === null || typeof r.name !== 'string' || r.name === '') throw invalid('a route needs a name');
   if (!Array.isArray(r.utterances) || !r.utterances.every((u) => typeof u === 'string')) throw invalid(`route '${r.name}': utterances must be strings`);
   if (r.threshold !== undefined && !Number.isFinite(r.threshold)) throw invalid(`route '${r.name}': threshold must be a number`);
-}
-
-/** Mark a new collection with the embedder that made its vectors, or check a stored one's mark against it. */
-export function checkTag(c: StoredCollection, embedder: LLM, dims: number): void {
-  const tag = `${embedder.info().name ?? embedder.info().architecture} ${dims}`;
-  const stored = c.run((w) => w.tag());
-  if (stored === '') {
-    c.run((w) => w.setTag(tag));
-  } else if (stored !== tag) {
-    throw new RuvllmError('E_INDEX', `the stored vectors come from '${stored}', not the embedder loaded ('${tag}'): open another store`);
-  }
 }

@@ -6,7 +6,7 @@
 // rest: the store never holds a mix the reader would refuse.
 import type { Glue, WasmCollection } from '../builds.js';
 import { RuvllmError, type ErrorCode } from '../errors.js';
-import { indexGlue } from '../llm.js';
+import { engineError, indexGlue, type LLM } from '../llm.js';
 import { isFull, type Store } from '../store/store.js';
 
 type Changes = { put: Array<[string, Uint8Array]>; delete: string[] };
@@ -110,16 +110,30 @@ export class StoredCollection {
   }
 }
 
-/** Run `fn` on the engine, turning its coded errors into RuvllmErrors and a trap into `E_ENGINE_CRASHED`. */
+/** Run `fn` on the engine, its errors as RuvllmErrors. */
 function call<T>(glue: Glue, fn: () => T): T {
   try {
     return fn();
   } catch (e) {
-    const code = (e as { code?: unknown } | null)?.code;
-    if (e instanceof Error && typeof code === 'string') throw new RuvllmError(code as ErrorCode, e.message);
-    const panic = glue.lastPanic();
-    throw new RuvllmError('E_ENGINE_CRASHED', `the index failed: ${panic ?? (e as Error)?.message ?? String(e)}`, { cause: e });
+    throw engineError(e, glue, 'open the index again');
   }
+}
+
+/** The collection `store` holds for `embedder`'s vectors, or a new one of their length; marked with the embedder's
+ * name and dims, so that a store of another embedder's vectors is `E_INDEX` rather than compared with them. */
+export async function openForEmbedder(embedder: LLM, store: Store | null, graph: GraphOptions): Promise<StoredCollection> {
+  const [probe] = await embedder.embed('dimensions');
+  const c = await StoredCollection.open(store, probe.length, graph);
+  const tag = `${embedder.info().name ?? embedder.info().architecture} ${probe.length}`;
+  try {
+    const stored = c.run((w) => w.tag());
+    if (stored === '') c.run((w) => w.setTag(tag));
+    else if (stored !== tag) throw new RuvllmError('E_INDEX', `the stored vectors come from '${stored}', not the embedder loaded ('${tag}'): open another store`);
+  } catch (e) {
+    await c.close();
+    throw e;
+  }
+  return c;
 }
 
 /** `vector` as the engine takes it, checked: numbers, `dims` of them. */
