@@ -42,13 +42,13 @@ const SAMPLING: Opt[] = [
 // (The command functions further down are function declarations, so they already exist here.)
 const COMMANDS: Command[] = [
   { name: 'tokenize', run: tokenize, options: [flag('special')], positional: 'TEXT' },
-  { name: 'generate', run: generate, options: [required('prompt', 'TEXT'), flag('chat'), ...SAMPLING, flag('json')] },
+  { name: 'generate', run: generate, options: [required('prompt', 'TEXT'), flag('chat'), ...SAMPLING, flag('json'), repeated('lora', 'FILE[:SCALE]')] },
   {
     name: 'chat', run: chat, options: [value('system', 'TEXT'), ...SAMPLING, flag('json')],
     about: 'an interactive conversation: one line per message, /reset forgets it, /exit or EOF ends it',
   },
   { name: 'score', run: score, options: [required('ids', '1,2,3'), value('top-k', 'K')] },
-  { name: 'bench', run: bench, options: [value('prompt-tokens', 'N'), value('gen-tokens', 'N')] },
+  { name: 'bench', run: bench, options: [value('prompt-tokens', 'N'), value('gen-tokens', 'N'), repeated('lora', 'FILE[:SCALE]')] },
 ];
 
 /** Options every command takes. */
@@ -66,6 +66,7 @@ const NOTES = `--model defaults to $RUVLLM_MODEL. --threads: default the cores, 
 \`webgpu\` package in Node, see the README; else the CPU).
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
+--lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
 \`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
 
 /** `head` and the words after it, wrapped at 100 columns; continuation lines are indented under the first word. */
@@ -202,6 +203,25 @@ async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
   }
 }
 
+/** The adapters of each `--lora FILE[:SCALE]`, loaded into `llm`, for the `adapters` option. */
+async function adapters(args: Args, llm: LLM): Promise<Array<{ id: number; scale: number }>> {
+  const set = [];
+  for (const spec of args.all('lora')) {
+    // FILE:SCALE where what follows the last ':' is a number, else the whole of it is the file (as natively).
+    const colon = spec.lastIndexOf(':');
+    const tail = colon < 0 ? '' : spec.slice(colon + 1);
+    const numeric = tail.trim() !== '' && Number.isFinite(Number(tail));
+    const [path, scale] = numeric ? [spec.slice(0, colon), Number(tail)] : [spec, 1];
+    try {
+      set.push({ id: await llm.loadAdapter(path), scale });
+    } catch (e) {
+      const message = (e as Error).message;
+      throw new Error(message.includes(path) ? message : `${path}: ${message}`, { cause: e });
+    }
+  }
+  return set;
+}
+
 /** Sampling flags with the native CLI's defaults. */
 function sampling(args: Args): GenerateOptions {
   return {
@@ -247,7 +267,7 @@ async function generate(args: Args): Promise<void> {
   const text = args.flag('chat') ? llm.applyChatTemplate([{ role: 'user', content: prompt }]) : prompt;
   const promptIds = llm.tokenize(text, { prompt: true });
   const json = args.flag('json');
-  const r = await stream(llm, promptIds, sampling(args), json);
+  const r = await stream(llm, promptIds, { ...sampling(args), adapters: await adapters(args, llm) }, json);
   if (json) {
     const t = r.timings;
     printJson({
@@ -323,17 +343,18 @@ async function bench(args: Args): Promise<void> {
   // The native bench's fixed, real-text prompt, cut to exactly nPrompt tokens.
   const text = readFileSync(new URL('./bench_prompt.txt', import.meta.url), 'utf8').repeat(8);
   const ids = llm.tokenize(text).slice(0, nPrompt);
+  const set = await adapters(args, llm);
   // Warm-up, not measured (as the native bench), then forget it so the prompt is evaluated in full.
-  await llm.complete(ids.slice(0, Math.min(16, ids.length)), { maxTokens: 1, temperature: 0 });
+  await llm.complete(ids.slice(0, Math.min(16, ids.length)), { maxTokens: 1, temperature: 0, adapters: set });
   await llm.reset();
   await llm.clearPrefixCache();
-  const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true });
+  const r = await llm.complete(ids, { maxTokens: nGen + 1, temperature: 0, ignoreEos: true, adapters: set });
   const info = llm.info();
   printJson({
     engine: 'ruvllm-wasm', backend: info.backend, threads: info.threads, prompt_tokens: r.usage.promptTokens, gen_tokens: r.usage.completionTokens,
     load_ms: loadMs, prefill_tok_s: r.timings.prefillTokensPerSecond, decode_tok_s: r.timings.decodeTokensPerSecond,
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
-    kv_cache: info.kvCache.cold,
+    kv_cache: info.kvCache.cold, adapters: set.length,
   });
 }
 

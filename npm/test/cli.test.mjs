@@ -76,6 +76,21 @@ test('sampling flags are accepted as the native CLI takes them, and seeded runs 
   assert.deepEqual(generated(stopped[0]), generated(stopped[1]));
 });
 
+test('--lora applies a GGUF adapter as the native CLI does; at scale 0 the output is the base model\'s', () => {
+  const adapter = join(process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtures'), 'lora-smollm2-r8.gguf');
+  const args = ['generate', '--model', MODEL_PATH, '--prompt', FRANCE.prompt, '--temperature', '0', '--max-tokens', '8', '--json'];
+  const base = JSON.parse(wasmCli(...args));
+  assert.deepEqual(JSON.parse(wasmCli(...args, '--lora', `${adapter}:0`)).ids, base.ids);
+  const [wasm, native] = both(...args, '--lora', `${adapter}:8`);
+  assert.notDeepEqual(wasm.ids, base.ids, 'the adapter changes the answer');
+  // The first tokens, past where the answer leaves the base model's (later ones may part at near ties).
+  assert.deepEqual(wasm.ids.slice(0, 3), native.ids.slice(0, 3));
+  assert.notDeepEqual(wasm.ids.slice(0, 3), base.ids.slice(0, 3));
+  const missing = spawnSync(process.execPath, [CLI, ...args, '--lora', '/nonexistent-adapter.gguf'], { encoding: 'utf8' });
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /^error: \/nonexistent-adapter.gguf: .*ENOENT/);
+});
+
 test('generate without --json streams the text to stdout and stats to stderr', () => {
   const r = spawnSync(process.execPath, [CLI, 'generate', '--model', MODEL_PATH, '--prompt', FRANCE.prompt, '--temperature', '0'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
