@@ -269,6 +269,58 @@ impl Gguf {
     }
 }
 
+/// Write a GGUF (version 3) with `metadata` (scalars and strings) and f32 `tensors`, each named with its
+/// ggml dims (innermost first) and its data: what llama.cpp reads, and what [`Gguf::parse`] reads back (an
+/// exported LoRA adapter is one). Arrays are not written: nothing we export needs them.
+pub fn write_f32(metadata: &[(&str, Value)], tensors: &[(String, Vec<usize>, &[f32])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let put_str = |out: &mut Vec<u8>, s: &str| {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    };
+    out.extend(MAGIC.to_le_bytes());
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        put_str(&mut out, key);
+        let (ty, bytes): (u32, Vec<u8>) = match value {
+            Value::U8(v) => (0, vec![*v]),
+            Value::I8(v) => (1, v.to_le_bytes().to_vec()),
+            Value::U16(v) => (2, v.to_le_bytes().to_vec()),
+            Value::I16(v) => (3, v.to_le_bytes().to_vec()),
+            Value::U32(v) => (4, v.to_le_bytes().to_vec()),
+            Value::I32(v) => (5, v.to_le_bytes().to_vec()),
+            Value::F32(v) => (6, v.to_le_bytes().to_vec()),
+            Value::Bool(v) => (7, vec![*v as u8]),
+            Value::String(v) => (8, [&(v.len() as u64).to_le_bytes()[..], v.as_bytes()].concat()),
+            Value::U64(v) => (10, v.to_le_bytes().to_vec()),
+            Value::I64(v) => (11, v.to_le_bytes().to_vec()),
+            Value::F64(v) => (12, v.to_le_bytes().to_vec()),
+            Value::Array(_) => unreachable!("write_f32 writes no arrays"),
+        };
+        out.extend(ty.to_le_bytes());
+        out.extend(bytes);
+    }
+    let align = DEFAULT_ALIGNMENT as usize;
+    let mut offset = 0;
+    for (name, dims, data) in tensors {
+        assert_eq!(dims.iter().product::<usize>(), data.len(), "tensor '{name}': dims and data disagree");
+        put_str(&mut out, name);
+        out.extend((dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|&d| out.extend((d as u64).to_le_bytes()));
+        out.extend((GgmlType::F32 as u32).to_le_bytes());
+        out.extend((offset as u64).to_le_bytes());
+        offset = align_up(offset + 4 * data.len(), align);
+    }
+    out.resize(align_up(out.len(), align), 0);
+    for (_, _, data) in tensors {
+        data.iter().for_each(|v| out.extend(v.to_le_bytes()));
+        out.resize(align_up(out.len(), align), 0);
+    }
+    out
+}
+
 fn err(msg: impl Into<String>) -> Error {
     Error::Gguf(msg.into())
 }

@@ -20,7 +20,7 @@ pub fn rmsnorm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
 }
 
 /// `1 / sqrt(mean(x²) + eps)`, the sum of squares in f64 as ggml's `ggml_float`.
-fn inv_rms(x: &[f32], eps: f32) -> f32 {
+pub(crate) fn inv_rms(x: &[f32], eps: f32) -> f32 {
     let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
     1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()
 }

@@ -124,6 +124,28 @@ impl LoraAdapter {
         Ok(adapter)
     }
 
+    /// An adapter of weights trained here (`super::train`), for `model`, with `digest` naming its weights.
+    pub(crate) fn trained(
+        model: &Model,
+        name: &str,
+        alpha: f32,
+        digest: [u8; 32],
+        pairs: Vec<(Site, Pair)>,
+    ) -> LoraAdapter {
+        let mut adapter = LoraAdapter {
+            alpha,
+            model: model.id(),
+            digest,
+            name: Some(name.to_string()),
+            layers: vec![Default::default(); model.config.n_layers],
+            output: None,
+        };
+        for (site, pair) in pairs {
+            *adapter.slot(site) = Some(pair);
+        }
+        adapter
+    }
+
     /// The pair adapting `site`.
     pub(crate) fn pair(&self, site: Site) -> Option<&Pair> {
         match site {

@@ -12,10 +12,12 @@
 //! forgotten when its set changes, and the model's prefix cache holds pages of the base model only.
 
 mod adapter;
+pub mod train;
 
 use std::sync::Arc;
 
 pub use adapter::LoraAdapter;
+pub use train::{MicroLora, MicroLoraOptions, StepReport};
 
 use crate::error::{Error, Result};
 use crate::kernels::f16::{axpy, dot};

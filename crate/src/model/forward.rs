@@ -102,8 +102,25 @@ pub fn forward(
     want: LogitsFor,
 ) {
     in_pool(|| {
-        forward_layers(model, lora, kv, s, tokens, pos0);
+        forward_layers(model, lora, kv, s, tokens, pos0, model.config.n_layers);
         output_head(model, lora, s, tokens.len(), want);
+    })
+}
+
+/// The base model's residual stream after its first `n_layers` layers for `tokens` at positions `pos0..`,
+/// `[n × d_model]`, into `out`: what a MicroLoRA of the later layers trains on (`lora::train`).
+pub(crate) fn residual_after(
+    model: &Model,
+    kv: &mut KvCache,
+    s: &mut RunState,
+    tokens: &[u32],
+    pos0: usize,
+    n_layers: usize,
+    out: &mut [f32],
+) {
+    in_pool(|| {
+        forward_layers(model, &AdapterSet::default(), kv, s, tokens, pos0, n_layers);
+        out.copy_from_slice(&s.x[..tokens.len() * model.config.d_model]);
     })
 }
 
@@ -111,14 +128,22 @@ pub fn forward(
 /// into `out` (what llama.cpp pools into a decoder model's embeddings).
 pub fn hidden_states(model: &Model, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize, out: &mut [f32]) {
     in_pool(|| {
-        forward_layers(model, &AdapterSet::default(), kv, s, tokens, pos0);
+        forward_layers(model, &AdapterSet::default(), kv, s, tokens, pos0, model.config.n_layers);
         let d = model.config.d_model;
         norm(out, &s.x[..tokens.len() * d], &model.weights.output_norm, model.config.rms_eps);
     })
 }
 
-/// The layers: leave the last layer's residual stream in `s.x`.
-fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut RunState, tokens: &[u32], pos0: usize) {
+/// The first `n_layers` layers (all of them but for a MicroLoRA's frozen part): leave the residual stream in `s.x`.
+fn forward_layers(
+    model: &Model,
+    lora: &AdapterSet,
+    kv: &mut KvCache,
+    s: &mut RunState,
+    tokens: &[u32],
+    pos0: usize,
+    n_layers: usize,
+) {
     let c = &model.config;
     let w = &model.weights;
     let file = model.file();
@@ -149,7 +174,7 @@ fn forward_layers(model: &Model, lora: &AdapterSet, kv: &mut KvCache, s: &mut Ru
         }
     }
 
-    for (l, lw) in w.layers.iter().enumerate() {
+    for (l, lw) in w.layers[..n_layers].iter().enumerate() {
         // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
         // (qwen2) and each query and key head RMS-normed before RoPE (qwen3).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
