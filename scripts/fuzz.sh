@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages,
-# saved conversations, persisted HNSW indexes and LoRA adapters (cargo-fuzz, libFuzzer;
+# saved conversations, persisted HNSW indexes, LoRA adapters and saved MicroLoRA states (cargo-fuzz, libFuzzer;
 # the targets are in fuzz/fuzz_targets/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
 #
@@ -71,8 +71,9 @@ seed tokenizer "$seeds"/tokenizer-*
 seed chat_template fuzz/seeds/chat_template/*
 seed kv_record fuzz/seeds/kv_record/*
 seed session_state fuzz/seeds/session_state/*
-# The tiny models' adapters, good and bad (make_lora_adapters.py); lora_adapter reads them for tiny-llama-spm.
-seed lora_adapter "$RUVLLM_FIXTURES"/lora-{llama,phi3,bad}-*.gguf
+# The tiny models' adapters, good and bad (make_lora_adapters.py), which lora_adapter reads for tiny-llama-spm, and
+# two edited MicroLoRA states (an input starting with M).
+seed lora_adapter "$RUVLLM_FIXTURES"/lora-{llama,phi3,bad}-*.gguf fuzz/seeds/lora_adapter/*
 # hnsw_index builds its own valid records from the input's first bytes: it needs no seeds.
 seed hnsw_index
 

@@ -40,6 +40,10 @@ use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
 use crate::quant::{dequantize_row, QuantMatrix};
 
+const STATE_MAGIC: [u8; 8] = *b"RVMLORA\0";
+const STATE_VERSION: u32 = 1;
+const STATE_HEADER_BYTES: usize = 96;
+
 /// Most tokens of one example (attention keeps `heads × T²` probabilities per trained layer).
 pub const MAX_EXAMPLE_TOKENS: usize = 1024;
 /// Examples whose frozen-layer output is kept for their next step.
@@ -324,6 +328,98 @@ impl MicroLora {
             ("adapter.lora.alpha", Value::F32(self.options.alpha)),
         ];
         gguf::write_f32(&metadata, &tensors)
+    }
+
+    /// The whole training state as bytes (options, weights, the EWC anchor and Fisher estimate, Adam's moments),
+    /// for a store to keep; [`MicroLora::from_bytes`] reads it back for the same model.
+    ///
+    /// ```text
+    /// 0   magic "RVMLORA\0", version u32, model id (32 bytes)
+    /// 44  rank, layers, projections (bit i: Proj::ALL[i]) u32 ×3; alpha, learning rate, EWC lambda,
+    ///     Fisher decay f32 ×4; seed u64; steps u64; session steps u32; parameters u32
+    /// 96  weights, anchor, Fisher, session squares, Adam m, Adam v: parameters × f32 each
+    /// end CRC-32 of all the above
+    /// ```
+    pub fn to_bytes(&self, model: &Model) -> Vec<u8> {
+        let o = &self.options;
+        let mut out = STATE_MAGIC.to_vec();
+        out.extend(STATE_VERSION.to_le_bytes());
+        out.extend(model.id().0);
+        let mask =
+            Proj::ALL.iter().enumerate().filter(|(_, p)| o.projections.contains(p)).fold(0u32, |m, (i, _)| m | 1 << i);
+        for v in [o.rank as u32, o.layers as u32, mask] {
+            out.extend(v.to_le_bytes());
+        }
+        for v in [o.alpha, o.learning_rate, o.ewc_lambda, o.fisher_decay] {
+            out.extend(v.to_le_bytes());
+        }
+        out.extend(o.seed.to_le_bytes());
+        out.extend(self.steps.to_le_bytes());
+        out.extend(self.session_steps.to_le_bytes());
+        out.extend((self.theta.len() as u32).to_le_bytes());
+        for vs in [&self.theta, &self.anchor, &self.fisher, &self.session_sq, &self.m, &self.v] {
+            vs.iter().for_each(|v| out.extend(v.to_le_bytes()));
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend(crc.to_le_bytes());
+        out
+    }
+
+    /// Read a state [`MicroLora::to_bytes`] wrote, for `model`. Bytes from outside: a damaged, foreign or
+    /// other model's state is `Error::Adapter`, and nothing is believed before the checksum and the layout hold.
+    pub fn from_bytes(model: &Model, bytes: &[u8]) -> Result<MicroLora> {
+        let bad = |m: &str| Error::Adapter(format!("saved MicroLoRA: {m}"));
+        if bytes.len() < STATE_HEADER_BYTES + 4 || bytes[..8] != STATE_MAGIC {
+            return Err(bad("not a MicroLoRA state (no magic number)"));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(bad("checksum mismatch: the record is damaged"));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
+        let f32_at = |at: usize| f32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
+        let u64_at = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+        if u32_at(8) != STATE_VERSION {
+            return Err(bad(&format!("version {} (this build reads {STATE_VERSION})", u32_at(8))));
+        }
+        if body[12..44] != model.id().0 {
+            return Err(bad("it was trained for another model"));
+        }
+        let mask = u32_at(52);
+        let options = MicroLoraOptions {
+            rank: u32_at(44) as usize,
+            layers: u32_at(48) as usize,
+            projections: Proj::ALL.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, &p)| p).collect(),
+            alpha: f32_at(56),
+            learning_rate: f32_at(60),
+            ewc_lambda: f32_at(64),
+            fisher_decay: f32_at(68),
+            seed: u64_at(72),
+        };
+        if mask >> Proj::ALL.len() != 0 {
+            return Err(bad(&format!("unknown projections in mask {mask:#x}")));
+        }
+        let mut lora = MicroLora::new(model, options).map_err(|e| bad(&e.to_string()))?;
+        let n = lora.theta.len();
+        if u32_at(92) as usize != n || body.len() != STATE_HEADER_BYTES + 6 * 4 * n {
+            return Err(bad(&format!("{} bytes do not hold {n} parameters six times", body.len())));
+        }
+        let mut floats =
+            body[STATE_HEADER_BYTES..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")));
+        for vs in [&mut lora.theta, &mut lora.anchor, &mut lora.fisher, &mut lora.session_sq, &mut lora.m, &mut lora.v]
+        {
+            vs.iter_mut().for_each(|v| *v = floats.next().expect("sized above"));
+        }
+        let all = [&lora.theta, &lora.anchor, &lora.fisher, &lora.session_sq, &lora.m, &lora.v];
+        if all.iter().any(|vs| vs.iter().any(|v| !v.is_finite())) {
+            return Err(bad("a weight or moment is not finite"));
+        }
+        if [&lora.fisher, &lora.session_sq, &lora.v].iter().any(|vs| vs.iter().any(|&v| v < 0.0)) {
+            return Err(bad("a squared quantity is negative"));
+        }
+        lora.steps = u64_at(80);
+        lora.session_steps = u32_at(88);
+        Ok(lora)
     }
 
     /// The frozen layers' output for `tokens`, `[T × d_model]`, and whether it was kept from an earlier step.
@@ -958,6 +1054,44 @@ mod tests {
         assert!(live.pair(Site::Layer(model.config.n_layers - 5, Proj::Q)).is_none());
         lora.train_step(&model, &tokens, 8, 1.0).unwrap();
         assert_ne!(lora.adapter(&model, "live").digest(), live.digest());
+    }
+
+    #[test]
+    fn a_saved_state_reads_back_whole_and_damage_is_refused() {
+        let model = tiny("tiny-llama-spm.gguf");
+        let options = MicroLoraOptions { rank: 3, projections: vec![Proj::K, Proj::Up], ..MicroLoraOptions::default() };
+        let mut lora = MicroLora::new(&model, options).unwrap();
+        let tokens: Vec<u32> = (1..20).collect();
+        lora.train_step(&model, &tokens, 8, 1.0).unwrap();
+        lora.consolidate();
+        lora.train_step(&model, &tokens, 8, -1.0).unwrap();
+        let bytes = lora.to_bytes(&model);
+        let mut back = MicroLora::from_bytes(&model, &bytes).unwrap();
+        assert_eq!(back.options, lora.options);
+        assert_eq!((back.steps, back.session_steps), (lora.steps, lora.session_steps));
+        assert_eq!(
+            [&back.theta, &back.anchor, &back.fisher, &back.session_sq, &back.m, &back.v],
+            [&lora.theta, &lora.anchor, &lora.fisher, &lora.session_sq, &lora.m, &lora.v]
+        );
+        assert_eq!(back.to_bytes(&model), bytes);
+        // The next step is the same step.
+        let (a, b) =
+            (lora.train_step(&model, &tokens, 8, 1.0).unwrap(), back.train_step(&model, &tokens, 8, 1.0).unwrap());
+        assert_eq!(a.loss, b.loss);
+        assert_eq!(lora.theta, back.theta);
+
+        let refused = |b: &[u8]| matches!(MicroLora::from_bytes(&model, b), Err(Error::Adapter(_)));
+        assert!(refused(&bytes[..bytes.len() - 1]));
+        assert!(refused(&bytes[..10]));
+        assert!(refused(b""));
+        for at in [0, 9, 20, 50, 100, bytes.len() - 2] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            assert!(refused(&damaged), "a flipped bit at {at}");
+        }
+        assert!(refused(
+            &MicroLora::new(&model, MicroLoraOptions::default()).unwrap().to_bytes(&tiny("tiny-llama3.gguf"))
+        ));
     }
 
     #[test]
