@@ -32,6 +32,8 @@ pub mod wasm;
 pub mod wasm_gpu;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm_index;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm_lora;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod wasm_threads;
 

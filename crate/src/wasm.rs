@@ -8,7 +8,7 @@
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
 //! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
-//! options); they run on the CPU.
+//! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm_lora.rs`).
 //! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`, `embed`) run on
 //! the thread pool and return Promises (see `crate::wasm_threads`); in the plain build they return values.
 
@@ -21,7 +21,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
 use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
-use crate::lora::{AdapterSet, LoraAdapter};
+use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
 use crate::model::config::Arch;
 use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
@@ -115,11 +115,13 @@ pub(crate) struct JsAdapter {
     scale: Option<f32>,
 }
 
-/// The LoRA adapters an engine has read for its model, by the ids `loadAdapter` gave them.
+/// The LoRA adapters an engine holds for its model, by the ids it gave them: files `loadAdapter` read, and
+/// MicroLoRAs it trains (`wasm_lora.rs`), whose weights a request takes as they are when it starts.
 #[derive(Default)]
 pub(crate) struct Adapters {
     next_id: u32,
     loaded: BTreeMap<u32, Arc<LoraAdapter>>,
+    pub(crate) trained: BTreeMap<u32, Arc<Mutex<MicroLora>>>,
 }
 
 impl Adapters {
@@ -130,19 +132,40 @@ impl Adapters {
         Ok(self.next_id)
     }
 
+    /// Keep a MicroLoRA under a new id.
+    pub(crate) fn train(&mut self, lora: MicroLora) -> u32 {
+        self.next_id += 1;
+        self.trained.insert(self.next_id, Arc::new(Mutex::new(lora)));
+        self.next_id
+    }
+
     /// The set a request names; an id never loaded (or unloaded) is an `Error::Adapter`.
-    fn set(&self, chosen: &[JsAdapter]) -> crate::Result<AdapterSet> {
-        let adapters = chosen.iter().map(|a| match self.loaded.get(&a.id) {
-            Some(adapter) => Ok((adapter.clone(), a.scale.unwrap_or(1.0))),
-            None => Err(Error::Adapter(format!("no adapter has id {}", a.id))),
+    fn set(&self, model: &Model, chosen: &[JsAdapter]) -> crate::Result<AdapterSet> {
+        let adapters = chosen.iter().map(|a| {
+            let adapter = match (self.loaded.get(&a.id), self.trained.get(&a.id)) {
+                (Some(adapter), _) => adapter.clone(),
+                (None, Some(lora)) => Arc::new(idle(lora)?.adapter(model, &format!("microlora-{}", a.id))),
+                (None, None) => return Err(Error::Adapter(format!("no adapter has id {}", a.id))),
+            };
+            Ok((adapter, a.scale.unwrap_or(1.0)))
         });
         adapters.collect::<crate::Result<_>>().map(AdapterSet::new)
     }
 }
 
+/// A MicroLoRA no training step holds: the calls that read one here run on the page's thread, which must not
+/// wait (the package runs one call at a time, so a held one is a caller's mistake, said as such).
+pub(crate) fn idle(lora: &Mutex<MicroLora>) -> crate::Result<MutexGuard<'_, MicroLora>> {
+    match lora.try_lock() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(Error::Adapter("the MicroLoRA is training: wait for its step".into())),
+    }
+}
+
 impl JsGenerateOptions {
     /// The options, with the adapters they name taken from `adapters`.
-    pub(crate) fn into_options(self, adapters: &Adapters) -> Result<GenerateOptions, JsValue> {
+    pub(crate) fn into_options(self, model: &Model, adapters: &Adapters) -> Result<GenerateOptions, JsValue> {
         let d = SamplerConfig::default();
         Ok(GenerateOptions {
             max_tokens: self.max_tokens.unwrap_or(GenerateOptions::default().max_tokens),
@@ -159,7 +182,7 @@ impl JsGenerateOptions {
             },
             stop: self.stop,
             ignore_eog: self.ignore_eos,
-            adapters: adapters.set(&self.adapters).map_err(js_error)?,
+            adapters: adapters.set(model, &self.adapters).map_err(js_error)?,
         })
     }
 }
@@ -227,18 +250,18 @@ impl ModelBuffer {
 
 #[wasm_bindgen]
 pub struct Engine {
-    model: Arc<Model>,
+    pub(crate) model: Arc<Model>,
     /// Shared with the pool job that runs a forward pass (threaded build); one job at a time.
     /// None for an encoder model, which does not generate.
     session: Option<Arc<Mutex<Session>>>,
     n_ctx: usize,
     kv_cache_bytes: usize,
-    adapters: RefCell<Adapters>,
+    pub(crate) adapters: RefCell<Adapters>,
 }
 
 /// Run `work` and convert its result with `to_js`: as a pool job whose Promise this returns in the threaded build.
 #[cfg(feature = "threads")]
-fn run_job<T: Send + 'static>(
+pub(crate) fn run_job<T: Send + 'static>(
     work: impl FnOnce() -> crate::Result<T> + Send + 'static,
     to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
 ) -> Result<JsValue, JsValue> {
@@ -248,7 +271,7 @@ fn run_job<T: Send + 'static>(
 /// Run `work` here and convert its result with `to_js` (the plain and WebGPU builds, whose session need not be
 /// `Send`).
 #[cfg(not(feature = "threads"))]
-fn run_job<T>(
+pub(crate) fn run_job<T>(
     work: impl FnOnce() -> crate::Result<T>,
     to_js: impl FnOnce(T) -> Result<JsValue, JsValue>,
 ) -> Result<JsValue, JsValue> {
@@ -542,13 +565,14 @@ impl Engine {
     /// Forget the adapter `id` (a generation that runs with it keeps it until it ends); whether it was loaded.
     #[wasm_bindgen(js_name = unloadAdapter)]
     pub fn unload_adapter(&self, id: u32) -> bool {
-        self.adapters.borrow_mut().loaded.remove(&id).is_some()
+        let mut adapters = self.adapters.borrow_mut();
+        adapters.loaded.remove(&id).is_some() || adapters.trained.remove(&id).is_some()
     }
 
     /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).
     /// Returns undefined (a Promise of it in the threaded build).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> Result<JsValue, JsValue> {
-        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options(&self.adapters.borrow())?;
+        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options(&self.model, &self.adapters.borrow())?;
         self.run(move |s| s.start(&prompt_ids, opts), |()| Ok(JsValue::UNDEFINED))
     }
 

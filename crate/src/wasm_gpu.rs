@@ -141,8 +141,10 @@ impl GpuEngine {
     /// in the `nextStep` calls, one batch each).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> js_sys::Promise {
         // This engine loads no adapters (they run on the CPU engine): any the options name is unknown.
-        let opts =
-            parse::<JsGenerateOptions>(options_json, "options").and_then(|o| o.into_options(&Adapters::default()));
+        let model = self.borrow().map(|inner| inner.model.clone());
+        let opts = model.and_then(|model| {
+            parse::<JsGenerateOptions>(options_json, "options").and_then(|o| o.into_options(&model, &Adapters::default()))
+        });
         let cell = self.inner.clone();
         future_to_promise(async move {
             lock(&cell)?.start(&prompt_ids, opts?).await.map_err(js_error)?;

@@ -68,6 +68,15 @@ export interface Engine {
   /** A LoRA adapter file read for the model: its id (crate/src/wasm.rs only: the WebGPU engine runs none). */
   loadAdapter?(bytes: Uint8Array): number;
   unloadAdapter?(id: number): boolean;
+  /** MicroLoRA (crate/src/wasm_lora.rs only): adapters trained here, with adapter ids. trainMicroLora returns JSON
+   * (a Promise of it in the threaded build). */
+  createMicroLora?(optionsJson: string): number;
+  openMicroLora?(bytes: Uint8Array): number;
+  trainMicroLora?(id: number, ids: Uint32Array, firstTarget: number, reward: number): unknown;
+  consolidateMicroLora?(id: number): number;
+  saveMicroLora?(id: number): Uint8Array;
+  exportMicroLora?(id: number, name: string): Uint8Array;
+  microLoraInfo?(id: number): string;
   /** JSON `{embeddings, tokens}` (crate/src/wasm.rs only: the WebGPU build's engine has none). */
   embed?(textsJson: string, optionsJson: string): unknown;
   reset(): void;

@@ -17,6 +17,8 @@ export type { GraphOptions, Metric } from './vectors/stored.js';
 export { Router } from './vectors/router.js';
 export type { RouteDecision, RouteDefinition, RouteScore, RouteSummary, RouterOptions } from './vectors/router.js';
 export { Memory } from './vectors/memory.js';
+export { MicroLora } from './microlora.js';
+export type { Feedback, FeedbackResult, MicroLoraInfo, MicroLoraOptions, Projection } from './microlora.js';
 export type { MemoryInfo, MemoryOptions, RecallOptions, RecalledTurn } from './vectors/memory.js';
 export type { StoreError, StoreLoad } from './store/persistence.js';
 export type { ErrorCode } from './errors.js';

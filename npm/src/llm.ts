@@ -4,6 +4,7 @@ import { createChat, type Chat, type ChatMessage } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
+import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence, type StoreError, type StoreLoad } from './store/persistence.js';
@@ -265,6 +266,8 @@ export class LLM {
   #busy = false;
   #disposed = false;
   #crashed: RuvllmError | null = null;
+  /** The MicroLoRA `feedback` trains: the last `microLora()` opened. */
+  #microLora: MicroLora | null = null;
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
@@ -453,6 +456,30 @@ export class LLM {
         return e.loadAdapter(bytes);
       }),
     );
+  }
+
+  /** A MicroLoRA of this model: the one `options.store` keeps under `options.name`, or a new one (see
+   * `MicroLoraOptions`). It learns from `feedback` and applies as `adapters: [{ id: lora.id }]`. It becomes this
+   * model's `llm.feedback` target. The CPU engine trains it (`backend: 'cpu'`). */
+  async microLora(options: MicroLoraOptions = {}): Promise<MicroLora> {
+    if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
+    const store = options.store === undefined ? null : openStore(options.store, 'store', 'ruvllm-microlora');
+    const host: MicroLoraHost = {
+      call: (fn) => this.#call(fn),
+      callAsync: (fn) => this.#callAsync(fn),
+      exclusive: (signal, fn) => this.#exclusive(signal, fn),
+      tokenize: (text, o) => this.tokenize(text, o),
+      applyChatTemplate: (messages, o) => this.applyChatTemplate(messages, o),
+    };
+    this.#microLora = await MicroLora.open(host, store, options);
+    return this.#microLora;
+  }
+
+  /** Teach this model's MicroLoRA (the last `llm.microLora()` opened; the first call opens a default one, kept in
+   * memory) from one answer: `accepted` or a `reward` in [-1, 1]. One gradient step; see `MicroLora.feedback`. */
+  async feedback(feedback: Feedback): Promise<FeedbackResult> {
+    const lora = this.#microLora ?? (await this.microLora());
+    return lora.feedback(feedback);
   }
 
   /** Forget adapter `id` (a generation running with it keeps it until it ends); whether it was loaded. */

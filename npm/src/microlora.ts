@@ -1,0 +1,210 @@
+// MicroLoRA (crate/src/lora/train.rs, bound in crate/src/wasm_lora.rs): a small LoRA adapter of the model's last
+// layers that the engine trains from feedback on answers (gradient steps through a real backward pass, Adam, an EWC
+// penalty toward what it consolidated), kept in a store across reloads, exported as llama.cpp's GGUF adapter file.
+// It is an adapter like a loaded file: `adapters: [{ id: lora.id }]` in generate and the chat API applies it.
+
+import type { Engine } from './builds.js';
+import type { ChatMessage } from './chat.js';
+import { RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
+import { KEY, isFull, type Store } from './store/store.js';
+
+export type Projection = 'q' | 'k' | 'v' | 'o' | 'gate' | 'up' | 'down';
+
+/** How a MicroLoRA is made (a stored one keeps the options it was made with). */
+export interface MicroLoraOptions {
+  /** Where it is kept: `'indexeddb'`, a directory (Node), or a `Store`; none: this page or process only. */
+  store?: 'indexeddb' | string | Store;
+  /** Its name in the store: lowercase letters and digits (default `'default'`). */
+  name?: string;
+  /** Rank of each adapted projection, 1-16 (default 2). */
+  rank?: number;
+  /** How many of the model's last layers it adapts (default 4). */
+  layers?: number;
+  /** Which projections of those layers (default `['q', 'v']`). */
+  projections?: Projection[];
+  /** `B·A` is scaled by `alpha / rank` (default 2). */
+  alpha?: number;
+  /** Adam's step size (default 0.01). */
+  learningRate?: number;
+  /** Weight of the penalty toward the consolidated weights, by how much each weight mattered (default 1e6). */
+  ewcLambda?: number;
+  /** How much of the old importance estimate a consolidation keeps (default 0.9). */
+  fisherDecay?: number;
+  /** Seed of the initial weights (default 0). */
+  seed?: number;
+}
+
+/** One piece of feedback: the conversation, the answer given to it, and whether it was good. */
+export interface Feedback {
+  messages: ChatMessage[];
+  response: string;
+  /** `true`: learn this answer (reward 1); `false`: move away from it (reward -1). */
+  accepted?: boolean;
+  /** Or a weight in [-1, 1], not 0: > 0 teaches the answer, < 0 pushes away from it. */
+  reward?: number;
+  signal?: AbortSignal;
+}
+
+/** What one training step did. */
+export interface FeedbackResult {
+  /** The loss on the answer before the step (cross-entropy per token, or unlikelihood for a negative reward). */
+  loss: number;
+  /** Answer tokens it was computed over. */
+  tokens: number;
+  /** Steps this adapter has taken in all. */
+  steps: number;
+  /** Milliseconds by phase: the frozen layers (0 when kept from a step on the same text), the trained layers'
+   * forward pass and the loss, the backward pass, the optimizer. */
+  timings: { frozenMs: number; forwardMs: number; backwardMs: number; updateMs: number };
+}
+
+export interface MicroLoraInfo {
+  name: string;
+  steps: number;
+  /** Trainable weights. */
+  params: number;
+  rank: number;
+  layers: number;
+  projections: Projection[];
+  alpha: number;
+  learningRate: number;
+  ewcLambda: number;
+  fisherDecay: number;
+  /** Whether a store keeps it. */
+  stored: boolean;
+}
+
+/** What a MicroLoRA needs of its `LLM`: the engine, one call at a time, and the model's chat template. */
+export interface MicroLoraHost {
+  call<T>(fn: (engine: Engine) => T): T;
+  callAsync<T>(fn: (engine: Engine) => T | Promise<T>): Promise<T>;
+  exclusive<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T>;
+  tokenize(text: string, options: { special?: boolean; prompt?: boolean }): number[];
+  applyChatTemplate(messages: ChatMessage[], options: { addGenerationPrompt?: boolean }): string;
+}
+
+const TRAINING_OPTIONS = ['rank', 'layers', 'projections', 'alpha', 'learningRate', 'ewcLambda', 'fisherDecay', 'seed'] as const;
+
+export class MicroLora {
+  /** Its adapter id, for the `adapters` option of generate and the chat API. */
+  readonly id: number;
+  readonly name: string;
+  readonly #host: MicroLoraHost;
+  readonly #store: Store | null;
+
+  private constructor(host: MicroLoraHost, id: number, name: string, store: Store | null) {
+    this.#host = host;
+    this.id = id;
+    this.name = name;
+    this.#store = store;
+  }
+
+  /** The MicroLoRA `store` keeps under `options.name`, or a new one (also stored, when there is a store). A stored
+   * record that is damaged or of another model is `E_ADAPTER`, and is left as it is. */
+  static async open(host: MicroLoraHost, store: Store | null, options: MicroLoraOptions): Promise<MicroLora> {
+    const name = options.name ?? 'default';
+    if (typeof name !== 'string' || !/^[0-9a-z]{1,48}$/.test(name)) throw invalid('name must be 1-48 lowercase letters and digits');
+    for (const key of Object.keys(options)) {
+      if (key !== 'store' && key !== 'name' && !(TRAINING_OPTIONS as readonly string[]).includes(key)) throw invalid(`unknown MicroLoRA option '${key}'`);
+    }
+    const saved = store ? await storeCall('read', () => store.get(recordKey(name))) : undefined;
+    return host.exclusive(undefined, async () => {
+      if (saved) return new MicroLora(host, host.call((e) => engine(e).openMicroLora(saved)), name, store);
+      const training = Object.fromEntries(TRAINING_OPTIONS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+      const lora = new MicroLora(host, host.call((e) => engine(e).createMicroLora(JSON.stringify(training))), name, store);
+      await lora.#save();
+      return lora;
+    });
+  }
+
+  /** One training step on `feedback.response` as the answer to `feedback.messages` (then kept in the store). The
+   * answer's tokens, with the chat template's end of turn, are what the step teaches or pushes away from. */
+  async feedback(feedback: Feedback): Promise<FeedbackResult> {
+    const { messages, response, accepted, reward, signal } = feedback ?? ({} as Feedback);
+    if (typeof response !== 'string' || response === '') throw invalid('response must be a non-empty string');
+    if (accepted !== undefined && reward !== undefined) throw invalid('give accepted or reward, not both');
+    const weight = reward ?? (accepted === false ? -1 : 1);
+    if (typeof weight !== 'number' || !Number.isFinite(weight) || weight === 0 || Math.abs(weight) > 1) {
+      throw invalid('reward must be a number in [-1, 1], not 0');
+    }
+    const { ids, first } = this.#example(messages, response);
+    return this.#host.exclusive(signal, async () => {
+      throwIfAborted(signal);
+      const json = await this.#host.callAsync((e) => engine(e).trainMicroLora(this.id, Uint32Array.from(ids), first, weight));
+      const r = JSON.parse(json as string);
+      await this.#save();
+      return { loss: r.loss, tokens: r.tokens, steps: r.steps, timings: { frozenMs: r.frozenMs, forwardMs: r.forwardMs, backwardMs: r.backwardMs, updateMs: r.updateMs } };
+    });
+  }
+
+  /** Fold the steps since the last consolidation into the weights later steps are held toward (the slow loop: call
+   * it at the end of a session, or when idle); how many steps it folded. Then kept in the store. */
+  async consolidate(): Promise<number> {
+    return this.#host.exclusive(undefined, async () => {
+      const folded = this.#host.call((e) => engine(e).consolidateMicroLora(this.id));
+      await this.#save();
+      return folded;
+    });
+  }
+
+  info(): MicroLoraInfo {
+    const info = JSON.parse(this.#host.call((e) => engine(e).microLoraInfo(this.id)));
+    return { name: this.name, ...info, stored: this.#store !== null };
+  }
+
+  /** Its weights as llama.cpp's GGUF LoRA adapter file (`llm.loadAdapter`, llama.cpp's `--lora`, node-llama-cpp). */
+  exportGguf(): Uint8Array {
+    return this.#host.call((e) => engine(e).exportMicroLora(this.id, `ruvllm microlora ${this.name}`));
+  }
+
+  /** Write it to its store now (feedback and consolidate do); `E_STORE_FULL` or `E_STORE` if the store refuses,
+   * with the adapter kept as it is here. */
+  async save(): Promise<void> {
+    await this.#host.exclusive(undefined, () => this.#save());
+  }
+
+  async #save(): Promise<void> {
+    const store = this.#store;
+    if (!store) return;
+    const bytes = this.#host.call((e) => engine(e).saveMicroLora(this.id));
+    await storeCall('stored', () => store.put([{ key: recordKey(this.name), bytes }]));
+  }
+
+  /** The example's tokens: the prompt as generation sees it, then the answer and the template's end of turn. */
+  #example(messages: ChatMessage[], response: string): { ids: number[]; first: number } {
+    if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty array');
+    const prompt = this.#host.applyChatTemplate(messages, { addGenerationPrompt: true });
+    const whole = this.#host.applyChatTemplate([...messages, { role: 'assistant', content: response }], { addGenerationPrompt: false });
+    if (!whole.startsWith(prompt)) throw new RuvllmError('E_ADAPTER', "the chat template renders the answer's turn in a way that does not continue the prompt");
+    const promptIds = this.#host.tokenize(prompt, { prompt: true });
+    // The answer's tokens and one more: the end-of-turn token that follows it (what generation stops on).
+    const answer = this.#host.tokenize(response, {});
+    const tail = this.#host.tokenize(whole.slice(prompt.length), { special: true });
+    const ids = [...promptIds, ...tail.slice(0, Math.min(tail.length, answer.length + 1))];
+    return { ids, first: promptIds.length };
+  }
+}
+
+function recordKey(name: string): string {
+  const key = `microlora${name}`;
+  if (!KEY.test(key)) throw invalid(`name '${name}' makes no store key`);
+  return key;
+}
+
+/** The engine's MicroLoRA calls (crate/src/wasm_lora.rs), which the WebGPU build's engine has not. */
+function engine(e: Engine): Required<Pick<Engine, MicroLoraCall>> {
+  if (typeof e.createMicroLora !== 'function') throw new RuvllmError('E_GPU_UNSUPPORTED', 'MicroLoRA trains on the CPU engine: load with backend: "cpu"');
+  return e as Required<Pick<Engine, MicroLoraCall>>;
+}
+
+type MicroLoraCall = 'createMicroLora' | 'openMicroLora' | 'trainMicroLora' | 'consolidateMicroLora' | 'saveMicroLora' | 'exportMicroLora' | 'microLoraInfo';
+
+/** A store's call, its failure as `E_STORE_FULL` or `E_STORE`. */
+async function storeCall<T>(what: 'read' | 'stored', fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    const code: ErrorCode = isFull(e) ? 'E_STORE_FULL' : 'E_STORE';
+    throw new RuvllmError(code, `the MicroLoRA could not be ${what}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+  }
+}
