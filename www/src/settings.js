@@ -13,6 +13,7 @@ export const DEFAULTS = {
   lastModel: null, // the URL of the last model loaded from a URL, reloaded from the cache on the next visit
   useMemory: true, // long-term memory: recall earlier conversations' turns, remember this one's (memory-panel.js)
   memoryMinScore: 0.85, // the least score (cosine) a turn needs to be recalled
+  useAdapter: false, // answer with the model's MicroLoRA, trained by the thumbs on answers (learning-panel.js)
 };
 
 export function loadSettings() {
