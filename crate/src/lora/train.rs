@@ -35,10 +35,11 @@ use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
 use crate::kv_cache::KvCache;
 use crate::model::config::Arch;
-use crate::model::forward::{residual_after, RunState};
+use crate::model::forward::{self, residual_after, RunState};
+use crate::model::weights::{LayerWeights, MatrixRef};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
-use crate::quant::{dequantize_row, QuantMatrix};
+use crate::quant::{dequantize_row, quantize_row, Activations, GgmlType, QuantMatrix};
 
 const STATE_MAGIC: [u8; 8] = *b"RVMLORA\0";
 const STATE_VERSION: u32 = 1;
@@ -129,6 +130,8 @@ pub struct MicroLora {
     steps: u64,
     /// The frozen layers' output for the latest examples (their tokens, their `[T × d_model]` residuals).
     prefixes: VecDeque<(Vec<u32>, Arc<Vec<f32>>)>,
+    /// The trained layers' weights transposed, for the backward pass (made at the first step).
+    transposed: Option<Arc<Vec<Transposed>>>,
 }
 
 impl MicroLora {
@@ -195,6 +198,7 @@ impl MicroLora {
             sites,
             options,
             prefixes: VecDeque::new(),
+            transposed: None,
         })
     }
 
@@ -228,10 +232,11 @@ impl MicroLora {
         }
         let t0 = now_ms();
         let (x0, kept) = self.frozen(model, tokens);
+        let fast = self.fast_path(model);
         let t1 = now_ms();
         let mut grad = vec![0.0; self.theta.len()];
         let mut report = in_pool(|| {
-            let pass = Pass { model, lora: self, tokens, first_target };
+            let pass = Pass { model, lora: self, tokens, first_target, fast: Some(&fast) };
             pass.run(&x0, reward, Some(&mut grad))
         });
         report.frozen_ms = if kept { 0.0 } else { t1 - t0 };
@@ -246,7 +251,8 @@ impl MicroLora {
     pub fn loss(&mut self, model: &Model, tokens: &[u32], first_target: usize) -> Result<f32> {
         check_example(model, tokens, first_target)?;
         let (x0, _) = self.frozen(model, tokens);
-        Ok(in_pool(|| Pass { model, lora: self, tokens, first_target }.run(&x0, 1.0, None)).loss)
+        let fast = self.fast_path(model);
+        Ok(in_pool(|| Pass { model, lora: self, tokens, first_target, fast: Some(&fast) }.run(&x0, 1.0, None)).loss)
     }
 
     /// Estimate which weights matter to what the model already does, from `examples` of text it should keep
@@ -257,8 +263,10 @@ impl MicroLora {
         for (tokens, first) in examples {
             check_example(model, tokens, *first)?;
             let (x0, _) = self.frozen(model, tokens);
+            let fast = self.fast_path(model);
             let mut grad = vec![0.0; self.theta.len()];
-            in_pool(|| Pass { model, lora: self, tokens, first_target: *first }.run(&x0, 1.0, Some(&mut grad)));
+            let pass = Pass { model, lora: self, tokens, first_target: *first, fast: Some(&fast) };
+            in_pool(|| pass.run(&x0, 1.0, Some(&mut grad)));
             sq.iter_mut().zip(&grad).for_each(|(s, g)| *s += g * g);
         }
         let n = examples.len().max(1) as f32;
@@ -422,6 +430,12 @@ impl MicroLora {
         Ok(lora)
     }
 
+    /// What the fast path needs: the trained layers' weights transposed (made at the first call).
+    fn fast_path(&mut self, model: &Model) -> Arc<Vec<Transposed>> {
+        let layers = self.first_layer..model.config.n_layers;
+        self.transposed.get_or_insert_with(|| Arc::new(layers.map(|l| Transposed::of(model, l)).collect())).clone()
+    }
+
     /// The frozen layers' output for `tokens`, `[T × d_model]`, and whether it was kept from an earlier step.
     fn frozen(&mut self, model: &Model, tokens: &[u32]) -> (Arc<Vec<f32>>, bool) {
         if let Some((_, x)) = self.prefixes.iter().find(|(t, _)| t == tokens) {
@@ -530,6 +544,58 @@ struct Pass<'a> {
     lora: &'a MicroLora,
     tokens: &'a [u32],
     first_target: usize,
+    /// The fast path: the forward products on the int8 kernels, `dy·W` as products with these transposed copies of
+    /// the trained layers' weights, and the head's backward pass over the probabilities that carry the gradient.
+    /// `None`: everything in f32 from the weights as they are, so that the loss is smooth in the adapter's weights
+    /// (what the finite-difference tests check).
+    fast: Option<&'a [Transposed]>,
+}
+
+/// A trained layer's seven weights transposed (`n_in` rows of `n_out`), in Q8_0, indexed by `Proj as usize`; `None`
+/// where `n_out` is not a whole number of Q8_0 blocks (tiny test models), which the f32 path then serves.
+pub(crate) struct Transposed([Option<(Vec<u8>, usize, usize)>; Proj::ALL.len()]);
+
+impl Transposed {
+    fn of(model: &Model, layer: usize) -> Transposed {
+        let (lw, file) = (&model.weights.layers[layer], model.file());
+        Transposed(Proj::ALL.map(|p| {
+            let w = weight(lw, p).view(file);
+            let (rows, cols, rb) = (w.rows, w.cols, w.row_bytes());
+            if rows % GgmlType::Q8_0.block_size() != 0 {
+                return None;
+            }
+            let mut wf = vec![0.0; rows * cols];
+            for (i, row) in wf.chunks_exact_mut(cols).enumerate() {
+                dequantize_row(w.ty, &w.bytes[i * rb..][..rb], row);
+            }
+            let trb = GgmlType::Q8_0.row_bytes(rows);
+            let mut bytes = vec![0u8; cols * trb];
+            let mut col = vec![0.0; rows];
+            for (k, out) in bytes.chunks_exact_mut(trb).enumerate() {
+                col.iter_mut().enumerate().for_each(|(i, v)| *v = wf[i * cols + k]);
+                quantize_row(GgmlType::Q8_0, &col, out);
+            }
+            Some((bytes, cols, rows))
+        }))
+    }
+
+    fn view(&self, p: Proj) -> Option<QuantMatrix<'_>> {
+        let (bytes, rows, cols) = self.0[p as usize].as_ref()?;
+        Some(QuantMatrix { ty: GgmlType::Q8_0, rows: *rows, cols: *cols, bytes })
+    }
+}
+
+/// A layer's weight of projection `p`.
+fn weight(lw: &LayerWeights, p: Proj) -> &MatrixRef {
+    match p {
+        Proj::Q => &lw.wq,
+        Proj::K => &lw.wk,
+        Proj::V => &lw.wv,
+        Proj::O => &lw.wo,
+        Proj::Gate => &lw.w_gate,
+        Proj::Up => &lw.w_up,
+        Proj::Down => &lw.w_down,
+    }
 }
 
 impl Pass<'_> {
@@ -543,7 +609,7 @@ impl Pass<'_> {
 
     /// `y = x·Wᵀ` in f32 and the adapter's `s·B·(A·x)` where it adapts (`layer`, `proj`), keeping `A·x` in `u`.
     fn project(&self, w: QuantMatrix, x: &[f32], n: usize, y: &mut [f32], at: (usize, Proj), u: &mut Vec<f32>) {
-        matmul_f32(&w, x, n, y);
+        self.product(w, x, n, y);
         let Some(site) = self.site(at.0, at.1) else { return };
         let (r, theta, s) = (self.lora.options.rank, &self.lora.theta, self.scale());
         *u = vec![0.0; n * r];
@@ -552,6 +618,15 @@ impl Pass<'_> {
                 u[j] = dot(&theta[site.a + j * site.n_in..][..site.n_in], x);
                 axpy(y, s * u[j], &theta[site.bt + j * site.n_out..][..site.n_out]);
             }
+        }
+    }
+
+    /// `y = x·Wᵀ` for `n` rows of `x`: on the int8 kernels on the fast path, else in f32.
+    fn product(&self, w: QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+        if self.fast.is_some() {
+            forward::project(&mut Activations::new(), x, n, &mut [(w, y)]);
+        } else {
+            matmul_f32(&w, x, n, y);
         }
     }
 
@@ -572,7 +647,14 @@ impl Pass<'_> {
         let site = self.site(at.0, at.1);
         let mut dx = dx;
         if let Some(dx) = dx.as_deref_mut() {
-            matmul_t_f32(&w, dy, n, dx);
+            match self.fast.and_then(|t| t[at.0 - self.lora.first_layer].view(at.1)) {
+                Some(wt) => {
+                    let mut prod = vec![0.0; dx.len()];
+                    forward::project(&mut Activations::new(), dy, n, &mut [(wt, &mut prod)]);
+                    dx.iter_mut().zip(&prod).for_each(|(d, p)| *d += p);
+                }
+                None => matmul_t_f32(&w, dy, n, dx),
+            }
         }
         let Some(site) = site else { return };
         let (r, theta, s) = (self.lora.options.rank, &self.lora.theta, self.scale());
@@ -663,7 +745,7 @@ impl Pass<'_> {
         norm_saving(xl, &w.output_norm, eps, &mut xf, &mut invf);
         let vocab = c.vocab_size;
         let mut logits = vec![0.0; nl * vocab];
-        matmul_f32(&w.output.view(file), &xf, nl, &mut logits);
+        self.product(w.output.view(file), &xf, nl, &mut logits);
         // Softmax, the loss, and (in place) its gradient with respect to the logits.
         let weight = reward.abs() / nl as f32;
         let mut loss = 0.0f64;
@@ -699,7 +781,11 @@ impl Pass<'_> {
 
         // Backward: the head, then the layers from the last.
         let mut dxf = vec![0.0; nl * d];
-        matmul_t_f32(&w.output.view(file), &logits, nl, &mut dxf);
+        if self.fast.is_some() {
+            sparse_matmul_t(&w.output.view(file), &logits, nl, &mut dxf);
+        } else {
+            matmul_t_f32(&w.output.view(file), &logits, nl, &mut dxf);
+        }
         let mut dx = vec![0.0; n * d];
         norm_back(xl, &invf, &w.output_norm, &dxf, &mut dx[rows.start * d..rows.end * d]);
         for (i, sv) in saves.iter().enumerate().rev() {
@@ -925,6 +1011,51 @@ fn matmul_f32(w: &QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) {
     }
 }
 
+/// Of a row of gradients, what the entries below the threshold this returns add up to at most (as a share of the
+/// row's absolute sum): the head's gradient is a softmax's, nearly all of whose mass is on a few hundred tokens.
+const DROPPED_SHARE: f32 = 1e-3;
+
+/// [`matmul_t_f32`] over the entries of each row of `dy` that carry all but [`DROPPED_SHARE`] of its absolute sum
+/// (each weight row is dequantized once, if any row needs it).
+fn sparse_matmul_t(w: &QuantMatrix, dy: &[f32], n: usize, dx: &mut [f32]) {
+    let (rows, cols, rb) = (w.rows, w.cols, w.row_bytes());
+    // Per row of dy: a threshold from a histogram of the entries' binary exponents.
+    let thresholds: Vec<f32> = dy
+        .chunks_exact(rows)
+        .map(|g| {
+            let mut mass = [0f32; 256];
+            let mut total = 0.0;
+            for v in g {
+                mass[((v.to_bits() >> 23) & 0xff) as usize] += v.abs();
+                total += v.abs();
+            }
+            // The smallest exponents go while what they hold stays under the budget.
+            let (mut dropped, mut keep_from) = (0.0, 0);
+            for (e, m) in mass.iter().enumerate() {
+                if dropped + m > DROPPED_SHARE * total {
+                    keep_from = e;
+                    break;
+                }
+                dropped += m;
+            }
+            f32::from_bits((keep_from as u32) << 23)
+        })
+        .collect();
+    let mut row = vec![0.0; cols];
+    for i in 0..rows {
+        if !(0..n).any(|t| dy[t * rows + i].abs() >= thresholds[t]) {
+            continue;
+        }
+        dequantize_row(w.ty, &w.bytes[i * rb..][..rb], &mut row);
+        for t in 0..n {
+            let g = dy[t * rows + i];
+            if g.abs() >= thresholds[t] {
+                axpy(&mut dx[t * cols..][..cols], g, &row);
+            }
+        }
+    }
+}
+
 /// `dx += dy·W` for `n` rows of `dy`, in f32; the threads share the rows of `dx` (each dequantizes all of `W`).
 fn matmul_t_f32(w: &QuantMatrix, dy: &[f32], n: usize, dx: &mut [f32]) {
     let (rows, cols, rb) = (w.rows, w.cols, w.row_bytes());
@@ -969,7 +1100,7 @@ mod tests {
         let theta = lora.theta.clone();
         lora.theta.iter_mut().zip(dir).for_each(|(t, d)| *t += step * d);
         let (x0, _) = lora.frozen(model, tokens);
-        let loss = Pass { model, lora, tokens, first_target: first }.run(&x0, reward, None).loss;
+        let loss = Pass { model, lora, tokens, first_target: first, fast: None }.run(&x0, reward, None).loss;
         lora.theta = theta;
         loss as f64
     }
@@ -977,7 +1108,7 @@ mod tests {
     fn gradient(lora: &mut MicroLora, model: &Model, tokens: &[u32], first: usize, reward: f32) -> Vec<f32> {
         let (x0, _) = lora.frozen(model, tokens);
         let mut grad = vec![0.0; lora.theta.len()];
-        Pass { model, lora, tokens, first_target: first }.run(&x0, reward, Some(&mut grad));
+        Pass { model, lora, tokens, first_target: first, fast: None }.run(&x0, reward, Some(&mut grad));
         grad
     }
 
@@ -1027,6 +1158,37 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_gives_the_exact_loss_and_gradient_within_int8_rounding() {
+        for file in ["tiny-llama-spm.gguf", "tiny-qwen2.gguf"] {
+            let model = tiny(file);
+            let vocab = model.config.vocab_size as u64;
+            let options =
+                MicroLoraOptions { rank: 2, layers: 2, projections: Proj::ALL.to_vec(), ..Default::default() };
+            let mut lora = MicroLora::new(&model, options).unwrap();
+            let mut rng = Rng::new(5);
+            let tokens: Vec<u32> = (0..32).map(|_| (rng.next_u64() % vocab) as u32).collect();
+            for _ in 0..3 {
+                lora.train_step(&model, &tokens, 12, 1.0).unwrap();
+            }
+            let exact = gradient(&mut lora, &model, &tokens, 12, 1.0);
+            let fast_path = lora.fast_path(&model);
+            let (x0, _) = lora.frozen(&model, &tokens);
+            let mut fast = vec![0.0; exact.len()];
+            let pass = Pass { model: &model, lora: &lora, tokens: &tokens, first_target: 12, fast: Some(&fast_path) };
+            let fast_loss = pass.run(&x0, 1.0, Some(&mut fast)).loss;
+            let exact_loss = loss_at(&mut lora, &model, &tokens, 12, 1.0, &vec![0.0; exact.len()], 0.0);
+            assert!(
+                (fast_loss as f64 - exact_loss).abs() < 0.01 * exact_loss,
+                "{file}: loss {fast_loss} vs {exact_loss}"
+            );
+            let dot: f64 = exact.iter().zip(&fast).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+            let norm = |g: &[f32]| g.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+            let cosine = dot / (norm(&exact) * norm(&fast));
+            assert!(cosine > 0.99, "{file}: cosine {cosine}, norms {} {}", norm(&exact), norm(&fast));
         }
     }
 
