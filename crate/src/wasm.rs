@@ -572,7 +572,8 @@ impl Engine {
     /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).
     /// Returns undefined (a Promise of it in the threaded build).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> Result<JsValue, JsValue> {
-        let opts = parse::<JsGenerateOptions>(options_json, "options")?.into_options(&self.model, &self.adapters.borrow())?;
+        let opts =
+            parse::<JsGenerateOptions>(options_json, "options")?.into_options(&self.model, &self.adapters.borrow())?;
         self.run(move |s| s.start(&prompt_ids, opts), |()| Ok(JsValue::UNDEFINED))
     }
 

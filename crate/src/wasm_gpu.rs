@@ -143,7 +143,8 @@ impl GpuEngine {
         // This engine loads no adapters (they run on the CPU engine): any the options name is unknown.
         let model = self.borrow().map(|inner| inner.model.clone());
         let opts = model.and_then(|model| {
-            parse::<JsGenerateOptions>(options_json, "options").and_then(|o| o.into_options(&model, &Adapters::default()))
+            parse::<JsGenerateOptions>(options_json, "options")
+                .and_then(|o| o.into_options(&model, &Adapters::default()))
         });
         let cell = self.inner.clone();
         future_to_promise(async move {

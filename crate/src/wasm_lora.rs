@@ -92,7 +92,13 @@ impl Engine {
     /// (> 0 teaches it, < 0 pushes away from it): JSON `{loss, tokens, frozenMs, forwardMs, backwardMs, updateMs,
     /// steps}` (a Promise of it in the threaded build).
     #[wasm_bindgen(js_name = trainMicroLora)]
-    pub fn train_micro_lora(&self, id: u32, ids: Vec<u32>, first_target: usize, reward: f32) -> Result<JsValue, JsValue> {
+    pub fn train_micro_lora(
+        &self,
+        id: u32,
+        ids: Vec<u32>,
+        first_target: usize,
+        reward: f32,
+    ) -> Result<JsValue, JsValue> {
         let lora = self.trained(id)?;
         drop(idle(&lora).map_err(js_error)?); // refuse a second step now rather than wait in the pool
         let model = self.model.clone();
