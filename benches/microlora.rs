@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo bench -p ruvllm --bench microlora -- --model M [--threads 1] [--rank 2] [--layers 4] [--steps 20]
-//!     [--lr 2e-2] [--ewc 3e6] [--protect 8] [--reps 5]
+//!     [--lr 2e-2] [--ewc 3e6] [--protect 8] [--reps 5] [--export FILE]
 //! ```
 //!
 //! One JSON line per part.
@@ -159,6 +159,10 @@ fn run() -> Result<(), String> {
     }
     let (facts_after, held_after) = (mean_loss(&mut lora, &facts)?, mean_loss(&mut lora, &held_out)?);
 
+    // `--export FILE`: the trained adapter as llama.cpp's GGUF (tests/fixtures/microlora-smollm2-facts.gguf is one).
+    if let Some(file) = opt("--export") {
+        std::fs::write(&file, lora.to_gguf(&model, "ruvllm microlora facts")).map_err(|e| format!("{file}: {e}"))?;
+    }
     // The first fact's question, answered greedily with the adapter.
     let adapter = Arc::new(lora.adapter(&model, "facts"));
     let mut session = Session::new(model.clone());

@@ -475,6 +475,17 @@ export class LLM {
     return this.#microLora;
   }
 
+  /** Delete the MicroLoRA `options.store` keeps under `options.name` (default `'default'`), also one that cannot be
+   * opened (`E_ADAPTER`); whether there was one. A MicroLoRA open in a model keeps its weights there. */
+  static async removeMicroLora(options: { store: 'indexeddb' | string | Store; name?: string }): Promise<boolean> {
+    const store = openStore(options?.store, 'store', 'ruvllm-microlora');
+    try {
+      return await MicroLora.remove(store, options.name ?? 'default');
+    } finally {
+      if (store instanceof IndexedDbStore) store.close(); // opened here; a caller's own store stays open
+    }
+  }
+
   /** Teach this model's MicroLoRA (the last `llm.microLora()` opened; the first call opens a default one, kept in
    * memory) from one answer: `accepted` or a `reward` in [-1, 1]. One gradient step; see `MicroLora.feedback`. */
   async feedback(feedback: Feedback): Promise<FeedbackResult> {

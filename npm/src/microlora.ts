@@ -102,8 +102,7 @@ export class MicroLora {
   /** The MicroLoRA `store` keeps under `options.name`, or a new one (also stored, when there is a store). A stored
    * record that is damaged or of another model is `E_ADAPTER`, and is left as it is. */
   static async open(host: MicroLoraHost, store: Store | null, options: MicroLoraOptions): Promise<MicroLora> {
-    const name = options.name ?? 'default';
-    if (typeof name !== 'string' || !/^[0-9a-z]{1,48}$/.test(name)) throw invalid('name must be 1-48 lowercase letters and digits');
+    const name = checkName(options.name ?? 'default');
     for (const key of Object.keys(options)) {
       if (key !== 'store' && key !== 'name' && !(TRAINING_OPTIONS as readonly string[]).includes(key)) throw invalid(`unknown MicroLoRA option '${key}'`);
     }
@@ -115,6 +114,14 @@ export class MicroLora {
       await lora.#save();
       return lora;
     });
+  }
+
+  /** Delete the MicroLoRA `store` keeps under `name` (one that cannot be opened too); whether there was one. */
+  static async remove(store: Store, name: string): Promise<boolean> {
+    const key = recordKey(checkName(name));
+    const had = (await storeCall('read', () => store.get(key))) !== undefined;
+    await storeCall('stored', () => store.delete([key]));
+    return had;
   }
 
   /** One training step on `feedback.response` as the answer to `feedback.messages` (then kept in the store). The
@@ -183,6 +190,11 @@ export class MicroLora {
     const ids = [...promptIds, ...tail.slice(0, Math.min(tail.length, answer.length + 1))];
     return { ids, first: promptIds.length };
   }
+}
+
+function checkName(name: unknown): string {
+  if (typeof name !== 'string' || !/^[0-9a-z]{1,48}$/.test(name)) throw invalid('name must be 1-48 lowercase letters and digits');
+  return name;
 }
 
 function recordKey(name: string): string {

@@ -102,6 +102,10 @@ test('bad options, feedback and stored records are typed errors, and nothing is 
   } finally {
     tiny.dispose();
   }
+  // Removing it lets a new one start there.
+  assert.equal(await LLM.removeMicroLora({ store: dir, name: 'checked' }), true);
+  assert.equal(await LLM.removeMicroLora({ store: dir, name: 'checked' }), false);
+  assert.equal((await llm.microLora({ store: dir, name: 'checked' })).info().steps, 0);
   // The model still answers.
   assert.ok((await answer([])).ids.length > 0);
 });

@@ -4,7 +4,9 @@
 // browser's cache with no request for it, and continuing the conversation starts from the persisted prefix cache; a
 // dropped GGUF loads and a file that is not one says so; HTML in stored model output shows as text and runs nothing;
 // the "Memory & routing" panel routes each message, recalls a related conversation's turns, and keeps the routes added
-// in it across a reload;
+// in it across a reload; 👎 on an answer trains the model's MicroLoRA one step, "Answer with my adapter" makes the
+// next answer its (and says so), its steps come back from IndexedDB after a reload, and a damaged one is an error that
+// leaves the chat usable;
 // axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
 // target/www/.
 // Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
@@ -209,6 +211,110 @@ test('edit and resend replaces a question and what followed it; Copy copies an a
   await lastAnswer().getByRole('button', { name: 'Copy answer' }).click();
   await page.locator('#notice', { hasText: 'Copied.' }).waitFor();
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), answer.trim());
+});
+
+/** On the page: watch answer `index`'s thumbs, recording whether they were ever seen disabled with a progress bar. */
+function watchFeedback(index) {
+  return page.evaluate((i) => {
+    window.trainingSeen = false;
+    const box = document.querySelector(`article[data-index="${i}"] .feedback`);
+    new MutationObserver(() => {
+      if (box.querySelector('progress') && [...box.querySelectorAll('button')].every((b) => b.disabled)) window.trainingSeen = true;
+    }).observe(box, { childList: true, subtree: true, attributes: true });
+  }, index);
+}
+
+test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answers with it; its steps outlive a reload', async () => {
+  const learning = page.locator('#learning-panel');
+  const stats = learning.locator('#lora-stats');
+  const steps = (n) => page.waitForFunction((v) => document.getElementById('lora-stats').dataset.steps === v, String(n), { timeout: 120_000 });
+  const NAME = 'smollm2135minstructq41'; // the model's file name in lowercase letters and digits
+  // The model's MicroLoRA opened with it: a new one (this browser profile is fresh).
+  await steps(0);
+  assert.match(await stats.textContent(), new RegExp(`^MicroLoRA ${NAME} \\(0 steps\\) · \\d+ weights \\(rank \\d+, last \\d+ layers\\) · off: the base model answers$`));
+  await openSettings();
+  await page.getByLabel('Max tokens').fill('32'); // short answers: this test is about what is done with them
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await ask('Name a colour.');
+  const answer = page.locator('article.msg.assistant').first();
+  assert.match(await answer.locator('.meta').textContent(), /^base model · /);
+
+  // 👎: one training step, its thumbs disabled with a progress bar meanwhile; then its loss and time, and its count.
+  await watchFeedback(1);
+  const feedbacks = await counter('feedbacks');
+  await answer.getByRole('button', { name: 'Bad answer' }).click();
+  await waitCounter('feedbacks', feedbacks);
+  assert.equal(await page.evaluate(() => window.trainingSeen), true, 'the thumbs were not disabled with progress');
+  assert.match(await answer.locator('.feedback .learned').textContent(), /^👎 taught: step 1 · loss \d+\.\d{3} · \d+\.\d{2} s$/);
+  assert.equal(await answer.getByRole('button', { name: 'Good answer' }).isDisabled(), false);
+  assert.equal(await stats.getAttribute('data-steps'), '1');
+  assert.equal(await page.locator('#error').isHidden(), true);
+  await learning.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-learning.png') });
+
+  // With the adapter on, the answer is the MicroLoRA's. The session's keys and values were the base model's, and the
+  // prefix cache holds the base model's only: nothing of the conversation comes from memory (the base model's next
+  // answer in it would start from its first).
+  await learning.getByLabel('Answer with my adapter').check();
+  await ask('Name another colour.');
+  const meta = await lastAnswer().locator('.meta').textContent();
+  assert.match(meta, new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
+  assert.doesNotMatch(meta, /from memory/);
+
+  // After a reload: the adapter comes back from IndexedDB with its step, the switch is still on, and the
+  // conversation still says which adapter gave each answer and what feedback it had.
+  await page.reload();
+  await waitReady();
+  await steps(1);
+  assert.match(await stats.textContent(), new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · \\d+ weights`));
+  assert.equal(await learning.getByLabel('Answer with my adapter').isChecked(), true);
+  await page.getByRole('button', { name: 'Name a colour.', exact: true }).click();
+  assert.match(await answer.locator('.meta').textContent(), /^base model · /);
+  assert.equal(await answer.locator('.feedback .learned').textContent(), '👎 taught: step 1');
+  assert.match(await lastAnswer().locator('.meta').textContent(), new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
+
+  // A damaged record: an E_ADAPTER error, the base model answers, the thumbs are disabled and say why; "Start a new
+  // adapter" replaces it.
+  await page.evaluate(async () => {
+    const db = await new Promise((resolve, reject) => {
+      const req = indexedDB.open('ruvllm-microlora');
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+    await new Promise((resolve, reject) => {
+      const tx = db.transaction('pages', 'readwrite');
+      const pages = tx.objectStore('pages');
+      pages.openCursor().onsuccess = (e) => {
+        const cursor = e.target.result;
+        if (!cursor) return;
+        const { key, bytes } = cursor.value;
+        bytes[bytes.length >> 1] ^= 1;
+        cursor.update({ key, bytes });
+        cursor.continue();
+      };
+      tx.oncomplete = resolve;
+      tx.onerror = () => reject(tx.error);
+    });
+    db.close();
+  });
+  await page.reload();
+  await waitReady();
+  const error = page.getByRole('alert');
+  await error.waitFor({ timeout: 60_000 });
+  assert.equal(await error.getAttribute('data-code'), 'E_ADAPTER');
+  assert.match(await error.textContent(), /Your adapter for this model could not be read/);
+  await ask('Name a fruit.');
+  assert.match(await lastAnswer().locator('.meta').textContent(), /^base model · /);
+  assert.equal(await lastAnswer().getByRole('button', { name: 'Good answer' }).isDisabled(), true);
+  assert.match(await lastAnswer().getByRole('button', { name: 'Good answer' }).getAttribute('title'), /^Your adapter could not be opened/);
+  await learning.getByRole('button', { name: 'Start a new adapter' }).click();
+  await steps(0);
+  assert.equal(await lastAnswer().getByRole('button', { name: 'Good answer' }).isDisabled(), false);
+
+  await learning.getByLabel('Answer with my adapter').uncheck(); // the base model for the tests after this one
+  await openSettings();
+  await page.getByLabel('Max tokens').fill('512');
+  await page.locator('#error').evaluate((e) => (e.hidden = true));
 });
 
 test('a dropped GGUF file loads', async () => {

@@ -9,7 +9,8 @@
 //! - bad adapter files are typed errors.
 //!
 //! `smollm2_adapter_matches_llama_cpp` holds the default model with a rank-8 adapter to llama.cpp's teacher-forced
-//! distributions with the same adapter (tests/fixtures/lora_reference.mjs), by the bounds of the base model.
+//! distributions with the same adapter (tests/fixtures/lora_reference.mjs), by the bounds of the base model;
+//! `an_exported_microlora_matches_llama_cpp_with_it` does the same for a MicroLoRA we trained and exported.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -25,6 +26,9 @@ use support::tiny::{compare, fixtures_dir, ids, load, tolerance, LLAMA_SPM, PHI3
 
 /// llama.cpp's distributions with `lora-smollm2-r8.gguf` (tests/fixtures/lora_reference.mjs).
 const SMOLLM2_REFERENCE: &str = include_str!("../fixtures/lora-smollm2-reference.json");
+/// llama.cpp's distributions with `microlora-smollm2-facts.gguf`, our export (tests/fixtures/lora_reference.mjs).
+const MICROLORA_REFERENCE: &str = include_str!("../fixtures/microlora-smollm2-reference.json");
+const MICROLORA_FILE: &[u8] = include_bytes!("../fixtures/microlora-smollm2-facts.gguf");
 
 fn adapter(model: &Model, file: &str) -> Arc<LoraAdapter> {
     let bytes = support::read_file(&format!("{}/{file}", fixtures_dir()));
@@ -205,14 +209,28 @@ fn bad_adapters_are_typed_errors() {
 /// base model (`LlamaCppAgreement`).
 #[test]
 fn smollm2_adapter_matches_llama_cpp() {
-    let reference: Value = serde_json::from_str(SMOLLM2_REFERENCE).expect("the reference is JSON");
     let model = support::default_model();
     let lora = adapter(&model, "lora-smollm2-r8.gguf");
+    matches_llama_cpp(&model, lora, SMOLLM2_REFERENCE, "rerun make_lora_adapters.py --model and lora_reference.mjs");
+}
+
+/// A MicroLoRA trained here and exported as GGUF (`benches/microlora.rs --protect 0 --export`: rank 2 on q and v of
+/// the last 4 layers, 20 steps on four made-up facts), which llama.cpp loads: the same distributions as llama.cpp's with
+/// it (tests/fixtures/lora_reference.mjs on that file), within the base model's bounds.
+#[test]
+fn an_exported_microlora_matches_llama_cpp_with_it() {
+    let model = support::default_model();
+    let lora = Arc::new(LoraAdapter::from_bytes(&model, MICROLORA_FILE.to_vec()).expect("our export reads back"));
+    assert_eq!(lora.name(), Some("ruvllm microlora facts"));
+    matches_llama_cpp(&model, lora, MICROLORA_REFERENCE, "rerun lora_reference.mjs on the committed file");
+}
+
+/// Our logits under `lora` against llama.cpp's with the same file (`reference`, lora_reference.mjs's output), and
+/// far enough from the base model's that the comparison means something.
+fn matches_llama_cpp(model: &Arc<Model>, lora: Arc<LoraAdapter>, reference: &str, remedy: &str) {
+    let reference: Value = serde_json::from_str(reference).expect("the reference is JSON");
     let digest: String = lora.digest().iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(
-        digest, reference["adapter_sha256"],
-        "lora-smollm2-r8.gguf is not the adapter of the reference: rerun make_lora_adapters.py --model and lora_reference.mjs"
-    );
+    assert_eq!(digest, reference["adapter_sha256"], "the adapter is not the reference's: {remedy}");
     let vocab = model.config.vocab_size;
     let mut session =
         Session::with_options(model.clone(), &SessionOptions { n_ctx: 1024, ..SessionOptions::default() }).unwrap();

@@ -1,7 +1,9 @@
 // The conversation on the page: one <article> per message, the assistant's as sanitized Markdown, with their
-// actions (copy; edit and resend a question; regenerate the last answer) and what the engine said about each answer.
+// actions (copy; edit and resend a question; regenerate the last answer; 👍 / 👎, which train the model's MicroLoRA)
+// and what the engine said about each answer (which adapter answered it, speeds).
 import { renderMarkdown } from './markdown.js';
 import { rate } from './format.js';
+import { adapterLabel } from './learning-panel.js';
 
 function button(text, onClick, label) {
   const b = document.createElement('button');
@@ -12,10 +14,11 @@ function button(text, onClick, label) {
   return b;
 }
 
-/** What the engine said about an answer: tokens from memory, speeds, stopped. */
+/** What the engine said about an answer: the adapter that answered, tokens from memory, speeds, stopped. */
 export function metaText(meta) {
   if (!meta) return '';
   const parts = [];
+  if ('adapter' in meta) parts.push(adapterLabel(meta.adapter)); // answers of before the Learning panel have none
   if (meta.cachedTokens > 0) parts.push(`${meta.cachedTokens} token${meta.cachedTokens === 1 ? '' : 's'} from memory`);
   if (meta.promptTokens !== undefined) parts.push(`${meta.promptTokens} in prompt, ${meta.completionTokens} generated`);
   if (meta.timings) parts.push(`prefill ${rate(meta.timings.prefillTokensPerSecond)}, decode ${rate(meta.timings.decodeTokensPerSecond)}`);
@@ -26,17 +29,26 @@ export function metaText(meta) {
 }
 
 export class ChatView {
-  /** `actions`: { copy(i), edit(i, text), regenerate(i) }; `busy()`: whether a reply is being generated. */
-  constructor(container, actions, busy) {
+  /**
+   * `actions`: { copy(i), edit(i, text), regenerate(i), feedback(message, accepted) }; `busy()`: whether a reply is
+   * being generated; `whyNoFeedback()`: why the thumbs are disabled (the tooltip), or null.
+   */
+  constructor(container, actions, busy, whyNoFeedback) {
     this.container = container;
     this.actions = actions;
     this.busy = busy;
+    this.whyNoFeedback = whyNoFeedback;
     this.pending = null;
+    this.messages = [];
+    // message -> { busy: true } while its training step runs, then { said } (the step's loss and time) for a while.
+    // Kept here, not in the message, so that it is never stored and outlives a render.
+    this.training = new WeakMap();
   }
 
   render(conversation) {
     this.container.replaceChildren();
     const messages = conversation?.messages ?? [];
+    this.messages = messages;
     if (messages.length === 0) {
       const p = document.createElement('p');
       p.className = 'empty';
@@ -65,8 +77,66 @@ export class ChatView {
     actions.append(button('Copy', () => this.actions.copy(i), `Copy ${m.role === 'user' ? 'question' : 'answer'}`));
     if (m.role === 'user') actions.append(button('Edit', () => this.startEdit(el, m, i), 'Edit and resend'));
     if (m.role === 'assistant' && last) actions.append(button('Regenerate', () => this.actions.regenerate(i)));
+    // Feedback on a whole answer only: an empty or failed one teaches nothing (a stopped one may still be judged).
+    if (m.role === 'assistant' && m.content && !m.meta?.error) actions.append(this.feedbackBox(m));
     el.append(who, content, meta, actions);
     return el;
+  }
+
+  /** 👍 and 👎 of answer `m`, and what the last of them did. */
+  feedbackBox(m) {
+    const box = document.createElement('span');
+    box.className = 'feedback';
+    const up = button('👍', () => this.actions.feedback(m, true), 'Good answer');
+    const down = button('👎', () => this.actions.feedback(m, false), 'Bad answer');
+    const said = document.createElement('span');
+    said.className = 'learned';
+    box.append(up, down, said);
+    this.fillFeedback(box, m);
+    return box;
+  }
+
+  /** Draw `box` (a feedbackBox) for `m` as it is now: buttons disabled while its step runs or when feedback cannot be
+   * given (the tooltip says why), the step's progress, its result. Updated in place, so a focused thumb keeps focus. */
+  fillFeedback(box, m) {
+    const state = this.training.get(m);
+    const generating = this.busy() && m === this.messages.at(-1); // the answer being streamed
+    const why = this.whyNoFeedback() ?? (generating ? 'Wait for the answer to finish.' : null);
+    const [up, down, said] = box.children;
+    for (const [b, title] of [[up, 'Good answer: teach it to your adapter (one training step)'], [down, 'Bad answer: train your adapter away from it (one step)']]) {
+      b.disabled = Boolean(state?.busy || why);
+      b.title = why ?? title;
+    }
+    box.title = why ?? '';
+    box.setAttribute('aria-busy', String(Boolean(state?.busy)));
+    said.replaceChildren();
+    if (state?.busy) {
+      const progress = document.createElement('progress'); // indeterminate: a step has no parts to count
+      progress.setAttribute('aria-label', 'Training step');
+      said.append(progress, ' Learning…');
+      return;
+    }
+    const given = m.meta?.feedback;
+    const parts = [];
+    if (given) parts.push(`${given.accepted ? '👍' : '👎'} taught: step ${given.steps}`);
+    if (state?.said) parts.push(state.said);
+    said.textContent = parts.join(' · ');
+  }
+
+  /** `m`'s training state (see `training`; null: none), drawn at once. */
+  setTraining(m, state) {
+    if (state) this.training.set(m, state);
+    else this.training.delete(m);
+    this.refreshFeedback(m);
+  }
+
+  /** Draw the thumbs again: of message `m`, or of every answer. */
+  refreshFeedback(m) {
+    this.messages.forEach((msg, i) => {
+      if (m && msg !== m) return;
+      const box = this.container.querySelector(`article[data-index="${i}"] .feedback`);
+      if (box) this.fillFeedback(box, msg);
+    });
   }
 
   fill(content, m) {

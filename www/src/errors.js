@@ -21,8 +21,11 @@ export function explain(e) {
       return { title: 'The model could not be downloaded.', detail: `Check the URL; a model on another site must be served with CORS headers. ${detail}` };
     case 'E_GPU_NO_ADAPTER':
       return { title: 'This browser offers no WebGPU.', detail: `Choose Auto or CPU as the backend in Settings. ${detail}` };
-    case 'E_GPU_LIMITS':
     case 'E_GPU_UNSUPPORTED':
+      // Said of LoRA adapters and the MicroLoRA (the model itself runs on WebGPU) as of a model the GPU cannot run.
+      if (/LoRA/.test(detail)) return { title: 'Learning from feedback and LoRA adapters run on the CPU engine only.', detail: `Choose CPU as the backend in Settings and load the model again; meanwhile the base model answers. ${detail}` };
+    // falls through
+    case 'E_GPU_LIMITS':
     case 'E_GPU_SHADER':
     case 'E_GPU_OUT_OF_MEMORY':
     case 'E_GPU_DEVICE_LOST':
@@ -37,6 +40,12 @@ export function explain(e) {
       return /thread/i.test(detail)
         ? { title: 'The thread count changed: reload the page to use it.', detail }
         : { title: 'A setting is out of range.', detail };
+    case 'E_ADAPTER':
+      return { title: 'Your adapter for this model could not be read: it is damaged, or of another model.', detail: `The base model answers. "Start a new adapter" in the Learning panel replaces it. ${detail}` };
+    case 'E_STORE_FULL':
+      return { title: 'The browser\'s storage for this site is full.', detail: `What could not be stored (your adapter's last step) is kept for this visit only. Delete cached models to make room. ${detail}` };
+    case 'E_STORE':
+      return { title: 'The browser\'s storage refused to keep this.', detail };
     case 'QuotaExceededError':
       return { title: 'The browser\'s storage for this site is full.', detail: `Delete cached models to make room. ${detail}` };
     default:

@@ -4,6 +4,7 @@ import './style.css';
 import { ChatView } from './chat-view.js';
 import { explain, notCached } from './errors.js';
 import { bytes, seconds } from './format.js';
+import { LearningPanel } from './learning-panel.js';
 import { MemoryPanel, modelContent } from './memory-panel.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
 import { bindSettingsForm, loadSettings, saveSettings } from './settings.js';
@@ -19,10 +20,11 @@ let conversation = newConversation(); // saved once it has a message
 let generation = null; // AbortController of the reply being generated
 let loading = null; // AbortController of the model being downloaded or loaded
 // Counters on <body> for tests and scripts: replies finished (data-replies), prefix-cache flushes done (data-persisted),
-// conversations made ready (data-prepared).
+// conversations made ready (data-prepared), feedback steps finished or failed (data-feedbacks).
 let replies = 0;
 let flushes = 0;
 let prepared = 0;
+let feedbacks = 0;
 let conversationTitles = new Map(); // id -> title, of the conversations listed
 
 /** The page's state, for styles and tests: idle, loading, ready, generating. */
@@ -100,6 +102,7 @@ async function loadModel({ url, file }) {
   const controller = (loading = new AbortController());
   const { signal } = controller;
   panel.close();
+  learning.close();
   llm?.dispose();
   llm = null;
   clearMessages();
@@ -141,6 +144,7 @@ async function loadModel({ url, file }) {
     setState('ready');
     prepare();
     panel.open(llm); // the router and the memory, on this model's embeddings
+    learning.open(llm, label); // this model's MicroLoRA, from IndexedDB
     if (downloaded) {
       saveToCache(url, downloaded).then(refreshCached, (e) => notice(notCached(e, downloaded.size)));
     }
@@ -218,8 +222,10 @@ const view = new ChatView(
       if (i === 0) conversation.title = titleOf(text);
       await reply();
     },
+    feedback: giveFeedback,
   },
   () => generation !== null,
+  () => learning.why,
 );
 
 async function refreshConversations() {
@@ -248,12 +254,12 @@ async function openConversation(id) {
   prepare();
 }
 
-/** The conversation as the model sees it: the system prompt, then every message with text (a question with the
- * turns of earlier conversations recalled for it before its text). */
-function chatMessages() {
+/** The conversation (or its messages `list`) as the model sees it: the system prompt, then every message with text
+ * (a question with the turns of earlier conversations recalled for it before its text). */
+function chatMessages(list = conversation.messages) {
   const messages = [];
   if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
-  for (const m of conversation.messages) if (m.content) messages.push({ role: m.role, content: modelContent(m) });
+  for (const m of list) if (m.content) messages.push({ role: m.role, content: modelContent(m) });
   return messages;
 }
 
@@ -270,7 +276,9 @@ async function prepare() {
   if (!llm || generation || messages.at(-1)?.role !== 'assistant') return;
   const [model, id] = [llm, conversation.id];
   try {
-    const { usage } = await model.complete(model.applyChatTemplate(messages, { addGenerationPrompt: false }), { maxTokens: 0 });
+    // With the adapter the answer will have: the model's keys and values differ with it.
+    const options = { maxTokens: 0, ...learning.options() };
+    const { usage } = await model.complete(model.applyChatTemplate(messages, { addGenerationPrompt: false }), options);
     if (model !== llm || id !== conversation.id) return;
     $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
     document.body.dataset.prepared = String(++prepared);
@@ -325,7 +333,13 @@ async function reply() {
   setState('generating');
   const model = llm;
   const id = conversation.id;
+  let adapter = null;
   try {
+    await learning.opening; // the adapter of a model just loaded
+    // Which adapter answers is kept with the answer: the MicroLoRA (with its steps then) or the base model.
+    adapter = answer.meta.adapter = learning.answeredBy();
+    const adapterOptions = learning.options();
+    view.update(index, answer);
     // A new question is routed and, with the long-term memory on, gets the turns of earlier conversations nearest it
     // (kept with it: a regenerated answer, and the next message, see the same prompt).
     if (question && !('recalled' in question)) await panel.annotate(id, question, controller.signal);
@@ -333,13 +347,13 @@ async function reply() {
     // The template path: the model's own chat template, then generate(), whose result has the engine's timings.
     // Its usage.cachedTokens is what the chat API reports as usage.prompt_tokens_details.cached_tokens.
     const prompt = model.applyChatTemplate(messages);
-    const options = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, signal: controller.signal };
+    const options = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, signal: controller.signal, ...adapterOptions };
     const it = model.generate(prompt, options);
     for (;;) {
       const r = await it.next();
       if (r.done) {
         const { usage, timings, finishReason } = r.value;
-        answer.meta = { cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
+        answer.meta = { adapter, cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
         $('speed').textContent = describeSpeed(answer.meta);
         $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
         break;
@@ -390,6 +404,33 @@ document.addEventListener('keydown', (e) => {
   else closeMenu();
 });
 
+// ---- feedback: the thumbs on answers train the model's MicroLoRA (learning-panel.js) ---------------------------
+
+/** A thumb on answer `m`: one training step of the MicroLoRA on its text as the answer to the conversation before it
+ * (as the model saw it). Its thumbs are disabled and show progress meanwhile, then the step's loss and time for a
+ * while; the step count stays with the message. A failure goes to the error box: the chat goes on. */
+async function giveFeedback(m, accepted) {
+  const conv = conversation;
+  const i = conv.messages.indexOf(m);
+  if (i < 0 || view.training.get(m)?.busy) return;
+  view.setTraining(m, { busy: true });
+  let said = null;
+  try {
+    const { loss, steps, timings } = await learning.feedback(chatMessages(conv.messages.slice(0, i)), m.content, accepted);
+    const ms = timings.frozenMs + timings.forwardMs + timings.backwardMs + timings.updateMs;
+    said = `loss ${loss.toFixed(3)} · ${(ms / 1000).toFixed(2)} s`;
+    m.meta = { ...m.meta, feedback: { accepted, steps } };
+    await saveConversation(conv);
+  } catch (e) {
+    showError(e);
+  }
+  view.setTraining(m, said && { said });
+  // The loss and the time are shown briefly; the step count stays.
+  if (said) setTimeout(() => view.training.get(m)?.said === said && view.setTraining(m, null), FEEDBACK_SHOWN_MS);
+  document.body.dataset.feedbacks = String(++feedbacks);
+}
+const FEEDBACK_SHOWN_MS = 8000;
+
 // ---- layout (phone width: the sidebar is a drawer) ------------------------------------------------------------
 function closeMenu() {
   $('sidebar').classList.remove('open');
@@ -402,6 +443,9 @@ $('menu').onclick = () => {
 
 // ---- memory & routing (memory-panel.js) -------------------------------------------------------------------------
 const panel = new MemoryPanel({ settings, saveSettings, titleOf: (id) => conversationTitles.get(id), currentId: () => conversation.id });
+
+// ---- learning (learning-panel.js) -------------------------------------------------------------------------------
+const learning = new LearningPanel({ settings, saveSettings, showError, onChange: () => view.refreshFeedback() });
 
 // ---- start -------------------------------------------------------------------------------------------------------
 bindSettingsForm($('settings'), settings);
