@@ -156,14 +156,20 @@ fn switching_adapters_per_request_matches_fresh_sessions() {
             (Some(j), i) if j == i => assert_eq!(cached, prompt.len() - 1, "set {i} twice"),
             // The base model again: the prefix cache holds its pages (what was computed under it).
             (Some(_), 0) => assert_eq!(cached, 32, "the base model's pages"),
-            // Another set: nothing is reused.
+            // Another set: nothing is reused (the model keeps one set's prefix cache, the latest, and set 1 came
+            // back only after others).
             _ => assert_eq!(cached, 0, "set {i} after {last:?}"),
         }
         last = Some(i);
     }
-    // Another session of the model, under adapters, finds none of the base pages usable.
+    // Another session of the model under set 1, the last set used, starts from that set's pages and decodes the
+    // same; under set 2, whose cache the model no longer keeps, it finds no pages (none of the base model's either).
     let mut other = Session::new(model.clone());
-    assert_eq!(generate(&mut other, &prompt, &sets[1]), (fresh[1].clone(), 0));
+    assert_eq!(generate(&mut other, &prompt, &sets[1]), (fresh[1].clone(), 32));
+    let mut third = Session::new(model.clone());
+    assert_eq!(generate(&mut third, &prompt, &sets[2]), (fresh[2].clone(), 0));
+    // The base model's pages are still the base model's.
+    assert_eq!(generate(&mut Session::new(model.clone()), &prompt, &sets[0]), (fresh[0].clone(), 32));
 }
 
 #[test]

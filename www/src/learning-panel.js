@@ -2,8 +2,8 @@
 // last layers that the engine trains in this browser, one gradient step per thumb on an answer (👍 teaches the answer,
 // 👎 moves away from it). It is kept in IndexedDB ("ruvllm-microlora") under a name made from the model's file name,
 // so each model has its own and it comes back after a reload. With "Answer with my adapter" on, each request passes it
-// as `adapters: [{ id }]`; off, the base model answers (and the prefix cache, which holds the base model's pages only,
-// keeps starting conversations from memory). Only the CPU engine trains it: on WebGPU the thumbs are disabled.
+// as `adapters: [{ id }]`; off, the base model answers (and the prefix cache of the base model's pages, kept across
+// reloads, starts conversations from memory). Only the CPU engine trains it: on WebGPU the thumbs are disabled.
 import { LLM } from '@ruvector/ruvllm';
 import { explain } from './errors.js';
 

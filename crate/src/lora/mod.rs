@@ -9,12 +9,15 @@
 //! cheaper than two thin matmuls beside the weight's (no activation quantization, no tasks for `r` rows).
 //!
 //! Keys and values computed under one set of adapters are not those of another: a session's cache is
-//! forgotten when its set changes, and the model's prefix cache holds pages of the base model only.
+//! forgotten when its set changes, and the pages of a set's sessions go to a prefix cache of that set only
+//! (`Model::adapter_prefix_cache`).
 
 mod adapter;
 pub mod train;
 
 use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
 
 pub use adapter::LoraAdapter;
 pub use train::{MicroLora, MicroLoraOptions, StepReport};
@@ -63,6 +66,17 @@ impl AdapterSet {
 
     pub fn adapters(&self) -> &[(Arc<LoraAdapter>, f32)] {
         &self.0
+    }
+
+    /// What tells this set's keys and values apart from another's: SHA-256 of its adapters' digests and scales,
+    /// in order (the prefix cache of its sessions is keyed by it).
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (adapter, scale) in &self.0 {
+            h.update(adapter.digest());
+            h.update(scale.to_bits().to_le_bytes());
+        }
+        h.finalize().into()
     }
 
     /// Every adapter was read for `model` (an adapter's shapes were checked against one model only).

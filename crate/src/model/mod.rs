@@ -5,6 +5,10 @@ pub mod config;
 pub mod forward;
 pub mod weights;
 
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -32,6 +36,9 @@ pub struct Model {
     load_ms: f64,
     /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
     prefix_cache: PrefixCache,
+    /// The prefix cache of the adapter set used last (its digest, the cache): keys and values computed under a
+    /// set are another model's, so they get a cache of their own, kept in memory for one set at a time.
+    adapter_cache: Mutex<Option<([u8; 32], Arc<PrefixCache>)>>,
     /// The KV cache's format, for every session and the prefix cache (`with_kv_cache`).
     kv_cache: KvCacheOptions,
     /// What persisted records and saved states of this model carry (`memory::record`).
@@ -96,6 +103,7 @@ impl Model {
             metadata_name,
             load_ms,
             prefix_cache,
+            adapter_cache: Mutex::new(None),
             kv_cache,
             id,
         })
@@ -172,6 +180,30 @@ impl Model {
     /// The KV of token prefixes shared by this model's sessions (budget, stats, clear).
     pub fn prefix_cache(&self) -> &PrefixCache {
         &self.prefix_cache
+    }
+
+    /// The prefix cache of the sessions under the adapter set whose digest is `set` (`AdapterSet::digest`): its
+    /// records name a model id of their own, so no page moves between it and another set's or the base model's.
+    /// One set's cache is kept at a time (the latest; a trained adapter is a new set after each step), with the
+    /// base cache's budget, in memory only.
+    pub(crate) fn adapter_prefix_cache(&self, set: [u8; 32]) -> Arc<PrefixCache> {
+        let mut slot = self.adapter_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*slot {
+            Some((digest, cache)) if *digest == set => cache.clone(),
+            _ => {
+                let mut h = Sha256::new();
+                h.update(b"ruvllm adapter set");
+                h.update(self.id.0);
+                h.update(set);
+                let id = ModelId(h.finalize().into());
+                let c = &self.config;
+                let base = &self.prefix_cache;
+                let cache =
+                    Arc::new(PrefixCache::new(id, c.n_layers, c.kv_dim(), base.kv_type(), base.stats().budget_bytes));
+                *slot = Some((set, cache.clone()));
+                cache
+            }
+        }
     }
 
     pub fn load_ms(&self) -> f64 {
