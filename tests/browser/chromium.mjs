@@ -4,7 +4,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { serve } from '../../npm/test/server.mjs';
 
 const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
@@ -25,4 +27,22 @@ export async function launchChromium() {
       rmSync(profile, { recursive: true, force: true });
     },
   };
+}
+
+/** The package's example page (npm/examples/browser/index.html) with `files` served beside it, in a Chromium of its
+ * own, for the tests of one file: opened before them, closed after them. Its `page`, `server` and `browser` are there
+ * once the tests run. */
+export function examplePage(files) {
+  const example = {};
+  before(async () => {
+    example.server = await serve({ root: PACKAGE_DIR, files });
+    example.browser = await launchChromium();
+    example.page = example.browser.context.pages()[0] ?? (await example.browser.context.newPage());
+    await example.page.goto(`${example.server.origin}/examples/browser/index.html`);
+  });
+  after(async () => {
+    await example.browser?.close();
+    await example.server?.close();
+  });
+  return example;
 }

@@ -3,30 +3,19 @@
 // E_ADAPTER and stays in the store.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
-import { serve } from '../../npm/test/server.mjs';
-import { launchChromium } from './chromium.mjs';
+import { test } from 'node:test';
+import { MODEL_PATH } from '../../npm/test/helpers.mjs';
+import { examplePage } from './chromium.mjs';
 
 const QUESTION = [{ role: 'user', content: 'What is the capital of Zorbania?' }];
 const ANSWER = 'The capital of Zorbania is Quillmere.';
 
-let server, browser, page;
-before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
-  browser = await launchChromium();
-  page = browser.context.pages()[0] ?? (await browser.context.newPage());
-  await page.goto(`${server.origin}/examples/browser/index.html`);
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const ex = examplePage({ '/model.gguf': MODEL_PATH });
 
 /** On the page: open the MicroLoRA kept in IndexedDB, give it `steps` pieces of feedback, answer the question with
  * it, and return its steps and the answer (or the error). */
 function session(steps) {
-  return page.evaluate(
+  return ex.page.evaluate(
     async ({ steps, QUESTION, ANSWER }) => {
       const { LLM } = await import('@ruvector/ruvllm');
       const llm = await LLM.load('/model.gguf', { threads: 1 });
@@ -50,13 +39,13 @@ test('a MicroLoRA taught on one page load is back from IndexedDB after a reload,
   assert.equal(taught.error, undefined, JSON.stringify(taught.error));
   assert.equal(taught.steps, 8);
   assert.match(taught.text, /^The capital of Zorbania is Quillmere\./);
-  await page.reload();
+  await ex.page.reload();
   const back = await session(0);
   assert.deepEqual(back, taught);
 });
 
 test('a damaged MicroLoRA record is E_ADAPTER and stays in IndexedDB', async () => {
-  const r = await page.evaluate(async () => {
+  const r = await ex.page.evaluate(async () => {
     const { IndexedDbStore, LLM } = await import('@ruvector/ruvllm');
     const store = new IndexedDbStore('ruvllm-microlora');
     const bytes = await store.get('microlorafacts');

@@ -4,30 +4,19 @@
 // answers and says it could not persist.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
-import { serve } from '../../npm/test/server.mjs';
-import { launchChromium } from './chromium.mjs';
+import { test } from 'node:test';
+import { MODEL_PATH } from '../../npm/test/helpers.mjs';
+import { examplePage, launchChromium } from './chromium.mjs';
 
 const SYSTEM = { role: 'system', content: 'You are a concise assistant. Answer in one short sentence.' };
 const A1 = { role: 'user', content: 'What is the capital of France?' };
 const A2 = { role: 'user', content: 'And what river flows through it?' };
 
-let server, browser, page;
-before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
-  browser = await launchChromium();
-  page = browser.context.pages()[0] ?? (await browser.context.newPage());
-  await page.goto(`${server.origin}/examples/browser/index.html`);
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const ex = examplePage({ '/model.gguf': MODEL_PATH });
 
 /** Load the model in the page (one thread) with `prefixCache`, run one greedy chat request, wait for the store. */
 function chat(messages, prefixCache) {
-  return page.evaluate(
+  return ex.page.evaluate(
     async ({ messages, prefixCache }) => {
       const { LLM } = await import('@ruvector/ruvllm');
       const llm = await LLM.load('/model.gguf', { threads: 1, prefixCache });
@@ -45,7 +34,7 @@ function chat(messages, prefixCache) {
 
 /** The page's stored records: [key, byte length]. */
 const records = () =>
-  page.evaluate(
+  ex.page.evaluate(
     () =>
       new Promise((resolve, reject) => {
         const open = indexedDB.open('ruvllm-prefix-cache');
@@ -63,7 +52,7 @@ test('a chat continued after a page reload starts from the pages IndexedDB kept,
   assert.ok(first.cache.storedBytes > 0 && first.cache.storeError === null, JSON.stringify(first.cache));
   assert.ok((await records()).length >= 2);
 
-  await page.reload();
+  await ex.page.reload();
   const turn2 = [SYSTEM, A1, first.message, A2];
   const second = await chat(turn2, { store: 'indexeddb' });
   const fromStore = second.usage.prompt_tokens_details.cached_tokens;
@@ -76,7 +65,7 @@ test('a chat continued after a page reload starts from the pages IndexedDB kept,
 
 test('damaged records are refused and deleted, and the answer stays the same', async () => {
   const before = await records();
-  await page.evaluate(
+  await ex.page.evaluate(
     () =>
       new Promise((resolve, reject) => {
         const open = indexedDB.open('ruvllm-prefix-cache');
@@ -96,7 +85,7 @@ test('damaged records are refused and deleted, and the answer stays the same', a
         };
       }),
   );
-  await page.reload();
+  await ex.page.reload();
   const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
   assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(again.cache.loadedTokens, 0);
@@ -109,7 +98,7 @@ test('damaged records are refused and deleted, and the answer stays the same', a
 test("a record of another model is refused and replaced, and the answer stays the same", async () => {
   // The first page of the conversation (the record whose parent is no stored record) made another model's: its model
   // id changed and its CRC-32 made right again, so only the model check can refuse it.
-  const forged = await page.evaluate(
+  const forged = await ex.page.evaluate(
     () =>
       new Promise((resolve, reject) => {
         const crc32 = (bytes) => {
@@ -141,13 +130,13 @@ test("a record of another model is refused and replaced, and the answer stays th
         };
       }),
   );
-  await page.reload();
+  await ex.page.reload();
   const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
   assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(again.cache.loadedTokens, 0);
   assert.deepEqual(again.message, (await chat([SYSTEM, A1, A2], { budgetBytes: 0 })).message);
   // Deleted, then written again whole by this run: the key holds this model's page now.
-  const model = await page.evaluate(
+  const model = await ex.page.evaluate(
     (key) =>
       new Promise((resolve, reject) => {
         const open = indexedDB.open('ruvllm-prefix-cache');
@@ -164,7 +153,7 @@ test("a record of another model is refused and replaced, and the answer stays th
 
 test('a database of the first version (the last use in each page row) keeps its pages', async () => {
   // Rewrite the database as version 1 held it: one object store of { key, bytes, used }.
-  await page.evaluate(
+  await ex.page.evaluate(
     () =>
       new Promise((resolve, reject) => {
         const open = indexedDB.open('ruvllm-prefix-cache');
@@ -192,7 +181,7 @@ test('a database of the first version (the last use in each page row) keeps its 
         open.onerror = () => reject(open.error);
       }),
   );
-  await page.reload();
+  await ex.page.reload();
   const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'pages read from the upgraded database');
   assert.equal(again.cache.loadedTokens, again.usage.prompt_tokens_details.cached_tokens);
@@ -203,10 +192,10 @@ test('a page with a tiny storage quota still answers and says it could not persi
   // with its trailing slash, as Chromium's storage keys spell it: without it the override is ignored.)
   const small = await launchChromium();
   try {
-    page = small.context.pages()[0] ?? (await small.context.newPage());
-    const cdp = await small.context.newCDPSession(page);
-    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${server.origin}/`, quotaSize: 64 * 1024 });
-    await page.goto(`${server.origin}/examples/browser/index.html`);
+    ex.page = small.context.pages()[0] ?? (await small.context.newPage());
+    const cdp = await small.context.newCDPSession(ex.page);
+    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${ex.server.origin}/`, quotaSize: 64 * 1024 });
+    await ex.page.goto(`${ex.server.origin}/examples/browser/index.html`);
     const r = await chat([SYSTEM, A1], { store: 'indexeddb' });
     const cold = await chat([SYSTEM, A1], { budgetBytes: 0 });
     assert.deepEqual(r.message, cold.message);

@@ -2,10 +2,9 @@
 // one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { EMBED_MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
-import { serve } from '../../npm/test/server.mjs';
-import { launchChromium } from './chromium.mjs';
+import { test } from 'node:test';
+import { EMBED_MODEL_PATH } from '../../npm/test/helpers.mjs';
+import { examplePage } from './chromium.mjs';
 
 const ROUTES = [
   { name: 'weather', utterances: ['What is the weather like today?', 'Will it rain tomorrow?', 'How hot is it outside?'] },
@@ -24,22 +23,12 @@ const TURNS = {
   ],
 };
 
-let server, browser, page;
-before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/embed.gguf': EMBED_MODEL_PATH } });
-  browser = await launchChromium();
-  page = browser.context.pages()[0] ?? (await browser.context.newPage());
-  await page.goto(`${server.origin}/examples/browser/index.html`);
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const ex = examplePage({ '/embed.gguf': EMBED_MODEL_PATH });
 
 /** On the page: open the router and the memory in IndexedDB (`build`: with routes, a correction and turns), route
  * the queries and recall, and return what they answered. */
 function session(build) {
-  return page.evaluate(
+  return ex.page.evaluate(
     async ({ build, ROUTES, QUERIES, TURNS }) => {
       const { LLM, Memory, Router } = await import('@ruvector/ruvllm');
       const embedder = await LLM.load('/embed.gguf', { threads: 1 });
@@ -79,7 +68,7 @@ test('a router and a memory built on one page load route and recall the same aft
   assert.match(first.system, /^Relevant turns from earlier conversations[^\n]*\n- (user|assistant): .*(beagle|Biscuit)/);
   assert.equal(first.info.turns, 4);
 
-  await page.reload();
+  await ex.page.reload();
   const second = await session(false);
   assert.equal(second.error, undefined, JSON.stringify(second.error));
   assert.deepEqual(second.routes, first.routes);
@@ -94,7 +83,7 @@ test('a router and a memory built on one page load route and recall the same aft
 
 test('a damaged router record is E_INDEX after a reload, and the store keeps its records', async () => {
   const damage = () =>
-    page.evaluate(
+    ex.page.evaluate(
       () =>
         new Promise((resolve, reject) => {
           const open = indexedDB.open('ruvllm-router');
@@ -121,10 +110,10 @@ test('a damaged router record is E_INDEX after a reload, and the store keeps its
     );
   const records = await damage();
   assert.ok(records > 4);
-  await page.reload();
+  await ex.page.reload();
   const after = await session(false);
   assert.equal(after.error?.code, 'E_INDEX', JSON.stringify(after));
-  const left = await page.evaluate(
+  const left = await ex.page.evaluate(
     () =>
       new Promise((resolve) => {
         const open = indexedDB.open('ruvllm-router');
