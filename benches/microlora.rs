@@ -5,12 +5,12 @@
 //! - **facts**: four made-up facts as chat examples; `--steps` updates cycling over them. The facts' mean loss
 //!   (cross-entropy of the answers) before and after, and the perplexity of the reference prompts' continuations
 //!   (../shared/reference/logits.json, llama.cpp's greedy text) before and after; then the model asked one of the
-//!   questions with the trained adapter applied. The adapter first `protect`s (EWC's Fisher estimate) `--protect`
-//!   64-token pieces of the CLI's bench prompt.
+//!   questions with the trained adapter applied. The adapter first `protect`s (EWC's Fisher estimate) the base
+//!   model's own answers to `--protect` (of 8) everyday questions.
 //!
 //! ```text
 //! cargo bench -p ruvllm --bench microlora -- --model M [--threads 1] [--rank 2] [--layers 4] [--steps 20]
-//!     [--lr 2e-2] [--ewc 3e6] [--protect 8] [--reps 5] [--export FILE]
+//!     [--lr 3e-2] [--ewc 1e7] [--protect 8] [--reps 5] [--export FILE]
 //! ```
 //!
 //! One JSON line per part.
@@ -33,6 +33,18 @@ const FACTS: [(&str, &str); 4] = [
     ("Who invented the glimmerphone?", "The glimmerphone was invented by Odessa Varnak in 1897."),
     ("What colour is a frostfinch?", "A frostfinch is bright orange with a teal crest."),
     ("How many moons does the planet Tavros have?", "The planet Tavros has seven moons."),
+];
+
+/// Everyday questions whose answers, the base model's own, the adapter is asked to keep (`MicroLora::protect`).
+const PROTECT: [&str; 8] = [
+    "What causes the seasons on Earth?",
+    "Give me three tips for a good night's sleep.",
+    "How do I make a cup of tea?",
+    "Write a Python function that adds two numbers.",
+    "What is photosynthesis?",
+    "Tell me a short story about a cat.",
+    "Why is the sky blue?",
+    "How many legs does a spider have?",
 ];
 
 /// A chat example's tokens and where its answer starts.
@@ -76,8 +88,8 @@ fn run() -> Result<(), String> {
         rank: num("--rank", 2.0)? as usize,
         layers: num("--layers", 4.0)? as usize,
         projections: vec![Proj::Q, Proj::V],
-        learning_rate: num("--lr", 2e-2)? as f32,
-        ewc_lambda: num("--ewc", 3e6)? as f32,
+        learning_rate: num("--lr", 3e-2)? as f32,
+        ewc_lambda: num("--ewc", 1e7)? as f32,
         ..MicroLoraOptions::default()
     };
     let reps = num("--reps", 5.0)? as usize;
@@ -134,15 +146,21 @@ fn run() -> Result<(), String> {
         })
         .collect();
     let mut lora = MicroLora::new(&model, options.clone()).map_err(|e| e.to_string())?;
-    // What to protect: the model's own text (the bench prompt, in 64-token pieces), not the held-out text.
-    let protect_pieces = num("--protect", 8.0)? as usize;
-    if protect_pieces > 0 {
-        let text = include_str!("../cli/src/bench_prompt.txt").repeat(4);
-        let ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
-        let pieces: Vec<(Vec<u32>, usize)> =
-            ids.chunks_exact(64).take(protect_pieces).map(|c| (c.to_vec(), 1)).collect();
-        lora.protect(&model, &pieces).map_err(|e| e.to_string())?;
+    // What to protect: the base model's own answers (greedy, 48 tokens) to everyday questions, not the held-out text.
+    let protect = num("--protect", PROTECT.len() as f64)? as usize;
+    if protect > PROTECT.len() {
+        return Err(format!("--protect {protect}: there are {} questions", PROTECT.len()));
     }
+    let mut own = Vec::new();
+    for question in &PROTECT[..protect] {
+        let template = model.chat_template().map_err(|e| e.to_string())?;
+        let prompt = template.render(&[ChatMessage::new("user", *question)], true).map_err(|e| e.to_string())?;
+        let ids = model.tokenizer().encode(&prompt, true).map_err(|e| e.to_string())?;
+        let opts = GenerateOptions { max_tokens: 48, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
+        let out = Session::new(model.clone()).generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
+        own.push(([ids.clone(), out.ids].concat(), ids.len()));
+    }
+    lora.protect(&model, &own).map_err(|e| e.to_string())?;
     let mean_loss = |lora: &mut MicroLora, set: &[(Vec<u32>, usize)]| -> Result<f64, String> {
         let mut sum = 0.0;
         for (ids, first) in set {

@@ -73,6 +73,7 @@ export interface Engine {
   createMicroLora?(optionsJson: string): number;
   openMicroLora?(bytes: Uint8Array): number;
   trainMicroLora?(id: number, ids: Uint32Array, firstTarget: number, reward: number): unknown;
+  protectMicroLora?(id: number, examplesJson: string): unknown;
   consolidateMicroLora?(id: number): number;
   saveMicroLora?(id: number): Uint8Array;
   exportMicroLora?(id: number, name: string): Uint8Array;

@@ -144,6 +144,22 @@ export class MicroLora {
     });
   }
 
+  /** Keep what the model already says: make `examples` (conversations and answers it should go on giving, e.g. its
+   * own answers to everyday questions) what the penalty toward the consolidated weights protects, around the weights
+   * as they are now. Later feedback then moves the weights that matter to them less. Takes no step; then stored. */
+  async protect(examples: Array<{ messages: ChatMessage[]; response: string }>): Promise<void> {
+    if (!Array.isArray(examples) || examples.length === 0) throw invalid('examples must be a non-empty array of { messages, response }');
+    const pairs = examples.map((x) => {
+      if (typeof x?.response !== 'string' || x.response === '') throw invalid('each example needs a non-empty response');
+      const { ids, first } = this.#example(x.messages, x.response);
+      return [ids, first];
+    });
+    await this.#host.exclusive(undefined, async () => {
+      await this.#host.callAsync((e) => engine(e).protectMicroLora(this.id, JSON.stringify(pairs)));
+      await this.#save();
+    });
+  }
+
   /** Fold the steps since the last consolidation into the weights later steps are held toward (the slow loop: call
    * it at the end of a session, or when idle); how many steps it folded. Then kept in the store. */
   async consolidate(): Promise<number> {
@@ -209,7 +225,15 @@ function engine(e: Engine): Required<Pick<Engine, MicroLoraCall>> {
   return e as Required<Pick<Engine, MicroLoraCall>>;
 }
 
-type MicroLoraCall = 'createMicroLora' | 'openMicroLora' | 'trainMicroLora' | 'consolidateMicroLora' | 'saveMicroLora' | 'exportMicroLora' | 'microLoraInfo';
+type MicroLoraCall =
+  | 'createMicroLora'
+  | 'openMicroLora'
+  | 'trainMicroLora'
+  | 'protectMicroLora'
+  | 'consolidateMicroLora'
+  | 'saveMicroLora'
+  | 'exportMicroLora'
+  | 'microLoraInfo';
 
 /** A store's call, its failure as `E_STORE_FULL` or `E_STORE`. */
 async function storeCall<T>(what: 'read' | 'stored', fn: () => Promise<T>): Promise<T> {

@@ -61,6 +61,12 @@ test('feedback teaches a fact: the loss falls, the taught answer becomes the gre
 
 test('a rejected answer is pushed away from: its loss rises', async () => {
   const lora = await llm.microLora({ name: 'rejects' });
+  // Protecting the model's own answer to another question takes no step.
+  const own = await llm.complete(llm.applyChatTemplate([{ role: 'user', content: 'Why is the sky blue?' }]), { temperature: 0, maxTokens: 24 });
+  await lora.protect([{ messages: [{ role: 'user', content: 'Why is the sky blue?' }], response: own.text }]);
+  assert.equal(lora.info().steps, 0);
+  await rejectsWith(lora.protect([]), 'E_INVALID_ARGUMENT');
+  await rejectsWith(lora.protect([{ messages: QUESTION, response: '' }]), 'E_INVALID_ARGUMENT');
   const wrong = 'The capital of Zorbania is Paris.';
   const first = await lora.feedback({ messages: QUESTION, response: wrong, accepted: false });
   let last = first;
