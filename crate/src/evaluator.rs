@@ -148,6 +148,16 @@ pub(crate) struct Evaluator {
     use_prefix_cache: bool,
     /// The LoRA adapters the cache's keys and values were computed with (`set_adapters`).
     lora: AdapterSet,
+    /// The residual stream after the first layers at each position the CPU evaluated (`keep_residuals`).
+    residuals: Option<Residuals>,
+}
+
+/// What a MicroLoRA of the layers from `layer` on starts its training step from (`lora::train`): the base model's
+/// residual stream after its first `layer` layers, `[positions × d_model]`, for the first `valid` cached positions.
+struct Residuals {
+    layer: usize,
+    rows: Vec<f32>,
+    valid: usize,
 }
 
 impl Evaluator {
@@ -219,6 +229,7 @@ impl Evaluator {
             fallback,
             use_prefix_cache: true,
             lora: AdapterSet::default(),
+            residuals: None,
         })
     }
 
@@ -260,6 +271,38 @@ impl Evaluator {
     /// Forget cached positions from `n` on.
     pub(crate) fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
+        self.forget_residuals_from(n);
+    }
+
+    fn forget_residuals_from(&mut self, n: usize) {
+        if let Some(r) = &mut self.residuals {
+            r.valid = r.valid.min(n);
+        }
+    }
+
+    /// From now on keep the base model's residual stream after its first `layer` layers at each position the
+    /// CPU evaluates (`None`: stop), for [`Evaluator::frozen_residuals`].
+    pub(crate) fn keep_residuals(&mut self, layer: Option<usize>) {
+        self.residuals = layer.map(|layer| Residuals { layer, rows: Vec::new(), valid: 0 });
+    }
+
+    /// The base model's residual stream after its first `layer` layers at each position of `tokens`, `[T × d_model]`,
+    /// from what this session evaluated: it keeps the prefix it shares with `tokens` that it kept residuals of, and
+    /// evaluates the rest (no logits), so that afterwards it holds `tokens`. `None` where it cannot: it keeps no
+    /// residuals or another layer's, runs on the GPU, has adapters on the layers below `layer` (then the stream is
+    /// not the base model's), or `tokens` do not fit its context.
+    pub(crate) async fn frozen_residuals(&mut self, tokens: &[u32], layer: usize) -> Result<Option<Vec<f32>>> {
+        let kept = matches!(&self.residuals, Some(r) if r.layer == layer);
+        if !kept || self.gpu.is_some() || self.lora.adapts_below(layer) || tokens.len() > self.n_ctx {
+            return Ok(None);
+        }
+        let shared = self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let from = shared.min(self.residuals.as_ref().map_or(0, |r| r.valid));
+        if from < tokens.len() {
+            self.eval(&tokens[from..], from, Want::Nothing).await?;
+        }
+        let d = self.model.config.d_model;
+        Ok(self.residuals.as_ref().filter(|r| r.valid >= tokens.len()).map(|r| r.rows[..tokens.len() * d].to_vec()))
     }
 
     /// Bytes of the KV cache (keys and values of every layer and position, in the model's KV format).
@@ -281,6 +324,7 @@ impl Evaluator {
             return Err(Error::InvalidArgument(format!("eval at {pos} after {} cached tokens", self.tokens.len())));
         }
         self.tokens.truncate(pos);
+        self.forget_residuals_from(pos);
         self.logits.clear();
         let mut id = None;
         for (range, rows) in batches(tokens.len(), self.n_batch, want.rows()) {
@@ -400,6 +444,7 @@ impl Evaluator {
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
+                    self.forget_residuals_from(0);
                     return Ok(());
                 }
                 Err(e) => self.gpu_failed(e)?,
@@ -407,6 +452,7 @@ impl Evaluator {
         }
         let (_, kv, _) = self.cpu_state();
         self.tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
+        self.forget_residuals_from(0);
         Ok(())
     }
 
@@ -459,8 +505,17 @@ impl Evaluator {
         let rows = want.rows();
         self.cpu_state();
         let (kv, state) = self.cpu.as_mut().expect("allocated above");
+        // Residuals are kept of the base model's stream only, and of positions that continue the kept ones.
+        let keep = self.residuals.as_ref().filter(|r| r.valid == pos && !self.lora.adapts_below(r.layer));
+        state.keep_after = keep.map(|r| r.layer);
         forward(&self.model, &self.lora, kv, state, tokens, pos, rows);
         self.tokens.extend_from_slice(tokens);
+        if let (Some(r), true) = (&mut self.residuals, state.keep_after.is_some()) {
+            let d = self.model.config.d_model;
+            r.rows.resize(r.rows.len().max((pos + tokens.len()) * d), 0.0);
+            r.rows[pos * d..(pos + tokens.len()) * d].copy_from_slice(&state.kept);
+            r.valid = pos + tokens.len();
+        }
         if rows == LogitsFor::None {
             return Ok(None);
         }
@@ -487,6 +542,7 @@ impl Evaluator {
         }
         self.gpu = None;
         self.fallback = Some(e);
+        self.forget_residuals_from(0);
         let history = std::mem::take(&mut self.tokens);
         self.cpu_state();
         let (kv, state) = self.cpu.as_mut().expect("allocated above");

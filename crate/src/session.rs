@@ -113,6 +113,21 @@ impl Session {
         Ok(self.ev.logits())
     }
 
+    /// Keep the base model's residual stream after its first `layer` layers at each position evaluated from now on
+    /// (`None`: stop), so that a MicroLoRA of the layers from `layer` on trains on this session's answers without
+    /// running those layers again ([`Session::frozen_residuals`]).
+    pub fn keep_residuals(&mut self, layer: Option<usize>) {
+        self.ev.keep_residuals(layer);
+    }
+
+    /// The residual stream after the first `layer` layers at each position of `tokens` (`[T × d_model]`), from what
+    /// this session evaluated with [`Session::keep_residuals`], evaluating what it lacks: afterwards the session holds
+    /// `tokens`. `None` where it keeps none of that layer, runs on the GPU, or has adapters below `layer`.
+    pub fn frozen_residuals(&mut self, tokens: &[u32], layer: usize) -> Result<Option<Vec<f32>>> {
+        self.generation = None;
+        wait(self.ev.frozen_residuals(tokens, layer))
+    }
+
     /// Teacher-forced scoring: for each position of `tokens` (evaluated from an empty cache), the `k` most
     /// likely next ids with their probabilities, most likely first. The session is reset before and after.
     pub fn score(&mut self, tokens: &[u32], k: usize) -> Result<Vec<Vec<(u32, f64)>>> {

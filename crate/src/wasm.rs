@@ -482,7 +482,7 @@ impl Engine {
     }
 
     /// The session, or an error for an encoder model.
-    fn session(&self) -> Result<&Arc<Mutex<Session>>, JsValue> {
+    pub(crate) fn session(&self) -> Result<&Arc<Mutex<Session>>, JsValue> {
         self.session.as_ref().ok_or_else(|| {
             js_error(Error::Model("this model is an encoder: it computes embeddings (embed), not text".into()))
         })
@@ -490,7 +490,7 @@ impl Engine {
 
     /// The session, for a quick call on this thread. `try_lock`, since a page's main thread must
     /// never block: the npm package runs one call at a time, so a held lock is a caller's bug.
-    fn session_now(&self) -> Result<MutexGuard<'_, Session>, JsValue> {
+    pub(crate) fn session_now(&self) -> Result<MutexGuard<'_, Session>, JsValue> {
         match self.session()?.try_lock() {
             Ok(s) => Ok(s),
             Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),

@@ -78,14 +78,14 @@ impl Engine {
     pub fn create_micro_lora(&self, options_json: &str) -> Result<u32, JsValue> {
         let options = parse::<JsMicroLoraOptions>(options_json, "options")?.into_options().map_err(js_error)?;
         let lora = MicroLora::new(&self.model, options).map_err(js_error)?;
-        Ok(self.adapters.borrow_mut().train(lora))
+        self.keep(lora)
     }
 
     /// A MicroLoRA from the bytes `saveMicroLora` gave (a damaged or another model's state is `E_ADAPTER`): its id.
     #[wasm_bindgen(js_name = openMicroLora)]
     pub fn open_micro_lora(&self, bytes: &[u8]) -> Result<u32, JsValue> {
         let lora = MicroLora::from_bytes(&self.model, bytes).map_err(js_error)?;
-        Ok(self.adapters.borrow_mut().train(lora))
+        self.keep(lora)
     }
 
     /// One training step of MicroLoRA `id` on `ids`, whose response starts at `first_target`, with `reward`
@@ -101,11 +101,20 @@ impl Engine {
     ) -> Result<JsValue, JsValue> {
         let lora = self.trained(id)?;
         drop(idle(&lora).map_err(js_error)?); // refuse a second step now rather than wait in the pool
-        let model = self.model.clone();
+        let (model, session) = (self.model.clone(), self.session()?.clone());
         run_job(
             move || {
                 let mut lora = lora.lock().unwrap_or_else(PoisonError::into_inner);
-                let r = lora.train_step(&model, &ids, first_target, reward)?;
+                // The frozen layers' output from the session, which generated the answer (or evaluates it now).
+                let t0 = crate::clock::now_ms();
+                let mut session = session.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(rows) = session.frozen_residuals(&ids, lora.first_layer())? {
+                    lora.use_frozen(&model, &ids, rows)?;
+                }
+                drop(session);
+                let from_session = crate::clock::now_ms() - t0;
+                let mut r = lora.train_step(&model, &ids, first_target, reward)?;
+                r.frozen_ms += from_session; // what the session evaluated of the example counts as the frozen layers' time
                 Ok((r, lora.steps()))
             },
             |(r, steps)| {
@@ -172,6 +181,13 @@ impl Engine {
 }
 
 impl Engine {
+    /// Keep MicroLoRA `lora` under a new id; the session keeps the residual stream below its layers from now on
+    /// (for the MicroLoRA opened last), for its training steps.
+    fn keep(&self, lora: MicroLora) -> Result<u32, JsValue> {
+        self.session_now()?.keep_residuals(Some(lora.first_layer()));
+        Ok(self.adapters.borrow_mut().train(lora))
+    }
+
     fn trained(&self, id: u32) -> Result<std::sync::Arc<std::sync::Mutex<MicroLora>>, JsValue> {
         let adapters = self.adapters.borrow();
         adapters.trained.get(&id).cloned().ok_or_else(|| js_error(Error::Adapter(format!("no MicroLoRA has id {id}"))))

@@ -17,6 +17,7 @@ mod support;
 
 use std::sync::Arc;
 
+use ruvllm::lora::{MicroLora, MicroLoraOptions};
 use ruvllm::{AdapterSet, GenerateOptions, LoraAdapter, Model, SamplerConfig, Session, SessionOptions};
 use serde_json::Value;
 
@@ -170,6 +171,40 @@ fn switching_adapters_per_request_matches_fresh_sessions() {
     assert_eq!(generate(&mut third, &prompt, &sets[2]), (fresh[2].clone(), 0));
     // The base model's pages are still the base model's.
     assert_eq!(generate(&mut Session::new(model.clone()), &prompt, &sets[0]), (fresh[0].clone(), 32));
+}
+
+/// A session that keeps the residual stream below a MicroLoRA's layers gives it for the answer it generated, the
+/// same as the MicroLoRA's own run of those layers; where the stream is not the base model's it gives none.
+#[test]
+fn a_session_keeps_the_frozen_layers_output_for_a_microlora() {
+    let (model, _) = load(LLAMA_SPM);
+    let lora = MicroLora::new(&model, MicroLoraOptions { layers: 2, ..MicroLoraOptions::default() }).unwrap();
+    let first = lora.first_layer();
+    let prompt: Vec<u32> = (0..20).map(|i| 3 + (i * 37 % 700) as u32).collect();
+    let mut session = Session::new(model.clone());
+    session.keep_residuals(Some(first));
+    let (answer, _) = generate(&mut session, &prompt, &AdapterSet::default());
+    // The example: the prompt, the answer, and one token more (the template's end of turn), which was not evaluated.
+    let tokens = [prompt.clone(), answer, vec![2]].concat();
+    let rows = session.frozen_residuals(&tokens, first).unwrap().expect("kept");
+    assert_eq!(session.tokens(), &tokens[..]);
+    // The same loss as from the MicroLoRA's own run of the frozen layers, up to the batches' rounding.
+    let mut own = MicroLora::new(&model, MicroLoraOptions { layers: 2, ..MicroLoraOptions::default() }).unwrap();
+    let mut given = MicroLora::new(&model, MicroLoraOptions { layers: 2, ..MicroLoraOptions::default() }).unwrap();
+    given.use_frozen(&model, &tokens, rows).unwrap();
+    let (a, b) = (own.loss(&model, &tokens, prompt.len()).unwrap(), given.loss(&model, &tokens, prompt.len()).unwrap());
+    assert!((a - b).abs() <= 1e-3 * a.abs(), "loss {a} from its own run, {b} from the session's");
+    let step = given.train_step(&model, &tokens, prompt.len(), 1.0).unwrap();
+    assert_eq!(step.frozen_ms, 0.0, "the step ran no frozen layer");
+
+    // Another layer's stream, or adapters below the MicroLoRA's layers: none.
+    assert!(session.frozen_residuals(&tokens, first - 1).unwrap().is_none());
+    session.set_adapters(&set_of(&model, &[("lora-llama-r4.gguf", 1.0)])).unwrap();
+    assert!(session.frozen_residuals(&tokens, first).unwrap().is_none());
+    // Back on the base model, the cache was forgotten with the set: the session evaluates the example again.
+    session.set_adapters(&AdapterSet::default()).unwrap();
+    let again = session.frozen_residuals(&tokens, first).unwrap().expect("kept");
+    assert_eq!(again.len(), tokens.len() * model.config.d_model);
 }
 
 #[test]

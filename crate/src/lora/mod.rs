@@ -79,6 +79,12 @@ impl AdapterSet {
         h.finalize().into()
     }
 
+    /// Whether an adapter of the set adapts a layer below `layer` (the output of those layers is then not the base
+    /// model's).
+    pub fn adapts_below(&self, layer: usize) -> bool {
+        self.0.iter().any(|(a, _)| (0..layer).any(|l| Proj::ALL.iter().any(|&p| a.pair(Site::Layer(l, p)).is_some())))
+    }
+
     /// Every adapter was read for `model` (an adapter's shapes were checked against one model only).
     pub fn check(&self, model: &Model) -> Result<()> {
         match self.0.iter().find(|(a, _)| a.model_id() != model.id()) {

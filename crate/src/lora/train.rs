@@ -206,6 +206,27 @@ impl MicroLora {
         &self.options
     }
 
+    /// The first adapted layer: the layers below it are frozen (`Session::keep_residuals` keeps their output).
+    pub fn first_layer(&self) -> usize {
+        self.first_layer
+    }
+
+    /// Take `rows`, the base model's residual stream after the first [`MicroLora::first_layer`] layers at each
+    /// position of `tokens` (`Session::frozen_residuals`), as the frozen layers' output for a step on `tokens`, so
+    /// that the step does not run those layers.
+    pub fn use_frozen(&mut self, model: &Model, tokens: &[u32], rows: Vec<f32>) -> Result<()> {
+        if rows.len() != tokens.len() * model.config.d_model {
+            return Err(Error::InvalidArgument(format!(
+                "{} residual values for {} tokens of width {}",
+                rows.len(),
+                tokens.len(),
+                model.config.d_model
+            )));
+        }
+        self.keep_prefix(tokens, Arc::new(rows));
+        Ok(())
+    }
+
     /// Optimizer steps taken.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -448,11 +469,16 @@ impl MicroLora {
         let mut x = vec![0.0; n * c.d_model];
         residual_after(model, &mut kv, &mut s, tokens, 0, self.first_layer, &mut x);
         let x = Arc::new(x);
+        self.keep_prefix(tokens, x.clone());
+        (x, false)
+    }
+
+    fn keep_prefix(&mut self, tokens: &[u32], x: Arc<Vec<f32>>) {
+        self.prefixes.retain(|(t, _)| t != tokens);
         if self.prefixes.len() == KEPT_PREFIXES {
             self.prefixes.pop_front();
         }
-        self.prefixes.push_back((tokens.to_vec(), x.clone()));
-        (x, false)
+        self.prefixes.push_back((tokens.to_vec(), x));
     }
 
     /// Adam on `grad` (clipped to a norm of 1) plus the EWC penalty's gradient `λ·F·(θ - θ*)`.

@@ -36,6 +36,10 @@ pub struct RunState {
     local: Option<(Rope, Vec<(f32, f32)>)>,
     /// [rows × vocab]: logits of the rows asked for in the last call.
     pub logits: Vec<f32>,
+    /// With `Some(l)`, each call keeps the residual stream after the first `l` layers in `kept`, `[n × d_model]`
+    /// (what a MicroLoRA of the later layers trains on: `Evaluator::frozen_residuals`).
+    pub keep_after: Option<usize>,
+    pub kept: Vec<f32>,
 }
 
 impl RunState {
@@ -59,6 +63,8 @@ impl RunState {
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
             local: model.local_rope(n_ctx).map(|r| (r, vec![(0.0, 0.0); n * (c.rope_dims / 2)])),
             logits: Vec::new(),
+            keep_after: None,
+            kept: Vec::new(),
         }
     }
 }
@@ -175,6 +181,10 @@ fn forward_layers(
     }
 
     for (l, lw) in w.layers[..n_layers].iter().enumerate() {
+        if s.keep_after == Some(l) {
+            s.kept.clear();
+            s.kept.extend_from_slice(&s.x[..n * d]);
+        }
         // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
         // (qwen2) and each query and key head RMS-normed before RoPE (qwen3).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
