@@ -19,8 +19,7 @@
 //!
 //! A search can walk the graph on int8 copies of the vectors (`set_quantized`, on by default): each distance
 //! on the walk is an integer dot product over a quarter of the bytes, and the `max(ef, k)` candidates it ends
-//! with (and those it dropped from them on the way) are rescored with the f32 vectors where the quantization's
-//! error bound leaves them a chance, so the distances returned are exact and only the walk is approximate.
+//! with are rescored with the f32 vectors, so the distances returned are exact and only the walk is approximate.
 //! Inserts and updates build the graph on the f32 vectors either way, so the graph is the same with or without.
 //! The copies are derived from the f32 vectors (on insert, and on load): records hold only those.
 //!
@@ -154,8 +153,6 @@ struct Scratch {
     query_i16: Vec<i16>,
     /// The distances to a node's neighbours not visited before.
     fresh: Vec<Near>,
-    /// Nodes the walk accepted but pushed out of its `ef` nearest again.
-    dropped: Vec<Near>,
     out: Vec<Near>,
 }
 
@@ -412,8 +409,7 @@ impl Hnsw {
     }
 
     /// `search_filtered` below its checks: descend greedily from `entry`, search level 0 for `ef` candidates,
-    /// and answer the nearest `k`. On the int8 copies the candidates (and the nodes the walk dropped from them)
-    /// are rescored with the f32 vectors first.
+    /// and answer the nearest `k`. On the int8 copies the candidates are rescored with the f32 vectors first.
     fn search_from(
         &self,
         entry: u32,
@@ -448,13 +444,12 @@ impl Hnsw {
         self.search_level(&approx, &|s| int8.prefetch(s, self.dims), cur, 0, ef, &accept, scratch);
         scratch.query_i16 = q;
 
-        // The nearest k by f32 distance of the candidates and of the nodes the walk dropped from them (by walk
-        // distances, which may have misranked them: at ef = k that loses recall otherwise). A node whose walk
-        // distance is farther than its error bound (doubled, which also covers f32 rounding) beyond the k-th f32
-        // distance so far cannot be among them, so most are never read in f32: the answer is that of rescoring all.
-        let Scratch { found: nearest, out: candidates, dropped, .. } = scratch;
+        // The nearest k of the candidates by their f32 distances. A candidate whose walk distance is farther than
+        // its error bound (doubled, which also covers f32 rounding) beyond the k-th f32 distance so far cannot be
+        // among them, so most of the candidates are never read in f32: the answer is that of rescoring them all.
+        let Scratch { found: nearest, out: candidates, .. } = scratch;
         nearest.clear(); // farthest first
-        for &Near(walk, s) in candidates.iter().chain(dropped.iter()) {
+        for &Near(walk, s) in candidates.iter() {
             let row = int8.rows[s as usize];
             let error = dot_i8_error(row.scale, row.l1, query_scale, query_l1, self.dims);
             let error = if self.metric == Metric::L2 { 2.0 * error } else { error };
@@ -589,7 +584,7 @@ impl Hnsw {
     /// `level` from `from`, into `scratch.out`. Nodes it refuses still lead on; while fewer than `ef` are accepted
     /// the search goes on until it runs out of candidates (so a selective filter reads much of the graph, but never
     /// misses what it can reach). Nodes `scratch.visited` holds are skipped; `prefetch` starts reading what
-    /// `distance` will read of a node. Accepted nodes pushed out of the `ef` again are left in `scratch.dropped`.
+    /// `distance` will read of a node.
     #[allow(clippy::too_many_arguments)]
     fn search_level(
         &self,
@@ -601,8 +596,7 @@ impl Hnsw {
         accept: &dyn Fn(u32) -> bool,
         scratch: &mut Scratch,
     ) {
-        let Scratch { visited, candidates, found, fresh, dropped, out, .. } = scratch;
-        dropped.clear();
+        let Scratch { visited, candidates, found, fresh, out, .. } = scratch;
         candidates.clear(); // nearest first (Reverse)
         found.clear(); // farthest first
         let d = distance(from);
@@ -634,7 +628,7 @@ impl Hnsw {
                     if accept(n) {
                         found.push(Near(d, n));
                         if found.len() > ef {
-                            dropped.extend(found.pop());
+                            found.pop();
                         }
                         bound = found.peek().map_or(f32::INFINITY, |f| f.0);
                     }
