@@ -11,6 +11,9 @@
 //!
 //!   cargo bench -p ruvllm --bench hnsw -- [--n 10000] [--dims 384] [--queries 1000] [--metric cosine|dot|l2]
 //!       [--data random|clustered] [--m 16] [--ef-construction 200] [--ef 10,20,40,80,160,320] [--out DIR]
+//!       [--quantized on|off]
+//!
+//! `--quantized` (on: the index's default) walks the graph on the int8 copies of the vectors (`Hnsw::set_quantized`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,6 +32,7 @@ struct Args {
     params: HnswParams,
     efs: Vec<usize>,
     out: Option<PathBuf>,
+    quantized: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -42,6 +46,7 @@ fn parse() -> Result<Args, String> {
         params: HnswParams::default(),
         efs: vec![10, 20, 40, 80, 160, 320],
         out: None,
+        quantized: true,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -74,6 +79,13 @@ fn parse() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--out" => args.out = Some(PathBuf::from(value)),
+            "--quantized" => {
+                args.quantized = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("--quantized {value}: on or off")),
+                }
+            }
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -155,6 +167,7 @@ fn run() -> Result<(), String> {
 
     let t = Instant::now();
     let mut index = Hnsw::new(args.metric, args.dims, args.params).map_err(|e| e.to_string())?;
+    index.set_quantized(args.quantized);
     for (i, v) in vectors.iter().enumerate() {
         index.insert(i as u64, v).map_err(|e| e.to_string())?;
     }
@@ -165,7 +178,7 @@ fn run() -> Result<(), String> {
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     assert_eq!(back.len(), index.len());
     println!(
-        "{{\"n\":{},\"dims\":{},\"metric\":\"{:?}\",\"data\":\"{}\",\"m\":{},\"ef_construction\":{},\"build_s\":{build_s:.2},\
+        "{{\"n\":{},\"dims\":{},\"metric\":\"{:?}\",\"data\":\"{}\",\"m\":{},\"ef_construction\":{},\"quantized\":{},\"build_s\":{build_s:.2},\
          \"inserts_per_s\":{:.0},\"memory_bytes_per_vector\":{:.0},\"blob_bytes_per_vector\":{:.0},\"load_ms\":{load_ms:.1}}}",
         args.n,
         args.dims,
@@ -173,6 +186,7 @@ fn run() -> Result<(), String> {
         data,
         args.params.m,
         args.params.ef_construction,
+        args.quantized,
         args.n as f64 / build_s,
         index.memory_bytes() as f64 / args.n as f64,
         blob.len() as f64 / args.n as f64,

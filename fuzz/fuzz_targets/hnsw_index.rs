@@ -114,11 +114,13 @@ fn exercise_collection(mut c: Collection, mut store: BTreeMap<String, Vec<u8>>) 
     assert_eq!(back.bytes(), c.bytes());
 }
 /// Search, write back, then change an index read from outside: nothing may panic, results stay sorted and live.
+/// The first round walks on the int8 copies the reader derived, the second on the f32 vectors.
 fn exercise(mut index: Hnsw) {
     let bytes = index.to_bytes();
     assert_eq!(Hnsw::from_bytes(&bytes).expect("a blob it wrote").to_bytes(), bytes);
     let query: Vec<f32> = (0..index.dims()).map(|i| (i as f32 * 0.37).sin()).collect();
     for round in 0..2u64 {
+        index.set_quantized(round == 0);
         let hits = index.search(&query, 5, 16).expect("a query of its dims");
         assert!(hits.len() <= 5.min(index.len()));
         assert!(hits.windows(2).all(|p| p[0].distance.total_cmp(&p[1].distance).is_le()));

@@ -437,6 +437,7 @@ impl Hnsw {
         }
         index.rng = header.rng;
         index.generation = header.generation;
+        index.requantize();
         Ok(index)
     }
 }
