@@ -205,7 +205,11 @@ fn deletes_and_updates_stay_consistent() {
             }
             assert_eq!(index.vector(*id).unwrap(), &model[id][..]);
         }
-        assert!(missed.len() * 50 <= live.len().max(50), "round {round}: updated ids {missed:?} of {} not found", live.len());
+        assert!(
+            missed.len() * 50 <= live.len().max(50),
+            "round {round}: updated ids {missed:?} of {} not found",
+            live.len()
+        );
         let queries: Vec<Vec<f32>> = (0..30).map(|_| random_vector(&mut rng, dims)).collect();
         let (_, at10) = measure(&index, &model, &queries, 100);
         assert!(at10 >= 0.98, "round {round}: recall@10 {at10} over {} live", model.len());
