@@ -140,7 +140,8 @@ impl GpuEngine {
     /// Prepare to generate from `prompt_ids` (a Promise; nothing is evaluated yet: the prefill runs
     /// in the `nextStep` calls, one batch each).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> js_sys::Promise {
-        // This engine loads no adapters (they run on the CPU engine): any the options name is unknown.
+        // This engine loads no adapters yet (its GPU session would run them; `loadAdapter` is the CPU engine's):
+        // any the options name is unknown.
         let model = self.borrow().map(|inner| inner.model.clone());
         let opts = model.and_then(|model| {
             parse::<JsGenerateOptions>(options_json, "options")
