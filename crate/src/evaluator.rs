@@ -17,8 +17,7 @@ use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
-use crate::memory::prefix_cache::PAGE_TOKENS;
-use crate::memory::PrefixCache;
+use crate::memory::prefix_cache::{PrefixCache, PAGE_TOKENS};
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
@@ -353,7 +352,7 @@ impl Evaluator {
         }
         self.truncate(held);
         if let Some(gpu) = &self.gpu {
-            let cache = prefix_cache_for(&self.model, &self.lora);
+            let cache = self.model.prefix_cache_for(&self.lora);
             match upload_prefix(gpu, &self.model, &cache, tokens, held) {
                 Ok(n) => {
                     self.tokens.extend_from_slice(&tokens[held..n]);
@@ -363,7 +362,7 @@ impl Evaluator {
             }
         }
         let model = self.model.clone();
-        let cache = prefix_cache_for(&model, &self.lora);
+        let cache = model.prefix_cache_for(&self.lora);
         let (_, kv, _) = self.cpu_state();
         let n = cache.restore(tokens, held, kv);
         self.tokens.extend_from_slice(&tokens[held..n]);
@@ -403,14 +402,14 @@ impl Evaluator {
             return Ok(());
         }
         if let Some(gpu) = &self.gpu {
-            let cache = prefix_cache_for(&self.model, &self.lora);
+            let cache = self.model.prefix_cache_for(&self.lora);
             match download_new_pages(gpu, &self.model, &cache, &self.tokens).await {
                 Ok(()) => return Ok(()),
                 Err(e) => self.gpu_failed(e)?,
             }
         }
         if let Some((kv, _)) = &self.cpu {
-            prefix_cache_for(&self.model, &self.lora).insert(&self.tokens, kv);
+            self.model.prefix_cache_for(&self.lora).insert(&self.tokens, kv);
         }
         Ok(())
     }
@@ -570,32 +569,6 @@ const STAGING_BYTES: usize = 8 << 20;
 fn window_positions(c: &Config) -> usize {
     let per_position = 2 * c.n_layers * c.kv_dim() * 2;
     (STAGING_BYTES / per_position / PAGE_TOKENS).max(1) * PAGE_TOKENS
-}
-
-/// The prefix cache of keys and values computed under `lora`: the model's for none, else the one of their set
-/// (`Model::adapter_prefix_cache`), on either backend.
-fn prefix_cache_for<'m>(model: &'m Model, lora: &AdapterSet) -> PrefixCacheRef<'m> {
-    match lora.is_empty() {
-        true => PrefixCacheRef::Base(model.prefix_cache()),
-        false => PrefixCacheRef::Adapters(model.adapter_prefix_cache(lora.digest())),
-    }
-}
-
-/// A prefix cache: the model's own, or the one of an adapter set, which the model may drop for another set's
-/// meanwhile (the session keeps it while it uses it).
-enum PrefixCacheRef<'a> {
-    Base(&'a PrefixCache),
-    Adapters(Arc<PrefixCache>),
-}
-
-impl std::ops::Deref for PrefixCacheRef<'_> {
-    type Target = PrefixCache;
-    fn deref(&self) -> &PrefixCache {
-        match self {
-            PrefixCacheRef::Base(c) => c,
-            PrefixCacheRef::Adapters(c) => c,
-        }
-    }
 }
 
 /// `recall` on the GPU: the pages of the longest prefix of `tokens` in `cache` after the `held` tokens

@@ -5,8 +5,8 @@
 
 import type { Engine } from './builds.js';
 import type { ChatMessage } from './chat.js';
-import { RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
-import { KEY, isFull, type Store } from './store/store.js';
+import { RuvllmError, invalid, throwIfAborted } from './errors.js';
+import { KEY, storeError, type Store } from './store/store.js';
 
 export type Projection = 'q' | 'k' | 'v' | 'o' | 'gate' | 'up' | 'down';
 
@@ -240,7 +240,6 @@ async function storeCall<T>(what: 'read' | 'stored', fn: () => Promise<T>): Prom
   try {
     return await fn();
   } catch (e) {
-    const code: ErrorCode = isFull(e) ? 'E_STORE_FULL' : 'E_STORE';
-    throw new RuvllmError(code, `the MicroLoRA could not be ${what}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+    throw storeError(e, `the MicroLoRA could not be ${what}`);
   }
 }

@@ -191,8 +191,8 @@ impl LoraAdapter {
     }
 }
 
-/// The matrix `m` of the adapter file `bytes` (its layout checked by `Gguf::parse`) as f32, row after row.
-fn to_f32(bytes: &[u8], m: MatrixRef) -> Vec<f32> {
+/// The matrix `m` of the file `bytes` (its layout checked by `Gguf::parse`) as f32, row after row.
+pub(super) fn to_f32(bytes: &[u8], m: MatrixRef) -> Vec<f32> {
     let mut out = vec![0.0; m.rows * m.cols];
     for (row, out) in m.bytes(bytes).chunks_exact(m.row_bytes()).zip(out.chunks_exact_mut(m.cols)) {
         dequantize_row(m.ty, row, out);

@@ -10,7 +10,7 @@
 //!
 //! Keys and values computed under one set of adapters are not those of another: a session's cache is
 //! forgotten when its set changes, and the pages of a set's sessions go to a prefix cache of that set only
-//! (`Model::adapter_prefix_cache`).
+//! (`Model::prefix_cache_for`).
 
 mod adapter;
 pub mod train;

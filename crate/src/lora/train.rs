@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::adapter::Pair;
+use super::adapter::{to_f32, Pair};
 use super::{LoraAdapter, Proj, Site};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
@@ -281,10 +281,10 @@ impl MicroLora {
     /// estimate around the current weights: later updates then move those weights less. Takes no step.
     pub fn protect(&mut self, model: &Model, examples: &[(Vec<u32>, usize)]) -> Result<()> {
         let mut sq = vec![0.0; self.theta.len()];
+        let fast = self.fast_path(model);
         for (tokens, first) in examples {
             check_example(model, tokens, *first)?;
             let (x0, _) = self.frozen(model, tokens);
-            let fast = self.fast_path(model);
             let mut grad = vec![0.0; self.theta.len()];
             let pass = Pass { model, lora: self, tokens, first_target: *first, fast: Some(&fast) };
             in_pool(|| pass.run(&x0, 1.0, Some(&mut grad)));
@@ -585,15 +585,12 @@ impl Transposed {
     fn of(model: &Model, layer: usize) -> Transposed {
         let (lw, file) = (&model.weights.layers[layer], model.file());
         Transposed(Proj::ALL.map(|p| {
-            let w = weight(lw, p).view(file);
-            let (rows, cols, rb) = (w.rows, w.cols, w.row_bytes());
+            let w = *weight(lw, p);
+            let (rows, cols) = (w.rows, w.cols);
             if rows % GgmlType::Q8_0.block_size() != 0 {
                 return None;
             }
-            let mut wf = vec![0.0; rows * cols];
-            for (i, row) in wf.chunks_exact_mut(cols).enumerate() {
-                dequantize_row(w.ty, &w.bytes[i * rb..][..rb], row);
-            }
+            let wf = to_f32(file, w);
             let trb = GgmlType::Q8_0.row_bytes(rows);
             let mut bytes = vec![0u8; cols * trb];
             let mut col = vec![0.0; rows];
@@ -633,9 +630,15 @@ impl Pass<'_> {
         self.lora.options.alpha / self.lora.options.rank as f32
     }
 
-    /// `y = x·Wᵀ` in f32 and the adapter's `s·B·(A·x)` where it adapts (`layer`, `proj`), keeping `A·x` in `u`.
-    fn project(&self, w: QuantMatrix, x: &[f32], n: usize, y: &mut [f32], at: (usize, Proj), u: &mut Vec<f32>) {
-        self.product(w, x, n, y);
+    /// The weight of projection `at` (layer, proj).
+    fn weight(&self, at: (usize, Proj)) -> QuantMatrix<'_> {
+        weight(&self.model.weights.layers[at.0], at.1).view(self.model.file())
+    }
+
+    /// `y = x·Wᵀ` for projection `at` (layer, proj) and the adapter's `s·B·(A·x)` where it adapts it, keeping
+    /// `A·x` in `u`.
+    fn project(&self, at: (usize, Proj), x: &[f32], n: usize, y: &mut [f32], u: &mut Vec<f32>) {
+        self.product(self.weight(at), x, n, y);
         let Some(site) = self.site(at.0, at.1) else { return };
         let (r, theta, s) = (self.lora.options.rank, &self.lora.theta, self.scale());
         *u = vec![0.0; n * r];
@@ -656,21 +659,21 @@ impl Pass<'_> {
         }
     }
 
-    /// The backward pass of [`Pass::project`]: adds `dy·W` (and the adapter's part) to `dx` when there is one,
-    /// and the adapter's gradient to `grad`.
+    /// The backward pass of [`Pass::project`] of `at` on input `x` (its layer's saves `sv` hold `A·x`): adds `dy·W`
+    /// (and the adapter's part) to `dx` when there is one, and the adapter's gradient to `grad`.
     #[allow(clippy::too_many_arguments)]
     fn project_back(
         &self,
-        w: QuantMatrix,
+        at: (usize, Proj),
+        sv: &LayerSaves,
         x: &[f32],
-        u: &[f32],
         dy: &[f32],
         n: usize,
         dx: Option<&mut [f32]>,
-        at: (usize, Proj),
         grad: &mut [f32],
     ) {
         let site = self.site(at.0, at.1);
+        let u = &sv.u[at.1 as usize];
         let mut dx = dx;
         if let Some(dx) = dx.as_deref_mut() {
             match self.fast.and_then(|t| t[at.0 - self.lora.first_layer].view(at.1)) {
@@ -679,7 +682,7 @@ impl Pass<'_> {
                     forward::project(&mut Activations::new(), dy, n, &mut [(wt, &mut prod)]);
                     dx.iter_mut().zip(&prod).for_each(|(d, p)| *d += p);
                 }
-                None => matmul_t_f32(&w, dy, n, dx),
+                None => matmul_t_f32(&self.weight(at), dy, n, dx),
             }
         }
         let Some(site) = site else { return };
@@ -737,9 +740,9 @@ impl Pass<'_> {
             };
             norm_saving(&sv.x0, &lw.attn_norm, eps, &mut sv.xb1, &mut sv.inv1);
             let [uq, uk, uv, uo, ug, uu, ud] = &mut sv.u;
-            self.project(lw.wq.view(file), &sv.xb1, n, &mut sv.q, (l, Proj::Q), uq);
-            self.project(lw.wk.view(file), &sv.xb1, n, &mut sv.k, (l, Proj::K), uk);
-            self.project(lw.wv.view(file), &sv.xb1, n, &mut sv.v, (l, Proj::V), uv);
+            self.project((l, Proj::Q), &sv.xb1, n, &mut sv.q, uq);
+            self.project((l, Proj::K), &sv.xb1, n, &mut sv.k, uk);
+            self.project((l, Proj::V), &sv.xb1, n, &mut sv.v, uv);
             for (buf, bias, dim) in [(&mut sv.q, &lw.bq, qd), (&mut sv.k, &lw.bk, kvd), (&mut sv.v, &lw.bv, kvd)] {
                 if let Some(b) = bias {
                     buf.chunks_exact_mut(dim).for_each(|row| row.iter_mut().zip(b).for_each(|(x, b)| *x += b));
@@ -749,16 +752,16 @@ impl Pass<'_> {
             rotate(&rope, &mut sv.k, kvd, &angles, false);
             attention_forward(c.n_heads, c.n_kv_heads, c.head_dim, n, &sv.q, &sv.k, &sv.v, &mut sv.probs, &mut sv.att);
             let mut proj = vec![0.0; n * d];
-            self.project(lw.wo.view(file), &sv.att, n, &mut proj, (l, Proj::O), uo);
+            self.project((l, Proj::O), &sv.att, n, &mut proj, uo);
             sv.x1.iter_mut().zip(&sv.x0).zip(&proj).for_each(|((x1, x0), p)| *x1 = x0 + p);
 
             norm_saving(&sv.x1, &lw.ffn_norm, eps, &mut sv.xb2, &mut sv.inv2);
-            self.project(lw.w_gate.view(file), &sv.xb2, n, &mut sv.gate, (l, Proj::Gate), ug);
-            self.project(lw.w_up.view(file), &sv.xb2, n, &mut sv.up, (l, Proj::Up), uu);
+            self.project((l, Proj::Gate), &sv.xb2, n, &mut sv.gate, ug);
+            self.project((l, Proj::Up), &sv.xb2, n, &mut sv.up, uu);
             for ((h, &g), &u) in sv.h.iter_mut().zip(&sv.gate).zip(&sv.up) {
                 *h = silu(g) * u;
             }
-            self.project(lw.w_down.view(file), &sv.h, n, &mut proj, (l, Proj::Down), ud);
+            self.project((l, Proj::Down), &sv.h, n, &mut proj, ud);
             x.iter_mut().zip(&sv.x1).zip(&proj).for_each(|((x, x1), p)| *x = x1 + p);
             saves.push(sv);
         }
@@ -820,16 +823,7 @@ impl Pass<'_> {
             let first = i == 0;
             // Feed-forward block: dx is the gradient of x = x1 + Wd·h.
             let mut dh = vec![0.0; n * ff];
-            self.project_back(
-                lw.w_down.view(file),
-                &sv.h,
-                &sv.u[Proj::Down as usize],
-                &dx,
-                n,
-                Some(&mut dh),
-                (l, Proj::Down),
-                grad,
-            );
+            self.project_back((l, Proj::Down), sv, &sv.h, &dx, n, Some(&mut dh), grad);
             let (mut dgate, mut dup) = (vec![0.0; n * ff], vec![0.0; n * ff]);
             for i in 0..n * ff {
                 let (g, sig) = (sv.gate[i], sigmoid(sv.gate[i]));
@@ -837,51 +831,20 @@ impl Pass<'_> {
                 dgate[i] = dh[i] * sv.up[i] * sig * (1.0 + g * (1.0 - sig));
             }
             let mut dxb2 = vec![0.0; n * d];
-            self.project_back(
-                lw.w_gate.view(file),
-                &sv.xb2,
-                &sv.u[Proj::Gate as usize],
-                &dgate,
-                n,
-                Some(&mut dxb2),
-                (l, Proj::Gate),
-                grad,
-            );
-            self.project_back(
-                lw.w_up.view(file),
-                &sv.xb2,
-                &sv.u[Proj::Up as usize],
-                &dup,
-                n,
-                Some(&mut dxb2),
-                (l, Proj::Up),
-                grad,
-            );
+            self.project_back((l, Proj::Gate), sv, &sv.xb2, &dgate, n, Some(&mut dxb2), grad);
+            self.project_back((l, Proj::Up), sv, &sv.xb2, &dup, n, Some(&mut dxb2), grad);
             norm_back(&sv.x1, &sv.inv2, &lw.ffn_norm, &dxb2, &mut dx);
             // Attention block: dx is now the gradient of x1 = x0 + Wo·att.
             let mut datt = vec![0.0; n * qd];
-            self.project_back(
-                lw.wo.view(file),
-                &sv.att,
-                &sv.u[Proj::O as usize],
-                &dx,
-                n,
-                Some(&mut datt),
-                (l, Proj::O),
-                grad,
-            );
+            self.project_back((l, Proj::O), sv, &sv.att, &dx, n, Some(&mut datt), grad);
             let (mut dq, mut dk, mut dv) = (vec![0.0; n * qd], vec![0.0; n * kvd], vec![0.0; n * kvd]);
             attention_backward(c.n_heads, c.n_kv_heads, c.head_dim, n, sv, &datt, &mut dq, &mut dk, &mut dv);
             rotate(&rope, &mut dq, qd, &angles, true);
             rotate(&rope, &mut dk, kvd, &angles, true);
             // The first trained layer's input takes no gradient: only its adapters' weights do.
             let mut dxb1 = (!first).then(|| vec![0.0; n * d]);
-            for (wm, du, dy, p) in [
-                (&lw.wq, &sv.u[Proj::Q as usize], &dq, Proj::Q),
-                (&lw.wk, &sv.u[Proj::K as usize], &dk, Proj::K),
-                (&lw.wv, &sv.u[Proj::V as usize], &dv, Proj::V),
-            ] {
-                self.project_back(wm.view(file), &sv.xb1, du, dy, n, dxb1.as_deref_mut(), (l, p), grad);
+            for (p, dy) in [(Proj::Q, &dq), (Proj::K, &dk), (Proj::V, &dv)] {
+                self.project_back((l, p), sv, &sv.xb1, dy, n, dxb1.as_deref_mut(), grad);
             }
             if let Some(dxb1) = dxb1 {
                 norm_back(&sv.x0, &sv.inv1, &lw.attn_norm, &dxb1, &mut dx);

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
+use crate::lora::AdapterSet;
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
@@ -35,7 +36,7 @@ pub struct Model {
     /// Milliseconds from the bytes being available (or the file opened) to a ready model.
     load_ms: f64,
     /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
-    prefix_cache: PrefixCache,
+    prefix_cache: Arc<PrefixCache>,
     /// The prefix cache of the adapter set used last (its digest, the cache): keys and values computed under a
     /// set are another model's, so they get a cache of their own, kept in memory for one set at a time.
     adapter_cache: Mutex<Option<([u8; 32], Arc<PrefixCache>)>>,
@@ -91,7 +92,7 @@ impl Model {
         let load_ms = crate::clock::now_ms() - t0;
         let id = ModelId::of_gguf(&bytes, gguf.data_offset);
         let prefix_cache =
-            PrefixCache::new(id, config.n_layers, config.kv_dim(), KvType::F16, DEFAULT_PREFIX_CACHE_BYTES);
+            Arc::new(PrefixCache::new(id, config.n_layers, config.kv_dim(), KvType::F16, DEFAULT_PREFIX_CACHE_BYTES));
         let kv_cache = KvCacheOptions::default();
         Ok(Model {
             bytes,
@@ -116,7 +117,7 @@ impl Model {
         kv.check(self.config.head_dim)?;
         let budget = self.prefix_cache.stats().budget_bytes;
         let c = &self.config;
-        self.prefix_cache = PrefixCache::new(self.id, c.n_layers, c.kv_dim(), kv.persisted(), budget);
+        self.prefix_cache = Arc::new(PrefixCache::new(self.id, c.n_layers, c.kv_dim(), kv.persisted(), budget));
         self.kv_cache = kv;
         Ok(self)
     }
@@ -182,11 +183,15 @@ impl Model {
         &self.prefix_cache
     }
 
-    /// The prefix cache of the sessions under the adapter set whose digest is `set` (`AdapterSet::digest`): its
-    /// records name a model id of their own, so no page moves between it and another set's or the base model's.
-    /// One set's cache is kept at a time (the latest; a trained adapter is a new set after each step), with the
-    /// base cache's budget, in memory only.
-    pub(crate) fn adapter_prefix_cache(&self, set: [u8; 32]) -> Arc<PrefixCache> {
+    /// The prefix cache of the sessions under `lora`: the model's for none; for a set, one of its own, whose records
+    /// name a model id of their own, so no page moves between it and another set's or the base model's. One set's
+    /// cache is kept at a time (the latest; a trained adapter is a new set after each step), with the base cache's
+    /// budget, in memory only.
+    pub(crate) fn prefix_cache_for(&self, lora: &AdapterSet) -> Arc<PrefixCache> {
+        if lora.is_empty() {
+            return self.prefix_cache.clone();
+        }
+        let set = lora.digest();
         let mut slot = self.adapter_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match &*slot {
             Some((digest, cache)) if *digest == set => cache.clone(),

@@ -1,8 +1,10 @@
-// Where the prefix cache's pages, a vector index's records (VectorIndex, Router, Memory) persist: one small
-// interface, with IndexedDB (browsers) and files in a directory (Node) behind it, or any object a caller brings.
+// Where the prefix cache's pages, a vector index's records (VectorIndex, Router, Memory) and MicroLoRAs persist: one
+// small interface, with IndexedDB (browsers) and files in a directory (Node) behind it, or any object a caller brings.
 // Records are opaque bytes under short keys (lowercase letters and digits); the engine checks each one it reads back
 // (format, checksum, identity), so a store needs no knowledge of what it holds. One store holds one thing: a prefix
-// cache or one index.
+// cache, one index, or MicroLoRAs (one record each).
+
+import { RuvllmError, type ErrorCode } from '../errors.js';
 
 /** One stored record, as `list()` reports it. */
 export interface StoredRecord {
@@ -33,6 +35,12 @@ export type PrefixStore = Store;
 
 /** A record key: what `FileStore` can name a file by. */
 export const KEY = /^[0-9a-z]{1,64}$/;
+
+/** A store's failure as what the package says: `E_STORE_FULL` when it is full, else `E_STORE`, after `what`. */
+export function storeError(e: unknown, what: string): RuvllmError {
+  const code: ErrorCode = isFull(e) ? 'E_STORE_FULL' : 'E_STORE';
+  return new RuvllmError(code, `${what}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+}
 
 /** Whether `e` says the store is full (the browser's quota, a full disk). */
 export function isFull(e: unknown): boolean {

@@ -5,9 +5,9 @@
 // failed write leaves the store behind the collection, so the next write rewrites every record and deletes the
 // rest: the store never holds a mix the reader would refuse.
 import type { Glue, WasmCollection } from '../builds.js';
-import { RuvllmError, type ErrorCode } from '../errors.js';
+import { RuvllmError } from '../errors.js';
 import { engineError, indexGlue, type LLM } from '../llm.js';
-import { isFull, type Store } from '../store/store.js';
+import { storeError, type Store } from '../store/store.js';
 
 type Changes = { put: Array<[string, Uint8Array]>; delete: string[] };
 
@@ -84,8 +84,7 @@ export class StoredCollection {
         this.#whole = false;
         this.#error = null;
       } catch (e) {
-        const code: ErrorCode = isFull(e) ? 'E_STORE_FULL' : 'E_STORE';
-        this.#error = new RuvllmError(code, `the index could not be stored: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+        this.#error = storeError(e, 'the index could not be stored');
       }
     });
   }
