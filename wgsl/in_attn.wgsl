@@ -1,7 +1,7 @@
-// Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl
-// (call), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl and in_plain.wgsl define the same
-// functions.
-// Matvec input stage: the attention output, merged from the per-chunk partial results of
+// Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl or
+// lora.wgsl (call), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl, in_plain.wgsl and in_rows.wgsl
+// define the same functions.
+// Matvec and LoRA input stage: the attention output, merged from the per-chunk partial results of
 // attn_decode (online-softmax merge; attn_partials.wgsl has their layout). The (m, l) pairs are
 // loaded in parallel, then each chunk's weight exp(m_c - m) / l is computed by its own invocation
 // from workgroup memory.

@@ -1,6 +1,6 @@
-// Needs: the header (BIND_IN0, BIND_IN1, EPS), mat_common.wgsl (call), a reduce_*.wgsl
-// (team_sum2), the variant's COLS. in_plain.wgsl and in_attn.wgsl define the same functions.
-// Matvec input stage: RMSNorm of the last token's row of x, times the norm weight
+// Needs: the header (BIND_IN0, BIND_IN1, EPS), mat_common.wgsl or lora.wgsl (call), a reduce_*.wgsl
+// (team_sum2), the variant's COLS. in_plain.wgsl, in_attn.wgsl and in_rows.wgsl define the same functions.
+// Matvec and LoRA input stage: RMSNorm of the last token's row of x, times the norm weight
 // (x / sqrt(mean(x^2) + eps) * w, as ggml_rms_norm then ggml_mul).
 @group(0) @binding(BIND_IN0) var<storage, read> x_in: array<vec4<f32>>;
 @group(0) @binding(BIND_IN1) var<storage, read> norm_w: array<vec4<f32>>;

@@ -17,7 +17,7 @@ use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
-use crate::memory::prefix_cache::PAGE_TOKENS;
+use crate::memory::prefix_cache::{PrefixCache, PAGE_TOKENS};
 use crate::model::config::Config;
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
@@ -352,7 +352,8 @@ impl Evaluator {
         }
         self.truncate(held);
         if let Some(gpu) = &self.gpu {
-            match upload_prefix(gpu, &self.model, tokens, held) {
+            let cache = self.model.prefix_cache_for(&self.lora);
+            match upload_prefix(gpu, &self.model, &cache, tokens, held) {
                 Ok(n) => {
                     self.tokens.extend_from_slice(&tokens[held..n]);
                     return Ok(n);
@@ -379,19 +380,17 @@ impl Evaluator {
     }
 
     /// Run the next evals with the adapters `lora` (checked against the model). The cache's keys and values
-    /// are those of the set they were computed with, so another set forgets them. Adapters run on the
-    /// CPU only: a GPU session moves to the CPU under `Backend::Auto`, and under `WebGpu` it is an error.
+    /// are those of the set they were computed with, so another set forgets them. Either backend runs them
+    /// (the GPU builds the set's ops at its next eval; a fault there falls back to the CPU under `Auto`).
     pub(crate) fn set_adapters(&mut self, lora: &AdapterSet) -> Result<()> {
         lora.check(&self.model)?;
         if *lora == self.lora {
             return Ok(());
         }
-        if self.gpu.is_some() && !lora.is_empty() {
-            let e = crate::gpu::gpu_error(GpuFault::Unsupported, "LoRA adapters run on the CPU backend only");
-            self.truncate(0);
-            self.gpu_failed(e)?;
-        }
         self.truncate(0);
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.set_adapters(lora)?;
+        }
         self.lora = lora.clone();
         Ok(())
     }
@@ -403,7 +402,8 @@ impl Evaluator {
             return Ok(());
         }
         if let Some(gpu) = &self.gpu {
-            match download_new_pages(gpu, &self.model, &self.tokens).await {
+            let cache = self.model.prefix_cache_for(&self.lora);
+            match download_new_pages(gpu, &self.model, &cache, &self.tokens).await {
                 Ok(()) => return Ok(()),
                 Err(e) => self.gpu_failed(e)?,
             }
@@ -571,10 +571,10 @@ fn window_positions(c: &Config) -> usize {
     (STAGING_BYTES / per_position / PAGE_TOKENS).max(1) * PAGE_TOKENS
 }
 
-/// `recall` on the GPU: the pages of the longest cached prefix of `tokens` after the `held` tokens
+/// `recall` on the GPU: the pages of the longest prefix of `tokens` in `cache` after the `held` tokens
 /// the GPU's cache shares with them, restored into a host window and written up, window by window.
 /// How many leading tokens of `tokens` the GPU's cache now holds.
-fn upload_prefix(gpu: &GpuRunner, model: &Model, tokens: &[u32], held: usize) -> Result<usize> {
+fn upload_prefix(gpu: &GpuRunner, model: &Model, cache: &PrefixCache, tokens: &[u32], held: usize) -> Result<usize> {
     let c = &model.config;
     let step = window_positions(c);
     let mut n = held;
@@ -583,7 +583,7 @@ fn upload_prefix(gpu: &GpuRunner, model: &Model, tokens: &[u32], held: usize) ->
         let start = n / PAGE_TOKENS * PAGE_TOKENS;
         let end = (start + step).min(tokens.len());
         let mut window = KvCache::window(c.n_layers, c.kv_dim(), start..end);
-        let got = model.prefix_cache().restore(&tokens[..end], n, &mut window);
+        let got = cache.restore(&tokens[..end], n, &mut window);
         if got > n {
             gpu.upload_kv(&window, start..got)?;
             n = got;
@@ -594,11 +594,10 @@ fn upload_prefix(gpu: &GpuRunner, model: &Model, tokens: &[u32], held: usize) ->
     }
 }
 
-/// `remember` on the GPU: the rows of the whole pages of `tokens` the prefix cache lacks, read into a
+/// `remember` on the GPU: the rows of the whole pages of `tokens` that `cache` lacks, read into a
 /// host window and inserted, window by window.
-async fn download_new_pages(gpu: &GpuRunner, model: &Model, tokens: &[u32]) -> Result<()> {
+async fn download_new_pages(gpu: &GpuRunner, model: &Model, cache: &PrefixCache, tokens: &[u32]) -> Result<()> {
     let c = &model.config;
-    let cache = model.prefix_cache();
     let step = window_positions(c);
     let missing = cache.uncached(tokens);
     let mut start = missing.start;

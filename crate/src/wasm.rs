@@ -125,11 +125,16 @@ pub(crate) struct Adapters {
 }
 
 impl Adapters {
-    fn load(&mut self, model: &Model, bytes: Vec<u8>) -> crate::Result<u32> {
+    pub(crate) fn load(&mut self, model: &Model, bytes: Vec<u8>) -> crate::Result<u32> {
         let adapter = LoraAdapter::from_bytes(model, bytes)?;
         self.next_id += 1;
         self.loaded.insert(self.next_id, Arc::new(adapter));
         Ok(self.next_id)
+    }
+
+    /// Forget the adapter `id`; whether there was one.
+    pub(crate) fn unload(&mut self, id: u32) -> bool {
+        self.loaded.remove(&id).is_some() || self.trained.remove(&id).is_some()
     }
 
     /// Keep a MicroLoRA under a new id.
@@ -565,8 +570,7 @@ impl Engine {
     /// Forget the adapter `id` (a generation that runs with it keeps it until it ends); whether it was loaded.
     #[wasm_bindgen(js_name = unloadAdapter)]
     pub fn unload_adapter(&self, id: u32) -> bool {
-        let mut adapters = self.adapters.borrow_mut();
-        adapters.loaded.remove(&id).is_some() || adapters.trained.remove(&id).is_some()
+        self.adapters.borrow_mut().unload(id)
     }
 
     /// Prepare to generate from `prompt_ids` with `options_json` (see `JsGenerateOptions`).

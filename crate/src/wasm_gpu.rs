@@ -68,6 +68,8 @@ struct Inner {
     /// The GPU session, or the CPU's cache after a fallback (or from the start).
     ev: Evaluator,
     adapter: Option<AdapterSummary>,
+    /// LoRA adapter files `loadAdapter` read, by id.
+    adapters: Adapters,
     generation: Option<Generation>,
 }
 
@@ -96,7 +98,7 @@ impl GpuEngine {
             probe_session_memory(&model, n_ctx)?;
         }
         let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
-        Ok(GpuEngine { inner: Rc::new(RefCell::new(Inner { model, ev, adapter, generation: None })) })
+        Ok(GpuEngine { inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })) })
     }
 
     /// Model facts as JSON, with `backend` ("webgpu" or "cpu"), `adapter` and `fallback` ({code, message}).
@@ -137,14 +139,26 @@ impl GpuEngine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
+    /// As [`Engine::load_adapter`](crate::wasm::Engine::load_adapter): the adapter runs on the GPU (or on the CPU
+    /// after a fallback).
+    #[wasm_bindgen(js_name = loadAdapter)]
+    pub fn load_adapter(&self, bytes: Vec<u8>) -> std::result::Result<u32, JsValue> {
+        let mut inner = self.borrow()?;
+        let model = inner.model.clone();
+        inner.adapters.load(&model, bytes).map_err(js_error)
+    }
+
+    /// As [`Engine::unload_adapter`](crate::wasm::Engine::unload_adapter).
+    #[wasm_bindgen(js_name = unloadAdapter)]
+    pub fn unload_adapter(&self, id: u32) -> std::result::Result<bool, JsValue> {
+        Ok(self.borrow()?.adapters.unload(id))
+    }
+
     /// Prepare to generate from `prompt_ids` (a Promise; nothing is evaluated yet: the prefill runs
     /// in the `nextStep` calls, one batch each).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: &str) -> js_sys::Promise {
-        // This engine loads no adapters (they run on the CPU engine): any the options name is unknown.
-        let model = self.borrow().map(|inner| inner.model.clone());
-        let opts = model.and_then(|model| {
-            parse::<JsGenerateOptions>(options_json, "options")
-                .and_then(|o| o.into_options(&model, &Adapters::default()))
+        let opts = self.borrow().and_then(|inner| {
+            parse::<JsGenerateOptions>(options_json, "options")?.into_options(&inner.model, &inner.adapters)
         });
         let cell = self.inner.clone();
         future_to_promise(async move {

@@ -65,9 +65,9 @@ export interface Engine {
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;
   score(ids: Uint32Array, k: number): unknown;
-  /** A LoRA adapter file read for the model: its id (crate/src/wasm.rs only: the WebGPU engine runs none). */
-  loadAdapter?(bytes: Uint8Array): number;
-  unloadAdapter?(id: number): boolean;
+  /** A LoRA adapter file read for the model: its id (both engines run adapters). */
+  loadAdapter(bytes: Uint8Array): number;
+  unloadAdapter(id: number): boolean;
   /** MicroLoRA (crate/src/wasm_lora.rs only): adapters trained here, with adapter ids. trainMicroLora returns JSON
    * (a Promise of it in the threaded build). */
   createMicroLora?(optionsJson: string): number;

@@ -435,7 +435,7 @@ export class LLM {
   /** Read a LoRA adapter (llama.cpp's GGUF adapter format, as `convert_lora_to_gguf.py` writes it) for this model,
    * from the sources `load` takes: its id, for the `adapters` option of `generate` and the chat API
    * (`[{ id, scale }]`). A file that is not an adapter of this model (another architecture, other shapes) is
-   * `E_ADAPTER`; a cut or broken file `E_GGUF`. The CPU engine runs adapters (`backend: 'cpu'`). */
+   * `E_ADAPTER`; a cut or broken file `E_GGUF`. Both engines run adapters: the WebGPU engine in its shaders. */
   async loadAdapter(source: ModelSource, options: { signal?: AbortSignal } = {}): Promise<number> {
     const { signal } = options;
     const opened = await (started().open(source, signal) ?? openSource(source, signal));
@@ -450,12 +450,7 @@ export class LLM {
     }
     const bytes = new Uint8Array(size);
     chunks.reduce((at, c) => (bytes.set(c, at), at + c.length), 0);
-    return this.#exclusive(signal, async () =>
-      this.#call((e) => {
-        if (typeof e.loadAdapter !== 'function') throw new RuvllmError('E_GPU_UNSUPPORTED', 'LoRA adapters run on the CPU engine: load with backend: "cpu"');
-        return e.loadAdapter(bytes);
-      }),
-    );
+    return this.#exclusive(signal, async () => this.#call((e) => e.loadAdapter(bytes)));
   }
 
   /** A MicroLoRA of this model: the one `options.store` keeps under `options.name`, or a new one (see
@@ -495,7 +490,7 @@ export class LLM {
 
   /** Forget adapter `id` (a generation running with it keeps it until it ends); whether it was loaded. */
   unloadAdapter(id: number): boolean {
-    return this.#call((e) => e.unloadAdapter?.(id) ?? false);
+    return this.#call((e) => e.unloadAdapter(id));
   }
 
   /** One embedding per text: an encoder's (`bert`: all-MiniLM, bge) or a decoder's final hidden states, pooled

@@ -5,13 +5,15 @@
 // - backend "auto" finishes a generation on the CPU when the device is lost mid-generation;
 // - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
 // - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
-// - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER.
+// - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER;
+// - a LoRA adapter runs in the shaders: the GPU's greedy tokens under it are the CPU engine's, not the base model's.
 // Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { pathToFileURL } from 'node:url';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 
 const { chromium } = createRequire(join(PACKAGE_DIR, 'package.json'))('playwright-core');
@@ -19,12 +21,14 @@ const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const ARGS = ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 // A short context window keeps the GPU's KV cache and the CPU fallback's allocations small.
 const CONTEXT = 256;
+// A rank-8 adapter on every projection of SmolLM2 (tests/fixtures/make_lora_adapters.py).
+const ADAPTER = join(process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtures'), 'lora-smollm2-r8.gguf');
 
 let server, browser;
 const pageErrors = [];
 
 before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/adapter.gguf': ADAPTER } });
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
 });
 
@@ -88,6 +92,33 @@ test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { ti
   assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');
   console.log(`next turn twice (own cache, then the prefix cache: ${restored.cached} tokens): ${r.turnsMs.toFixed(0)} ms`);
   console.log(`WebGPU in Chromium: load ${r.loadMs.toFixed(0)} ms, prefill ${r.timings.prefillMs.toFixed(0)} ms, decode ${r.timings.decodeMs.toFixed(0)} ms`);
+  await page.close();
+});
+
+test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { timeout: 900_000 }, async () => {
+  // Scale 8 moves this adapter's answer off the base model's by its second token; the CPU engine (in Node) says what
+  // the tokens under it are.
+  const options = { temperature: 0, maxTokens: 2, adapters: [{ id: 0, scale: 8 }] };
+  const { LLM } = await import(pathToFileURL(join(PACKAGE_DIR, 'dist', 'node.js')).href);
+  const cpu = await LLM.load(MODEL_PATH, { threads: 1, backend: 'cpu' });
+  options.adapters[0].id = await cpu.loadAdapter(ADAPTER);
+  const expected = (await cpu.complete(FRANCE.prompt, options)).ids;
+  cpu.dispose();
+  assert.notDeepEqual(expected, FRANCE.ids.slice(0, 2), 'the adapter changes the answer');
+  const page = await openPage();
+  const r = await page.evaluate(
+    async ({ prompt, context, options }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context });
+      options.adapters[0].id = await llm.loadAdapter('/adapter.gguf');
+      const adapted = await llm.complete(prompt, options);
+      return { info: llm.info(), ids: adapted.ids };
+    },
+    { prompt: FRANCE.prompt, context: CONTEXT, options },
+  );
+  assert.equal(r.info.backend, 'webgpu');
+  assert.equal(r.info.fallback, null, 'the session under the adapter stayed on the GPU');
+  assert.deepEqual(r.ids, expected);
   await page.close();
 });
 

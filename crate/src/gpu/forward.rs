@@ -6,8 +6,15 @@
 //! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
 //! short batch gives too few tiles to fill the GPU) and separate small kernels; a split's reduce is
 //! folded into the op after it where that op can sum the partials itself.
+//!
+//! Under LoRA adapters (`ops/lora.rs`) a session builds a second set of ops for its adapter set: a LoRA op
+//! after each adapted group's matrix op, reading the input that op reads. Decode then stores gate and up
+//! before SwiGLU (the adapters add to them), and the output head's logits before greedy argmax (which
+//! then scans the logits); prefill keeps the reduce of a split qkv or gate/up matmul where the group is
+//! adapted, so that the adapters add to stored rows. The base model's ops are built without any of this.
 
 use super::model::GpuModel;
+use super::ops::lora::{self, Group, LoraIn, LoraWeights};
 use super::ops::mat::{self, to, MatIn, OutMode, Splits};
 use super::ops::rope_store::KvBuffers;
 use super::ops::{argmax, attn_decode, attn_prefill, embed, norm, rope_store, swiglu, Op, OpBuilder};
@@ -28,14 +35,22 @@ pub(super) struct ForwardOps {
     pub params: Vec<u8>,
 }
 
-/// Build the ops of model `m` over the session buffers `b`, for calls of up to `n_batch` tokens.
-pub(super) async fn build(m: &GpuModel, b: &Buffers, n_batch: usize) -> Result<ForwardOps> {
+/// Build the ops of model `m` over the session buffers `b`, for calls of up to `n_batch` tokens, with
+/// the adapters `lora` (none: the base model), their parameter blocks destined for `params`.
+pub(super) async fn build(
+    m: &GpuModel,
+    b: &Buffers,
+    params: &wgpu::Buffer,
+    n_batch: usize,
+    lora: Option<&LoraWeights>,
+) -> Result<ForwardOps> {
     let mut f = Forward {
         m,
         b,
-        ops: OpBuilder::new(m, &b.call, &b.params),
+        ops: OpBuilder::new(m, &b.call, params),
         splits: Splits { buf: &b.split, n_batch },
         pending_add: None,
+        lora,
     };
     let embed = embed::ops(&mut f.ops, &m.token_embd, &b.x, &b.tokens).await?;
     let mut decode_layers = Vec::new();
@@ -59,9 +74,23 @@ struct Forward<'a> {
     /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
     /// to sum (its reduce dispatch folded into the norm).
     pending_add: Option<u32>,
+    lora: Option<&'a LoraWeights>,
 }
 
 impl<'a> Forward<'a> {
+    /// Whether an adapter adds to `group`.
+    fn adapts(&self, group: Group) -> bool {
+        self.lora.is_some_and(|w| w.adapts(group, self.m.model.config.n_layers))
+    }
+
+    /// The LoRA ops adding to `group`'s output `out` from `input` (none without adapters there).
+    async fn lora(&mut self, group: Group, input: LoraIn<'_>, out: &wgpu::Buffer) -> Result<Vec<Op>> {
+        match self.lora {
+            Some(w) => lora::ops(&mut self.ops, w, group, input, out).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn kv(&self, l: usize) -> KvBuffers<'a> {
         let (k, v) = &self.b.kv[l];
         KvBuffers { k, v }
@@ -87,6 +116,7 @@ impl<'a> Forward<'a> {
         let mut ops =
             mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
                 .await?;
+        ops.extend(self.lora(Group::Qkv(l), LoraIn::Norm(&b.x, &lw.attn_norm), &b.qkv).await?);
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
@@ -95,11 +125,15 @@ impl<'a> Forward<'a> {
         ops.extend(
             mat::ops(&mut self.ops, "matvec_wo", &[(&lw.wo, 0)], MatIn::Attn(&b.part), wo_out, &self.splits).await?,
         );
+        ops.extend(self.lora(Group::O(l), LoraIn::Attn(&b.part), &b.x).await?);
 
-        // SwiGLU fused into one matvec when gate and up can share a dispatch.
+        // SwiGLU fused into one matvec when gate and up can share a dispatch and no adapter adds to them.
         let (g, u) = (&lw.w_gate, &lw.w_up);
-        let pairable =
-            g.ty == u.ty && g.chunks.len() == 1 && u.chunks.len() == 1 && g.chunks[0].arena == u.chunks[0].arena;
+        let pairable = g.ty == u.ty
+            && g.chunks.len() == 1
+            && u.chunks.len() == 1
+            && g.chunks[0].arena == u.chunks[0].arena
+            && !self.adapts(Group::GateUp(l));
         if pairable {
             ops.push(mat::gate_up_swiglu(&mut self.ops, g, u, &b.x, &lw.ffn_norm, &b.h).await?);
         } else {
@@ -107,11 +141,13 @@ impl<'a> Forward<'a> {
             let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
             let input = MatIn::Norm(&b.x, &lw.ffn_norm);
             ops.extend(mat::ops(&mut self.ops, "matvec_gate_up", &gu, input, gu_out, &self.splits).await?);
+            ops.extend(self.lora(Group::GateUp(l), LoraIn::Norm(&b.x, &lw.ffn_norm), &b.gu).await?);
             ops.push(swiglu::op(&self.ops, 1, &b.gu, &b.h).await?);
         }
         let down_out = to(&b.x, d, OutMode::Add, None);
         let down = [(&lw.w_down, 0)];
         ops.extend(mat::ops(&mut self.ops, "matvec_down", &down, MatIn::Plain(&b.h), down_out, &self.splits).await?);
+        ops.extend(self.lora(Group::Down(l), LoraIn::Plain(&b.h), &b.x).await?);
         Ok(ops)
     }
 
@@ -125,10 +161,15 @@ impl<'a> Forward<'a> {
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut qkv_ops =
             mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.splits).await?;
-        // rope_store sums a split qkv matmul's partials itself (no bias to add, no head norm between).
-        let qkv_splits =
-            if lw.qkv_bias.is_none() && lw.qk_norm.is_none() { mat::take_reduce(&mut qkv_ops) } else { None };
+        // rope_store sums a split qkv matmul's partials itself (no bias to add, no head norm or adapter between).
+        let adapted = self.adapts(Group::Qkv(l));
+        let qkv_splits = if lw.qkv_bias.is_none() && lw.qk_norm.is_none() && !adapted {
+            mat::take_reduce(&mut qkv_ops)
+        } else {
+            None
+        };
         ops.extend(qkv_ops);
+        ops.extend(self.lora(Group::Qkv(l), LoraIn::Rows(&b.xb), &b.qkv).await?);
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
@@ -140,14 +181,18 @@ impl<'a> Forward<'a> {
             mat::ops(&mut self.ops, "matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), wo_out, &self.splits).await?;
         self.pending_add = mat::take_reduce(&mut wo_ops);
         ops.extend(wo_ops);
+        // Added to the residual stream: before or after the pending partials, the sum is the same.
+        ops.extend(self.lora(Group::O(l), LoraIn::Rows(&b.att), &b.x).await?);
         ops.push(self.prefill_norm(&lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
         let mut gu_ops =
             mat::ops(&mut self.ops, "matmul_gate_up", &gu, MatIn::Rows(&b.xb), gu_out, &self.splits).await?;
-        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch).
-        let split = mat::take_reduce(&mut gu_ops);
+        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch), unless
+        // adapters add to gate and up.
+        let split = if self.adapts(Group::GateUp(l)) { None } else { mat::take_reduce(&mut gu_ops) };
         ops.extend(gu_ops);
+        ops.extend(self.lora(Group::GateUp(l), LoraIn::Rows(&b.xb), &b.gu).await?);
         ops.push(match split {
             Some(splits) => swiglu::op(&self.ops, splits, &b.split, &b.h).await?,
             None => swiglu::op(&self.ops, 1, &b.gu, &b.h).await?,
@@ -161,24 +206,26 @@ impl<'a> Forward<'a> {
             self.pending_add = mat::take_reduce(&mut down_ops);
         }
         ops.extend(down_ops);
+        ops.extend(self.lora(Group::Down(l), LoraIn::Rows(&b.h), &b.x).await?);
         Ok(ops)
     }
 
     /// The output layer on the last token, and the logits per argmax candidate: the output matvec's
     /// rows per workgroup when it leaves their best rows (one dispatch: the output matrix in one
-    /// buffer), else 1.
+    /// buffer, no adapter adding to the logits), else 1.
     async fn logits_last(&mut self) -> Result<(Vec<Op>, u32)> {
         let (m, b) = (self.m, self.b);
         let vocab = m.model.config.vocab_size;
         let input = MatIn::Norm(&b.x, &m.output_norm);
         let mut out = to(&b.logits, vocab, OutMode::Store, None);
         let mut per = 1;
-        if m.output.chunks.len() == 1 {
+        if m.output.chunks.len() == 1 && !self.adapts(Group::Output) {
             out.mode = OutMode::Argmax;
             out.best = Some(&b.best);
             per = mat::matvec_rows(vocab);
         }
-        let ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.splits).await?;
+        let mut ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.splits).await?;
+        ops.extend(self.lora(Group::Output, LoraIn::Norm(&b.x, &m.output_norm), &b.logits).await?);
         Ok((ops, per))
     }
 
@@ -190,6 +237,7 @@ impl<'a> Forward<'a> {
         let out = to(&b.logits, vocab, OutMode::Store, None);
         let output = [(&m.output, 0)];
         ops.extend(mat::ops(&mut self.ops, "matmul_output", &output, MatIn::Rows(&b.xb), out, &self.splits).await?);
+        ops.extend(self.lora(Group::Output, LoraIn::Rows(&b.xb), &b.logits).await?);
         Ok(ops)
     }
 }

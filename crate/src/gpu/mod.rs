@@ -9,7 +9,8 @@
 //!   `n_batch` tokens, and every dispatch's bind group. A forward call writes two small buffers and
 //!   submits one command buffer; greedy decoding reads back only the sampled id. Rows of the KV cache
 //!   go up from and down to a host [`KvCache`] (the prefix cache's pages, saved states) as they are:
-//!   the same f16 rows of `kv_dim` per position.
+//!   the same f16 rows of `kv_dim` per position. LoRA adapters run there too: a session builds the ops
+//!   of its adapter set beside the base model's (`ops/lora.rs`).
 //! - `ops/`: one file per GPU op (its WGSL pieces, bindings, grid and parameter struct);
 //!   `forward.rs` strings them into the forward pass a session runs.
 //!
@@ -47,6 +48,7 @@ use std::sync::Arc;
 use crate::error::{Error, GpuFault, Result};
 use crate::evaluator::Want;
 use crate::kv_cache::KvCache;
+use crate::lora::AdapterSet;
 use crate::model::Model;
 
 /// Where a session runs its forward passes.
@@ -123,6 +125,12 @@ impl GpuRunner {
         self.session.eval_want(tokens, pos0, want, out).await
     }
 
+    /// Run the next evals with the LoRA adapters `lora` (checked against the model; its ops are built by
+    /// the next eval).
+    pub(crate) fn set_adapters(&mut self, lora: &AdapterSet) -> Result<()> {
+        self.session.set_adapters(lora)
+    }
+
     pub(crate) fn kv_cache_bytes(&self) -> usize {
         self.session.kv_cache_bytes()
     }
@@ -155,6 +163,10 @@ impl GpuRunner {
     }
 
     pub(crate) async fn eval(&mut self, _: &[u32], _: usize, _: Want, _: &mut Vec<f32>) -> Result<Option<u32>> {
+        match self.never {}
+    }
+
+    pub(crate) fn set_adapters(&mut self, _: &AdapterSet) -> Result<()> {
         match self.never {}
     }
 

@@ -4,6 +4,10 @@
 //! prebuilt dispatches and submits them: a decode step at once, a prefill call in parts of
 //! `SUBMIT_OPS` (the GPU starts on the first while the CPU encodes the rest); then it reads back the
 //! logits or the sampled ids. Profiling times each dispatch with timestamp queries.
+//!
+//! Under LoRA adapters the session runs a second list of ops, built for its adapter set (`forward.rs`,
+//! `ops/lora.rs`) when a call first runs under it, with the set's weights and parameter blocks in
+//! buffers of their own; the base model's ops stay as they are, and run whenever the set is empty.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -12,10 +16,12 @@ use std::sync::Arc;
 use super::forward::{self, ForwardOps};
 use super::gpu_error;
 use super::model::GpuModel;
+use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::evaluator::{check_eval, Want};
 use crate::kv_cache::KvCache;
+use crate::lora::AdapterSet;
 use crate::model::forward::{batches, LogitsFor};
 
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
@@ -61,6 +67,13 @@ pub(super) struct Buffers {
     pub ids_staging: wgpu::Buffer,
 }
 
+/// The ops of an adapter set that adds something, with what their bind groups hold.
+struct LoraOps {
+    ops: ForwardOps,
+    _weights: LoraWeights,
+    _params: wgpu::Buffer,
+}
+
 struct Profiler {
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
@@ -77,6 +90,11 @@ pub struct GpuSession {
     logit_rows: usize,
     b: Buffers,
     ops: ForwardOps,
+    /// The adapters the next calls run with (`set_adapters`).
+    adapters: AdapterSet,
+    /// The set `lora` was built for, and its ops (`None`: the set adds nothing, the base ops run).
+    built: AdapterSet,
+    lora: Option<LoraOps>,
     profiler: Option<Profiler>,
     kv_bytes: usize,
     /// CPU time spent writing, encoding and submitting forward calls (ms), for benchmarks.
@@ -143,7 +161,7 @@ impl GpuSession {
             ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
         };
 
-        let ops = forward::build(&m, &b, nb).await?;
+        let ops = forward::build(&m, &b, &b.params, nb, None).await?;
         if ops.params.len() as u64 > b.params.size() {
             return Err(gpu_error(GpuFault::Limits, "too many ops for the parameter buffer"));
         }
@@ -157,6 +175,9 @@ impl GpuSession {
             logit_rows,
             b,
             ops,
+            adapters: AdapterSet::default(),
+            built: AdapterSet::default(),
+            lora: None,
             profiler: None,
             kv_bytes,
             cpu_submit_ms: 0.0,
@@ -181,9 +202,58 @@ impl GpuSession {
         self.cpu_submit_ms
     }
 
-    /// Dispatches of one greedy decode step (embedding to sampled id).
+    /// Dispatches of one greedy decode step (embedding to sampled id), under the adapters built last.
     pub fn dispatches_per_token(&self) -> usize {
-        self.ops.embed.len() + self.ops.decode_layers.len() + self.ops.logits_last.len() + 1
+        let f = self.forward_ops();
+        f.embed.len() + f.decode_layers.len() + f.logits_last.len() + 1
+    }
+
+    /// The ops the next call runs: its adapter set's, or the base model's.
+    fn forward_ops(&self) -> &ForwardOps {
+        self.lora.as_ref().map_or(&self.ops, |l| &l.ops)
+    }
+
+    /// Run the next calls with the LoRA adapters `set` (read for this model; empty: the base model). The
+    /// cache's keys and values stay: forgetting those computed under another set is the caller's part. The
+    /// set's weights go up and its ops are built when a call first runs under it (a fault is then that
+    /// call's error).
+    pub fn set_adapters(&mut self, set: &AdapterSet) -> Result<()> {
+        set.check(&self.m.model)?;
+        self.adapters = set.clone();
+        Ok(())
+    }
+
+    /// Build the ops of the adapter set the next call runs with, if they are not those built last.
+    async fn prepare_adapters(&mut self) -> Result<()> {
+        if self.adapters == self.built {
+            return Ok(());
+        }
+        // The old set's buffers go before the new set's come.
+        self.lora = None;
+        self.built = AdapterSet::default();
+        if let Some(weights) = LoraWeights::upload(&self.m, &self.adapters).await? {
+            let gpu = &self.m.gpu;
+            let size = ops::PARAM_SLOT * MAX_PARAMS;
+            let params =
+                gpu.buffer("lora params", size, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST).await?;
+            let ops = forward::build(&self.m, &self.b, &params, self.n_batch, Some(&weights)).await?;
+            if ops.params.len() as u64 > size {
+                return Err(gpu_error(GpuFault::Limits, "too many ops for the parameter buffer"));
+            }
+            gpu.queue.write_buffer(&params, 0, &ops.params);
+            gpu.check()?;
+            self.lora = Some(LoraOps { ops, _weights: weights, _params: params });
+        }
+        self.built = self.adapters.clone();
+        // The profiler's queries must cover a call of the new ops.
+        if self.profiler.as_ref().is_some_and(|p| p.capacity < profile_capacity(self.forward_ops())) {
+            let totals = self.profiler.take().map(|p| p.totals).unwrap_or_default();
+            self.set_profiling(true).await?;
+            if let Some(p) = self.profiler.as_mut() {
+                p.totals = totals;
+            }
+        }
+        Ok(())
     }
 
     /// Write rows `positions` of `kv` (a host cache or window holding them) into the cache at
@@ -293,6 +363,7 @@ impl GpuSession {
         out: &mut Vec<f32>,
     ) -> Result<Option<u32>> {
         check_eval(tokens, pos0, self.n_ctx, self.m.model.config.vocab_size)?;
+        self.prepare_adapters().await?;
         let vocab = self.m.model.config.vocab_size;
         let (per_call, wanted) = match want {
             Want::Nothing => (self.n_batch, LogitsFor::None),
@@ -326,6 +397,7 @@ impl GpuSession {
                 self.n_ctx
             )));
         }
+        self.prepare_adapters().await?;
         for s in 0..count {
             self.submit(None, pos0 + s, LogitsFor::Last, Some(s as u32)).await?;
         }
@@ -339,11 +411,7 @@ impl GpuSession {
             self.profiler = None;
             return Ok(false);
         }
-        let f = &self.ops;
-        let capacity = 1
-            + f.embed.len()
-            + f.prefill_layers.len().max(f.decode_layers.len())
-            + f.logits_all.len().max(f.logits_last.len());
+        let capacity = profile_capacity(self.forward_ops());
         let gpu = &self.m.gpu;
         let queries = gpu
             .guarded("timestamp queries", GpuFault::Limits, || {
@@ -410,7 +478,8 @@ impl GpuSession {
         };
         gpu.queue.write_buffer(&self.b.call, 0, bytemuck::bytes_of(&call));
 
-        let f = &self.ops;
+        // (Field by field, not `forward_ops`: `self` changes below while the ops are borrowed.)
+        let f = self.lora.as_ref().map_or(&self.ops, |l| &l.ops);
         let layers = if n == 1 { &f.decode_layers } else { &f.prefill_layers };
         let logits_ops: &[Op] = match logits {
             LogitsFor::None => &[],
@@ -493,6 +562,11 @@ impl GpuSession {
         }
         Ok(())
     }
+}
+
+/// Most dispatches of one forward call of `f`.
+fn profile_capacity(f: &ForwardOps) -> usize {
+    1 + f.embed.len() + f.prefill_layers.len().max(f.decode_layers.len()) + f.logits_all.len().max(f.logits_last.len())
 }
 
 fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, call: &CallParams) {

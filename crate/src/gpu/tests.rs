@@ -16,6 +16,7 @@ use super::ops::argmax::Argmax;
 use super::ops::attn_decode::{self, AttnDecode};
 use super::ops::attn_prefill::{self, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
+use super::ops::lora::{Lora, LoraInput, LoraParams};
 use super::ops::mat::{Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
 use super::ops::norm::{AddRmsNorm, RmsNorm};
 use super::ops::params::Uniform;
@@ -798,6 +799,58 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
     }
 }
 
+/// The LoRA op adds `Bᵀᵀ·(A·x)` (the scale is in `Bᵀ`) to the output, for the last row through the
+/// matvec input stages (plain, and RMS-normed: the decode projections) and for every row (prefill), at
+/// offsets into the adapter buffer; an odd rank, a row longer than one pass of the workgroup, output rows
+/// past one workgroup. (The attention-merge input stage is the matvec's, checked there and in the models.)
+pub async fn lora_adds_its_adapters_to_the_output() {
+    let (cols, rows, rank, n) = (1096, 300, 5, 3);
+    let mut rng = SplitMix(900);
+    let x = rng.normals(n * cols);
+    let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
+    let (a, bt) = (rng.normals(rank * cols), rng.normals(rank * rows));
+    // A and Bᵀ after a gap, as in a buffer holding other groups' matrices before them.
+    let gap = 12;
+    let weights: Vec<f32> = vec![9.0; gap].into_iter().chain(a.iter().copied()).chain(bt.iter().copied()).collect();
+    let params = LoraParams { a_off: gap as u32, bt_off: (gap + a.len()) as u32, rank: rank as u32, rows: rows as u32 };
+    let out0 = rng.normals(n * rows);
+    for input in [LoraInput::Plain, LoraInput::Norm, LoraInput::Rows] {
+        let mut data = vec![(Slot::Weights, Data::Storage(f32_bytes(&weights))), (Slot::Params, uniform(&params))];
+        if input != LoraInput::Rows {
+            data.push((Slot::Call, call(n, 0)));
+        }
+        data.extend([(Slot::Out, Data::Storage(f32_bytes(&out0))), (Slot::In0, Data::Storage(f32_bytes(&x)))]);
+        if input == LoraInput::Norm {
+            data.push((Slot::In1, Data::Storage(f32_bytes(&norm_w))));
+        }
+        let tokens = if input == LoraInput::Rows { n } else { 1 };
+        let kernel = Kernel::Lora(Lora { input, cols: cols as u32 });
+        let grid = [(rows as u32).div_ceil(256), tokens as u32, 1];
+        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
+        for t in 0..tokens {
+            // Rows: token t's row; the last-row stages read the last token's row and write output row 0.
+            let row = if input == LoraInput::Rows { t } else { n - 1 };
+            let mut xt = x[row * cols..(row + 1) * cols].to_vec();
+            if input == LoraInput::Norm {
+                let raw = xt.clone();
+                rmsnorm(&mut xt, &raw, &norm_w, 1e-5);
+            }
+            let ax: Vec<(f64, f64)> = a.chunks_exact(cols).map(|a| dot(a, &xt)).collect();
+            for i in 0..rows {
+                let (mut want, mut scale) = (out0[t * rows + i] as f64, out0[t * rows + i].abs() as f64);
+                for (j, &(u, u_scale)) in ax.iter().enumerate() {
+                    let b = bt[j * rows + i] as f64;
+                    want += u * b;
+                    scale += u_scale * b.abs();
+                }
+                assert_close(&format!("{input:?} token {t} row {i}"), out[t * rows + i], want, scale);
+            }
+        }
+        // Rows of tokens the op does not write are untouched.
+        assert_eq!(out[tokens * rows..], out0[tokens * rows..], "{input:?}: other tokens' rows");
+    }
+}
+
 pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
     let mut rng = SplitMix(900);
@@ -908,6 +961,7 @@ macro_rules! for_each_gpu_check {
             prefill_attention_is_causal_and_matches_cpu,
             rmsnorm_and_swiglu_match_cpu,
             argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
+            lora_adds_its_adapters_to_the_output,
             shader_and_buffer_failures_are_typed_errors,
         );
     };

@@ -1,6 +1,6 @@
 //! LoRA adapters at run time: llama.cpp's GGUF adapter files ([`LoraAdapter`], `adapter.rs`), applied in
-//! the CPU forward pass to the projections they adapt, each with a scale chosen per request
-//! ([`AdapterSet`]), without touching the model's weights.
+//! the CPU forward pass (and the WebGPU backend's, `gpu/ops/lora.rs`) to the projections they adapt, each
+//! with a scale chosen per request ([`AdapterSet`]), without touching the model's weights.
 //!
 //! A projection `y = W·x` with an adapter of rank `r` becomes `y = W·x + s·B·(A·x)`, where `A` is
 //! `r × n_in`, `B` is `n_out × r` and `s` is the request's scale times `alpha / r` (llama.cpp's rule).

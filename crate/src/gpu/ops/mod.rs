@@ -1,5 +1,5 @@
 //! The GPU ops, one file per op (the three matrix kernels, which share their pieces, in `mat.rs`;
-//! the two prefill norms in `norm.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
+//! the two prefill norms in `norm.rs`; LoRA adapters, with their per-set upload, in `lora.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
 //! WGSL pieces its module is made of, the bindings it takes (named [`Slot`]s, whose numbers the
 //! `.wgsl` files read from the generated header), its grid, its parameter struct (declared once
 //! for Rust and WGSL with [`params::uniform!`]), and the function that builds its dispatch from the
@@ -9,6 +9,7 @@ pub(crate) mod argmax;
 pub(crate) mod attn_decode;
 pub(crate) mod attn_prefill;
 pub(crate) mod embed;
+pub(crate) mod lora;
 pub(crate) mod mat;
 pub(crate) mod norm;
 pub(crate) mod params;
@@ -82,6 +83,7 @@ pub(crate) enum Kernel {
     HeadNorm(norm::HeadNorm),
     Swiglu(swiglu::Swiglu),
     Argmax(argmax::Argmax),
+    Lora(lora::Lora),
 }
 
 impl Kernel {
@@ -102,6 +104,7 @@ impl Kernel {
             Kernel::HeadNorm(k) => k.source(&mut m),
             Kernel::Swiglu(k) => k.source(&mut m),
             Kernel::Argmax(k) => k.source(&mut m),
+            Kernel::Lora(k) => k.source(&mut m),
         }
         m.finish()
     }
@@ -121,6 +124,7 @@ impl Kernel {
             Kernel::HeadNorm(_) => norm::HEAD_NORM_BINDINGS,
             Kernel::Swiglu(_) => swiglu::BINDINGS,
             Kernel::Argmax(_) => argmax::BINDINGS,
+            Kernel::Lora(k) => k.bindings(),
         }
     }
 }
