@@ -167,7 +167,7 @@ fn activation_values(row: ActRow<'_>) -> Vec<f32> {
     }
 }
 
-fn dequantized(ty: GgmlType, row: &[u8]) -> Vec<f32> {
+pub(super) fn dequantized(ty: GgmlType, row: &[u8]) -> Vec<f32> {
     let mut w = vec![0f32; row.len() / ty.block_bytes() * ty.block_size()];
     dequantize_row(ty, row, &mut w);
     w
