@@ -11,7 +11,9 @@
 //! activations, IQ4_XS against Q8_K, as ggml's vec_dot types.
 //!
 //! `vec_dot_ref` is ggml's generic `ggml_vec_dot_iq4_nl_q8_0` / `ggml_vec_dot_iq4_xs_q8_K` (integer sum
-//! per sub-block, then the scales, in ggml's order of float operations). `quantize` follows ggml's
+//! per sub-block, then the scales, in ggml's order of float operations). The SIMD kernels: IQ4_NL through the
+//! legacy ones (its `Unpack` in each ISA's file looks its nibbles up in the table), IQ4_XS's
+//! `vec_dot_iq4_xs` beside them. `quantize` follows ggml's
 //! `quantize_row_iq4_nl_impl` without importance weights: per sub-block, the scale that best fits the
 //! table (weights `x^2`) among 15 candidates around `max / -127`. Unlike ggml, the quants (and IQ4_XS's
 //! sub-block scales) are chosen against `d` as stored in f16, not its f32 value: where `d` is a subnormal
@@ -193,6 +195,11 @@ impl QuantBlock for BlockIQ4NL {
         }
         sumf
     }
+
+    fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
+        // The legacy kernels, with the table lookup as the ISA's `Unpack` (|value| <= 127, as Q8_0's quants).
+        simd_kernel!(legacy_dot(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
+    }
 }
 
 impl QuantBlock for BlockIQ4XS {
@@ -240,5 +247,9 @@ impl QuantBlock for BlockIQ4XS {
             }
         }
         sumf
+    }
+
+    fn vec_dot(w: &[Self], a: &[BlockQ8K]) -> f32 {
+        simd_kernel!(vec_dot_iq4_xs(w, a)).unwrap_or_else(|| Self::vec_dot_ref(w, a))
     }
 }
