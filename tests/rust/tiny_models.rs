@@ -325,63 +325,17 @@ fn micro_fuzz_seeds_load_and_generate() {
     }
 }
 
-/// The byte offset of tensor `name`'s type id in a GGUF header (its offset follows).
-fn tensor_type_field(bytes: &[u8], name: &str, n_dims: usize) -> usize {
-    let mut key = (name.len() as u64).to_le_bytes().to_vec();
-    key.extend_from_slice(name.as_bytes());
-    let at = bytes.windows(key.len()).position(|w| w == key).unwrap_or_else(|| panic!("no tensor {name}"));
-    at + key.len() + 4 + 8 * n_dims
-}
-
-/// The tiny llama with its layer matrices requantized (from their values) as IQ4_XS where rows are whole super-blocks,
-/// else IQ4_NL, each in place where its IQ4 bytes fit, loads and runs like the same model with those matrices in F32
-/// holding the IQ4 values exactly: the two differ only by the 8-bit activations the IQ4 dots take (under 0.09 std of
-/// the logits here; a wrong IQ4 dot moves them by about one std). The fixtures' Python writer cannot quantize these types.
+/// The tiny llama with its layer matrices requantized as IQ4_XS or IQ4_NL ([`support::tiny::iq4_models`]) loads and
+/// runs like the same model with those matrices in F32 holding the IQ4 values exactly: the two differ only by the
+/// 8-bit activations the IQ4 dots take (under 0.09 std of the logits here; a wrong IQ4 dot moves them by about one
+/// std).
 #[test]
 fn iq4_weights_load_and_run_like_their_values_in_f32() {
-    use ruvllm::gguf::Gguf;
-    use ruvllm::quant::{dequantize_row, quantize_row, GgmlType};
-
-    let bytes = support::read_file(&format!("{}/{LLAMA_SPM}", fixtures_dir()));
-    let g = Gguf::parse(&bytes).unwrap();
-    let (mut iq4, mut f32s) = (bytes.clone(), bytes.clone());
-    let mut retyped = [0usize; 2];
-    for t in g.tensors.iter().filter(|t| t.name.starts_with("blk.") && t.dims.len() == 2) {
-        let ty = if t.dims[0] % 256 == 0 { GgmlType::IQ4_XS } else { GgmlType::IQ4_NL };
-        let size = ty.row_bytes(t.n_elements());
-        if size > t.size {
-            continue;
-        }
-        retyped[(ty == GgmlType::IQ4_XS) as usize] += 1;
-        let mut x = vec![0f32; t.n_elements()];
-        dequantize_row(t.ty, &bytes[t.offset..t.offset + t.size], &mut x);
-        let mut q = vec![0u8; size];
-        quantize_row(ty, &x, &mut q);
-        dequantize_row(ty, &q, &mut x);
-        let field = tensor_type_field(&bytes, &t.name, t.dims.len());
-        iq4[field..field + 4].copy_from_slice(&(ty as u32).to_le_bytes());
-        iq4[t.offset..t.offset + size].copy_from_slice(&q);
-        // The F32 copy goes at the end of the file, aligned.
-        let rel = (f32s.len() - g.data_offset).next_multiple_of(g.alignment);
-        f32s.resize(g.data_offset + rel, 0);
-        f32s.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-        f32s[field..field + 4].copy_from_slice(&(GgmlType::F32 as u32).to_le_bytes());
-        f32s[field + 4..field + 12].copy_from_slice(&(rel as u64).to_le_bytes());
-    }
-    assert!(retyped[0] > 0 && retyped[1] > 0, "IQ4_NL and IQ4_XS matrices: {retyped:?}");
-    let iq4 = Arc::new(Model::from_bytes(iq4).expect("the IQ4 model loads"));
-    let f32s = Arc::new(Model::from_bytes(f32s).expect("the F32 model loads"));
-    let (_, entry) = load(LLAMA_SPM);
-    let vocab = iq4.config.vocab_size;
-    for seq in entry["forward"].as_array().unwrap() {
-        let ids = ids(&seq["ids"]);
-        let got = Session::new(iq4.clone()).eval(&ids, true).unwrap().to_vec();
-        let want = Session::new(f32s.clone()).eval(&ids, true).unwrap().to_vec();
-        for (p, (got, want)) in got.chunks_exact(vocab).zip(want.chunks_exact(vocab)).enumerate() {
-            let mean = want.iter().sum::<f32>() / vocab as f32;
-            let std = (want.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / vocab as f32).sqrt();
-            let max = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(max <= 0.15 * std, "position {p} of {ids:?}: logits {max} from the F32 model's (std {std})");
-        }
-    }
+    let (iq4, f32s) = support::tiny::iq4_models(LLAMA_SPM);
+    support::tiny::check_iq4_logits(
+        LLAMA_SPM,
+        0.15,
+        |ids| Session::new(iq4.clone()).eval(ids, true).unwrap().to_vec(),
+        |ids| Session::new(f32s.clone()).eval(ids, true).unwrap().to_vec(),
+    );
 }
