@@ -249,7 +249,7 @@ fn twin_model(path: &str) -> Result<Vec<u8>, String> {
                 }
                 // Byte offsets of each block's f16 scales (d, and the min where the type has one).
                 let scales: &[usize] = match ty {
-                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
                     GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
                     GgmlType::Q2_K => &[80, 82],
                     GgmlType::Q3_K => &[108],

@@ -53,6 +53,24 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     }
 }
 
+/// The tiny llama with IQ4_XS and IQ4_NL layer matrices ([`tiny::iq4_models`]) on the GPU, against the same model
+/// with those matrices in F32 (their IQ4 values) on the CPU: the GPU reads the IQ4 blocks as their f32 values, so
+/// the two differ only by the backends' arithmetic (under 0.034 std of the logits here; a wrong IQ4 reader moves
+/// them by about one std; `gpu::tests` checks the readers value by value).
+#[test]
+fn iq4_weights_run_on_the_gpu_like_their_values_in_f32() {
+    let (iq4, f32s) = tiny::iq4_models(tiny::LLAMA_SPM);
+    let software = GpuOptions { allow_software: true, ..GpuOptions::default() };
+    let gpu = |ids: &[u32]| {
+        let mut s = Session::with_gpu_options(iq4.clone(), &SessionOptions::default(), Backend::WebGpu, &software)
+            .expect("a WebGPU session");
+        assert!(s.on_gpu(), "the IQ4 model runs on the GPU");
+        s.eval(ids, true).unwrap().to_vec()
+    };
+    let cpu = |ids: &[u32]| Session::new(f32s.clone()).eval(ids, true).unwrap().to_vec();
+    tiny::check_iq4_logits(tiny::LLAMA_SPM, 0.06, gpu, cpu);
+}
+
 #[test]
 fn greedy_chat_answers_the_france_question_exactly_on_the_gpu() {
     let ids = model().tokenizer().encode_with_special(FRANCE, true).unwrap();

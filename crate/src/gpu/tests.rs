@@ -35,7 +35,7 @@ use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};
 
 /// The weight types the GPU reads.
-const TYPES: [GgmlType; 13] = [
+const TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -49,6 +49,8 @@ const TYPES: [GgmlType; 13] = [
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 fn options() -> GpuOptions {

@@ -133,9 +133,10 @@ mod tests {
 
     #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
-        // The legacy types have row kernels, F16 converts each row once; Q4_K goes dot by dot. Odd and even block
-        // counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16] {
+        // The legacy types have row kernels, F16 converts each row once; Q4_K and the IQ4s go dot by dot. Odd and
+        // even block counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
+        let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16];
+        for ty in types.into_iter().chain([GgmlType::IQ4_NL, GgmlType::IQ4_XS]) {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
                 let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];

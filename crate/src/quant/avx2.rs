@@ -11,8 +11,9 @@
 
 use std::arch::x86_64::*;
 
-use super::act::{BlockQ8_0, Q8Block};
+use super::act::{f16_to_f32, BlockQ8K, BlockQ8_0, Q8Block};
 use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
 use super::{check_rows, even_odd};
 
@@ -133,6 +134,16 @@ impl Unpack for BlockQ8_0 {
     }
 }
 
+impl Unpack for BlockIQ4NL {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants(&self) -> __m256i {
+        // Each nibble indexes the table in its own 128-bit lane.
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES.as_ptr().cast()));
+        _mm256_shuffle_epi8(table, nibbles(&self.qs))
+    }
+}
+
 /// Walks `w` and `a` two blocks at a time, `$block(w, a, acc) -> acc` alternating between two
 /// accumulators, and returns the lane sum.
 macro_rules! two_accumulators {
@@ -149,6 +160,32 @@ macro_rules! two_accumulators {
         }
         hsum(_mm256_add_ps(acc0, acc1))
     }};
+}
+
+/// An IQ4_XS weight row · its Q8_K activation row. Q8_K quants take all of i8 (-128 too), so the products
+/// are of bytes widened to i16 (`madd`), not `maddubs` with the signs moved onto the activations. Each
+/// sub-block's sums times its scale add up in i32 over the block (at most 8 * 32 * 4 * 127 * 128 a lane),
+/// then one float FMA per block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_iq4_xs(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), a.len(), "weight and activation rows have different block counts");
+    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES.as_ptr().cast()));
+    let wide_dot = |x: __m128i, y: __m128i| _mm256_madd_epi16(_mm256_cvtepi8_epi16(x), _mm256_cvtepi8_epi16(y));
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = _mm256_setzero_si256();
+        for (ib, (qs, q8)) in x.qs.chunks_exact(16).zip(y.qs.chunks_exact(32)).enumerate() {
+            let v = _mm256_shuffle_epi8(table, nibbles(qs.try_into().unwrap()));
+            let q8 = load32(q8.try_into().unwrap());
+            let lo = wide_dot(_mm256_castsi256_si128(v), _mm256_castsi256_si128(q8));
+            let hi = wide_dot(_mm256_extracti128_si256::<1>(v), _mm256_extracti128_si256::<1>(q8));
+            let scaled = _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), _mm256_set1_epi32(x.scale(ib)));
+            sumi = _mm256_add_epi32(sumi, scaled);
+        }
+        let d = f16_to_f32(x.d) * y.d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
 }
 
 /// A legacy weight row · its activation row (`vec_dot` of every legacy type).

@@ -18,6 +18,7 @@
 //! scales, in ggml's order of float operations).
 
 use super::act::{f16_to_f32, f32_to_f16, quantize_q8_0, signed_max, ActKind, BlockQ8_0, BlockQ8_1, Q8Block, QK8};
+use super::iq4::BlockIQ4NL;
 use super::QuantBlock;
 
 const QK: usize = 32;
@@ -100,11 +101,13 @@ legacy_block!(BlockQ4_1, |b| b.m);
 legacy_block!(BlockQ5_0, |_b| [0, 0]);
 legacy_block!(BlockQ5_1, |b| b.m);
 legacy_block!(BlockQ8_0, |_b| [0, 0]);
+legacy_block!(BlockIQ4NL, |_b| [0, 0]);
 
 // The kernels read a block's `d` and `m` (an activation's `d` and `s`) as one 4-byte word.
 const _: () = {
     use std::mem::offset_of;
     assert!(offset_of!(BlockQ4_0, d) == 0 && offset_of!(BlockQ5_0, d) == 0 && offset_of!(BlockQ8_0, d) == 0);
+    assert!(offset_of!(BlockIQ4NL, d) == 0);
     assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
     assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
     assert!(offset_of!(BlockQ8_1, d) == 0 && offset_of!(BlockQ8_1, s) == 2);

@@ -45,6 +45,7 @@ macro_rules! simd_kernel {
 
 pub mod act;
 mod float;
+mod iq4;
 mod k_quants;
 pub(crate) mod kv;
 mod legacy;
@@ -73,6 +74,7 @@ mod tests;
 
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
+pub use iq4::{BlockIQ4NL, BlockIQ4XS};
 pub use k_quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
 
@@ -93,6 +95,8 @@ pub enum GgmlType {
     Q4_K = 12,
     Q5_K = 13,
     Q6_K = 14,
+    IQ4_NL = 20,
+    IQ4_XS = 23,
     BF16 = 30,
 }
 
@@ -152,12 +156,20 @@ macro_rules! with_block {
                 type $B = BlockQ6K;
                 $body
             }
+            GgmlType::IQ4_NL => {
+                type $B = BlockIQ4NL;
+                $body
+            }
+            GgmlType::IQ4_XS => {
+                type $B = BlockIQ4XS;
+                $body
+            }
         }
     };
 }
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -171,6 +183,8 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
 
     pub fn from_id(id: u32) -> Option<GgmlType> {
@@ -192,6 +206,8 @@ impl GgmlType {
             GgmlType::Q4_K => "Q4_K",
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
+            GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -326,6 +342,7 @@ pub fn dot_rows<const A: usize>(
         GgmlType::Q5_0 => legacy_rows::<BlockQ5_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q5_1 => legacy_rows::<BlockQ5_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q8_0 => legacy_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::IQ4_NL => legacy_rows::<BlockIQ4NL, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         _ => false,
     }
 }

@@ -10,8 +10,9 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::act::{BlockQ8_0, Q8Block};
+use super::act::{f16_to_f32, BlockQ8K, BlockQ8_0, Q8Block};
 use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
 use super::{check_rows, even_odd};
 
@@ -156,6 +157,39 @@ impl Unpack for BlockQ8_0 {
     unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
         (vld1q_s8(self.qs.as_ptr()), vld1q_s8(self.qs.as_ptr().add(16)))
     }
+}
+
+impl Unpack for BlockIQ4NL {
+    #[inline(always)]
+    unsafe fn quants(&self) -> (int8x16_t, int8x16_t) {
+        let (table, (lo, hi)) = (vld1q_s8(KVALUES.as_ptr()), nibbles(&self.qs));
+        (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi))
+    }
+}
+
+/// An IQ4_XS weight row · its Q8_K activation row: per sub-block the products of the table values and the
+/// activations (exact in i16: `vmull_s8`), pairwise into i32 lanes, times the sub-block's scale, summed over
+/// the block (at most 8 * 32 * 8 * 127 * 128 a lane), then one float FMA per block.
+pub(crate) unsafe fn vec_dot_iq4_xs(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), a.len(), "weight and activation rows have different block counts");
+    let table = vld1q_s8(KVALUES.as_ptr());
+    let mut acc = vdupq_n_f32(0.0);
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = vdupq_n_s32(0);
+        for (ib, (qs, q8)) in x.qs.chunks_exact(16).zip(y.qs.chunks_exact(32)).enumerate() {
+            let (lo, hi) = nibbles(qs.try_into().unwrap());
+            let (v0, v1) = (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi));
+            let (y0, y1) = (vld1q_s8(q8.as_ptr()), vld1q_s8(q8.as_ptr().add(16)));
+            let mut sums = vpaddlq_s16(vmull_s8(vget_low_s8(v0), vget_low_s8(y0)));
+            sums = vpadalq_s16(sums, vmull_high_s8(v0, y0));
+            sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(v1), vget_low_s8(y1)));
+            sums = vpadalq_s16(sums, vmull_high_s8(v1, y1));
+            sumi = vmlaq_s32(sumi, sums, vdupq_n_s32(x.scale(ib)));
+        }
+        let d = f16_to_f32(x.d) * y.d;
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(sumi), vdupq_n_f32(d));
+    }
+    vaddvq_f32(acc)
 }
 
 /// A legacy weight row · its activation row: per block, `d * sums` into `acc` and `m * s` into lane 1 of

@@ -6,9 +6,10 @@
 
 use core::arch::wasm32::*;
 
-use super::act::{BlockQ8_0, Q8Block};
+use super::act::{f16_to_f32, BlockQ8K, BlockQ8_0, Q8Block};
 use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
+use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
 
 /// The vector constants of these kernels (and of `kernels::f16`'s), as values that a kernel makes once per
@@ -38,6 +39,8 @@ pub(crate) struct Consts {
     /// The fifth-bit values of Q5_0 (`0xF0` where unset, as `q - 16`) and Q5_1 (`0x10` where set).
     q5_0_high: v128,
     q5_1_high: v128,
+    /// IQ4_NL's table of values, indexed by its nibbles.
+    iq4: v128,
 }
 
 impl Consts {
@@ -57,6 +60,7 @@ impl Consts {
             spread_hi: u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
             q5_0_high: u8x16_splat(0xF0),
             q5_1_high: u8x16_splat(0x10),
+            iq4: load16(&KVALUES),
         })
     }
 }
@@ -193,6 +197,37 @@ impl Unpack for BlockQ8_0 {
     fn quants(&self, _: &Consts) -> (v128, v128) {
         load32(&self.qs)
     }
+}
+
+impl Unpack for BlockIQ4NL {
+    #[inline(always)]
+    fn quants(&self, c: &Consts) -> (v128, v128) {
+        let (lo, hi) = nibbles(&self.qs, c);
+        (i8x16_swizzle(c.iq4, lo), i8x16_swizzle(c.iq4, hi))
+    }
+}
+
+/// An IQ4_XS weight row · its Q8_K activation row: per sub-block the table values and the activations widened
+/// to i16 and dotted into i32 lanes, times the sub-block's scale, summed over the block (at most
+/// 8 * 32 * 8 * 127 * 128 a lane), then one float multiply-add per block.
+pub(crate) fn vec_dot_iq4_xs(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), a.len(), "weight and activation rows have different block counts");
+    let c = Consts::new();
+    let mut acc = f32x4_splat(0.0);
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = i32x4_splat(0);
+        for (ib, (qs, q8)) in x.qs.chunks_exact(16).zip(y.qs.chunks_exact(32)).enumerate() {
+            let (lo, hi) = nibbles(qs.try_into().unwrap(), &c);
+            let v = (i8x16_swizzle(c.iq4, lo), i8x16_swizzle(c.iq4, hi));
+            let (v, a) = (widen(v), widen(load32(q8.try_into().unwrap())));
+            let lo = i32x4_add(i32x4_dot_i16x8(v[0], a[0]), i32x4_dot_i16x8(v[1], a[1]));
+            let sums = i32x4_add(lo, i32x4_add(i32x4_dot_i16x8(v[2], a[2]), i32x4_dot_i16x8(v[3], a[3])));
+            sumi = i32x4_add(sumi, i32x4_mul(sums, i32x4_splat(x.scale(ib))));
+        }
+        let d = f16_to_f32(x.d) * y.d;
+        acc = f32x4_add(acc, f32x4_mul(f32x4_splat(d), f32x4_convert_i32x4(sumi)));
+    }
+    hsum(acc)
 }
 
 /// A legacy weight row · its activation row (`vec_dot` of every legacy type): per block, `d * sums`

@@ -146,3 +146,67 @@ pub fn check_logits(file: &str, opts: &SessionOptions, chunks: Option<&[usize]>)
         Session::with_options(model.clone(), opts).expect("session options")
     });
 }
+
+/// The byte offset of tensor `name`'s type id in a GGUF header (its offset follows).
+fn tensor_type_field(bytes: &[u8], name: &str, n_dims: usize) -> usize {
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap_or_else(|| panic!("no tensor {name}"));
+    at + key.len() + 4 + 8 * n_dims
+}
+
+/// The tiny model `file` with its layer matrices requantized (from their values) as IQ4_XS where rows are whole
+/// super-blocks, else IQ4_NL, each in place where its IQ4 bytes fit; and the same model with those matrices in F32
+/// holding the IQ4 values exactly (at the end of the file). The fixtures' Python writer cannot quantize these types.
+pub fn iq4_models(file: &str) -> (Arc<Model>, Arc<Model>) {
+    use ruvllm::gguf::Gguf;
+    use ruvllm::quant::{dequantize_row, quantize_row, GgmlType};
+
+    let bytes = super::read_file(&format!("{}/{file}", fixtures_dir()));
+    let g = Gguf::parse(&bytes).unwrap();
+    let (mut iq4, mut f32s) = (bytes.clone(), bytes.clone());
+    let mut retyped = [0usize; 2];
+    for t in g.tensors.iter().filter(|t| t.name.starts_with("blk.") && t.dims.len() == 2) {
+        let ty = if t.dims[0] % 256 == 0 { GgmlType::IQ4_XS } else { GgmlType::IQ4_NL };
+        let size = ty.row_bytes(t.n_elements());
+        if size > t.size {
+            continue;
+        }
+        retyped[(ty == GgmlType::IQ4_XS) as usize] += 1;
+        let mut x = vec![0f32; t.n_elements()];
+        dequantize_row(t.ty, &bytes[t.offset..t.offset + t.size], &mut x);
+        let mut q = vec![0u8; size];
+        quantize_row(ty, &x, &mut q);
+        dequantize_row(ty, &q, &mut x);
+        let field = tensor_type_field(&bytes, &t.name, t.dims.len());
+        iq4[field..field + 4].copy_from_slice(&(ty as u32).to_le_bytes());
+        iq4[t.offset..t.offset + size].copy_from_slice(&q);
+        let rel = (f32s.len() - g.data_offset).next_multiple_of(g.alignment);
+        f32s.resize(g.data_offset + rel, 0);
+        f32s.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+        f32s[field..field + 4].copy_from_slice(&(GgmlType::F32 as u32).to_le_bytes());
+        f32s[field + 4..field + 12].copy_from_slice(&(rel as u64).to_le_bytes());
+    }
+    assert!(retyped[0] > 0 && retyped[1] > 0, "{file}: IQ4_NL and IQ4_XS matrices: {retyped:?}");
+    let iq4 = Model::from_bytes(iq4).unwrap_or_else(|e| panic!("{file} in IQ4 does not load: {e}"));
+    let f32s = Model::from_bytes(f32s).unwrap_or_else(|e| panic!("{file} in F32 does not load: {e}"));
+    (Arc::new(iq4), Arc::new(f32s))
+}
+
+/// On every reference sequence of `file`, the logits `got(ids)` within `tol` std of the logits `want(ids)` at
+/// every position.
+pub fn check_iq4_logits(file: &str, tol: f32, got: impl Fn(&[u32]) -> Vec<f32>, want: impl Fn(&[u32]) -> Vec<f32>) {
+    let (model, entry) = load(file);
+    let vocab = model.config.vocab_size;
+    for seq in entry["forward"].as_array().unwrap() {
+        let ids = ids(&seq["ids"]);
+        let (got, want) = (got(&ids), want(&ids));
+        assert_eq!(got.len(), want.len());
+        for (p, (got, want)) in got.chunks_exact(vocab).zip(want.chunks_exact(vocab)).enumerate() {
+            let mean = want.iter().sum::<f32>() / vocab as f32;
+            let std = (want.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / vocab as f32).sqrt();
+            let max = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(max <= tol * std, "{file}, position {p} of {ids:?}: logits {max} apart (std {std})");
+        }
+    }
+}

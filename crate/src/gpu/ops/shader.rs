@@ -19,6 +19,7 @@ pub(crate) use wgsl;
 const COMMON: &str = wgsl!("common.wgsl");
 const WEIGHTS: &str = wgsl!("weights.wgsl");
 const K_SCALES: &str = wgsl!("quant/k_scales.wgsl");
+const IQ4_VALUES: &str = wgsl!("quant/iq4_values.wgsl");
 const REDUCE_SUBGROUP: &str = wgsl!("reduce_subgroup.wgsl");
 const REDUCE_SHARED: &str = wgsl!("reduce_shared.wgsl");
 
@@ -38,6 +39,8 @@ fn dequant_source(ty: GgmlType) -> &'static str {
         GgmlType::Q4_K => wgsl!("quant/q4_k.wgsl"),
         GgmlType::Q5_K => wgsl!("quant/q5_k.wgsl"),
         GgmlType::Q6_K => wgsl!("quant/q6_k.wgsl"),
+        GgmlType::IQ4_NL => wgsl!("quant/iq4_nl.wgsl"),
+        GgmlType::IQ4_XS => wgsl!("quant/iq4_xs.wgsl"),
     }
 }
 
@@ -105,11 +108,14 @@ impl Module {
         self.piece(&T::wgsl());
     }
 
-    /// The weight readers and `dequant8` of `ty` (`weights.wgsl`, `quant/*.wgsl`).
+    /// The weight readers and `dequant8` of `ty` (`weights.wgsl`, `quant/*.wgsl`, and the pieces they share).
     pub(crate) fn weights(&mut self, ty: GgmlType) {
         self.piece(WEIGHTS);
         if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
             self.piece(K_SCALES);
+        }
+        if matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS) {
+            self.piece(IQ4_VALUES);
         }
         self.piece(dequant_source(ty));
     }

@@ -98,7 +98,8 @@ fn has_row_kernel(ty: GgmlType) -> bool {
     let simd = has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
     let simd = cfg!(any(target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")));
-    simd && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+    let legacy = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0);
+    simd && (legacy || ty == GgmlType::IQ4_NL)
 }
 
 /// The row kernels of `dot_rows`, for one activation row at a time and four at a time from every first
@@ -167,7 +168,7 @@ fn activation_values(row: ActRow<'_>) -> Vec<f32> {
     }
 }
 
-fn dequantized(ty: GgmlType, row: &[u8]) -> Vec<f32> {
+pub(super) fn dequantized(ty: GgmlType, row: &[u8]) -> Vec<f32> {
     let mut w = vec![0f32; row.len() / ty.block_bytes() * ty.block_size()];
     dequantize_row(ty, row, &mut w);
     w

@@ -31,6 +31,8 @@ fn float_fields(ty: GgmlType) -> Vec<(usize, Float)> {
         T::Q4_K => vec![(offset_of!(BlockQ4K, d), Float::F16), (offset_of!(BlockQ4K, dmin), Float::F16)],
         T::Q5_K => vec![(offset_of!(BlockQ5K, d), Float::F16), (offset_of!(BlockQ5K, dmin), Float::F16)],
         T::Q6_K => vec![(offset_of!(BlockQ6K, d), Float::F16)],
+        T::IQ4_NL => vec![(offset_of!(BlockIQ4NL, d), Float::F16)],
+        T::IQ4_XS => vec![(offset_of!(BlockIQ4XS, d), Float::F16)],
     }
 }
 

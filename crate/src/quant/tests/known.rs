@@ -1,7 +1,7 @@
 //! Known values: each block is worked out by hand from ggml's `quantize_row_*_ref`. The inputs put
 //! values just below and above the rounding points, and past the clamped end of the scale.
 
-use super::checks::quantized;
+use super::checks::{dequantized, quantized};
 use crate::quant::GgmlType;
 use crate::test_support::test;
 
@@ -91,4 +91,73 @@ fn float_known_values() {
     let x = [1.0, 1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), std::f32::consts::PI];
     let expected = [0x80, 0x3F, 0x80, 0x3F, 0x82, 0x3F, 0x49, 0x40];
     assert_eq!(quantized(GgmlType::BF16, &x), expected);
+}
+
+/// llama.cpp's `kvalues_iq4nl`, written out again so that the tests check the kernels' own table.
+const IQ4NL_VALUES: [f32; 16] =
+    [-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0];
+
+/// An IQ4_NL block's bytes: `d` (f16) and, for element `i`, quant `q(i)`: element `j` in the low nibble of
+/// byte `j`, element `j + 16` in its high nibble.
+fn iq4_nl_block(d: [u8; 2], q: impl Fn(usize) -> u8) -> Vec<u8> {
+    let mut b = d.to_vec();
+    b.extend((0..16).map(|j| q(j) | (q(j + 16) << 4)));
+    b
+}
+
+#[test]
+fn iq4_nl_known_block() {
+    // d = 0.5; quants 0..16 then 15..=0: every level, at both nibbles.
+    let q = |i: usize| if i < 16 { i as u8 } else { (31 - i) as u8 };
+    let block = iq4_nl_block([0x00, 0x38], q);
+    let expected: Vec<f32> = (0..32).map(|i| 0.5 * IQ4NL_VALUES[q(i) as usize]).collect();
+    assert_eq!(dequantized(GgmlType::IQ4_NL, &block), expected);
+    // Values on the levels come back from the quantizer as they were: d = 0.5, every quant in place.
+    assert_eq!(quantized(GgmlType::IQ4_NL, &expected), block);
+    // An all-zero block: d = 0, every quant the level nearest 0 (index 8, value 1).
+    assert_eq!(quantized(GgmlType::IQ4_NL, &[0.0; 32]), iq4_nl_block([0, 0], |_| 8));
+}
+
+#[test]
+fn iq4_xs_known_block() {
+    // d = 0.25; 6-bit sub-block scales `ls` at the ends of their range and around 32 (scale ls - 32).
+    let ls: [u16; 8] = [0, 63, 32, 33, 31, 16, 47, 48];
+    let scales_h = ls.iter().enumerate().fold(0u16, |h, (ib, &l)| h | (l >> 4) << (2 * ib));
+    assert_eq!(scales_h, 0xE5AC);
+    let mut block = vec![0x00, 0x34, 0xAC, 0xE5];
+    block.extend([0xF0, 0x10, 0x0F, 0x0F]); // the low nibbles of ls, sub-block 2k low and 2k + 1 high
+    let q = |ib: usize, i: usize| ((i * 7 + ib * 3) % 16) as u8;
+    for ib in 0..8 {
+        block.extend((0..16).map(|j| q(ib, j) | (q(ib, j + 16) << 4)));
+    }
+    // llama.cpp's dequantize_row_iq4_xs: dl = d * (ls - 32), value = dl * kvalues_iq4nl[q].
+    let expected: Vec<f32> = (0..256)
+        .map(|k| {
+            let (ib, i) = (k / 32, k % 32);
+            0.25 * (ls[ib] as f32 - 32.0) * IQ4NL_VALUES[q(ib, i) as usize]
+        })
+        .collect();
+    assert_eq!(dequantized(GgmlType::IQ4_XS, &block), expected);
+}
+
+#[test]
+fn iq4_xs_known_quantization() {
+    // Every sub-block on the levels at scale 0.5 (sub-block 0 reaching -127 there), but sub-block 7 at half
+    // that: d = -0.5 / 32 exactly, sub-block scales -32 and -16 (ls 0 and 16), every quant in place.
+    let q = |ib: usize, i: usize| if ib == 0 && i == 0 { 0 } else { ((i * 5 + ib) % 16) as u8 };
+    let x: Vec<f32> = (0..256)
+        .map(|k| {
+            let (ib, i) = (k / 32, k % 32);
+            let scale = if ib == 7 { 0.25 } else { 0.5 };
+            scale * IQ4NL_VALUES[q(ib, i) as usize]
+        })
+        .collect();
+    let block = quantized(GgmlType::IQ4_XS, &x);
+    assert_eq!(&block[..2], &half::f16::from_f32(-0.5 / 32.0).to_le_bytes());
+    assert_eq!(&block[2..8], &[0x00, 0x40, 0x00, 0x00, 0x00, 0x00], "scales: ls 0, and 16 for sub-block 7");
+    for ib in 0..8 {
+        let expected: Vec<u8> = (0..16).map(|j| q(ib, j) | (q(ib, j + 16) << 4)).collect();
+        assert_eq!(&block[8 + 16 * ib..8 + 16 * (ib + 1)], &expected[..], "sub-block {ib}");
+    }
+    assert_eq!(dequantized(GgmlType::IQ4_XS, &block), x);
 }

@@ -64,6 +64,11 @@ type_checks! {
     q4_k_checks: Q4_K, 1e-6, Relative { max: 0.12, rms: 0.10, d_multiple: 63.0 * 15.0 }; // 16 levels over 2 max|x|: max|x| / 15
     q5_k_checks: Q5_K, 1e-6, Relative { max: 0.06, rms: 0.07, d_multiple: 63.0 * 31.0 }; // 32 levels over 2 max|x|: max|x| / 31
     q6_k_checks: Q6_K, 1e-6, Relative { max: 0.03, rms: 0.04, d_multiple: 128.0 * 32.0 }; // 64 signed levels: max|x| / 64
+    // IQ4: 16 table levels over 2 max|x|, at most 24/127 of max|x| apart, at the scale that fits best with
+    // weights x^2 (so small values err more than at max|x| / -127). IQ4_XS's sub-block scales are 6-bit
+    // multiples of `d`; a subnormal `d` rounded down clips its largest sub-block a little more.
+    iq4_nl_checks: IQ4_NL, 1e-5, Relative { max: 0.12, rms: 0.11, d_multiple: 127.0 };
+    iq4_xs_checks: IQ4_XS, 1e-6, Relative { max: 0.14, rms: 0.09, d_multiple: 32.0 * 127.0 };
 }
 
 /// Rough decode-speed numbers: `cargo test -p ruvllm --lib timing -- --ignored --nocapture`.
