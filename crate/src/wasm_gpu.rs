@@ -98,7 +98,9 @@ impl GpuEngine {
             probe_session_memory(&model, n_ctx)?;
         }
         let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
-        Ok(GpuEngine { inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })) })
+        Ok(GpuEngine {
+            inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })),
+        })
     }
 
     /// Model facts as JSON, with `backend` ("webgpu" or "cpu"), `adapter` and `fallback` ({code, message}).
