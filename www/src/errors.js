@@ -22,7 +22,7 @@ export function explain(e) {
     case 'E_GPU_NO_ADAPTER':
       return { title: 'This browser offers no WebGPU.', detail: `Choose Auto or CPU as the backend in Settings. ${detail}` };
     case 'E_GPU_UNSUPPORTED':
-      // Said of LoRA adapters and the MicroLoRA (the model itself runs on WebGPU) as of a model the GPU cannot run.
+      // Said of the MicroLoRA (the model itself runs on WebGPU) as of a model the GPU cannot run.
       if (/LoRA/.test(detail)) return { title: 'Learning from feedback (MicroLoRA) runs on the CPU engine only.', detail: `Choose CPU as the backend in Settings and load the model again; meanwhile the base model answers. ${detail}` };
     // falls through
     case 'E_GPU_LIMITS':
