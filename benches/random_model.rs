@@ -1,0 +1,239 @@
+//! Writes a GGUF model of Llama-3.2-1B's shapes with random weights, for memory and speed benches of a
+//! 1B-class model (issue 24) where the real file cannot be had: memory and speed depend on the tensors'
+//! types and shapes, not on their values.
+//!
+//!   cargo bench -p ruvllm --bench random_model -- --tokenizer-from M.gguf --out OUT.gguf [--layers 16] [--seed 1]
+//!
+//! What the file is (the same bytes for the same arguments):
+//! * `llama` architecture with Llama-3.2-1B's hyper-parameters: 16 layers, d_model 2048, 32 heads, 8 KV
+//!   heads, head_dim 64, ffn 8192, vocab 128256, RoPE base 500000 and Llama 3's frequency factors as the
+//!   `rope_freqs.weight` tensor llama.cpp's converter writes (factor 32, low/high 1/4, original context 8192;
+//!   our loader reads that tensor, there is no `rope.scaling` metadata for it). Tied embeddings: no
+//!   `output.weight`, as Llama-3.2-1B.
+//! * llama.cpp's Q4_K_M mix for this shape: every matrix Q4_K except `token_embd` (which is also the output
+//!   head, so it gets Q4_K_M's output type) and `attn_v` / `ffn_down` in the layers llama.cpp's
+//!   `use_more_bits` picks (0, 1, 4, 7, 10, 13, 14, 15 of 16), which are Q6_K; norms F32.
+//! * Weights normal with std 0.02 (norm weights 1), quantized with our reference quantizers (ggml's).
+//! * The tokenizer, its metadata and the chat template of `--tokenizer-from` (SmolLM2's byte-level BPE,
+//!   49,152 tokens), its token list padded to 128,256 with `<|pad_N|>` tokens of type UNUSED (5), which no
+//!   merge produces and no special-token match finds: the embedding and output head have Llama's shapes,
+//!   and text tokenizes as with SmolLM2.
+
+#[allow(dead_code)] // the writer's other metadata variants are for the tests
+#[path = "../tests/rust/support/gguf_writer.rs"]
+mod gguf_writer;
+
+use gguf_writer::{GgufWriter, Meta};
+use rayon::prelude::*;
+use ruvllm::gguf::{Gguf, Value};
+use ruvllm::quant::{quantize_row, GgmlType};
+use ruvllm::{Model, Session};
+use std::sync::Arc;
+
+const D_MODEL: usize = 2048;
+const N_HEADS: usize = 32;
+const N_KV_HEADS: usize = 8;
+const HEAD_DIM: usize = 64;
+const FFN: usize = 8192;
+const VOCAB: usize = 128_256;
+const ROPE_BASE: f32 = 500_000.0;
+const STD: f32 = 0.02;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("random_model: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let src = opt("--tokenizer-from").ok_or("--tokenizer-from M.gguf")?;
+    let out = opt("--out").ok_or("--out OUT.gguf")?;
+    let layers: usize = opt("--layers").map_or(Ok(16), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
+    let seed: u64 = opt("--seed").map_or(Ok(1), |v| v.parse().map_err(|_| format!("--seed {v}")))?;
+
+    let src_bytes = std::fs::read(&src).map_err(|e| format!("{src}: {e}"))?;
+    let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
+    let mut w = GgufWriter::new()
+        .meta("general.architecture", Meta::Str("llama".into()))
+        .meta("general.name", Meta::Str(format!("Llama-3.2-1B shapes, random weights (seed {seed})")))
+        .meta("general.file_type", Meta::U32(15)) // LLAMA_FTYPE_MOSTLY_Q4_K_M
+        .meta("llama.block_count", Meta::U32(layers as u32))
+        .meta("llama.context_length", Meta::U32(131_072))
+        .meta("llama.embedding_length", Meta::U32(D_MODEL as u32))
+        .meta("llama.feed_forward_length", Meta::U32(FFN as u32))
+        .meta("llama.attention.head_count", Meta::U32(N_HEADS as u32))
+        .meta("llama.attention.head_count_kv", Meta::U32(N_KV_HEADS as u32))
+        .meta("llama.attention.key_length", Meta::U32(HEAD_DIM as u32))
+        .meta("llama.attention.value_length", Meta::U32(HEAD_DIM as u32))
+        .meta("llama.rope.freq_base", Meta::F32(ROPE_BASE))
+        .meta("llama.rope.dimension_count", Meta::U32(HEAD_DIM as u32))
+        .meta("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5))
+        .meta("llama.vocab_size", Meta::U32(VOCAB as u32));
+    let n_src_tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).map_or(0, |a| a.len());
+    if n_src_tokens == 0 || n_src_tokens > VOCAB {
+        return Err(format!("{src}: {n_src_tokens} tokens (want 1..={VOCAB})"));
+    }
+    for (key, value) in &g.metadata {
+        if !(key.starts_with("tokenizer.")) {
+            continue;
+        }
+        let mut value = value.clone();
+        if let Value::Array(items) = &mut value {
+            let pad = VOCAB - n_src_tokens;
+            match key.as_str() {
+                "tokenizer.ggml.tokens" => items.extend((0..pad).map(|i| Value::String(format!("<|pad_{i}|>")))),
+                "tokenizer.ggml.token_type" => items.extend((0..pad).map(|_| Value::I32(5))),
+                "tokenizer.ggml.scores" => items.extend((0..pad).map(|_| Value::F32(0.0))),
+                _ => {}
+            }
+        }
+        w = w.meta(key, meta_of(&value)?);
+    }
+
+    w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
+    let q4 = GgmlType::Q4_K;
+    let q6 = GgmlType::Q6_K;
+    let t0 = std::time::Instant::now();
+    let mut id = 0u64;
+    let mut matrix = |name: &str, ty: GgmlType, cols: usize, rows: usize| {
+        id += 1;
+        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
+        (name.to_string(), vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
+    };
+    let mut tensors = vec![matrix("token_embd.weight", q6, D_MODEL, VOCAB)];
+    let ones = f32_bytes(&[1.0; D_MODEL]);
+    for l in 0..layers {
+        let more = use_more_bits(l, layers);
+        let p = |s: &str| format!("blk.{l}.{s}");
+        tensors.push(matrix(&p("attn_q.weight"), q4, D_MODEL, N_HEADS * HEAD_DIM));
+        tensors.push(matrix(&p("attn_k.weight"), q4, D_MODEL, N_KV_HEADS * HEAD_DIM));
+        tensors.push(matrix(&p("attn_v.weight"), if more { q6 } else { q4 }, D_MODEL, N_KV_HEADS * HEAD_DIM));
+        tensors.push(matrix(&p("attn_output.weight"), q4, N_HEADS * HEAD_DIM, D_MODEL));
+        tensors.push(matrix(&p("ffn_gate.weight"), q4, D_MODEL, FFN));
+        tensors.push(matrix(&p("ffn_up.weight"), q4, D_MODEL, FFN));
+        tensors.push(matrix(&p("ffn_down.weight"), if more { q6 } else { q4 }, FFN, D_MODEL));
+        tensors.push((p("attn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
+        tensors.push((p("ffn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
+    }
+    tensors.push(("output_norm.weight".into(), vec![D_MODEL as u64], GgmlType::F32 as u32, ones));
+    for (name, dims, ty, data) in tensors {
+        w = w.tensor(&name, &dims, ty, data);
+    }
+    let bytes = w.bytes();
+    drop(w);
+    let tmp = format!("{out}.tmp");
+    std::fs::write(&tmp, &bytes).map_err(|e| format!("{tmp}: {e}"))?;
+    let n_bytes = bytes.len();
+    drop(bytes);
+    // What was written must load and give finite logits before it is kept.
+    let model = Arc::new(Model::from_file(&tmp).map_err(|e| format!("the written model does not load: {e}"))?);
+    let ids = model.tokenizer().encode_with_special("The capital of France is", true).map_err(|e| e.to_string())?;
+    let logits = Session::new(model.clone()).eval(&ids, false).map_err(|e| e.to_string())?.to_vec();
+    if !logits.iter().all(|x| x.is_finite()) {
+        return Err("the written model's logits are not all finite".into());
+    }
+    let (lo, hi) = logits.iter().fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    std::fs::rename(&tmp, &out).map_err(|e| format!("{out}: {e}"))?;
+    eprintln!(
+        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits of {} prompt tokens in [{lo:.3}, {hi:.3}], in {:.1} s",
+        model.config.n_layers,
+        model.config.vocab_size,
+        ids.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// llama.cpp's `use_more_bits`: the layers Q4_K_M gives Q6_K `attn_v` and `ffn_down`.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i as isize - (n / 8) as isize).rem_euclid(3) == 2
+}
+
+/// Llama 3's RoPE frequency divisors, as llama.cpp's converter writes `rope_freqs.weight` for Llama 3.2
+/// (`rope_scaling`: factor 32, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192).
+fn llama3_rope_freqs() -> Vec<f32> {
+    let (factor, low, high, old_ctx) = (32f64, 1f64, 4f64, 8192f64);
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    (0..HEAD_DIM / 2)
+        .map(|i| {
+            let freq = 1.0 / (ROPE_BASE as f64).powf(2.0 * i as f64 / HEAD_DIM as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let divisor = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            divisor as f32
+        })
+        .collect()
+}
+
+/// `rows` rows of `cols` normal(0, STD) values quantized to `ty`; each row from its own generator seeded by
+/// (seed, tensor, row), so the bytes do not depend on how rows are spread over threads.
+fn random_matrix(ty: GgmlType, cols: usize, rows: usize, seed: u64, tensor: u64) -> Vec<u8> {
+    let row_bytes = cols / ty.block_size() * ty.block_bytes();
+    let mut out = vec![0u8; rows * row_bytes];
+    out.par_chunks_mut(row_bytes).enumerate().for_each_init(
+        || vec![0f32; cols],
+        |x, (r, dst)| {
+            let mut s = splitmix(seed ^ splitmix(tensor << 32 | r as u64));
+            for pair in x.chunks_mut(2) {
+                // Box-Muller from two uniforms in (0, 1].
+                let u1 = ((splitmix(s) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                let u2 = (splitmix(s.wrapping_add(1)) >> 11) as f64 / (1u64 << 53) as f64;
+                s = s.wrapping_add(2);
+                let (rad, ang) = ((-2.0 * u1.ln()).sqrt(), 2.0 * std::f64::consts::PI * u2);
+                pair[0] = (rad * ang.cos()) as f32 * STD;
+                if let Some(v) = pair.get_mut(1) {
+                    *v = (rad * ang.sin()) as f32 * STD;
+                }
+            }
+            quantize_row(ty, x, dst);
+        },
+    );
+    out
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A parsed metadata value as the writer's; arrays take their element type from their first item
+/// (an empty array is written as one of u32).
+fn meta_of(v: &Value) -> Result<Meta, String> {
+    Ok(match v {
+        Value::U8(x) => Meta::U8(*x),
+        Value::I8(x) => Meta::I8(*x),
+        Value::U16(x) => Meta::U16(*x),
+        Value::I16(x) => Meta::I16(*x),
+        Value::U32(x) => Meta::U32(*x),
+        Value::I32(x) => Meta::I32(*x),
+        Value::F32(x) => Meta::F32(*x),
+        Value::Bool(x) => Meta::Bool(*x),
+        Value::String(x) => Meta::Str(x.clone()),
+        Value::U64(x) => Meta::U64(*x),
+        Value::I64(x) => Meta::I64(*x),
+        Value::F64(x) => Meta::F64(*x),
+        Value::Array(items) => {
+            let items = items.iter().map(meta_of).collect::<Result<Vec<_>, _>>()?;
+            let elem = items.first().map_or(4, Meta::type_id);
+            if items.iter().any(|m| m.type_id() != elem) {
+                return Err("a metadata array of mixed types".into());
+            }
+            Meta::Array(elem, items)
+        }
+    })
+}
