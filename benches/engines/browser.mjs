@@ -7,7 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
-import { BENCHES, ROOT, parseArgs, loadavg1m, readPrompt, procMemMb, result, log } from '../lib/common.mjs';
+import { BENCHES, ROOT, parseArgs, loadavg1m, readPrompt, result, log } from '../lib/common.mjs';
+import { chromiumPeaks } from '../lib/chromium.mjs';
 import { startServer } from '../lib/serve.mjs';
 
 const args = parseArgs({
@@ -17,36 +18,6 @@ const args = parseArgs({
 const loadavgStart = loadavg1m();
 if (!['ruvllm', 'wllama'].includes(args.engine)) throw new Error('--engine must be ruvllm or wllama');
 const prompt = readPrompt(args.prompt);
-
-/** All processes below `root` (Chromium forks its renderers through a zygote, so walk the parent links). */
-function descendants(root) {
-  const parent = new Map();
-  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      // The command name in field 2 may contain spaces; the parent pid is the 2nd field after its closing ')'.
-      parent.set(Number(pid), Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[1]));
-    } catch { /* the process has exited */ }
-  }
-  const below = new Set([root]);
-  for (let grew = true; grew; ) {
-    grew = false;
-    for (const [pid, ppid] of parent) if (!below.has(pid) && below.has(ppid)) { below.add(pid); grew = true; }
-  }
-  below.delete(root);
-  return [...below];
-}
-
-/** Peak RSS of each Chromium process, by its --type (the browser process has none). */
-function chromiumPeaks() {
-  const procs = [];
-  for (const pid of descendants(process.pid)) {
-    try {
-      const type = (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').match(/--type=([\w-]+)/) ?? [null, 'browser'])[1];
-      procs.push({ type, peak_rss_mb: procMemMb(pid).peak_rss_mb });
-    } catch { /* the process has exited */ }
-  }
-  return procs;
-}
 
 const pkgVersion = (name) => JSON.parse(fs.readFileSync(path.join(BENCHES, 'node_modules', name, 'package.json'), 'utf8')).version;
 const { server, origin } = await startServer({

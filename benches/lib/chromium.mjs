@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { BENCHES, ROOT, log } from './common.mjs';
+import { BENCHES, ROOT, log, procMemMb } from './common.mjs';
 import { startServer } from './serve.mjs';
 
 function playwright() {
@@ -20,8 +20,9 @@ function playwright() {
 }
 
 /** A page of benches/web/`name` in a fresh headless Chromium, the model served as /model/<file name>; `cache`: let
- * Chromium cache what it fetches (lib/serve.mjs). */
-export async function openPage(name, model, { executablePath = '/usr/bin/chromium', cache = false } = {}) {
+ * Chromium cache what it fetches (lib/serve.mjs); `ready`: the global the page sets once its module has run;
+ * `args`: more Chromium flags. */
+export async function openPage(name, model, { executablePath = '/usr/bin/chromium', cache = false, ready = 'prefixBench', args = [] } = {}) {
   const mounts = {
     '/web/': path.join(BENCHES, 'web'),
     '/lib/': path.join(BENCHES, 'lib'),
@@ -35,7 +36,7 @@ export async function openPage(name, model, { executablePath = '/usr/bin/chromiu
   const context = await playwright().chromium.launchPersistentContext(profile, {
     executablePath,
     headless: true,
-    args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+    args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', ...args],
   });
   const page = context.pages()[0] ?? (await context.newPage());
   page.on('console', (m) => {
@@ -47,7 +48,7 @@ export async function openPage(name, model, { executablePath = '/usr/bin/chromiu
   const open = async (reload) => {
     if (reload) await page.reload();
     else await page.goto(url);
-    await page.waitForFunction(() => window.prefixBench !== undefined, null, { timeout: 60000 });
+    await page.waitForFunction((global) => window[global] !== undefined, ready, { timeout: 60000 });
   };
   await open(false);
   const version = await page.evaluate(() => navigator.userAgent.match(/Chrome\/(\S+)/)?.[1]);
@@ -62,4 +63,34 @@ export async function openPage(name, model, { executablePath = '/usr/bin/chromiu
       fs.rmSync(profile, { recursive: true, force: true });
     },
   };
+}
+
+/** All processes below `root` (Chromium forks its renderers through a zygote, so walk the parent links). */
+function descendants(root) {
+  const parent = new Map();
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      // The command name in field 2 may contain spaces; the parent pid is the 2nd field after its closing ')'.
+      parent.set(Number(pid), Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[1]));
+    } catch { /* the process has exited */ }
+  }
+  const below = new Set([root]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of parent) if (!below.has(pid) && below.has(ppid)) { below.add(pid); grew = true; }
+  }
+  below.delete(root);
+  return [...below];
+}
+
+/** Peak and current RSS (MB) of each Chromium process below this one, by its --type (the browser process has none). */
+export function chromiumPeaks() {
+  const procs = [];
+  for (const pid of descendants(process.pid)) {
+    try {
+      const type = (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').match(/--type=([\w-]+)/) ?? [null, 'browser'])[1];
+      procs.push({ pid, type, ...procMemMb(pid) });
+    } catch { /* the process has exited */ }
+  }
+  return procs;
 }
