@@ -142,8 +142,8 @@ def main():
     cli = ROOT / "target/release/ruvllm"
     with ThreadPoolExecutor(a.jobs) as pool:
         results = list(pool.map(lambda s: embed(cli, a.model, s, a.threads), slices))
-    for j in range(a.jobs):
-        out.with_suffix(f".part{j}.txt").unlink()
+    for listing in slices:
+        listing.unlink()
     rows = [row for r in results for row in r["embeddings"]]
     dims = len(rows[0])
     with open(out, "wb") as f:

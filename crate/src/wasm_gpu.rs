@@ -145,9 +145,8 @@ impl GpuEngine {
     /// after a fallback).
     #[wasm_bindgen(js_name = loadAdapter)]
     pub fn load_adapter(&self, bytes: Vec<u8>) -> std::result::Result<u32, JsValue> {
-        let mut inner = self.borrow()?;
-        let model = inner.model.clone();
-        inner.adapters.load(&model, bytes).map_err(js_error)
+        let inner = &mut *self.borrow()?;
+        inner.adapters.load(&inner.model, bytes).map_err(js_error)
     }
 
     /// As [`Engine::unload_adapter`](crate::wasm::Engine::unload_adapter).
