@@ -3,7 +3,7 @@
 // JSON line; those lines are also saved to target/bench/compare-<time>.jsonl. Use benches/compare.sh, which builds
 // everything and makes the models first; see benches/README.md.
 //
-// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0] [--reps 3] [--rounds 1]
+// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0,OTHER.gguf] [--reps 3] [--rounds 1]
 //          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
 //          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--nodes NODE,...] [--only ENGINE_SUBSTRING]
 import { spawnSync } from 'node:child_process';
@@ -28,8 +28,13 @@ fs.mkdirSync(outDir, { recursive: true });
 const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
 const jsonl = path.join(outDir, `compare-${stamp}.jsonl`);
 
-/** The model file for a quant name: the Q8_0 / Q4_0 copies sit next to the Q4_1 file (see requantize.py). */
-const modelPath = (quant) => args['base-model'].replace(/Q4_1(?=\.gguf$)/, quant.toUpperCase());
+/**
+ * The model file for an entry of --models: a quant name is the base model's copy in that type (the Q8_0 / Q4_0
+ * copies sit next to the Q4_1 file, see requantize.py); an entry ending in .gguf is a model file of its own.
+ */
+const modelPath = (quant) => quant.endsWith('.gguf')
+  ? path.resolve(quant.replace(/^~(?=\/)/, os.homedir()))
+  : args['base-model'].replace(/Q4_1(?=\.gguf$)/, quant.toUpperCase());
 
 /**
  * The benchmark prompt: the CLI bench's text cut to prompt-tokens tokens by our tokenizer (what `ruvllm bench`
@@ -91,8 +96,9 @@ const rounds = Number(args.rounds);
 const raw = [];
 const ceilings = [];
 const answers = [];
-for (const quant of list(args.models)) {
-  const model = modelPath(quant);
+for (const entry of list(args.models)) {
+  const model = modelPath(entry);
+  const quant = entry.endsWith('.gguf') ? path.basename(model, '.gguf') : entry;
   const prompt = writePrompt(model);
   answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
   console.error(`\n== ${quant}: ${path.basename(model)} answers ${answers.at(-1)[2]}`);
