@@ -34,6 +34,8 @@ pub enum Error {
     Index(crate::index::IndexError),
     /// A LoRA adapter that is not one (GGUF metadata), or not for this model (architecture, tensor names or shapes).
     Adapter(String),
+    /// Memory for `what` could not be allocated (`bytes` in all).
+    OutOfMemory { bytes: usize, what: String },
 }
 
 /// Why the WebGPU backend failed.
@@ -84,6 +86,7 @@ impl Error {
             Error::Gpu { kind, .. } => kind.code(),
             Error::Index(_) => "E_INDEX",
             Error::Adapter(_) => "E_ADAPTER",
+            Error::OutOfMemory { .. } => "E_OUT_OF_MEMORY",
         }
     }
 }
@@ -111,6 +114,9 @@ impl fmt::Display for Error {
             Error::Gpu { kind, message } => write!(f, "webgpu ({}): {message}", kind.code()),
             Error::Index(e) => write!(f, "{e}"),
             Error::Adapter(m) => write!(f, "lora adapter: {m}"),
+            Error::OutOfMemory { bytes, what } => {
+                write!(f, "cannot allocate {bytes} bytes ({:.1} MiB) of memory for {what}", *bytes as f64 / 1048576.0)
+            }
         }
     }
 }

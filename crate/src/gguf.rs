@@ -19,7 +19,7 @@ const MAX_DIMS: usize = 4;
 /// Memory the parsed header (metadata and tensor table) may take. Real headers take a few tens of MB at
 /// most (a 262k-token vocabulary with its scores and types is ~30 MB); a hostile one could otherwise claim,
 /// with 1-byte array elements, many times its own size.
-const MAX_HEADER_BYTES: usize = 256 << 20;
+pub(crate) const MAX_HEADER_BYTES: usize = 256 << 20;
 /// What each metadata value, key or tensor entry is charged against `MAX_HEADER_BYTES` besides its
 /// strings: about what it takes on a 64-bit target, the same on every target so that a file gets the
 /// same answer everywhere.
@@ -126,7 +126,14 @@ pub struct Gguf {
 impl Gguf {
     /// Parse the header of a GGUF file held in `bytes` (the whole file).
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
-        let mut r = Reader { bytes, pos: 0, budget: MAX_HEADER_BYTES };
+        Gguf::parse_head(bytes, bytes.len())
+    }
+
+    /// Parse the header from `head`, the first bytes of a file of `file_len` bytes (at least `head.len()`):
+    /// tensors are checked against the whole file.
+    pub fn parse_head(head: &[u8], file_len: usize) -> Result<Gguf> {
+        let file_len = file_len.max(head.len());
+        let mut r = Reader { bytes: head, pos: 0, budget: MAX_HEADER_BYTES };
         let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
             if magic.swap_bytes() == MAGIC {
@@ -184,10 +191,10 @@ impl Gguf {
         }
 
         let data_offset = align_up(r.pos, alignment);
-        if data_offset > bytes.len() && !raw.is_empty() {
+        if data_offset > file_len && !raw.is_empty() {
             return Err(err(format!(
                 "truncated: tensor data should start at byte {data_offset} but the file has {} bytes",
-                bytes.len()
+                file_len
             )));
         }
 
@@ -215,17 +222,17 @@ impl Gguf {
             if rel % alignment as u64 != 0 {
                 return Err(err(format!("tensor '{name}' offset {rel} is not aligned to {alignment}")));
             }
-            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= bytes.len() as u64);
+            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= file_len as u64);
             let end = offset.and_then(|o| o.checked_add(size as u64));
             match (offset, end) {
-                (Some(o), Some(e)) if e <= bytes.len() as u64 => {
+                (Some(o), Some(e)) if e <= file_len as u64 => {
                     tensors.push(TensorInfo { name, dims, ty, offset: o as usize, size })
                 }
                 _ => {
                     return Err(err(format!(
                         "tensor '{name}' ({} bytes at data offset {rel}) runs past the end of the file ({} bytes): truncated?",
                         size,
-                        bytes.len()
+                        file_len
                     )))
                 }
             }

@@ -22,6 +22,7 @@ use wasm_bindgen::prelude::*;
 use crate::error::Error;
 use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
 use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
+use crate::model::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
 use crate::model::config::Arch;
 use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
@@ -36,10 +37,7 @@ fn coded_error(code: &str, message: &str) -> JsValue {
 }
 
 fn out_of_memory(bytes: usize, what: &str) -> JsValue {
-    coded_error(
-        "E_OUT_OF_MEMORY",
-        &format!("cannot allocate {bytes} bytes ({:.1} MiB) of wasm memory for {what}", bytes as f64 / 1048576.0),
-    )
+    js_error(Error::OutOfMemory { bytes, what: what.into() })
 }
 
 thread_local! {
@@ -231,25 +229,29 @@ impl From<crate::Output> for JsOutput {
 /// A GGUF file being received in chunks, held in wasm memory. Allocation failures are errors.
 #[wasm_bindgen]
 pub struct ModelBuffer {
-    pub(crate) bytes: Vec<u8>,
+    builder: ModelBytesBuilder,
 }
 
 #[wasm_bindgen]
 impl ModelBuffer {
-    /// An empty buffer with room for `capacity` bytes (the file size, when known; 0 otherwise).
+    /// An empty buffer for a file of `capacity` bytes (the file size, when known; 0 otherwise). A file above 2 GiB
+    /// is held in pieces cut between tensors, as wasm32 holds no one object that large.
     #[wasm_bindgen(constructor)]
     pub fn new(capacity: usize) -> Result<ModelBuffer, JsValue> {
-        let mut bytes = Vec::new();
-        bytes.try_reserve_exact(capacity).map_err(|_| out_of_memory(capacity, "the model file"))?;
-        Ok(ModelBuffer { bytes })
+        let total = (capacity > 0).then_some(capacity);
+        let builder = ModelBytesBuilder::new(total, MAX_PIECE_BYTES).map_err(js_error)?;
+        Ok(ModelBuffer { builder })
     }
 
     /// Append the next chunk of the file.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
-        let needed = self.bytes.len() + chunk.len();
-        self.bytes.try_reserve(chunk.len()).map_err(|_| out_of_memory(needed, "the model file"))?;
-        self.bytes.extend_from_slice(chunk);
-        Ok(())
+        self.builder.push(chunk).map_err(js_error)
+    }
+}
+
+impl ModelBuffer {
+    pub(crate) fn finish(self) -> ModelBytes {
+        self.builder.finish()
     }
 }
 
@@ -467,10 +469,10 @@ impl Engine {
     /// Load the GGUF file received in `buffer` (consumed, never copied).
     #[wasm_bindgen(js_name = fromBuffer)]
     pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize, kv_cache_json: Option<String>) -> Result<Engine, JsValue> {
-        Engine::load(buffer.bytes, n_ctx, kv_cache_json.as_deref())
+        Engine::load(buffer.finish(), n_ctx, kv_cache_json.as_deref())
     }
 
-    fn load(bytes: Vec<u8>, n_ctx: usize, kv_cache_json: Option<&str>) -> Result<Engine, JsValue> {
+    fn load(bytes: impl Into<ModelBytes>, n_ctx: usize, kv_cache_json: Option<&str>) -> Result<Engine, JsValue> {
         let kv = JsKvCache::options(kv_cache_json.map(|json| parse(json, "kvCache")).transpose()?)?;
         let model = Model::from_bytes(bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
         let model = Arc::new(model);

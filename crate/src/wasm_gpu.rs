@@ -86,7 +86,7 @@ impl GpuEngine {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
         let kv = JsKvCache::options(opts.kv_cache)?;
-        let model = Arc::new(Model::from_bytes(buffer.bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?);
+        let model = Arc::new(Model::from_bytes(buffer.finish()).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?);
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,

@@ -1,11 +1,26 @@
 #![no_main]
-//! Any bytes as a model file: a model or a typed error. A model that loads answers its questions.
+//! Any bytes as a model file: a model or a typed error. A model that loads answers its questions. The same bytes
+//! laid into pieces (as wasm32 holds a file above 2 GiB) give a typed error or the same model.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::Model;
+use ruvllm::model::bytes::{ModelBytes, ModelBytesBuilder};
+use ruvllm::{Model, Result};
+
+fn in_pieces(data: &[u8]) -> Result<ModelBytes> {
+    let mut builder = ModelBytesBuilder::new(Some(data.len()), (data.len() / 3).max(1))?;
+    for chunk in data.chunks(1000) {
+        builder.push(chunk)?;
+    }
+    Ok(builder.finish())
+}
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(model) = Model::from_bytes(data.to_vec()) else { return };
+    let whole = Model::from_bytes(data.to_vec());
+    if let Ok(pieced) = in_pieces(data).and_then(Model::from_bytes) {
+        let whole = whole.as_ref().expect("a file that loads in pieces loads whole");
+        assert_eq!((pieced.id(), pieced.file_size()), (whole.id(), whole.file_size()));
+    }
+    let Ok(model) = whole else { return };
     let t = model.tokenizer();
     assert_eq!(t.vocab_size(), model.config.vocab_size);
     let _ = (model.name(), model.file_size(), t.bos(), t.eos(), t.adds_bos(), t.eog_ids());

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import { LLM, MAX_MODEL_BYTES } from '@ruvector/ruvllm';
-import { FRANCE, MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
+import { spawnSync } from 'node:child_process';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR, rejectsWith } from './helpers.mjs';
 import { serve } from './server.mjs';
 
 const modelBytes = readFileSync(MODEL_PATH);
@@ -82,6 +83,32 @@ test('a model too large for wasm32 memory is refused before reading, naming its 
   assert.match(e.message, new RegExp(`${MAX_MODEL_BYTES} bytes`));
   // The same from a server's Content-Length, without downloading the body.
   await rejectsWith(LLM.load(`${server.origin}/too-large.gguf`), 'E_MODEL_TOO_LARGE');
+});
+
+test('a file above 2 GiB loads and answers as the model it holds (wasm32 holds it in pieces)', async () => {
+  // The default model behind 2.4 GiB of unused tensors (tests/fixtures/pad_model.py), so its weights lie past 2^31.
+  const padded = join(dir, 'padded.gguf');
+  const python = join(REPO_DIR, '.venv', 'bin', 'python');
+  const pad = String(Math.floor(1.2 * 1024 ** 3));
+  const made = spawnSync(python, [join(REPO_DIR, 'tests/fixtures/pad_model.py'), MODEL_PATH, padded, pad, pad], { stdio: 'inherit' });
+  assert.equal(made.status, 0, 'pad_model.py wrote the file');
+  try {
+    const size = statSync(padded).size;
+    assert.ok(size > 2 ** 31 + modelBytes.length, `${size} bytes`);
+    for (const threads of [1, undefined]) {
+      const llm = await LLM.load(padded, { threads, backend: 'cpu' });
+      try {
+        assert.equal(llm.info().fileBytes, size);
+        assert.ok(llm.info().wasmMemoryBytes > size, 'the whole file is in wasm memory');
+        const r = await llm.complete(FRANCE.prompt, { temperature: 0, maxTokens: 4 });
+        assert.deepEqual(r.ids, FRANCE.ids.slice(0, 4));
+      } finally {
+        llm.dispose();
+      }
+    }
+  } finally {
+    rmSync(padded, { force: true });
+  }
 });
 
 test('an unsupported architecture is refused with E_UNSUPPORTED_ARCH, naming it', async () => {

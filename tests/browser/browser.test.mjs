@@ -2,18 +2,23 @@
 // page loads the real model from a local server and streams the reference answer.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
-import { statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { FRANCE, MODEL_PATH, PACKAGE_DIR } from '../../npm/test/helpers.mjs';
+import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 import { ISOLATED, launchChromium } from './chromium.mjs';
 
 
 let server, browser, context, page;
 const pageErrors = [];
+const dir = mkdtempSync(join(tmpdir(), 'ruvllm-browser-'));
+const padded = join(dir, 'padded.gguf');
 
 before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH } });
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/padded.gguf': padded } });
   browser = await launchChromium();
   context = browser.context;
   page = context.pages()[0] ?? (await context.newPage());
@@ -24,6 +29,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await server?.close();
+  rmSync(dir, { recursive: true, force: true });
 });
 
 const state = (s) => page.waitForSelector(`body[data-state="${s}"]`, { timeout: 120_000 });
@@ -128,6 +134,34 @@ test('in the page: chat.completions, abort, and load errors with codes', async (
   assert.match(r.missing, /^E_FETCH: .*HTTP 404/);
   assert.match(r.truncated, /^E_GGUF: /);
   console.log(`chat.completions in Chromium answered (${r.finish}): ${JSON.stringify(r.chat)}`);
+});
+
+test('a file above 2 GiB streams into the page and answers as the model it holds', { timeout: 600_000 }, async () => {
+  // The default model behind 2.4 GiB of unused tensors (tests/fixtures/pad_model.py): wasm32 holds it in pieces.
+  const pad = String(Math.floor(1.2 * 1024 ** 3));
+  const python = join(REPO_DIR, '.venv', 'bin', 'python');
+  const made = spawnSync(python, [join(REPO_DIR, 'tests/fixtures/pad_model.py'), MODEL_PATH, padded, pad, pad], { stdio: 'inherit' });
+  assert.equal(made.status, 0, 'pad_model.py wrote the file');
+  // A page of its own, closed after: its renderer's 2.7 GB go with it.
+  const big = await context.newPage();
+  big.on('pageerror', (e) => pageErrors.push(e));
+  try {
+    await big.goto(`${server.origin}/examples/browser/index.html`);
+    const r = await big.evaluate(async (prompt) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/padded.gguf', { threads: 1, backend: 'cpu' });
+      const { ids } = await llm.complete(prompt, { temperature: 0, maxTokens: 4 });
+      const { fileBytes, wasmMemoryBytes } = llm.info();
+      llm.dispose();
+      return { ids, fileBytes, wasmMemoryBytes };
+    }, FRANCE.prompt);
+    assert.equal(r.fileBytes, statSync(padded).size);
+    assert.ok(r.fileBytes > 2 ** 31 && r.wasmMemoryBytes > r.fileBytes, JSON.stringify(r));
+    assert.deepEqual(r.ids, FRANCE.ids.slice(0, 4));
+  } finally {
+    await big.close();
+    rmSync(padded, { force: true });
+  }
 });
 
 test('no uncaught errors in the page', () => {

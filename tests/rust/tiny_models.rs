@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use ruvllm::kv_cache::{KvCacheOptions, KvType};
 use ruvllm::memory::PAGE_TOKENS;
+use ruvllm::model::bytes::ModelBytesBuilder;
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
 
@@ -117,6 +118,24 @@ fn phi3_fused_matrices_and_long_rope_match_reference() {
     let vocab = model.config.vocab_size;
     assert_eq!(long[..vocab], short[..vocab], "position 0 turns by no angle");
     assert_ne!(long, short, "a context within the original one uses the short factors");
+}
+
+/// A file held in pieces (as wasm32 holds one above 2 GiB, `ModelBytesBuilder`) gives the same logits as one buffer:
+/// every weight lies within one piece.
+#[test]
+fn a_model_held_in_pieces_equals_one_held_whole() {
+    let (whole, entry) = load(LLAMA_SPM);
+    let bytes = support::read_file(&format!("{}/{LLAMA_SPM}", fixtures_dir()));
+    let mut builder = ModelBytesBuilder::new(Some(bytes.len()), bytes.len() / 3).unwrap();
+    for chunk in bytes.chunks(1000) {
+        builder.push(chunk).unwrap();
+    }
+    let pieces = builder.finish();
+    assert!(pieces.piece_count() >= 3, "{} pieces", pieces.piece_count());
+    let pieced = Arc::new(Model::from_bytes(pieces).unwrap());
+    let seq = ids(&entry["forward"][0]["ids"]);
+    let logits = |model: &Arc<Model>| Session::new(model.clone()).eval(&seq, true).unwrap().to_vec();
+    assert_eq!(logits(&pieced), logits(&whole));
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.

@@ -13,8 +13,9 @@ use sha2::{Digest, Sha256};
 
 use super::{Proj, Site};
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::TensorInfo;
 use crate::memory::ModelId;
+use crate::model::bytes::ModelBytes;
 use crate::model::config::Arch;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
@@ -54,7 +55,9 @@ impl LoraAdapter {
     /// of another architecture, or one whose tensors do not name this model's weights or match their shapes;
     /// bytes that are not a readable GGUF (truncated ones) are `Error::Gguf`.
     pub fn from_bytes(model: &Model, bytes: Vec<u8>) -> Result<LoraAdapter> {
-        let g = Gguf::parse(&bytes)?;
+        let digest = Sha256::digest(&bytes).into();
+        let bytes = ModelBytes::from(bytes);
+        let g = bytes.gguf()?;
         let bad = |m: String| Err(Error::Adapter(m));
         let meta = |key: &str| g.get_str(key).unwrap_or("");
         if meta("general.type") != "adapter" {
@@ -90,7 +93,7 @@ impl LoraAdapter {
 
         let c = &model.config;
         let mut adapter = LoraAdapter {
-            digest: Sha256::digest(&bytes).into(),
+            digest,
             name: g.get_str("general.name").map(str::to_string),
             alpha,
             model: model.id(),
@@ -191,8 +194,8 @@ impl LoraAdapter {
     }
 }
 
-/// The matrix `m` of the file `bytes` (its layout checked by `Gguf::parse`) as f32, row after row.
-pub(super) fn to_f32(bytes: &[u8], m: MatrixRef) -> Vec<f32> {
+/// The matrix `m` of the file `bytes` (its layout checked by `ModelBytes::gguf`) as f32, row after row.
+pub(super) fn to_f32(bytes: &ModelBytes, m: MatrixRef) -> Vec<f32> {
     let mut out = vec![0.0; m.rows * m.cols];
     for (row, out) in m.bytes(bytes).chunks_exact(m.row_bytes()).zip(out.chunks_exact_mut(m.cols)) {
         dequantize_row(m.ty, row, out);

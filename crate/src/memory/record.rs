@@ -23,6 +23,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::kv_cache::KvType;
+use crate::model::bytes::ModelBytes;
 
 const MAGIC: [u8; 8] = *b"RVLLMKV\0";
 /// The version of both framed formats, page records and saved states (`state.rs`).
@@ -41,18 +42,17 @@ impl ModelId {
     const SAMPLES: usize = 16;
 
     /// The id of a GGUF file whose tensor data starts at `data_offset`.
-    pub fn of_gguf(file: &[u8], data_offset: usize) -> ModelId {
+    pub fn of_gguf(file: &ModelBytes, data_offset: usize) -> ModelId {
         let mut h = Sha256::new();
         h.update(b"ruvllm model, f16 KV");
         let header = data_offset.min(file.len());
-        h.update(&file[..header]);
+        file.chunks(0..header).for_each(|c| h.update(c));
         // Weights differ where headers do not (a fine-tune with the same metadata): sample them.
-        let data = &file[header..];
-        let span = data.len().saturating_sub(ModelId::SAMPLE_BYTES) as u64;
+        let span = (file.len() - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
         for i in 0..ModelId::SAMPLES as u64 {
             // From the start of the data to its last bytes, evenly.
-            let at = (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
-            h.update(&data[at..(at + ModelId::SAMPLE_BYTES).min(data.len())]);
+            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
+            file.chunks(at..(at + ModelId::SAMPLE_BYTES).min(file.len())).for_each(|c| h.update(c));
         }
         ModelId(h.finalize().into())
     }
@@ -317,13 +317,14 @@ mod tests {
     fn model_ids_see_the_header_and_the_weights() {
         let mut file = vec![0u8; 100_000];
         Rng::new(5).fill(&mut file);
-        let id = ModelId::of_gguf(&file, 1000);
+        let id_of = |bytes: &Vec<u8>| ModelId::of_gguf(&ModelBytes::from(bytes.clone()), 1000);
+        let id = id_of(&file);
         let mut header = file.clone();
         header[10] ^= 1;
         let mut weights = file.clone();
         weights[99_999] ^= 1;
-        assert_ne!(ModelId::of_gguf(&header, 1000), id);
-        assert_ne!(ModelId::of_gguf(&weights, 1000), id);
-        assert_eq!(ModelId::of_gguf(&file, 1000), id);
+        assert_ne!(id_of(&header), id);
+        assert_ne!(id_of(&weights), id);
+        assert_eq!(id_of(&file), id);
     }
 }

@@ -14,6 +14,7 @@ use crate::gguf::Gguf;
 use crate::kernels::full_attention::full_attention;
 use crate::kernels::gelu::gelu;
 use crate::kernels::layernorm::layernorm;
+use crate::model::bytes::ModelBytes;
 use crate::model::config::Config;
 use crate::model::forward::{add, project};
 use crate::model::weights::{read_matrix, read_vector, MatrixRef};
@@ -52,7 +53,7 @@ pub struct BertWeights {
 }
 
 impl BertWeights {
-    pub fn from_gguf(g: &Gguf, file: &[u8], c: &Config) -> Result<BertWeights> {
+    pub fn from_gguf(g: &Gguf, file: &ModelBytes, c: &Config) -> Result<BertWeights> {
         let (d, ff) = (c.d_model, c.ffn_dim);
         if c.q_dim() != d || c.kv_dim() != d {
             return Err(Error::Model(format!(
@@ -114,11 +115,11 @@ impl BertWeights {
 /// Run the encoder over `tokens`, which hold the sequences `seqs` (ranges that tile `tokens`, each at most
 /// `context_length` long; ids checked against the vocabulary), and return the last layer's hidden states,
 /// `[tokens.len() × d_model]`.
-pub fn encode(c: &Config, w: &BertWeights, file: &[u8], tokens: &[u32], seqs: &[Range<usize>]) -> Vec<f32> {
+pub fn encode(c: &Config, w: &BertWeights, file: &ModelBytes, tokens: &[u32], seqs: &[Range<usize>]) -> Vec<f32> {
     in_pool(|| encode_layers(c, w, file, tokens, seqs))
 }
 
-fn encode_layers(c: &Config, w: &BertWeights, file: &[u8], tokens: &[u32], seqs: &[Range<usize>]) -> Vec<f32> {
+fn encode_layers(c: &Config, w: &BertWeights, file: &ModelBytes, tokens: &[u32], seqs: &[Range<usize>]) -> Vec<f32> {
     let (n, d, ff) = (tokens.len(), c.d_model, c.ffn_dim);
     let eps = c.rms_eps;
     let mut x = vec![0f32; n * d];

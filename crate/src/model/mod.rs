@@ -1,6 +1,7 @@
 //! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
 
 pub mod bert;
+pub mod bytes;
 pub mod config;
 pub mod forward;
 pub mod weights;
@@ -11,15 +12,15 @@ use sha2::{Digest, Sha256};
 
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
 use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
 use crate::lora::AdapterSet;
 use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
+use bytes::ModelBytes;
 use config::{Arch, Config};
-use weights::{ModelBytes, Weights};
+use weights::Weights;
 
 pub struct Model {
     bytes: ModelBytes,
@@ -50,9 +51,10 @@ pub struct Model {
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = if cfg!(target_arch = "wasm32") { 64 << 20 } else { 256 << 20 };
 
 impl Model {
-    /// Load from a whole GGUF file held in memory (the path wasm32 uses: the caller passes the bytes).
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<Model> {
-        Model::load(ModelBytes::Owned(bytes), crate::clock::now_ms())
+    /// Load from a whole GGUF file held in memory (the path wasm32 uses: the caller passes the bytes, in pieces
+    /// if the file is larger than one object can be there: [`bytes::ModelBytesBuilder`]).
+    pub fn from_bytes(bytes: impl Into<ModelBytes>) -> Result<Model> {
+        Model::load(bytes.into(), crate::clock::now_ms())
     }
 
     /// Load from a file, memory-mapped: the weights are paged in from the file, never copied.
@@ -64,11 +66,11 @@ impl Model {
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; like every mmap user we rely on the file not being truncated underneath us.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Model::load(ModelBytes::Mapped(map), t0)
+        Model::load(ModelBytes::from(map), t0)
     }
 
     fn load(bytes: ModelBytes, t0: f64) -> Result<Model> {
-        let gguf = Gguf::parse(&bytes)?;
+        let gguf = bytes.gguf()?;
         let config = Config::from_gguf(&gguf)?;
         let (weights, encoder) = match config.arch {
             Arch::Bert => {
@@ -128,7 +130,7 @@ impl Model {
     }
 
     /// The whole GGUF file; weights are byte ranges of it.
-    pub fn file(&self) -> &[u8] {
+    pub fn file(&self) -> &ModelBytes {
         &self.bytes
     }
 

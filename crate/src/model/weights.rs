@@ -3,30 +3,11 @@
 //! Matrices stay in their GGUF block format and are read where they lie ([`MatrixRef`] is just a
 //! type, a shape and a byte range). Only the small vectors (norm weights, biases) are converted to f32.
 
-use std::ops::Deref;
-
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::model::bytes::ModelBytes;
 use crate::model::config::{Arch, Config};
 use crate::quant::{dequantize_row, GgmlType, QuantMatrix};
-
-/// The bytes of a whole GGUF file: read into memory, or (natively) memory-mapped.
-pub enum ModelBytes {
-    Owned(Vec<u8>),
-    #[cfg(not(target_arch = "wasm32"))]
-    Mapped(memmap2::Mmap),
-}
-
-impl Deref for ModelBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            ModelBytes::Owned(v) => v,
-            #[cfg(not(target_arch = "wasm32"))]
-            ModelBytes::Mapped(m) => m,
-        }
-    }
-}
 
 /// A 2-D weight matrix of `rows` rows, each `cols` elements of type `ty`, at `offset` in the model bytes.
 #[derive(Clone, Copy, Debug)]
@@ -43,8 +24,8 @@ impl MatrixRef {
     }
 
     /// The matrix's bytes within the model file.
-    pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
-        &file[self.offset..self.offset + self.rows * self.row_bytes()]
+    pub fn bytes<'a>(&self, file: &'a ModelBytes) -> &'a [u8] {
+        file.get(self.offset..self.offset + self.rows * self.row_bytes())
     }
 
     /// Rows `rows` of this matrix, a matrix of its own (Phi-3 keeps q/k/v in one tensor, and gate/up in another).
@@ -54,7 +35,7 @@ impl MatrixRef {
     }
 
     /// The matrix as the kernels read it, in place in the model file.
-    pub fn view<'a>(&self, file: &'a [u8]) -> QuantMatrix<'a> {
+    pub fn view<'a>(&self, file: &'a ModelBytes) -> QuantMatrix<'a> {
         QuantMatrix { ty: self.ty, rows: self.rows, cols: self.cols, bytes: self.bytes(file) }
     }
 }
@@ -92,7 +73,7 @@ pub struct Weights {
 }
 
 impl Weights {
-    pub fn from_gguf(g: &Gguf, file: &[u8], c: &Config) -> Result<Weights> {
+    pub fn from_gguf(g: &Gguf, file: &ModelBytes, c: &Config) -> Result<Weights> {
         let matrix = |name: &str, rows: usize, cols: usize| read_matrix(g, name, rows, cols);
         let vector = |name: &str, n: usize| read_vector(g, file, name, n);
         let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
@@ -213,12 +194,12 @@ pub(crate) fn read_matrix(g: &Gguf, name: &str, rows: usize, cols: usize) -> Res
 }
 
 /// The 1-D tensor `name` of `n` elements, converted to f32.
-pub(crate) fn read_vector(g: &Gguf, file: &[u8], name: &str, n: usize) -> Result<Vec<f32>> {
+pub(crate) fn read_vector(g: &Gguf, file: &ModelBytes, name: &str, n: usize) -> Result<Vec<f32>> {
     let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
     if t.dims != [n] {
         return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
     }
     let mut v = vec![0f32; n];
-    dequantize_row(t.ty, &file[t.offset..t.offset + t.size], &mut v);
+    dequantize_row(t.ty, file.get(t.offset..t.offset + t.size), &mut v);
     Ok(v)
 }

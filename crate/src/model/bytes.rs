@@ -1,0 +1,325 @@
+//! The bytes of a whole GGUF file, where weights are read in place.
+//!
+//! Natively the file is one buffer or one memory map. wasm32 cannot hold one object of more than `isize::MAX`
+//! bytes (2 GiB), so a bigger file arrives through [`ModelBytesBuilder`], which lays it into pieces of at most
+//! that size, cut only between tensors: every tensor (so every weight's byte range) lies within one piece, and
+//! the file is still copied once, from the chunks it arrives in straight into its piece.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+
+/// A GGUF file held in memory, in one or more pieces that cover it end to end.
+pub struct ModelBytes {
+    pieces: Vec<Piece>,
+    len: usize,
+}
+
+struct Piece {
+    /// Where this piece starts in the file.
+    start: usize,
+    data: PieceData,
+}
+
+enum PieceData {
+    Owned(Vec<u8>),
+    #[cfg(not(target_arch = "wasm32"))]
+    Mapped(memmap2::Mmap),
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match &self.data {
+            PieceData::Owned(v) => v,
+            #[cfg(not(target_arch = "wasm32"))]
+            PieceData::Mapped(m) => m,
+        }
+    }
+
+    fn end(&self) -> usize {
+        self.start + self.bytes().len()
+    }
+}
+
+impl From<Vec<u8>> for ModelBytes {
+    fn from(bytes: Vec<u8>) -> ModelBytes {
+        ModelBytes::from_pieces(vec![Piece { start: 0, data: PieceData::Owned(bytes) }])
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl From<memmap2::Mmap> for ModelBytes {
+    fn from(map: memmap2::Mmap) -> ModelBytes {
+        ModelBytes::from_pieces(vec![Piece { start: 0, data: PieceData::Mapped(map) }])
+    }
+}
+
+impl ModelBytes {
+    fn from_pieces(pieces: Vec<Piece>) -> ModelBytes {
+        let len = pieces.last().map_or(0, Piece::end);
+        ModelBytes { pieces, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How many pieces hold the file (1 unless it came through a builder with a piece limit below its size).
+    pub fn piece_count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// The file's GGUF header, checked against the whole file, and every tensor against the pieces: a tensor that
+    /// is not within one piece is an error here, so [`ModelBytes::get`] never fails on a tensor's range later.
+    pub fn gguf(&self) -> Result<Gguf> {
+        let head = self.pieces.first().map_or(&[][..], Piece::bytes);
+        let gguf = Gguf::parse_head(head, self.len)?;
+        if let Some(t) = gguf.tensors.iter().find(|t| self.piece_of(t.offset..t.offset + t.size).is_none()) {
+            return Err(Error::Gguf(format!("tensor '{}' is split between pieces of the file in memory", t.name)));
+        }
+        Ok(gguf)
+    }
+
+    /// The piece holding all of `range`, if one does.
+    fn piece_of(&self, range: Range<usize>) -> Option<&Piece> {
+        let i = self.pieces.partition_point(|p| p.end() <= range.start);
+        self.pieces.get(i).filter(|p| p.start <= range.start && range.end <= p.end())
+    }
+
+    /// The bytes `range` of the file. It must lie within one piece, as every tensor's range (and any part of one)
+    /// does once [`ModelBytes::gguf`] has accepted the file.
+    pub fn get(&self, range: Range<usize>) -> &[u8] {
+        let p = self
+            .piece_of(range.clone())
+            .unwrap_or_else(|| panic!("bytes {range:?} are not within one piece of the file ({} bytes)", self.len));
+        &p.bytes()[range.start - p.start..range.end - p.start]
+    }
+
+    /// The bytes `range` of the file (within its length), piece by piece.
+    pub fn chunks(&self, range: Range<usize>) -> impl Iterator<Item = &[u8]> {
+        self.pieces.iter().filter_map(move |p| {
+            let (s, e) = (range.start.max(p.start), range.end.min(p.end()));
+            (s < e).then(|| &p.bytes()[s - p.start..e - p.start])
+        })
+    }
+}
+
+/// A GGUF file arriving in chunks, laid into pieces of at most `max_piece` bytes cut between tensors.
+///
+/// A file that fits in one piece goes into one buffer. For a bigger one (or one of unknown size) the bytes are
+/// kept in the first piece until its header can be read; the tensor table then says where pieces may end, and
+/// each piece is reserved at its full size when the stream reaches it.
+pub struct ModelBytesBuilder {
+    max_piece: usize,
+    /// The file's size as the caller was told it (a hint: a stream may end earlier or later).
+    total: Option<usize>,
+    /// Where the pieces go; `None` until the header has been read (or was not needed).
+    plan: Option<Plan>,
+    pieces: Vec<Vec<u8>>,
+    received: usize,
+    /// The first piece's length at which to try reading the header next (doubling, so a header is parsed a few
+    /// times at most whatever the chunk size).
+    next_header_try: usize,
+}
+
+struct Plan {
+    /// Where each piece after the first starts.
+    cuts: Vec<usize>,
+    /// Where the file should end: its size if known, else the end of its last tensor.
+    end: usize,
+}
+
+/// The largest piece wasm32 can hold; elsewhere a file is one piece.
+pub const MAX_PIECE_BYTES: usize = isize::MAX as usize;
+
+/// A header that still cannot be read from this many bytes never will: `gguf::MAX_HEADER_BYTES` bounds what it
+/// describes, and its strings and arrays take at most as much again.
+const MAX_HEADER_WAIT: usize = 2 * crate::gguf::MAX_HEADER_BYTES;
+
+impl ModelBytesBuilder {
+    /// A builder for a file of `total` bytes (`None`: unknown until it ends), in pieces of at most `max_piece`.
+    pub fn new(total: Option<usize>, max_piece: usize) -> Result<ModelBytesBuilder> {
+        let mut first = Vec::new();
+        let one_piece = total.filter(|&t| t <= max_piece);
+        if let Some(t) = one_piece {
+            reserve_exact(&mut first, t)?;
+        }
+        Ok(ModelBytesBuilder {
+            max_piece,
+            total,
+            plan: one_piece.map(|end| Plan { cuts: Vec::new(), end }),
+            pieces: vec![first],
+            received: 0,
+            next_header_try: max_piece.min(1 << 20),
+        })
+    }
+
+    /// Append the file's next `chunk`.
+    pub fn push(&mut self, mut chunk: &[u8]) -> Result<()> {
+        while !chunk.is_empty() {
+            // The current piece takes bytes up to the next cut (the last one, all that come).
+            let next_cut = self.plan.as_ref().and_then(|p| p.cuts.get(self.pieces.len() - 1).copied());
+            if let Some(cut) = next_cut.filter(|&cut| cut == self.received) {
+                let plan = self.plan.as_ref().expect("a cut comes from a plan");
+                let end = plan.cuts.get(self.pieces.len()).copied().unwrap_or(plan.end);
+                let mut piece = Vec::new();
+                reserve_exact(&mut piece, end.saturating_sub(cut))?;
+                self.pieces.push(piece);
+                continue;
+            }
+            let n = next_cut.map_or(chunk.len(), |cut| chunk.len().min(cut - self.received));
+            let piece = self.pieces.last_mut().expect("a builder always has a piece");
+            piece.try_reserve(n).map_err(|_| out_of_memory(self.received + n))?;
+            piece.extend_from_slice(&chunk[..n]);
+            self.received += n;
+            chunk = &chunk[n..];
+            if self.plan.is_none() {
+                self.plan_pieces()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the header from the first piece when it has grown enough to try, and decide where pieces end.
+    fn plan_pieces(&mut self) -> Result<()> {
+        let head = &self.pieces[0];
+        let more_may_come = self.total.is_none_or(|t| head.len() < t);
+        if head.len() < self.next_header_try && more_may_come {
+            return Ok(());
+        }
+        let gguf = match Gguf::parse_head(head, usize::MAX) {
+            Ok(g) => g,
+            // Not all of the header yet; or a malformed one, which `ModelBytes::gguf` reports when the file ends.
+            Err(_) if more_may_come && head.len() < MAX_HEADER_WAIT => {
+                self.next_header_try = head.len().saturating_mul(2);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let (cuts, data_end) = cuts(&gguf, self.max_piece)?;
+        let plan = Plan { end: self.total.unwrap_or(data_end), cuts };
+        let first_end = plan.cuts.first().copied().unwrap_or(plan.end);
+        // The first piece may already hold bytes of the next (a chunk can be large): they move there.
+        let head = &mut self.pieces[0];
+        let spill = if head.len() > first_end { head.split_off(first_end) } else { Vec::new() };
+        let head_len = head.len();
+        reserve_exact(head, first_end.saturating_sub(head_len))?;
+        head.shrink_to(first_end);
+        self.received = head_len;
+        self.plan = Some(plan);
+        self.push(&spill)
+    }
+
+    /// The whole file, once its last chunk is in. Whether it is all there is for [`ModelBytes::gguf`] to say.
+    pub fn finish(self) -> ModelBytes {
+        let mut start = 0;
+        let pieces = self
+            .pieces
+            .into_iter()
+            .map(|data| {
+                let piece = Piece { start, data: PieceData::Owned(data) };
+                start = piece.end();
+                piece
+            })
+            .collect();
+        ModelBytes::from_pieces(pieces)
+    }
+}
+
+/// Where pieces of at most `max_piece` bytes start after the first, cutting only at the start of a tensor; and
+/// where the last tensor ends.
+fn cuts(gguf: &Gguf, max_piece: usize) -> Result<(Vec<usize>, usize)> {
+    let mut tensors: Vec<_> = gguf.tensors.iter().collect();
+    tensors.sort_by_key(|t| t.offset);
+    let (mut cuts, mut start, mut end) = (Vec::new(), 0usize, 0usize);
+    for t in tensors {
+        let t_end = t.offset + t.size;
+        if t_end - start > max_piece && t.offset >= end && t.offset > start {
+            cuts.push(t.offset);
+            start = t.offset;
+        }
+        if t_end - start > max_piece {
+            return Err(Error::Gguf(format!(
+                "tensor '{}' ({} bytes) cannot be held in one piece of at most {max_piece} bytes",
+                t.name, t.size
+            )));
+        }
+        end = end.max(t_end);
+    }
+    Ok((cuts, end))
+}
+
+/// Room for exactly `n` more bytes in `v`.
+fn reserve_exact(v: &mut Vec<u8>, n: usize) -> Result<()> {
+    v.try_reserve_exact(n).map_err(|_| out_of_memory(v.len() + n))
+}
+
+fn out_of_memory(bytes: usize) -> Error {
+    Error::OutOfMemory { bytes, what: "the model file".into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{write_f32, Value};
+    use crate::memory::ModelId;
+
+    /// A GGUF of `n` F32 tensors of `floats` each, tensor i filled with i.
+    fn file(n: usize, floats: usize) -> Vec<u8> {
+        let data: Vec<Vec<f32>> = (0..n).map(|i| vec![i as f32; floats]).collect();
+        let tensors: Vec<_> = data.iter().enumerate().map(|(i, v)| (format!("t{i}"), vec![floats], &v[..])).collect();
+        write_f32(&[("general.architecture", Value::String("none".into()))], &tensors)
+    }
+
+    fn build(bytes: &[u8], total: Option<usize>, max_piece: usize, chunk: usize) -> Result<ModelBytes> {
+        let mut b = ModelBytesBuilder::new(total, max_piece)?;
+        for c in bytes.chunks(chunk) {
+            b.push(c)?;
+        }
+        Ok(b.finish())
+    }
+
+    #[test]
+    fn a_file_in_pieces_keeps_every_tensor_whole_and_every_byte() {
+        let bytes = file(6, 1000);
+        for (total, chunk) in [(Some(bytes.len()), 7), (None, 4096), (Some(bytes.len()), 1 << 20)] {
+            let m = build(&bytes, total, 9000, chunk).unwrap();
+            assert_eq!(m.len(), bytes.len());
+            assert!(m.piece_count() > 1, "{total:?} {chunk}");
+            assert_eq!(m.chunks(0..m.len()).collect::<Vec<_>>().concat(), bytes);
+            let g = m.gguf().unwrap();
+            let whole = ModelBytes::from(bytes.clone());
+            assert_eq!(ModelId::of_gguf(&m, g.data_offset), ModelId::of_gguf(&whole, g.data_offset));
+            for (i, t) in g.tensors.iter().enumerate() {
+                assert_eq!(m.get(t.offset..t.offset + t.size), &bytes[t.offset..t.offset + t.size]);
+                assert_eq!(f32::from_le_bytes(m.get(t.offset..t.offset + 4).try_into().unwrap()), i as f32);
+            }
+        }
+        // A limit at or above the size: one piece, as `From<Vec<u8>>` gives.
+        assert_eq!(build(&bytes, Some(bytes.len()), bytes.len(), 100).unwrap().piece_count(), 1);
+    }
+
+    #[test]
+    fn a_tensor_bigger_than_a_piece_or_a_short_file_is_an_error() {
+        let bytes = file(2, 4000);
+        assert!(matches!(build(&bytes, None, 9000, 512), Err(Error::Gguf(m)) if m.contains("one piece")));
+        let bytes = file(6, 1000);
+        for total in [Some(bytes.len()), None] {
+            let short = build(&bytes[..bytes.len() - 10], total, 9000, 512).unwrap();
+            assert!(matches!(short.gguf(), Err(Error::Gguf(m)) if m.contains("past the end")));
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_gguf_give_the_parser_error_once_they_end() {
+        let junk = vec![7u8; 20_000];
+        let m = build(&junk, None, 9000, 100).unwrap();
+        assert!(matches!(m.gguf(), Err(Error::Gguf(m)) if m.contains("magic")));
+        assert!(matches!(build(&junk, Some(junk.len()), 9000, 100), Err(Error::Gguf(m)) if m.contains("magic")));
+    }
+}
