@@ -107,10 +107,22 @@ pub struct AttentionScratch {
 
 impl AttentionScratch {
     pub fn new(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> AttentionScratch {
-        let blocks = n_ctx.div_ceil(BLOCK);
-        let scores = blocks * BLOCK * shape.n_heads;
-        let parts = (n_tokens * 2).max(blocks) * shape.n_heads * shape.part_len();
+        let [scores, parts] = Self::lens(shape, n_tokens, n_ctx);
         AttentionScratch { scores: LineBuf::zeros(scores), parts: LineBuf::zeros(parts) }
+    }
+
+    /// The bytes [`AttentionScratch::new`] allocates (saturating, for the memory probe of a hostile file's shapes).
+    pub fn bytes(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> usize {
+        Self::lens(shape, n_tokens, n_ctx).iter().fold(0usize, |a, &n| a.saturating_add(LineBuf::bytes(n)))
+    }
+
+    /// The floats of `scores` and `parts`.
+    fn lens(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> [usize; 2] {
+        let blocks = n_ctx.div_ceil(BLOCK);
+        let scores = blocks.saturating_mul(BLOCK).saturating_mul(shape.n_heads);
+        let parts =
+            n_tokens.saturating_mul(2).max(blocks).saturating_mul(shape.n_heads).saturating_mul(shape.part_len());
+        [scores, parts]
     }
 }
 
