@@ -163,6 +163,11 @@ impl LineBuf {
     pub fn zeros(len: usize) -> LineBuf {
         LineBuf { lines: vec![Line([0.0; 16]); len.div_ceil(16)], len }
     }
+
+    /// The bytes `zeros(len)` allocates (saturating).
+    pub fn bytes(len: usize) -> usize {
+        len.div_ceil(16).saturating_mul(std::mem::size_of::<Line>())
+    }
 }
 
 impl std::ops::Deref for LineBuf {

@@ -24,6 +24,7 @@ use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
 use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
 use crate::model::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
 use crate::model::config::Arch;
+use crate::model::forward::RunState;
 use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
 pub(crate) fn js_error(e: Error) -> JsValue {
@@ -311,20 +312,17 @@ impl JsEmbedOptions {
 }
 
 /// Check that the session's buffers can be allocated, so that a context window too large for wasm
-/// memory is an error rather than an allocation-failure trap. The KV cache dominates, then the run
-/// state's attention scores and activations (one prefill batch of 64 rows; the activations matter only
-/// for a model whose widths are out of proportion, such as a hostile file's). The probe is sized to
-/// what the session allocates next (wasm memory never shrinks, so a larger probe would raise the peak).
+/// memory is an error rather than an allocation-failure trap: the KV cache and the run state of one
+/// prefill batch (`RunState::bytes`; its activations matter only for a model whose widths are out of
+/// proportion, such as a hostile file's). The probe is sized to exactly what the session allocates next
+/// (wasm memory never shrinks, so a larger probe would raise the peak).
 pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
-    let Ok((n_ctx, _)) = crate::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
+    let Ok((n_ctx, n_batch)) = crate::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
         return Ok(()); // opening the session names this error
     };
     let kv = model.kv_cache().bytes(c.n_layers, c.kv_dim(), n_ctx);
-    let scores = 64usize.saturating_mul(c.n_heads).saturating_mul(n_ctx).saturating_mul(4);
-    let row = [c.d_model, c.d_model, c.d_model, c.q_dim(), c.q_dim(), c.kv_dim(), c.kv_dim(), c.ffn_dim, c.ffn_dim];
-    let activations = 64usize.saturating_mul(row.iter().fold(0, |a: usize, &w| a.saturating_add(w))).saturating_mul(4);
-    let bytes = kv.saturating_add(scores).saturating_add(activations).saturating_add(1 << 20);
+    let bytes = kv.saturating_add(RunState::bytes(c, n_batch, n_ctx));
     probe(bytes, &format!("a context window of {n_ctx} tokens"))
 }
 

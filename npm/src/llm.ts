@@ -444,7 +444,7 @@ export class LLM {
     let size = 0;
     for await (const chunk of opened.chunks) {
       throwIfAborted(signal);
-      chunks.push(chunk);
+      chunks.push(chunk.slice()); // the reader may fill the chunk's buffer again
       size += chunk.length;
       checkModelSize(size);
     }

@@ -1,6 +1,5 @@
 // Node entry: the wasm files are read from the package directory, and model sources may be file paths.
-import { createReadStream } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { open, readFile, stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { RuvllmError } from './errors.js';
@@ -20,7 +19,29 @@ async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSourc
   } catch (e) {
     throw new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
   }
-  return { total, chunks: createReadStream(path, { highWaterMark: 4 << 20, signal }) };
+  return { total, chunks: fileChunks(path, signal) };
+}
+
+/** The file in chunks of up to 4 MiB, each read into the same buffer: no chunk is left for the garbage collector
+ * (a stream's chunks are new buffers, which raised the peak while a model was read). */
+async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Uint8Array> {
+  let file;
+  try {
+    file = await open(path, 'r');
+  } catch (e) {
+    throw new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
+  }
+  try {
+    const buffer = new Uint8Array(4 << 20);
+    for (;;) {
+      signal?.throwIfAborted();
+      const { bytesRead } = await file.read(buffer, 0, buffer.length, null);
+      if (bytesRead === 0) return;
+      yield buffer.subarray(0, bytesRead);
+    }
+  } finally {
+    await file.close();
+  }
 }
 
 setPlatform({

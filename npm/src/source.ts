@@ -9,7 +9,8 @@ export interface LoadProgress {
   total: number | undefined;
 }
 
-/** A source opened for reading: its size, if known, and its bytes in chunks. */
+/** A source opened for reading: its size, if known, and its bytes in chunks. A chunk may be a view of a buffer
+ * the reader fills again for the next one: use or copy it before asking for the next. */
 export interface OpenedSource {
   total: number | undefined;
   chunks: AsyncIterable<Uint8Array>;
@@ -42,8 +43,37 @@ async function* slices(bytes: Uint8Array): AsyncIterable<Uint8Array> {
   for (let at = 0; at < bytes.length; at += CHUNK) yield bytes.subarray(at, at + CHUNK);
 }
 
+/**
+ * A stream's chunks. A byte stream (a fetched body, a Blob's stream) is read into one buffer of CHUNK bytes that
+ * each read hands back (BYOB): every chunk is a view of it, so reading a file leaves no chunk behind for the garbage
+ * collector, whose timing would otherwise decide how many of them the peak holds. Other streams' chunks come as the
+ * stream makes them.
+ */
 async function* streamChunks(stream: ReadableStream<Uint8Array>): AsyncIterable<Uint8Array> {
-  const reader = stream.getReader();
+  let byob: ReadableStreamBYOBReader | undefined;
+  try {
+    byob = stream.getReader({ mode: 'byob' });
+  } catch {
+    // not a byte stream
+  }
+  if (byob === undefined) {
+    yield* defaultChunks(stream.getReader());
+    return;
+  }
+  try {
+    let buffer = new ArrayBuffer(CHUNK);
+    for (;;) {
+      const { done, value }: ReadableStreamReadResult<Uint8Array<ArrayBuffer>> = await byob.read(new Uint8Array(buffer));
+      if (done || value === undefined) return;
+      yield value;
+      buffer = value.buffer; // the read moved the buffer into `value`
+    }
+  } finally {
+    byob.cancel().catch(() => {});
+  }
+}
+
+async function* defaultChunks(reader: ReadableStreamDefaultReader<Uint8Array>): AsyncIterable<Uint8Array> {
   try {
     for (;;) {
       const { done, value } = await reader.read();

@@ -53,6 +53,17 @@ test('loads from an http URL (string, URL object and Response), streaming with p
   await loadsAndAnswers(await fetch(`${server.origin}/model.gguf`));
 });
 
+test('loads from a Response over a stream that is not a byte stream (no BYOB reads), with progress', async () => {
+  const stream = new ReadableStream({
+    start(controller) {
+      for (let at = 0; at < modelBytes.length; at += 1 << 20) controller.enqueue(modelBytes.slice(at, at + (1 << 20)));
+      controller.close();
+    },
+  });
+  assert.throws(() => stream.getReader({ mode: 'byob' }).releaseLock(), TypeError);
+  await loadsAndAnswers(new Response(stream, { headers: { 'content-length': String(modelBytes.length) } }));
+});
+
 test('a file that is not GGUF is refused with E_GGUF', async () => {
   const e = await rejectsWith(LLM.load(join(PACKAGE_DIR, 'package.json')), 'E_GGUF');
   assert.match(e.message, /magic/);

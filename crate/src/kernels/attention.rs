@@ -101,16 +101,28 @@ impl<'a> KvRows<'a> {
 
 /// Scratch of [`attention`] for up to `n_tokens` query rows over up to `n_ctx` cached positions.
 pub struct AttentionScratch {
-    scores: LineBuf, // per-row tasks: [n_tokens × n_heads × n_ctx]; one row: [n_heads × blocks × BLOCK]
+    scores: LineBuf, // one row (decode): [n_heads × blocks × BLOCK]; a batch's tasks keep a block's scores of their own
     parts: LineBuf,  // per-row tasks: [n_tokens × n_heads × 2 × part]; one row: [n_heads × blocks × part]
 }
 
 impl AttentionScratch {
     pub fn new(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> AttentionScratch {
-        let blocks = n_ctx.div_ceil(BLOCK);
-        let scores = (n_tokens * n_ctx).max(blocks * BLOCK) * shape.n_heads;
-        let parts = (n_tokens * 2).max(blocks) * shape.n_heads * shape.part_len();
+        let [scores, parts] = Self::lens(shape, n_tokens, n_ctx);
         AttentionScratch { scores: LineBuf::zeros(scores), parts: LineBuf::zeros(parts) }
+    }
+
+    /// The bytes [`AttentionScratch::new`] allocates (saturating, for the memory probe of a hostile file's shapes).
+    pub fn bytes(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> usize {
+        Self::lens(shape, n_tokens, n_ctx).iter().fold(0usize, |a, &n| a.saturating_add(LineBuf::bytes(n)))
+    }
+
+    /// The floats of `scores` and `parts`.
+    fn lens(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> [usize; 2] {
+        let blocks = n_ctx.div_ceil(BLOCK);
+        let scores = blocks.saturating_mul(BLOCK).saturating_mul(shape.n_heads);
+        let parts =
+            n_tokens.saturating_mul(2).max(blocks).saturating_mul(shape.n_heads).saturating_mul(shape.part_len());
+        [scores, parts]
     }
 }
 
@@ -195,15 +207,14 @@ pub fn attention(
         return;
     }
 
-    assert!(
-        scores_len >= n_tokens * n_heads * span && parts_len >= n_tokens * n_heads * 2 * part,
-        "attention scratch too small"
-    );
+    assert!(parts_len >= n_tokens * n_heads * 2 * part, "attention scratch too small");
     let groups = n_tokens.div_ceil(GROUP_TOKENS);
     let n_tasks = groups * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
-        // A hot block's keys and values, converted once for every token of the group.
+        // A hot block's keys and values, converted once for every token of the group, and one token's scores of
+        // the block (its part is folded into the token's parts before the next block: no row of n_ctx scores).
         let (mut k32, mut v32) = (vec![0f32; BLOCK * head_dim], vec![0f32; BLOCK * head_dim]);
+        let mut sc = vec![0f32; group * BLOCK];
         for task in tasks {
             // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
             let task = n_tasks - 1 - task;
@@ -227,17 +238,15 @@ pub fn attention(
                     // The token's part of the block: from its window's start, if that lies in the block.
                     let rows = j0.max(seen)..n_ctx.min(j0 + BLOCK);
                     let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-                    // SAFETY: each task owns its tokens' score rows and two parts per head of its KV head.
-                    let sc = unsafe { scores.slice(first(t, kvh) * span, group * span) };
+                    // SAFETY: each task owns its tokens' two parts per head of its KV head.
                     let (acc, next) =
                         unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
                     let skip = (rows.start - j0) * head_dim;
                     let hot32 = hot.then_some((&k32[skip..], &v32[skip..]));
-                    let sc = &mut sc[rows.start..];
                     if rows.start == seen {
-                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, sc, span, acc);
+                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, &mut sc, BLOCK, acc);
                     } else {
-                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, sc, span, next);
+                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, &mut sc, BLOCK, next);
                         acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
                     }
                 }

@@ -11,7 +11,7 @@ use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
 use crate::lora::{AdapterSet, Proj, Site};
-use crate::model::config::Arch;
+use crate::model::config::{Arch, Config};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
@@ -66,6 +66,18 @@ impl RunState {
             keep_after: None,
             kept: Vec::new(),
         }
+    }
+
+    /// The bytes [`RunState::new`] allocates for `n_batch` tokens over `n_ctx` positions, saturating (a hostile
+    /// file's shapes); the buffers that grow as they are used (activations, logits) aside.
+    pub fn bytes(c: &Config, n_batch: usize, n_ctx: usize) -> usize {
+        let widths =
+            [c.d_model, c.d_model, c.q_dim(), c.kv_dim(), c.kv_dim(), c.q_dim(), c.d_model, c.ffn_dim, c.ffn_dim];
+        let rows = widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n_batch.saturating_mul(w))));
+        let angles = n_batch.saturating_mul(c.rope_dims / 2).saturating_mul(std::mem::size_of::<(f32, f32)>());
+        let tables = if (0..c.n_layers).any(|l| c.layer_rope_base(l) != c.rope_base) { 2 } else { 1 };
+        rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_batch, n_ctx))
+            .saturating_add(angles.saturating_mul(tables))
     }
 }
 

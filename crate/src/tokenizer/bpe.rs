@@ -4,9 +4,10 @@
 //! symbols are merged lowest merge rank first (ties: leftmost) until no ranked pair is left.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use super::pretokenize::PreTokenizer;
+use super::strings::StrTable;
 use super::symbols::{self, Symbol};
 use super::vocab::Vocab;
 
@@ -88,20 +89,19 @@ pub(crate) struct Bpe {
     pub(crate) pre: PreTokenizer,
     /// Llama-3 style: a word that is a token as a whole is taken as is, whatever the merges would do.
     pub(crate) ignore_merges: bool,
-    /// Merge rank by the merge's text `"left right"` (as stored in `tokenizer.ggml.merges`).
-    ranks: HashMap<String, u32>,
+    /// The merges' texts `"left right"` (as stored in `tokenizer.ggml.merges`), in rank order: a merge's rank is
+    /// the index `find` gives its text (the first of duplicates wins). llama.cpp splits a merge at the first space
+    /// after its first byte; a merge without one can never apply, and never equals a looked-up `"left right"`.
+    merges: StrTable,
 }
 
 impl Bpe {
-    pub(crate) fn new<'a>(pre: PreTokenizer, ignore_merges: bool, merges: impl Iterator<Item = &'a str>) -> Bpe {
-        let mut ranks = HashMap::new();
-        for (rank, merge) in merges.enumerate() {
-            // llama.cpp splits at the first space after the first byte; a merge without one can never apply.
-            if merge.as_bytes().iter().skip(1).any(|&b| b == b' ') {
-                ranks.entry(merge.to_owned()).or_insert(rank as u32); // the first of duplicates wins
-            }
+    pub(crate) fn new(pre: PreTokenizer, ignore_merges: bool, merges: &[&str]) -> Bpe {
+        let mut table = StrTable::with_capacity(merges.len(), merges.iter().map(|m| m.len()).sum());
+        for merge in merges {
+            table.push(merge);
         }
-        Bpe { pre, ignore_merges, ranks }
+        Bpe { pre, ignore_merges, merges: table }
     }
 
     /// Rank of merging `left` and `right`, keyed as the merge text. `key` is scratch space.
@@ -115,7 +115,7 @@ impl Bpe {
         key.push_str(left);
         key.push(' ');
         key.push_str(right);
-        self.ranks.get(key.as_str()).copied()
+        self.merges.find(key)
     }
 
     pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {

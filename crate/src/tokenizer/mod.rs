@@ -9,6 +9,7 @@ mod bpe;
 mod pretokenize;
 mod spm;
 mod stream;
+mod strings;
 mod symbols;
 mod unicode;
 mod vocab;

@@ -2,10 +2,11 @@
 //! attributes, the special token ids (with llama.cpp's text-based auto-detection), the end-of-generation set,
 //! the special-token list used to split text, and each token's rendered bytes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use super::bpe::{self, Bpe};
 use super::pretokenize::PreTokenizer;
+use super::strings::StrTable;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
 
@@ -65,10 +66,10 @@ pub(crate) struct Specials {
 
 pub(crate) struct Vocab {
     pub(crate) kind: TokenizerKind,
-    texts: Vec<String>,
+    /// Token texts by id, found by text.
+    texts: StrTable,
     scores: Vec<f32>,
     attrs: Vec<u16>,
-    ids: HashMap<String, u32>,
     pub(crate) specials: Specials,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
@@ -231,12 +232,11 @@ fn bool_key(g: &Gguf, key: &str) -> Result<Option<bool>> {
     }
 }
 
-/// Texts, scores and attributes of every token, and the text -> id map.
+/// Texts (found by text), scores and attributes of every token.
 struct Tokens {
-    texts: Vec<String>,
+    texts: StrTable,
     scores: Vec<f32>,
     attrs: Vec<u16>,
-    ids: HashMap<String, u32>,
 }
 
 fn read_tokens(g: &Gguf, texts_in: &[&str]) -> Result<Tokens> {
@@ -248,18 +248,23 @@ fn read_tokens(g: &Gguf, texts_in: &[&str]) -> Result<Tokens> {
             return Err(err(format!("{key} has {} entries for {n} tokens", a.len())));
         }
     }
+    let bytes = texts_in.iter().map(|t| t.len()).sum();
     let mut t = Tokens {
-        texts: Vec::with_capacity(n),
+        texts: StrTable::with_capacity(n, bytes),
         scores: Vec::with_capacity(n),
         attrs: Vec::with_capacity(n),
-        ids: HashMap::with_capacity(n),
     };
     for (i, &text) in texts_in.iter().enumerate() {
-        let text = if text.is_empty() { format!("[EMPTY_{i}]") } else { text.to_owned() };
-        if let Some(prev) = t.ids.insert(text.clone(), i as u32) {
+        let empty;
+        let text = if text.is_empty() {
+            empty = format!("[EMPTY_{i}]");
+            &empty
+        } else {
+            text
+        };
+        if let Some(prev) = t.texts.push(text) {
             return Err(err(format!("duplicate token in vocabulary: '{text}' has ids {prev} and {i}")));
         }
-        t.texts.push(text);
         t.scores.push(match scores_in {
             Some(a) => a[i].as_f32().ok_or_else(|| err(format!("tokenizer.ggml.scores[{i}] is not a number")))?,
             None => 0.0,
@@ -327,7 +332,7 @@ fn detect_specials_by_text(t: &mut Tokens, sp: &mut Specials) {
             (&mut sp.fim_rep, FIM_REP_TEXTS),
             (&mut sp.fim_sep, FIM_SEP_TEXTS),
         ] {
-            if slot.is_none() && list.contains(&text.as_str()) {
+            if slot.is_none() && list.contains(&text) {
                 *slot = Some(i as u32);
                 t.attrs[i] |= attr::CONTROL;
             }
@@ -342,21 +347,21 @@ fn end_of_generation_set(t: &mut Tokens, sp: &Specials) -> BTreeSet<u32> {
     eog.extend(sp.fim_rep);
     eog.extend(sp.fim_sep);
     for (i, text) in t.texts.iter().enumerate() {
-        if EOG_TEXTS.contains(&text.as_str()) {
+        if EOG_TEXTS.contains(&text) {
             eog.insert(i as u32);
             t.attrs[i] |= attr::CONTROL; // a text-detected EOG token is a control token, whatever its type
         }
     }
     // gpt-oss: these are always rendered.
     for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-        if let Some(&id) = t.ids.get(text) {
+        if let Some(id) = t.texts.find(text) {
             t.attrs[id as usize] = attr::USER_DEFINED;
         }
     }
     eog.extend(sp.eos);
     eog.extend(sp.eot);
     eog.extend(sp.eom);
-    let in_eog = |eog: &BTreeSet<u32>, text: &str| t.ids.get(text).copied().filter(|id| eog.contains(id));
+    let in_eog = |eog: &BTreeSet<u32>, text: &str| t.texts.find(text).filter(|id| eog.contains(id));
     // o200k_harmony / solar-open: "<|end|>" ends a message, not the generation.
     if let Some(end) = in_eog(&eog, "<|end|>") {
         let call = in_eog(&eog, "<|call|>").is_some() || in_eog(&eog, "<|calls|>").is_some();
@@ -399,7 +404,7 @@ impl Vocab {
                 let merges = string_array(g, "tokenizer.ggml.merges")?
                     .ok_or_else(|| err("byte-level BPE vocabulary without tokenizer.ggml.merges"))?;
                 let s = bpe_settings(pre_name)?;
-                kind = TokenizerKind::Bpe(Bpe::new(s.pre, s.ignore_merges, merges.into_iter()));
+                kind = TokenizerKind::Bpe(Bpe::new(s.pre, s.ignore_merges, &merges));
                 sp.eos = Some(11);
                 sp.bos = if s.no_bos { None } else { Some(11) };
                 (add_bos, add_eos, add_space_prefix, clean_spaces) =
@@ -444,19 +449,18 @@ impl Vocab {
         detect_specials_by_text(&mut tokens, &mut sp);
         let eog = end_of_generation_set(&mut tokens, &sp);
 
-        let Tokens { texts, scores, attrs, ids } = tokens;
+        let Tokens { texts, scores, attrs } = tokens;
         let mut special_tokens: Vec<u32> = (0..n as u32)
             .filter(|&id| attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
         // llama.cpp's std::sort leaves equal lengths in unspecified order; ids ascending here.
-        special_tokens.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
+        special_tokens.sort_by_key(|&id| std::cmp::Reverse(texts.get(id).map_or(0, str::len)));
 
         let mut vocab = Vocab {
             kind,
             texts,
             scores,
             attrs,
-            ids,
             specials: sp,
             add_bos,
             add_eos,
@@ -471,7 +475,7 @@ impl Vocab {
         // A byte-level token's chars outside the byte alphabet render as llama.cpp writes them, the whole text again
         // for each: a vocabulary of long such tokens, a few hundred KB of file, would render to gigabytes. Real
         // vocabularies render to about their own size; the rendered pieces may take that plus 16 MiB.
-        let budget = vocab.texts.iter().map(String::len).sum::<usize>().saturating_add(16 << 20);
+        let budget = vocab.texts.total_len().saturating_add(16 << 20);
         let mut rendered = 0usize;
         for id in 0..n {
             rendered = rendered.saturating_add(vocab.rendered_len(id));
@@ -511,7 +515,7 @@ impl Vocab {
     }
 
     fn set_attr(&mut self, text: &str, bit: u16, on: bool) {
-        if let Some(&id) = self.ids.get(text) {
+        if let Some(id) = self.texts.find(text) {
             let a = &mut self.attrs[id as usize];
             *a = if on { *a | bit } else { *a & !bit };
         }
@@ -520,7 +524,7 @@ impl Vocab {
     /// llama.cpp's token_to_piece(special = true), uncached.
     /// The length of `render(id)`, at most (exact for byte-level tokens, which are the ones that can grow).
     fn rendered_len(&self, id: usize) -> usize {
-        let text = &self.texts[id];
+        let text = self.texts.get(id as u32).expect("id in range");
         match self.kind {
             TokenizerKind::Bpe(_) if self.attrs[id] & attr::NORMAL != 0 => bpe::decoded_len(text),
             _ => text.len().max(1),
@@ -529,7 +533,7 @@ impl Vocab {
 
     fn render(&self, id: usize) -> Vec<u8> {
         let a = self.attrs[id];
-        let text = &self.texts[id];
+        let text = self.texts.get(id as u32).expect("id in range");
         if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
             return text.as_bytes().to_vec();
         }
@@ -549,10 +553,10 @@ impl Vocab {
         self.texts.len()
     }
     pub(crate) fn token_id(&self, text: &str) -> Option<u32> {
-        self.ids.get(text).copied()
+        self.texts.find(text)
     }
     pub(crate) fn text(&self, id: u32) -> Option<&str> {
-        self.texts.get(id as usize).map(String::as_str)
+        self.texts.get(id)
     }
     pub(crate) fn score(&self, id: u32) -> f32 {
         self.scores[id as usize]
