@@ -704,6 +704,13 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
         let m_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch)];
         let l_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch) + 1];
         let m = (0..n_chunks).map(m_of).fold(f32::NEG_INFINITY, f32::max);
+        if windowed {
+            // A chunk wholly before the window reads nothing: weight 0 in the merge.
+            let first = (pos + 1).saturating_sub(c.sliding_window);
+            for ch in (0..n_chunks).filter(|ch| (ch + 1) * chunk <= first) {
+                assert_eq!((m_of(ch) < -1e38, l_of(ch)), (true, 0.0), "window {}: chunk {ch}", c.sliding_window);
+            }
+        }
         let l: f32 = (0..n_chunks).map(|ch| l_of(ch) * (m_of(ch) - m).exp()).sum();
         for d in 0..hd {
             let o: f32 =
