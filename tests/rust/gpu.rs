@@ -707,3 +707,49 @@ fn kv_rows_go_up_and_come_down_unchanged() {
     let e = s.upload_kv(&window, 50..150).unwrap_err();
     assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{e}");
 }
+
+/// Tiny Gemma 3 (a window of 8 positions) on the GPU, past its window from the start: a conversation's next turn run
+/// by a fresh GPU session restores the first one's prefix-cache pages (written down from the GPU) into the GPU's
+/// cache, its windowed layers then read the restored rows, and the greedy ids equal those of a GPU session that
+/// prefills everything and those of the CPU.
+#[test]
+fn tiny_gemma3_continues_past_its_window_from_the_prefix_cache_on_the_gpu() {
+    let (model, entry) = tiny::load(tiny::GEMMA3);
+    let prompt: Vec<u32> = entry["forward"].as_array().unwrap().iter().flat_map(|s| tiny::ids(&s["ids"])).collect();
+    let opts = |n| GenerateOptions { ignore_eog: true, ..greedy(n) };
+    let session = |backend: Backend, prefix_cache: bool| {
+        let opts = SessionOptions { n_ctx: 128, n_batch: 16 };
+        let mut s = Session::with_gpu_options(model.clone(), &opts, backend, &software()).unwrap();
+        assert_eq!(s.on_gpu(), backend == Backend::WebGpu);
+        s.set_prefix_cache(prefix_cache);
+        s
+    };
+    let first = session(Backend::WebGpu, true).generate(&prompt, opts(6), None, |_| {}).unwrap();
+    let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..5]).copied().collect();
+    let held = pages(prompt.len() + first.ids.len() - 1);
+    assert!(held > 2 * model.config.sliding_window, "{held} tokens cached");
+
+    let want = session(Backend::WebGpu, false).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    let cpu = session(Backend::Cpu, false).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    let got = session(Backend::WebGpu, true).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    assert_eq!((want.stats.cached_tokens, got.stats.cached_tokens), (0, held));
+    assert_eq!(got.ids, want.ids, "greedy ids with the prefix cache");
+    assert_eq!(want.ids, cpu.ids, "the GPU's greedy ids are the CPU's");
+}
+
+/// An architecture the GPU's forward pass does not know (an encoder) is refused with a typed error, not run wrong.
+#[test]
+fn an_encoder_is_unsupported_on_the_gpu() {
+    // As tests/rust/embed.rs finds it (scripts/fetch-embed-model.sh).
+    let path = support::env("RUVLLM_EMBED_MODEL").unwrap_or_else(|| {
+        let cache = support::env("RUVLLM_CACHE")
+            .unwrap_or_else(|| format!("{}/.cache/ruvllm", support::env("HOME").expect("HOME is set")));
+        format!("{cache}/all-MiniLM-L6-v2.F16.gguf")
+    });
+    let model = Arc::new(Model::from_bytes(support::read_file(&path)).expect("all-MiniLM-L6-v2 loads"));
+    match block_on(GpuModel::new(model, &software())) {
+        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("bert"), "{message}"),
+        Err(e) => panic!("not the typed error: {e}"),
+        Ok(_) => panic!("a bert model went on the GPU"),
+    }
+}
