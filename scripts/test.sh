@@ -47,9 +47,11 @@ if [ "$suites" -eq 0 ] || [ "$in_chrome" -ne "$suites" ]; then
   exit 1
 fi
 
-echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the model vs llama.cpp"
+echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
 cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
+# Gemma 3 270M on the GPU: llama.cpp's distributions, and greedy generation past its window against the CPU's tokens.
+cargo test --locked -p ruvllm --features gpu --test gemma3 gpu::
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
 echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
