@@ -5,10 +5,10 @@
 // softmax and writes its unnormalized output, max and sum (attn_partials.wgsl), which in_attn.wgsl
 // merges. A windowed layer's variant (WINDOWED: Gemma 3's sliding-window layers) attends only to the
 // last WINDOW positions: a chunk starts no earlier than the window, and a chunk wholly before it
-// reads nothing and leaves max NEG_BIG, sum 0 (weight 0 in the merge). RoPE and the KV store are fused in: each workgroup rotates its query from
-// the qkv row; the new token's key and value (rounded to f16, as the cache holds them) are taken
-// from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
-// them in the cache for later steps. Nothing else reads the new position from the cache here.
+// reads nothing and leaves max NEG_BIG, sum 0 (weight 0 in the merge). RoPE and the KV store are
+// fused in: each workgroup rotates its query from the qkv row; the new token's key and value
+// (rounded to f16, as the cache holds them) are taken from the qkv row too, and the last chunk's
+// workgroup of each KV head's first query head stores them in the cache for later steps. Nothing else reads the new position from the cache here.
 //
 // The cache is read 16 bytes (8 f16 values) at a time, WG keys per block: scores take one key per
 // invocation, its loads in flight together, into workgroup memory; values take one 8-value

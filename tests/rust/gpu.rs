@@ -37,9 +37,9 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 
 /// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
-/// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of 256,
-/// sliding window, post-norms and GeGLU, within the CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time
-/// (decode steps among them).
+/// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
+/// 256, sliding window, post-norms and GeGLU, within the CPU's bounds of the float64 reference, whole (prefill) and a
+/// few tokens at a time (decode steps among them).
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
@@ -356,8 +356,9 @@ fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
 }
 
 /// The architectures the adapter fixtures lack (Qwen2's q/k/v biases, Qwen3's head norms between q/k and attention,
-/// Llama 3.1, Gemma 3's post-norms after the adapted o and down projections), with an adapter on every projection: the GPU's logits, whole and one token at a time, are the CPU's within
-/// twice the tolerance each has from the float64 reference on the base model, and the adapter moves them much further.
+/// Llama 3.1, Gemma 3's post-norms after the adapted o and down projections), with an adapter on every projection: the
+/// GPU's logits, whole and one token at a time, are the CPU's within twice the tolerance each has from the float64
+/// reference on the base model, and the adapter moves them much further.
 /// Llama 3.1's is of rank 48: its q/k/v group has 144 ranks, more than one LoRA op takes (`MAX_RANK`, 128).
 #[test]
 fn lora_adapters_on_the_gpu_match_the_cpu_on_every_architecture() {

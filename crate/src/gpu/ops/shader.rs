@@ -45,8 +45,9 @@ fn dequant_source(ty: GgmlType) -> &'static str {
 }
 
 /// The header every kernel of this model starts with: the model's shape (with Gemma 3's sliding
-/// window, 0 without, and embedding scale, 1 elsewhere), the op tiles that depend on it, the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the
-/// `CallParams` uniform's declaration.
+/// window, 0 without, and embedding scale, 1 elsewhere), the op tiles that depend on it, the binding
+/// slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
+/// declaration.
 pub(crate) fn model_header(c: &Config) -> String {
     let (bq, bk, bd) = super::attn_prefill::tiles(c.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
