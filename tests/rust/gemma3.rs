@@ -128,5 +128,6 @@ mod gpu {
             runs.push((a, b));
         }
         assert_eq!(runs[0], runs[1], "CPU and GPU greedy tokens");
+        assert!(runs[0].0.len() == 24 && runs[0].1.len() == 8, "no end of generation before the tokens asked for");
     }
 }
