@@ -47,7 +47,7 @@ if [ "$suites" -eq 0 ] || [ "$in_chrome" -ne "$suites" ]; then
   exit 1
 fi
 
-echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the model vs llama.cpp"
+echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
 cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu

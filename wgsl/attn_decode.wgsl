@@ -1,12 +1,14 @@
-// Needs: the header (BIND_*, CallParams, the model's shape), common.wgsl (NEG_BIG), rope.wgsl (qkv,
-// QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS).
+// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW), common.wgsl (NEG_BIG), rope.wgsl (qkv,
+// QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS), the variant's WINDOWED.
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
 // softmax and writes its unnormalized output, max and sum (attn_partials.wgsl), which in_attn.wgsl
-// merges. RoPE and the KV store are fused in: each workgroup rotates its query from
-// the qkv row; the new token's key and value (rounded to f16, as the cache holds them) are taken
-// from the qkv row too, and the last chunk's workgroup of each KV head's first query head stores
-// them in the cache for later steps. Nothing else reads the new position from the cache here.
+// merges. A windowed layer's variant (WINDOWED: Gemma 3's sliding-window layers) attends only to the
+// last WINDOW positions: a chunk starts no earlier than the window, and a chunk wholly before it
+// reads nothing and leaves max NEG_BIG, sum 0 (weight 0 in the merge). RoPE and the KV store are
+// fused in: each workgroup rotates its query from the qkv row; the new token's key and value
+// (rounded to f16, as the cache holds them) are taken from the qkv row too, and the last chunk's
+// workgroup of each KV head's first query head stores them in the cache for later steps. Nothing else reads the new position from the cache here.
 //
 // The cache is read 16 bytes (8 f16 values) at a time, WG keys per block: scores take one key per
 // invocation, its loads in flight together, into workgroup memory; values take one 8-value
@@ -30,6 +32,9 @@ const ROW: u32 = KV_DIM / 8u;        // slices per cached position
 const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
 const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
+// The invocations that pack the new key and value (after the HD4 that rotate the query; HEAD_DIM <= 256).
+const K_AT: u32 = max(32u, HD4);
+const V_AT: u32 = K_AT + max(32u, SLICES);
 
 var<workgroup> qv: array<vec4<f32>, HEAD_DIM / 4u>;
 var<workgroup> new_k: array<vec4<u32>, SLICES>; // the new token's key and value, f16 pairs
@@ -102,11 +107,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let qb = row + h * HEAD_DIM;
         qv[lid] = vec4<f32>(rotated(qb, e, pos), rotated(qb, e + 1u, pos), rotated(qb, e + 2u, pos),
                             rotated(qb, e + 3u, pos));
-    } else if (lid >= 32u && lid < 32u + SLICES) {
-        let i = lid - 32u;
+    } else if (lid >= K_AT && lid < K_AT + SLICES) {
+        let i = lid - K_AT;
         new_k[i] = pack8(row + Q_DIM + kvh * HEAD_DIM, 8u * i, pos, true);
-    } else if (lid >= 64u && lid < 64u + SLICES) {
-        let i = lid - 64u;
+    } else if (lid >= V_AT && lid < V_AT + SLICES) {
+        let i = lid - V_AT;
         new_v[i] = pack8(row + Q_DIM + KV_DIM + kvh * HEAD_DIM, 8u * i, pos, false);
     }
     workgroupBarrier();
@@ -115,8 +120,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         v_cache[pos * ROW + kv_off + lid] = new_v[lid];
     }
 
-    let start = c * call.chunk;
-    let end = min(start + call.chunk, call.kv_len);
+    let end = min(c * call.chunk + call.chunk, call.kv_len);
+    var start = c * call.chunk;
+    if (WINDOWED) {
+        start = max(start, pos + 1u - min(pos + 1u, WINDOW));
+    }
     let slice = lid % SLICES;
     let group = lid / SLICES;
     var m = NEG_BIG;

@@ -1,6 +1,7 @@
 // Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), weights.wgsl and a quant/*.wgsl
 // (dequant8, QK, BLOCK_BYTES), mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl,
-// a reduce_*.wgsl (team_sum2), best_out.wgsl or no_best.wgsl (put_best), an input stage
+// a reduce_*.wgsl (team_sum2), best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl or
+// glu_gelu.wgsl (glu: OUT_SWIGLU, OUT_GEGLU), an input stage
 // (input_prepare, input_load4: in_norm.wgsl, in_plain.wgsl or in_attn.wgsl), the variant's
 // OUT_MODE, ROWS, COLS, SPAN, ROUNDS, LOADS.
 // Decode matrix-vector product: out[row] = dot(W[row], input) for one input vector (the last
@@ -12,13 +13,14 @@
 // groups of 8 columns, TEAM * 8 apart, in straight-line code: their weight loads are issued
 // together (no local arrays: they would live in slow memory).
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
-// OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU of segment 0 (gate) and 1 (up) row
-// pairs, OUT_ARGMAX: store, and the workgroup's best row for argmax.wgsl (put_best: the output
+// OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU or OUT_GEGLU (glu) of segment 0 (gate)
+// and 1 (up) row pairs, OUT_ARGMAX: store, and the workgroup's best row for argmax.wgsl (put_best: the output
 // head of greedy decoding).
 // The Rust side sets COLS, ROWS, SPAN (a multiple of 8), ROUNDS (8-column groups per lane and
 // pass) and LOADS (input vec4s per invocation and pass).
 
 const TEAM: u32 = 256u / ROWS;
+const PAIRED: bool = OUT_MODE == OUT_SWIGLU || OUT_MODE == OUT_GEGLU;
 
 var<workgroup> xs: array<vec4<f32>, SPAN / 4u>;
 var<workgroup> team_v: array<f32, ROWS>;
@@ -33,7 +35,7 @@ fn group_dot(w0: u32, w1: u32, t0: u32, g: u32, n: u32) -> vec2<f32> {
     let xb = xs[gc / 4u + 1u];
     let a = dequant8(w0, t0 + gc);
     var d = vec2<f32>(dot(a.lo, xa) + dot(a.hi, xb), 0.0);
-    if (OUT_MODE == OUT_SWIGLU) {
+    if (PAIRED) {
         let b = dequant8(w1, t0 + gc);
         d.y = dot(b.lo, xa) + dot(b.hi, xb);
     }
@@ -45,7 +47,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    let paired = OUT_MODE == OUT_SWIGLU;
+    let paired = PAIRED;
     let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
     let wg_index = wg.y * nwg.x + wg.x;
     let row = wg_index * ROWS + lid / TEAM;
@@ -101,7 +103,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         } else if (OUT_MODE == OUT_ADD) {
             out[o] += v + bias(row);
         } else {
-            out[o] = v / (1.0 + exp(-v)) * sum.y;
+            out[o] = glu(v, sum.y);
         }
     }
     if (OUT_MODE == OUT_ARGMAX) {

@@ -6,7 +6,9 @@
 // - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
 // - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
 // - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER;
-// - a LoRA adapter runs in the shaders: the GPU's greedy tokens under it are the CPU engine's, not the base model's.
+// - a LoRA adapter runs in the shaders: the GPU's greedy tokens under it are the CPU engine's, not the base model's;
+// - Gemma 3 (the tiny fixture: heads of 256, a sliding window of 8 positions, post-norms, GeGLU) runs on the GPU within
+//   WebGPU's default limits and gives the CPU engine's greedy tokens past its window.
 // Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -22,13 +24,16 @@ const ARGS = ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-
 // A short context window keeps the GPU's KV cache and the CPU fallback's allocations small.
 const CONTEXT = 256;
 // A rank-8 adapter on every projection of SmolLM2 (tests/fixtures/make_lora_adapters.py).
-const ADAPTER = join(process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtures'), 'lora-smollm2-r8.gguf');
+const FIXTURES = process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtures');
+const ADAPTER = join(FIXTURES, 'lora-smollm2-r8.gguf');
+// tests/fixtures/make_tiny_models.py's Gemma 3.
+const GEMMA3 = join(FIXTURES, 'tiny-gemma3.gguf');
 
 let server, browser;
 const pageErrors = [];
 
 before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/adapter.gguf': ADAPTER } });
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/adapter.gguf': ADAPTER, '/gemma3.gguf': GEMMA3 } });
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
 });
 
@@ -119,6 +124,31 @@ test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { time
   assert.equal(r.info.backend, 'webgpu');
   assert.equal(r.info.fallback, null, 'the session under the adapter stayed on the GPU');
   assert.deepEqual(r.ids, expected);
+  await page.close();
+});
+
+test('Gemma 3 (tiny: heads of 256, a window of 8) on the GPU gives the CPU engine\'s greedy tokens past its window', { timeout: 600_000 }, async () => {
+  const prompt = 'The old fisherman rowed out past the rocks at 7:45, and the sea was calm.';
+  const options = { temperature: 0, maxTokens: 12, ignoreEos: true };
+  const { LLM } = await import(pathToFileURL(join(PACKAGE_DIR, 'dist', 'node.js')).href);
+  const cpu = await LLM.load(GEMMA3, { threads: 1, backend: 'cpu' });
+  const expected = await cpu.complete(prompt, options);
+  cpu.dispose();
+  assert.ok(expected.usage.promptTokens + expected.ids.length > 2 * 8, JSON.stringify(expected.usage));
+  const page = await openPage();
+  const r = await page.evaluate(
+    async ({ prompt, options }) => {
+      const { LLM } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/gemma3.gguf', { backend: 'webgpu', contextSize: 128 });
+      const out = await llm.complete(prompt, options);
+      return { info: llm.info(), ids: out.ids };
+    },
+    { prompt, options },
+  );
+  assert.equal(r.info.architecture, 'gemma3');
+  assert.equal(r.info.backend, 'webgpu');
+  assert.equal(r.info.fallback, null, 'Gemma 3 stayed on the GPU');
+  assert.deepEqual(r.ids, expected.ids);
   await page.close();
 });
 

@@ -3,7 +3,9 @@
 //! distributions (tests/fixtures/gemma3-reference.json, written by gemma3_reference.mjs) within the bounds the
 //! default model is held to: the same top-1 wherever llama.cpp's leads by >= 0.2, and at >= 98% of positions where
 //! it leads by >= 0.05; |p1 - p1_llama.cpp| median <= 0.015, max <= 0.15. One prompt is longer than the model's
-//! 512-position sliding window, so its later positions check the windowed layers. Runs natively and on wasm32.
+//! 512-position sliding window, so its later positions check the windowed layers. Runs natively and on wasm32; with
+//! the `gpu` feature, natively, the same checks on the WebGPU backend (Mesa lavapipe on a machine without a GPU), and
+//! greedy generation past the window on the GPU against the CPU's tokens.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -52,6 +54,11 @@ fn tokenizer_matches_llama_cpp() {
 
 #[test]
 fn teacher_forced_distributions_match_llama_cpp() {
+    teacher_forced_distributions_match_llama_cpp_in(|opts| Session::with_options(model(), opts).unwrap());
+}
+
+/// Every reference prompt scored in a fresh session (`session`: the CPU's or the GPU's), within llama.cpp's bounds.
+fn teacher_forced_distributions_match_llama_cpp_in(session: impl Fn(&SessionOptions) -> Session) {
     let model = model();
     let reference = reference();
     let mut agreement = LlamaCppAgreement::default();
@@ -59,8 +66,7 @@ fn teacher_forced_distributions_match_llama_cpp() {
     for prompt in reference["prompts"].as_array().unwrap() {
         let ids: Vec<u32> = serde_json::from_value(prompt["ids"].clone()).unwrap();
         let top = prompt["top"].as_array().unwrap();
-        let mut session =
-            Session::with_options(model.clone(), &SessionOptions { n_ctx: 1024, ..SessionOptions::default() }).unwrap();
+        let mut session = session(&SessionOptions { n_ctx: 1024, ..SessionOptions::default() });
         let ours = session.score(&ids[..top.len()], 8).unwrap();
         for (i, (want, got)) in top.iter().zip(&ours).enumerate() {
             let want: Vec<(u32, f64)> = serde_json::from_value(want.clone()).unwrap();
@@ -72,4 +78,56 @@ fn teacher_forced_distributions_match_llama_cpp() {
     }
     eprintln!("{} ({past_window} positions past the window)", agreement.assert_bounds());
     assert!(model.config.sliding_window == 512 && past_window > 100, "{past_window} positions past the window");
+}
+
+#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+mod gpu {
+    use super::*;
+    use ruvllm::gpu::GpuOptions;
+    use ruvllm::{Backend, GenerateOptions, SamplerConfig};
+
+    fn gpu_session(opts: &SessionOptions) -> Session {
+        let software = GpuOptions { allow_software: true, ..GpuOptions::default() };
+        let s = Session::with_gpu_options(model(), opts, Backend::WebGpu, &software)
+            .expect("a WebGPU session (is mesa-vulkan-drivers installed?)");
+        assert!(s.on_gpu(), "Gemma 3 runs on the GPU");
+        s
+    }
+
+    #[test]
+    fn teacher_forced_distributions_match_llama_cpp_on_the_gpu() {
+        teacher_forced_distributions_match_llama_cpp_in(gpu_session);
+    }
+
+    /// The long reference prompt cut to `n` tokens.
+    fn long_prompt(n: usize) -> Vec<u32> {
+        let prompt = reference()["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "long").unwrap().clone();
+        let ids: Vec<u32> = serde_json::from_value(prompt["ids"].clone()).unwrap();
+        ids[..n].to_vec()
+    }
+
+    /// Greedy generation from a prompt that ends just before the 512-position window, so that the tokens generated
+    /// are decode steps whose windowed layers drop the prompt's first positions one by one; then a second turn that
+    /// continues the same session past it (its prefill a batch that starts past the window). The GPU gives the
+    /// CPU's tokens.
+    #[test]
+    fn greedy_generation_past_the_window_gives_the_cpus_tokens_on_the_gpu() {
+        let greedy =
+            |max_tokens| GenerateOptions { max_tokens, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
+        let opts = SessionOptions { n_ctx: 1024, n_batch: 128 };
+        let first = long_prompt(500);
+        let more = long_prompt(746)[600..640].to_vec();
+        let mut runs = Vec::new();
+        for mut session in [Session::with_options(model(), &opts).unwrap(), gpu_session(&opts)] {
+            let a = session.generate(&first, greedy(24), None, |_| {}).unwrap().ids;
+            let mut second = first.clone();
+            second.extend(&a);
+            second.extend(&more);
+            let b = session.generate(&second, greedy(8), None, |_| {}).unwrap().ids;
+            assert!(second.len() > 512 + 32, "the second turn runs past the window");
+            runs.push((a, b));
+        }
+        assert_eq!(runs[0], runs[1], "CPU and GPU greedy tokens");
+        assert!(runs[0].0.len() == 24 && runs[0].1.len() == 8, "no end of generation before the tokens asked for");
+    }
 }

@@ -37,8 +37,9 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 
 /// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
-/// qwen3's head norms, Llama 3.1's RoPE frequency factors and Phi-3's fused matrices and LongRoPE, within the CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time
-/// (decode steps among them).
+/// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
+/// 256, sliding window, post-norms and GeGLU, within the CPU's bounds of the float64 reference, whole (prefill) and a
+/// few tokens at a time (decode steps among them).
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
@@ -47,7 +48,7 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         assert!(s.on_gpu(), "the tiny model runs on the GPU");
         s
     };
-    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3] {
+    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3, tiny::GEMMA3] {
         tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
     }
@@ -355,12 +356,13 @@ fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
 }
 
 /// The architectures the adapter fixtures lack (Qwen2's q/k/v biases, Qwen3's head norms between q/k and attention,
-/// Llama 3.1), with an adapter on every projection: the GPU's logits, whole and one token at a time, are the CPU's within
-/// twice the tolerance each has from the float64 reference on the base model, and the adapter moves them much further.
+/// Llama 3.1, Gemma 3's post-norms after the adapted o and down projections), with an adapter on every projection: the
+/// GPU's logits, whole and one token at a time, are the CPU's within twice the tolerance each has from the float64
+/// reference on the base model, and the adapter moves them much further.
 /// Llama 3.1's is of rank 48: its q/k/v group has 144 ranks, more than one LoRA op takes (`MAX_RANK`, 128).
 #[test]
 fn lora_adapters_on_the_gpu_match_the_cpu_on_every_architecture() {
-    for (file, rank) in [(tiny::QWEN2, 6), (tiny::QWEN3, 6), (tiny::LLAMA3, 48)] {
+    for (file, rank) in [(tiny::QWEN2, 6), (tiny::QWEN3, 6), (tiny::LLAMA3, 48), (tiny::GEMMA3, 6)] {
         let (model, entry) = tiny::load(file);
         // The output head too where the model has its own (an adapter of tied embeddings is refused).
         let lora = LoraAdapter::from_bytes(&model, random_adapter(&model, rank, true))
@@ -705,4 +707,50 @@ fn kv_rows_go_up_and_come_down_unchanged() {
     // Positions a cache does not hold are refused.
     let e = s.upload_kv(&window, 50..150).unwrap_err();
     assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{e}");
+}
+
+/// Tiny Gemma 3 (a window of 8 positions) on the GPU, past its window from the start: a conversation's next turn run
+/// by a fresh GPU session restores the first one's prefix-cache pages (written down from the GPU) into the GPU's
+/// cache, its windowed layers then read the restored rows, and the greedy ids equal those of a GPU session that
+/// prefills everything and those of the CPU.
+#[test]
+fn tiny_gemma3_continues_past_its_window_from_the_prefix_cache_on_the_gpu() {
+    let (model, entry) = tiny::load(tiny::GEMMA3);
+    let prompt: Vec<u32> = entry["forward"].as_array().unwrap().iter().flat_map(|s| tiny::ids(&s["ids"])).collect();
+    let opts = |n| GenerateOptions { ignore_eog: true, ..greedy(n) };
+    let session = |backend: Backend, prefix_cache: bool| {
+        let opts = SessionOptions { n_ctx: 128, n_batch: 16 };
+        let mut s = Session::with_gpu_options(model.clone(), &opts, backend, &software()).unwrap();
+        assert_eq!(s.on_gpu(), backend == Backend::WebGpu);
+        s.set_prefix_cache(prefix_cache);
+        s
+    };
+    let first = session(Backend::WebGpu, true).generate(&prompt, opts(6), None, |_| {}).unwrap();
+    let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..5]).copied().collect();
+    let held = pages(prompt.len() + first.ids.len() - 1);
+    assert!(held > 2 * model.config.sliding_window, "{held} tokens cached");
+
+    let want = session(Backend::WebGpu, false).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    let cpu = session(Backend::Cpu, false).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    let got = session(Backend::WebGpu, true).generate(&turn2, opts(6), None, |_| {}).unwrap();
+    assert_eq!((want.stats.cached_tokens, got.stats.cached_tokens), (0, held));
+    assert_eq!(got.ids, want.ids, "greedy ids with the prefix cache");
+    assert_eq!(want.ids, cpu.ids, "the GPU's greedy ids are the CPU's");
+}
+
+/// An architecture the GPU's forward pass does not know (an encoder) is refused with a typed error, not run wrong.
+#[test]
+fn an_encoder_is_unsupported_on_the_gpu() {
+    // As tests/rust/embed.rs finds it (scripts/fetch-embed-model.sh).
+    let path = support::env("RUVLLM_EMBED_MODEL").unwrap_or_else(|| {
+        let cache = support::env("RUVLLM_CACHE")
+            .unwrap_or_else(|| format!("{}/.cache/ruvllm", support::env("HOME").expect("HOME is set")));
+        format!("{cache}/all-MiniLM-L6-v2.F16.gguf")
+    });
+    let model = Arc::new(Model::from_bytes(support::read_file(&path)).expect("all-MiniLM-L6-v2 loads"));
+    match block_on(GpuModel::new(model, &software())) {
+        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("bert"), "{message}"),
+        Err(e) => panic!("not the typed error: {e}"),
+        Ok(_) => panic!("a bert model went on the GPU"),
+    }
 }

@@ -2,7 +2,8 @@
 //! a llama with a SentencePiece tokenizer and every legacy and K-quant weight type, a qwen2 (q/k/v biases, NEOX
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
 //! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer, and
-//! a phi3 (fused q/k/v and gate/up, LongRoPE) with the SentencePiece one.
+//! a phi3 (fused q/k/v and gate/up, LongRoPE) and a gemma3 (heads of 256, QK-norm, post-norms, GeGLU, a sliding
+//! window of 8 positions) with the SentencePiece one.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -24,7 +25,7 @@ use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, Sessi
 use serde_json::Value;
 
 use support::test;
-use support::tiny::{check_logits, fixtures_dir, ids, load, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3};
+use support::tiny::{check_logits, fixtures_dir, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3};
 
 fn check_tokenizer(file: &str) {
     let (model, entry) = load(file);
@@ -136,6 +137,20 @@ fn a_model_held_in_pieces_equals_one_held_whole() {
     let seq = ids(&entry["forward"][0]["ids"]);
     let logits = |model: &Arc<Model>| Session::new(model.clone()).eval(&seq, true).unwrap().to_vec();
     assert_eq!(logits(&pieced), logits(&whole));
+}
+
+/// Gemma 3: embeddings times sqrt(d_model), QK-norm on heads of 256, post-attention and post-FFN norms, GeGLU, and a
+/// sliding window of 8 positions (the reference sequences are longer) with RoPE base 10000 on layers 0-4, layer 5
+/// global; whole, and in batches whose windows start in earlier batches.
+#[test]
+fn gemma3_sliding_window_and_post_norms_match_reference() {
+    check_tokenizer(GEMMA3);
+    check_logits(GEMMA3, &SessionOptions::default(), None);
+    check_logits(GEMMA3, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[5, 1, 3]));
+    let (model, _) = load(GEMMA3);
+    let c = &model.config;
+    assert_eq!((c.head_dim, c.sliding_window), (256, 8));
+    assert_eq!((0..6).map(|l| c.layer_window(l)).collect::<Vec<_>>(), [8, 8, 8, 8, 8, 0]);
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.

@@ -2,10 +2,15 @@
 //! `session.rs`), in the order `model::forward` computes.
 //!
 //! Decode (one token) uses matrix-vector kernels with RMSNorm, the attention merge, the residual
-//! add and SwiGLU fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
+//! add and SwiGLU (GeGLU) fused in, and attention with RoPE and the KV store fused in: 5 dispatches per
 //! layer. Prefill uses tiled matrix-matrix kernels (split over the columns, with a reduce op, when a
 //! short batch gives too few tiles to fill the GPU) and separate small kernels; a split's reduce is
 //! folded into the op after it where that op can sum the partials itself.
+//!
+//! Gemma 3 differs in a few ops: a layer with a sliding window runs the windowed attention variants,
+//! with the RoPE table of its own base; the attention and feed-forward blocks' outputs are stored (to
+//! `xb`, or left as a split matmul's partials) and a `norm_add` adds their post-norm to the residual,
+//! where the other models' matrix ops add to it themselves; the gate's activation is GELU.
 //!
 //! Under LoRA adapters (`ops/lora.rs`) a session builds a second set of ops for its adapter set: a LoRA op
 //! after each adapted group's matrix op, reading the input that op reads. Decode then stores gate and up
@@ -13,11 +18,11 @@
 //! then scans the logits); prefill keeps the reduce of a split qkv or gate/up matmul where the group is
 //! adapted, so that the adapters add to stored rows. The base model's ops are built without any of this.
 
-use super::model::GpuModel;
+use super::model::{GpuModel, MatLoc};
 use super::ops::lora::{self, Group, LoraIn, LoraWeights};
 use super::ops::mat::{self, to, MatIn, OutMode, Splits};
 use super::ops::rope_store::KvBuffers;
-use super::ops::{argmax, attn_decode, attn_prefill, embed, norm, rope_store, swiglu, Op, OpBuilder};
+use super::ops::{argmax, attn_decode, attn_prefill, embed, glu, norm, rope_store, Op, OpBuilder};
 use super::session::Buffers;
 use crate::error::Result;
 
@@ -96,6 +101,78 @@ impl<'a> Forward<'a> {
         KvBuffers { k, v }
     }
 
+    /// Whether layer `l` attends within a sliding window, and its RoPE table (as `model::forward` picks them).
+    fn attention_of(&self, l: usize) -> (bool, &'a wgpu::Buffer) {
+        let windowed = self.m.model.config.layer_window(l) > 0;
+        match &self.b.rope_local {
+            Some(local) if windowed => (true, local),
+            _ => (windowed, &self.b.rope),
+        }
+    }
+
+    /// Decode: the matrix op of a block's output (`wo`, `down`) from `input` and its adapters `group`, added
+    /// to the residual stream `x`: by the matvec itself, or, with a post-norm (Gemma), stored to `xb` and
+    /// normed into `x` by `norm_add`.
+    async fn decode_block_out(
+        &mut self,
+        label: &'static str,
+        mat: &MatLoc,
+        input: MatIn<'_>,
+        group: Group,
+        lora_in: LoraIn<'_>,
+        post_norm: Option<&wgpu::Buffer>,
+    ) -> Result<Vec<Op>> {
+        let b = self.b;
+        let d = self.m.model.config.d_model;
+        let out = if post_norm.is_some() { &b.xb } else { &b.x };
+        let mode = if post_norm.is_some() { OutMode::Store } else { OutMode::Add };
+        let mut ops = mat::ops(&mut self.ops, label, &[(mat, 0)], input, to(out, d, mode, None), &self.splits).await?;
+        ops.extend(self.lora(group, lora_in, out).await?);
+        if let Some(norm) = post_norm {
+            ops.push(norm::norm_add(&self.ops, 1, &b.xb, norm, &b.x).await?);
+        }
+        Ok(ops)
+    }
+
+    /// Prefill: [`Self::decode_block_out`] over every token row (`input`). Without a post-norm a split
+    /// matmul's partials are left for the next RMSNorm to add when `pending` (`pending_add`); with one,
+    /// `norm_add` sums them itself unless adapters add to the stored rows.
+    async fn prefill_block_out(
+        &mut self,
+        label: &'static str,
+        mat: &MatLoc,
+        input: &wgpu::Buffer,
+        group: Group,
+        post_norm: Option<&wgpu::Buffer>,
+        pending: bool,
+    ) -> Result<Vec<Op>> {
+        let b = self.b;
+        let d = self.m.model.config.d_model;
+        let out = if post_norm.is_some() { &b.xb } else { &b.x };
+        let mode = if post_norm.is_some() { OutMode::Store } else { OutMode::Add };
+        let mut ops =
+            mat::ops(&mut self.ops, label, &[(mat, 0)], MatIn::Rows(input), to(out, d, mode, None), &self.splits)
+                .await?;
+        match post_norm {
+            None => {
+                if pending {
+                    self.pending_add = mat::take_reduce(&mut ops);
+                }
+                // Added to the residual stream: before or after the pending partials, the sum is the same.
+                ops.extend(self.lora(group, LoraIn::Rows(input), &b.x).await?);
+            }
+            Some(norm) => {
+                let split = if self.adapts(group) { None } else { mat::take_reduce(&mut ops) };
+                ops.extend(self.lora(group, LoraIn::Rows(input), &b.xb).await?);
+                ops.push(match split {
+                    Some(splits) => norm::norm_add(&self.ops, splits, &b.split, norm, &b.x).await?,
+                    None => norm::norm_add(&self.ops, 1, &b.xb, norm, &b.x).await?,
+                });
+            }
+        }
+        Ok(ops)
+    }
+
     /// Prefill RMSNorm of `x` into `xb`, first adding the residual partials a split matmul left
     /// pending.
     async fn prefill_norm(&mut self, norm: &wgpu::Buffer) -> Result<Op> {
@@ -110,7 +187,7 @@ impl<'a> Forward<'a> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
+        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut ops =
@@ -120,14 +197,16 @@ impl<'a> Forward<'a> {
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
-        ops.push(attn_decode::op(&self.ops, &b.qkv, &b.rope, &b.part, self.kv(l)).await?);
-        let wo_out = to(&b.x, d, OutMode::Add, None);
+        let (windowed, rope) = self.attention_of(l);
+        ops.push(attn_decode::op(&self.ops, windowed, &b.qkv, rope, &b.part, self.kv(l)).await?);
+        let post = lw.post_attn_norm.as_ref();
         ops.extend(
-            mat::ops(&mut self.ops, "matvec_wo", &[(&lw.wo, 0)], MatIn::Attn(&b.part), wo_out, &self.splits).await?,
+            self.decode_block_out("matvec_wo", &lw.wo, MatIn::Attn(&b.part), Group::O(l), LoraIn::Attn(&b.part), post)
+                .await?,
         );
-        ops.extend(self.lora(Group::O(l), LoraIn::Attn(&b.part), &b.x).await?);
 
-        // SwiGLU fused into one matvec when gate and up can share a dispatch and no adapter adds to them.
+        // The gated activation fused into one matvec when gate and up can share a dispatch and no adapter adds to
+        // them.
         let (g, u) = (&lw.w_gate, &lw.w_up);
         let pairable = g.ty == u.ty
             && g.chunks.len() == 1
@@ -135,19 +214,27 @@ impl<'a> Forward<'a> {
             && g.chunks[0].arena == u.chunks[0].arena
             && !self.adapts(Group::GateUp(l));
         if pairable {
-            ops.push(mat::gate_up_swiglu(&mut self.ops, g, u, &b.x, &lw.ffn_norm, &b.h).await?);
+            ops.push(mat::gate_up_glu(&mut self.ops, g, u, &b.x, &lw.ffn_norm, &b.h).await?);
         } else {
             let gu = [(g, 0), (u, ff)];
             let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
             let input = MatIn::Norm(&b.x, &lw.ffn_norm);
             ops.extend(mat::ops(&mut self.ops, "matvec_gate_up", &gu, input, gu_out, &self.splits).await?);
             ops.extend(self.lora(Group::GateUp(l), LoraIn::Norm(&b.x, &lw.ffn_norm), &b.gu).await?);
-            ops.push(swiglu::op(&self.ops, 1, &b.gu, &b.h).await?);
+            ops.push(glu::op(&self.ops, 1, &b.gu, &b.h).await?);
         }
-        let down_out = to(&b.x, d, OutMode::Add, None);
-        let down = [(&lw.w_down, 0)];
-        ops.extend(mat::ops(&mut self.ops, "matvec_down", &down, MatIn::Plain(&b.h), down_out, &self.splits).await?);
-        ops.extend(self.lora(Group::Down(l), LoraIn::Plain(&b.h), &b.x).await?);
+        let post = lw.post_ffn_norm.as_ref();
+        ops.extend(
+            self.decode_block_out(
+                "matvec_down",
+                &lw.w_down,
+                MatIn::Plain(&b.h),
+                Group::Down(l),
+                LoraIn::Plain(&b.h),
+                post,
+            )
+            .await?,
+        );
         Ok(ops)
     }
 
@@ -155,7 +242,7 @@ impl<'a> Forward<'a> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.d_model);
+        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
         let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
@@ -174,39 +261,29 @@ impl<'a> Forward<'a> {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
         let qkv_rows = if qkv_splits.is_some() { &b.split } else { &b.qkv };
-        ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, &b.rope, &b.q_rot, self.kv(l)).await?);
-        ops.push(attn_prefill::op(&self.ops, &b.q_rot, &b.att, self.kv(l)).await?);
-        let wo_out = to(&b.x, d, OutMode::Add, None);
-        let mut wo_ops =
-            mat::ops(&mut self.ops, "matmul_wo", &[(&lw.wo, 0)], MatIn::Rows(&b.att), wo_out, &self.splits).await?;
-        self.pending_add = mat::take_reduce(&mut wo_ops);
-        ops.extend(wo_ops);
-        // Added to the residual stream: before or after the pending partials, the sum is the same.
-        ops.extend(self.lora(Group::O(l), LoraIn::Rows(&b.att), &b.x).await?);
+        let (windowed, rope) = self.attention_of(l);
+        ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, rope, &b.q_rot, self.kv(l)).await?);
+        ops.push(attn_prefill::op(&self.ops, windowed, &b.q_rot, &b.att, self.kv(l)).await?);
+        let post = lw.post_attn_norm.as_ref();
+        ops.extend(self.prefill_block_out("matmul_wo", &lw.wo, &b.att, Group::O(l), post, true).await?);
         ops.push(self.prefill_norm(&lw.ffn_norm).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
         let mut gu_ops =
             mat::ops(&mut self.ops, "matmul_gate_up", &gu, MatIn::Rows(&b.xb), gu_out, &self.splits).await?;
-        // One split matmul for gate and up: SwiGLU sums its partials itself (no reduce dispatch), unless
-        // adapters add to gate and up.
+        // One split matmul for gate and up: the activation op sums its partials itself (no reduce dispatch),
+        // unless adapters add to gate and up.
         let split = if self.adapts(Group::GateUp(l)) { None } else { mat::take_reduce(&mut gu_ops) };
         ops.extend(gu_ops);
         ops.extend(self.lora(Group::GateUp(l), LoraIn::Rows(&b.xb), &b.gu).await?);
         ops.push(match split {
-            Some(splits) => swiglu::op(&self.ops, splits, &b.split, &b.h).await?,
-            None => swiglu::op(&self.ops, 1, &b.gu, &b.h).await?,
+            Some(splits) => glu::op(&self.ops, splits, &b.split, &b.h).await?,
+            None => glu::op(&self.ops, 1, &b.gu, &b.h).await?,
         });
-        let down_out = to(&b.x, d, OutMode::Add, None);
-        let mut down_ops =
-            mat::ops(&mut self.ops, "matmul_down", &[(&lw.w_down, 0)], MatIn::Rows(&b.h), down_out, &self.splits)
-                .await?;
         // The next layer's attention norm adds the partials; the output layer's norm reads x itself.
-        if l + 1 < c.n_layers {
-            self.pending_add = mat::take_reduce(&mut down_ops);
-        }
-        ops.extend(down_ops);
-        ops.extend(self.lora(Group::Down(l), LoraIn::Rows(&b.h), &b.x).await?);
+        let post = lw.post_ffn_norm.as_ref();
+        let pending = l + 1 < c.n_layers;
+        ops.extend(self.prefill_block_out("matmul_down", &lw.w_down, &b.h, Group::Down(l), post, pending).await?);
         Ok(ops)
     }
 

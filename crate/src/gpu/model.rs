@@ -46,8 +46,11 @@ pub(crate) struct LayerLocs {
     pub ffn_norm: wgpu::Buffer,
     /// q, k and v biases concatenated (qwen2), like the rows of the fused q/k/v output.
     pub qkv_bias: Option<wgpu::Buffer>,
-    /// The query and key heads' norms concatenated (qwen3).
+    /// The query and key heads' norms concatenated (qwen3, gemma3).
     pub qk_norm: Option<wgpu::Buffer>,
+    /// The norms of the attention block's and the feed-forward block's outputs (gemma3).
+    pub post_attn_norm: Option<wgpu::Buffer>,
+    pub post_ffn_norm: Option<wgpu::Buffer>,
 }
 
 pub struct GpuModel {
@@ -118,6 +121,15 @@ impl GpuModel {
                 }
                 _ => None,
             };
+            let mut post_norms = Vec::with_capacity(2);
+            for (label, norm) in [("post_attn_norm", &lw.post_attn_norm), ("post_ffn_norm", &lw.post_ffn_norm)] {
+                post_norms.push(match norm {
+                    Some(w) => Some(gpu.buffer_with(label, &vector(w), wgpu::BufferUsages::STORAGE).await?),
+                    None => None,
+                });
+            }
+            let post_ffn_norm = post_norms.pop().flatten();
+            let post_attn_norm = post_norms.pop().flatten();
             layers.push(LayerLocs {
                 wq,
                 wk,
@@ -130,6 +142,8 @@ impl GpuModel {
                 ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
                 qkv_bias,
                 qk_norm,
+                post_attn_norm,
+                post_ffn_norm,
             });
         }
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
@@ -183,15 +197,23 @@ impl GpuModel {
     }
 }
 
+/// The widest attention head the kernels take: decode attention's workgroup packs a head's query, new key and
+/// new value in its 128 invocations, and prefill attention's tiles take a head in at most two parts of 128.
+const MAX_HEAD_DIM: usize = 256;
+
 /// What the kernels assume about the model; anything else stays on the CPU.
 fn check_supported(model: &Model) -> Result<()> {
     let c = &model.config;
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
-    if !c.head_dim.is_multiple_of(16) || c.head_dim > 128 {
-        return unsupported(format!("head size {} (the GPU kernels take multiples of 16 up to 128)", c.head_dim));
+    if !c.head_dim.is_multiple_of(16) || c.head_dim > MAX_HEAD_DIM {
+        return unsupported(format!(
+            "head size {} (the GPU kernels take multiples of 16 up to {MAX_HEAD_DIM})",
+            c.head_dim
+        ));
     }
-    if c.arch == Arch::Gemma3 {
-        return unsupported("Gemma 3's sliding windows, post-norms and GeGLU have no GPU kernels yet".into());
+    // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
+    if !matches!(c.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3) {
+        return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));

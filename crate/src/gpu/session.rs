@@ -62,6 +62,8 @@ pub(super) struct Buffers {
     pub best: wgpu::Buffer,
     pub ids: wgpu::Buffer,
     pub rope: wgpu::Buffer,
+    /// The RoPE table of the layers with a base of their own (Gemma 3's windowed layers; `Model::local_rope`).
+    pub rope_local: Option<wgpu::Buffer>,
     pub kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
     pub logits_staging: wgpu::Buffer,
     pub ids_staging: wgpu::Buffer,
@@ -121,6 +123,10 @@ impl GpuSession {
         }
 
         let rope = rope_store::rope_table(&m.model.rope(n_ctx), n_ctx);
+        let rope_local = match m.model.local_rope(n_ctx) {
+            Some(r) => Some(gpu.buffer_with("rope local", &rope_store::rope_table(&r, n_ctx), U::STORAGE).await?),
+            None => None,
+        };
         let kv_layer = (n_ctx * c.kv_dim() * 2) as u64;
         let mut kv = Vec::with_capacity(c.n_layers);
         for _ in 0..c.n_layers {
@@ -154,6 +160,7 @@ impl GpuSession {
                 .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,
+            rope_local,
             kv,
             logits_staging: gpu
                 .buffer("logits staging", f32s(logit_rows * c.vocab_size), U::MAP_READ | U::COPY_DST)

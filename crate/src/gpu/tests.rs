@@ -16,17 +16,18 @@ use super::ops::argmax::Argmax;
 use super::ops::attn_decode::{self, AttnDecode};
 use super::ops::attn_prefill::{self, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
+use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
 use super::ops::mat::{Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
-use super::ops::norm::{AddRmsNorm, RmsNorm};
+use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
-use super::ops::swiglu::Swiglu;
 use super::ops::{model_header, CallParams, Kernel, Slot};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionScratch};
-use crate::kernels::rmsnorm::rmsnorm;
+use crate::kernels::gelu::geglu;
+use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv_cache::KvCache;
@@ -331,7 +332,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     }
 }
 
-pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
+pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = SplitMix(200 + i as u64);
         let cols = test_cols(ty);
@@ -368,33 +369,33 @@ pub async fn matvec_residual_add_and_swiglu_match_cpu_for_every_type() {
             assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
         }
 
-        // h = silu(W_gate · norm(x)) * (W_up · norm(x)), gate and up rows paired in one dispatch.
+        // h = silu(W_gate · norm(x)) * (W_up · norm(x)), and gelu(...) * (...) (Gemma), gate and up rows paired in
+        // one dispatch.
         let norm_w = vec![1.0f32; cols];
-        let kernel = Kernel::Matvec(Matvec {
-            ty,
-            input: Input::Norm,
-            mode: OutMode::Swiglu,
-            bias: false,
-            rows: per,
-            cols: cols32,
-        });
-        let data = vec![
-            (Slot::Weights, Data::Storage(w)),
-            (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
-            (Slot::Call, call(1, 0)),
-            (Slot::Out, Data::Storage(vec![0; rows * 4])),
-            (Slot::In0, Data::Storage(f32_bytes(&x))),
-            (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
-        ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
-        let mut xn = vec![0f32; cols];
-        rmsnorm(&mut xn, &x, &norm_w, 1e-5);
-        for r in 0..rows {
-            let (g, gs) = dot(&g_rows[r], &xn);
-            let (u, us) = dot(&u_rows[r], &xn);
-            let mut h = [g as f32];
-            swiglu(&mut h, &[u as f32]);
-            assert_close(&format!("{} swiglu row {r}", ty.name()), out[r], h[0] as f64, (gs + us) * (1.0 + u.abs()));
+        for mode in [OutMode::Swiglu, OutMode::Geglu] {
+            let kernel = Kernel::Matvec(Matvec { ty, input: Input::Norm, mode, bias: false, rows: per, cols: cols32 });
+            let data = vec![
+                (Slot::Weights, Data::Storage(w.clone())),
+                (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
+                (Slot::Call, call(1, 0)),
+                (Slot::Out, Data::Storage(vec![0; rows * 4])),
+                (Slot::In0, Data::Storage(f32_bytes(&x))),
+                (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
+            ];
+            let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
+            let mut xn = vec![0f32; cols];
+            rmsnorm(&mut xn, &x, &norm_w, 1e-5);
+            for r in 0..rows {
+                let (g, gs) = dot(&g_rows[r], &xn);
+                let (u, us) = dot(&u_rows[r], &xn);
+                let mut h = [g as f32];
+                match mode {
+                    OutMode::Swiglu => swiglu(&mut h, &[u as f32]),
+                    _ => geglu(&mut h, &[u as f32]),
+                }
+                let what = format!("{} {mode:?} row {r}", ty.name());
+                assert_close(&what, out[r], h[0] as f64, (gs + us) * (1.0 + u.abs()));
+            }
         }
     }
 }
@@ -606,8 +607,10 @@ fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut SplitMix) -> (Kv
     (cache, kb, vb)
 }
 
-fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32> {
-    let shape = c.attention_shape();
+/// The CPU's attention of queries `q` at `pos0..`, within the model's sliding window when `windowed`.
+fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize, windowed: bool) -> Vec<f32> {
+    let window = if windowed { c.sliding_window } else { 0 };
+    let shape = crate::kernels::attention::AttentionShape { window, ..c.attention_shape() };
     let n = q.len() / c.q_dim();
     let mut out = vec![0f32; q.len()];
     attention(&shape, q, &cache.layers[0].view(), pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
@@ -615,15 +618,27 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize) -> Vec<f32
 }
 
 pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
+    // NeoX pairs on half of each head: the rotation is fused into the kernel.
+    let c = config(64, 4, 2, 32, true);
     // Chunks of one partial block, of the smallest size, and of two blocks (the second partial).
     for chunk in [128, 32, 256] {
-        decode_attention_case(300, chunk).await;
+        decode_attention_case(&c, 300, chunk, false).await;
     }
 }
 
-async fn decode_attention_case(kv_len: usize, chunk: usize) {
-    // NeoX pairs on half of each head: the rotation is fused into the kernel.
-    let c = config(64, 4, 2, 32, true);
+/// Gemma 3's shape: heads of 256 (the widest the kernel takes), one KV head, and a sliding window that starts inside
+/// a chunk, on a chunk's edge, and leaves whole chunks before it unread; and the window's variant where the window
+/// covers every position.
+pub async fn decode_attention_of_wide_heads_within_a_window_matches_cpu() {
+    let mut c = config(256, 4, 1, 256, true);
+    decode_attention_case(&c, 300, 128, false).await;
+    for (window, kv_len, chunk) in [(512, 300, 128), (40, 300, 128), (64, 192, 32), (100, 300, 32)] {
+        c.sliding_window = window;
+        decode_attention_case(&c, kv_len, chunk, true).await;
+    }
+}
+
+async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed: bool) {
     let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
     let n_ctx = 320;
     let n_chunks = kv_len.div_ceil(chunk);
@@ -631,7 +646,7 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     let pos = kv_len - 1;
     let mut rng = SplitMix(600 + chunk as u64);
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
-    let (mut cache, mut kb, mut vb) = random_cache(&c, n_ctx, pos, &mut rng);
+    let (mut cache, mut kb, mut vb) = random_cache(c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
     vb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF);
     let qkv = rng.normals(qd + 2 * kvd);
@@ -640,7 +655,13 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     rope.apply(&mut q, pos);
     rope.apply(&mut k, pos);
     cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
-    let want = cpu_attention(&c, &q, &cache, pos);
+    let want = cpu_attention(c, &q, &cache, pos, windowed);
+    if windowed {
+        // Positions before the window must not be read.
+        let first = (pos + 1).saturating_sub(c.sliding_window);
+        kb[..first * kvd * 2].fill(0xFF);
+        vb[..first * kvd * 2].fill(0xFF);
+    }
 
     let s = CallParams {
         n: 1,
@@ -658,9 +679,9 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
         (Slot::In1, Data::Storage(rope_table(&rope, n_ctx))),
         (Slot::In2, Data::Storage(vb)),
     ];
-    let header = model_header(&c);
+    let header = model_header(c);
     let mut got = run(
-        Kernel::AttnDecode(AttnDecode),
+        Kernel::AttnDecode(AttnDecode { windowed }),
         &header,
         data,
         [heads as u32, n_chunks as u32, 1],
@@ -683,12 +704,20 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
         let m_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch)];
         let l_of = |ch: usize| p[stats + 4 * (h * n_chunks + ch) + 1];
         let m = (0..n_chunks).map(m_of).fold(f32::NEG_INFINITY, f32::max);
+        if windowed {
+            // A chunk wholly before the window reads nothing: weight 0 in the merge.
+            let first = (pos + 1).saturating_sub(c.sliding_window);
+            for ch in (0..n_chunks).filter(|ch| (ch + 1) * chunk <= first) {
+                assert_eq!((m_of(ch) < -1e38, l_of(ch)), (true, 0.0), "window {}: chunk {ch}", c.sliding_window);
+            }
+        }
         let l: f32 = (0..n_chunks).map(|ch| l_of(ch) * (m_of(ch) - m).exp()).sum();
         for d in 0..hd {
             let o: f32 =
                 (0..n_chunks).map(|ch| p[(h * n_chunks + ch) * hd + d] * (m_of(ch) - m).exp()).sum::<f32>() / l;
             let w = want[h * hd + d];
-            assert!((o - w).abs() <= 1e-4 * (1.0 + w.abs()), "chunk {chunk}: head {h} dim {d}: {o} vs {w}");
+            let what = format!("head dim {hd}, window {}, chunk {chunk}", c.sliding_window * windowed as usize);
+            assert!((o - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: head {h} dim {d}: {o} vs {w}");
         }
     }
 
@@ -709,18 +738,30 @@ async fn decode_attention_case(kv_len: usize, chunk: usize) {
     ];
     let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[Slot::Out]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
-        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "chunk {chunk}: merged output {i}: {g} vs {w}");
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {hd}, chunk {chunk}: merged output {i}: {g} vs {w}");
     }
 }
 
 pub async fn prefill_attention_is_causal_and_matches_cpu() {
-    for c in [config(64, 4, 2, 64, false), config(128, 2, 1, 128, false)] {
+    // Heads of 64 and 128 in one part, of 256 (Gemma 3) in two; and sliding windows: narrower than a key tile,
+    // starting inside one and on a tile's edge for different queries, and wider than the context.
+    let mut gemma = config(256, 4, 1, 256, true);
+    let mut cases = vec![(config(64, 4, 2, 64, false), false), (config(128, 2, 1, 128, false), false)];
+    cases.push((gemma.clone(), false));
+    for window in [5, 16, 64] {
+        gemma.sliding_window = window;
+        cases.push((gemma.clone(), true));
+    }
+    let mut narrow = config(64, 4, 2, 64, false);
+    narrow.sliding_window = 7;
+    cases.push((narrow, true));
+    for (c, windowed) in cases {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (20, 5, 32);
-        let mut rng = SplitMix(700 + c.head_dim as u64);
+        let mut rng = SplitMix(700 + c.head_dim as u64 + c.sliding_window as u64);
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
-        let want = cpu_attention(&c, &q, &cache, pos0);
+        let want = cpu_attention(&c, &q, &cache, pos0, windowed);
         let data = vec![
             (Slot::Call, call(n, pos0)),
             (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
@@ -730,14 +771,16 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
         ];
         let bq = attn_prefill::tiles(c.head_dim).0 as u32;
         let grid = [(n as u32).div_ceil(bq), heads as u32, 1];
-        let out = to_f32(&run(Kernel::AttnPrefill(AttnPrefill), &model_header(&c), data, grid, &[Slot::Out]).await[0]);
+        let kernel = Kernel::AttnPrefill(AttnPrefill { windowed });
+        let out = to_f32(&run(kernel, &model_header(&c), data, grid, &[Slot::Out]).await[0]);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {}: output {i}: {g} vs {w}", c.head_dim);
+            let what = format!("head dim {}, window {}", c.head_dim, c.sliding_window * windowed as usize);
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: output {i}: {g} vs {w}");
         }
     }
 }
 
-pub async fn rmsnorm_and_swiglu_match_cpu() {
+pub async fn norms_and_gated_activations_match_cpu() {
     let c = config(64, 4, 2, 64, false);
     let (d, ff, n) = (c.d_model, c.ffn_dim, 3);
     let mut rng = SplitMix(800);
@@ -776,28 +819,72 @@ pub async fn rmsnorm_and_swiglu_match_cpu() {
         assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "add_rmsnorm {i}: {g} vs {w}");
     }
 
+    // Gemma's post-norm added to the residual: of stored rows, and of a split matmul's partials.
+    let y = rng.normals(n * d);
+    let y_parts: Vec<f32> = y.iter().chain(&y).map(|v| v / 2.0).collect();
+    let mut want = y.clone();
+    rmsnorm_in_place(&mut want, &w, c.rms_eps);
+    let want: Vec<f32> = x.iter().zip(&want).map(|(a, b)| a + b).collect();
+    for (splits, input) in [(1, &y), (2, &y_parts)] {
+        let data = vec![
+            (Slot::Call, call(n, 0)),
+            (Slot::Out, Data::Storage(f32_bytes(&x))),
+            (Slot::In0, Data::Storage(f32_bytes(input))),
+            (Slot::In1, Data::Storage(f32_bytes(&w))),
+        ];
+        let out =
+            to_f32(&run(Kernel::NormAdd(NormAdd { splits }), &header(), data, [n as u32, 1, 1], &[Slot::Out]).await[0]);
+        for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "norm_add ({splits} splits) {i}: {g} vs {w}");
+        }
+    }
+
     let gu = rng.normals(n * 2 * ff);
     // Plain gate/up rows, and the same rows as two split partials (gu - e and e) to be summed.
     let e = rng.normals(n * 2 * ff);
     let parts: Vec<f32> = gu.iter().zip(&e).map(|(a, b)| a - b).chain(e.iter().copied()).collect();
-    for (splits, input) in [(1, &gu), (2, &parts)] {
-        let data = vec![
-            (Slot::Call, call(n, 0)),
-            (Slot::Out, Data::Storage(vec![0; n * ff * 4])),
-            (Slot::In0, Data::Storage(f32_bytes(input))),
-        ];
-        let grid = [(ff as u32).div_ceil(256), n as u32, 1];
-        let out = to_f32(&run(Kernel::Swiglu(Swiglu { splits }), &header(), data, grid, &[Slot::Out]).await[0]);
-        for t in 0..n {
-            let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
-            swiglu(&mut g, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
-            for (r, (&a, &b)) in out[t * ff..(t + 1) * ff].iter().zip(&g).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "swiglu ({splits} splits) token {t} row {r}: {a} vs {b}"
-                );
+    for act in [Act::Silu, Act::Gelu] {
+        for (splits, input) in [(1, &gu), (2, &parts)] {
+            let data = vec![
+                (Slot::Call, call(n, 0)),
+                (Slot::Out, Data::Storage(vec![0; n * ff * 4])),
+                (Slot::In0, Data::Storage(f32_bytes(input))),
+            ];
+            let grid = [(ff as u32).div_ceil(256), n as u32, 1];
+            let out = to_f32(&run(Kernel::Glu(Glu { splits, act }), &header(), data, grid, &[Slot::Out]).await[0]);
+            for t in 0..n {
+                let mut g = gu[t * 2 * ff..t * 2 * ff + ff].to_vec();
+                let u = &gu[t * 2 * ff + ff..(t + 1) * 2 * ff];
+                match act {
+                    Act::Silu => swiglu(&mut g, u),
+                    Act::Gelu => geglu(&mut g, u),
+                }
+                for (r, (&a, &b)) in out[t * ff..(t + 1) * ff].iter().zip(&g).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{act:?} ({splits} splits) token {t} row {r}: {a} vs {b}"
+                    );
+                }
             }
         }
+    }
+    // GELU's tanh saturates far from 0 without NaN: gelu(x) is x, or 0, there.
+    let big = [30.0f32, -30.0, 1e4, -1e4, 0.0, 5.0];
+    let mut gu_big = big.to_vec();
+    gu_big.resize(ff, 0.0);
+    gu_big.extend(std::iter::repeat_n(1.0, ff));
+    let data = vec![
+        (Slot::Call, call(1, 0)),
+        (Slot::Out, Data::Storage(vec![0; ff * 4])),
+        (Slot::In0, Data::Storage(f32_bytes(&gu_big))),
+    ];
+    let grid = [(ff as u32).div_ceil(256), 1, 1];
+    let out =
+        to_f32(&run(Kernel::Glu(Glu { splits: 1, act: Act::Gelu }), &header(), data, grid, &[Slot::Out]).await[0]);
+    let mut want = big.to_vec();
+    geglu(&mut want, &[1.0; 6]);
+    for (i, (&a, &b)) in out.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "gelu of {}: {a} vs {b}", big[i]);
     }
 }
 
@@ -954,14 +1041,15 @@ macro_rules! for_each_gpu_check {
     ($callback:ident) => {
         $callback!(
             matvec_norm_segments_and_bias_match_cpu_for_every_type,
-            matvec_residual_add_and_swiglu_match_cpu_for_every_type,
+            matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type,
             matmul_tiles_match_cpu_for_every_type,
             split_matmul_partials_sum_to_the_product,
             embedding_rows_match_dequantize_for_every_type,
             rope_and_kv_store_match_cpu_normal_and_neox,
             decode_attention_with_rope_and_kv_store_matches_cpu,
+            decode_attention_of_wide_heads_within_a_window_matches_cpu,
             prefill_attention_is_causal_and_matches_cpu,
-            rmsnorm_and_swiglu_match_cpu,
+            norms_and_gated_activations_match_cpu,
             argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
             lora_adds_its_adapters_to_the_output,
             shader_and_buffer_failures_are_typed_errors,

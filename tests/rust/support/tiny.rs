@@ -11,6 +11,7 @@ pub const QWEN2: &str = "tiny-qwen2.gguf";
 pub const QWEN3: &str = "tiny-qwen3.gguf";
 pub const LLAMA3: &str = "tiny-llama3.gguf";
 pub const PHI3: &str = "tiny-phi3.gguf";
+pub const GEMMA3: &str = "tiny-gemma3.gguf";
 
 /// Allowed deviation from the float64 reference, as a multiple of the ggml-like simulation's.
 pub const TOLERANCE_FACTOR: f64 = 2.0;

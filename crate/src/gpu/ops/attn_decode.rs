@@ -1,7 +1,8 @@
 //! Decode attention (`wgsl/attn_decode.wgsl` after `wgsl/rope.wgsl`): the new token's queries over
 //! the KV cache, split over the cached positions into chunks, one workgroup per head and chunk,
 //! with RoPE and the KV store fused in. It leaves per-chunk partials, which the next matvec's
-//! input stage (`in_attn.wgsl`) merges.
+//! input stage (`in_attn.wgsl`) merges. A layer with a sliding window (Gemma 3) runs the windowed
+//! variant, which reads only the window's positions of each chunk.
 
 use super::rope_store::{KvBuffers, ROPE};
 use super::shader::{wgsl, Module};
@@ -19,10 +20,14 @@ pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::I
 const CHUNK_STEP: usize = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct AttnDecode;
+pub(crate) struct AttnDecode {
+    /// The layer attends within the model's sliding window (header `WINDOW`).
+    pub windowed: bool,
+}
 
 impl AttnDecode {
     pub(crate) fn source(self, m: &mut Module) {
+        m.flag("WINDOWED", self.windowed);
         m.piece(PARTIALS);
         m.piece(ROPE);
         m.piece(wgsl!("attn_decode.wgsl"));
@@ -52,9 +57,11 @@ pub(crate) fn partials_len(n_heads: usize, head_dim: usize) -> usize {
     n_heads * max_chunks(n_heads) * (head_dim + 4)
 }
 
-/// Decode attention of layer caches `kv` from the qkv row into `partials`.
+/// Decode attention of layer caches `kv` from the qkv row into `partials`, within the model's sliding
+/// window when `windowed`.
 pub(crate) async fn op(
     b: &OpBuilder<'_>,
+    windowed: bool,
     qkv: &wgpu::Buffer,
     rope: &wgpu::Buffer,
     partials: &wgpu::Buffer,
@@ -69,5 +76,5 @@ pub(crate) async fn op(
         (Slot::In2, kv.v.as_entire_binding()),
     ];
     let grid = AttnDecode::grid(b.m.model.config.n_heads);
-    b.op("attn_decode", Kernel::AttnDecode(AttnDecode), grid, entries).await
+    b.op("attn_decode", Kernel::AttnDecode(AttnDecode { windowed }), grid, entries).await
 }

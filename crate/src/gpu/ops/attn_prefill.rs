@@ -1,6 +1,6 @@
 //! Prefill attention (`wgsl/attn_prefill.wgsl`): causal, tiled, over the KV cache after
 //! `rope_store` wrote the new tokens' keys and values; the rotated queries in, the attention
-//! output rows out.
+//! output rows out. A layer with a sliding window (Gemma 3) runs the windowed variant.
 
 use super::rope_store::KvBuffers;
 use super::shader::{wgsl, Module};
@@ -11,10 +11,14 @@ use crate::error::Result;
 pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0, Slot::In1, Slot::In2];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct AttnPrefill;
+pub(crate) struct AttnPrefill {
+    /// The layer attends within the model's sliding window (header `WINDOW`).
+    pub windowed: bool,
+}
 
 impl AttnPrefill {
     pub(crate) fn source(self, m: &mut Module) {
+        m.flag("WINDOWED", self.windowed);
         m.piece(wgsl!("attn_prefill.wgsl"));
     }
 
@@ -25,16 +29,28 @@ impl AttnPrefill {
     }
 }
 
-/// The tile (header `BQ`, `BK`): `BQ` queries by `BK` keys, sized so that the query and key tiles
-/// fit in the default 16 KiB of workgroup memory.
-pub(crate) fn tiles(head_dim: usize) -> (usize, usize) {
+/// The tile (header `BQ`, `BK`, `BD`): `BQ` queries by `BK` keys, the keys and values `BD` dimensions
+/// at a time (the whole head up to 128, else halves), sized so that the query tile and a part of the key
+/// tile fit in the default 16 KiB of workgroup memory (`BQ * HEAD_DIM + BK * (BD + 1) + 2 * BQ * BK`
+/// floats). Heads up to 256 wide (`GpuModel` refuses wider ones).
+pub(crate) fn tiles(head_dim: usize) -> (usize, usize, usize) {
     let bk = 16;
-    let bq = if head_dim <= 64 { 16 } else { 8 };
-    (bq, bk)
+    match head_dim {
+        0..=64 => (16, bk, head_dim),
+        65..=128 => (8, bk, head_dim),
+        _ => (4, bk, head_dim / 2),
+    }
 }
 
-/// Attention of the call's rotated queries `q_rot` over the caches `kv`, into `att`.
-pub(crate) async fn op(b: &OpBuilder<'_>, q_rot: &wgpu::Buffer, att: &wgpu::Buffer, kv: KvBuffers<'_>) -> Result<Op> {
+/// Attention of the call's rotated queries `q_rot` over the caches `kv`, into `att`, within the model's
+/// sliding window when `windowed`.
+pub(crate) async fn op(
+    b: &OpBuilder<'_>,
+    windowed: bool,
+    q_rot: &wgpu::Buffer,
+    att: &wgpu::Buffer,
+    kv: KvBuffers<'_>,
+) -> Result<Op> {
     let entries = vec![
         (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, att.as_entire_binding()),
@@ -43,5 +59,6 @@ pub(crate) async fn op(b: &OpBuilder<'_>, q_rot: &wgpu::Buffer, att: &wgpu::Buff
         (Slot::In2, kv.v.as_entire_binding()),
     ];
     let c = &b.m.model.config;
-    b.op("attn_prefill", Kernel::AttnPrefill(AttnPrefill), AttnPrefill::grid(c.n_heads, c.head_dim), entries).await
+    let kernel = Kernel::AttnPrefill(AttnPrefill { windowed });
+    b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, c.head_dim), entries).await
 }

@@ -6,6 +6,7 @@
 //! outputs are adjacent columns (q/k/v, gate/up) go in one dispatch, as "segments".
 
 use super::attn_decode::PARTIALS;
+use super::glu::Act;
 use super::params::uniform;
 use super::shader::{wgsl, Module};
 use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
@@ -30,11 +31,13 @@ pub(crate) enum OutMode {
     /// Store, and each workgroup's best row for `Argmax { per: rows }` (matvec without bias
     /// only: the output layer in greedy decoding).
     Argmax = 4,
+    /// `gelu(gate) * up` of segment 0 and 1 (matvec only; Gemma).
+    Geglu = 5,
 }
 
 impl OutMode {
-    pub(crate) const ALL: [OutMode; 5] =
-        [OutMode::Store, OutMode::Add, OutMode::Swiglu, OutMode::Partial, OutMode::Argmax];
+    pub(crate) const ALL: [OutMode; 6] =
+        [OutMode::Store, OutMode::Add, OutMode::Swiglu, OutMode::Partial, OutMode::Argmax, OutMode::Geglu];
 
     /// Its constant in the generated header.
     pub(crate) fn wgsl_name(self) -> &'static str {
@@ -44,6 +47,7 @@ impl OutMode {
             OutMode::Swiglu => "OUT_SWIGLU",
             OutMode::Partial => "OUT_PARTIAL",
             OutMode::Argmax => "OUT_ARGMAX",
+            OutMode::Geglu => "OUT_GEGLU",
         }
     }
 }
@@ -199,6 +203,7 @@ impl Matvec {
         m.piece(if bias { BIAS } else { NO_BIAS });
         m.reduce();
         m.piece(if mode == OutMode::Argmax { wgsl!("best_out.wgsl") } else { wgsl!("no_best.wgsl") });
+        m.piece(if mode == OutMode::Geglu { Act::Gelu } else { Act::Silu }.source());
         match input {
             Input::Norm => m.piece(wgsl!("in_norm.wgsl")),
             Input::Plain => m.piece(wgsl!("in_plain.wgsl")),
@@ -374,9 +379,9 @@ pub(crate) async fn ops(
 }
 
 /// The decode feed-forward's gate and up matvecs in one dispatch, their rows paired, storing
-/// `silu(gate) * up` into `h` (`OutMode::Swiglu`). Both matrices must be one chunk each, of one
-/// type, in one arena.
-pub(crate) async fn gate_up_swiglu(
+/// `silu(gate) * up` (`OutMode::Swiglu`) or, for Gemma, `gelu(gate) * up` (`OutMode::Geglu`) into `h`.
+/// Both matrices must be one chunk each, of one type, in one arena.
+pub(crate) async fn gate_up_glu(
     b: &mut OpBuilder<'_>,
     gate: &MatLoc,
     up: &MatLoc,
@@ -397,9 +402,13 @@ pub(crate) async fn gate_up_swiglu(
         (Slot::In1, norm.as_entire_binding()),
     ];
     let rows = matvec_rows(ff);
-    let (input, mode, cols) = (Input::Norm, OutMode::Swiglu, gate.cols as u32);
+    let mode = match Act::of(&b.m.model.config) {
+        Act::Silu => OutMode::Swiglu,
+        Act::Gelu => OutMode::Geglu,
+    };
+    let (input, cols) = (Input::Norm, gate.cols as u32);
     let kernel = Kernel::Matvec(Matvec { ty: gate.ty, input, mode, bias: false, rows, cols });
-    b.op("matvec_gate_up_swiglu", kernel, Matvec::grid(ff, rows), entries).await
+    b.op("matvec_gate_up_glu", kernel, Matvec::grid(ff, rows), entries).await
 }
 
 /// Drop the reduce of a single split matmul (`ops` = [matmul, split_reduce]) whose partials the

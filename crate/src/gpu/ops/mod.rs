@@ -9,13 +9,13 @@ pub(crate) mod argmax;
 pub(crate) mod attn_decode;
 pub(crate) mod attn_prefill;
 pub(crate) mod embed;
+pub(crate) mod glu;
 pub(crate) mod lora;
 pub(crate) mod mat;
 pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod rope_store;
 mod shader;
-pub(crate) mod swiglu;
 
 use std::sync::Arc;
 
@@ -80,8 +80,9 @@ pub(crate) enum Kernel {
     AttnPrefill(attn_prefill::AttnPrefill),
     RmsNorm(norm::RmsNorm),
     AddRmsNorm(norm::AddRmsNorm),
+    NormAdd(norm::NormAdd),
     HeadNorm(norm::HeadNorm),
-    Swiglu(swiglu::Swiglu),
+    Glu(glu::Glu),
     Argmax(argmax::Argmax),
     Lora(lora::Lora),
 }
@@ -101,8 +102,9 @@ impl Kernel {
             Kernel::AttnPrefill(k) => k.source(&mut m),
             Kernel::RmsNorm(k) => k.source(&mut m),
             Kernel::AddRmsNorm(k) => k.source(&mut m),
+            Kernel::NormAdd(k) => k.source(&mut m),
             Kernel::HeadNorm(k) => k.source(&mut m),
-            Kernel::Swiglu(k) => k.source(&mut m),
+            Kernel::Glu(k) => k.source(&mut m),
             Kernel::Argmax(k) => k.source(&mut m),
             Kernel::Lora(k) => k.source(&mut m),
         }
@@ -121,8 +123,9 @@ impl Kernel {
             Kernel::AttnPrefill(_) => attn_prefill::BINDINGS,
             Kernel::RmsNorm(_) => norm::RMSNORM_BINDINGS,
             Kernel::AddRmsNorm(_) => norm::ADD_RMSNORM_BINDINGS,
+            Kernel::NormAdd(_) => norm::NORM_ADD_BINDINGS,
             Kernel::HeadNorm(_) => norm::HEAD_NORM_BINDINGS,
-            Kernel::Swiglu(_) => swiglu::BINDINGS,
+            Kernel::Glu(_) => glu::BINDINGS,
             Kernel::Argmax(_) => argmax::BINDINGS,
             Kernel::Lora(k) => k.bindings(),
         }

@@ -1,7 +1,9 @@
 //! The prefill RMSNorms, one workgroup per token row: `wgsl/rmsnorm.wgsl`, and
 //! `wgsl/add_rmsnorm.wgsl`, which first adds a split matmul's partials to the residual (the
-//! split's reduce folded into the norm). Both after a reduction and `wgsl/row_rms.wgsl`. And
-//! `wgsl/head_norm.wgsl`, Qwen3's norm of each query and key head in the qkv rows (prefill and decode).
+//! split's reduce folded into the norm). Both after a reduction and `wgsl/row_rms.wgsl`, as is
+//! `wgsl/norm_add.wgsl`, Gemma's post-norm of a block's output added to the residual (decode and prefill).
+//! And `wgsl/head_norm.wgsl`, the norm of each query and key head in the qkv rows (Qwen3, Gemma 3; prefill
+//! and decode).
 
 use super::shader::{wgsl, Module};
 use super::{Grid, Kernel, Op, OpBuilder, Slot};
@@ -13,6 +15,8 @@ const ROW_RMS: &str = wgsl!("row_rms.wgsl");
 pub(crate) const RMSNORM_BINDINGS: &[Slot] = &[Slot::Out, Slot::In0, Slot::In1];
 /// Call parameters, normed rows, the residual rows (added to), partials, norm weight.
 pub(crate) const ADD_RMSNORM_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1];
+/// Call parameters, the residual rows (added to), the block's output rows (or partials), norm weight.
+pub(crate) const NORM_ADD_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0, Slot::In1];
 /// Call parameters, the qkv rows (normed in place), the query and key norms' weights.
 pub(crate) const HEAD_NORM_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0];
 
@@ -39,6 +43,21 @@ impl AddRmsNorm {
         m.reduce();
         m.piece(ROW_RMS);
         m.piece(wgsl!("add_rmsnorm.wgsl"));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct NormAdd {
+    /// Partial products to sum per value (1: plain rows).
+    pub splits: u32,
+}
+
+impl NormAdd {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.constant("SPLITS", self.splits);
+        m.reduce();
+        m.piece(ROW_RMS);
+        m.piece(wgsl!("norm_add.wgsl"));
     }
 }
 
@@ -84,6 +103,23 @@ pub(crate) async fn add_rmsnorm(
         (Slot::In1, norm.as_entire_binding()),
     ];
     b.op("add_rmsnorm", Kernel::AddRmsNorm(AddRmsNorm { splits }), Grid::tokens(), entries).await
+}
+
+/// `x` += the RMSNorm of each row of `y` (or of the sum of its `splits` partial products) times `norm`.
+pub(crate) async fn norm_add(
+    b: &OpBuilder<'_>,
+    splits: u32,
+    y: &wgpu::Buffer,
+    norm: &wgpu::Buffer,
+    x: &wgpu::Buffer,
+) -> Result<Op> {
+    let entries = vec![
+        (Slot::Call, b.call.as_entire_binding()),
+        (Slot::Out, x.as_entire_binding()),
+        (Slot::In0, y.as_entire_binding()),
+        (Slot::In1, norm.as_entire_binding()),
+    ];
+    b.op("norm_add", Kernel::NormAdd(NormAdd { splits }), Grid::tokens(), entries).await
 }
 
 /// Each query and key head of the call's rows of `qkv` RMS-normed in place, times `qk_norm` ([q_norm | k_norm]).

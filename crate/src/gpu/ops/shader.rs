@@ -44,17 +44,19 @@ fn dequant_source(ty: GgmlType) -> &'static str {
     }
 }
 
-/// The header every kernel of this model starts with: the model's shape, the op tiles that depend
-/// on it, the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the
-/// `CallParams` uniform's declaration.
+/// The header every kernel of this model starts with: the model's shape (with Gemma 3's sliding
+/// window, 0 without, and embedding scale, 1 elsewhere), the op tiles that depend on it, the binding
+/// slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
+/// declaration.
 pub(crate) fn model_header(c: &Config) -> String {
-    let (bq, bk) = super::attn_prefill::tiles(c.head_dim);
+    let (bq, bk, bd) = super::attn_prefill::tiles(c.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
     let mut h = format!(
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
          const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
          const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
-         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
+         const WINDOW: u32 = {}u;\nconst EMBED_SCALE: f32 = {:e};\n\
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst BD: u32 = {bd}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
         c.d_model,
         c.n_heads,
         c.n_kv_heads,
@@ -66,6 +68,8 @@ pub(crate) fn model_header(c: &Config) -> String {
         c.rope_dims,
         c.rope_neox,
         c.rms_eps,
+        c.sliding_window,
+        c.embedding_scale(),
     );
     for slot in Slot::ALL {
         h += &format!("const {}: u32 = {}u;\n", slot.wgsl_name(), slot as u32);
@@ -101,6 +105,11 @@ impl Module {
     /// `const name: u32 = value;`: a constant of the kernel variant.
     pub(crate) fn constant(&mut self, name: &str, value: u32) {
         self.text.push_str(&format!("const {name}: u32 = {value}u;\n"));
+    }
+
+    /// `const name: bool = value;`: a switch of the kernel variant.
+    pub(crate) fn flag(&mut self, name: &str, value: bool) {
+        self.text.push_str(&format!("const {name}: bool = {value};\n"));
     }
 
     /// The WGSL declaration of a parameter struct.

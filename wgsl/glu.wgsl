@@ -1,7 +1,7 @@
-// Needs: the header (BIND_*, CallParams, FFN), the variant's SPLITS.
-// SwiGLU of the prefill feed-forward: h = silu(gate) * up, from rows [gate (FFN) | up (FFN)], or
-// from the SPLITS partial products of a split gate/up matmul ([split][token][2 FFN], summed here:
-// the split's reduce step folded in).
+// Needs: the header (BIND_*, CallParams, FFN), glu_silu.wgsl or glu_gelu.wgsl (glu), the variant's SPLITS.
+// The gated activation of the prefill feed-forward (SwiGLU, or Gemma's GeGLU): h = glu(gate, up), from rows
+// [gate (FFN) | up (FFN)], or from the SPLITS partial products of a split gate/up matmul ([split][token][2 FFN],
+// summed here: the split's reduce step folded in).
 
 @group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> h: array<f32>;
@@ -21,5 +21,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         g += gu[b];
         u += gu[b + FFN];
     }
-    h[t * FFN + r] = g / (1.0 + exp(-g)) * u;
+    h[t * FFN + r] = glu(g, u);
 }
