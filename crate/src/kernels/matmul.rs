@@ -223,16 +223,14 @@ mod timing {
     #[test]
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
-        for (ty, rows, cols, n) in
-        [
+        for (ty, rows, cols, n) in [
             (GgmlType::Q4_1, 1536, 576, 64),
             (GgmlType::Q4_1, 1536, 576, 1),
             (GgmlType::Q8_0, 49152, 576, 1),
             (GgmlType::Q4_K, 2048, 2048, 64),
             (GgmlType::Q6_K, 2048, 2048, 64),
             (GgmlType::Q5_K, 2048, 2048, 64),
-        ]
-        {
+        ] {
             let x: Vec<f32> =
                 (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];

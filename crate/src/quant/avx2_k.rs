@@ -544,13 +544,7 @@ macro_rules! k_row_kernels {
 }
 
 k_row_kernels!("avx2,fma,f16c", madd_add, q4k_rows, q5k_rows, q6k_rows);
-k_row_kernels!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
-    madd_add_vnni,
-    q4k_rows_vnni,
-    q5k_rows_vnni,
-    q6k_rows_vnni
-);
+k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, q4k_rows_vnni, q5k_rows_vnni, q6k_rows_vnni);
 
 #[cfg(test)]
 mod tests {
@@ -583,9 +577,8 @@ mod tests {
                 for $blk in w.iter_mut().skip(row_blocks) {
                     $randomize;
                 }
-                let want: Vec<[u32; 3]> = (w.chunks_exact(row_blocks))
-                    .map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits()))
-                    .collect();
+                let want: Vec<[u32; 3]> =
+                    (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits())).collect();
                 let (mut one, mut three) = (vec![[0f32; 1]; rows], vec![[0f32; 3]; rows]);
                 let bits = |o: &[[f32; 3]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
                 // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.

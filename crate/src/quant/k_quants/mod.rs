@@ -19,9 +19,9 @@ pub use q4_k::BlockQ4K;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 
+pub(crate) use super::act::QK_K;
 use super::act::{signed_max, BlockQ8K};
 use super::GgmlType;
-pub(crate) use super::act::QK_K;
 
 /// Below this max |x| a group counts as all zero (ggml's `GROUP_MAX_EPS`).
 const GROUP_MAX_EPS: f32 = 1e-15;

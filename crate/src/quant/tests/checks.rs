@@ -134,7 +134,12 @@ fn check_row_kernels(
             if rows_equal_vec_dot(ty) {
                 let wr = &w[r * ty.row_bytes(cols)..(r + 1) * ty.row_bytes(cols)];
                 let fast = vec_dot(ty, wr, acts.row(t));
-                assert_eq!(out[r][0].to_bits(), fast.to_bits(), "{at}, [{r}, {t}]: dot_rows {} != vec_dot {fast}", out[r][0]);
+                assert_eq!(
+                    out[r][0].to_bits(),
+                    fast.to_bits(),
+                    "{at}, [{r}, {t}]: dot_rows {} != vec_dot {fast}",
+                    out[r][0]
+                );
             }
             one_by_one[r][t] = out[r][0];
         }
