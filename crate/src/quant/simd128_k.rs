@@ -213,8 +213,8 @@ fn k4_rows<X, const A: usize>(
             let mins_hi = i16x8(m(4), m(4), m(5), m(5), m(6), m(6), m(7), m(7));
             let q = quants(x);
             let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
-            for k in 0..A {
-                let y = &a[k][i];
+            for (sumf, a) in sumf.iter_mut().zip(&a) {
+                let y = &a[i];
                 let summs = bsums_dot(y, mins_lo, mins_hi);
                 let mut isum = i32x4_splat(0);
                 for (j, q) in q.iter().enumerate() {
@@ -224,7 +224,7 @@ fn k4_rows<X, const A: usize>(
                     isum = add_scaled(isum, lo, sm[2 * j] as i16);
                     isum = add_scaled(isum, hi, sm[2 * j + 1] as i16);
                 }
-                sumf[k] += y.d * d * hsum_i32(isum) as f32 - y.d * dmin * summs as f32;
+                *sumf += y.d * d * hsum_i32(isum) as f32 - y.d * dmin * summs as f32;
             }
         }
         *out = sumf;
@@ -290,8 +290,8 @@ pub(crate) fn q6k_rows<const A: usize>(w: &[BlockQ6K], row_blocks: usize, a: [&[
                 })
             });
             let d = f16_to_f32(x.d);
-            for k in 0..A {
-                let y = &a[k][i];
+            for (sumf, a) in sumf.iter_mut().zip(&a) {
+                let y = &a[i];
                 let mut isum = i32x4_splat(0);
                 for (j, q) in q.iter().enumerate() {
                     for (h, q) in q.iter().enumerate() {
@@ -301,7 +301,7 @@ pub(crate) fn q6k_rows<const A: usize>(w: &[BlockQ6K], row_blocks: usize, a: [&[
                         }
                     }
                 }
-                sumf[k] += d * y.d * hsum_i32(isum) as f32;
+                *sumf += d * y.d * hsum_i32(isum) as f32;
             }
         }
         *out = sumf;
