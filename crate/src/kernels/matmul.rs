@@ -133,9 +133,9 @@ mod tests {
 
     #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
-        // The legacy types have row kernels, F16 converts each row once; Q4_K and the IQ4s go dot by dot. Odd and
+        // The legacy types and Q4_K/Q6_K have row kernels, F16 converts each row once; IQ4_XS goes dot by dot. Odd and
         // even block counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
-        let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16];
+        let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16];
         for ty in types.into_iter().chain([GgmlType::IQ4_NL, GgmlType::IQ4_XS]) {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
@@ -223,9 +223,14 @@ mod timing {
     #[test]
     #[ignore = "timing, not a check"]
     fn matmul_timing() {
-        for (ty, rows, cols, n) in
-            [(GgmlType::Q4_1, 1536, 576, 64), (GgmlType::Q4_1, 1536, 576, 1), (GgmlType::Q8_0, 49152, 576, 1)]
-        {
+        for (ty, rows, cols, n) in [
+            (GgmlType::Q4_1, 1536, 576, 64),
+            (GgmlType::Q4_1, 1536, 576, 1),
+            (GgmlType::Q8_0, 49152, 576, 1),
+            (GgmlType::Q4_K, 2048, 2048, 64),
+            (GgmlType::Q6_K, 2048, 2048, 64),
+            (GgmlType::Q5_K, 2048, 2048, 64),
+        ] {
             let x: Vec<f32> =
                 (0..rows.max(n) * cols).map(|i| ((i as u64 * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];

@@ -351,3 +351,266 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     }
     hsum_float_8(acc)
 }
+
+/// `acc + madd(a, b)`: i16 pairs multiplied and summed into the i32 lanes of `acc`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+/// [`madd_add`] in one AVX512-VNNI instruction (`vpdpwssd`, not saturating): the same i32 sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpwssd_epi32(acc, a, b)
+}
+
+/// The lane sum of 4 f32s, as [`vec_dot_q4k`] ends its mins.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_float_4(x: __m128) -> f32 {
+    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
+}
+
+/// Checks the row kernels' arguments: `w` is `out.len()` rows of `row_blocks` blocks, and every activation
+/// row has at least `row_blocks` blocks.
+#[inline]
+fn check_k_rows<T, const A: usize>(w: &[T], row_blocks: usize, a: &[&[BlockQ8K]; A], rows: usize) {
+    assert!(row_blocks > 0 && w.len() == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+}
+
+/// The K-quants' row kernels, stamped out for AVX2 and for AVX512-VNNI (`$madd_add` scales and adds the
+/// i16 products). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
+/// rows, into `out[row][j]`, unpacking each weight block (quants and sub-block scales) once for the `A`
+/// rows. Per output they compute the same exact integer sums and then the same float operations, in the
+/// same order, as the type's `vec_dot` kernel above: results equal `vec_dot`'s bit for bit, whatever `A`.
+macro_rules! k_row_kernels {
+    ($features:literal, $madd_add:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
+        /// Q4_K rows · `A` activation rows (see [`k_row_kernels!`]).
+        #[target_feature(enable = $features)]
+        pub(crate) fn $q4k<const A: usize>(
+            w: &[BlockQ4K],
+            row_blocks: usize,
+            a: [&[BlockQ8K]; A],
+            out: &mut [[f32; A]],
+        ) {
+            check_k_rows(w, row_blocks, &a, out.len());
+            let m4 = _mm256_set1_epi8(0xF);
+            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+                let mut acc = [_mm256_setzero_ps(); A];
+                let mut acc_m = [_mm_setzero_ps(); A];
+                for (i, x) in w.iter().enumerate() {
+                    let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
+                    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
+                    let sc128 = _mm256_castsi256_si128(mins_and_scales);
+                    let scales = _mm256_set_m128i(sc128, sc128);
+                    let mins16 = _mm256_extracti128_si256::<1>(mins_and_scales);
+                    let mut sumi = [_mm256_setzero_si256(); A];
+                    for j in 0..QK_K / 64 {
+                        let [scale_l, scale_h] = scale_pair_k4(scales, j);
+                        let q4bits = load256(&x.qs[32 * j..]);
+                        let q4l = _mm256_and_si256(q4bits, m4);
+                        let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+                        for k in 0..A {
+                            let q8l = load256(&y[k].qs[64 * j..]);
+                            sumi[k] = $madd_add(sumi[k], scale_l, _mm256_maddubs_epi16(q4l, q8l));
+                            let q8h = load256(&y[k].qs[64 * j + 32..]);
+                            sumi[k] = $madd_add(sumi[k], scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                        }
+                    }
+                    let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
+                    for k in 0..A {
+                        let q8sums = load256(&y[k].bsums);
+                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+                        let mins = _mm_madd_epi16(mins16, q8s);
+                        let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
+                        acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m[k]);
+                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                    }
+                }
+                *out = std::array::from_fn(|k| hsum_float_8(acc[k]) + hsum_float_4(acc_m[k]));
+            }
+        }
+
+        /// Q5_K rows · `A` activation rows (see [`k_row_kernels!`]).
+        #[target_feature(enable = $features)]
+        pub(crate) fn $q5k<const A: usize>(
+            w: &[BlockQ5K],
+            row_blocks: usize,
+            a: [&[BlockQ8K]; A],
+            out: &mut [[f32; A]],
+        ) {
+            check_k_rows(w, row_blocks, &a, out.len());
+            let m4 = _mm256_set1_epi8(0xF);
+            let m16 = _mm256_set1_epi8(16);
+            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+                let mut acc = [_mm256_setzero_ps(); A];
+                let mut summs = [0f32; A];
+                for (i, x) in w.iter().enumerate() {
+                    let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
+                    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
+                    let sc128 = _mm256_castsi256_si128(mins_and_scales);
+                    let scales = _mm256_set_m128i(sc128, sc128);
+                    let mins16 = _mm256_extracti128_si256::<1>(mins_and_scales);
+                    let hbits = load256(&x.qh);
+                    let mut sumi = [_mm256_setzero_si256(); A];
+                    for j in 0..QK_K / 64 {
+                        let [scale_0, scale_1] = scale_pair_k4(scales, j);
+                        let q5bits = load256(&x.qs[32 * j..]);
+                        // Low nibble plus 16 where the sub-block's high bit (bit 2j, then 2j + 1) is set.
+                        let h0 = _mm256_and_si256(sll16(srl16(hbits, 2 * j as i32), 4), m16);
+                        let h1 = _mm256_and_si256(sll16(srl16(hbits, 2 * j as i32 + 1), 4), m16);
+                        let q5_0 = _mm256_or_si256(_mm256_and_si256(q5bits, m4), h0);
+                        let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4), h1);
+                        for k in 0..A {
+                            let q8_0 = load256(&y[k].qs[64 * j..]);
+                            sumi[k] = $madd_add(sumi[k], scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+                            let q8_1 = load256(&y[k].qs[64 * j + 32..]);
+                            sumi[k] = $madd_add(sumi[k], scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+                        }
+                    }
+                    let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
+                    for k in 0..A {
+                        let q8sums = load256(&y[k].bsums);
+                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+                        let mins = _mm_madd_epi16(mins16, q8s);
+                        let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b01_00_11_10>(mins));
+                        let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b10_11_00_01>(mins));
+                        let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
+                        summs[k] = dmin.mul_add(_mm_cvtsi128_si32(mins) as f32, summs[k]);
+                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                    }
+                }
+                *out = std::array::from_fn(|k| hsum_float_8(acc[k]) + summs[k]);
+            }
+        }
+
+        /// Q6_K rows · `A` activation rows (see [`k_row_kernels!`]).
+        #[target_feature(enable = $features)]
+        pub(crate) fn $q6k<const A: usize>(
+            w: &[BlockQ6K],
+            row_blocks: usize,
+            a: [&[BlockQ8K]; A],
+            out: &mut [[f32; A]],
+        ) {
+            check_k_rows(w, row_blocks, &a, out.len());
+            let m3 = _mm256_set1_epi8(3);
+            let m15 = _mm256_set1_epi8(15);
+            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+                let mut acc = [_mm256_setzero_ps(); A];
+                for (i, x) in w.iter().enumerate() {
+                    let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
+                    let scales = load128(&x.scales);
+                    let mut sumi = [_mm256_setzero_si256(); A];
+                    for j in 0..QK_K / 128 {
+                        let q4bits1 = load256(&x.ql[64 * j..]);
+                        let q4bits2 = load256(&x.ql[64 * j + 32..]);
+                        let q4bits_h = load256(&x.qh[32 * j..]);
+                        let q4h_0 = _mm256_slli_epi16::<4>(_mm256_and_si256(q4bits_h, m3));
+                        let q4h_1 = _mm256_slli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(12)));
+                        let q4h_2 = _mm256_and_si256(q4bits_h, _mm256_set1_epi8(48));
+                        let q4h_3 = _mm256_srli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(-64)));
+                        let q4 = [
+                            _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0),
+                            _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3),
+                        ];
+                        for (l, q4) in q4.into_iter().enumerate() {
+                            let scale = _mm_shuffle_epi8(scales, load128(&SHUFFLE_Q6K[16 * (4 * j + l)..]));
+                            let scale = _mm256_cvtepi8_epi16(scale);
+                            for k in 0..A {
+                                let q8 = load256(&y[k].qs[128 * j + 32 * l..]);
+                                sumi[k] = $madd_add(sumi[k], scale, _mm256_maddubs_epi16(q4, q8));
+                            }
+                        }
+                    }
+                    // The quants are stored as q + 32: take the 32 off as 32 * Σ scale * bsum.
+                    let scales_16 = _mm256_cvtepi8_epi16(scales);
+                    let xd = f16_to_f32(x.d);
+                    for k in 0..A {
+                        let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(load256(&y[k].bsums), scales_16));
+                        let sumi = _mm256_sub_epi32(sumi[k], q8sclsub);
+                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y[k].d * xd), _mm256_cvtepi32_ps(sumi), acc[k]);
+                    }
+                }
+                *out = std::array::from_fn(|k| hsum_float_8(acc[k]));
+            }
+        }
+    };
+}
+
+k_row_kernels!("avx2,fma,f16c", madd_add, q4k_rows, q5k_rows, q6k_rows);
+k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, q4k_rows_vnni, q5k_rows_vnni, q6k_rows_vnni);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{ActKind, Activations, QuantBlock};
+    use crate::test_support::Rng;
+
+    /// Both stampings of each row kernel against `vec_dot`, bit for bit, with 1 and 3 activation rows, on
+    /// quantized rows whose quant and scale bytes are then made random (every value the kernels can meet).
+    /// `quant::tests` checks the stamping `dot_rows` runs; this one also reaches the other.
+    #[test]
+    fn row_kernels_equal_vec_dot() {
+        if !crate::quant::has_avx2() {
+            return; // nothing to run on this CPU
+        }
+        let vnni = crate::quant::avx2::has_vnni();
+        let mut rng = Rng::new(5);
+        let (rows, row_blocks) = (3, 5);
+        let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
+        let x = values(rows * row_blocks * QK_K);
+        let mut acts = Activations::new();
+        acts.quantize(ActKind::Q8K, &values(3 * row_blocks * QK_K), 3);
+        let a: [&[BlockQ8K]; 3] = std::array::from_fn(|t| acts.row(t).blocks());
+        let mut rng = Rng::new(6);
+        macro_rules! check {
+            ($B:ty, $plain:ident, $vnni:ident, |$blk:ident| $randomize:expr) => {{
+                let mut stored = vec![0u8; rows * row_blocks * std::mem::size_of::<$B>()];
+                let w = crate::quant::as_blocks_mut::<$B>(&mut stored);
+                <$B>::quantize(&x, w);
+                for $blk in w.iter_mut().skip(row_blocks) {
+                    $randomize;
+                }
+                let want: Vec<[u32; 3]> =
+                    (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits())).collect();
+                let (mut one, mut three) = (vec![[0f32; 1]; rows], vec![[0f32; 3]; rows]);
+                let bits = |o: &[[f32; 3]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
+                // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
+                unsafe {
+                    let w = &*w;
+                    $plain(w, row_blocks, a, &mut three);
+                    assert_eq!(bits(&three), want, "{}", stringify!($plain));
+                    for t in 0..3 {
+                        $plain(w, row_blocks, [a[t]], &mut one);
+                        assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($plain));
+                    }
+                    if vnni {
+                        $vnni(w, row_blocks, a, &mut three);
+                        assert_eq!(bits(&three), want, "{}", stringify!($vnni));
+                    }
+                }
+            }};
+        }
+        check!(BlockQ4K, q4k_rows, q4k_rows_vnni, |b| {
+            rng.fill(&mut b.scales);
+            rng.fill(&mut b.qs)
+        });
+        check!(BlockQ5K, q5k_rows, q5k_rows_vnni, |b| {
+            rng.fill(&mut b.scales);
+            rng.fill(&mut b.qh);
+            rng.fill(&mut b.qs)
+        });
+        check!(BlockQ6K, q6k_rows, q6k_rows_vnni, |b| {
+            rng.fill(&mut b.ql);
+            rng.fill(&mut b.qh);
+            let r = [rng.next_u64(), rng.next_u64()];
+            b.scales = std::array::from_fn(|i| (r[i / 8] >> (8 * (i % 8))) as u8 as i8)
+        });
+    }
+}

@@ -343,6 +343,9 @@ pub fn dot_rows<const A: usize>(
         GgmlType::Q5_1 => legacy_rows::<BlockQ5_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q8_0 => legacy_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::IQ4_NL => legacy_rows::<BlockIQ4NL, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            k_quants::dot_rows(ty, w, row_blocks, a_rows.map(|r| acts.row(r).blocks()), out)
+        }
         _ => false,
     }
 }

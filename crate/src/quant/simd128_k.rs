@@ -180,3 +180,130 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     }
     sumf
 }
+
+/// Checks the row kernels' arguments: `w` is `rows` rows of `row_blocks` blocks, and every activation row
+/// has at least `row_blocks` blocks.
+#[inline]
+fn check_k_rows<T, const A: usize>(w: &[T], row_blocks: usize, a: &[&[BlockQ8K]; A], rows: usize) {
+    assert!(row_blocks > 0 && w.len() == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+}
+
+/// The Q4_K/Q5_K row kernel once a block's 256 quants are unpacked (`quants(x)`: four vectors per pair of
+/// sub-blocks, as [`k4_block`] takes them): every weight row of `w` (rows of `row_blocks` blocks) · `A`
+/// activation rows, into `out[row][j]`, each block unpacked once for the `A` rows. Per output the same
+/// integer sums and float operations as `vec_dot`, so the results equal its bits, whatever `A`.
+#[inline]
+fn k4_rows<X, const A: usize>(
+    w: &[X],
+    row_blocks: usize,
+    a: [&[BlockQ8K]; A],
+    out: &mut [[f32; A]],
+    fields: impl Fn(&X) -> (&[u8; 12], [u8; 2], [u8; 2]),
+    quants: impl Fn(&X) -> [[v128; 4]; QK_K / 64],
+) {
+    check_k_rows(w, row_blocks, &a, out.len());
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut sumf = [0f32; A];
+        for (i, x) in w.iter().enumerate() {
+            let (scales, d, dmin) = fields(x);
+            let sm = scales_mins_k4(scales);
+            let m = |j: usize| sm[8 + j] as i16;
+            let mins_lo = i16x8(m(0), m(0), m(1), m(1), m(2), m(2), m(3), m(3));
+            let mins_hi = i16x8(m(4), m(4), m(5), m(5), m(6), m(6), m(7), m(7));
+            let q = quants(x);
+            let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+            for (sumf, a) in sumf.iter_mut().zip(&a) {
+                let y = &a[i];
+                let summs = bsums_dot(y, mins_lo, mins_hi);
+                let mut isum = i32x4_splat(0);
+                for (j, q) in q.iter().enumerate() {
+                    let q8 = &y.qs[64 * j..];
+                    let lo = i16x8_add(mul16(q[0], load(q8)), mul16(q[1], load(&q8[16..])));
+                    let hi = i16x8_add(mul16(q[2], load(&q8[32..])), mul16(q[3], load(&q8[48..])));
+                    isum = add_scaled(isum, lo, sm[2 * j] as i16);
+                    isum = add_scaled(isum, hi, sm[2 * j + 1] as i16);
+                }
+                *sumf += y.d * d * hsum_i32(isum) as f32 - y.d * dmin * summs as f32;
+            }
+        }
+        *out = sumf;
+    }
+}
+
+/// Q4_K rows · `A` activation rows (see [`k4_rows`]).
+pub(crate) fn q4k_rows<const A: usize>(w: &[BlockQ4K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
+    let m4 = black_box(u8x16_splat(0xF));
+    let quants = |x: &BlockQ4K| {
+        std::array::from_fn(|j| {
+            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
+            [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
+        })
+    };
+    k4_rows(w, row_blocks, a, out, |x| (&x.scales, x.d, x.dmin), quants);
+}
+
+/// Q5_K rows · `A` activation rows (see [`k4_rows`]).
+pub(crate) fn q5k_rows<const A: usize>(w: &[BlockQ5K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
+    let [m4, m16] = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
+    let quants = |x: &BlockQ5K| {
+        let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
+        // 16 where bit `bit` of the high-bit bytes is set.
+        let high = |h: usize, bit: usize| {
+            let m = u8x16_splat(1 << bit);
+            v128_and(i8x16_eq(v128_and(qh[h], m), m), m16)
+        };
+        std::array::from_fn(|j| {
+            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
+            [
+                v128_or(v128_and(b0, m4), high(0, 2 * j)),
+                v128_or(v128_and(b1, m4), high(1, 2 * j)),
+                v128_or(u8x16_shr(b0, 4), high(0, 2 * j + 1)),
+                v128_or(u8x16_shr(b1, 4), high(1, 2 * j + 1)),
+            ]
+        })
+    };
+    k4_rows(w, row_blocks, a, out, |x| (&x.scales, x.d, x.dmin), quants);
+}
+
+/// Q6_K rows · `A` activation rows: each block's quants (as `q - 32`) unpacked once for the `A` rows, then
+/// per output `vec_dot_q6k`'s integer sums and float operations, so the results equal its bits, whatever `A`.
+pub(crate) fn q6k_rows<const A: usize>(w: &[BlockQ6K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
+    let [m4, m30, m32] = black_box([u8x16_splat(0xF), u8x16_splat(0x30), i8x16_splat(32)]);
+    check_k_rows(w, row_blocks, &a, out.len());
+    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
+        let mut sumf = [0f32; A];
+        for (i, x) in w.iter().enumerate() {
+            // q[j][h][k]: elements 128j + 32k + 16h + (0..16), as q - 32.
+            let q: [[[v128; 4]; 2]; QK_K / 128] = std::array::from_fn(|j| {
+                std::array::from_fn(|h| {
+                    let l0 = load(&x.ql[64 * j + 16 * h..]);
+                    let l1 = load(&x.ql[64 * j + 32 + 16 * h..]);
+                    let qh = load(&x.qh[32 * j + 16 * h..]);
+                    [
+                        v128_or(v128_and(l0, m4), v128_and(i8x16_shl(qh, 4), m30)),
+                        v128_or(v128_and(l1, m4), v128_and(i8x16_shl(qh, 2), m30)),
+                        v128_or(u8x16_shr(l0, 4), v128_and(qh, m30)),
+                        v128_or(u8x16_shr(l1, 4), v128_and(u8x16_shr(qh, 2), m30)),
+                    ]
+                    .map(|q| i8x16_sub(q, m32))
+                })
+            });
+            let d = f16_to_f32(x.d);
+            for (sumf, a) in sumf.iter_mut().zip(&a) {
+                let y = &a[i];
+                let mut isum = i32x4_splat(0);
+                for (j, q) in q.iter().enumerate() {
+                    for (h, q) in q.iter().enumerate() {
+                        for (l, &q) in q.iter().enumerate() {
+                            let q8 = load(&y.qs[128 * j + 32 * l + 16 * h..]);
+                            isum = add_scaled(isum, mul16(q, q8), x.scales[8 * j + 2 * l + h] as i16);
+                        }
+                    }
+                }
+                *sumf += d * y.d * hsum_i32(isum) as f32;
+            }
+        }
+        *out = sumf;
+    }
+}

@@ -19,8 +19,9 @@ pub use q4_k::BlockQ4K;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 
-use super::act::signed_max;
 pub(crate) use super::act::QK_K;
+use super::act::{signed_max, BlockQ8K};
+use super::GgmlType;
 
 /// Below this max |x| a group counts as all zero (ggml's `GROUP_MAX_EPS`).
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -35,6 +36,53 @@ macro_rules! simd_vec_dot {
     }};
 }
 pub(crate) use simd_vec_dot;
+
+/// [`super::dot_rows`] for Q4_K, Q5_K and Q6_K (`ty`, rows of `row_blocks` blocks in `w`) with Q8_K rows `a`:
+/// this machine's row kernel, or `false`, with `out` untouched, where there is none.
+#[allow(unused_variables)] // on targets without row kernels
+pub(crate) fn dot_rows<const A: usize>(
+    ty: GgmlType,
+    w: &[u8],
+    row_blocks: usize,
+    a: [&[BlockQ8K]; A],
+    out: &mut [[f32; A]],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        use super::as_blocks;
+        use super::avx2_k::*;
+        let vnni = super::avx2::has_vnni();
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
+        unsafe {
+            match (ty, vnni) {
+                (GgmlType::Q4_K, false) => q4k_rows(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q4_K, true) => q4k_rows_vnni(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q5_K, false) => q5k_rows(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q5_K, true) => q5k_rows_vnni(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q6_K, false) => q6k_rows(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q6_K, true) => q6k_rows_vnni(as_blocks(w), row_blocks, a, out),
+                _ => return false,
+            }
+        }
+        return true;
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        use super::as_blocks;
+        use super::simd128_k::*;
+        match ty {
+            GgmlType::Q4_K => q4k_rows(as_blocks(w), row_blocks, a, out),
+            GgmlType::Q5_K => q5k_rows(as_blocks(w), row_blocks, a, out),
+            GgmlType::Q6_K => q6k_rows(as_blocks(w), row_blocks, a, out),
+            _ => return false,
+        }
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        false
+    }
+}
 
 /// ggml's `nearest_int`: round half to even through the mantissa of `x + 1.5 * 2^23`.
 /// Exact for |x| <= 2^22; like ggml's release builds it returns garbage (but does not fail) beyond.

@@ -99,7 +99,13 @@ fn has_row_kernel(ty: GgmlType) -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     let simd = cfg!(any(target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")));
     let legacy = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0);
-    simd && (legacy || ty == GgmlType::IQ4_NL)
+    let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+    simd && (legacy || ty == GgmlType::IQ4_NL || (k_quant && !cfg!(target_arch = "aarch64")))
+}
+
+/// Whether `dot_rows` for `ty` gives `vec_dot`'s bits (the K-quants' row kernels do `vec_dot`'s operations).
+fn rows_equal_vec_dot(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// The row kernels of `dot_rows`, for one activation row at a time and four at a time from every first
@@ -125,6 +131,16 @@ fn check_row_kernels(
         for r in 0..rows {
             let (got, want) = (out[r][0] as f64, references[r][t]);
             assert!((got - want).abs() <= limits[r][t], "{at}, [{r}, {t}]: dot_rows {got} != vec_dot_ref {want}");
+            if rows_equal_vec_dot(ty) {
+                let wr = &w[r * ty.row_bytes(cols)..(r + 1) * ty.row_bytes(cols)];
+                let fast = vec_dot(ty, wr, acts.row(t));
+                assert_eq!(
+                    out[r][0].to_bits(),
+                    fast.to_bits(),
+                    "{at}, [{r}, {t}]: dot_rows {} != vec_dot {fast}",
+                    out[r][0]
+                );
+            }
             one_by_one[r][t] = out[r][0];
         }
     }
