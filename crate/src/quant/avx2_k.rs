@@ -119,19 +119,32 @@ fn sum4(p: [__m256i; 4]) -> __m256i {
     _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]))
 }
 
-/// A Q4_K/Q5_K block's 8 sub-block scales as i16 (in both 128-bit lanes), and its 8 mins times the Q8
-/// sums of their 32 values, summed in pairs (4 i32).
+/// A Q4_K/Q5_K block's 8 sub-block scales as i16 (in both 128-bit lanes), and its 8 mins as i16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_mins_i16_k4(scales: &[u8; 12]) -> (__m256i, __m128i) {
+    // 8 scales then 8 mins, widened to i16.
+    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(scales)));
+    let sc128 = _mm256_castsi256_si128(mins_and_scales);
+    (_mm256_set_m128i(sc128, sc128), _mm256_extracti128_si256::<1>(mins_and_scales))
+}
+
+/// The 8 mins (i16, from [`scales_mins_i16_k4`]) times the Q8 sums of their 32 values, summed in pairs (4 i32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mins_dot_k4(mins16: __m128i, bsums: &[i16; QK_K / 16]) -> __m128i {
+    // Pairs of 16-value bsums make the sums of each 32.
+    let q8sums = load256(bsums);
+    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+    _mm_madd_epi16(mins16, q8s)
+}
+
+/// [`scales_mins_i16_k4`]'s scales, and [`mins_dot_k4`] against `bsums`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scales_and_mins_k4(scales: &[u8; 12], bsums: &[i16; QK_K / 16]) -> (__m256i, __m128i) {
-    // 8 scales then 8 mins, widened to i16.
-    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(scales)));
-    // Mins against the Q8 sums of each 32 (pairs of 16-value bsums).
-    let q8sums = load256(bsums);
-    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
-    let mins = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
-    let sc128 = _mm256_castsi256_si128(mins_and_scales);
-    (_mm256_set_m128i(sc128, sc128), mins)
+    let (scales, mins16) = scales_mins_i16_k4(scales);
+    (scales, mins_dot_k4(mins16, bsums))
 }
 
 /// The i16 scales of the `j`-th 64 values of a Q4_K/Q5_K block (its two sub-blocks of 32), from the
@@ -404,10 +417,7 @@ macro_rules! k_row_kernels {
                 let mut acc_m = [_mm_setzero_ps(); A];
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
-                    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
-                    let sc128 = _mm256_castsi256_si128(mins_and_scales);
-                    let scales = _mm256_set_m128i(sc128, sc128);
-                    let mins16 = _mm256_extracti128_si256::<1>(mins_and_scales);
+                    let (scales, mins16) = scales_mins_i16_k4(&x.scales);
                     let mut sumi = [_mm256_setzero_si256(); A];
                     for j in 0..QK_K / 64 {
                         let [scale_l, scale_h] = scale_pair_k4(scales, j);
@@ -423,9 +433,7 @@ macro_rules! k_row_kernels {
                     }
                     let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
                     for k in 0..A {
-                        let q8sums = load256(&y[k].bsums);
-                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
-                        let mins = _mm_madd_epi16(mins16, q8s);
+                        let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
                         acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m[k]);
                         acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
@@ -451,10 +459,7 @@ macro_rules! k_row_kernels {
                 let mut summs = [0f32; A];
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
-                    let mins_and_scales = _mm256_cvtepu8_epi16(load128(&scales_mins_k4(&x.scales)));
-                    let sc128 = _mm256_castsi256_si128(mins_and_scales);
-                    let scales = _mm256_set_m128i(sc128, sc128);
-                    let mins16 = _mm256_extracti128_si256::<1>(mins_and_scales);
+                    let (scales, mins16) = scales_mins_i16_k4(&x.scales);
                     let hbits = load256(&x.qh);
                     let mut sumi = [_mm256_setzero_si256(); A];
                     for j in 0..QK_K / 64 {
@@ -474,9 +479,7 @@ macro_rules! k_row_kernels {
                     }
                     let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
                     for k in 0..A {
-                        let q8sums = load256(&y[k].bsums);
-                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
-                        let mins = _mm_madd_epi16(mins16, q8s);
+                        let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b01_00_11_10>(mins));
                         let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b10_11_00_01>(mins));
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
