@@ -8,6 +8,7 @@
 use core::arch::x86_64::*;
 
 use super::act::{BlockQ8K, QK_K};
+use super::check_k_rows;
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 /// f16 to f32 with the F16C instruction (as ggml's `GGML_CPU_FP16_TO_FP32` on x86).
@@ -385,14 +386,6 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 fn hsum_float_4(x: __m128) -> f32 {
     let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
-}
-
-/// Checks the row kernels' arguments: `w` is `out.len()` rows of `row_blocks` blocks, and every activation
-/// row has at least `row_blocks` blocks.
-#[inline]
-fn check_k_rows<T, const A: usize>(w: &[T], row_blocks: usize, a: &[&[BlockQ8K]; A], rows: usize) {
-    assert!(row_blocks > 0 && w.len() == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
 }
 
 /// The K-quants' row kernels, stamped out for AVX2 and for AVX512-VNNI (`$madd_add` scales and adds the

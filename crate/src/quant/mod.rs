@@ -414,6 +414,15 @@ fn check_rows<T, const A: usize>(w: usize, row_blocks: usize, a: &[&[T]; A], a_s
     );
 }
 
+/// [`check_rows`] for the K-quants' row kernels (Q8_K activations carry their scales in the blocks): `w` is `rows`
+/// rows of `row_blocks` blocks, and every activation row has at least `row_blocks` blocks.
+#[allow(dead_code)] // on targets without K-quant row kernels
+#[inline]
+fn check_k_rows<T, const A: usize>(w: &[T], row_blocks: usize, a: &[&[BlockQ8K]; A], rows: usize) {
+    assert!(row_blocks > 0 && w.len() == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
+    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+}
+
 /// Calls `block(i, i % 2)` for `i` in `0..n`, two at a time so that the parity is a constant: the row
 /// kernels keep an accumulator per parity, so one block's FMA does not wait for the previous one's.
 #[allow(dead_code)] // on targets without row kernels

@@ -11,6 +11,7 @@ use core::arch::wasm32::*;
 use std::hint::black_box;
 
 use super::act::{f16_to_f32, BlockQ8K, QK_K};
+use super::check_k_rows;
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 #[inline]
@@ -179,14 +180,6 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
         sumf += f16_to_f32(x.d) * y.d * hsum_i32(isum) as f32;
     }
     sumf
-}
-
-/// Checks the row kernels' arguments: `w` is `rows` rows of `row_blocks` blocks, and every activation row
-/// has at least `row_blocks` blocks.
-#[inline]
-fn check_k_rows<T, const A: usize>(w: &[T], row_blocks: usize, a: &[&[BlockQ8K]; A], rows: usize) {
-    assert!(row_blocks > 0 && w.len() == rows * row_blocks, "weights must be {rows} rows of {row_blocks} blocks");
-    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
 }
 
 /// The Q4_K/Q5_K row kernel once a block's 256 quants are unpacked (`quants(x)`: four vectors per pair of
