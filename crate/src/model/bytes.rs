@@ -192,7 +192,8 @@ impl ModelBytesBuilder {
         if head.len() < self.next_header_try && more_may_come {
             return Ok(());
         }
-        let gguf = match Gguf::parse_head(head, usize::MAX) {
+        // Tensors are checked against the stated size, so no piece is reserved past the end of the file.
+        let gguf = match Gguf::parse_head(head, self.total.unwrap_or(usize::MAX)) {
             Ok(g) => g,
             // Not all of the header yet; or a malformed one, which `ModelBytes::gguf` reports when the file ends.
             Err(_) if more_may_come && head.len() < MAX_HEADER_WAIT => {
@@ -313,6 +314,19 @@ mod tests {
             let short = build(&bytes[..bytes.len() - 10], total, 9000, 512).unwrap();
             assert!(matches!(short.gguf(), Err(Error::Gguf(m)) if m.contains("past the end")));
         }
+    }
+
+    #[test]
+    fn a_tensor_table_past_the_stated_size_is_refused_before_any_piece_is_reserved() {
+        let mut bytes = file(6, 1000);
+        let g = Gguf::parse(&bytes).unwrap();
+        // The last tensor's offset, relative to the data section, moved to 2^40: a piece there would need a terabyte.
+        let last = g.tensors.iter().max_by_key(|t| t.offset).unwrap();
+        let rel = (last.offset - g.data_offset) as u64;
+        let at = bytes.windows(8).rposition(|w| w == rel.to_le_bytes()).unwrap();
+        bytes[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let err = build(&bytes, Some(bytes.len()), 9000, 512).err().unwrap();
+        assert!(matches!(err, Error::Gguf(ref m) if m.contains("past the end")), "{err:?}");
     }
 
     #[test]
