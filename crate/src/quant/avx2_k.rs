@@ -21,7 +21,7 @@ fn f16_to_f32(h: [u8; 2]) -> f32 {
 // Unaligned loads from slices (bounds-checked; the compiler drops the checks for fixed offsets).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load256<T: Copy>(s: &[T]) -> __m256i {
+pub(super) fn load256<T: Copy>(s: &[T]) -> __m256i {
     assert!(std::mem::size_of_val(s) >= 32);
     // SAFETY: at least 32 readable bytes (checked above); loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
@@ -238,15 +238,12 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let (mut acc, mut acc_m) = (0f32, _mm_setzero_ps());
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
 
         let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m);
-
         let mut sumi = _mm256_setzero_si256();
         for j in 0..QK_K / 64 {
             let [scale_l, scale_h] = scale_pair_k4(scales, j);
@@ -261,11 +258,30 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
             let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        (acc, acc_m) = q4k_block_sum(acc, acc_m, d, dmin, sumi, mins);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
+    q4k_dot_end(acc, acc_m)
+}
+
+/// One Q4_K block's part of a dot: its exact integer sum of scaled quants (`sumi`'s lanes) in f32 times `d`
+/// added to `acc`, and its four sums of mins times activation sums (`mins`) times `dmin` added to `acc_m`'s
+/// lanes. The order every Q4_K kernel here and in `vnni_k` keeps, so that they all give the same bits; the
+/// output is then [`q4k_dot_end`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_block_sum(acc: f32, acc_m: __m128, d: f32, dmin: f32, sumi: __m256i, mins: __m128i) -> (f32, __m128) {
+    let sumi = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256::<1>(sumi));
+    let sumi = _mm_add_epi32(sumi, _mm_unpackhi_epi64(sumi, sumi));
+    let sumi = _mm_cvtsi128_si32(_mm_add_epi32(sumi, _mm_shuffle_epi32::<0b01>(sumi)));
+    (d.mul_add(sumi as f32, acc), _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m))
+}
+
+/// A Q4_K dot from the running sums of [`q4k_block_sum`]: `acc + ((m0 + m2) + (m1 + m3))`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_dot_end(acc: f32, acc_m: __m128) -> f32 {
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
 
 /// # Safety
@@ -380,14 +396,6 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     _mm256_dpwssd_epi32(acc, a, b)
 }
 
-/// The lane sum of 4 f32s, as [`vec_dot_q4k`] ends its mins.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_float_4(x: __m128) -> f32 {
-    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
-}
-
 /// The K-quants' row kernels, stamped out for AVX2 and for AVX512-VNNI (`$madd_add` scales and adds the
 /// i16 products). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
 /// rows, into `out[row][j]`, unpacking each weight block (quants and sub-block scales) once for the `A`
@@ -406,8 +414,7 @@ macro_rules! k_row_kernels {
             check_k_rows(w, row_blocks, &a, out.len());
             let m4 = _mm256_set1_epi8(0xF);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let mut acc = [_mm256_setzero_ps(); A];
-                let mut acc_m = [_mm_setzero_ps(); A];
+                let (mut acc, mut acc_m) = ([0f32; A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let (scales, mins16) = scales_mins_i16_k4(&x.scales);
@@ -428,11 +435,10 @@ macro_rules! k_row_kernels {
                     for k in 0..A {
                         let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m[k]);
-                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                        (acc[k], acc_m[k]) = q4k_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
                     }
                 }
-                *out = std::array::from_fn(|k| hsum_float_8(acc[k]) + hsum_float_4(acc_m[k]));
+                *out = std::array::from_fn(|k| q4k_dot_end(acc[k], acc_m[k]));
             }
         }
 
@@ -558,7 +564,8 @@ mod tests {
         }
         let vnni = crate::quant::avx2::has_vnni();
         let mut rng = Rng::new(5);
-        let (rows, row_blocks) = (3, 5);
+        // Rows: a tile of eight for `vnni_k` and three more.
+        let (rows, row_blocks) = (11, 5);
         let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
         let x = values(rows * row_blocks * QK_K);
         let mut acts = Activations::new();
@@ -566,7 +573,7 @@ mod tests {
         let a: [&[BlockQ8K]; 3] = std::array::from_fn(|t| acts.row(t).blocks());
         let mut rng = Rng::new(6);
         macro_rules! check {
-            ($B:ty, $plain:ident, $vnni:ident, |$blk:ident| $randomize:expr) => {{
+            ($B:ty, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
                 let mut stored = vec![0u8; rows * row_blocks * std::mem::size_of::<$B>()];
                 let w = crate::quant::as_blocks_mut::<$B>(&mut stored);
                 <$B>::quantize(&x, w);
@@ -587,22 +594,28 @@ mod tests {
                         assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($plain));
                     }
                     if vnni {
-                        $vnni(w, row_blocks, a, &mut three);
-                        assert_eq!(bits(&three), want, "{}", stringify!($vnni));
+                        $(
+                            $vnni(w, row_blocks, a, &mut three);
+                            assert_eq!(bits(&three), want, "{}", stringify!($vnni));
+                            for t in 0..3 {
+                                $vnni(w, row_blocks, [a[t]], &mut one);
+                                assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($vnni));
+                            }
+                        )+
                     }
                 }
             }};
         }
-        check!(BlockQ4K, q4k_rows, q4k_rows_vnni, |b| {
+        check!(BlockQ4K, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::q4k_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, q5k_rows, q5k_rows_vnni, |b| {
+        check!(BlockQ5K, q5k_rows, [q5k_rows_vnni], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ6K, q6k_rows, q6k_rows_vnni, |b| {
+        check!(BlockQ6K, q6k_rows, [q6k_rows_vnni], |b| {
             rng.fill(&mut b.ql);
             rng.fill(&mut b.qh);
             let r = [rng.next_u64(), rng.next_u64()];

@@ -68,6 +68,8 @@ pub(crate) mod simd128;
 mod simd128_k;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_kv;
+#[cfg(target_arch = "x86_64")]
+mod vnni_k;
 
 #[cfg(test)]
 mod tests;

@@ -100,3 +100,46 @@ fn timing_576_wide_rows() {
         println!("{ty:?} x {cols}: vec_dot {fast:.1} ns/row, vec_dot_ref {reference:.1} ns/row");
     }
 }
+
+/// Rough prefill-kernel numbers for the K-quants: `dot_rows` of 64 rows of 2048 columns (in L2) with four
+/// activation rows and with one, in multiply-adds per ns. `cargo test --release -p ruvllm --lib timing_k_rows
+/// -- --ignored --nocapture`.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+#[ignore = "timing, not a check"]
+fn timing_k_rows() {
+    use std::time::Instant;
+    let (cols, rows) = (2048, 64);
+    let mut rng = crate::test_support::Rng::new(7);
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        let w = data::random_row(ty, rows * cols / ty.block_size(), &mut rng);
+        let acts = data::random_activations(ty.act_kind(), 4, cols, data::ActSource::Quantized, &mut rng);
+        let best = |a: usize| {
+            let mut best = f64::MAX;
+            for _ in 0..200 {
+                let t = Instant::now();
+                if a == 8 {
+                    let mut out = vec![[0f32; 8]; rows];
+                    assert!(dot_rows(ty, &w, cols, &acts, [0, 1, 2, 3, 0, 1, 2, 3], &mut out));
+                    std::hint::black_box(&out);
+                } else if a == 4 {
+                    let mut out = vec![[0f32; 4]; rows];
+                    assert!(dot_rows(ty, &w, cols, &acts, [0, 1, 2, 3], &mut out));
+                    std::hint::black_box(&out);
+                } else {
+                    let mut out = vec![[0f32; 1]; rows];
+                    assert!(dot_rows(ty, &w, cols, &acts, [0], &mut out));
+                    std::hint::black_box(&out);
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e9);
+            }
+            (rows * cols * a) as f64 / best
+        };
+        println!(
+            "{ty:?}: 8 activation rows {:.1}, 4 activation rows {:.1} MAC/ns, 1 row {:.1} MAC/ns",
+            best(8),
+            best(4),
+            best(1)
+        );
+    }
+}
