@@ -48,13 +48,13 @@ fn hsum_float_8(x: __m256) -> f32 {
 /// Shift each 16-bit lane by a run-time count (ggml shifts by a loop variable).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn srl16(x: __m256i, n: i32) -> __m256i {
+pub(super) fn srl16(x: __m256i, n: i32) -> __m256i {
     _mm256_srl_epi16(x, _mm_cvtsi32_si128(n))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sll16(x: __m256i, n: i32) -> __m256i {
+pub(super) fn sll16(x: __m256i, n: i32) -> __m256i {
     _mm256_sll_epi16(x, _mm_cvtsi32_si128(n))
 }
 
@@ -258,28 +258,34 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
             let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
         }
-        (acc, acc_m) = q4k_block_sum(acc, acc_m, d, dmin, sumi, mins);
+        (acc, acc_m) = k4_block_sum(acc, acc_m, d, dmin, sumi, mins);
     }
-    q4k_dot_end(acc, acc_m)
+    k4_dot_end(acc, acc_m)
 }
 
-/// One Q4_K block's part of a dot: its exact integer sum of scaled quants (`sumi`'s lanes) in f32 times `d`
-/// added to `acc`, and its four sums of mins times activation sums (`mins`) times `dmin` added to `acc_m`'s
-/// lanes. The order every Q4_K kernel here and in `vnni_k` keeps, so that they all give the same bits; the
-/// output is then [`q4k_dot_end`].
+/// One Q4_K or Q5_K block's part of a dot: its exact integer sum of scaled quants (`sumi`'s lanes) in f32 times
+/// `d` added to `acc`, and its four sums of mins times activation sums (`mins`) times `dmin` added to `acc_m`'s
+/// lanes. The order every Q4_K and Q5_K kernel here and in `vnni_k` keeps, so that they all give the same bits;
+/// the output is then [`k4_dot_end`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_block_sum(acc: f32, acc_m: __m128, d: f32, dmin: f32, sumi: __m256i, mins: __m128i) -> (f32, __m128) {
-    let sumi = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256::<1>(sumi));
-    let sumi = _mm_add_epi32(sumi, _mm_unpackhi_epi64(sumi, sumi));
-    let sumi = _mm_cvtsi128_si32(_mm_add_epi32(sumi, _mm_shuffle_epi32::<0b01>(sumi)));
-    (d.mul_add(sumi as f32, acc), _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m))
+fn k4_block_sum(acc: f32, acc_m: __m128, d: f32, dmin: f32, sumi: __m256i, mins: __m128i) -> (f32, __m128) {
+    (d.mul_add(hsum_i32_8(sumi) as f32, acc), _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m))
 }
 
-/// A Q4_K dot from the running sums of [`q4k_block_sum`]: `acc + ((m0 + m2) + (m1 + m3))`.
+/// The sum of 8 i32 lanes, exact (a K-quant block's integer sums stay far from overflow).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_dot_end(acc: f32, acc_m: __m128) -> f32 {
+fn hsum_i32_8(x: __m256i) -> i32 {
+    let x = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+    let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32::<0b01>(x)))
+}
+
+/// A Q4_K or Q5_K dot from the running sums of [`k4_block_sum`]: `acc + ((m0 + m2) + (m1 + m3))`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_dot_end(acc: f32, acc_m: __m128) -> f32 {
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     acc + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
@@ -289,18 +295,13 @@ fn q4k_dot_end(acc: f32, acc_m: __m128) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
-    let mzero = _mm_setzero_si128();
     let mone = _mm256_set1_epi8(1);
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0f32;
+    let (mut acc, mut acc_m) = (0f32, _mm_setzero_ps());
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
 
         let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
-        let hsum = _mm_hadd_epi32(_mm_hadd_epi32(mins, mzero), mzero);
-        // A fused multiply-add, as ggml's C compiles to with FMA enabled.
-        summs = dmin.mul_add(_mm_extract_epi32::<0>(hsum) as f32, summs);
 
         let hbits = load256(&x.qh);
         let mut hmask = mone;
@@ -330,9 +331,9 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
             let p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        (acc, acc_m) = k4_block_sum(acc, acc_m, d, dmin, sumi, mins);
     }
-    hsum_float_8(acc) + summs
+    k4_dot_end(acc, acc_m)
 }
 
 /// # Safety
@@ -341,7 +342,7 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = 0f32;
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
 
@@ -376,10 +377,10 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
             }
             sumi = _mm256_add_epi32(sumi, sum4(p));
         }
-        sumi = _mm256_sub_epi32(sumi, q8sclsub);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        // The block's exact integer sum, then one float FMA: the order of `vnni_k`'s tiles too.
+        acc = d.mul_add(hsum_i32_8(_mm256_sub_epi32(sumi, q8sclsub)) as f32, acc);
     }
-    hsum_float_8(acc)
+    acc
 }
 
 /// `acc + madd(a, b)`: i16 pairs multiplied and summed into the i32 lanes of `acc`.
@@ -435,10 +436,10 @@ macro_rules! k_row_kernels {
                     for k in 0..A {
                         let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        (acc[k], acc_m[k]) = q4k_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
+                        (acc[k], acc_m[k]) = k4_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
                     }
                 }
-                *out = std::array::from_fn(|k| q4k_dot_end(acc[k], acc_m[k]));
+                *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
             }
         }
 
@@ -454,8 +455,7 @@ macro_rules! k_row_kernels {
             let m4 = _mm256_set1_epi8(0xF);
             let m16 = _mm256_set1_epi8(16);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let mut acc = [_mm256_setzero_ps(); A];
-                let mut summs = [0f32; A];
+                let (mut acc, mut acc_m) = ([0f32; A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let (scales, mins16) = scales_mins_i16_k4(&x.scales);
@@ -479,14 +479,11 @@ macro_rules! k_row_kernels {
                     let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
                     for k in 0..A {
                         let mins = mins_dot_k4(mins16, &y[k].bsums);
-                        let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b01_00_11_10>(mins));
-                        let mins = _mm_add_epi32(mins, _mm_shuffle_epi32::<0b10_11_00_01>(mins));
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        summs[k] = dmin.mul_add(_mm_cvtsi128_si32(mins) as f32, summs[k]);
-                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                        (acc[k], acc_m[k]) = k4_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
                     }
                 }
-                *out = std::array::from_fn(|k| hsum_float_8(acc[k]) + summs[k]);
+                *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
             }
         }
 
@@ -502,7 +499,7 @@ macro_rules! k_row_kernels {
             let m3 = _mm256_set1_epi8(3);
             let m15 = _mm256_set1_epi8(15);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let mut acc = [_mm256_setzero_ps(); A];
+                let mut acc = [0f32; A];
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let scales = load128(&x.scales);
@@ -535,11 +532,11 @@ macro_rules! k_row_kernels {
                     let xd = f16_to_f32(x.d);
                     for k in 0..A {
                         let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(load256(&y[k].bsums), scales_16));
-                        let sumi = _mm256_sub_epi32(sumi[k], q8sclsub);
-                        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y[k].d * xd), _mm256_cvtepi32_ps(sumi), acc[k]);
+                        let sumi = hsum_i32_8(_mm256_sub_epi32(sumi[k], q8sclsub));
+                        acc[k] = (y[k].d * xd).mul_add(sumi as f32, acc[k]);
                     }
                 }
-                *out = std::array::from_fn(|k| hsum_float_8(acc[k]));
+                *out = acc;
             }
         }
     };
@@ -554,8 +551,9 @@ mod tests {
     use crate::quant::{ActKind, Activations, QuantBlock};
     use crate::test_support::Rng;
 
-    /// Both stampings of each row kernel against `vec_dot`, bit for bit, with 1 and 3 activation rows, on
-    /// quantized rows whose quant and scale bytes are then made random (every value the kernels can meet).
+    /// Both stampings of each row kernel (and `vnni_k`'s tiles) against `vec_dot`, bit for bit, with 1 and 4
+    /// activation rows (4: the fewest the tiles take), on quantized rows whose quant and scale bytes are then
+    /// made random (every value the kernels can meet).
     /// `quant::tests` checks the stamping `dot_rows` runs; this one also reaches the other.
     #[test]
     fn row_kernels_equal_vec_dot() {
@@ -564,13 +562,13 @@ mod tests {
         }
         let vnni = crate::quant::avx2::has_vnni();
         let mut rng = Rng::new(5);
-        // Rows: a tile of eight for `vnni_k` and three more.
+        // Rows: a tile of eight for `vnni_k` and four more.
         let (rows, row_blocks) = (11, 5);
         let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
         let x = values(rows * row_blocks * QK_K);
         let mut acts = Activations::new();
-        acts.quantize(ActKind::Q8K, &values(3 * row_blocks * QK_K), 3);
-        let a: [&[BlockQ8K]; 3] = std::array::from_fn(|t| acts.row(t).blocks());
+        acts.quantize(ActKind::Q8K, &values(4 * row_blocks * QK_K), 4);
+        let a: [&[BlockQ8K]; 4] = std::array::from_fn(|t| acts.row(t).blocks());
         let mut rng = Rng::new(6);
         macro_rules! check {
             ($B:ty, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
@@ -580,24 +578,24 @@ mod tests {
                 for $blk in w.iter_mut().skip(row_blocks) {
                     $randomize;
                 }
-                let want: Vec<[u32; 3]> =
+                let want: Vec<[u32; 4]> =
                     (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits())).collect();
-                let (mut one, mut three) = (vec![[0f32; 1]; rows], vec![[0f32; 3]; rows]);
-                let bits = |o: &[[f32; 3]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
+                let (mut one, mut four) = (vec![[0f32; 1]; rows], vec![[0f32; 4]; rows]);
+                let bits = |o: &[[f32; 4]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
                 // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
                 unsafe {
                     let w = &*w;
-                    $plain(w, row_blocks, a, &mut three);
-                    assert_eq!(bits(&three), want, "{}", stringify!($plain));
-                    for t in 0..3 {
+                    $plain(w, row_blocks, a, &mut four);
+                    assert_eq!(bits(&four), want, "{}", stringify!($plain));
+                    for t in 0..4 {
                         $plain(w, row_blocks, [a[t]], &mut one);
                         assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($plain));
                     }
                     if vnni {
                         $(
-                            $vnni(w, row_blocks, a, &mut three);
-                            assert_eq!(bits(&three), want, "{}", stringify!($vnni));
-                            for t in 0..3 {
+                            $vnni(w, row_blocks, a, &mut four);
+                            assert_eq!(bits(&four), want, "{}", stringify!($vnni));
+                            for t in 0..4 {
                                 $vnni(w, row_blocks, [a[t]], &mut one);
                                 assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($vnni));
                             }
@@ -610,12 +608,12 @@ mod tests {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, q5k_rows, [q5k_rows_vnni], |b| {
+        check!(BlockQ5K, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::q5k_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ6K, q6k_rows, [q6k_rows_vnni], |b| {
+        check!(BlockQ6K, q6k_rows, [q6k_rows_vnni, crate::quant::vnni_k::q6k_rows_tiled], |b| {
             rng.fill(&mut b.ql);
             rng.fill(&mut b.qh);
             let r = [rng.next_u64(), rng.next_u64()];
