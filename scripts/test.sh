@@ -27,8 +27,10 @@ cargo test --workspace --locked
 section "fuzz targets, 20 s each (scripts/fuzz.sh; a crash fails the run)"
 scripts/fuzz.sh 20
 
-section "wasm32 tests (Node)"
-cargo test --locked --target wasm32-unknown-unknown -p ruvllm
+section "wasm32 unit tests (Node)"
+# The integration suites run once, in Chromium below: the same wasm binaries on the same engine (V8), where a run
+# in Node took ~8 minutes more. The package's own Node tests (npm test) load its wasm build in Node.
+cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib
 
 section "wasm32 tests (headless Chromium)"
 # The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.

@@ -3,7 +3,8 @@
 //! Work is split over weight rows, so each weight row is read from memory once per call and dotted
 //! with every activation row while it is in cache (decode has one activation row; prefill many).
 //! The dots go through row kernels ([`crate::quant::dot_rows`]) that take a task's weight rows at once
-//! (no dispatch per row) with four activation rows (batches) or one (the rest, and decode). Every
+//! (no dispatch per row) with eight or four activation rows (batches; [`crate::quant::dot_rows_batch`]) or one
+//! (the rest, and decode). Every
 //! output is computed the same way either way, so results depend neither on the batch size nor on
 //! the number of threads.
 
@@ -11,7 +12,7 @@ use std::ops::Range;
 
 use super::f16;
 use crate::parallel::{for_each_chunk, SharedMut};
-use crate::quant::{dot_rows, vec_dot, Activations, GgmlType, QuantMatrix};
+use crate::quant::{dot_rows, dot_rows_batch, vec_dot, Activations, GgmlType, QuantMatrix};
 
 /// Weight rows per parallel chunk, the unit the threads share a matrix's rows in: a multiple of 16, so
 /// chunks write whole 64-byte lines of an output row (the forward pass's buffers start on a line) and
@@ -65,27 +66,43 @@ pub fn matmul(mats: &mut [(QuantMatrix, &mut [f32])], acts: &Activations) {
 /// # Safety
 /// No other task writes `out` at `t * w.rows + r` for `r` in `rows`.
 unsafe fn rows_task(w: &QuantMatrix, acts: &Activations, rows: Range<usize>, out: SharedMut<f32>) {
-    let n = acts.rows();
     let row_bytes = w.row_bytes();
     let wr = &w.bytes[rows.start * row_bytes..rows.end * row_bytes];
-    let put = |t: usize, r: usize, v: f32| out.write(t * w.rows + r, v);
-    // Activation rows four at a time: the four stay in L1 while the task's weight rows pass by.
+    // Activation rows eight or four at a time (they stay in L1 while the task's weight rows pass by), then one.
     let mut t = 0;
-    let mut four = [[0f32; 4]; MAX_ROWS_PER_TASK];
-    while t + 4 <= n {
-        let four = &mut four[..rows.len()];
-        dots(w, wr, acts, [t, t + 1, t + 2, t + 3], four);
-        for (r, dots) in rows.clone().zip(four.iter()) {
-            dots.iter().enumerate().for_each(|(j, &v)| put(t + j, r, v));
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        if dot_rows_batch(w.ty) == 8 {
+            t = batches::<8>(w, wr, acts, rows.clone(), t, out);
         }
-        t += 4;
+        t = batches::<4>(w, wr, acts, rows.clone(), t, out);
+        batches::<1>(w, wr, acts, rows, t, out);
     }
-    let mut one = [[0f32; 1]; MAX_ROWS_PER_TASK];
-    for t in t..n {
-        let one = &mut one[..rows.len()];
-        dots(w, wr, acts, [t], one);
-        rows.clone().zip(one.iter()).for_each(|(r, &[v])| put(t, r, v));
+}
+
+/// [`rows_task`]'s outputs for activation rows from `t`, `A` at a time while `A` are left; returns the first
+/// activation row not done.
+/// # Safety
+/// As [`rows_task`].
+unsafe fn batches<const A: usize>(
+    w: &QuantMatrix,
+    wr: &[u8],
+    acts: &Activations,
+    rows: Range<usize>,
+    mut t: usize,
+    out: SharedMut<f32>,
+) -> usize {
+    let mut batch = [[0f32; A]; MAX_ROWS_PER_TASK];
+    let batch = &mut batch[..rows.len()];
+    while t + A <= acts.rows() {
+        dots(w, wr, acts, std::array::from_fn(|j| t + j), batch);
+        for (r, dots) in rows.clone().zip(batch.iter()) {
+            // SAFETY: the caller's promise: these outputs are this task's.
+            dots.iter().enumerate().for_each(|(j, &v)| unsafe { out.write((t + j) * w.rows + r, v) });
+        }
+        t += A;
     }
+    t
 }
 
 /// The row kernel, or `vec_dot` output by output for types without one.
@@ -133,16 +150,19 @@ mod tests {
 
     #[test]
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
-        // The legacy types and Q4_K/Q6_K have row kernels, F16 converts each row once; IQ4_XS goes dot by dot. Odd and
-        // even block counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the tile of 4.
-        let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16];
+        // The legacy types and the K-quants have row kernels, F16 converts each row once; IQ4_XS goes dot by dot. Odd
+        // and even block counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the
+        // batches of 4 and 8 (`dot_rows_batch`).
+        let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K]
+            .into_iter()
+            .chain([GgmlType::F16]);
         for ty in types.into_iter().chain([GgmlType::IQ4_NL, GgmlType::IQ4_XS]) {
             for cols in [ty.block_size() * 3, ty.block_size() * 8] {
                 let rows = 71;
                 let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
                 quantize_row(ty, &values(rows * cols, ty as u64), &mut bytes);
                 let w = QuantMatrix { ty, rows, cols, bytes: &bytes };
-                for n in [1, 3, 4, 5, 9] {
+                for n in [1, 3, 4, 5, 9, 13] {
                     let x = values(n * cols, 100 + n as u64);
                     let mut acts = Activations::new();
                     acts.quantize(ty.act_kind(), &x, n);

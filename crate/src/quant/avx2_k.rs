@@ -45,6 +45,17 @@ fn hsum_float_8(x: __m256) -> f32 {
     _mm_cvtss_f32(res)
 }
 
+/// A K-quant `vec_dot` in the order of this CPU's row kernels (see [`DotSum`]).
+macro_rules! dot_in_row_order {
+    ($dot:ident, $w:expr, $a:expr) => {
+        if super::avx2::has_vnni() {
+            $dot::<true>($w, $a)
+        } else {
+            $dot::<false>($w, $a)
+        }
+    };
+}
+
 /// Shift each 16-bit lane by a run-time count (ggml shifts by a loop variable).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -237,8 +248,14 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    dot_in_row_order!(q4k_dot, w, a)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_dot<const EXACT: bool>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
-    let (mut acc, mut acc_m) = (0f32, _mm_setzero_ps());
+    let (mut acc, mut acc_m) = (DotSum::<EXACT>::new(), _mm_setzero_ps());
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
@@ -258,45 +275,96 @@ pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
             let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
         }
-        (acc, acc_m) = k4_block_sum(acc, acc_m, d, dmin, sumi, mins);
+        k4_block_sum(&mut acc, &mut acc_m, (d, dmin), sumi, mins);
     }
     k4_dot_end(acc, acc_m)
 }
 
-/// One Q4_K or Q5_K block's part of a dot: its exact integer sum of scaled quants (`sumi`'s lanes) in f32 times
-/// `d` added to `acc`, and its four sums of mins times activation sums (`mins`) times `dmin` added to `acc_m`'s
-/// lanes. The order every Q4_K and Q5_K kernel here and in `vnni_k` keeps, so that they all give the same bits;
-/// the output is then [`k4_dot_end`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn k4_block_sum(acc: f32, acc_m: __m128, d: f32, dmin: f32, sumi: __m256i, mins: __m128i) -> (f32, __m128) {
-    (d.mul_add(hsum_i32_8(sumi) as f32, acc), _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m))
+/// A dot's running sum over blocks of `d` times a block's integer sums (8 i32 lanes), in one of two orders:
+/// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `vnni_k`'s tiles,
+///   so on a CPU with AVX512-VNNI (where `dot_rows` uses them) `vec_dot` and the per-row kernels take it too and
+///   every path gives the same bits. The horizontal sum costs decode's per-row kernels some 8%.
+/// - otherwise: lane by lane in f32 (`fma(d, lanes, acc)`), summed across lanes at the end: the cheaper order, for
+///   CPUs without the tiles.
+#[derive(Clone, Copy)]
+struct DotSum<const EXACT: bool> {
+    exact: f32,
+    lanes: __m256,
 }
 
-/// The sum of 8 i32 lanes, exact (a K-quant block's integer sums stay far from overflow).
+impl<const EXACT: bool> DotSum<EXACT> {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn new() -> Self {
+        DotSum { exact: 0.0, lanes: _mm256_setzero_ps() }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn add(&mut self, d: f32, sumi: __m256i) {
+        if EXACT {
+            self.exact = d.mul_add(hsum_i32_8(sumi), self.exact);
+        } else {
+            self.lanes = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), self.lanes);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn finish(self) -> f32 {
+        if EXACT {
+            self.exact
+        } else {
+            hsum_float_8(self.lanes)
+        }
+    }
+}
+
+/// The sum of 8 i32 lanes, exact (a K-quant block's integer sums stay far from overflow), rounded to f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_i32_8(x: __m256i) -> i32 {
+fn hsum_i32_8(x: __m256i) -> f32 {
     let x = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
     let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-    _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32::<0b01>(x)))
+    _mm_cvtss_f32(_mm_cvtepi32_ps(_mm_add_epi32(x, _mm_shuffle_epi32::<0b01>(x))))
+}
+
+/// One Q4_K or Q5_K block's part of a dot: its sums of scaled quants (`sumi`'s lanes) times `d` into `acc`, and its
+/// four sums of mins times activation sums (`mins`) times `dmin` into `acc_m`'s lanes (as `vnni_k` adds them).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_block_sum<const EXACT: bool>(
+    acc: &mut DotSum<EXACT>,
+    acc_m: &mut __m128,
+    (d, dmin): (f32, f32),
+    sumi: __m256i,
+    mins: __m128i,
+) {
+    acc.add(d, sumi);
+    *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), *acc_m);
 }
 
 /// A Q4_K or Q5_K dot from the running sums of [`k4_block_sum`]: `acc + ((m0 + m2) + (m1 + m3))`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_dot_end(acc: f32, acc_m: __m128) -> f32 {
+fn k4_dot_end<const EXACT: bool>(acc: DotSum<EXACT>, acc_m: __m128) -> f32 {
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
+    acc.finish() + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
 
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    dot_in_row_order!(q5k_dot, w, a)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5k_dot<const EXACT: bool>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let mone = _mm256_set1_epi8(1);
-    let (mut acc, mut acc_m) = (0f32, _mm_setzero_ps());
+    let (mut acc, mut acc_m) = (DotSum::<EXACT>::new(), _mm_setzero_ps());
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
         let dmin = -y.d * f16_to_f32(x.dmin);
@@ -331,7 +399,7 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
             let p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
         }
-        (acc, acc_m) = k4_block_sum(acc, acc_m, d, dmin, sumi, mins);
+        k4_block_sum(&mut acc, &mut acc_m, (d, dmin), sumi, mins);
     }
     k4_dot_end(acc, acc_m)
 }
@@ -340,9 +408,15 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    dot_in_row_order!(q6k_dot, w, a)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_dot<const EXACT: bool>(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
-    let mut acc = 0f32;
+    let mut acc = DotSum::<EXACT>::new();
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16_to_f32(x.d);
 
@@ -377,10 +451,9 @@ pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
             }
             sumi = _mm256_add_epi32(sumi, sum4(p));
         }
-        // The block's exact integer sum, then one float FMA: the order of `vnni_k`'s tiles too.
-        acc = d.mul_add(hsum_i32_8(_mm256_sub_epi32(sumi, q8sclsub)) as f32, acc);
+        acc.add(d, _mm256_sub_epi32(sumi, q8sclsub));
     }
-    acc
+    acc.finish()
 }
 
 /// `acc + madd(a, b)`: i16 pairs multiplied and summed into the i32 lanes of `acc`.
@@ -398,12 +471,12 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 }
 
 /// The K-quants' row kernels, stamped out for AVX2 and for AVX512-VNNI (`$madd_add` scales and adds the
-/// i16 products). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
+/// i16 products; `$exact` is the [`DotSum`] order, the one `vec_dot` takes on such a CPU). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
 /// rows, into `out[row][j]`, unpacking each weight block (quants and sub-block scales) once for the `A`
 /// rows. Per output they compute the same exact integer sums and then the same float operations, in the
 /// same order, as the type's `vec_dot` kernel above: results equal `vec_dot`'s bit for bit, whatever `A`.
 macro_rules! k_row_kernels {
-    ($features:literal, $madd_add:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
+    ($features:literal, $madd_add:ident, $exact:literal, $q4k:ident, $q5k:ident, $q6k:ident) => {
         /// Q4_K rows · `A` activation rows (see [`k_row_kernels!`]).
         #[target_feature(enable = $features)]
         pub(crate) fn $q4k<const A: usize>(
@@ -415,7 +488,7 @@ macro_rules! k_row_kernels {
             check_k_rows(w, row_blocks, &a, out.len());
             let m4 = _mm256_set1_epi8(0xF);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let (mut acc, mut acc_m) = ([0f32; A], [_mm_setzero_ps(); A]);
+                let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let (scales, mins16) = scales_mins_i16_k4(&x.scales);
@@ -436,7 +509,7 @@ macro_rules! k_row_kernels {
                     for k in 0..A {
                         let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        (acc[k], acc_m[k]) = k4_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
+                        k4_block_sum(&mut acc[k], &mut acc_m[k], (d, dmin), sumi[k], mins);
                     }
                 }
                 *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
@@ -455,7 +528,7 @@ macro_rules! k_row_kernels {
             let m4 = _mm256_set1_epi8(0xF);
             let m16 = _mm256_set1_epi8(16);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let (mut acc, mut acc_m) = ([0f32; A], [_mm_setzero_ps(); A]);
+                let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let (scales, mins16) = scales_mins_i16_k4(&x.scales);
@@ -480,7 +553,7 @@ macro_rules! k_row_kernels {
                     for k in 0..A {
                         let mins = mins_dot_k4(mins16, &y[k].bsums);
                         let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        (acc[k], acc_m[k]) = k4_block_sum(acc[k], acc_m[k], d, dmin, sumi[k], mins);
+                        k4_block_sum(&mut acc[k], &mut acc_m[k], (d, dmin), sumi[k], mins);
                     }
                 }
                 *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
@@ -499,7 +572,7 @@ macro_rules! k_row_kernels {
             let m3 = _mm256_set1_epi8(3);
             let m15 = _mm256_set1_epi8(15);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let mut acc = [0f32; A];
+                let mut acc = [DotSum::<$exact>::new(); A];
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let scales = load128(&x.scales);
@@ -532,18 +605,26 @@ macro_rules! k_row_kernels {
                     let xd = f16_to_f32(x.d);
                     for k in 0..A {
                         let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(load256(&y[k].bsums), scales_16));
-                        let sumi = hsum_i32_8(_mm256_sub_epi32(sumi[k], q8sclsub));
-                        acc[k] = (y[k].d * xd).mul_add(sumi as f32, acc[k]);
+                        acc[k].add(y[k].d * xd, _mm256_sub_epi32(sumi[k], q8sclsub));
                     }
                 }
-                *out = acc;
+                for (o, acc) in out.iter_mut().zip(acc) {
+                    *o = acc.finish();
+                }
             }
         }
     };
 }
 
-k_row_kernels!("avx2,fma,f16c", madd_add, q4k_rows, q5k_rows, q6k_rows);
-k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, q4k_rows_vnni, q5k_rows_vnni, q6k_rows_vnni);
+k_row_kernels!("avx2,fma,f16c", madd_add, false, q4k_rows, q5k_rows, q6k_rows);
+k_row_kernels!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    madd_add_vnni,
+    true,
+    q4k_rows_vnni,
+    q5k_rows_vnni,
+    q6k_rows_vnni
+);
 
 #[cfg(test)]
 mod tests {
@@ -551,9 +632,9 @@ mod tests {
     use crate::quant::{ActKind, Activations, QuantBlock};
     use crate::test_support::Rng;
 
-    /// Both stampings of each row kernel (and `vnni_k`'s tiles) against `vec_dot`, bit for bit, with 1 and 4
-    /// activation rows (4: the fewest the tiles take), on quantized rows whose quant and scale bytes are then
-    /// made random (every value the kernels can meet).
+    /// Both stampings of each row kernel (and `vnni_k`'s tiles) against `vec_dot` in the same order (`DotSum`),
+    /// bit for bit, with 1 and 4 activation rows (4: the fewest the tiles take), on quantized rows whose quant and
+    /// scale bytes are then made random (every value the kernels can meet).
     /// `quant::tests` checks the stamping `dot_rows` runs; this one also reaches the other.
     #[test]
     fn row_kernels_equal_vec_dot() {
@@ -571,15 +652,25 @@ mod tests {
         let a: [&[BlockQ8K]; 4] = std::array::from_fn(|t| acts.row(t).blocks());
         let mut rng = Rng::new(6);
         macro_rules! check {
-            ($B:ty, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
+            ($B:ty, $dot:ident, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
                 let mut stored = vec![0u8; rows * row_blocks * std::mem::size_of::<$B>()];
                 let w = crate::quant::as_blocks_mut::<$B>(&mut stored);
                 <$B>::quantize(&x, w);
                 for $blk in w.iter_mut().skip(row_blocks) {
                     $randomize;
                 }
-                let want: Vec<[u32; 4]> =
+                // `vec_dot` in each stamping's order (the machine's `vec_dot` takes the one `dot_rows` runs).
+                // SAFETY: as below.
+                let want_in = |exact: bool| -> Vec<[u32; 4]> {
+                    let dot = |wr: &[$B], a: &[BlockQ8K]| unsafe {
+                        if exact { $dot::<true>(wr, a) } else { $dot::<false>(wr, a) }
+                    };
+                    (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| dot(wr, a).to_bits())).collect()
+                };
+                let (want, want_vnni) = (want_in(false), want_in(true));
+                let machine: Vec<[u32; 4]> =
                     (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits())).collect();
+                assert_eq!(&machine, if vnni { &want_vnni } else { &want }, "vec_dot's order");
                 let (mut one, mut four) = (vec![[0f32; 1]; rows], vec![[0f32; 4]; rows]);
                 let bits = |o: &[[f32; 4]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
                 // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
@@ -594,26 +685,27 @@ mod tests {
                     if vnni {
                         $(
                             $vnni(w, row_blocks, a, &mut four);
-                            assert_eq!(bits(&four), want, "{}", stringify!($vnni));
+                            assert_eq!(bits(&four), want_vnni, "{}", stringify!($vnni));
                             for t in 0..4 {
                                 $vnni(w, row_blocks, [a[t]], &mut one);
-                                assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($vnni));
+                                let same = one.iter().zip(&want_vnni).all(|(o, w)| o[0].to_bits() == w[t]);
+                                assert!(same, "{}", stringify!($vnni));
                             }
                         )+
                     }
                 }
             }};
         }
-        check!(BlockQ4K, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::q4k_rows_tiled], |b| {
+        check!(BlockQ4K, q4k_dot, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::q4k_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::q5k_rows_tiled], |b| {
+        check!(BlockQ5K, q5k_dot, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::q5k_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ6K, q6k_rows, [q6k_rows_vnni, crate::quant::vnni_k::q6k_rows_tiled], |b| {
+        check!(BlockQ6K, q6k_dot, q6k_rows, [q6k_rows_vnni, crate::quant::vnni_k::q6k_rows_tiled], |b| {
             rng.fill(&mut b.ql);
             rng.fill(&mut b.qh);
             let r = [rng.next_u64(), rng.next_u64()];

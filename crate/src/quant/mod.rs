@@ -352,6 +352,22 @@ pub fn dot_rows<const A: usize>(
     }
 }
 
+/// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the
+/// K-quants' tiles with AVX512-VNNI (`vnni_k`), which share a transposition of eight weight rows among all of
+/// them; 4 elsewhere (what the row kernels keep in registers).
+pub fn dot_rows_batch(ty: GgmlType) -> usize {
+    let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+    #[cfg(target_arch = "x86_64")]
+    let tiles = has_avx2() && avx2::has_vnni();
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiles = false;
+    if k_quant && tiles {
+        8
+    } else {
+        4
+    }
+}
+
 /// The legacy blocks this machine's SIMD kernels unpack (each ISA's own `Unpack`; every block where none).
 #[cfg(target_arch = "x86_64")]
 use avx2::Unpack as SimdLegacy;
