@@ -1,6 +1,7 @@
-//! Q4_K, Q5_K and Q6_K rows eight at a time with AVX512-VNNI (256-bit vectors): prefill's matrix products for
-//! the K-quant models, where the per-row kernels of `avx2_k` spend two multiplies (`maddubs`, then `madd` with
-//! the sub-block scale) per 32 products.
+//! Q4_K and Q5_K rows eight at a time with AVX512-VNNI (256-bit vectors): prefill's matrix products for the
+//! K-quant models, where the per-row kernels of `avx2_k` spend two multiplies (`maddubs`, then `madd` with the
+//! sub-block scale) per 32 products. (Q6_K has no tile: one with 16 signed scales and the offset of 32 was only
+//! ~6% faster than its per-row kernel with eight activation rows, and the block-sum order it needs costs decode more.)
 //!
 //! Here each 32-bit lane holds one weight row. The eight rows' quant bytes are transposed four bytes at a time
 //! (lane r of vector c: bytes 4c..4c+4 of row r), so one `dpbusd` against four activation bytes broadcast to
@@ -15,37 +16,26 @@
 use core::arch::x86_64::*;
 
 use super::act::{BlockQ8K, QK_K};
-use super::avx2_k::{load256, q4k_rows_vnni, q5k_rows_vnni, q6k_rows_vnni, sll16, srl16};
+use super::avx2_k::{load256, q4k_rows_vnni, q5k_rows_vnni, sll16, srl16};
 use super::check_k_rows;
-use super::k_quants::{BlockQ4K, BlockQ5K, BlockQ6K};
+use super::k_quants::{BlockQ4K, BlockQ5K};
 
 /// Rows per tile: one per 32-bit lane of a 256-bit vector.
 const ROWS: usize = 8;
 
-/// `shuffle_epi8` masks that move bytes 0, 1 (first mask) or 2, 3 (second) of each 32-bit lane to the low bytes
-/// (`MIN_PAIRS`: zero-extended to its two i16 halves) or to the high bytes (`SCALE_PAIRS`: for an arithmetic
-/// shift right by 8, sign-extending them). The shuffle indexes bytes within each 128-bit half, where lane p's
-/// bytes are 4p..4p+4; -1 gives 0.
-const MIN_PAIRS: [[i8; 32]; 2] = pair_masks(false);
-const SCALE_PAIRS: [[i8; 32]; 2] = pair_masks(true);
-
-const fn pair_masks(high: bool) -> [[i8; 32]; 2] {
+/// `shuffle_epi8` masks that widen bytes 0, 1 (first mask) or 2, 3 (second) of each 32-bit lane to its two i16
+/// halves. (The shuffle indexes bytes within each 128-bit half, where lane p's bytes are 4p..4p+4; -1 gives 0.)
+const MIN_PAIRS: [[i8; 32]; 2] = {
     let mut masks = [[-1i8; 32]; 2];
     let mut i = 0;
     while i < 32 {
         let p = (i % 16 / 4) as i8;
-        let (lo, hi) = if high { (1, 3) } else { (0, 2) };
-        if i % 4 == lo {
-            masks[0][i] = 4 * p;
-            masks[1][i] = 4 * p + 2;
-        } else if i % 4 == hi {
-            masks[0][i] = 4 * p + 1;
-            masks[1][i] = 4 * p + 3;
-        }
+        masks[0][i] = [4 * p, -1, 4 * p + 1, -1][i % 4];
+        masks[1][i] = [4 * p + 2, -1, 4 * p + 3, -1][i % 4];
         i += 1;
     }
     masks
-}
+};
 
 /// Q4_K rows (`w`, rows of `row_blocks` blocks) · `A` Q8_K activation rows into `out[row][j]`: whole tiles of
 /// eight rows here, the rest through the per-row kernel (which gives the same bits).
@@ -82,24 +72,6 @@ pub(crate) fn q5k_rows_tiled<const A: usize>(
         k4_tile(rows, a, out);
     }
     q5k_rows_vnni(w_rest, row_blocks, a, out_rest);
-}
-
-/// [`q4k_rows_tiled`] for Q6_K.
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C and AVX512 F/VL/VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub(crate) fn q6k_rows_tiled<const A: usize>(
-    w: &[BlockQ6K],
-    row_blocks: usize,
-    a: [&[BlockQ8K]; A],
-    out: &mut [[f32; A]],
-) {
-    check_k_rows(w, row_blocks, &a, out.len());
-    let (tiles, w_rest, out_rest) = split_tiles(w, row_blocks, out);
-    for (rows, out) in tiles {
-        q6k_tile(rows, a, out);
-    }
-    q6k_rows_vnni(w_rest, row_blocks, a, out_rest);
 }
 
 /// Weight rows `w` (rows of `row_blocks` blocks) and their outputs as tiles of eight rows, and the rows left
@@ -182,19 +154,6 @@ fn broadcast_word<T: Copy>(s: &[T], at: usize) -> __m256i {
     assert!(at + 4 <= std::mem::size_of_val(s));
     // SAFETY: 4 bytes of `s` (checked above), read unaligned.
     _mm256_set1_epi32(unsafe { s.as_ptr().cast::<u8>().add(at).cast::<i32>().read_unaligned() })
-}
-
-/// Byte `k` (0..4) of each 32-bit lane, sign-extended.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-fn signed_byte_of_lanes(v: __m256i, k: usize) -> __m256i {
-    let top = match k {
-        0 => _mm256_slli_epi32::<24>(v),
-        1 => _mm256_slli_epi32::<16>(v),
-        2 => _mm256_slli_epi32::<8>(v),
-        _ => v,
-    };
-    _mm256_srai_epi32::<24>(top)
 }
 
 /// Bit `n` of each byte of `qh`, as 16.
@@ -333,108 +292,6 @@ fn k4_tile<B: K4Block, const A: usize>(w: [&[B]; ROWS], a: [&[BlockQ8K]; A], out
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(acc[k], mins)) };
         for r in 0..ROWS {
             out[r][k] = lanes[r];
-        }
-    }
-}
-
-/// Eight Q6_K rows · `A` activation rows: as [`k4_tile`], with 16 signed scales per block (each column group of
-/// four bytes lies in one sub-block of 16), and the quants' offset of 32 taken off as 32 · Σ scale · (the
-/// activation's sums of 16), as `avx2_k::vec_dot_q6k` does.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-fn q6k_tile<const A: usize>(w: [&[BlockQ6K]; ROWS], a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
-    let blocks = w[0].len();
-    assert!(w.iter().all(|w| w.len() == blocks) && a.iter().all(|a| a.len() >= blocks) && out.len() == ROWS);
-    // Byte offsets in a block: ql (128), qh (64), scales (16), d (2).
-    const QH: usize = 128;
-    const SCALES: usize = 192;
-    let m15 = _mm256_set1_epi8(15);
-    let pair_masks = [load256(&SCALE_PAIRS[0]), load256(&SCALE_PAIRS[1])];
-    let mut acc = [_mm256_setzero_ps(); A];
-    for i in 0..blocks {
-        let mut x = [std::ptr::null::<u8>(); ROWS];
-        let mut d = [0u16; ROWS];
-        for r in 0..ROWS {
-            x[r] = (&w[r][i] as *const BlockQ6K).cast::<u8>();
-            d[r] = u16::from_le_bytes(w[r][i].d);
-        }
-        // SAFETY: `d` holds 8 f16s.
-        let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(d.as_ptr().cast()) });
-        // The 16 scales of each row, sign-extended; and in i16 pairs (sub-blocks 2t, 2t + 1) for `madd`.
-        // SAFETY: a block is 210 bytes: scales are bytes 192..208.
-        let scale_words = unsafe { transpose_words(&x, SCALES) };
-        let (mut scales, mut scale_pairs) = ([_mm256_setzero_si256(); 16], [_mm256_setzero_si256(); 8]);
-        for q in 0..4 {
-            for b in 0..4 {
-                scales[4 * q + b] = signed_byte_of_lanes(scale_words[q], b);
-            }
-            for h in 0..2 {
-                let pair = _mm256_shuffle_epi8(scale_words[q], pair_masks[h]);
-                scale_pairs[2 * q + h] = _mm256_srai_epi16::<8>(pair);
-            }
-        }
-
-        let mut sumi = [_mm256_setzero_si256(); A];
-        for j in 0..QK_K / 128 {
-            // Byte l of each 32 below holds element l of 32 values (ql: two nibbles, two sets of 32; qh: the high
-            // two bits of four): bytes 4c..4c+4 of each row in vector c, c = 0..8.
-            // SAFETY: bytes 64j .. 64j + 64 (ql) and 128 + 32j .. 160 + 32j (qh) of a block.
-            let (qh_lo, qh_hi) = unsafe { (transpose_words(&x, QH + 32 * j), transpose_words(&x, QH + 32 * j + 16)) };
-            for half in 0..2 {
-                // SAFETY: as above.
-                let (ql_lo, ql_hi) =
-                    unsafe { (transpose_words(&x, 64 * j + 32 * half), transpose_words(&x, 64 * j + 32 * half + 16)) };
-                // Values 32k..32k+32 of this 128: ql's low nibbles are k = half, its high nibbles k = half + 2.
-                for nibble in 0..2 {
-                    let k = half + 2 * nibble;
-                    let mut q6 = [_mm256_setzero_si256(); 8];
-                    for c in 0..8 {
-                        let (ql, qh) = if c < 4 { (ql_lo[c], qh_lo[c]) } else { (ql_hi[c - 4], qh_hi[c - 4]) };
-                        let low = if nibble == 0 { ql } else { _mm256_srli_epi16::<4>(ql) };
-                        let high = match k {
-                            0 => _mm256_slli_epi16::<4>(_mm256_and_si256(qh, _mm256_set1_epi8(3))),
-                            1 => _mm256_slli_epi16::<2>(_mm256_and_si256(qh, _mm256_set1_epi8(12))),
-                            2 => _mm256_and_si256(qh, _mm256_set1_epi8(48)),
-                            _ => _mm256_srli_epi16::<2>(_mm256_and_si256(qh, _mm256_set1_epi8(-64))),
-                        };
-                        q6[c] = _mm256_or_si256(_mm256_and_si256(low, m15), high);
-                    }
-                    // Columns 0..16 of these 32 are sub-block 8j + 2k, columns 16..32 the next.
-                    for t in 0..A {
-                        let q8 = &a[t][i].qs[128 * j + 32 * k..128 * j + 32 * k + 32];
-                        let (mut first, mut second) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        for c in 0..4 {
-                            first = _mm256_dpbusd_epi32(first, q6[c], broadcast_word(q8, 4 * c));
-                            second = _mm256_dpbusd_epi32(second, q6[c + 4], broadcast_word(q8, 16 + 4 * c));
-                        }
-                        let s = 8 * j + 2 * k;
-                        let scaled = _mm256_add_epi32(
-                            _mm256_mullo_epi32(first, scales[s]),
-                            _mm256_mullo_epi32(second, scales[s + 1]),
-                        );
-                        sumi[t] = _mm256_add_epi32(sumi[t], scaled);
-                    }
-                }
-            }
-        }
-        for t in 0..A {
-            let y = &a[t][i];
-            // 32 · Σ scale · bsum: `bsums`' words are pairs of sums of 16.
-            let mut offset = _mm256_setzero_si256();
-            for (p, &pair) in scale_pairs.iter().enumerate() {
-                offset = _mm256_add_epi32(offset, _mm256_madd_epi16(pair, broadcast_word(&y.bsums, 4 * p)));
-            }
-            let total = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32::<5>(offset));
-            let d = _mm256_mul_ps(_mm256_set1_ps(y.d), xd);
-            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(total), acc[t]);
-        }
-    }
-    for t in 0..A {
-        let mut lanes = [0f32; ROWS];
-        // SAFETY: `lanes` has room for the 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[t]) };
-        for r in 0..ROWS {
-            out[r][t] = lanes[r];
         }
     }
 }
