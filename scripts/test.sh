@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every test: native (x86_64) and wasm32 (Node, headless Chromium) Rust suites, the WebGPU backend on lavapipe and in
+# Run every test: native (x86_64) and wasm32 (headless Chromium; unit tests in Node too) Rust suites, the WebGPU backend on lavapipe and in
 # Chromium (SwiftShader), the NEON kernels under qemu (aarch64),
 # then the npm package's suites (Node, the packed tarball, headless Chromium).
 # Usage: scripts/test.sh        (does its own set-up first; safe to run on a fresh machine)

@@ -4,9 +4,8 @@
 //! with every activation row while it is in cache (decode has one activation row; prefill many).
 //! The dots go through row kernels ([`crate::quant::dot_rows`]) that take a task's weight rows at once
 //! (no dispatch per row) with eight or four activation rows (batches; [`crate::quant::dot_rows_batch`]) or one
-//! (the rest, and decode). Every
-//! output is computed the same way either way, so results depend neither on the batch size nor on
-//! the number of threads.
+//! (the rest, and decode). Every output is computed the same way either way, so results depend neither on the
+//! batch size nor on the number of threads.
 
 use std::ops::Range;
 

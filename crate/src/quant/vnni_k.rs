@@ -1,7 +1,8 @@
 //! Q4_K and Q5_K rows eight at a time with AVX512-VNNI (256-bit vectors): prefill's matrix products for the
 //! K-quant models, where the per-row kernels of `avx2_k` spend two multiplies (`maddubs`, then `madd` with the
 //! sub-block scale) per 32 products. (Q6_K has no tile: one with 16 signed scales and the offset of 32 was only
-//! ~6% faster than its per-row kernel with eight activation rows, and the block-sum order it needs costs decode more.)
+//! ~6% faster than its per-row kernel with eight activation rows, and its block-sum order moved Gemma 3 270M's
+//! worst position past the llama.cpp bound of `tests/rust/gemma3.rs`.)
 //!
 //! Here each 32-bit lane holds one weight row. The eight rows' quant bytes are transposed four bytes at a time
 //! (lane r of vector c: bytes 4c..4c+4 of row r), so one `dpbusd` against four activation bytes broadcast to
