@@ -344,6 +344,25 @@ fn k4_block_sum<const EXACT: bool>(
     *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), *acc_m);
 }
 
+/// [`k4_block_sum`] for `A` activation rows `y` at once (the per-row kernels): a block with f16 scales `d`, `dmin`
+/// and mins `mins16` (from [`scales_mins_i16_k4`]), its integer sums with each row in `sumi`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_rows_block_sum<const EXACT: bool, const A: usize>(
+    (d, dmin): ([u8; 2], [u8; 2]),
+    mins16: __m128i,
+    y: [&BlockQ8K; A],
+    sumi: &[__m256i; A],
+    acc: &mut [DotSum<EXACT>; A],
+    acc_m: &mut [__m128; A],
+) {
+    let (xd, xdmin) = (f16_to_f32(d), f16_to_f32(dmin));
+    for k in 0..A {
+        let mins = mins_dot_k4(mins16, &y[k].bsums);
+        k4_block_sum(&mut acc[k], &mut acc_m[k], (y[k].d * xd, -y[k].d * xdmin), sumi[k], mins);
+    }
+}
+
 /// A Q4_K or Q5_K dot from the running sums of [`k4_block_sum`]: `acc + ((m0 + m2) + (m1 + m3))`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -505,12 +524,7 @@ macro_rules! k_row_kernels {
                             sumi[k] = $madd_add(sumi[k], scale_h, _mm256_maddubs_epi16(q4h, q8h));
                         }
                     }
-                    let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
-                    for k in 0..A {
-                        let mins = mins_dot_k4(mins16, &y[k].bsums);
-                        let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        k4_block_sum(&mut acc[k], &mut acc_m[k], (d, dmin), sumi[k], mins);
-                    }
+                    k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
                 }
                 *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
             }
@@ -549,12 +563,7 @@ macro_rules! k_row_kernels {
                             sumi[k] = $madd_add(sumi[k], scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
                         }
                     }
-                    let (xd, xdmin) = (f16_to_f32(x.d), f16_to_f32(x.dmin));
-                    for k in 0..A {
-                        let mins = mins_dot_k4(mins16, &y[k].bsums);
-                        let (d, dmin) = (y[k].d * xd, -y[k].d * xdmin);
-                        k4_block_sum(&mut acc[k], &mut acc_m[k], (d, dmin), sumi[k], mins);
-                    }
+                    k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
                 }
                 *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
             }
@@ -697,11 +706,11 @@ mod tests {
                 }
             }};
         }
-        check!(BlockQ4K, q4k_dot, true, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::q4k_rows_tiled], |b| {
+        check!(BlockQ4K, q4k_dot, true, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::k4_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, q5k_dot, true, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::q5k_rows_tiled], |b| {
+        check!(BlockQ5K, q5k_dot, true, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::k4_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)

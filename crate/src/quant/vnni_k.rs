@@ -38,63 +38,32 @@ const MIN_PAIRS: [[i8; 32]; 2] = {
     masks
 };
 
-/// Q4_K rows (`w`, rows of `row_blocks` blocks) · `A` Q8_K activation rows into `out[row][j]`: whole tiles of
-/// eight rows here, the rest through the per-row kernel (which gives the same bits).
+/// Q4_K or Q5_K rows (`w`, rows of `row_blocks` blocks) · `A` Q8_K activation rows into `out[row][j]`: whole
+/// tiles of eight rows here, the rest through the type's per-row kernel (which gives the same bits). With one
+/// activation row the transposition costs more than the `dpbusd`s save: tiles only where four or more activation
+/// rows share it (prefill), the per-row kernel for decode.
 /// # Safety
 /// The CPU must support AVX2, FMA, F16C and AVX512 F/VL/VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub(crate) fn q4k_rows_tiled<const A: usize>(
-    w: &[BlockQ4K],
+pub(crate) fn k4_rows_tiled<B: K4Block, const A: usize>(
+    w: &[B],
     row_blocks: usize,
     a: [&[BlockQ8K]; A],
     out: &mut [[f32; A]],
 ) {
     check_k_rows(w, row_blocks, &a, out.len());
-    let (tiles, w_rest, out_rest) = split_tiles(w, row_blocks, out);
-    for (rows, out) in tiles {
-        k4_tile(rows, a, out);
-    }
-    q4k_rows_vnni(w_rest, row_blocks, a, out_rest);
-}
-
-/// [`q4k_rows_tiled`] for Q5_K.
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C and AVX512 F/VL/VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub(crate) fn q5k_rows_tiled<const A: usize>(
-    w: &[BlockQ5K],
-    row_blocks: usize,
-    a: [&[BlockQ8K]; A],
-    out: &mut [[f32; A]],
-) {
-    check_k_rows(w, row_blocks, &a, out.len());
-    let (tiles, w_rest, out_rest) = split_tiles(w, row_blocks, out);
-    for (rows, out) in tiles {
-        k4_tile(rows, a, out);
-    }
-    q5k_rows_vnni(w_rest, row_blocks, a, out_rest);
-}
-
-/// Weight rows `w` (rows of `row_blocks` blocks) and their outputs as tiles of eight rows, and the rows left
-/// over. With one activation row the transposition costs more than the `dpbusd`s save: tiles only where four
-/// or more activation rows share it (prefill), the per-row kernel for decode.
-#[allow(clippy::type_complexity)]
-fn split_tiles<'w, 'o, B, const A: usize>(
-    w: &'w [B],
-    row_blocks: usize,
-    out: &'o mut [[f32; A]],
-) -> (impl Iterator<Item = ([&'w [B]; ROWS], &'o mut [[f32; A]])>, &'w [B], &'o mut [[f32; A]]) {
     let tiled = if A >= 4 { out.len() / ROWS * ROWS } else { 0 };
     let (w_tiles, w_rest) = w.split_at(tiled * row_blocks);
     let (out_tiles, out_rest) = out.split_at_mut(tiled);
-    let tiles = w_tiles.chunks_exact(ROWS * row_blocks).zip(out_tiles.chunks_exact_mut(ROWS)).map(move |(w, out)| {
+    for (w, out) in w_tiles.chunks_exact(ROWS * row_blocks).zip(out_tiles.chunks_exact_mut(ROWS)) {
         let mut rows = [&w[..0]; ROWS];
         for (r, row) in w.chunks_exact(row_blocks).enumerate() {
             rows[r] = row;
         }
-        (rows, out)
-    });
-    (tiles, w_rest, out_rest)
+        k4_tile(rows, a, out);
+    }
+    // SAFETY: this function's target features are the per-row kernel's.
+    unsafe { B::rows_vnni(w_rest, row_blocks, a, out_rest) };
 }
 
 // No vector-valued closures below (`array::from_fn(|c| ...)` and the like): such helpers were not inlined into
@@ -166,21 +135,36 @@ fn fifth_bit(qh: __m256i, n: i32) -> __m256i {
 
 /// Q4_K and Q5_K: blocks that begin with d, dmin and the 12 packed bytes of 6-bit scales and mins
 /// (`k_quants::scales_mins_k4`), with quants' low nibbles laid out alike.
-trait K4Block {
+pub(crate) trait K4Block: Sized {
     /// Where the 128 bytes of low nibbles start.
     const QS: usize;
     /// Where the 32 bytes of fifth bits start (Q5_K), if any.
     const QH: Option<usize>;
+
+    /// The type's per-row kernel (`avx2_k`, AVX512-VNNI stamping), for the rows outside whole tiles.
+    /// # Safety
+    /// The CPU must support AVX2, FMA, F16C and AVX512 F/VL/VNNI.
+    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]);
 }
 
 impl K4Block for BlockQ4K {
     const QS: usize = 16;
     const QH: Option<usize> = None;
+
+    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
+        // SAFETY: the caller's promise.
+        unsafe { q4k_rows_vnni(w, row_blocks, a, out) }
+    }
 }
 
 impl K4Block for BlockQ5K {
     const QS: usize = 48;
     const QH: Option<usize> = Some(16);
+
+    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
+        // SAFETY: the caller's promise.
+        unsafe { q5k_rows_vnni(w, row_blocks, a, out) }
+    }
 }
 
 /// Eight Q4_K or Q5_K rows · `A` activation rows (see the module's comment).

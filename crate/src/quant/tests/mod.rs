@@ -109,37 +109,26 @@ fn timing_576_wide_rows() {
 #[ignore = "timing, not a check"]
 fn timing_k_rows() {
     use std::time::Instant;
+    /// Multiply-adds per ns of `dot_rows` with `A` activation rows (of the 4 in `acts`, repeated), best of 200.
+    fn speed<const A: usize>(ty: GgmlType, w: &[u8], cols: usize, acts: &Activations) -> f64 {
+        let rows = w.len() / ty.row_bytes(cols);
+        let mut best = f64::MAX;
+        for _ in 0..200 {
+            let t = Instant::now();
+            let mut out = vec![[0f32; A]; rows];
+            assert!(dot_rows(ty, w, cols, acts, std::array::from_fn(|j| j % 4), &mut out));
+            std::hint::black_box(&out);
+            best = best.min(t.elapsed().as_secs_f64() * 1e9);
+        }
+        (rows * cols * A) as f64 / best
+    }
     let (cols, rows) = (2048, 64);
     let mut rng = crate::test_support::Rng::new(7);
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
         let w = data::random_row(ty, rows * cols / ty.block_size(), &mut rng);
         let acts = data::random_activations(ty.act_kind(), 4, cols, data::ActSource::Quantized, &mut rng);
-        let best = |a: usize| {
-            let mut best = f64::MAX;
-            for _ in 0..200 {
-                let t = Instant::now();
-                if a == 8 {
-                    let mut out = vec![[0f32; 8]; rows];
-                    assert!(dot_rows(ty, &w, cols, &acts, [0, 1, 2, 3, 0, 1, 2, 3], &mut out));
-                    std::hint::black_box(&out);
-                } else if a == 4 {
-                    let mut out = vec![[0f32; 4]; rows];
-                    assert!(dot_rows(ty, &w, cols, &acts, [0, 1, 2, 3], &mut out));
-                    std::hint::black_box(&out);
-                } else {
-                    let mut out = vec![[0f32; 1]; rows];
-                    assert!(dot_rows(ty, &w, cols, &acts, [0], &mut out));
-                    std::hint::black_box(&out);
-                }
-                best = best.min(t.elapsed().as_secs_f64() * 1e9);
-            }
-            (rows * cols * a) as f64 / best
-        };
-        println!(
-            "{ty:?}: 8 activation rows {:.1}, 4 activation rows {:.1} MAC/ns, 1 row {:.1} MAC/ns",
-            best(8),
-            best(4),
-            best(1)
-        );
+        let (eight, four, one) =
+            (speed::<8>(ty, &w, cols, &acts), speed::<4>(ty, &w, cols, &acts), speed::<1>(ty, &w, cols, &acts));
+        println!("{ty:?}: 8 activation rows {eight:.1}, 4 activation rows {four:.1} MAC/ns, 1 row {one:.1} MAC/ns");
     }
 }
