@@ -283,7 +283,7 @@ fn q4k_dot<const EXACT: bool>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 /// A dot's running sum over blocks of `d` times a block's integer sums (8 i32 lanes), in one of two orders:
 /// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `vnni_k`'s tiles,
 ///   so on a CPU with AVX512-VNNI (where `dot_rows` uses them) `vec_dot` and the per-row kernels take it too and
-///   every path gives the same bits. The horizontal sum costs decode's per-row kernels some 8%.
+///   every path gives the same bits, at the cost of a horizontal sum per block in the per-row kernels.
 /// - otherwise: lane by lane in f32 (`fma(d, lanes, acc)`), summed across lanes at the end: the cheaper order, for
 ///   CPUs without the tiles.
 #[derive(Clone, Copy)]
@@ -505,7 +505,7 @@ macro_rules! k_row_kernels {
             out: &mut [[f32; A]],
         ) {
             check_k_rows(w, row_blocks, &a, out.len());
-            let m4 = _mm256_set1_epi8(0xF);
+            let (m4, zero) = (_mm256_set1_epi8(0xF), _mm256_setzero_si256());
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
@@ -517,11 +517,14 @@ macro_rules! k_row_kernels {
                         let q4bits = load256(&x.qs[32 * j..]);
                         let q4l = _mm256_and_si256(q4bits, m4);
                         let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+                        // Each 64 values' products sum apart before joining the row's: one chain of eight
+                        // multiply-adds per block would keep decode (one activation row) waiting on their latency.
                         for k in 0..A {
                             let q8l = load256(&y[k].qs[64 * j..]);
-                            sumi[k] = $madd_add(sumi[k], scale_l, _mm256_maddubs_epi16(q4l, q8l));
+                            let part = $madd_add(zero, scale_l, _mm256_maddubs_epi16(q4l, q8l));
                             let q8h = load256(&y[k].qs[64 * j + 32..]);
-                            sumi[k] = $madd_add(sumi[k], scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                            let part = $madd_add(part, scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                            sumi[k] = _mm256_add_epi32(sumi[k], part);
                         }
                     }
                     k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
@@ -540,7 +543,7 @@ macro_rules! k_row_kernels {
         ) {
             check_k_rows(w, row_blocks, &a, out.len());
             let m4 = _mm256_set1_epi8(0xF);
-            let m16 = _mm256_set1_epi8(16);
+            let (m16, zero) = (_mm256_set1_epi8(16), _mm256_setzero_si256());
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
@@ -558,9 +561,10 @@ macro_rules! k_row_kernels {
                         let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4), h1);
                         for k in 0..A {
                             let q8_0 = load256(&y[k].qs[64 * j..]);
-                            sumi[k] = $madd_add(sumi[k], scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+                            let part = $madd_add(zero, scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
                             let q8_1 = load256(&y[k].qs[64 * j + 32..]);
-                            sumi[k] = $madd_add(sumi[k], scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+                            let part = $madd_add(part, scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+                            sumi[k] = _mm256_add_epi32(sumi[k], part);
                         }
                     }
                     k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
@@ -579,7 +583,7 @@ macro_rules! k_row_kernels {
         ) {
             check_k_rows(w, row_blocks, &a, out.len());
             let m3 = _mm256_set1_epi8(3);
-            let m15 = _mm256_set1_epi8(15);
+            let (m15, zero) = (_mm256_set1_epi8(15), _mm256_setzero_si256());
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let mut acc = [DotSum::<false>::new(); A];
                 for (i, x) in w.iter().enumerate() {
@@ -600,12 +604,25 @@ macro_rules! k_row_kernels {
                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2),
                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3),
                         ];
+                        // Few activation rows leave the CPU waiting on one chain of multiply-adds: two per row
+                        // then. With more, the rows' chains overlap already and registers run short.
+                        let mut part = [[zero; 2]; A];
                         for (l, q4) in q4.into_iter().enumerate() {
                             let scale = _mm_shuffle_epi8(scales, load128(&SHUFFLE_Q6K[16 * (4 * j + l)..]));
                             let scale = _mm256_cvtepi8_epi16(scale);
                             for k in 0..A {
                                 let q8 = load256(&y[k].qs[128 * j + 32 * l..]);
-                                sumi[k] = $madd_add(sumi[k], scale, _mm256_maddubs_epi16(q4, q8));
+                                let p16 = _mm256_maddubs_epi16(q4, q8);
+                                if A < 4 {
+                                    part[k][l % 2] = $madd_add(part[k][l % 2], scale, p16);
+                                } else {
+                                    sumi[k] = $madd_add(sumi[k], scale, p16);
+                                }
+                            }
+                        }
+                        if A < 4 {
+                            for k in 0..A {
+                                sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(part[k][0], part[k][1]));
                             }
                         }
                     }
