@@ -4,6 +4,7 @@
 //!   cargo bench -p ruvllm --features gpu --bench gpu_bench -- --model M [--prompt-tokens 128] [--gen-tokens 64]
 //!   gpu_bench --write-twin-header M OUT   (the model's header and tensor table, a few MB)
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
+//!   gpu_bench --twin OUT --write-twin G    (only write that model to G: other engines run the same bytes)
 //!   --no-subgroups                         (the kernels' variant without subgroup operations)
 //!   --prefix-cache                         (instead: the prefix cache's transfers of the prompt's keys
 //!                                           and values down from and up to the GPU)
@@ -47,6 +48,9 @@ fn run() -> Result<(), String> {
         (None, Some(path)) => std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?,
         (None, None) => return Err("--model M, --twin T or $RUVLLM_MODEL".into()),
     };
+    if let Some(dst) = opt("--write-twin") {
+        return std::fs::write(&dst, &bytes).map_err(|e| format!("{dst}: {e}"));
+    }
     let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
     let vocab = model.config.vocab_size;
     let no_subgroups = args.iter().any(|a| a == "--no-subgroups");
