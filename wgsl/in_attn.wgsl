@@ -1,6 +1,6 @@
 // Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl or
 // lora.wgsl (call), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl, in_plain.wgsl and in_rows.wgsl
-// define the same functions.
+// define the same functions (all but in_rows.wgsl the *_q8 ones too).
 // Matvec and LoRA input stage: the attention output, merged from the per-chunk partial results of
 // attn_decode (online-softmax merge; attn_partials.wgsl has their layout). The (m, l) pairs are
 // loaded in parallel, then each chunk's weight exp(m_c - m) / l is computed by its own invocation
@@ -45,4 +45,17 @@ fn input_load4(i: u32) -> vec4<f32> {
         acc += a * chunk_w[first + c] + b * select(0.0, chunk_w[first + c1], c + 1u < nc);
     }
     return acc;
+}
+
+// For matvec_q8.wgsl (see in_norm.wgsl): the input as it is, a factor of 1.
+fn input_prepare_q8(lid: u32) {
+    input_prepare(lid);
+}
+
+fn input_load4_q8(i: u32, ss: ptr<function, f32>) -> vec4<f32> {
+    return input_load4(i);
+}
+
+fn input_factor_q8(lid: u32, ss: f32) -> f32 {
+    return 1.0;
 }

@@ -1,9 +1,6 @@
-// Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), weights.wgsl and a quant/*.wgsl
-// (dequant8, QK, BLOCK_BYTES), mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl,
-// a reduce_*.wgsl (team_sum2), best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl or
-// glu_gelu.wgsl (glu: OUT_SWIGLU, OUT_GEGLU), an input stage
-// (input_prepare, input_load4: in_norm.wgsl, in_plain.wgsl or in_attn.wgsl), the variant's
-// OUT_MODE, ROWS, COLS, SPAN, ROUNDS, LOADS.
+// Needs: weights.wgsl and a quant/*.wgsl (dequant8, QK, BLOCK_BYTES), matvec_shared.wgsl and what it
+// needs (TEAM, PAIRED, row_starts, finish_rows), an input stage (input_prepare, input_load4: in_norm.wgsl,
+// in_plain.wgsl or in_attn.wgsl), the variant's ROUNDS and LOADS.
 // Decode matrix-vector product: out[row] = dot(W[row], input) for one input vector (the last
 // token's row), reading the weights in their GGUF blocks.
 //
@@ -13,18 +10,10 @@
 // groups of 8 columns, TEAM * 8 apart, in straight-line code: their weight loads are issued
 // together (no local arrays: they would live in slow memory).
 // The output rows of up to 3 matrices ("segments", e.g. q, k, v) are concatenated in one dispatch.
-// OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU or OUT_GEGLU (glu) of segment 0 (gate)
-// and 1 (up) row pairs, OUT_ARGMAX: store, and the workgroup's best row for argmax.wgsl (put_best: the output
-// head of greedy decoding).
 // The Rust side sets COLS, ROWS, SPAN (a multiple of 8), ROUNDS (8-column groups per lane and
 // pass) and LOADS (input vec4s per invocation and pass).
 
-const TEAM: u32 = 256u / ROWS;
-const PAIRED: bool = OUT_MODE == OUT_SWIGLU || OUT_MODE == OUT_GEGLU;
-
 var<workgroup> xs: array<vec4<f32>, SPAN / 4u>;
-var<workgroup> team_v: array<f32, ROWS>;
-var<workgroup> team_i: array<u32, ROWS>;
 
 // The dot products with the staged input of the 8 weights at column group g of this pass, of the
 // row at w0 and (paired) the row at w1; zero past the pass's n columns (the loads clamped to stay
@@ -47,24 +36,14 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    let paired = PAIRED;
-    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, paired);
+    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, PAIRED);
     let wg_index = wg.y * nwg.x + wg.x;
     let row = wg_index * ROWS + lid / TEAM;
     let lane = lid % TEAM;
     let valid = row < n_rows;
-    let row_bytes = COLS / QK * BLOCK_BYTES;
-    // Rows past the end read row 0 (in bounds) and store nothing.
-    var w0 = op.seg_off.x;
-    var w1 = op.seg_off.y;
-    if (valid) {
-        if (paired) {
-            w0 = op.seg_off.x + row * row_bytes;
-            w1 = op.seg_off.y + row * row_bytes;
-        } else {
-            w0 = weight_row(row, row_bytes);
-        }
-    }
+    let w = row_starts(row, valid, COLS / QK * BLOCK_BYTES);
+    let w0 = w.x;
+    let w1 = w.y;
     var acc = vec2<f32>(0.0); // (row, paired row)
     for (var t0 = 0u; t0 < COLS; t0 += SPAN) {
         let n = min(SPAN, COLS - t0);
@@ -94,34 +73,5 @@ fn main(@builtin(local_invocation_index) lid: u32,
         }
         acc += d;
     }
-    let sum = team_sum2(lid, acc, TEAM);
-    let v = sum.x;
-    if (valid && lane == 0u) {
-        let o = op.out_col0 + row;
-        if (OUT_MODE == OUT_STORE || OUT_MODE == OUT_ARGMAX) {
-            out[o] = v + bias(row);
-        } else if (OUT_MODE == OUT_ADD) {
-            out[o] += v + bias(row);
-        } else {
-            out[o] = glu(v, sum.y);
-        }
-    }
-    if (OUT_MODE == OUT_ARGMAX) {
-        if (lane == 0u) {
-            team_v[lid / TEAM] = select(NEG_BIG, v + bias(row), valid);
-            team_i[lid / TEAM] = select(0xFFFFFFFFu, op.out_col0 + row, valid);
-        }
-        workgroupBarrier();
-        if (lid == 0u && wg_index * ROWS < n_rows) {
-            var bv = NEG_BIG;
-            var bi = 0xFFFFFFFFu;
-            for (var t = 0u; t < ROWS; t++) {
-                if (better(team_v[t], team_i[t], bv, bi)) {
-                    bv = team_v[t];
-                    bi = team_i[t];
-                }
-            }
-            put_best(wg_index, bv, bi);
-        }
-    }
+    finish_rows(lid, wg_index, row, valid, n_rows, acc);
 }

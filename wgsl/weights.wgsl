@@ -27,6 +27,11 @@ fn w_u8(b: u32) -> u32 {
     return (W[b >> 2u] >> ((b & 3u) * 8u)) & 0xFFu;
 }
 
+// A byte as a signed (i8) value.
+fn sbyte(b: u32) -> i32 {
+    return (bitcast<i32>(w_u8(b)) << 24u) >> 24u;
+}
+
 // The four bytes of a word as unsigned values, lowest first.
 fn bytes4(q: u32) -> vec4<u32> {
     return (vec4<u32>(q) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);

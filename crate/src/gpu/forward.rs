@@ -299,7 +299,7 @@ impl<'a> Forward<'a> {
         if m.output.chunks.len() == 1 && !self.adapts(Group::Output) {
             out.mode = OutMode::Argmax;
             out.best = Some(&b.best);
-            per = mat::matvec_rows(vocab);
+            per = mat::matvec_rows(vocab, m.output.ty);
         }
         let mut ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.splits).await?;
         ops.extend(self.lora(Group::Output, LoraIn::Norm(&b.x, &m.output_norm), &b.logits).await?);

@@ -23,6 +23,7 @@ use crate::evaluator::{check_eval, Want};
 use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
 use crate::model::forward::{batches, LogitsFor};
+use crate::quant::GgmlType;
 
 /// Greedy steps that can run ahead of the CPU before their ids are read back.
 pub const MAX_RUN_AHEAD: usize = 1024;
@@ -156,7 +157,11 @@ impl GpuSession {
             h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
             best: gpu
-                .buffer("best rows", f32s(2 * c.vocab_size.div_ceil(mat::matvec_rows(c.vocab_size) as usize)), storage)
+                .buffer(
+                    "best rows",
+                    f32s(2 * c.vocab_size.div_ceil(mat::matvec_rows(c.vocab_size, GgmlType::F32) as usize)),
+                    storage,
+                )
                 .await?,
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,

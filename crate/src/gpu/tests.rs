@@ -18,7 +18,7 @@ use super::ops::attn_prefill::{self, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
-use super::ops::mat::{Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
+use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
 use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
@@ -270,14 +270,34 @@ fn dot(w: &[f32], x: &[f32]) -> (f64, f64) {
     w.iter().zip(x).fold((0.0, 0.0), |(s, a), (&w, &x)| (s + w as f64 * x as f64, a + (w as f64 * x as f64).abs()))
 }
 
+/// The input as a decode matvec of `ty` multiplies it: as it is, or for the types of `matvec_q8.wgsl`
+/// each 32 values as int8 times max|x| / 127, rounded as `pack4x8snorm` rounds. (The GPU's division may
+/// round a value that lies within an ulp of a half the other way: one such value moves a dot by one
+/// step of its block, well within `assert_close`'s tolerance.)
+fn matvec_input(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    if !int8_input(ty) {
+        return x.to_vec();
+    }
+    x.chunks(32)
+        .flat_map(|b| {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let inv = if amax > 0.0 { 1.0 / amax } else { 0.0 };
+            b.iter().map(move |&v| (0.5 + 127.0 * (v * inv).clamp(-1.0, 1.0)).floor() * (amax / 127.0))
+        })
+        .collect()
+}
+
 fn assert_close(what: &str, got: f32, want: f64, scale: f64) {
     let tol = 3e-5 * scale + 1e-5;
     assert!((got as f64 - want).abs() <= tol, "{what}: got {got}, want {want} (tolerance {tol:e})");
 }
 
-/// Columns for a type: more than one matvec input pass (2048) and an odd number of blocks.
+/// Columns for a type: more than one matvec input pass (2048; 8192 for the int8 kernel's types) and an
+/// odd number of blocks.
 fn test_cols(ty: GgmlType) -> usize {
-    if ty.block_size() == 256 {
+    if int8_input(ty) {
+        256 * 33
+    } else if ty.block_size() == 256 {
         256 * 9
     } else {
         32 * 67
@@ -322,6 +342,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
 
         let mut xn = vec![0f32; cols];
         rmsnorm(&mut xn, &x[cols..], &norm_w, 1e-5);
+        let xn = matvec_input(ty, &xn);
         let rows: Vec<Vec<f32>> = mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
         for (r, row) in rows.iter().enumerate() {
             let (want, scale) = dot(row, &xn);
@@ -365,7 +386,7 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
         ];
         let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
         for r in 0..rows {
-            let (want, scale) = dot(&g_rows[r], &x);
+            let (want, scale) = dot(&g_rows[r], &matvec_input(ty, &x));
             assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
         }
 
@@ -385,6 +406,7 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
             let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
             let mut xn = vec![0f32; cols];
             rmsnorm(&mut xn, &x, &norm_w, 1e-5);
+            let xn = matvec_input(ty, &xn);
             for r in 0..rows {
                 let (g, gs) = dot(&g_rows[r], &xn);
                 let (u, us) = dot(&u_rows[r], &xn);
@@ -734,11 +756,33 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
         (Slot::Params, uniform(&MatParams::new(&[(0, qd)], qd, 0, 0))),
         (Slot::Call, uniform(&s)),
         (Slot::Out, Data::Storage(vec![0; qd * 4])),
-        (Slot::In0, Data::Storage(part)),
+        (Slot::In0, Data::Storage(part.clone())),
     ];
     let out = to_f32(&run(kernel, &header, data, [(qd as u32).div_ceil(4), 1, 1], &[Slot::Out]).await[0]);
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {hd}, chunk {chunk}: merged output {i}: {g} vs {w}");
+    }
+    // And the int8 kernels' stage of it (where the rows are whole K-quant blocks): a Q4_K and a Q6_K matrix
+    // times the merged output, as int8.
+    if qd % 256 == 0 {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let rows = 11;
+            let w = random_matrix(ty, rows, qd, &mut SplitMix(qd as u64));
+            let kernel = Kernel::Matvec(Matvec { ty, input, mode, bias: false, rows: 8, cols });
+            let data = vec![
+                (Slot::Weights, Data::Storage(w.clone())),
+                (Slot::Params, uniform(&MatParams::new(&[(0, rows)], qd, 0, 0))),
+                (Slot::Call, uniform(&s)),
+                (Slot::Out, Data::Storage(vec![0; rows * 4])),
+                (Slot::In0, Data::Storage(part.clone())),
+            ];
+            let out = to_f32(&run(kernel, &header, data, [2, 1, 1], &[Slot::Out]).await[0]);
+            let x = matvec_input(ty, &want);
+            for (r, row) in dequantized(ty, &w, rows, qd).iter().enumerate() {
+                let (want, scale) = dot(row, &x);
+                assert_close(&format!("{} of the merged output, row {r}", ty.name()), out[r], want, scale);
+            }
+        }
     }
 }
 

@@ -141,21 +141,35 @@ pub(crate) struct SplitReduce {
     pub bias: bool,
 }
 
-/// Output rows per workgroup of a matvec of `rows` rows (matvec.wgsl `ROWS`; a team of 256 / ROWS
-/// invocations per row). Four, so that each invocation walks a short part of a row; 16 for very
-/// tall matrices (the output layer), whose many workgroups would cost more than the shorter walk
-/// gains, and whose best rows argmax then scans are 16 times fewer. Each beat its neighbours on an
-/// H100 (benches/README.md, "Figures behind design choices").
-pub(crate) fn matvec_rows(rows: usize) -> u32 {
+/// Output rows per workgroup of a matvec of `rows` rows of `ty` (matvec_shared.wgsl `ROWS`; a team
+/// of 256 / ROWS invocations per row). Four, so that each invocation walks a short part of a row;
+/// eight for the types of `matvec_q8.wgsl`, whose lanes take 64 columns at a time (a 2048-column
+/// pass then has one unit per lane); 16 for very tall matrices (the output layer), whose many
+/// workgroups would cost more than the shorter walk gains, and whose best rows argmax then scans
+/// are 16 times fewer. Each beat its neighbours on an H100 (benches/README.md, "Figures behind
+/// design choices"). Never fewer than `matvec_rows(rows, GgmlType::F32)`, which sizes buffers of
+/// best rows.
+pub(crate) fn matvec_rows(rows: usize, ty: GgmlType) -> u32 {
     if rows >= 8192 {
         16
+    } else if int8_input(ty) {
+        8
     } else {
         4
     }
 }
 
+/// The weight types whose decode matvec quantizes its input to int8 (`matvec_q8.wgsl` and the
+/// type's `quant/*_q8.wgsl`): the K-quants of Q4_K_M files, where it runs several times faster than
+/// unpacking each quant to a float.
+pub(crate) fn int8_input(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
 /// Most input columns a matvec stages in workgroup memory per pass (matvec.wgsl `SPAN`; 8 KiB).
 const MATVEC_MAX_SPAN: u32 = 2048;
+/// The same for `matvec_q8.wgsl`, a byte per column.
+const MATVEC_MAX_SPAN_Q8: u32 = 8192;
 
 /// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
 pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
@@ -186,19 +200,34 @@ impl Matvec {
         let Matvec { ty, input, mode, bias, rows, cols } = self;
         debug_assert!(!(bias && mode == OutMode::Argmax), "BIND_AUX is the bias or the best rows");
         debug_assert!(cols % 8 == 0 && 256 % rows == 0);
-        // A pass: at most 4 rounds of 8-column groups per lane, and at most 8 KiB of input.
-        let max_span = if input == Input::Attn { MATVEC_MAX_SPAN / 2 } else { MATVEC_MAX_SPAN };
-        let span = cols.min(max_span).min(4 * 8 * (256 / rows));
-        let rounds = span.div_ceil(8 * (256 / rows));
-        let loads = (span / 4).div_ceil(256);
+        // A pass: at most 8 KiB of staged input (half of it beside the attention merge's partials)
+        // and, in matvec.wgsl, at most 4 rounds of 8-column groups per lane. The int8 kernel stages
+        // a byte per column, in passes of whole blocks of 256 (the maxima are multiples).
+        let attn = input == Input::Attn;
+        let q8 = int8_input(ty);
         m.constant("OUT_MODE", mode as u32);
         m.constant("ROWS", rows);
         m.constant("COLS", cols);
-        m.constant("SPAN", span);
-        m.constant("ROUNDS", rounds);
-        m.constant("LOADS", loads);
+        if q8 {
+            debug_assert!(cols % 256 == 0);
+            let span = cols.min(if attn { MATVEC_MAX_SPAN_Q8 / 2 } else { MATVEC_MAX_SPAN_Q8 });
+            m.constant("SPAN", span);
+            m.constant("QLOADS", (span / 32).div_ceil(256));
+        } else {
+            let max_span = if attn { MATVEC_MAX_SPAN / 2 } else { MATVEC_MAX_SPAN };
+            let span = cols.min(max_span).min(4 * 8 * (256 / rows));
+            m.constant("SPAN", span);
+            m.constant("ROUNDS", span.div_ceil(8 * (256 / rows)));
+            m.constant("LOADS", (span / 4).div_ceil(256));
+        }
         m.uniform::<MatParams>();
         m.weights(ty);
+        if q8 {
+            m.piece(match ty {
+                GgmlType::Q4_K => wgsl!("quant/q4_k_q8.wgsl"),
+                _ => wgsl!("quant/q6_k_q8.wgsl"),
+            });
+        }
         m.piece(MAT_COMMON);
         m.piece(if bias { BIAS } else { NO_BIAS });
         m.reduce();
@@ -212,7 +241,8 @@ impl Matvec {
                 m.piece(wgsl!("in_attn.wgsl"));
             }
         }
-        m.piece(wgsl!("matvec.wgsl"));
+        m.piece(wgsl!("matvec_shared.wgsl"));
+        m.piece(if q8 { wgsl!("matvec_q8.wgsl") } else { wgsl!("matvec.wgsl") });
     }
 
     /// Workgroups of `per_wg` rows over `rows` rows, folded into two dimensions past 65535.
@@ -338,7 +368,7 @@ pub(crate) async fn ops(
                     MatIn::Plain(_) => Input::Plain,
                     _ => Input::Attn,
                 };
-                let rows = matvec_rows(g.rows);
+                let rows = matvec_rows(g.rows, g.ty);
                 let kernel = Matvec { ty: g.ty, input, mode, bias: bias.is_some(), rows, cols: g.cols as u32 };
                 (Kernel::Matvec(kernel), Matvec::grid(g.rows, rows), bias.is_some())
             }
@@ -401,7 +431,7 @@ pub(crate) async fn gate_up_glu(
         (Slot::In0, x.as_entire_binding()),
         (Slot::In1, norm.as_entire_binding()),
     ];
-    let rows = matvec_rows(ff);
+    let rows = matvec_rows(ff, gate.ty);
     let mode = match Act::of(&b.m.model.config) {
         Act::Silu => OutMode::Swiglu,
         Act::Gelu => OutMode::Geglu,
