@@ -1,44 +1,114 @@
 #!/usr/bin/env bash
-# The WebGPU benchmark (benches/gpu_bench.rs) on a machine with a real GPU that has no Rust
-# toolchain and no copy of the model (the `device` machine): build here, run there.
+# The WebGPU benchmark (benches/gpu_bench.rs) on a machine with a real GPU that has no Rust toolchain and no copy of
+# the model (the `device` machine), and llama.cpp CUDA there on the same random-weight twins: build here, run there.
 #
-#   benches/gpu_bench.sh prepare DIR   here: the release bench binary, the default model's twin
-#                                      header (shapes, types, tokenizer; a few MB) and the Vulkan
-#                                      loader package into DIR
-#   benches/gpu_bench.sh device DIR    there: unpack the loader if the system has none, then run
-#                                      prefill (128 tokens) and decode (64 tokens) on a same-shape
-#                                      model with random weights; prints JSON lines
-#   benches/gpu_bench.sh local         here: the same on the real model with whatever adapter wgpu finds
+#   benches/gpu_bench.sh prepare DIR [--llama-cpp]  here: the release bench binary, the Vulkan loader packages and
+#       the twin headers (shapes, types, tokenizer; a few MB each) of the default model (DIR/twin.hdr) and of the
+#       1B-shaped one (DIR/twin1b.hdr, if made) into DIR; --llama-cpp: llama.cpp's source too, pruned (~30 MB)
+#   benches/gpu_bench.sh device DIR [ARGS]  there: unpack the loader, then prefill (128 tokens) and decode (64
+#       tokens) on DIR/twin.hdr's model; ARGS: --twin DIR/twin1b.hdr, --prompt-tokens 512, ...; prints JSON lines
+#   benches/gpu_bench.sh llama-cuda DIR [TWIN.hdr ...]  there: llama.cpp's llama-bench built with CUDA (once per
+#       warm machine, ~4 min on 16 cores) on each twin's GGUF (default: DIR/twin.hdr, DIR/twin1b.hdr): pp128,
+#       pp512, tg64, flash attention off and on, 5 reps; prints JSON lines
+#   benches/gpu_bench.sh local [ARGS]  here: the WebGPU bench on the real model with whatever adapter wgpu finds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build() {
   cargo bench --locked -p ruvllm --features gpu --bench gpu_bench --no-run 2>&1 \
     | tee /dev/stderr | grep -o '[^ (]*/release/deps/gpu_bench-[0-9a-f]*' | tail -1
 }
+model1b=~/.cache/ruvllm/Llama-3.2-1B-shape.random.Q4_K_M.gguf
+lcpp_build=/root/lcpp-build # outside the working tree: it survives between calls on a warm machine
 case "${1:-}" in
   prepare)
-    dir="${2:?usage: $0 prepare DIR}"
+    dir="${2:?usage: $0 prepare DIR [--llama-cpp]}"
     mkdir -p "$dir"
     exe="$(build)"
     cp "$exe" "$dir/gpu_bench"
     strip "$dir/gpu_bench" # debug info is most of its size; the device call carries at most 64 MiB
     "$dir/gpu_bench" --write-twin-header "$(scripts/fetch-model.sh)" "$dir/twin.hdr"
+    if [ -f "$model1b" ]; then
+      "$dir/gpu_bench" --write-twin-header "$model1b" "$dir/twin1b.hdr"
+    else
+      echo "no $model1b, so no twin1b.hdr: benches/README.md's \"Peak memory\" has the command that makes it" >&2
+    fi
     o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64-lists'
     mkdir -p /tmp/amd64-lists/partial
     # shellcheck disable=SC2086
     apt-get $o update >&2 && (cd "$dir" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >&2)
+    if [ "${3:-}" = --llama-cpp ]; then
+      # llama.cpp at node-llama-cpp's release (the git bundle its npm package ships; benches/setup.sh installs it),
+      # without what llama-bench's CUDA build does not read. tools/mtmd and tools/server stay: tools/CMakeLists.txt
+      # adds mtmd unconditionally.
+      pkg=benches/node_modules/node-llama-cpp
+      [ -f "$pkg/llama/gitRelease.bundle" ] || { echo "no $pkg/llama/gitRelease.bundle: benches/setup.sh" >&2; exit 1; }
+      tmp="$(mktemp -d)"
+      git -c advice.detachedHead=false -c init.defaultBranch=main clone -q "$pkg/llama/gitRelease.bundle" "$tmp/src"
+      rm -rf "$dir/llama.cpp" && mkdir "$dir/llama.cpp"
+      (cd "$tmp/src" && tar --exclude=.git --exclude=./models --exclude=./docs --exclude=./tests \
+        --exclude=./examples --exclude=./tools/ui --exclude=./benches --exclude=./gguf-py --exclude=./media -cf - .) \
+        | tar -xf - -C "$dir/llama.cpp"
+      rm -rf "$tmp"
+      (cd "$dir/llama.cpp/ggml/src" && rm -rf ggml-sycl ggml-cann ggml-opencl ggml-metal ggml-vulkan ggml-webgpu \
+        ggml-hexagon ggml-et ggml-openvino ggml-virtgpu ggml-musa ggml-zdnn ggml-rpc)
+      tag="$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$pkg/llama/llama.cpp.info.json")"
+      ver="$(sed -n 's/^  "version": *"\([^"]*\)".*/\1/p' "$pkg/package.json")"
+      echo "llama.cpp $tag, from node-llama-cpp $ver's gitRelease.bundle" >"$dir/llama.cpp/RELEASE.txt"
+      du -sh "$dir/llama.cpp" >&2
+    fi
     ls -la "$dir" >&2
+    du -sh "$dir" >&2
     ;;
   device)
-    dir="${2:?usage: $0 device DIR}"
+    dir="${2:?usage: $0 device DIR [ARGS]}"
     # The Vulkan loader and the GL/EGL dispatch libraries NVIDIA's Vulkan ICD links against.
     for f in "$dir"/*.deb; do dpkg -x "$f" /; done
     ldconfig
     icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; fi
     shift 2
-    # Later copies of an option lose: extra arguments override the defaults.
-    "$dir/gpu_bench" --twin "$dir/twin.hdr" "$@" --prompt-tokens 128 --gen-tokens 64
+    # gpu_bench reads the first copy of an option: the defaults go after the caller's arguments, and the default twin
+    # only where the caller names no model (--twin beats --model in gpu_bench, so it would win wherever it stood).
+    twin=(--twin "$dir/twin.hdr")
+    for a in "$@"; do case "$a" in --twin | --model) twin=() ;; esac; done
+    "$dir/gpu_bench" "$@" ${twin[@]+"${twin[@]}"} --prompt-tokens 128 --gen-tokens 64
+    ;;
+  llama-cuda)
+    dir="${2:?usage: $0 llama-cuda DIR [TWIN.hdr ...]}"
+    shift 2
+    if [ $# -eq 0 ]; then
+      for t in "$dir/twin.hdr" "$dir/twin1b.hdr"; do if [ -f "$t" ]; then set -- "$@" "$t"; fi; done
+      [ $# -gt 0 ] || { echo "no $dir/twin.hdr or $dir/twin1b.hdr: run '$0 prepare DIR' first" >&2; exit 1; }
+    fi
+    bench="$lcpp_build/bin/llama-bench"
+    if [ ! -x "$bench" ]; then
+      [ -f "$dir/llama.cpp/CMakeLists.txt" ] || { echo "no $dir/llama.cpp: '$0 prepare DIR --llama-cpp'" >&2; exit 1; }
+      # A copy outside the working tree, once per machine: the tree is sent again with every call, and inside it
+      # llama.cpp's build-info would take this repository's git commit for its own.
+      [ -d /root/lcpp-src ] || cp -r "$dir/llama.cpp" /root/lcpp-src
+      log="${OUT:-/tmp}/llama-cpp-build.log" # $OUT: what the device call brings back
+      echo "building llama-bench with CUDA in $lcpp_build (log: $log)" >&2
+      if ! { cmake -S /root/lcpp-src -B "$lcpp_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON &&
+        cmake --build "$lcpp_build" --target llama-bench -j "$(nproc)"; } >"$log" 2>&1; then
+        tail -40 "$log" >&2
+        exit 1
+      fi
+    fi
+    cat /root/lcpp-src/RELEASE.txt >&2 2>/dev/null || true
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >&2
+    fi
+    for hdr in "$@"; do
+      gguf="/tmp/$(basename "$hdr" .hdr).gguf"
+      if [ ! -f "$gguf" ]; then "$dir/gpu_bench" --twin "$hdr" --write-twin "$gguf.part" && mv "$gguf.part" "$gguf"; fi
+      err="/tmp/$(basename "$hdr" .hdr).llama-bench.err"
+      if ! "$bench" -m "$gguf" -ngl 99 -p 128,512 -n 64 -r 5 -fa 0,1 -o jsonl 2>"$err"; then
+        tail -20 "$err" >&2
+        exit 1
+      fi
+    done
     ;;
   local)
     shift
