@@ -3,6 +3,7 @@
 //! types and shapes, not on their values.
 //!
 //!   cargo bench -p ruvllm --bench random_model -- --tokenizer-from M.gguf --out OUT.gguf [--layers 16] [--seed 1]
+//!     [--mix q4_k_m | q5_k_m]
 //!
 //! What the file is (the same bytes for the same arguments):
 //! * `llama` architecture with Llama-3.2-1B's hyper-parameters: 16 layers, d_model 2048, 32 heads, 8 KV
@@ -12,7 +13,8 @@
 //!   `output.weight`, as Llama-3.2-1B.
 //! * llama.cpp's Q4_K_M mix for this shape: every matrix Q4_K except `token_embd` (which is also the output
 //!   head, so it gets Q4_K_M's output type) and `attn_v` / `ffn_down` in the layers llama.cpp's
-//!   `use_more_bits` picks (0, 1, 4, 7, 10, 13, 14, 15 of 16), which are Q6_K; norms F32.
+//!   `use_more_bits` picks (0, 1, 4, 7, 10, 13, 14, 15 of 16), which are Q6_K; norms F32. `--mix q5_k_m`:
+//!   Q5_K_M's, the same with Q5_K for Q4_K.
 //! * Weights normal with std 0.02 (norm weights 1), quantized with our reference quantizers (ggml's).
 //! * The tokenizer, its metadata and the chat template of `--tokenizer-from` (SmolLM2's byte-level BPE,
 //!   49,152 tokens), its token list padded to 128,256 with `<|pad_N|>` tokens of type UNUSED (5), which no
@@ -53,13 +55,19 @@ fn run() -> Result<(), String> {
     let out = opt("--out").ok_or("--out OUT.gguf")?;
     let layers: usize = opt("--layers").map_or(Ok(16), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
     let seed: u64 = opt("--seed").map_or(Ok(1), |v| v.parse().map_err(|_| format!("--seed {v}")))?;
+    // The mix's main type and llama.cpp's LLAMA_FTYPE for it.
+    let (q4, file_type) = match opt("--mix").as_deref().unwrap_or("q4_k_m") {
+        "q4_k_m" => (GgmlType::Q4_K, 15),
+        "q5_k_m" => (GgmlType::Q5_K, 17),
+        m => return Err(format!("--mix {m}: q4_k_m or q5_k_m")),
+    };
 
     let src_bytes = std::fs::read(&src).map_err(|e| format!("{src}: {e}"))?;
     let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
     let mut w = GgufWriter::new()
         .meta("general.architecture", Meta::Str("llama".into()))
         .meta("general.name", Meta::Str(format!("Llama-3.2-1B shapes, random weights (seed {seed})")))
-        .meta("general.file_type", Meta::U32(15)) // LLAMA_FTYPE_MOSTLY_Q4_K_M
+        .meta("general.file_type", Meta::U32(file_type))
         .meta("llama.block_count", Meta::U32(layers as u32))
         .meta("llama.context_length", Meta::U32(131_072))
         .meta("llama.embedding_length", Meta::U32(D_MODEL as u32))
@@ -94,7 +102,6 @@ fn run() -> Result<(), String> {
     }
 
     w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
-    let q4 = GgmlType::Q4_K;
     let q6 = GgmlType::Q6_K;
     let t0 = std::time::Instant::now();
     let mut id = 0u64;

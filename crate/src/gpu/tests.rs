@@ -762,10 +762,10 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "head dim {hd}, chunk {chunk}: merged output {i}: {g} vs {w}");
     }
-    // And the int8 kernels' stage of it (where the rows are whole K-quant blocks): a Q4_K and a Q6_K matrix
-    // times the merged output, as int8.
+    // And the int8 kernels' stage of it (where the rows are whole K-quant blocks): a Q4_K, a Q5_K and a Q6_K
+    // matrix times the merged output, as int8.
     if qd % 256 == 0 {
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             let rows = 11;
             let w = random_matrix(ty, rows, qd, &mut SplitMix(qd as u64));
             let kernel = Kernel::Matvec(Matvec { ty, input, mode, bias: false, rows: 8, cols });
