@@ -1,6 +1,6 @@
 // Needs: weights.wgsl and a quant/*.wgsl (dequant8, QK, BLOCK_BYTES), matvec_shared.wgsl and what it
-// needs (TEAM, PAIRED, row_starts, finish_rows), an input stage (input_prepare, input_load4: in_norm.wgsl,
-// in_plain.wgsl or in_attn.wgsl), the variant's ROUNDS and LOADS.
+// needs (TEAM, PAIRED, team_row, finish_rows), an input stage (input_prepare, input_load4:
+// in_norm.wgsl, in_plain.wgsl or in_attn.wgsl), the variant's ROUNDS and LOADS.
 // Decode matrix-vector product: out[row] = dot(W[row], input) for one input vector (the last
 // token's row), reading the weights in their GGUF blocks.
 //
@@ -36,14 +36,9 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare(lid);
-    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, PAIRED);
-    let wg_index = wg.y * nwg.x + wg.x;
-    let row = wg_index * ROWS + lid / TEAM;
-    let lane = lid % TEAM;
-    let valid = row < n_rows;
-    let w = row_starts(row, valid, COLS / QK * BLOCK_BYTES);
-    let w0 = w.x;
-    let w1 = w.y;
+    let t = team_row(lid, wg, nwg);
+    let w0 = t.w.x;
+    let w1 = t.w.y;
     var acc = vec2<f32>(0.0); // (row, paired row)
     for (var t0 = 0u; t0 < COLS; t0 += SPAN) {
         let n = min(SPAN, COLS - t0);
@@ -59,7 +54,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         workgroupBarrier();
         // Up to four rounds in straight-line code (ROUNDS is a constant): their loads are in
         // flight together.
-        let g = lane * 8u;
+        let g = t.lane * 8u;
         let s = 8u * TEAM;
         var d = group_dot(w0, w1, t0, g, n);
         if (ROUNDS > 1u) {
@@ -73,5 +68,5 @@ fn main(@builtin(local_invocation_index) lid: u32,
         }
         acc += d;
     }
-    finish_rows(lid, wg_index, row, valid, n_rows, acc);
+    finish_rows(lid, t, acc);
 }

@@ -1,6 +1,7 @@
 // Needs: weights.wgsl and the type's quant/*.wgsl (QK, BLOCK_BYTES), its quant/*_q8.wgsl (unit_dot),
-// matvec_shared.wgsl and what it needs (TEAM, PAIRED, row_starts, finish_rows), an input stage (input_prepare_q8, input_load4_q8, input_factor_q8:
-// in_norm.wgsl, in_plain.wgsl or in_attn.wgsl), the variant's QLOADS.
+// matvec_shared.wgsl and what it needs (TEAM, PAIRED, team_row, finish_rows), an input stage
+// (input_prepare_q8, input_load4_q8, input_factor_q8: in_norm.wgsl, in_plain.wgsl or in_attn.wgsl),
+// the variant's QLOADS.
 // Decode matrix-vector product for the K-quants with 8-bit integer dot products (dot4I8Packed, which
 // GPUs run as one instruction): the input is quantized to int8, so four products of a weight's
 // quants with it cost one operation instead of unpacking each quant to a float. As llama.cpp's
@@ -58,12 +59,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     input_prepare_q8(lid);
-    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, PAIRED);
-    let wg_index = wg.y * nwg.x + wg.x;
-    let row = wg_index * ROWS + lid / TEAM;
-    let lane = lid % TEAM;
-    let valid = row < n_rows;
-    let w = row_starts(row, valid, COLS / QK * BLOCK_BYTES);
+    let t = team_row(lid, wg, nwg);
     var acc = vec2<f32>(0.0); // (row, paired row), up to the input's factor
     var ss = 0.0;
     for (var t0 = 0u; t0 < COLS; t0 += SPAN) {
@@ -78,14 +74,14 @@ fn main(@builtin(local_invocation_index) lid: u32,
             }
         }
         workgroupBarrier();
-        for (var u = lane; u < n / 64u; u += TEAM) {
-            acc.x += unit_dot(w.x, t0, u);
+        for (var u = t.lane; u < n / 64u; u += TEAM) {
+            acc.x += unit_dot(t.w.x, t0, u);
             if (PAIRED) {
-                acc.y += unit_dot(w.y, t0, u);
+                acc.y += unit_dot(t.w.y, t0, u);
             }
         }
     }
     let factor = input_factor_q8(lid, ss);
     workgroupBarrier(); // between two team sums
-    finish_rows(lid, wg_index, row, valid, n_rows, acc * factor);
+    finish_rows(lid, t, acc * factor);
 }

@@ -1,6 +1,7 @@
-// Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), mat_common.wgsl (op, out, weight_row), bias.wgsl or
-// no_bias.wgsl, a reduce_*.wgsl (team_sum2), best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl
-// or glu_gelu.wgsl (glu), the variant's OUT_MODE, ROWS, COLS and SPAN.
+// Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), a quant/*.wgsl (QK, BLOCK_BYTES),
+// mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl, a reduce_*.wgsl (team_sum2),
+// best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl or glu_gelu.wgsl (glu), the variant's
+// OUT_MODE, ROWS and COLS.
 // What the decode matrix-vector kernels (matvec.wgsl, matvec_q8.wgsl) share: a workgroup of ROWS
 // output rows, a team of TEAM = 256 / ROWS invocations per row, and how a row's sum is written.
 // OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU or OUT_GEGLU (glu) of segment 0 (gate)
@@ -13,22 +14,40 @@ const PAIRED: bool = OUT_MODE == OUT_SWIGLU || OUT_MODE == OUT_GEGLU;
 var<workgroup> team_v: array<f32, ROWS>;
 var<workgroup> team_i: array<u32, ROWS>;
 
-// The byte offsets of output row `row`'s weights and (paired) of its pair's. Rows past the end
-// (not `valid`) read row 0, in bounds, and store nothing.
-fn row_starts(row: u32, valid: bool, row_bytes: u32) -> vec2<u32> {
-    if (!valid) {
-        return op.seg_off.xy;
+// Where an invocation works: its workgroup's index, its output row and its lane in the row's team,
+// and the byte offsets of the row's weights and (paired) of its pair's. Rows past the end (not
+// `valid`) read row 0, in bounds, and store nothing.
+struct TeamRow {
+    wg_index: u32,
+    row: u32,
+    lane: u32,
+    n_rows: u32,
+    valid: bool,
+    w: vec2<u32>,
+}
+
+fn team_row(lid: u32, wg: vec3<u32>, nwg: vec3<u32>) -> TeamRow {
+    let n_rows = select(op.seg_end[op.n_segs - 1u], op.seg_end.x, PAIRED);
+    let wg_index = wg.y * nwg.x + wg.x;
+    let row = wg_index * ROWS + lid / TEAM;
+    let valid = row < n_rows;
+    let row_bytes = COLS / QK * BLOCK_BYTES;
+    var w = op.seg_off.xy;
+    if (valid && PAIRED) {
+        w += row * row_bytes;
+    } else if (valid) {
+        w.x = weight_row(row, row_bytes);
     }
-    if (PAIRED) {
-        return op.seg_off.xy + row * row_bytes;
-    }
-    return vec2<u32>(weight_row(row, row_bytes), op.seg_off.y);
+    return TeamRow(wg_index, row, lid % TEAM, n_rows, valid, w);
 }
 
 // Sum each team's parts `acc` (row, paired row) and write its row as OUT_MODE says. Every
 // invocation of the workgroup calls it (it has barriers).
-fn finish_rows(lid: u32, wg_index: u32, row: u32, valid: bool, n_rows: u32, acc: vec2<f32>) {
-    let lane = lid % TEAM;
+fn finish_rows(lid: u32, t: TeamRow, acc: vec2<f32>) {
+    let wg_index = t.wg_index;
+    let row = t.row;
+    let valid = t.valid;
+    let lane = t.lane;
     let sum = team_sum2(lid, acc, TEAM);
     let v = sum.x;
     if (valid && lane == 0u) {
@@ -47,7 +66,7 @@ fn finish_rows(lid: u32, wg_index: u32, row: u32, valid: bool, n_rows: u32, acc:
             team_i[lid / TEAM] = select(0xFFFFFFFFu, op.out_col0 + row, valid);
         }
         workgroupBarrier();
-        if (lid == 0u && wg_index * ROWS < n_rows) {
+        if (lid == 0u && wg_index * ROWS < t.n_rows) {
             var bv = NEG_BIG;
             var bi = 0xFFFFFFFFu;
             for (var t = 0u; t < ROWS; t++) {
