@@ -6,6 +6,9 @@
 //!   gpu_bench --twin OUT ...               (a same-shape model with random valid weights)
 //!   gpu_bench --twin OUT --write-twin G    (only write that model to G: other engines run the same bytes)
 //!   --no-subgroups                         (the kernels' variant without subgroup operations)
+//!   --no-coop                              (prefill in f32 even where cooperative matrices are offered)
+//!   --check                                (first: the prompt's logits at every position against the
+//!                                           CPU backend's, the largest difference and the argmax agreement)
 //!   --prefix-cache                         (instead: the prefix cache's transfers of the prompt's keys
 //!                                           and values down from and up to the GPU)
 //!
@@ -54,14 +57,21 @@ fn run() -> Result<(), String> {
     let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
     let vocab = model.config.vocab_size;
     let no_subgroups = args.iter().any(|a| a == "--no-subgroups");
-    let opts = GpuOptions { allow_software: true, timestamps: true, no_subgroups, ..GpuOptions::default() };
+    let no_cooperative_matrix = args.iter().any(|a| a == "--no-coop");
+    let opts = GpuOptions {
+        allow_software: true,
+        timestamps: true,
+        no_subgroups,
+        no_cooperative_matrix,
+        ..GpuOptions::default()
+    };
     let gm = Arc::new(block_on(GpuModel::new(model.clone(), &opts)).map_err(|e| e.to_string())?);
     let a = gm.adapter();
     println!(
         "{}",
         json!({ "adapter": a.name, "backend": a.backend, "device_type": a.device_type, "driver": a.driver,
                 "max_storage_binding": a.max_storage_binding, "timestamps": a.timestamps,
-                "subgroups": a.subgroups,
+                "subgroups": a.subgroups, "cooperative_matrix": a.cooperative_matrix,
                 "weights_mb": gm.weight_bytes() as f64 / 1e6, "weight_buffers": gm.arena_count(),
                 "load_ms": t0.elapsed().as_secs_f64() * 1e3 })
     );
@@ -74,6 +84,9 @@ fn run() -> Result<(), String> {
     let n_ctx = (n_prompt + n_gen + 1).next_multiple_of(256);
     let mut s = block_on(GpuSession::new(gm, n_ctx, n_prompt)).map_err(|e| e.to_string())?;
     let err = |e: ruvllm::Error| e.to_string();
+    if args.iter().any(|a| a == "--check") {
+        check_against_cpu(&model, &mut s, &prompt)?;
+    }
 
     // Warm-up: first use of every pipeline, first touch of every buffer.
     block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
@@ -183,6 +196,46 @@ fn prefix_cache_transfers(model: &Arc<Model>, opts: &GpuOptions, prompt: &[u32],
                 "down_bytes": stored.bytes, "down_ms": median(&down),
                 "up_tokens": restored, "up_bytes": restored * per_token, "up_ms": median(&up),
                 "first_token_ms_cached": median(&cached), "first_token_ms_cold": median(&cold) })
+    );
+    Ok(())
+}
+
+/// The GPU's logits for every position of `prompt` against the CPU backend's on the same model: the
+/// largest difference (and the logits' standard deviation, for scale), and at how many positions the
+/// argmax agrees, of all and of those where the CPU's top two are at least 0.2 apart (the bound the
+/// tests hold the real model to), and how many of the GPU's logits are not finite.
+fn check_against_cpu(model: &Arc<Model>, s: &mut GpuSession, prompt: &[u32]) -> Result<(), String> {
+    let err = |e: ruvllm::Error| e.to_string();
+    let mut gpu = Vec::new();
+    block_on(s.eval(prompt, 0, true, &mut gpu)).map_err(err)?;
+    let so = SessionOptions { n_ctx: (prompt.len() + 1).next_multiple_of(256), n_batch: prompt.len() };
+    let mut cpu_session = Session::with_backend(model.clone(), &so, Backend::Cpu).map_err(err)?;
+    let cpu = cpu_session.eval(prompt, true).map_err(err)?.to_vec();
+    let vocab = model.config.vocab_size;
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b]).then(b.cmp(&a))).unwrap_or(0);
+    let non_finite = gpu.iter().filter(|v| !v.is_finite()).count();
+    let (mut max_diff, mut sq, mut agree, mut decided, mut decided_agree) = (0f64, 0f64, 0, 0, 0);
+    for (g, c) in gpu.chunks(vocab).zip(cpu.chunks(vocab)) {
+        for (a, b) in g.iter().zip(c) {
+            max_diff = max_diff.max((a - b).abs() as f64);
+            sq += (*b as f64).powi(2);
+        }
+        let best = argmax(c);
+        let mut sorted = c.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let same = argmax(g) == best;
+        agree += same as usize;
+        if sorted[0] - sorted[1] >= 0.2 {
+            decided += 1;
+            decided_agree += same as usize;
+        }
+    }
+    println!(
+        "{}",
+        json!({ "check_positions": prompt.len(), "max_abs_diff": max_diff,
+                "logit_rms": (sq / cpu.len() as f64).sqrt(), "argmax_agree": agree,
+                "margin_0_2_positions": decided, "margin_0_2_agree": decided_agree,
+                "gpu_non_finite": non_finite })
     );
     Ok(())
 }

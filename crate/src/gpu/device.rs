@@ -13,6 +13,9 @@ use crate::error::{GpuFault, Result};
 pub(crate) const NEEDED_WORKGROUP_STORAGE: u32 = 16384;
 /// Invocations per workgroup the kernels use at most: WebGPU's default limit.
 pub(crate) const NEEDED_INVOCATIONS: u32 = 256;
+/// Workgroup memory of the prefill matmul on cooperative matrices (`matmul_coop.wgsl`): above the
+/// default, so that kernel is only used where the adapter offers this much.
+pub(crate) const COOP_WORKGROUP_STORAGE: u32 = 24576;
 /// Storage buffers one kernel binds at most.
 pub(crate) const NEEDED_STORAGE_BUFFERS: u32 = 6;
 
@@ -27,6 +30,8 @@ pub struct AdapterSummary {
     pub timestamps: bool,
     /// Smallest and largest subgroup size, when the kernels use subgroup operations.
     pub subgroups: Option<(u32, u32)>,
+    /// Whether prefill multiplies on cooperative matrices (tensor cores; see `Gpu::coop`).
+    pub cooperative_matrix: bool,
 }
 
 pub(crate) struct Gpu {
@@ -38,6 +43,10 @@ pub(crate) struct Gpu {
     pub timestamps: bool,
     /// Whether the kernels' reductions use subgroup operations (`ops::shader::Module` picks the variants).
     pub subgroups: bool,
+    /// Whether prefill matmuls run on cooperative matrices (`matmul_coop.wgsl`): wgpu's experimental
+    /// feature for native Vulkan and Metal, where the adapter multiplies 16x16x16 f16 matrices into
+    /// f32 and its subgroups are always 32 wide (the kernel's layout). Browsers have no such feature.
+    pub coop: bool,
     /// The first error reported outside an error scope, or the device's loss.
     fault: Arc<Mutex<Option<(GpuFault, String)>>>,
 }
@@ -93,14 +102,38 @@ impl Gpu {
             && info.subgroup_min_size.is_power_of_two()
             && info.subgroup_min_size >= wgpu::MINIMUM_SUBGROUP_MIN_SIZE
             && info.subgroup_max_size <= wgpu::MAXIMUM_SUBGROUP_MAX_SIZE;
+        let coop_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+        let coop = !opts.no_cooperative_matrix
+            && subgroups
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && adapter.features().contains(coop_features)
+            && offered.max_compute_workgroup_storage_size >= COOP_WORKGROUP_STORAGE
+            && adapter.cooperative_matrix_properties().iter().any(|p| {
+                use wgpu::CooperativeScalarType as S;
+                (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32)
+            });
         let mut features = wgpu::Features::empty();
         features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
         features.set(wgpu::Features::SUBGROUP, subgroups);
+        features.set(coop_features, coop);
+        if coop {
+            limits.max_compute_workgroup_storage_size = COOP_WORKGROUP_STORAGE;
+        }
+        // SAFETY: wgpu's experimental features are its own unfinished code paths, which it asks a
+        // caller to acknowledge; the cooperative matrices are the only one requested, and only
+        // where the adapter reports the configuration the kernel uses.
+        let experimental_features = if coop {
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("ruvllm"),
                 required_features: features,
                 required_limits: limits,
+                experimental_features,
                 ..Default::default()
             })
             .await
@@ -128,8 +161,9 @@ impl Gpu {
             max_storage_binding: max_binding,
             timestamps,
             subgroups: subgroups.then_some((info.subgroup_min_size, info.subgroup_max_size)),
+            cooperative_matrix: coop,
         };
-        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, fault })
+        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, fault })
     }
 
     /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.

@@ -90,6 +90,9 @@ pub struct GpuOptions {
     /// Do not use subgroup operations even where the adapter offers them: the kernels' reductions
     /// then go through workgroup memory only (benchmarks and tests of that variant).
     pub no_subgroups: bool,
+    /// Do not multiply on cooperative matrices even where the adapter offers them: prefill then
+    /// runs the f32 matmul (benchmarks and tests of that variant).
+    pub no_cooperative_matrix: bool,
 }
 
 pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {

@@ -18,7 +18,7 @@ use super::ops::attn_prefill::{self, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
-use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, MATMUL_TILE};
+use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce};
 use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
@@ -288,8 +288,34 @@ fn matvec_input(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 }
 
 fn assert_close(what: &str, got: f32, want: f64, scale: f64) {
-    let tol = 3e-5 * scale + 1e-5;
+    assert_within(what, got, want, 3e-5 * scale + 1e-5);
+}
+
+fn assert_within(what: &str, got: f32, want: f64, tol: f64) {
     assert!((got as f64 - want).abs() <= tol, "{what}: got {got}, want {want} (tolerance {tol:e})");
+}
+
+/// The prefill matmul's variants this device runs: f32, and on cooperative matrices where it has them.
+async fn matmul_variants() -> Vec<bool> {
+    if gpu().await.coop && !FALLBACK.get() {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+/// A matmul variant's result against `dot(w, x)` in f64: exact operands for the f32 kernel; for the
+/// cooperative one both rounded to f16, as it multiplies them (the f16 rounding of the GPU's
+/// conversion may go toward zero: the tolerance allows for that, and stays far below what a misplaced
+/// column or row gives).
+fn assert_matmul(what: &str, coop: bool, got: f32, w: &[f32], x: &[f32], offset: f64) {
+    if !coop {
+        let (want, scale) = dot(w, x);
+        return assert_close(what, got, want + offset, scale);
+    }
+    let h = |v: &[f32]| -> Vec<f32> { v.iter().map(|&a| f16_to_f32(f32_to_f16(a))).collect() };
+    let (want, scale) = dot(&h(w), &h(x));
+    assert_within(&format!("{what} (f16)"), got, want + offset, 3e-4 * scale + 1e-4);
 }
 
 /// Columns for a type: more than one matvec input pass (2048; 8192 for the int8 kernel's types) and an
@@ -422,105 +448,117 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
     }
 }
 
-pub async fn matmul_tiles_match_cpu_for_every_type() {
-    for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = SplitMix(300 + i as u64);
-        let cols = if ty.block_size() == 256 { 512 } else { 96 };
-        let seg_rows = [50, 21]; // 71 rows: several row tiles
-        let n = 70; // several token tiles
-        let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
-        let (w, offs) = pack(&mats.iter().map(Vec::as_slice).collect::<Vec<_>>());
-        let segs: Vec<(u64, usize)> = offs.iter().copied().zip(seg_rows).collect();
-        let total = 71;
-        let (stride, col0) = (total + 5, 2);
-        let x = rng.normals(n * cols);
-        let bias = rng.normals(col0 + total);
-        let rows: Vec<Vec<f32>> = mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
-        let (tm, tn) = MATMUL_TILE;
-        let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
-        for mode in [OutMode::Store, OutMode::Add] {
-            let with_bias = mode == OutMode::Store;
-            let out0 = rng.normals(n * stride);
-            let mut data = vec![
-                (Slot::Weights, Data::Storage(w.clone())),
-                (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
-                (Slot::Call, call(n, 0)),
-                (Slot::Out, Data::Storage(f32_bytes(&out0))),
-                (Slot::In0, Data::Storage(f32_bytes(&x))),
-            ];
-            if with_bias {
-                data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
-            }
-            let out = to_f32(
-                &run(Kernel::Matmul(Matmul { ty, mode, bias: with_bias }), &header(), data, grid, &[Slot::Out]).await
-                    [0],
-            );
-            for t in 0..n {
-                for c in 0..stride {
-                    let got = out[t * stride + c];
-                    if c < col0 || c >= col0 + total {
-                        assert_eq!(got, out0[t * stride + c], "{}: column {c} is not the op's", ty.name());
-                        continue;
-                    }
-                    let r = c - col0;
-                    let (mut want, scale) = dot(&rows[r], &x[t * cols..(t + 1) * cols]);
-                    if with_bias {
-                        want += bias[c] as f64;
-                    } else {
-                        want += out0[t * stride + c] as f64;
-                    }
-                    assert_close(&format!("{} {mode:?} token {t} row {r}", ty.name()), got, want, scale);
+/// A matmul's output rows, `stride` floats apart, of which the op wrote columns `col0 .. col0 + rows`
+/// over what was there before (`out0`).
+struct OutRows<'a> {
+    out: &'a [f32],
+    out0: &'a [f32],
+    stride: usize,
+    col0: usize,
+    rows: usize,
+}
+
+impl OutRows<'_> {
+    /// The columns outside the op's unchanged; `check(token, row, column, value)` on each of its.
+    fn check(&self, name: &str, mut check: impl FnMut(usize, usize, usize, f32)) {
+        let OutRows { out, out0, stride, col0, rows } = *self;
+        for t in 0..out.len() / stride {
+            for c in 0..stride {
+                let got = out[t * stride + c];
+                if c < col0 || c >= col0 + rows {
+                    assert_eq!(got, out0[t * stride + c], "{name}: column {c} is not the op's");
+                } else {
+                    check(t, c - col0, c, got);
                 }
             }
         }
     }
 }
 
-pub async fn split_matmul_partials_sum_to_the_product() {
-    for ty in [GgmlType::Q4_1, GgmlType::F32] {
-        let mut rng = SplitMix(350);
-        let (rows, cols, n, splits) = (71, 320, 70, 3);
-        let k_len = 128; // splits of 128, 128 and 64 columns
-        let m = random_matrix(ty, rows, cols, &mut rng);
-        let w = dequantized(ty, &m, rows, cols);
-        let (stride, col0) = (rows + 3, 1);
-        let x = rng.normals(n * cols);
-        let bias = rng.normals(col0 + rows);
-        let out0 = rng.normals(n * stride);
-        let params = MatParams::new(&[(0, rows)], cols, stride, col0).split(k_len, splits);
-        let (tm, tn) = MATMUL_TILE;
-        let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
-        let data = vec![
-            (Slot::Weights, Data::Storage(m.clone())),
-            (Slot::Params, uniform(&params)),
-            (Slot::Call, call(n, 0)),
-            (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
-            (Slot::In0, Data::Storage(f32_bytes(&x))),
-        ];
-        let partial = Kernel::Matmul(Matmul { ty, mode: OutMode::Partial, bias: false });
-        let part = run(partial, &header(), data, grid, &[Slot::Out]).await.remove(0);
-        let data = vec![
-            (Slot::Params, uniform(&params)),
-            (Slot::Call, call(n, 0)),
-            (Slot::Out, Data::Storage(f32_bytes(&out0))),
-            (Slot::Aux, Data::Storage(f32_bytes(&bias))),
-            (Slot::In0, Data::Storage(part)),
-        ];
-        let reduce = Kernel::SplitReduce(SplitReduce { mode: OutMode::Add, bias: true });
-        let out =
-            to_f32(&run(reduce, &header(), data, [(rows as u32).div_ceil(256), n as u32, 1], &[Slot::Out]).await[0]);
-        for t in 0..n {
-            for c in 0..stride {
-                let got = out[t * stride + c];
-                if c < col0 || c >= col0 + rows {
-                    assert_eq!(got, out0[t * stride + c], "{}: column {c} is not the op's", ty.name());
-                    continue;
+pub async fn matmul_tiles_match_cpu_for_every_type() {
+    for coop in matmul_variants().await {
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            let mut rng = SplitMix(300 + i as u64);
+            let cols = if ty.block_size() == 256 { 512 } else { 96 };
+            let seg_rows = [50, 21, 80]; // 151 rows: several row tiles of either variant
+            let n = 70; // several token tiles
+            let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
+            let (w, offs) = pack(&mats.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            let segs: Vec<(u64, usize)> = offs.iter().copied().zip(seg_rows).collect();
+            let total = seg_rows.iter().sum::<usize>();
+            let (stride, col0) = (total + 5, 2);
+            let x = rng.normals(n * cols);
+            let bias = rng.normals(col0 + total);
+            let rows: Vec<Vec<f32>> =
+                mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
+            for mode in [OutMode::Store, OutMode::Add] {
+                let with_bias = mode == OutMode::Store;
+                let kernel = Matmul { ty, mode, bias: with_bias, coop };
+                let out0 = rng.normals(n * stride);
+                let mut data = vec![
+                    (Slot::Weights, Data::Storage(w.clone())),
+                    (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
+                    (Slot::Call, call(n, 0)),
+                    (Slot::Out, Data::Storage(f32_bytes(&out0))),
+                    (Slot::In0, Data::Storage(f32_bytes(&x))),
+                ];
+                if with_bias {
+                    data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
                 }
-                let r = c - col0;
-                let (want, scale) = dot(&w[r], &x[t * cols..(t + 1) * cols]);
-                let want = want + bias[c] as f64 + out0[t * stride + c] as f64;
-                assert_close(&format!("{} split token {t} row {r}", ty.name()), got, want, scale);
+                let (tm, tn) = Matmul::tile(coop);
+                let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
+                let out = to_f32(&run(Kernel::Matmul(kernel), &header(), data, grid, &[Slot::Out]).await[0]);
+                let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows: total });
+                out.check(name, |t, r, c, got| {
+                    let offset = if with_bias { bias[c] } else { out0[t * stride + c] } as f64;
+                    let what = format!("{name} {mode:?} coop {coop} token {t} row {r}");
+                    assert_matmul(&what, coop, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
+                });
             }
+        }
+    }
+}
+
+pub async fn split_matmul_partials_sum_to_the_product() {
+    for coop in matmul_variants().await {
+        for ty in [GgmlType::Q4_1, GgmlType::F32] {
+            let mut rng = SplitMix(350);
+            let (rows, cols, n, splits) = (151, 320, 70, 3);
+            let k_len = 128; // splits of 128, 128 and 64 columns
+            let m = random_matrix(ty, rows, cols, &mut rng);
+            let w = dequantized(ty, &m, rows, cols);
+            let (stride, col0) = (rows + 3, 1);
+            let x = rng.normals(n * cols);
+            let bias = rng.normals(col0 + rows);
+            let out0 = rng.normals(n * stride);
+            let params = MatParams::new(&[(0, rows)], cols, stride, col0).split(k_len, splits);
+            let data = vec![
+                (Slot::Weights, Data::Storage(m.clone())),
+                (Slot::Params, uniform(&params)),
+                (Slot::Call, call(n, 0)),
+                (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
+                (Slot::In0, Data::Storage(f32_bytes(&x))),
+            ];
+            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, coop };
+            let (tm, tn) = Matmul::tile(coop);
+            let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
+            let part = run(Kernel::Matmul(partial), &header(), data, grid, &[Slot::Out]).await.remove(0);
+            let data = vec![
+                (Slot::Params, uniform(&params)),
+                (Slot::Call, call(n, 0)),
+                (Slot::Out, Data::Storage(f32_bytes(&out0))),
+                (Slot::Aux, Data::Storage(f32_bytes(&bias))),
+                (Slot::In0, Data::Storage(part)),
+            ];
+            let reduce = Kernel::SplitReduce(SplitReduce { mode: OutMode::Add, bias: true });
+            let grid = [(rows as u32).div_ceil(256), n as u32, 1];
+            let out = to_f32(&run(reduce, &header(), data, grid, &[Slot::Out]).await[0]);
+            let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows });
+            out.check(name, |t, r, c, got| {
+                let offset = bias[c] as f64 + out0[t * stride + c] as f64;
+                let what = format!("{name} split coop {coop} token {t} row {r}");
+                assert_matmul(&what, coop, got, &w[r], &x[t * cols..(t + 1) * cols], offset);
+            });
         }
     }
 }
@@ -1099,6 +1137,31 @@ macro_rules! for_each_gpu_check {
             shader_and_buffer_failures_are_typed_errors,
         );
     };
+}
+
+/// The cooperative-matrix matmul runs only where wgpu offers cooperative matrices (native Vulkan or
+/// Metal on a GPU; not lavapipe here, not browsers), so every variant of its module is also put
+/// through wgpu's shader compiler without a device: parsed, validated and written as SPIR-V.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[test]
+fn coop_matmul_modules_compile_for_every_type_and_mode() {
+    use wgpu::naga;
+    for ty in TYPES {
+        for mode in [OutMode::Store, OutMode::Add, OutMode::Partial] {
+            for bias in [false, true] {
+                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, coop: true });
+                let src = kernel.source(&header(), true);
+                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+                let flags = naga::valid::ValidationFlags::all();
+                let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{kernel:?}: {e:?}"));
+                let options = naga::back::spv::Options::default();
+                naga::back::spv::write_vec(&module, &info, &options, None)
+                    .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+            }
+        }
+    }
 }
 
 /// The checks as native tests: each in the kernels' preferred variant (with subgroup operations

@@ -126,12 +126,15 @@ pub(crate) struct Matvec {
     pub cols: u32,
 }
 
-/// Prefill: every token row times the segments' rows, in tiles of `MATMUL_TILE`.
+/// Prefill: every token row times the segments' rows, in tiles of `Matmul::tile`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Matmul {
     pub ty: GgmlType,
     pub mode: OutMode,
     pub bias: bool,
+    /// On cooperative matrices in f16 (`matmul_coop.wgsl`; the device's `Gpu::coop`), else in f32
+    /// (`matmul.wgsl`).
+    pub coop: bool,
 }
 
 /// The sum of a split matmul's partial products, stored or added (`mode`) with the bias.
@@ -171,9 +174,8 @@ const MATVEC_MAX_SPAN: u32 = 2048;
 /// The same for `matvec_q8.wgsl`, a byte per column.
 const MATVEC_MAX_SPAN_Q8: u32 = 8192;
 
-/// Prefill matmul tile: weight rows by token rows per workgroup (matmul.wgsl `TM`, `TN`).
-pub(crate) const MATMUL_TILE: (u32, u32) = (64, 64);
-/// Columns a matmul workgroup takes per step (matmul.wgsl `TK`): column splits are multiples of it.
+/// Columns a matmul workgroup takes per step (matmul.wgsl and matmul_coop.wgsl `TK`): column
+/// splits are multiples of it.
 pub(crate) const MATMUL_TK: usize = 32;
 /// Most column splits of a prefill matmul (see `split_count`).
 pub(crate) const MAX_SPLITS: usize = 4;
@@ -261,17 +263,31 @@ impl Matmul {
     }
 
     pub(crate) fn source(self, m: &mut Module) {
+        if self.coop {
+            m.enable("f16");
+            m.enable("wgpu_cooperative_matrix");
+        }
         m.constant("OUT_MODE", self.mode as u32);
         m.uniform::<MatParams>();
         m.weights(self.ty);
         m.piece(MAT_COMMON);
         m.piece(if self.bias { BIAS } else { NO_BIAS });
-        m.piece(wgsl!("matmul.wgsl"));
+        m.piece(wgsl!("matmul_shared.wgsl"));
+        m.piece(if self.coop { wgsl!("matmul_coop.wgsl") } else { wgsl!("matmul.wgsl") });
     }
 
-    /// Tiles of `MATMUL_TILE` over `rows` rows by the call's tokens, by column splits.
-    pub(crate) fn grid(rows: usize, splits: u32) -> Grid {
-        let (tm, tn) = MATMUL_TILE;
+    /// Weight rows by token rows per workgroup (the kernel's `TM`, `TN`).
+    pub(crate) fn tile(coop: bool) -> (u32, u32) {
+        if coop {
+            (128, 64)
+        } else {
+            (64, 64)
+        }
+    }
+
+    /// Tiles over `rows` rows by the call's tokens, by column splits.
+    pub(crate) fn grid(self, rows: usize, splits: u32) -> Grid {
+        let (tm, tn) = Matmul::tile(self.coop);
         Grid([Count::Fixed((rows as u32).div_ceil(tm)), Count::Tokens { per: tn }, Count::Fixed(splits)])
     }
 }
@@ -351,9 +367,13 @@ pub(crate) async fn ops(
     debug_assert_eq!(best.is_some(), mode == OutMode::Argmax);
     let mut ops = Vec::new();
     let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
+    let coop = b.m.gpu.coop;
     for g in groups(mats) {
         let splits = match input {
-            MatIn::Rows(_) => split_count(rows, g.rows, g.cols, splits_buf.n_batch, splits_buf.buf.size()),
+            MatIn::Rows(_) => {
+                let tm = Matmul::tile(coop).0 as usize;
+                split_count(rows, tm, g.rows, g.cols, splits_buf.n_batch, splits_buf.buf.size())
+            }
             _ => 1,
         };
         let k_len = g.cols.div_ceil(MATMUL_TK).div_ceil(splits) * MATMUL_TK;
@@ -362,7 +382,8 @@ pub(crate) async fn ops(
             MatIn::Rows(_) => {
                 let mode = if splits > 1 { OutMode::Partial } else { mode };
                 let bias = bias.is_some() && splits == 1;
-                (Kernel::Matmul(Matmul { ty: g.ty, mode, bias }), Matmul::grid(g.rows, splits as u32), bias)
+                let kernel = Matmul { ty: g.ty, mode, bias, coop };
+                (Kernel::Matmul(kernel), kernel.grid(g.rows, splits as u32), bias)
             }
             MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) => {
                 let input = match input {
@@ -500,14 +521,13 @@ fn groups(mats: &[(&MatLoc, usize)]) -> Vec<Group> {
 }
 
 /// Column splits for a prefill matmul of `rows` x `cols` (all the rows of the op's matrices, so that
-/// a matrix split over several buffers sums in the same order): a short prompt has few tiles, and
-/// each walks all the columns serially, so the columns are split until there are about 128
-/// workgroups at a 128-token batch (two token tiles), keeping at least 4 column slices per split
-/// and the partials of a dispatch's `group_rows` within `capacity` bytes for `n_batch` tokens.
-fn split_count(rows: usize, group_rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
-    let (tm, _) = MATMUL_TILE;
+/// a matrix split over several buffers sums in the same order) in tiles of `tm` rows: a short prompt
+/// has few tiles, and each walks all the columns serially, so the columns are split until there are
+/// about 128 workgroups at a 128-token batch (two token tiles), keeping at least 4 column slices per
+/// split and the partials of a dispatch's `group_rows` within `capacity` bytes for `n_batch` tokens.
+fn split_count(rows: usize, tm: usize, group_rows: usize, cols: usize, n_batch: usize, capacity: u64) -> usize {
     let slices = cols.div_ceil(MATMUL_TK);
-    let mut s = 64usize.div_ceil(rows.div_ceil(tm as usize)).min(slices / 4).clamp(1, MAX_SPLITS);
+    let mut s = 64usize.div_ceil(rows.div_ceil(tm)).min(slices / 4).clamp(1, MAX_SPLITS);
     while s > 1 && (s * n_batch * group_rows * 4) as u64 > capacity {
         s -= 1;
     }

@@ -82,6 +82,8 @@ pub(crate) fn model_header(c: &Config) -> String {
 
 /// A kernel's WGSL module under construction.
 pub(crate) struct Module {
+    /// `enable` directives, which WGSL wants before any declaration.
+    enables: String,
     text: String,
     subgroups: bool,
 }
@@ -90,10 +92,15 @@ impl Module {
     /// The model's `header` and `common.wgsl`; the reductions with subgroup operations when
     /// `subgroups` (the device has them).
     pub(crate) fn new(header: &str, subgroups: bool) -> Module {
-        let mut m = Module { text: String::with_capacity(64 * 1024), subgroups };
+        let mut m = Module { enables: String::new(), text: String::with_capacity(64 * 1024), subgroups };
         m.piece(header);
         m.piece(COMMON);
         m
+    }
+
+    /// `enable extension;` at the top of the module.
+    pub(crate) fn enable(&mut self, extension: &str) {
+        self.enables.push_str(&format!("enable {extension};\n"));
     }
 
     /// A WGSL file (or any text) as it is.
@@ -135,6 +142,6 @@ impl Module {
     }
 
     pub(crate) fn finish(self) -> String {
-        self.text
+        self.enables + &self.text
     }
 }

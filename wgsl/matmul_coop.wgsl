@@ -1,0 +1,129 @@
+// Needs: `enable f16; enable wgpu_cooperative_matrix;` (ops/shader.rs puts them first), the
+// header, weights.wgsl and a quant/*.wgsl (Deq8), mat_common.wgsl (op, call), matmul_shared.wgsl
+// (op_rows, load_row, load_w, load_x, store); subgroups of exactly 32 invocations (device.rs
+// chooses this kernel only where the adapter's subgroup size is fixed at 32).
+// Prefill matrix-matrix product on cooperative matrices (tensor cores): matmul.wgsl's product,
+// with the weights and token rows rounded to f16 in workgroup memory and 16x16x16 multiply-adds
+// summing in f32.
+//
+// A workgroup computes a 128-row x 64-token tile, as C[token][row] = X W^T: each of its eight
+// subgroups holds 32 tokens x 32 rows in four 16x16 f32 accumulators. Per step, the 32 columns of
+// the tile's weights are dequantized into workgroup memory (row-major, [row][column]: a column-major
+// 16x16 block of W^T) next to the same columns of the token rows ([token][column]); the next step's
+// values are loaded into registers meanwhile. Rows are TKP halves apart (16-byte aligned, as
+// cooperative loads want; the 8 spare halves put consecutive rows in other memory banks). The
+// results go out through workgroup memory, one accumulator at a time, to `store`, which applies
+// OUT_MODE and the bias to whole rows of four.
+
+const TM: u32 = 128u;
+const TN: u32 = 64u;
+const TK: u32 = 32u;
+const TKP: u32 = 40u;
+
+var<workgroup> ws: array<f16, 5120>; // [TM][TKP]
+var<workgroup> xs: array<f16, 2560>; // [TN][TKP]
+var<workgroup> cs: array<f32, 2048>; // [8 subgroups][16 tokens][16 rows]
+
+// A value as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
+// weight) then counts as 65504 instead of turning the row's sums into infinities and NaN.
+fn half(v: f32) -> f16 {
+    return f16(clamp(v, -65504.0, 65504.0));
+}
+
+// Eight consecutive values at `i` of ws or xs.
+fn put_w(i: u32, v: Deq8) {
+    for (var e = 0u; e < 4u; e++) {
+        ws[i + e] = half(v.lo[e]);
+        ws[i + 4u + e] = half(v.hi[e]);
+    }
+}
+
+fn put_x(i: u32, v: Deq8) {
+    for (var e = 0u; e < 4u; e++) {
+        xs[i + e] = half(v.lo[e]);
+        xs[i + 4u + e] = half(v.hi[e]);
+    }
+}
+
+// After subgroup `sg` stored an accumulator (tokens t .. t + 16, rows r .. r + 16) at its part of
+// cs: each lane takes one token and eight rows of it to `store`.
+fn store_staged(sg: u32, lane: u32, t: u32, r: u32, n: u32, n_rows: u32, wg_z: u32) {
+    let i = sg * 256u + (lane / 2u) * 16u + (lane % 2u) * 8u;
+    let tt = t + lane / 2u;
+    let rr = r + (lane % 2u) * 8u;
+    store(tt, rr, n, n_rows, wg_z, vec4<f32>(cs[i], cs[i + 1u], cs[i + 2u], cs[i + 3u]));
+    store(tt, rr + 4u, n, n_rows, wg_z, vec4<f32>(cs[i + 4u], cs[i + 5u], cs[i + 6u], cs[i + 7u]));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let n_rows = op_rows();
+    let n = call.n;
+    let r0 = wg.x * TM;
+    let t0 = wg.y * TN;
+
+    // Loading roles: each invocation dequantizes 16 columns of one weight row (two groups of 8)
+    // and loads 8 columns of one token row.
+    let lw_i = lid / 2u;
+    let lw_k = (lid % 2u) * 16u;
+    let lw = load_row(r0 + lw_i);
+    let lx_i = lid / 4u;
+    let lx_k = (lid % 4u) * 8u;
+    let lx_valid = t0 + lx_i < n;
+
+    // Compute role: subgroup sg holds tokens tb .. tb + 32 by rows rb .. rb + 32 of the tile.
+    let sg = lid / 32u;
+    let lane = lid % 32u;
+    let tb = (sg % 2u) * 32u;
+    let rb = (sg / 2u) * 32u;
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+
+    let k_begin = wg.z * op.k_len;
+    let k_end = min(k_begin + op.k_len, op.cols);
+    var w0 = load_w(lw.valid, lw.off, k_begin + lw_k, k_end);
+    var w1 = load_w(lw.valid, lw.off, k_begin + lw_k + 8u, k_end);
+    var xv = load_x(lx_valid, t0 + lx_i, k_begin + lx_k, k_end);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
+        put_w(lw_i * TKP + lw_k, w0);
+        put_w(lw_i * TKP + lw_k + 8u, w1);
+        put_x(lx_i * TKP + lx_k, xv);
+        workgroupBarrier();
+        if (k0 + TK < k_end) {
+            w0 = load_w(lw.valid, lw.off, k0 + TK + lw_k, k_end);
+            w1 = load_w(lw.valid, lw.off, k0 + TK + lw_k + 8u, k_end);
+            xv = load_x(lx_valid, t0 + lx_i, k0 + TK + lx_k, k_end);
+        }
+        for (var k = 0u; k < TK; k += 16u) {
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[tb * TKP + k], TKP);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + 16u) * TKP + k], TKP);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[rb * TKP + k], TKP);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[(rb + 16u) * TKP + k], TKP);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+        }
+        workgroupBarrier();
+    }
+
+    let t = t0 + tb;
+    let r = r0 + rb;
+    coopStoreT(c00, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t, r, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c01, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t, r + 16u, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c10, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t + 16u, r, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c11, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t + 16u, r + 16u, n, n_rows, wg.z);
+}
