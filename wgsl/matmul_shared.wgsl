@@ -10,7 +10,8 @@
 // split_reduce.wgsl to sum. A short prompt has few tiles, each a long serial walk over the
 // columns: splitting the columns puts more workgroups to work.
 
-@group(0) @binding(BIND_IN0) var<storage, read> x_in: array<f32>;
+// Token rows of op.cols values (a multiple of 8, as every matrix's column count is), read 4 at a time.
+@group(0) @binding(BIND_IN0) var<storage, read> x_in: array<vec4<f32>>;
 
 // The op's output rows (all its segments').
 fn op_rows() -> u32 {
@@ -43,9 +44,8 @@ fn load_w(valid: bool, row_off: u32, k: u32, k_end: u32) -> Deq8 {
 // Eight values of a token row (zeros past the last token and the split's last column).
 fn load_x(valid: bool, t: u32, k: u32, k_end: u32) -> Deq8 {
     if (valid && k < k_end) {
-        let b = t * op.cols + k;
-        return Deq8(vec4<f32>(x_in[b], x_in[b + 1u], x_in[b + 2u], x_in[b + 3u]),
-                    vec4<f32>(x_in[b + 4u], x_in[b + 5u], x_in[b + 6u], x_in[b + 7u]));
+        let b = (t * op.cols + k) / 4u;
+        return Deq8(x_in[b], x_in[b + 1u]);
     }
     return Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
 }
