@@ -3,7 +3,9 @@
 //! bind groups). A forward call writes the token ids and its `CallParams` uniform, encodes the
 //! prebuilt dispatches and submits them: a decode step at once, a prefill call in parts of
 //! `SUBMIT_OPS` (the GPU starts on the first while the CPU encodes the rest); then it reads back the
-//! logits or the sampled ids. Profiling times each dispatch with timestamp queries.
+//! logits or the sampled ids. Before waiting for them, it encodes the one-token step that would
+//! come next (`EncodedStep`), so a streamed decode submits each step as soon as the last id is in.
+//! Profiling times each dispatch with timestamp queries.
 //!
 //! Under LoRA adapters the session runs a second list of ops, built for its adapter set (`forward.rs`,
 //! `ops/lora.rs`) when a call first runs under it, with the set's weights and parameter blocks in
@@ -104,6 +106,21 @@ pub struct GpuSession {
     cpu_submit_ms: f64,
     /// The token ids of a call as bytes (kept: decoding allocates nothing per token).
     token_bytes: Vec<u8>,
+    /// The decode step the next call is expected to be, encoded while the GPU ran the last one.
+    next_step: Option<EncodedStep>,
+}
+
+/// One decode step's commands, encoded ahead: a streamed decode then submits step k + 1 as soon as
+/// step k's id (or logits) is read, its encoding having overlapped the GPU's work on step k. The
+/// commands read the token and the call parameters from their buffers, which the call writes first;
+/// the grid sizes depend only on the position, so they are the call's own.
+struct EncodedStep {
+    pos0: usize,
+    logits: LogitsFor,
+    argmax_slot: Option<u32>,
+    /// The adapter set whose ops it runs.
+    set: AdapterSet,
+    commands: wgpu::CommandBuffer,
 }
 
 impl GpuSession {
@@ -194,6 +211,7 @@ impl GpuSession {
             kv_bytes,
             cpu_submit_ms: 0.0,
             token_bytes: Vec::with_capacity(4 * n_batch),
+            next_step: None,
         })
     }
 
@@ -386,6 +404,10 @@ impl GpuSession {
             let argmax_slot = (want == Want::Argmax && logits == LogitsFor::Last).then_some(0);
             let n = range.len();
             self.submit(Some(&tokens[range.clone()]), pos0 + range.start, logits, argmax_slot).await?;
+            if range.end == tokens.len() && logits != LogitsFor::None {
+                // What a streamed decode does next: one token after these, the same readback.
+                self.encode_ahead(pos0 + tokens.len(), LogitsFor::Last, argmax_slot);
+            }
             if logits != LogitsFor::None && argmax_slot.is_none() {
                 let rows = if logits == LogitsFor::All { n } else { 1 };
                 let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
@@ -476,60 +498,48 @@ impl GpuSession {
             self.token_bytes.extend(t.iter().flat_map(|id| id.to_le_bytes()));
             gpu.queue.write_buffer(&self.b.tokens, 0, &self.token_bytes);
         }
-        let kv_len = pos0 + n;
-        let (chunk, n_chunks) = attn_decode::chunks(kv_len, self.m.model.config.n_heads);
-        let call = CallParams {
-            n: n as u32,
-            pos0: pos0 as u32,
-            kv_len: kv_len as u32,
-            chunk,
-            n_chunks,
-            logit_row: if logits == LogitsFor::All { n as u32 - 1 } else { 0 },
-            slot: argmax_slot.unwrap_or(0),
-            pad: 0,
-        };
+        let call = self.call_params(n, pos0, logits, argmax_slot);
         gpu.queue.write_buffer(&self.b.call, 0, bytemuck::bytes_of(&call));
 
-        // (Field by field, not `forward_ops`: `self` changes below while the ops are borrowed.)
-        let f = self.lora.as_ref().map_or(&self.ops, |l| &l.ops);
-        let layers = if n == 1 { &f.decode_layers } else { &f.prefill_layers };
-        let logits_ops: &[Op] = match logits {
-            LogitsFor::None => &[],
-            LogitsFor::Last => &f.logits_last,
-            LogitsFor::All if n == 1 => &f.logits_last,
-            LogitsFor::All => &f.logits_all,
-        };
-        let argmax = argmax_slot.map(|_| std::slice::from_ref(&f.argmax)).unwrap_or(&[]);
-        let ops = f.embed.iter().chain(layers).chain(logits_ops).chain(argmax);
-
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
+        let ahead = self.next_step.take();
         let mut profiled = Vec::new();
         match self.profiler.as_ref() {
+            None if n == 1 => {
+                let commands = match ahead {
+                    Some(e)
+                        if (e.pos0, e.logits, e.argmax_slot) == (pos0, logits, argmax_slot) && e.set == self.built =>
+                    {
+                        e.commands
+                    }
+                    _ => self.encode_step(&call, logits, argmax_slot),
+                };
+                gpu.queue.submit([commands]);
+            }
             None => {
-                let per_submit = if n > 1 { SUBMIT_OPS } else { usize::MAX };
-                let mut ops = ops.peekable();
+                // A multi-token call in parts: the GPU starts on the first while the rest are encoded.
+                let mut enc = self.encoder();
+                let mut ops = self.call_ops(n, logits, argmax_slot).peekable();
                 loop {
                     {
                         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: Some("forward"),
                             timestamp_writes: None,
                         });
-                        for op in ops.by_ref().take(per_submit) {
+                        for op in ops.by_ref().take(SUBMIT_OPS) {
                             dispatch(&mut pass, op, &call);
                         }
                     }
                     if ops.peek().is_none() {
                         break;
                     }
-                    let part = std::mem::replace(
-                        &mut enc,
-                        gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
-                    );
-                    gpu.queue.submit([part.finish()]);
+                    gpu.queue.submit([std::mem::replace(&mut enc, self.encoder()).finish()]);
                 }
+                self.copy_out(&mut enc, n, logits, argmax_slot);
+                gpu.queue.submit([enc.finish()]);
             }
             Some(p) => {
-                for (i, op) in ops.enumerate().take(p.capacity) {
+                let mut enc = self.encoder();
+                for (i, op) in self.call_ops(n, logits, argmax_slot).enumerate().take(p.capacity) {
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some(op.label),
                         timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
@@ -544,21 +554,10 @@ impl GpuSession {
                 let q = 2 * profiled.len() as u32;
                 enc.resolve_query_set(&p.queries, 0..q, &p.resolve, 0);
                 enc.copy_buffer_to_buffer(&p.resolve, 0, &p.staging, 0, 8 * q as u64);
+                self.copy_out(&mut enc, n, logits, argmax_slot);
+                gpu.queue.submit([enc.finish()]);
             }
         }
-        let vocab = self.m.model.config.vocab_size;
-        match (logits, argmax_slot) {
-            (_, Some(slot)) => {
-                // Every id so far (a few bytes): in run-ahead decoding the last step's copy has them all.
-                enc.copy_buffer_to_buffer(&self.b.ids, 0, &self.b.ids_staging, 0, 4 * (slot as u64 + 1));
-            }
-            (LogitsFor::None, None) => {}
-            (l, None) => {
-                let rows = if l == LogitsFor::All { n } else { 1 };
-                enc.copy_buffer_to_buffer(&self.b.logits, 0, &self.b.logits_staging, 0, (rows * vocab * 4) as u64);
-            }
-        }
-        gpu.queue.submit([enc.finish()]);
         self.cpu_submit_ms += crate::clock::now_ms() - t0;
         gpu.check()?;
         if let Some(p) = self.profiler.as_mut() {
@@ -573,6 +572,83 @@ impl GpuSession {
             }
         }
         Ok(())
+    }
+
+    /// Encode the one-token step at `pos0` for the next call to submit if it is that step (not
+    /// under profiling, whose passes are per dispatch; not past the context).
+    fn encode_ahead(&mut self, pos0: usize, logits: LogitsFor, argmax_slot: Option<u32>) {
+        if self.profiler.is_some() || pos0 >= self.n_ctx {
+            return;
+        }
+        let t0 = crate::clock::now_ms();
+        let call = self.call_params(1, pos0, logits, argmax_slot);
+        let commands = self.encode_step(&call, logits, argmax_slot);
+        let set = self.built.clone();
+        self.next_step = Some(EncodedStep { pos0, logits, argmax_slot, set, commands });
+        self.cpu_submit_ms += crate::clock::now_ms() - t0;
+    }
+
+    fn call_params(&self, n: usize, pos0: usize, logits: LogitsFor, argmax_slot: Option<u32>) -> CallParams {
+        let kv_len = pos0 + n;
+        let (chunk, n_chunks) = attn_decode::chunks(kv_len, self.m.model.config.n_heads);
+        CallParams {
+            n: n as u32,
+            pos0: pos0 as u32,
+            kv_len: kv_len as u32,
+            chunk,
+            n_chunks,
+            logit_row: if logits == LogitsFor::All { n as u32 - 1 } else { 0 },
+            slot: argmax_slot.unwrap_or(0),
+            pad: 0,
+        }
+    }
+
+    fn encoder(&self) -> wgpu::CommandEncoder {
+        self.m.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
+    }
+
+    /// A one-token call's commands, in one compute pass.
+    fn encode_step(&self, call: &CallParams, logits: LogitsFor, argmax_slot: Option<u32>) -> wgpu::CommandBuffer {
+        let mut enc = self.encoder();
+        {
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            for op in self.call_ops(1, logits, argmax_slot) {
+                dispatch(&mut pass, op, call);
+            }
+        }
+        self.copy_out(&mut enc, 1, logits, argmax_slot);
+        enc.finish()
+    }
+
+    /// The dispatches of a call of `n` tokens, in order.
+    fn call_ops(&self, n: usize, logits: LogitsFor, argmax_slot: Option<u32>) -> impl Iterator<Item = &Op> {
+        let f = self.forward_ops();
+        let layers = if n == 1 { &f.decode_layers } else { &f.prefill_layers };
+        let logits_ops: &[Op] = match logits {
+            LogitsFor::None => &[],
+            LogitsFor::Last => &f.logits_last,
+            LogitsFor::All if n == 1 => &f.logits_last,
+            LogitsFor::All => &f.logits_all,
+        };
+        let argmax = argmax_slot.map(|_| std::slice::from_ref(&f.argmax)).unwrap_or(&[]);
+        f.embed.iter().chain(layers).chain(logits_ops).chain(argmax)
+    }
+
+    /// The copies for reading a call's results back: the ids up to `argmax_slot`, or its rows of logits.
+    fn copy_out(&self, enc: &mut wgpu::CommandEncoder, n: usize, logits: LogitsFor, argmax_slot: Option<u32>) {
+        let vocab = self.m.model.config.vocab_size;
+        match (logits, argmax_slot) {
+            (_, Some(slot)) => {
+                // Every id so far (a few bytes): in run-ahead decoding the last step's copy has them all.
+                enc.copy_buffer_to_buffer(&self.b.ids, 0, &self.b.ids_staging, 0, 4 * (slot as u64 + 1));
+            }
+            (LogitsFor::None, None) => {}
+            (l, None) => {
+                let rows = if l == LogitsFor::All { n } else { 1 };
+                enc.copy_buffer_to_buffer(&self.b.logits, 0, &self.b.logits_staging, 0, (rows * vocab * 4) as u64);
+            }
+        }
     }
 }
 
