@@ -1,27 +1,32 @@
 // Needs: `enable f16; enable wgpu_cooperative_matrix;` (ops/shader.rs puts them first), the
 // header, weights.wgsl and a quant/*.wgsl (Deq8), mat_common.wgsl (op, call), matmul_shared.wgsl
-// (op_rows, load_row, load_w, load_x, store); subgroups of exactly 32 invocations (device.rs
-// chooses this kernel only where the adapter's subgroup size is fixed at 32).
+// (op_rows, load_row, load_w, load_x, store), the variant's TM and TN; subgroups of exactly 32
+// invocations (device.rs chooses this kernel only where the adapter's subgroup size is fixed at 32).
 // Prefill matrix-matrix product on cooperative matrices (tensor cores): matmul.wgsl's product,
 // with the weights and token rows rounded to f16 in workgroup memory and 16x16x16 multiply-adds
 // summing in f32.
 //
-// A workgroup computes a 128-row x 64-token tile, as C[token][row] = X W^T: each of its eight
-// subgroups holds 32 tokens x 32 rows in four 16x16 f32 accumulators. Per step, the 32 columns of
-// the tile's weights are dequantized into workgroup memory (row-major, [row][column]: a column-major
-// 16x16 block of W^T) next to the same columns of the token rows ([token][column]); the next step's
+// A workgroup computes a tile of TM rows x TN tokens (128 x 64, or 64 x 128 for batches of many
+// tokens: ops/mat.rs `Matmul::tile`), as C[token][row] = X W^T: each of its eight subgroups holds
+// 32 tokens x 32 rows in four 16x16 f32 accumulators. Per step, the 32 columns of the tile's
+// weights are dequantized into workgroup memory (row-major, [row][column]: a column-major 16x16
+// block of W^T) next to the same columns of the token rows ([token][column]); the next step's
 // values are loaded into registers meanwhile. Rows are TKP halves apart (16-byte aligned, as
 // cooperative loads want; the 8 spare halves put consecutive rows in other memory banks). The
 // results go out through workgroup memory, one accumulator at a time, to `store`, which applies
 // OUT_MODE and the bias to whole rows of four.
 
-const TM: u32 = 128u;
-const TN: u32 = 64u;
 const TK: u32 = 32u;
 const TKP: u32 = 40u;
+// Loading roles: an invocation dequantizes W_PER columns of one weight row (W_PER / 8 groups of 8)
+// and loads X_PER columns of one token row, per step.
+const W_PER: u32 = TM * TK / 256u;
+const X_PER: u32 = TN * TK / 256u;
+// Token blocks of 32 across the tile: subgroup sg holds block sg % T_BLOCKS of rows block sg / T_BLOCKS.
+const T_BLOCKS: u32 = TN / 32u;
 
-var<workgroup> ws: array<f16, 5120>; // [TM][TKP]
-var<workgroup> xs: array<f16, 2560>; // [TN][TKP]
+var<workgroup> ws: array<f16, TM * TKP>;
+var<workgroup> xs: array<f16, TN * TKP>;
 var<workgroup> cs: array<f32, 2048>; // [8 subgroups][16 tokens][16 rows]
 
 // A value as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
@@ -62,20 +67,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let r0 = wg.x * TM;
     let t0 = wg.y * TN;
 
-    // Loading roles: each invocation dequantizes 16 columns of one weight row (two groups of 8)
-    // and loads 8 columns of one token row.
-    let lw_i = lid / 2u;
-    let lw_k = (lid % 2u) * 16u;
+    let lw_i = lid / (TK / W_PER);
+    let lw_k = (lid % (TK / W_PER)) * W_PER;
     let lw = load_row(r0 + lw_i);
-    let lx_i = lid / 4u;
-    let lx_k = (lid % 4u) * 8u;
+    let lx_i = lid / (TK / X_PER);
+    let lx_k = (lid % (TK / X_PER)) * X_PER;
     let lx_valid = t0 + lx_i < n;
 
     // Compute role: subgroup sg holds tokens tb .. tb + 32 by rows rb .. rb + 32 of the tile.
     let sg = lid / 32u;
     let lane = lid % 32u;
-    let tb = (sg % 2u) * 32u;
-    let rb = (sg / 2u) * 32u;
+    let tb = (sg % T_BLOCKS) * 32u;
+    let rb = (sg / T_BLOCKS) * 32u;
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
@@ -83,18 +86,37 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     let k_begin = wg.z * op.k_len;
     let k_end = min(k_begin + op.k_len, op.cols);
+    // The second group of each role exists where its role takes 16 columns (the compiler drops the rest).
+    let zero = Deq8(vec4<f32>(0.0), vec4<f32>(0.0));
     var w0 = load_w(lw.valid, lw.off, k_begin + lw_k, k_end);
-    var w1 = load_w(lw.valid, lw.off, k_begin + lw_k + 8u, k_end);
-    var xv = load_x(lx_valid, t0 + lx_i, k_begin + lx_k, k_end);
+    var w1 = zero;
+    if (W_PER == 16u) {
+        w1 = load_w(lw.valid, lw.off, k_begin + lw_k + 8u, k_end);
+    }
+    var x0 = load_x(lx_valid, t0 + lx_i, k_begin + lx_k, k_end);
+    var x1 = zero;
+    if (X_PER == 16u) {
+        x1 = load_x(lx_valid, t0 + lx_i, k_begin + lx_k + 8u, k_end);
+    }
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         put_w(lw_i * TKP + lw_k, w0);
-        put_w(lw_i * TKP + lw_k + 8u, w1);
-        put_x(lx_i * TKP + lx_k, xv);
+        if (W_PER == 16u) {
+            put_w(lw_i * TKP + lw_k + 8u, w1);
+        }
+        put_x(lx_i * TKP + lx_k, x0);
+        if (X_PER == 16u) {
+            put_x(lx_i * TKP + lx_k + 8u, x1);
+        }
         workgroupBarrier();
         if (k0 + TK < k_end) {
             w0 = load_w(lw.valid, lw.off, k0 + TK + lw_k, k_end);
-            w1 = load_w(lw.valid, lw.off, k0 + TK + lw_k + 8u, k_end);
-            xv = load_x(lx_valid, t0 + lx_i, k0 + TK + lx_k, k_end);
+            if (W_PER == 16u) {
+                w1 = load_w(lw.valid, lw.off, k0 + TK + lw_k + 8u, k_end);
+            }
+            x0 = load_x(lx_valid, t0 + lx_i, k0 + TK + lx_k, k_end);
+            if (X_PER == 16u) {
+                x1 = load_x(lx_valid, t0 + lx_i, k0 + TK + lx_k + 8u, k_end);
+            }
         }
         for (var k = 0u; k < TK; k += 16u) {
             let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[tb * TKP + k], TKP);

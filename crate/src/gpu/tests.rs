@@ -295,12 +295,13 @@ fn assert_within(what: &str, got: f32, want: f64, tol: f64) {
     assert!((got as f64 - want).abs() <= tol, "{what}: got {got}, want {want} (tolerance {tol:e})");
 }
 
-/// The prefill matmul's variants this device runs: f32, and on cooperative matrices where it has them.
-async fn matmul_variants() -> Vec<bool> {
+/// The prefill matmul's variants this device runs, as (coop, wide): f32, and on cooperative matrices
+/// in both tiles where it has them.
+async fn matmul_variants() -> Vec<(bool, bool)> {
     if gpu().await.coop && !FALLBACK.get() {
-        vec![false, true]
+        vec![(false, false), (true, false), (true, true)]
     } else {
-        vec![false]
+        vec![(false, false)]
     }
 }
 
@@ -476,7 +477,7 @@ impl OutRows<'_> {
 }
 
 pub async fn matmul_tiles_match_cpu_for_every_type() {
-    for coop in matmul_variants().await {
+    for (coop, wide) in matmul_variants().await {
         for (i, ty) in TYPES.into_iter().enumerate() {
             let mut rng = SplitMix(300 + i as u64);
             let cols = if ty.block_size() == 256 { 512 } else { 96 };
@@ -493,7 +494,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                 mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
             for mode in [OutMode::Store, OutMode::Add] {
                 let with_bias = mode == OutMode::Store;
-                let kernel = Matmul { ty, mode, bias: with_bias, coop };
+                let kernel = Matmul { ty, mode, bias: with_bias, coop, wide };
                 let out0 = rng.normals(n * stride);
                 let mut data = vec![
                     (Slot::Weights, Data::Storage(w.clone())),
@@ -505,13 +506,13 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                 if with_bias {
                     data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
                 }
-                let (tm, tn) = Matmul::tile(coop);
+                let (tm, tn) = Matmul::tile(coop, wide);
                 let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
                 let out = to_f32(&run(Kernel::Matmul(kernel), &header(), data, grid, &[Slot::Out]).await[0]);
                 let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows: total });
                 out.check(name, |t, r, c, got| {
                     let offset = if with_bias { bias[c] } else { out0[t * stride + c] } as f64;
-                    let what = format!("{name} {mode:?} coop {coop} token {t} row {r}");
+                    let what = format!("{name} {mode:?} coop {coop} wide {wide} token {t} row {r}");
                     assert_matmul(&what, coop, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
                 });
             }
@@ -520,7 +521,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
 }
 
 pub async fn split_matmul_partials_sum_to_the_product() {
-    for coop in matmul_variants().await {
+    for (coop, wide) in matmul_variants().await {
         for ty in [GgmlType::Q4_1, GgmlType::F32] {
             let mut rng = SplitMix(350);
             let (rows, cols, n, splits) = (151, 320, 70, 3);
@@ -539,8 +540,8 @@ pub async fn split_matmul_partials_sum_to_the_product() {
                 (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
-            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, coop };
-            let (tm, tn) = Matmul::tile(coop);
+            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, coop, wide };
+            let (tm, tn) = Matmul::tile(coop, wide);
             let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
             let part = run(Kernel::Matmul(partial), &header(), data, grid, &[Slot::Out]).await.remove(0);
             let data = vec![
@@ -556,7 +557,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
             let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows });
             out.check(name, |t, r, c, got| {
                 let offset = bias[c] as f64 + out0[t * stride + c] as f64;
-                let what = format!("{name} split coop {coop} token {t} row {r}");
+                let what = format!("{name} split coop {coop} wide {wide} token {t} row {r}");
                 assert_matmul(&what, coop, got, &w[r], &x[t * cols..(t + 1) * cols], offset);
             });
         }
@@ -1144,12 +1145,12 @@ macro_rules! for_each_gpu_check {
 /// through wgpu's shader compiler without a device: parsed, validated and written as SPIR-V.
 #[cfg(all(test, not(target_arch = "wasm32")))]
 #[test]
-fn coop_matmul_modules_compile_for_every_type_and_mode() {
+fn coop_matmul_modules_compile_for_every_type_mode_and_tile() {
     use wgpu::naga;
     for ty in TYPES {
         for mode in [OutMode::Store, OutMode::Add, OutMode::Partial] {
-            for bias in [false, true] {
-                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, coop: true });
+            for (bias, wide) in [(false, false), (false, true), (true, false), (true, true)] {
+                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, coop: true, wide });
                 let src = kernel.source(&header(), true);
                 let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
                 let flags = naga::valid::ValidationFlags::all();

@@ -135,6 +135,8 @@ pub(crate) struct Matmul {
     /// On cooperative matrices in f16 (`matmul_coop.wgsl`; the device's `Gpu::coop`), else in f32
     /// (`matmul.wgsl`).
     pub coop: bool,
+    /// On cooperative matrices, tiles of 64 rows x 128 tokens instead of 128 x 64 (`Matmul::tile`).
+    pub wide: bool,
 }
 
 /// The sum of a split matmul's partial products, stored or added (`mode`) with the bias.
@@ -266,6 +268,9 @@ impl Matmul {
         if self.coop {
             m.enable("f16");
             m.enable("wgpu_cooperative_matrix");
+            let (tm, tn) = Matmul::tile(true, self.wide);
+            m.constant("TM", tm);
+            m.constant("TN", tn);
         }
         m.constant("OUT_MODE", self.mode as u32);
         m.uniform::<MatParams>();
@@ -276,18 +281,26 @@ impl Matmul {
         m.piece(if self.coop { wgsl!("matmul_coop.wgsl") } else { wgsl!("matmul.wgsl") });
     }
 
-    /// Weight rows by token rows per workgroup (the kernel's `TM`, `TN`).
-    pub(crate) fn tile(coop: bool) -> (u32, u32) {
-        if coop {
-            (128, 64)
-        } else {
-            (64, 64)
+    /// Weight rows by token rows per workgroup (the kernel's `TM`, `TN`). On cooperative matrices
+    /// the wide tile reads each weight tile for twice the tokens, the other each token tile for
+    /// twice the rows: on an H100-class GPU the wide one is faster for batches of 512 tokens, the
+    /// other for 128 (benches/README.md).
+    pub(crate) fn tile(coop: bool, wide: bool) -> (u32, u32) {
+        match (coop, wide) {
+            (false, _) => (64, 64),
+            (true, false) => (128, 64),
+            (true, true) => (64, 128),
         }
+    }
+
+    /// Whether a session of `n_batch` tokens a call runs the wide tile on cooperative matrices.
+    pub(crate) fn wide(n_batch: usize) -> bool {
+        n_batch >= 512
     }
 
     /// Tiles over `rows` rows by the call's tokens, by column splits.
     pub(crate) fn grid(self, rows: usize, splits: u32) -> Grid {
-        let (tm, tn) = Matmul::tile(self.coop);
+        let (tm, tn) = Matmul::tile(self.coop, self.wide);
         Grid([Count::Fixed((rows as u32).div_ceil(tm)), Count::Tokens { per: tn }, Count::Fixed(splits)])
     }
 }
@@ -368,10 +381,11 @@ pub(crate) async fn ops(
     let mut ops = Vec::new();
     let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
     let coop = b.m.gpu.coop;
+    let wide = coop && Matmul::wide(splits_buf.n_batch);
     for g in groups(mats) {
         let splits = match input {
             MatIn::Rows(_) => {
-                let tm = Matmul::tile(coop).0 as usize;
+                let tm = Matmul::tile(coop, wide).0 as usize;
                 split_count(rows, tm, g.rows, g.cols, splits_buf.n_batch, splits_buf.buf.size())
             }
             _ => 1,
@@ -382,7 +396,7 @@ pub(crate) async fn ops(
             MatIn::Rows(_) => {
                 let mode = if splits > 1 { OutMode::Partial } else { mode };
                 let bias = bias.is_some() && splits == 1;
-                let kernel = Matmul { ty: g.ty, mode, bias, coop };
+                let kernel = Matmul { ty: g.ty, mode, bias, coop, wide };
                 (Kernel::Matmul(kernel), kernel.grid(g.rows, splits as u32), bias)
             }
             MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) => {
