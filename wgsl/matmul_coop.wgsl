@@ -7,7 +7,7 @@
 // summing in f32.
 //
 // A workgroup computes a tile of TM rows x TN tokens (128 x 64, or 64 x 128 for batches of many
-// tokens: ops/mat.rs `Matmul::tile`), as C[token][row] = X W^T: each of its eight subgroups holds
+// tokens: ops/mat.rs `Tiles`), as C[token][row] = X W^T: each of its eight subgroups holds
 // 32 tokens x 32 rows in four 16x16 f32 accumulators. Per step, the 32 columns of the tile's
 // weights are dequantized into workgroup memory (row-major, [row][column]: a column-major 16x16
 // block of W^T) next to the same columns of the token rows ([token][column]); the next step's

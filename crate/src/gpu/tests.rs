@@ -18,7 +18,7 @@ use super::ops::attn_prefill::{self, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
-use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce};
+use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, Tiles};
 use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
@@ -295,13 +295,13 @@ fn assert_within(what: &str, got: f32, want: f64, tol: f64) {
     assert!((got as f64 - want).abs() <= tol, "{what}: got {got}, want {want} (tolerance {tol:e})");
 }
 
-/// The prefill matmul's variants this device runs, as (coop, wide): f32, and on cooperative matrices
-/// in both tiles where it has them.
-async fn matmul_variants() -> Vec<(bool, bool)> {
+/// The prefill matmul's variants this device runs: f32, and on cooperative matrices in both shapes
+/// where it has them.
+async fn matmul_variants() -> Vec<Tiles> {
     if gpu().await.coop && !FALLBACK.get() {
-        vec![(false, false), (true, false), (true, true)]
+        vec![Tiles::F32, Tiles::Coop, Tiles::CoopWide]
     } else {
-        vec![(false, false)]
+        vec![Tiles::F32]
     }
 }
 
@@ -309,8 +309,8 @@ async fn matmul_variants() -> Vec<(bool, bool)> {
 /// cooperative one both rounded to f16, as it multiplies them (the f16 rounding of the GPU's
 /// conversion may go toward zero: the tolerance allows for that, and stays far below what a misplaced
 /// column or row gives).
-fn assert_matmul(what: &str, coop: bool, got: f32, w: &[f32], x: &[f32], offset: f64) {
-    if !coop {
+fn assert_matmul(what: &str, tiles: Tiles, got: f32, w: &[f32], x: &[f32], offset: f64) {
+    if tiles == Tiles::F32 {
         let (want, scale) = dot(w, x);
         return assert_close(what, got, want + offset, scale);
     }
@@ -477,7 +477,7 @@ impl OutRows<'_> {
 }
 
 pub async fn matmul_tiles_match_cpu_for_every_type() {
-    for (coop, wide) in matmul_variants().await {
+    for tiles in matmul_variants().await {
         for (i, ty) in TYPES.into_iter().enumerate() {
             let mut rng = SplitMix(300 + i as u64);
             let cols = if ty.block_size() == 256 { 512 } else { 96 };
@@ -494,7 +494,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                 mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
             for mode in [OutMode::Store, OutMode::Add] {
                 let with_bias = mode == OutMode::Store;
-                let kernel = Matmul { ty, mode, bias: with_bias, coop, wide };
+                let kernel = Matmul { ty, mode, bias: with_bias, tiles };
                 let out0 = rng.normals(n * stride);
                 let mut data = vec![
                     (Slot::Weights, Data::Storage(w.clone())),
@@ -506,14 +506,14 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                 if with_bias {
                     data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
                 }
-                let (tm, tn) = Matmul::tile(coop, wide);
+                let (tm, tn) = tiles.shape();
                 let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
                 let out = to_f32(&run(Kernel::Matmul(kernel), &header(), data, grid, &[Slot::Out]).await[0]);
                 let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows: total });
                 out.check(name, |t, r, c, got| {
                     let offset = if with_bias { bias[c] } else { out0[t * stride + c] } as f64;
-                    let what = format!("{name} {mode:?} coop {coop} wide {wide} token {t} row {r}");
-                    assert_matmul(&what, coop, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
+                    let what = format!("{name} {mode:?} {tiles:?} token {t} row {r}");
+                    assert_matmul(&what, tiles, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
                 });
             }
         }
@@ -521,7 +521,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
 }
 
 pub async fn split_matmul_partials_sum_to_the_product() {
-    for (coop, wide) in matmul_variants().await {
+    for tiles in matmul_variants().await {
         for ty in [GgmlType::Q4_1, GgmlType::F32] {
             let mut rng = SplitMix(350);
             let (rows, cols, n, splits) = (151, 320, 70, 3);
@@ -540,8 +540,8 @@ pub async fn split_matmul_partials_sum_to_the_product() {
                 (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
-            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, coop, wide };
-            let (tm, tn) = Matmul::tile(coop, wide);
+            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, tiles };
+            let (tm, tn) = tiles.shape();
             let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
             let part = run(Kernel::Matmul(partial), &header(), data, grid, &[Slot::Out]).await.remove(0);
             let data = vec![
@@ -557,8 +557,8 @@ pub async fn split_matmul_partials_sum_to_the_product() {
             let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows });
             out.check(name, |t, r, c, got| {
                 let offset = bias[c] as f64 + out0[t * stride + c] as f64;
-                let what = format!("{name} split coop {coop} wide {wide} token {t} row {r}");
-                assert_matmul(&what, coop, got, &w[r], &x[t * cols..(t + 1) * cols], offset);
+                let what = format!("{name} split {tiles:?} token {t} row {r}");
+                assert_matmul(&what, tiles, got, &w[r], &x[t * cols..(t + 1) * cols], offset);
             });
         }
     }
@@ -1149,8 +1149,10 @@ fn coop_matmul_modules_compile_for_every_type_mode_and_tile() {
     use wgpu::naga;
     for ty in TYPES {
         for mode in [OutMode::Store, OutMode::Add, OutMode::Partial] {
-            for (bias, wide) in [(false, false), (false, true), (true, false), (true, true)] {
-                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, coop: true, wide });
+            for (bias, tiles) in
+                [(false, Tiles::Coop), (false, Tiles::CoopWide), (true, Tiles::Coop), (true, Tiles::CoopWide)]
+            {
+                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, tiles });
                 let src = kernel.source(&header(), true);
                 let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
                 let flags = naga::valid::ValidationFlags::all();

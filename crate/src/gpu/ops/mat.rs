@@ -126,17 +126,48 @@ pub(crate) struct Matvec {
     pub cols: u32,
 }
 
-/// Prefill: every token row times the segments' rows, in tiles of `Matmul::tile`.
+/// Prefill: every token row times the segments' rows, in `Tiles`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Matmul {
     pub ty: GgmlType,
     pub mode: OutMode,
     pub bias: bool,
-    /// On cooperative matrices in f16 (`matmul_coop.wgsl`; the device's `Gpu::coop`), else in f32
-    /// (`matmul.wgsl`).
-    pub coop: bool,
-    /// On cooperative matrices, tiles of 64 rows x 128 tokens instead of 128 x 64 (`Matmul::tile`).
-    pub wide: bool,
+    pub tiles: Tiles,
+}
+
+/// How a prefill matmul multiplies its tiles, and their shape (`Tiles::shape`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Tiles {
+    /// In f32 (`matmul.wgsl`), 64 rows x 64 tokens.
+    F32,
+    /// On cooperative matrices in f16 (`matmul_coop.wgsl`; the device's `Gpu::coop`), 128 rows x 64
+    /// tokens.
+    Coop,
+    /// The same, 64 rows x 128 tokens: each weight tile read for twice the tokens, each token tile
+    /// for half the rows. On an H100-class GPU faster for batches of 512 tokens, slower for 128
+    /// (benches/README.md).
+    CoopWide,
+}
+
+impl Tiles {
+    /// The tiles of a device with cooperative matrices or not (`coop`) for a session of `n_batch`
+    /// tokens a call.
+    pub(crate) fn choose(coop: bool, n_batch: usize) -> Tiles {
+        match (coop, n_batch >= 512) {
+            (false, _) => Tiles::F32,
+            (true, false) => Tiles::Coop,
+            (true, true) => Tiles::CoopWide,
+        }
+    }
+
+    /// Weight rows by token rows per workgroup (the kernel's `TM`, `TN`).
+    pub(crate) fn shape(self) -> (u32, u32) {
+        match self {
+            Tiles::F32 => (64, 64),
+            Tiles::Coop => (128, 64),
+            Tiles::CoopWide => (64, 128),
+        }
+    }
 }
 
 /// The sum of a split matmul's partial products, stored or added (`mode`) with the bias.
@@ -265,10 +296,11 @@ impl Matmul {
     }
 
     pub(crate) fn source(self, m: &mut Module) {
-        if self.coop {
+        let coop = self.tiles != Tiles::F32;
+        if coop {
             m.enable("f16");
             m.enable("wgpu_cooperative_matrix");
-            let (tm, tn) = Matmul::tile(true, self.wide);
+            let (tm, tn) = self.tiles.shape();
             m.constant("TM", tm);
             m.constant("TN", tn);
         }
@@ -278,29 +310,12 @@ impl Matmul {
         m.piece(MAT_COMMON);
         m.piece(if self.bias { BIAS } else { NO_BIAS });
         m.piece(wgsl!("matmul_shared.wgsl"));
-        m.piece(if self.coop { wgsl!("matmul_coop.wgsl") } else { wgsl!("matmul.wgsl") });
-    }
-
-    /// Weight rows by token rows per workgroup (the kernel's `TM`, `TN`). On cooperative matrices
-    /// the wide tile reads each weight tile for twice the tokens, the other each token tile for
-    /// twice the rows: on an H100-class GPU the wide one is faster for batches of 512 tokens, the
-    /// other for 128 (benches/README.md).
-    pub(crate) fn tile(coop: bool, wide: bool) -> (u32, u32) {
-        match (coop, wide) {
-            (false, _) => (64, 64),
-            (true, false) => (128, 64),
-            (true, true) => (64, 128),
-        }
-    }
-
-    /// Whether a session of `n_batch` tokens a call runs the wide tile on cooperative matrices.
-    pub(crate) fn wide(n_batch: usize) -> bool {
-        n_batch >= 512
+        m.piece(if coop { wgsl!("matmul_coop.wgsl") } else { wgsl!("matmul.wgsl") });
     }
 
     /// Tiles over `rows` rows by the call's tokens, by column splits.
     pub(crate) fn grid(self, rows: usize, splits: u32) -> Grid {
-        let (tm, tn) = Matmul::tile(self.coop, self.wide);
+        let (tm, tn) = self.tiles.shape();
         Grid([Count::Fixed((rows as u32).div_ceil(tm)), Count::Tokens { per: tn }, Count::Fixed(splits)])
     }
 }
@@ -380,12 +395,11 @@ pub(crate) async fn ops(
     debug_assert_eq!(best.is_some(), mode == OutMode::Argmax);
     let mut ops = Vec::new();
     let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
-    let coop = b.m.gpu.coop;
-    let wide = coop && Matmul::wide(splits_buf.n_batch);
+    let tiles = Tiles::choose(b.m.gpu.coop, splits_buf.n_batch);
     for g in groups(mats) {
         let splits = match input {
             MatIn::Rows(_) => {
-                let tm = Matmul::tile(coop, wide).0 as usize;
+                let tm = tiles.shape().0 as usize;
                 split_count(rows, tm, g.rows, g.cols, splits_buf.n_batch, splits_buf.buf.size())
             }
             _ => 1,
@@ -396,7 +410,7 @@ pub(crate) async fn ops(
             MatIn::Rows(_) => {
                 let mode = if splits > 1 { OutMode::Partial } else { mode };
                 let bias = bias.is_some() && splits == 1;
-                let kernel = Matmul { ty: g.ty, mode, bias, coop, wide };
+                let kernel = Matmul { ty: g.ty, mode, bias, tiles };
                 (Kernel::Matmul(kernel), kernel.grid(g.rows, splits as u32), bias)
             }
             MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) => {
