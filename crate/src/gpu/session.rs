@@ -404,8 +404,9 @@ impl GpuSession {
             let argmax_slot = (want == Want::Argmax && logits == LogitsFor::Last).then_some(0);
             let n = range.len();
             self.submit(Some(&tokens[range.clone()]), pos0 + range.start, logits, argmax_slot).await?;
-            if range.end == tokens.len() && logits != LogitsFor::None {
-                // What a streamed decode does next: one token after these, the same readback.
+            if range.end == tokens.len() && logits == LogitsFor::Last {
+                // What a streamed decode does next: one token after these, the same readback (not after
+                // all rows of logits: scoring, whose next call is another prompt).
                 self.encode_ahead(pos0 + tokens.len(), LogitsFor::Last, argmax_slot);
             }
             if logits != LogitsFor::None && argmax_slot.is_none() {
