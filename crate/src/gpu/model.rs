@@ -198,17 +198,19 @@ impl GpuModel {
 }
 
 /// The widest attention head the kernels take: decode attention's workgroup packs a head's query, new key and
-/// new value in its 128 invocations, and prefill attention's tiles take a head in at most two parts of 128.
+/// new value in its 128 invocations, and a member of prefill attention's query teams holds at most eight
+/// chunks of four dimensions (`attn_prefill::Tile`: teams of 8 where a head's width is a multiple of 32, of 4
+/// otherwise, so those heads go up to 128).
 const MAX_HEAD_DIM: usize = 256;
 
 /// What the kernels assume about the model; anything else stays on the CPU.
 fn check_supported(model: &Model) -> Result<()> {
     let c = &model.config;
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
-    if !c.head_dim.is_multiple_of(16) || c.head_dim > MAX_HEAD_DIM {
+    let hd = c.head_dim;
+    if !hd.is_multiple_of(16) || hd > MAX_HEAD_DIM || (hd > 128 && !hd.is_multiple_of(32)) {
         return unsupported(format!(
-            "head size {} (the GPU kernels take multiples of 16 up to {MAX_HEAD_DIM})",
-            c.head_dim
+            "head size {hd} (the GPU kernels take multiples of 16 up to 128 and of 32 up to {MAX_HEAD_DIM})"
         ));
     }
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.

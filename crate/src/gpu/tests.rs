@@ -86,6 +86,12 @@ async fn gpu() -> &'static Gpu {
     gpu
 }
 
+/// The smallest subgroup the checks' kernels run with: `None` where they use no subgroup operations
+/// (the device has none, or the check runs the variant without).
+async fn subgroup_min() -> Option<u32> {
+    gpu().await.summary.subgroups.filter(|_| !FALLBACK.get()).map(|(min, _)| min)
+}
+
 /// splitmix64 with normal and uniform draws: deterministic test data. Not `test_support::Rng`: these
 /// checks are also compiled outside `cfg(test)`, for the browser suite (tests/rust/gpu_browser.rs).
 struct SplitMix(u64);
@@ -829,7 +835,9 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     // Heads of 64 and 128 in one part, of 256 (Gemma 3) in two; and sliding windows: narrower than a key tile,
     // starting inside one and on a tile's edge for different queries, and wider than the context.
     let mut gemma = config(256, 4, 1, 256, true);
+    // Heads of 16 and 112 have teams of 4 (one and seven chunks a member), of 96 teams of 8 with three.
     let mut cases = vec![(config(64, 4, 2, 64, false), false), (config(128, 2, 1, 128, false), false)];
+    cases.extend([16, 112, 96].map(|hd| (config(hd, 2, 1, hd, false), false)));
     cases.push((gemma.clone(), false));
     for window in [5, 16, 64] {
         gemma.sliding_window = window;
@@ -840,7 +848,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     cases.push((narrow, true));
     for (c, windowed) in cases {
         let (qd, heads) = (c.q_dim(), c.n_heads);
-        let (n, pos0, n_ctx) = (20, 5, 32);
+        let (n, pos0, n_ctx) = (40, 5, 48);
         let mut rng = SplitMix(700 + c.head_dim as u64 + c.sliding_window as u64);
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
@@ -852,9 +860,9 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
             (Slot::In1, Data::Storage(kb)),
             (Slot::In2, Data::Storage(vb)),
         ];
-        let bq = attn_prefill::tiles(c.head_dim).0 as u32;
+        let bq = attn_prefill::Tile::of(c.head_dim).bq as u32;
         let grid = [(n as u32).div_ceil(bq), heads as u32, 1];
-        let kernel = Kernel::AttnPrefill(AttnPrefill { windowed });
+        let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min().await));
         let out = to_f32(&run(kernel, &model_header(&c), data, grid, &[Slot::Out]).await[0]);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             let what = format!("head dim {}, window {}", c.head_dim, c.sliding_window * windowed as usize);

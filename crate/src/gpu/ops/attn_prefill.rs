@@ -14,31 +14,53 @@ pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0, Slot::I
 pub(crate) struct AttnPrefill {
     /// The layer attends within the model's sliding window (header `WINDOW`).
     pub windowed: bool,
+    /// A query's team sums its scores with subgroup shuffles (`attn_team_subgroup.wgsl`), else through
+    /// workgroup memory (`attn_team_shared.wgsl`).
+    pub shuffles: bool,
 }
 
 impl AttnPrefill {
+    /// The variant for heads of `head_dim` on a device whose kernels use subgroups of at least
+    /// `subgroup_min` invocations (`None`: no subgroup operations): shuffles where a subgroup holds a team.
+    pub(crate) fn new(windowed: bool, head_dim: usize, subgroup_min: Option<u32>) -> AttnPrefill {
+        let team = Tile::of(head_dim).team;
+        AttnPrefill { windowed, shuffles: subgroup_min.is_some_and(|min| min as usize >= team) }
+    }
+
     pub(crate) fn source(self, m: &mut Module) {
         m.flag("WINDOWED", self.windowed);
+        m.piece(if self.shuffles { wgsl!("attn_team_subgroup.wgsl") } else { wgsl!("attn_team_shared.wgsl") });
         m.piece(wgsl!("attn_prefill.wgsl"));
     }
 
     /// One workgroup per block of `BQ` queries and head.
     pub(crate) fn grid(n_heads: usize, head_dim: usize) -> Grid {
-        let bq = tiles(head_dim).0 as u32;
+        let bq = Tile::of(head_dim).bq as u32;
         Grid([Count::Tokens { per: bq }, Count::Fixed(n_heads as u32), Count::Fixed(1)])
     }
 }
 
-/// The tile (header `BQ`, `BK`, `BD`): `BQ` queries by `BK` keys, the keys and values `BD` dimensions
-/// at a time (the whole head up to 128, else halves), sized so that the query tile and a part of the key
-/// tile fit in the default 16 KiB of workgroup memory (`BQ * HEAD_DIM + BK * (BD + 1) + 2 * BQ * BK`
-/// floats). Heads up to 256 wide (`GpuModel` refuses wider ones).
-pub(crate) fn tiles(head_dim: usize) -> (usize, usize, usize) {
-    let bk = 16;
-    match head_dim {
-        0..=64 => (16, bk, head_dim),
-        65..=128 => (8, bk, head_dim),
-        _ => (4, bk, head_dim / 2),
+/// The kernel's tile (header `BQ`, `BK`, `Q_TEAM`, `Q_CHUNKS`): `BQ` queries of `Q_TEAM` invocations each
+/// (256 in all), a member holding `Q_CHUNKS` chunks of four dimensions of its query and output (at most 8:
+/// the kernel keeps them in separate registers), against `BK` keys at a time. Teams of 8 where a head has a
+/// multiple of 32 dimensions, else of 4 (`GpuModel` takes heads of multiples of 16 up to 128 and of 32 up
+/// to 256). A tile's keys and values take 12 KiB at most (at most 512 chunks, two an invocation), so with
+/// the 4 KiB of `attn_team_shared.wgsl` the kernel fits WebGPU's default 16 KiB of workgroup memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tile {
+    pub bq: usize,
+    pub bk: usize,
+    pub team: usize,
+    pub ch: usize,
+}
+
+impl Tile {
+    pub(crate) fn of(head_dim: usize) -> Tile {
+        let chunks = head_dim / 4;
+        let team = if chunks.is_multiple_of(8) { 8 } else { 4 };
+        let bk = (12288 / (2 * 4 * head_dim)).min(64) / 4 * 4;
+        debug_assert!(chunks / team <= 8 && bk >= 4, "head dim {head_dim}");
+        Tile { bq: 256 / team, bk, team, ch: chunks / team }
     }
 }
 
@@ -59,6 +81,7 @@ pub(crate) async fn op(
         (Slot::In2, kv.v.as_entire_binding()),
     ];
     let c = &b.m.model.config;
-    let kernel = Kernel::AttnPrefill(AttnPrefill { windowed });
+    let subgroup_min = b.m.gpu.summary.subgroups.map(|(min, _)| min);
+    let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min));
     b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, c.head_dim), entries).await
 }

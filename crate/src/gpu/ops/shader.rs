@@ -49,14 +49,14 @@ fn dequant_source(ty: GgmlType) -> &'static str {
 /// slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
 /// declaration.
 pub(crate) fn model_header(c: &Config) -> String {
-    let (bq, bk, bd) = super::attn_prefill::tiles(c.head_dim);
+    let super::attn_prefill::Tile { bq, bk, team, ch } = super::attn_prefill::Tile::of(c.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
     let mut h = format!(
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
          const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
          const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
          const WINDOW: u32 = {}u;\nconst EMBED_SCALE: f32 = {:e};\n\
-         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst BD: u32 = {bd}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
+         const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst Q_TEAM: u32 = {team}u;\nconst Q_CHUNKS: u32 = {ch}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
         c.d_model,
         c.n_heads,
         c.n_kv_heads,
