@@ -16,12 +16,15 @@
 
 @group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> att: array<vec4<f32>>;
+@group(0) @binding(BIND_AUX) var<storage, read_write> parts: array<vec4<f32>>;
 @group(0) @binding(BIND_IN0) var<storage, read> q_rot: array<vec4<f32>>;
 @group(0) @binding(BIND_IN1) var<storage, read> k_cache: array<u32>;
 @group(0) @binding(BIND_IN2) var<storage, read> v_cache: array<u32>;
 
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
 const HD4: u32 = HEAD_DIM / 4u; // four-dimension chunks of a head
+// vec4s of a split's partial record of one token: the heads' outputs, then a (max, sum) vec4 per head.
+const PART_RECORD: u32 = Q_DIM / 4u + N_HEADS;
 
 var<workgroup> ks: array<vec4<f32>, BK * HD4>;
 var<workgroup> vs: array<vec4<f32>, BK * HD4>;
@@ -96,13 +99,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var o7 = vec4<f32>(0.0);
 
     // Keys up to the last query of this block (causal), from the tile where the first query's
-    // window starts (0 without a window).
-    let k_end = call.pos0 + min(t0 + BQ, call.n);
+    // window starts (0 without a window), and of those the ones in this workgroup's split.
+    var k_end = call.pos0 + min(t0 + BQ, call.n);
     var k_start = 0u;
     if (WINDOWED) {
         let first = call.pos0 + t0 + 1u;
         k_start = (first - min(first, WINDOW)) / BK * BK;
     }
+    k_start = max(k_start, wg.z * call.split_keys);
+    k_end = min(k_end, (wg.z + 1u) * call.split_keys);
     var m = NEG_BIG;
     var l = 0.0;
     // The next tile's chunks, read while the current one is used (global memory latency overlaps the
@@ -154,7 +159,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             }
         }
     }
-    if (valid) {
+    if (!valid) {
+        return;
+    }
+    if (call.n_splits == 1u) {
         let b = row + lane;
         att[b] = o0 / l;
         if (Q_CHUNKS > 1u) { att[b + Q_TEAM] = o1 / l; }
@@ -164,5 +172,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         if (Q_CHUNKS > 5u) { att[b + 5u * Q_TEAM] = o5 / l; }
         if (Q_CHUNKS > 6u) { att[b + 6u * Q_TEAM] = o6 / l; }
         if (Q_CHUNKS > 7u) { att[b + 7u * Q_TEAM] = o7 / l; }
+        return;
+    }
+    // The split's partial (attn_merge.wgsl merges them): the unnormalized output and (max, sum); a
+    // split with no key this query sees leaves zeros and (NEG_BIG, 0).
+    let rec = (wg.z * call.n + t) * PART_RECORD;
+    let b = rec + h * HD4 + lane;
+    parts[b] = o0;
+    if (Q_CHUNKS > 1u) { parts[b + Q_TEAM] = o1; }
+    if (Q_CHUNKS > 2u) { parts[b + 2u * Q_TEAM] = o2; }
+    if (Q_CHUNKS > 3u) { parts[b + 3u * Q_TEAM] = o3; }
+    if (Q_CHUNKS > 4u) { parts[b + 4u * Q_TEAM] = o4; }
+    if (Q_CHUNKS > 5u) { parts[b + 5u * Q_TEAM] = o5; }
+    if (Q_CHUNKS > 6u) { parts[b + 6u * Q_TEAM] = o6; }
+    if (Q_CHUNKS > 7u) { parts[b + 7u * Q_TEAM] = o7; }
+    if (lane == 0u) {
+        parts[rec + Q_DIM / 4u + h] = vec4<f32>(m, l, 0.0, 0.0);
     }
 }

@@ -263,7 +263,7 @@ impl<'a> Forward<'a> {
         let qkv_rows = if qkv_splits.is_some() { &b.split } else { &b.qkv };
         let (windowed, rope) = self.attention_of(l);
         ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, rope, &b.q_rot, self.kv(l)).await?);
-        ops.push(attn_prefill::op(&self.ops, windowed, &b.q_rot, &b.att, self.kv(l)).await?);
+        ops.extend(attn_prefill::ops(&self.ops, windowed, &b.q_rot, &b.att_parts, &b.att, self.kv(l)).await?);
         let post = lw.post_attn_norm.as_ref();
         ops.extend(self.prefill_block_out("matmul_wo", &lw.wo, &b.att, Group::O(l), post, true).await?);
         ops.push(self.prefill_norm(&lw.ffn_norm).await?);

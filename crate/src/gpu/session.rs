@@ -19,7 +19,7 @@ use super::forward::{self, ForwardOps};
 use super::gpu_error;
 use super::model::GpuModel;
 use super::ops::lora::LoraWeights;
-use super::ops::{self, attn_decode, mat, rope_store, CallParams, Op};
+use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::evaluator::{check_eval, Want};
 use crate::kv_cache::KvCache;
@@ -56,6 +56,8 @@ pub(super) struct Buffers {
     pub q_rot: wgpu::Buffer,
     pub att: wgpu::Buffer,
     pub part: wgpu::Buffer,
+    /// Prefill attention's partials where it splits the keys (`attn_prefill::parts_len`).
+    pub att_parts: wgpu::Buffer,
     /// Partial products of split matmuls.
     pub split: wgpu::Buffer,
     pub gu: wgpu::Buffer,
@@ -166,6 +168,7 @@ impl GpuSession {
             part: gpu
                 .buffer("attention partials", f32s(attn_decode::partials_len(c.n_heads, c.head_dim)), storage)
                 .await?,
+            att_parts: gpu.buffer("prefill attention partials", f32s(attn_prefill::parts_len(&c, nb)), storage).await?,
             split: {
                 let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
                 gpu.buffer("split partials", f32s(mat::MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
@@ -591,7 +594,9 @@ impl GpuSession {
 
     fn call_params(&self, n: usize, pos0: usize, logits: LogitsFor, argmax_slot: Option<u32>) -> CallParams {
         let kv_len = pos0 + n;
-        let (chunk, n_chunks) = attn_decode::chunks(kv_len, self.m.model.config.n_heads);
+        let c = &self.m.model.config;
+        let (chunk, n_chunks) = attn_decode::chunks(kv_len, c.n_heads);
+        let (split_keys, n_splits) = attn_prefill::key_splits(kv_len, c.head_dim);
         CallParams {
             n: n as u32,
             pos0: pos0 as u32,
@@ -600,7 +605,9 @@ impl GpuSession {
             n_chunks,
             logit_row: if logits == LogitsFor::All { n as u32 - 1 } else { 0 },
             slot: argmax_slot.unwrap_or(0),
-            pad: 0,
+            split_keys,
+            n_splits,
+            ..CallParams::default()
         }
     }
 
@@ -660,6 +667,9 @@ fn profile_capacity(f: &ForwardOps) -> usize {
 
 fn dispatch(pass: &mut wgpu::ComputePass<'_>, op: &Op, call: &CallParams) {
     let [x, y, z] = op.grid.workgroups(call);
+    if x == 0 || y == 0 || z == 0 {
+        return; // an op with nothing to do in this call (a merge of unsplit attention)
+    }
     pass.set_pipeline(&op.pipeline);
     pass.set_bind_group(0, &op.bind, &[]);
     pass.dispatch_workgroups(x, y, z);

@@ -14,7 +14,7 @@ use super::block_on;
 use super::device::Gpu;
 use super::ops::argmax::Argmax;
 use super::ops::attn_decode::{self, AttnDecode};
-use super::ops::attn_prefill::{self, AttnPrefill};
+use super::ops::attn_prefill::{self, AttnMerge, AttnPrefill};
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
@@ -832,8 +832,8 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
 }
 
 pub async fn prefill_attention_is_causal_and_matches_cpu() {
-    // Heads of 64 and 128 in one part, of 256 (Gemma 3) in two; and sliding windows: narrower than a key tile,
-    // starting inside one and on a tile's edge for different queries, and wider than the context.
+    // Heads of 64, 128 and 256 (Gemma 3); and sliding windows: narrower than a key tile, starting inside one and
+    // on a tile's edge for different queries, and wider than the context.
     let mut gemma = config(256, 4, 1, 256, true);
     // Heads of 16 and 112 have teams of 4 (one and seven chunks a member), of 96 teams of 8 with three.
     let mut cases = vec![(config(64, 4, 2, 64, false), false), (config(128, 2, 1, 128, false), false)];
@@ -853,20 +853,53 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0, windowed);
-        let data = vec![
-            (Slot::Call, call(n, pos0)),
-            (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
-            (Slot::In0, Data::Storage(f32_bytes(&q))),
-            (Slot::In1, Data::Storage(kb)),
-            (Slot::In2, Data::Storage(vb)),
-        ];
-        let bq = attn_prefill::Tile::of(c.head_dim).bq as u32;
-        let grid = [(n as u32).div_ceil(bq), heads as u32, 1];
+        let tile = attn_prefill::Tile::of(c.head_dim);
         let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min().await));
-        let out = to_f32(&run(kernel, &model_header(&c), data, grid, &[Slot::Out]).await[0]);
-        for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
-            let what = format!("head dim {}, window {}", c.head_dim, c.sliding_window * windowed as usize);
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: output {i}: {g} vs {w}");
+        // The keys in one workgroup per query block, and split among the most workgroups the merge takes (some
+        // splits past a block's keys or before its window, so with no key to see), their partials merged.
+        let most = (pos0 + n).div_ceil(attn_prefill::MAX_KEY_SPLITS).div_ceil(tile.bk) * tile.bk;
+        for split_keys in [n_ctx, most] {
+            let n_splits = (pos0 + n).div_ceil(split_keys);
+            let s = CallParams {
+                n: n as u32,
+                pos0: pos0 as u32,
+                kv_len: (pos0 + n) as u32,
+                split_keys: split_keys as u32,
+                n_splits: n_splits as u32,
+                ..CallParams::default()
+            };
+            let parts_len = n_splits * n * (qd + 4 * heads);
+            let data = vec![
+                (Slot::Call, uniform(&s)),
+                (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
+                (Slot::Aux, Data::Storage(vec![0; parts_len * 4])),
+                (Slot::In0, Data::Storage(f32_bytes(&q))),
+                (Slot::In1, Data::Storage(kb.clone())),
+                (Slot::In2, Data::Storage(vb.clone())),
+            ];
+            let grid = [(n as u32).div_ceil(tile.bq as u32), heads as u32, n_splits as u32];
+            let got = run(kernel, &model_header(&c), data, grid, &[Slot::Out, Slot::Aux]).await;
+            let mut out = to_f32(&got[0]);
+            if n_splits > 1 {
+                let data = vec![
+                    (Slot::Call, uniform(&s)),
+                    (Slot::Out, Data::Storage(vec![0; n * qd * 4])),
+                    (Slot::In0, Data::Storage(got[1].clone())),
+                ];
+                let merge = Kernel::AttnMerge(AttnMerge);
+                out = to_f32(
+                    &run(merge, &model_header(&c), data, [(qd as u32 / 4).div_ceil(64), n as u32, 1], &[Slot::Out])
+                        .await[0],
+                );
+            }
+            for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                let what = format!(
+                    "head dim {}, window {}, {n_splits} splits",
+                    c.head_dim,
+                    c.sliding_window * windowed as usize
+                );
+                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: output {i}: {g} vs {w}");
+            }
         }
     }
 }

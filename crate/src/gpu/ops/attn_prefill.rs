@@ -1,14 +1,27 @@
 //! Prefill attention (`wgsl/attn_prefill.wgsl`): causal, tiled, over the KV cache after
 //! `rope_store` wrote the new tokens' keys and values; the rotated queries in, the attention
-//! output rows out. A layer with a sliding window (Gemma 3) runs the windowed variant.
+//! output rows out. A layer with a sliding window (Gemma 3) runs the windowed variant. Over a long
+//! cache the keys are split among several workgroups per query block (more of the GPU at work than
+//! one workgroup per block and head, whose last block walks every key), and `attn_merge.wgsl` merges
+//! their partials.
 
 use super::rope_store::KvBuffers;
 use super::shader::{wgsl, Module};
 use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
+use crate::model::config::Config;
 
-/// Call parameters, output rows, rotated queries, key cache, value cache.
-pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0, Slot::In1, Slot::In2];
+/// Call parameters, output rows, partials, rotated queries, key cache, value cache.
+pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
+
+/// The merge's: call parameters, output rows, partials.
+pub(crate) const MERGE_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0];
+
+/// Most workgroups sharing a query block's keys.
+pub(crate) const MAX_KEY_SPLITS: usize = 8;
+
+/// Fewest keys a split takes: below this the merge's dispatch costs more than the split gains.
+const MIN_SPLIT_KEYS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttnPrefill {
@@ -33,11 +46,43 @@ impl AttnPrefill {
         m.piece(wgsl!("attn_prefill.wgsl"));
     }
 
-    /// One workgroup per block of `BQ` queries and head.
+    /// One workgroup per block of `BQ` queries, head and split of the keys.
     pub(crate) fn grid(n_heads: usize, head_dim: usize) -> Grid {
         let bq = Tile::of(head_dim).bq as u32;
-        Grid([Count::Tokens { per: bq }, Count::Fixed(n_heads as u32), Count::Fixed(1)])
+        Grid([Count::Tokens { per: bq }, Count::Fixed(n_heads as u32), Count::KeySplits])
     }
+}
+
+/// The merge of split attention's partials (`wgsl/attn_merge.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttnMerge;
+
+impl AttnMerge {
+    pub(crate) fn source(self, m: &mut Module) {
+        m.constant("MAX_SPLITS", MAX_KEY_SPLITS as u32);
+        m.piece(wgsl!("attn_merge.wgsl"));
+    }
+
+    /// 64 invocations per workgroup, one per four dimensions of a token's output; a row of workgroups
+    /// per token, none where the keys are not split.
+    pub(crate) fn grid(q_dim: usize) -> Grid {
+        Grid([Count::Fixed((q_dim / 4).div_ceil(64) as u32), Count::SplitTokens, Count::Fixed(1)])
+    }
+}
+
+/// Keys per split (`CallParams::split_keys`, a multiple of the tile) and splits (`n_splits`) over
+/// `kv_len` cached positions: at most `MAX_KEY_SPLITS`, each at least `MIN_SPLIT_KEYS` keys.
+pub(crate) fn key_splits(kv_len: usize, head_dim: usize) -> (u32, u32) {
+    let bk = Tile::of(head_dim).bk;
+    let n = (kv_len / MIN_SPLIT_KEYS).clamp(1, MAX_KEY_SPLITS);
+    let keys = kv_len.div_ceil(n).div_ceil(bk).max(1) * bk;
+    (keys as u32, kv_len.div_ceil(keys).max(1) as u32)
+}
+
+/// Floats of the partials of `n_batch` tokens (`attn_prefill.wgsl`): per split and token, its heads'
+/// unnormalized outputs, then a (max, sum) vec4 per head.
+pub(crate) fn parts_len(c: &Config, n_batch: usize) -> usize {
+    MAX_KEY_SPLITS * n_batch * (c.q_dim() + 4 * c.n_heads)
 }
 
 /// The kernel's tile (header `BQ`, `BK`, `Q_TEAM`, `Q_CHUNKS`): `BQ` queries of `Q_TEAM` invocations each
@@ -65,17 +110,20 @@ impl Tile {
 }
 
 /// Attention of the call's rotated queries `q_rot` over the caches `kv`, into `att`, within the model's
-/// sliding window when `windowed`.
-pub(crate) async fn op(
+/// sliding window when `windowed`: the attention op, then the merge of its partials in `parts` (which
+/// dispatches nothing where the keys are not split).
+pub(crate) async fn ops(
     b: &OpBuilder<'_>,
     windowed: bool,
     q_rot: &wgpu::Buffer,
+    parts: &wgpu::Buffer,
     att: &wgpu::Buffer,
     kv: KvBuffers<'_>,
-) -> Result<Op> {
+) -> Result<Vec<Op>> {
     let entries = vec![
         (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, att.as_entire_binding()),
+        (Slot::Aux, parts.as_entire_binding()),
         (Slot::In0, q_rot.as_entire_binding()),
         (Slot::In1, kv.k.as_entire_binding()),
         (Slot::In2, kv.v.as_entire_binding()),
@@ -83,5 +131,33 @@ pub(crate) async fn op(
     let c = &b.m.model.config;
     let subgroup_min = b.m.gpu.summary.subgroups.map(|(min, _)| min);
     let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min));
-    b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, c.head_dim), entries).await
+    let attend = b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, c.head_dim), entries).await?;
+    let entries = vec![
+        (Slot::Call, b.call.as_entire_binding()),
+        (Slot::Out, att.as_entire_binding()),
+        (Slot::In0, parts.as_entire_binding()),
+    ];
+    let merge = b.op("attn_merge", Kernel::AttnMerge(AttnMerge), AttnMerge::grid(c.q_dim()), entries).await?;
+    Ok(vec![attend, merge])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_splits_cover_the_cache_in_whole_tiles() {
+        for head_dim in [16, 64, 96, 128, 256] {
+            let bk = Tile::of(head_dim).bk;
+            for kv_len in 1..3000 {
+                let (keys, n) = key_splits(kv_len, head_dim);
+                let (keys, n) = (keys as usize, n as usize);
+                assert!(keys.is_multiple_of(bk) && (1..=MAX_KEY_SPLITS).contains(&n), "{kv_len}: {keys} x {n}");
+                assert!(n * keys >= kv_len && (n - 1) * keys < kv_len, "{kv_len}: {keys} x {n}: a split without keys");
+                assert!(n == 1 || keys >= MIN_SPLIT_KEYS, "{kv_len}: {keys} x {n}");
+            }
+        }
+        assert_eq!(key_splits(100, 64), (120, 1));
+        assert_eq!(key_splits(512, 64), (72, 8));
+    }
 }

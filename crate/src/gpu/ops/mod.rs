@@ -78,6 +78,7 @@ pub(crate) enum Kernel {
     RopeStore(rope_store::RopeStore),
     AttnDecode(attn_decode::AttnDecode),
     AttnPrefill(attn_prefill::AttnPrefill),
+    AttnMerge(attn_prefill::AttnMerge),
     RmsNorm(norm::RmsNorm),
     AddRmsNorm(norm::AddRmsNorm),
     NormAdd(norm::NormAdd),
@@ -100,6 +101,7 @@ impl Kernel {
             Kernel::RopeStore(k) => k.source(&mut m),
             Kernel::AttnDecode(k) => k.source(&mut m),
             Kernel::AttnPrefill(k) => k.source(&mut m),
+            Kernel::AttnMerge(k) => k.source(&mut m),
             Kernel::RmsNorm(k) => k.source(&mut m),
             Kernel::AddRmsNorm(k) => k.source(&mut m),
             Kernel::NormAdd(k) => k.source(&mut m),
@@ -121,6 +123,7 @@ impl Kernel {
             Kernel::RopeStore(_) => rope_store::BINDINGS,
             Kernel::AttnDecode(_) => attn_decode::BINDINGS,
             Kernel::AttnPrefill(_) => attn_prefill::BINDINGS,
+            Kernel::AttnMerge(_) => attn_prefill::MERGE_BINDINGS,
             Kernel::RmsNorm(_) => norm::RMSNORM_BINDINGS,
             Kernel::AddRmsNorm(_) => norm::ADD_RMSNORM_BINDINGS,
             Kernel::NormAdd(_) => norm::NORM_ADD_BINDINGS,
@@ -142,6 +145,10 @@ pub(crate) enum Count {
     },
     /// One per decode attention chunk (`CallParams::n_chunks`).
     Chunks,
+    /// One per split of prefill attention's keys (`CallParams::n_splits`).
+    KeySplits,
+    /// One per token where prefill attention splits its keys, else none.
+    SplitTokens,
 }
 
 /// How many workgroups an op dispatches.
@@ -168,6 +175,14 @@ impl Grid {
             Count::Fixed(n) => n,
             Count::Tokens { per } => call.n.div_ceil(per),
             Count::Chunks => call.n_chunks,
+            Count::KeySplits => call.n_splits,
+            Count::SplitTokens => {
+                if call.n_splits > 1 {
+                    call.n
+                } else {
+                    0
+                }
+            }
         })
     }
 }

@@ -82,7 +82,13 @@ uniform! {
         logit_row: u32,
         /// Where argmax stores the id in the ids buffer.
         slot: u32,
-        pad: u32,
+        /// Keys per workgroup of prefill attention (a multiple of its tile).
+        split_keys: u32,
+        /// Prefill attention workgroups per query block and head; above 1 its partials are merged.
+        n_splits: u32,
+        pad0: u32,
+        pad1: u32,
+        pad2: u32,
     }
 }
 
@@ -106,7 +112,7 @@ mod tests {
             Mixed::wgsl(),
             "struct Mixed {\n    a: vec4<u32>,\n    b: u32,\n    c: u32,\n    d: u32,\n    e: u32,\n}\n"
         );
-        assert_eq!(std::mem::size_of::<CallParams>(), 32);
+        assert_eq!(std::mem::size_of::<CallParams>(), 48);
         assert_eq!(bytemuck::bytes_of(&CallParams { n: 1, slot: 2, ..CallParams::default() })[..4], 1u32.to_le_bytes());
     }
 }
