@@ -1,14 +1,17 @@
-// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl (NEG_BIG),
-// attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), the variant's WINDOWED.
-// Prefill attention: causal, tiled, an online softmax per query. A workgroup takes BQ consecutive
-// query tokens of one head, each query a team of Q_TEAM invocations; a team member holds Q_CHUNKS four-dimension
-// chunks of the query (in registers, pre-scaled) and of its output: chunks lane, lane + Q_TEAM, ..., so
-// the team reads a key's or value's chunks from workgroup memory side by side (no bank conflicts) and
-// the teams of a subgroup read the same ones (broadcasts). The workgroup walks the cached keys and
-// values in tiles of BK positions, loaded as f32 into workgroup memory (the next tile's f16 pairs
-// are read into registers while the current one is used). Per four keys a member sums its chunks'
-// products, team_sum4 gives the team the four scores, and each member updates the softmax state
-// (the same in all of the team) and its own output chunks: no other barrier than the tile loads'.
+// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl
+// (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), the variant's WINDOWED.
+// Prefill attention: causal, tiled, an online softmax per query. A workgroup takes BQ consecutive query
+// tokens of one head and, where the call splits the keys (call.n_splits > 1), one split of them
+// (call.split_keys positions, a multiple of BK). Each query is a team of Q_TEAM invocations; a member
+// holds Q_CHUNKS four-dimension chunks of the query (in registers, pre-scaled) and of its output: chunks
+// lane, lane + Q_TEAM, ..., so the team reads a key's or value's chunks from workgroup memory side by
+// side (no bank conflicts) and the teams of a subgroup read the same ones (broadcasts). The workgroup
+// walks its keys and values in tiles of BK positions, loaded as f32 into workgroup memory (the next
+// tile's f16 pairs are read into registers while the current one is used). Per four keys a member sums
+// its chunks' products, team_sum4 gives the team the four scores, and each member updates the softmax
+// state (the same in all of the team) and its own output chunks: no other barrier than the tile loads'.
+// Unsplit, it writes the output; split, the unnormalized output and (max, sum) that attn_merge.wgsl
+// merges.
 // The windowed variant (WINDOWED: Gemma 3's sliding-window layers) lets a query at position p see
 // keys p + 1 - WINDOW ..= p only, and starts at the tile of the block's first query's window.
 // BQ * Q_TEAM = 256 invocations; 2 * BK * HEAD_DIM floats of workgroup memory (12 KiB at most: with
