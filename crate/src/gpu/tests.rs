@@ -855,10 +855,12 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
         let want = cpu_attention(&c, &q, &cache, pos0, windowed);
         let tile = attn_prefill::Tile::of(c.head_dim);
         let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min().await));
-        // The keys in one workgroup per query block, and split among the most workgroups the merge takes (some
-        // splits past a block's keys or before its window, so with no key to see), their partials merged.
+        // The keys in one workgroup per query block, and (heads of 64 and the windows: the split's bounds meet
+        // the window's) split among the most workgroups the merge takes (some splits past a block's keys or
+        // before its window, so with no key to see), their partials merged.
         let most = (pos0 + n).div_ceil(attn_prefill::MAX_KEY_SPLITS).div_ceil(tile.bk) * tile.bk;
-        for split_keys in [n_ctx, most] {
+        let splits: &[usize] = if c.head_dim == 64 || windowed { &[n_ctx, most] } else { &[n_ctx] };
+        for &split_keys in splits {
             let n_splits = (pos0 + n).div_ceil(split_keys);
             let s = CallParams {
                 n: n as u32,
