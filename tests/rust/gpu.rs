@@ -80,6 +80,14 @@ fn greedy_chat_answers_the_france_question_exactly_on_the_gpu() {
     assert_eq!(out.ids, FRANCE_IDS);
     assert_eq!(out.text, "The capital of France is Paris.");
     assert!(session.on_gpu());
+    // Streamed with each next step submitted before its input is read back (what hardware adapters do),
+    // twice: the second generation starts where a step submitted ahead was left unused.
+    let opts = GpuOptions { speculate_on_software: true, ..software() };
+    let mut session = Session::with_gpu_options(model(), &SessionOptions::default(), Backend::WebGpu, &opts).unwrap();
+    for _ in 0..2 {
+        assert_eq!(session.generate(&ids, greedy(32), None, |_| {}).unwrap().ids, FRANCE_IDS);
+        session.reset();
+    }
 }
 
 #[test]
@@ -108,6 +116,53 @@ fn run_ahead_greedy_decoding_reads_back_only_ids() {
     let rest = block_on(s.decode_greedy(prompt.len(), 7)).unwrap();
     assert_eq!([vec![first], rest].concat(), FRANCE_IDS);
     assert_eq!(s.dispatches_per_token(), 5 * model().config.n_layers + 3, "embed, 5 per layer, output layer, argmax");
+}
+
+#[test]
+fn a_greedy_step_submitted_ahead_answers_only_the_call_it_was_made_for() {
+    // Each greedy one-token call also submits the step after it on the id it chose (before that id is
+    // read back).
+    let prompt = france_prompt();
+    let n = prompt.len();
+    let opts = GpuOptions { allow_software: true, speculate_on_software: true, ..GpuOptions::default() };
+    let gm = Arc::new(block_on(GpuModel::new(model(), &opts)).unwrap());
+    let mut s = block_on(GpuSession::new(gm.clone(), 256, 64)).unwrap();
+    // A streamed greedy decode: from the second step on, each was already running when its call came.
+    let mut ids = vec![block_on(s.eval_argmax(&prompt, 0)).unwrap()];
+    for p in n..n + 7 {
+        ids.push(block_on(s.eval_argmax(&[*ids.last().unwrap()], p)).unwrap());
+    }
+    assert_eq!(ids, FRANCE_IDS);
+    // Calls the step submitted ahead was not made for get their own answers, those of a session that never
+    // ran ahead (its cache row is rewritten): another token at its position, and its token one position
+    // earlier; then a streamed decode from there.
+    let mut fresh = block_on(GpuSession::new(gm, 256, 64)).unwrap();
+    let mut answers = |history: &[u32]| {
+        let mut want = vec![block_on(fresh.eval_argmax(history, 0)).unwrap()];
+        for p in history.len()..history.len() + 3 {
+            want.push(block_on(fresh.eval_argmax(&[*want.last().unwrap()], p)).unwrap());
+        }
+        want
+    };
+    let other = FRANCE_IDS[2] + 1;
+    let cases = [
+        (n + 1, other, [prompt.as_slice(), &FRANCE_IDS[..1], &[other]].concat()),
+        (n, FRANCE_IDS[1], [prompt.as_slice(), &FRANCE_IDS[1..2]].concat()),
+    ];
+    for (pos, token, history) in cases {
+        assert_eq!(block_on(s.eval_argmax(&prompt, 0)).unwrap(), FRANCE_IDS[0]);
+        // The step at n, which submits the one at n + 1 on its id, FRANCE_IDS[1].
+        assert_eq!(block_on(s.eval_argmax(&FRANCE_IDS[..1], n)).unwrap(), FRANCE_IDS[1]);
+        let mut got = vec![block_on(s.eval_argmax(&[token], pos)).unwrap()];
+        for p in pos + 1..pos + 4 {
+            got.push(block_on(s.eval_argmax(&[*got.last().unwrap()], p)).unwrap());
+        }
+        assert_eq!(got, answers(&history), "token {token} at {pos}");
+    }
+    // Run-ahead decoding from the step submitted after a greedy one.
+    assert_eq!(block_on(s.eval_argmax(&prompt, 0)).unwrap(), FRANCE_IDS[0]);
+    assert_eq!(block_on(s.eval_argmax(&FRANCE_IDS[..1], n)).unwrap(), FRANCE_IDS[1]);
+    assert_eq!(block_on(s.decode_greedy(n + 1, 6)).unwrap(), FRANCE_IDS[2..]);
 }
 
 #[test]

@@ -47,6 +47,9 @@ pub(crate) struct Gpu {
     /// feature for native Vulkan and Metal, where the adapter multiplies 16x16x16 f16 matrices into
     /// f32 and its subgroups are always 32 wide (the kernel's layout). Browsers have no such feature.
     pub coop: bool,
+    /// Whether a streamed greedy decode submits each next step before its input is read back
+    /// (`GpuSession`'s `Speculative`): on hardware adapters, or where `GpuOptions` asks.
+    pub speculate: bool,
     /// The first error reported outside an error scope, or the device's loss.
     fault: Arc<Mutex<Option<(GpuFault, String)>>>,
 }
@@ -163,7 +166,8 @@ impl Gpu {
             subgroups: subgroups.then_some((info.subgroup_min_size, info.subgroup_max_size)),
             cooperative_matrix: coop,
         };
-        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, fault })
+        let speculate = info.device_type != wgpu::DeviceType::Cpu || opts.speculate_on_software;
+        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, speculate, fault })
     }
 
     /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.
@@ -259,11 +263,23 @@ impl Gpu {
 
     /// Wait for submitted work, then map `buf` (MAP_READ) and give its first `len` bytes to `f`.
     pub async fn read_with<T>(&self, buf: &wgpu::Buffer, len: u64, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+        self.read_after(None, buf, len, f).await
+    }
+
+    /// `read_with`, waiting only for the work up to `submission` (`None`: all of it) where `buf`'s last
+    /// use is in it: later submissions keep running.
+    pub async fn read_after<T>(
+        &self,
+        submission: Option<wgpu::SubmissionIndex>,
+        buf: &wgpu::Buffer,
+        len: u64,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T> {
         let done = Oneshot::new();
         let signal = done.clone();
         buf.map_async(wgpu::MapMode::Read, ..len, move |r| signal.set(r));
         self.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
             .map_err(|e| gpu_error(GpuFault::DeviceLost, format!("waiting for the GPU: {e}")))?;
         let mapped = done.await;
         self.check()?;

@@ -93,6 +93,10 @@ pub struct GpuOptions {
     /// Do not multiply on cooperative matrices even where the adapter offers them: prefill then
     /// runs the f32 matmul (benchmarks and tests of that variant).
     pub no_cooperative_matrix: bool,
+    /// Submit a streamed greedy decode's next step before its input id is read back even on a
+    /// software adapter (tests of that path). There the "GPU" is the CPU's own cores: the step only
+    /// competes with the caller, and a whole step is wasted at the end of each generation.
+    pub speculate_on_software: bool,
 }
 
 pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {

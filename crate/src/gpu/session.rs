@@ -5,7 +5,11 @@
 //! `SUBMIT_OPS` (the GPU starts on the first while the CPU encodes the rest); then it reads back the
 //! logits or the sampled ids. Before waiting for them, it encodes the one-token step that would
 //! come next (`EncodedStep`), so a streamed decode submits each step as soon as the last id is in.
-//! Profiling times each dispatch with timestamp queries.
+//! A greedy one-token call (the argmax computed on the GPU: a step of a streamed greedy decode) also
+//! submits the step after it before reading its id (`Speculative`): that step's input is the id the
+//! GPU just chose, which the decode passes next, so the GPU runs it while the id travels to the
+//! caller and back; any other next call leaves it unused (its cache position is past the
+//! conversation's, rewritten by the next call there). Profiling times each dispatch with timestamp queries.
 //!
 //! Under LoRA adapters the session runs a second list of ops, built for its adapter set (`forward.rs`,
 //! `ops/lora.rs`) when a call first runs under it, with the set's weights and parameter blocks in
@@ -71,7 +75,9 @@ pub(super) struct Buffers {
     pub rope_local: Option<wgpu::Buffer>,
     pub kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
     pub logits_staging: wgpu::Buffer,
-    pub ids_staging: wgpu::Buffer,
+    /// Two, taken by the parity of the call's last position: a step's ids can be read while the
+    /// next step, which copies its own to the other, runs.
+    pub ids_staging: [wgpu::Buffer; 2],
 }
 
 /// The ops of an adapter set that adds something, with what their bind groups hold.
@@ -110,10 +116,24 @@ pub struct GpuSession {
     token_bytes: Vec<u8>,
     /// The decode step the next call is expected to be, encoded while the GPU ran the last one.
     next_step: Option<EncodedStep>,
+    /// The greedy step submitted after the last greedy call, on the id it chose.
+    speculative: Option<Speculative>,
+}
+
+/// A greedy one-token step at `pos0` submitted before the id it takes as input (the last call's
+/// argmax, in the tokens buffer) was read back; a call of that token at `pos0` under the same adapter
+/// set takes its id instead of running again.
+struct Speculative {
+    pos0: usize,
+    /// The id the step runs on, once read back (`None` until then).
+    input: Option<u32>,
+    set: AdapterSet,
+    submission: wgpu::SubmissionIndex,
 }
 
 /// One decode step's commands, encoded ahead: a streamed decode then submits step k + 1 as soon as
-/// step k's id (or logits) is read, its encoding having overlapped the GPU's work on step k. The
+/// step k's logits are read (greedy: as soon as step k is submitted, `Speculative`), its encoding
+/// having overlapped the GPU's work on step k. The
 /// commands read the token and the call parameters from their buffers, which the call writes first;
 /// the grid sizes depend only on the position, so they are the call's own.
 struct EncodedStep {
@@ -190,7 +210,10 @@ impl GpuSession {
             logits_staging: gpu
                 .buffer("logits staging", f32s(logit_rows * c.vocab_size), U::MAP_READ | U::COPY_DST)
                 .await?,
-            ids_staging: gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
+            ids_staging: [
+                gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
+                gpu.buffer("ids staging", f32s(MAX_RUN_AHEAD), U::MAP_READ | U::COPY_DST).await?,
+            ],
         };
 
         let ops = forward::build(&m, &b, &b.params, nb, None).await?;
@@ -215,6 +238,7 @@ impl GpuSession {
             cpu_submit_ms: 0.0,
             token_bytes: Vec::with_capacity(4 * n_batch),
             next_step: None,
+            speculative: None,
         })
     }
 
@@ -397,6 +421,17 @@ impl GpuSession {
     ) -> Result<Option<u32>> {
         check_eval(tokens, pos0, self.n_ctx, self.m.model.config.vocab_size)?;
         self.prepare_adapters().await?;
+        // A greedy one-token call is a step of a streamed greedy decode, whose next call is likely the
+        // step after it; after any other call the next one is not known.
+        let speculative = self.speculative.take();
+        if let (Want::Argmax, &[token]) = (want, tokens) {
+            let ran = speculative.filter(|s| s.pos0 == pos0 && s.input == Some(token) && s.set == self.built);
+            let submission = match ran {
+                Some(s) => s.submission,
+                None => self.submit(Some(tokens), pos0, LogitsFor::Last, Some(0)).await?,
+            };
+            return self.speculate_after(pos0 + 1, submission).await.map(Some);
+        }
         let vocab = self.m.model.config.vocab_size;
         let (per_call, wanted) = match want {
             Want::Nothing => (self.n_batch, LogitsFor::None),
@@ -419,9 +454,26 @@ impl GpuSession {
             }
         }
         Ok(match want {
-            Want::Argmax => Some(self.read_ids(1).await?[0]),
+            Want::Argmax => Some(self.read_ids(1, pos0 + tokens.len() - 1, None).await?[0]),
             _ => None,
         })
+    }
+
+    /// After the greedy call of `submission`, whose last position is `pos0 - 1`: submit the step at
+    /// `pos0` on the id it chooses (unless that is past the context, under profiling, or on a software
+    /// adapter: `Gpu::speculate`), encode the one after that, and read the id back.
+    async fn speculate_after(&mut self, pos0: usize, submission: wgpu::SubmissionIndex) -> Result<u32> {
+        if self.m.gpu.speculate && self.profiler.is_none() && pos0 < self.n_ctx {
+            let next = self.submit(None, pos0, LogitsFor::Last, Some(0)).await?;
+            let set = self.built.clone();
+            self.speculative = Some(Speculative { pos0, input: None, set, submission: next });
+            self.encode_ahead(pos0 + 1, LogitsFor::Last, Some(0));
+        }
+        let id = self.read_ids(1, pos0 - 1, Some(submission)).await?[0];
+        if let Some(s) = self.speculative.as_mut() {
+            s.input = Some(id);
+        }
+        Ok(id)
     }
 
     /// Greedy decoding without a round trip per token: feed the id of the last `eval_argmax` (or
@@ -436,10 +488,23 @@ impl GpuSession {
             )));
         }
         self.prepare_adapters().await?;
-        for s in 0..count {
-            self.submit(None, pos0 + s, LogitsFor::Last, Some(s as u32)).await?;
+        // The first step may be running already (submitted after the last greedy call); where a
+        // step at another position is, the tokens buffer holds its id, not its input.
+        let mut last = None;
+        let mut first = 0;
+        match self.speculative.take() {
+            Some(s) if s.pos0 == pos0 && s.set == self.built => {
+                (first, last) = (1, Some(s.submission));
+            }
+            Some(Speculative { input: Some(id), .. }) => {
+                (first, last) = (1, Some(self.submit(Some(&[id]), pos0, LogitsFor::Last, Some(0)).await?));
+            }
+            _ => {}
         }
-        self.read_ids(count).await
+        for s in first..count {
+            last = Some(self.submit(None, pos0 + s, LogitsFor::Last, Some(s as u32)).await?);
+        }
+        self.read_ids(count, pos0 + count - 1, last).await
     }
 
     /// Measure each kernel's GPU time with timestamp queries from now on (when the device has them;
@@ -477,9 +542,12 @@ impl GpuSession {
         v
     }
 
-    async fn read_ids(&self, count: usize) -> Result<Vec<u32>> {
-        let bytes = self.m.gpu.read(&self.b.ids_staging, (count * 4) as u64).await?;
-        Ok(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    /// The first `count` ids, as the call whose last position is `pos` copied them (after its
+    /// `submission`, later ones running on).
+    async fn read_ids(&self, count: usize, pos: usize, submission: Option<wgpu::SubmissionIndex>) -> Result<Vec<u32>> {
+        let staging = &self.b.ids_staging[pos % 2];
+        let ids = |bytes: &[u8]| bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        self.m.gpu.read_after(submission, staging, (count * 4) as u64, ids).await
     }
 
     /// One forward call as one submission: `tokens` (or, with `None`, the one token the last
@@ -491,7 +559,7 @@ impl GpuSession {
         pos0: usize,
         logits: LogitsFor,
         argmax_slot: Option<u32>,
-    ) -> Result<()> {
+    ) -> Result<wgpu::SubmissionIndex> {
         let t0 = crate::clock::now_ms();
         let gpu = &self.m.gpu;
         gpu.check()?;
@@ -507,7 +575,7 @@ impl GpuSession {
 
         let ahead = self.next_step.take();
         let mut profiled = Vec::new();
-        match self.profiler.as_ref() {
+        let submission = match self.profiler.as_ref() {
             None if n == 1 => {
                 let commands = match ahead {
                     Some(e)
@@ -517,7 +585,7 @@ impl GpuSession {
                     }
                     _ => self.encode_step(&call, logits, argmax_slot),
                 };
-                gpu.queue.submit([commands]);
+                gpu.queue.submit([commands])
             }
             None => {
                 // A multi-token call in parts: the GPU starts on the first while the rest are encoded.
@@ -538,8 +606,8 @@ impl GpuSession {
                     }
                     gpu.queue.submit([std::mem::replace(&mut enc, self.encoder()).finish()]);
                 }
-                self.copy_out(&mut enc, n, logits, argmax_slot);
-                gpu.queue.submit([enc.finish()]);
+                self.copy_out(&mut enc, &call, logits, argmax_slot);
+                gpu.queue.submit([enc.finish()])
             }
             Some(p) => {
                 let mut enc = self.encoder();
@@ -558,10 +626,10 @@ impl GpuSession {
                 let q = 2 * profiled.len() as u32;
                 enc.resolve_query_set(&p.queries, 0..q, &p.resolve, 0);
                 enc.copy_buffer_to_buffer(&p.resolve, 0, &p.staging, 0, 8 * q as u64);
-                self.copy_out(&mut enc, n, logits, argmax_slot);
-                gpu.queue.submit([enc.finish()]);
+                self.copy_out(&mut enc, &call, logits, argmax_slot);
+                gpu.queue.submit([enc.finish()])
             }
-        }
+        };
         self.cpu_submit_ms += crate::clock::now_ms() - t0;
         gpu.check()?;
         if let Some(p) = self.profiler.as_mut() {
@@ -575,7 +643,7 @@ impl GpuSession {
                 e.1 += t[1].saturating_sub(t[0]) as f64 * period / 1e6;
             }
         }
-        Ok(())
+        Ok(submission)
     }
 
     /// Encode the one-token step at `pos0` for the next call to submit if it is that step (not
@@ -625,7 +693,7 @@ impl GpuSession {
                 dispatch(&mut pass, op, call);
             }
         }
-        self.copy_out(&mut enc, 1, logits, argmax_slot);
+        self.copy_out(&mut enc, call, logits, argmax_slot);
         enc.finish()
     }
 
@@ -643,13 +711,16 @@ impl GpuSession {
         f.embed.iter().chain(layers).chain(logits_ops).chain(argmax)
     }
 
-    /// The copies for reading a call's results back: the ids up to `argmax_slot`, or its rows of logits.
-    fn copy_out(&self, enc: &mut wgpu::CommandEncoder, n: usize, logits: LogitsFor, argmax_slot: Option<u32>) {
+    /// The copies for reading a call's results back: the ids up to `argmax_slot` (to the staging buffer
+    /// of its last position's parity), or its rows of logits.
+    fn copy_out(&self, enc: &mut wgpu::CommandEncoder, call: &CallParams, logits: LogitsFor, argmax_slot: Option<u32>) {
         let vocab = self.m.model.config.vocab_size;
+        let n = call.n as usize;
         match (logits, argmax_slot) {
             (_, Some(slot)) => {
                 // Every id so far (a few bytes): in run-ahead decoding the last step's copy has them all.
-                enc.copy_buffer_to_buffer(&self.b.ids, 0, &self.b.ids_staging, 0, 4 * (slot as u64 + 1));
+                let staging = &self.b.ids_staging[(call.kv_len as usize - 1) % 2];
+                enc.copy_buffer_to_buffer(&self.b.ids, 0, staging, 0, 4 * (slot as u64 + 1));
             }
             (LogitsFor::None, None) => {}
             (l, None) => {
