@@ -460,16 +460,25 @@ impl GpuSession {
     }
 
     /// After the greedy call of `submission`, whose last position is `pos0 - 1`: submit the step at
-    /// `pos0` on the id it chooses (unless that is past the context, under profiling, or on a software
-    /// adapter: `Gpu::speculate`), encode the one after that, and read the id back.
+    /// `pos0` on the id it chooses and encode the one after that (else, past the context, under
+    /// profiling or on a software adapter (`Gpu::speculate`), only encode the step at `pos0`), then
+    /// read the id back.
     async fn speculate_after(&mut self, pos0: usize, submission: wgpu::SubmissionIndex) -> Result<u32> {
         if self.m.gpu.speculate && self.profiler.is_none() && pos0 < self.n_ctx {
             let next = self.submit(None, pos0, LogitsFor::Last, Some(0)).await?;
             let set = self.built.clone();
             self.speculative = Some(Speculative { pos0, input: None, set, submission: next });
             self.encode_ahead(pos0 + 1, LogitsFor::Last, Some(0));
+        } else {
+            self.encode_ahead(pos0, LogitsFor::Last, Some(0));
         }
-        let id = self.read_ids(1, pos0 - 1, Some(submission)).await?[0];
+        let id = match self.read_ids(1, pos0 - 1, Some(submission)).await {
+            Ok(ids) => ids[0],
+            Err(e) => {
+                self.speculative = None; // its input is unknown
+                return Err(e);
+            }
+        };
         if let Some(s) = self.speculative.as_mut() {
             s.input = Some(id);
         }
