@@ -1,5 +1,5 @@
-// Needs: the header (BIND_*, CallParams, Q_DIM, HEAD_DIM, N_HEADS), common.wgsl (NEG_BIG), the variant's
-// MAX_SPLITS.
+// Needs: the header (BIND_*, CallParams, Q_DIM, HEAD_DIM, N_HEADS), common.wgsl (NEG_BIG),
+// attn_prefill_parts.wgsl (HD4, part_record, part_stats), the variant's MAX_SPLITS.
 // The merge of prefill attention's partials where it split the keys among call.n_splits (at most
 // MAX_SPLITS) workgroups (attn_prefill.wgsl writes them): per token and head, the splits' unnormalized
 // outputs and sums are weighed by exp(their max - the largest max), and the sum of outputs is divided
@@ -9,9 +9,6 @@
 @group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> att: array<vec4<f32>>;
 @group(0) @binding(BIND_IN0) var<storage, read> parts: array<vec4<f32>>;
-
-const HD4: u32 = HEAD_DIM / 4u;
-const PART_RECORD: u32 = Q_DIM / 4u + N_HEADS; // as attn_prefill.wgsl lays it out
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -28,8 +25,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var l = 0.0;
     for (var z = 0u; z < MAX_SPLITS; z++) {
         if (z < call.n_splits) {
-            let rec = (z * call.n + t) * PART_RECORD;
-            let ml = parts[rec + Q_DIM / 4u + h];
+            let rec = part_record(z, t);
+            let ml = parts[part_stats(rec, h)];
             let oz = parts[rec + i];
             let m_new = max(m, ml.x);
             let a = exp(m - m_new);

@@ -1,5 +1,6 @@
 // Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl
-// (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), the variant's WINDOWED.
+// (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), attn_prefill_parts.wgsl (HD4,
+// part_record, part_stats), the variant's WINDOWED.
 // Prefill attention: causal, tiled, an online softmax per query. A workgroup takes BQ consecutive query
 // tokens of one head and, where the call splits the keys (call.n_splits > 1), one split of them
 // (call.split_keys positions, a multiple of BK). Each query is a team of Q_TEAM invocations; a member
@@ -25,9 +26,6 @@
 @group(0) @binding(BIND_IN2) var<storage, read> v_cache: array<u32>;
 
 const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
-const HD4: u32 = HEAD_DIM / 4u; // four-dimension chunks of a head
-// vec4s of a split's partial record of one token: the heads' outputs, then a (max, sum) vec4 per head.
-const PART_RECORD: u32 = Q_DIM / 4u + N_HEADS;
 
 var<workgroup> ks: array<vec4<f32>, BK * HD4>;
 var<workgroup> vs: array<vec4<f32>, BK * HD4>;
@@ -179,7 +177,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     // The split's partial (attn_merge.wgsl merges them): the unnormalized output and (max, sum); a
     // split with no key this query sees leaves zeros and (NEG_BIG, 0).
-    let rec = (wg.z * call.n + t) * PART_RECORD;
+    let rec = part_record(wg.z, t);
     let b = rec + h * HD4 + lane;
     parts[b] = o0;
     if (Q_CHUNKS > 1u) { parts[b + Q_TEAM] = o1; }
@@ -190,6 +188,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     if (Q_CHUNKS > 6u) { parts[b + 6u * Q_TEAM] = o6; }
     if (Q_CHUNKS > 7u) { parts[b + 7u * Q_TEAM] = o7; }
     if (lane == 0u) {
-        parts[rec + Q_DIM / 4u + h] = vec4<f32>(m, l, 0.0, 0.0);
+        parts[part_stats(rec, h)] = vec4<f32>(m, l, 0.0, 0.0);
     }
 }

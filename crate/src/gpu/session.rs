@@ -551,10 +551,16 @@ impl GpuSession {
         v
     }
 
+    /// The staging buffer the ids of a call whose last position is `pos` go through: by its parity,
+    /// so that the next step, submitted before they are read, copies its own to the other.
+    fn ids_staging(&self, pos: usize) -> &wgpu::Buffer {
+        &self.b.ids_staging[pos % 2]
+    }
+
     /// The first `count` ids, as the call whose last position is `pos` copied them (after its
     /// `submission`, later ones running on).
     async fn read_ids(&self, count: usize, pos: usize, submission: Option<wgpu::SubmissionIndex>) -> Result<Vec<u32>> {
-        let staging = &self.b.ids_staging[pos % 2];
+        let staging = self.ids_staging(pos);
         let ids = |bytes: &[u8]| bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         self.m.gpu.read_after(submission, staging, (count * 4) as u64, ids).await
     }
@@ -720,15 +726,15 @@ impl GpuSession {
         f.embed.iter().chain(layers).chain(logits_ops).chain(argmax)
     }
 
-    /// The copies for reading a call's results back: the ids up to `argmax_slot` (to the staging buffer
-    /// of its last position's parity), or its rows of logits.
+    /// The copies for reading a call's results back: the ids up to `argmax_slot` (to `ids_staging`),
+    /// or its rows of logits.
     fn copy_out(&self, enc: &mut wgpu::CommandEncoder, call: &CallParams, logits: LogitsFor, argmax_slot: Option<u32>) {
         let vocab = self.m.model.config.vocab_size;
         let n = call.n as usize;
         match (logits, argmax_slot) {
             (_, Some(slot)) => {
                 // Every id so far (a few bytes): in run-ahead decoding the last step's copy has them all.
-                let staging = &self.b.ids_staging[(call.kv_len as usize - 1) % 2];
+                let staging = self.ids_staging(call.kv_len as usize - 1);
                 enc.copy_buffer_to_buffer(&self.b.ids, 0, staging, 0, 4 * (slot as u64 + 1));
             }
             (LogitsFor::None, None) => {}

@@ -17,6 +17,9 @@ pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::I
 /// The merge's: call parameters, output rows, partials.
 pub(crate) const MERGE_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::In0];
 
+/// The layout of split attention's partials (`HD4`, `part_record`, `part_stats`), shared with the merge.
+const PARTS: &str = wgsl!("attn_prefill_parts.wgsl");
+
 /// Most workgroups sharing a query block's keys.
 pub(crate) const MAX_KEY_SPLITS: usize = 8;
 
@@ -44,6 +47,7 @@ impl AttnPrefill {
         m.flag("WINDOWED", self.windowed);
         m.piece(if self.shuffles { wgsl!("attn_team_subgroup.wgsl") } else { wgsl!("attn_team_shared.wgsl") });
         m.piece(wgsl!("attn_prefill.wgsl"));
+        m.piece(PARTS);
     }
 
     /// One workgroup per block of `BQ` queries, head and split of the keys.
@@ -61,6 +65,7 @@ impl AttnMerge {
     pub(crate) fn source(self, m: &mut Module) {
         m.constant("MAX_SPLITS", MAX_KEY_SPLITS as u32);
         m.piece(wgsl!("attn_merge.wgsl"));
+        m.piece(PARTS);
     }
 
     /// 64 invocations per workgroup, one per four dimensions of a token's output; a row of workgroups
@@ -79,7 +84,7 @@ pub(crate) fn key_splits(kv_len: usize, head_dim: usize) -> (u32, u32) {
     (keys as u32, kv_len.div_ceil(keys).max(1) as u32)
 }
 
-/// Floats of the partials of `n_batch` tokens (`attn_prefill.wgsl`): per split and token, its heads'
+/// Floats of the partials of `n_batch` tokens (`attn_prefill_parts.wgsl`): per split and token, its heads'
 /// unnormalized outputs, then a (max, sum) vec4 per head.
 pub(crate) fn parts_len(c: &Config, n_batch: usize) -> usize {
     MAX_KEY_SPLITS * n_batch * (c.q_dim() + 4 * c.n_heads)
