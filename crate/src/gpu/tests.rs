@@ -386,7 +386,11 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     }
 }
 
+/// Each type's dequantization in one of the three output modes, in turn (a pipeline compile is most of a check's
+/// time on a software adapter): out += W_gate · x (the residual add, plain input), and the gated activations
+/// silu(W_gate · norm(x)) * (W_up · norm(x)) and gelu(...) * (...) (Gemma), gate and up rows paired in one dispatch.
 pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
+    const MODES: [OutMode; 3] = [OutMode::Add, OutMode::Swiglu, OutMode::Geglu];
     for (i, ty) in TYPES.into_iter().enumerate() {
         let mut rng = SplitMix(200 + i as u64);
         let cols = test_cols(ty);
@@ -399,58 +403,48 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
         let (g_rows, u_rows) = (dequantized(ty, &gate, rows, cols), dequantized(ty, &up, rows, cols));
         let per = [4, 16][i % 2];
         let grid = [(rows as u32).div_ceil(per), 1, 1];
-
-        // out += W_gate · x (plain input).
         let cols32 = cols as u32;
-        let kernel = Kernel::Matvec(Matvec {
-            ty,
-            input: Input::Plain,
-            mode: OutMode::Add,
-            bias: false,
-            rows: per,
-            cols: cols32,
-        });
-        let data = vec![
-            (Slot::Weights, Data::Storage(w.clone())),
-            (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
-            (Slot::Call, call(1, 0)),
-            (Slot::Out, Data::Storage(f32_bytes(&resid))),
-            (Slot::In0, Data::Storage(f32_bytes(&x))),
-        ];
-        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
-        for r in 0..rows {
-            let (want, scale) = dot(&g_rows[r], &matvec_input(ty, &x));
-            assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
-        }
-
-        // h = silu(W_gate · norm(x)) * (W_up · norm(x)), and gelu(...) * (...) (Gemma), gate and up rows paired in
-        // one dispatch.
-        let norm_w = vec![1.0f32; cols];
-        for mode in [OutMode::Swiglu, OutMode::Geglu] {
-            let kernel = Kernel::Matvec(Matvec { ty, input: Input::Norm, mode, bias: false, rows: per, cols: cols32 });
+        let mode = MODES[i % MODES.len()];
+        if mode == OutMode::Add {
+            let kernel = Kernel::Matvec(Matvec { ty, input: Input::Plain, mode, bias: false, rows: per, cols: cols32 });
             let data = vec![
                 (Slot::Weights, Data::Storage(w.clone())),
-                (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
+                (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
                 (Slot::Call, call(1, 0)),
-                (Slot::Out, Data::Storage(vec![0; rows * 4])),
+                (Slot::Out, Data::Storage(f32_bytes(&resid))),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
-                (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
             ];
             let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
-            let mut xn = vec![0f32; cols];
-            rmsnorm(&mut xn, &x, &norm_w, 1e-5);
-            let xn = matvec_input(ty, &xn);
             for r in 0..rows {
-                let (g, gs) = dot(&g_rows[r], &xn);
-                let (u, us) = dot(&u_rows[r], &xn);
-                let mut h = [g as f32];
-                match mode {
-                    OutMode::Swiglu => swiglu(&mut h, &[u as f32]),
-                    _ => geglu(&mut h, &[u as f32]),
-                }
-                let what = format!("{} {mode:?} row {r}", ty.name());
-                assert_close(&what, out[r], h[0] as f64, (gs + us) * (1.0 + u.abs()));
+                let (want, scale) = dot(&g_rows[r], &matvec_input(ty, &x));
+                assert_close(&format!("{} add row {r}", ty.name()), out[r], want + resid[r] as f64, scale);
             }
+            continue;
+        }
+        let norm_w = vec![1.0f32; cols];
+        let kernel = Kernel::Matvec(Matvec { ty, input: Input::Norm, mode, bias: false, rows: per, cols: cols32 });
+        let data = vec![
+            (Slot::Weights, Data::Storage(w.clone())),
+            (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
+            (Slot::Call, call(1, 0)),
+            (Slot::Out, Data::Storage(vec![0; rows * 4])),
+            (Slot::In0, Data::Storage(f32_bytes(&x))),
+            (Slot::In1, Data::Storage(f32_bytes(&norm_w))),
+        ];
+        let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
+        let mut xn = vec![0f32; cols];
+        rmsnorm(&mut xn, &x, &norm_w, 1e-5);
+        let xn = matvec_input(ty, &xn);
+        for r in 0..rows {
+            let (g, gs) = dot(&g_rows[r], &xn);
+            let (u, us) = dot(&u_rows[r], &xn);
+            let mut h = [g as f32];
+            match mode {
+                OutMode::Swiglu => swiglu(&mut h, &[u as f32]),
+                _ => geglu(&mut h, &[u as f32]),
+            }
+            let what = format!("{} {mode:?} row {r}", ty.name());
+            assert_close(&what, out[r], h[0] as f64, (gs + us) * (1.0 + u.abs()));
         }
     }
 }
@@ -482,6 +476,8 @@ impl OutRows<'_> {
     }
 }
 
+/// Each type's tiles in each variant the device offers, stored with the bias or added to the output, the two modes
+/// taking the types in turn (a pipeline compile is most of a check's time on a software adapter).
 pub async fn matmul_tiles_match_cpu_for_every_type() {
     for tiles in matmul_variants().await {
         for (i, ty) in TYPES.into_iter().enumerate() {
@@ -498,30 +494,29 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
             let bias = rng.normals(col0 + total);
             let rows: Vec<Vec<f32>> =
                 mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
-            for mode in [OutMode::Store, OutMode::Add] {
-                let with_bias = mode == OutMode::Store;
-                let kernel = Matmul { ty, mode, bias: with_bias, tiles };
-                let out0 = rng.normals(n * stride);
-                let mut data = vec![
-                    (Slot::Weights, Data::Storage(w.clone())),
-                    (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
-                    (Slot::Call, call(n, 0)),
-                    (Slot::Out, Data::Storage(f32_bytes(&out0))),
-                    (Slot::In0, Data::Storage(f32_bytes(&x))),
-                ];
-                if with_bias {
-                    data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
-                }
-                let (tm, tn) = tiles.shape();
-                let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
-                let out = to_f32(&run(Kernel::Matmul(kernel), &header(), data, grid, &[Slot::Out]).await[0]);
-                let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows: total });
-                out.check(name, |t, r, c, got| {
-                    let offset = if with_bias { bias[c] } else { out0[t * stride + c] } as f64;
-                    let what = format!("{name} {mode:?} {tiles:?} token {t} row {r}");
-                    assert_matmul(&what, tiles, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
-                });
+            let mode = [OutMode::Store, OutMode::Add][i % 2];
+            let with_bias = mode == OutMode::Store;
+            let kernel = Matmul { ty, mode, bias: with_bias, tiles };
+            let out0 = rng.normals(n * stride);
+            let mut data = vec![
+                (Slot::Weights, Data::Storage(w)),
+                (Slot::Params, uniform(&MatParams::new(&segs, cols, stride, col0))),
+                (Slot::Call, call(n, 0)),
+                (Slot::Out, Data::Storage(f32_bytes(&out0))),
+                (Slot::In0, Data::Storage(f32_bytes(&x))),
+            ];
+            if with_bias {
+                data.push((Slot::Aux, Data::Storage(f32_bytes(&bias))));
             }
+            let (tm, tn) = tiles.shape();
+            let grid = [(total as u32).div_ceil(tm), (n as u32).div_ceil(tn), 1];
+            let out = to_f32(&run(Kernel::Matmul(kernel), &header(), data, grid, &[Slot::Out]).await[0]);
+            let (name, out) = (ty.name(), OutRows { out: &out, out0: &out0, stride, col0, rows: total });
+            out.check(name, |t, r, c, got| {
+                let offset = if with_bias { bias[c] } else { out0[t * stride + c] } as f64;
+                let what = format!("{name} {mode:?} {tiles:?} token {t} row {r}");
+                assert_matmul(&what, tiles, got, &rows[r], &x[t * cols..(t + 1) * cols], offset);
+            });
         }
     }
 }
