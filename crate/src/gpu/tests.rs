@@ -408,7 +408,7 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
         if mode == OutMode::Add {
             let kernel = Kernel::Matvec(Matvec { ty, input: Input::Plain, mode, bias: false, rows: per, cols: cols32 });
             let data = vec![
-                (Slot::Weights, Data::Storage(w.clone())),
+                (Slot::Weights, Data::Storage(w)),
                 (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows)], cols, 0, 0))),
                 (Slot::Call, call(1, 0)),
                 (Slot::Out, Data::Storage(f32_bytes(&resid))),
@@ -424,7 +424,7 @@ pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
         let norm_w = vec![1.0f32; cols];
         let kernel = Kernel::Matvec(Matvec { ty, input: Input::Norm, mode, bias: false, rows: per, cols: cols32 });
         let data = vec![
-            (Slot::Weights, Data::Storage(w.clone())),
+            (Slot::Weights, Data::Storage(w)),
             (Slot::Params, uniform(&MatParams::new(&[(offs[0], rows), (offs[1], rows)], cols, 0, 0))),
             (Slot::Call, call(1, 0)),
             (Slot::Out, Data::Storage(vec![0; rows * 4])),
