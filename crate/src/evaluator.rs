@@ -439,7 +439,8 @@ impl Evaluator {
         let id = self.model.id();
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
-            let (tokens, kv) = crate::memory::state::decode(bytes, &id, c.n_layers, c.kv_dim(), self.n_ctx)?;
+            let (tokens, kv) =
+                crate::memory::state::decode(bytes, &id, c.vocab_size, c.n_layers, c.kv_dim(), self.n_ctx)?;
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
@@ -449,8 +450,9 @@ impl Evaluator {
                 Err(e) => self.gpu_failed(e)?,
             }
         }
+        let vocab = self.model.config.vocab_size;
         let (_, kv, _) = self.cpu_state();
-        self.tokens = crate::memory::state::decode_into(bytes, &id, kv)?;
+        self.tokens = crate::memory::state::decode_into(bytes, &id, vocab, kv)?;
         self.forget_residuals_from(0);
         Ok(())
     }

@@ -8,6 +8,9 @@ use ruvllm::kv_cache::{KvCache, KvCacheOptions, KvType};
 use ruvllm::memory::record::ModelId;
 use ruvllm::memory::state::decode_into;
 
+/// The vocabulary the states are checked against: a saved token beyond it is refused.
+const VOCAB: usize = 1000;
+
 fuzz_target!(|data: &[u8]| {
     let caches = [
         KvCache::new(2, 4, 32),
@@ -15,8 +18,9 @@ fuzz_target!(|data: &[u8]| {
         KvCache::with_options(2, 32, 64, KvCacheOptions { cold: KvType::Q4_0, hot_tokens: 0 }),
     ];
     for mut kv in caches {
-        if let Ok(tokens) = decode_into(data, &ModelId([0; 32]), &mut kv) {
+        if let Ok(tokens) = decode_into(data, &ModelId([0; 32]), VOCAB, &mut kv) {
             assert!(tokens.len() <= kv.n_ctx && kv.len() == tokens.len() && kv.n_cold() <= kv.len());
+            assert!(tokens.iter().all(|&t| (t as usize) < VOCAB));
         }
     }
 });

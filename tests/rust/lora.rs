@@ -218,6 +218,8 @@ fn bad_adapters_are_typed_errors() {
         ("lora-bad-missing-b.gguf", "only one of lora_a and lora_b"),
         ("lora-bad-layer.gguf", "'blk.9.attn_q.weight' is not a weight of this model"),
         ("lora-bad-type.gguf", "general.type is 'model'"),
+        ("lora-bad-nan.gguf", "'blk.0.attn_q.weight' has a factor that is NaN or infinite"),
+        ("lora-bad-wide.gguf", "has rank 65, more than its 64 x 64 weight can use"),
         ("lora-phi3-r8.gguf", "for a 'phi3' model"),
         // A model file is not an adapter.
         (LLAMA_SPM, "general.type is ''"),

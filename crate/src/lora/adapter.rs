@@ -115,13 +115,20 @@ impl LoraAdapter {
                     a.dims, b.dims
                 ));
             }
-            let a = to_f32(&bytes, MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset });
-            let b = to_f32(&bytes, MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset });
+            // A rank beyond the smaller side adds nothing a full-rank update would not, and only costs memory.
+            if rank > n_in.min(n_out) {
+                return bad(format!("'{weight}' has rank {rank}, more than its {n_out} x {n_in} weight can use"));
+            }
+            let a = adapter_matrix(&bytes, MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset }, weight)?;
+            let b = adapter_matrix(&bytes, MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset }, weight)?;
             for (site, rows) in sites {
                 // The site's rows of B (Phi-3's fused weights feed several), transposed.
+                let mut bt = try_vec(rank * rows.len(), weight)?;
                 let b = &b;
-                let bt = (0..rank).flat_map(|j| rows.clone().map(move |i| b[i * rank + j])).collect();
-                *adapter.slot(site) = Some(Pair { rank, a: a.clone(), bt });
+                bt.extend((0..rank).flat_map(|j| rows.clone().map(move |i| b[i * rank + j])));
+                let mut a_copy = try_vec(a.len(), weight)?;
+                a_copy.extend_from_slice(&a);
+                *adapter.slot(site) = Some(Pair { rank, a: a_copy, bt });
             }
         }
         Ok(adapter)
@@ -194,13 +201,42 @@ impl LoraAdapter {
     }
 }
 
+/// An adapter file's matrix `m` (adapting `weight`) as f32: memory for it is asked for, not assumed (an
+/// `Error::OutOfMemory`, never a trap), and every value must be finite (a NaN or an infinity in a factor
+/// reaches every output of the projection; checking costs one comparison per value, against the
+/// conversion's dozens).
+fn adapter_matrix(bytes: &ModelBytes, m: MatrixRef, weight: &str) -> Result<Vec<f32>> {
+    let mut out = try_vec(m.rows * m.cols, weight)?;
+    out.resize(m.rows * m.cols, 0.0);
+    dequantize_into(bytes, m, &mut out);
+    match out.iter().all(|v| v.is_finite()) {
+        true => Ok(out),
+        false => Err(Error::Adapter(format!("'{weight}' has a factor that is NaN or infinite"))),
+    }
+}
+
+/// An empty vector with room for `n` values of the adapter of `weight`.
+fn try_vec(n: usize, weight: &str) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        bytes: n.saturating_mul(4),
+        what: format!("the LoRA factors of '{weight}'"),
+    })?;
+    Ok(v)
+}
+
 /// The matrix `m` of the file `bytes` (its layout checked by `ModelBytes::gguf`) as f32, row after row.
 pub(super) fn to_f32(bytes: &ModelBytes, m: MatrixRef) -> Vec<f32> {
     let mut out = vec![0.0; m.rows * m.cols];
+    dequantize_into(bytes, m, &mut out);
+    out
+}
+
+/// The matrix `m` of the file `bytes` into `out` (`m.rows * m.cols` values).
+fn dequantize_into(bytes: &ModelBytes, m: MatrixRef, out: &mut [f32]) {
     for (row, out) in m.bytes(bytes).chunks_exact(m.row_bytes()).zip(out.chunks_exact_mut(m.cols)) {
         dequantize_row(m.ty, row, out);
     }
-    out
 }
 
 /// A model weight as an adapter target.

@@ -34,7 +34,7 @@ use crate::kernels::f16::{axpy, dot};
 use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
 use crate::kv_cache::KvCache;
-use crate::model::config::Arch;
+use crate::model::config::{Arch, Config};
 use crate::model::forward::{self, residual_after, RunState};
 use crate::model::weights::{LayerWeights, MatrixRef};
 use crate::model::Model;
@@ -44,6 +44,8 @@ use crate::quant::{dequantize_row, quantize_row, Activations, GgmlType, QuantMat
 const STATE_MAGIC: [u8; 8] = *b"RVMLORA\0";
 const STATE_VERSION: u32 = 1;
 const STATE_HEADER_BYTES: usize = 96;
+/// The largest rank a MicroLoRA takes.
+const MAX_RANK: usize = 16;
 
 /// Most tokens of one example (attention keeps `heads × T²` probabilities per trained layer).
 pub const MAX_EXAMPLE_TOKENS: usize = 1024;
@@ -142,8 +144,8 @@ impl MicroLora {
         if !matches!(c.arch, Arch::Llama | Arch::Qwen2) {
             return Err(Error::Adapter(format!("MicroLoRA trains llama and qwen2 models, not {}", c.arch.name())));
         }
-        if !(1..=16).contains(&options.rank) {
-            return bad(format!("rank {} is not in 1..=16", options.rank));
+        if !(1..=MAX_RANK).contains(&options.rank) {
+            return bad(format!("rank {} is not in 1..={MAX_RANK}", options.rank));
         }
         if options.layers == 0 || options.layers > c.n_layers {
             return bad(format!("layers {} is not in 1..={}", options.layers, c.n_layers));
@@ -159,19 +161,12 @@ impl MicroLora {
             ));
         }
         let first_layer = c.n_layers - options.layers;
-        let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let r = options.rank;
         let mut sites = Vec::new();
         let mut len = 0;
         for layer in first_layer..c.n_layers {
             for &proj in Proj::ALL.iter().filter(|p| options.projections.contains(p)) {
-                let (n_in, n_out) = match proj {
-                    Proj::Q => (d, q),
-                    Proj::K | Proj::V => (d, kv),
-                    Proj::O => (q, d),
-                    Proj::Gate | Proj::Up => (d, ff),
-                    Proj::Down => (ff, d),
-                };
+                let (n_in, n_out) = proj_shape(c, proj);
                 sites.push(TrainedSite { layer, proj, n_in, n_out, a: len, bt: len + r * n_in });
                 len += r * (n_in + n_out);
             }
@@ -394,6 +389,15 @@ impl MicroLora {
         out
     }
 
+    /// The largest state [`MicroLora::to_bytes`] writes for `model` (the largest rank on every projection of
+    /// every layer): longer bytes are refused before they are read.
+    pub fn largest_state_bytes(model: &Model) -> usize {
+        let c = &model.config;
+        let layer: usize = Proj::ALL.iter().map(|&p| proj_shape(c, p)).map(|(n_in, n_out)| n_in + n_out).sum();
+        let parameters = c.n_layers.saturating_mul(MAX_RANK).saturating_mul(layer);
+        parameters.saturating_mul(6 * 4).saturating_add(STATE_HEADER_BYTES + 4)
+    }
+
     /// Read a state [`MicroLora::to_bytes`] wrote, for `model`. Bytes from outside: a damaged, foreign or
     /// other model's state is `Error::Adapter`, and nothing is believed before the checksum and the layout hold.
     pub fn from_bytes(model: &Model, bytes: &[u8]) -> Result<MicroLora> {
@@ -488,9 +492,12 @@ impl MicroLora {
         const EPS: f32 = 1e-8;
         let norm = grad.iter().map(|g| g * g).sum::<f32>().sqrt();
         let clip = if norm > 1.0 { 1.0 / norm } else { 1.0 };
-        self.steps += 1;
-        self.session_steps += 1;
-        let (b1, b2) = (1.0 - BETA1.powi(self.steps as i32), 1.0 - BETA2.powi(self.steps as i32));
+        // A stored state may carry any count: the counters saturate, and the bias correction's power is taken
+        // of at most 2^20 steps (by then it is 1 in f32), so no count turns it negative or into a NaN.
+        self.steps = self.steps.saturating_add(1);
+        self.session_steps = self.session_steps.saturating_add(1);
+        let t = self.steps.min(1 << 20) as i32;
+        let (b1, b2) = (1.0 - BETA1.powi(t), 1.0 - BETA2.powi(t));
         let (lr, lambda) = (self.options.learning_rate, self.options.ewc_lambda);
         // One index over six parallel vectors: the loop says it more plainly than a six-way zip.
         #[allow(clippy::needless_range_loop)]
@@ -575,6 +582,18 @@ struct Pass<'a> {
     /// `None`: everything in f32 from the weights as they are, so that the loss is smooth in the adapter's weights
     /// (what the finite-difference tests check).
     fast: Option<&'a [Transposed]>,
+}
+
+/// A projection's input and output widths: the shape of its weight, `n_out` rows of `n_in`.
+fn proj_shape(c: &Config, proj: Proj) -> (usize, usize) {
+    let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    match proj {
+        Proj::Q => (d, q),
+        Proj::K | Proj::V => (d, kv),
+        Proj::O => (q, d),
+        Proj::Gate | Proj::Up => (d, ff),
+        Proj::Down => (ff, d),
+    }
 }
 
 /// A trained layer's seven weights transposed (`n_in` rows of `n_out`), in Q8_0, indexed by `Proj as usize`; `None`
@@ -1225,6 +1244,15 @@ mod tests {
             [&lora.theta, &lora.anchor, &lora.fisher, &lora.session_sq, &lora.m, &lora.v]
         );
         assert_eq!(back.to_bytes(&model), bytes);
+        let c = &model.config;
+        let options = MicroLoraOptions {
+            rank: MAX_RANK,
+            layers: c.n_layers,
+            projections: Proj::ALL.to_vec(),
+            ..Default::default()
+        };
+        let largest = MicroLora::new(&model, options).unwrap().to_bytes(&model);
+        assert_eq!(largest.len(), MicroLora::largest_state_bytes(&model));
         // The next step is the same step.
         let (a, b) =
             (lora.train_step(&model, &tokens, 8, 1.0).unwrap(), back.train_step(&model, &tokens, 8, 1.0).unwrap());
@@ -1243,6 +1271,27 @@ mod tests {
         assert!(refused(
             &MicroLora::new(&model, MicroLoraOptions::default()).unwrap().to_bytes(&tiny("tiny-llama3.gguf"))
         ));
+    }
+
+    /// A stored state may carry any step counts (a long life, or bytes made with a fresh checksum): the next
+    /// steps keep every weight and moment finite, and the state still reads back.
+    #[test]
+    fn any_stored_step_count_trains_on_with_finite_weights() {
+        let model = tiny("tiny-llama-spm.gguf");
+        let tokens: Vec<u32> = (1..20).collect();
+        for (steps, session_steps) in [(u32::MAX as u64, u32::MAX), (u64::MAX, 7), ((1 << 31) - 1, 0)] {
+            let mut lora = MicroLora::new(&model, MicroLoraOptions::default()).unwrap();
+            lora.train_step(&model, &tokens, 8, 1.0).unwrap();
+            (lora.steps, lora.session_steps) = (steps, session_steps);
+            let mut back = MicroLora::from_bytes(&model, &lora.to_bytes(&model)).unwrap();
+            for reward in [1.0, -1.0] {
+                back.train_step(&model, &tokens, 8, reward).unwrap();
+            }
+            back.consolidate();
+            let all = [&back.theta, &back.anchor, &back.fisher, &back.session_sq, &back.m, &back.v];
+            assert!(all.iter().all(|vs| vs.iter().all(|v| v.is_finite())), "{steps} steps");
+            assert!(back.steps >= steps && MicroLora::from_bytes(&model, &back.to_bytes(&model)).is_ok());
+        }
     }
 
     #[test]

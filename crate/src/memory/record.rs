@@ -110,7 +110,7 @@ impl PageLayout {
     }
 
     /// Bytes of a whole record, `None` if that overflows.
-    fn record_bytes(&self) -> Option<usize> {
+    pub fn record_bytes(&self) -> Option<usize> {
         let tokens = self.page_tokens.checked_mul(4)?;
         let row = (self.kv_dim / self.kv.ggml().block_size()).checked_mul(self.kv.ggml().block_bytes())?;
         let kv = self.n_layers.checked_mul(2)?.checked_mul(self.page_tokens)?.checked_mul(row)?;
@@ -129,6 +129,8 @@ pub enum RecordError {
     Foreign,
     /// Its key is not the hash of its parent and tokens, or it is not the page that was asked for.
     Key,
+    /// A key or value is NaN or infinite (a writer's bug, or bytes made to poison the cache).
+    NotFinite,
 }
 
 impl fmt::Display for RecordError {
@@ -138,6 +140,7 @@ impl fmt::Display for RecordError {
             RecordError::Checksum => write!(f, "the record's checksum does not match: it was damaged"),
             RecordError::Foreign => write!(f, "the record belongs to another model or KV format"),
             RecordError::Key => write!(f, "the record's key does not match its tokens"),
+            RecordError::NotFinite => write!(f, "the record holds a key or value that is NaN or infinite"),
         }
     }
 }
@@ -224,8 +227,11 @@ pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<Page
     if parent.next(&tokens) != key {
         return Err(RecordError::Key);
     }
-    let kv = body[tokens_end..].to_vec();
-    Ok(PageRecord { key, parent, tokens, kv })
+    let kv = &body[tokens_end..];
+    if !layout.kv.rows_finite(kv) {
+        return Err(RecordError::NotFinite);
+    }
+    Ok(PageRecord { key, parent, tokens, kv: kv.to_vec() })
 }
 
 #[cfg(test)]
@@ -239,6 +245,8 @@ mod tests {
         let tokens = (0..layout.page_tokens).map(|_| rng.next_u64() as u32 % 1000).collect();
         let mut kv = vec![0; layout.kv_bytes()];
         rng.fill(&mut kv);
+        // Finite f16 values and scales: exponents below all ones.
+        kv.chunks_exact_mut(2).for_each(|h| h[1] &= 0x3f);
         (tokens, kv)
     }
 
@@ -311,6 +319,29 @@ mod tests {
         let crc = crc32fast::hash(&relabeled[..n]);
         relabeled[n..].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(decode(&relabeled, &model, &LAYOUT), Err(RecordError::Key));
+    }
+
+    /// A record whose checksum holds but whose rows hold a NaN or an infinity (an f16 value, or a quantized
+    /// block's scale) is refused: it would spread to every later token of every prompt that reuses the page.
+    #[test]
+    fn records_with_values_that_are_not_finite_are_refused() {
+        let mut rng = Rng::new(6);
+        let model = ModelId([5; 32]);
+        for (layout, value_bytes) in [
+            (LAYOUT, 2),
+            (PageLayout { n_layers: 2, kv_dim: 32, page_tokens: 2, kv: KvType::Q8_0 }, 34),
+            (PageLayout { n_layers: 2, kv_dim: 32, page_tokens: 2, kv: KvType::Q4_0 }, 18),
+        ] {
+            let (tokens, kv) = page(&layout, &mut rng);
+            let root = PageKey::root(&model, layout.kv);
+            assert!(decode(&encode(&model, &layout, &root, &tokens, &kv), &model, &layout).is_ok());
+            for (at, bits) in [(0, 0x7c00u16), (value_bytes, 0xfc00), (kv.len() - value_bytes, 0x7e01)] {
+                let mut bad = kv.clone();
+                bad[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+                let bytes = encode(&model, &layout, &root, &tokens, &bad);
+                assert_eq!(decode(&bytes, &model, &layout), Err(RecordError::NotFinite), "{layout:?} at {at}");
+            }
+        }
     }
 
     #[test]

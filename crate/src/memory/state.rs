@@ -54,24 +54,33 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
     out
 }
 
-/// Check `bytes` as a state of `model` that fits `kv` (its layers, row width, KV type and context), and
-/// copy it in; its tokens. `kv` is only written once everything is checked.
-pub fn decode_into(bytes: &[u8], model: &ModelId, kv: &mut KvCache) -> Result<Vec<u32>> {
-    let state = check(bytes, model, kv.layers.len(), kv.kv_dim(), kv.options().persisted(), kv.n_ctx)?;
+/// The largest state a session of `n_layers` layers of `kv_dim` wide rows and a context of `n_ctx` takes (an
+/// f16 cache's, the widest type): bytes beyond it are refused before they are read, or copied anywhere.
+pub fn max_bytes(n_layers: usize, kv_dim: usize, n_ctx: usize) -> usize {
+    let rows = n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(KvType::F16.row_bytes(kv_dim));
+    rows.saturating_add(HEADER_BYTES + 4 * n_ctx + 4 + 4)
+}
+
+/// Check `bytes` as a state of `model` (whose vocabulary has `vocab` ids) that fits `kv` (its layers, row
+/// width, KV type and context), and copy it in; its tokens. `kv` is only written once everything is checked.
+pub fn decode_into(bytes: &[u8], model: &ModelId, vocab: usize, kv: &mut KvCache) -> Result<Vec<u32>> {
+    let shape = Shape { n_layers: kv.layers.len(), kv_dim: kv.kv_dim(), ty: kv.options().persisted(), n_ctx: kv.n_ctx };
+    let state = check(bytes, model, vocab, shape)?;
     Ok(copy_into(bytes, &state, kv))
 }
 
-/// Check `bytes` as an f16 state (the GPU's cache is f16) of `model` with `n_layers` layers of `kv_dim` wide
-/// rows that fits a context of `n_ctx`; its tokens and their rows in a cache of just their positions (to go
-/// on to the GPU's).
+/// Check `bytes` as an f16 state (the GPU's cache is f16) of `model` (`vocab` ids) with `n_layers` layers of
+/// `kv_dim` wide rows that fits a context of `n_ctx`; its tokens and their rows in a cache of just their
+/// positions (to go on to the GPU's).
 pub fn decode(
     bytes: &[u8],
     model: &ModelId,
+    vocab: usize,
     n_layers: usize,
     kv_dim: usize,
     n_ctx: usize,
 ) -> Result<(Vec<u32>, KvCache)> {
-    let state = check(bytes, model, n_layers, kv_dim, KvType::F16, n_ctx)?;
+    let state = check(bytes, model, vocab, Shape { n_layers, kv_dim, ty: KvType::F16, n_ctx })?;
     let mut kv = KvCache::new(n_layers, kv_dim, state.n);
     Ok((copy_into(bytes, &state, &mut kv), kv))
 }
@@ -89,9 +98,19 @@ struct Checked {
     at: usize,
 }
 
-/// Everything `decode_into` checks, for a cache of `n_layers` layers of `kv_dim` wide rows of type `ty` (its
-/// persisted one) and a context of `n_ctx`.
-fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, ty: KvType, n_ctx: usize) -> Result<Checked> {
+/// The cache a state is restored into: `n_layers` layers of `kv_dim` wide rows of type `ty` (its persisted one)
+/// and a context of `n_ctx`.
+#[derive(Clone, Copy)]
+struct Shape {
+    n_layers: usize,
+    kv_dim: usize,
+    ty: KvType,
+    n_ctx: usize,
+}
+
+/// Everything `decode_into` checks, for a cache of `shape` and a vocabulary of `vocab` ids.
+fn check(bytes: &[u8], model: &ModelId, vocab: usize, shape: Shape) -> Result<Checked> {
+    let Shape { n_layers, kv_dim, ty, n_ctx } = shape;
     let invalid = |e: String| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
     let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| invalid(e.to_string()))?;
     let saved = u32_at(bytes, 12);
@@ -102,8 +121,8 @@ fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, ty: KvTy
             ty.name()
         )));
     }
-    let shape = [u32_at(bytes, 16), u32_at(bytes, 20)];
-    if shape != [n_layers as u32, kv_dim as u32] || bytes[28..60] != model.0 {
+    let saved_shape = [u32_at(bytes, 16), u32_at(bytes, 20)];
+    if saved_shape != [n_layers as u32, kv_dim as u32] || bytes[28..60] != model.0 {
         return Err(invalid("the saved state belongs to another model".into()));
     }
     let n = u32_at(bytes, 24) as usize;
@@ -130,13 +149,21 @@ fn check(bytes: &[u8], model: &ModelId, n_layers: usize, kv_dim: usize, ty: KvTy
     if bytes.len() != want {
         return Err(invalid(format!("the saved state has {} bytes where its header says {want}", bytes.len())));
     }
+    if let Some(id) = tokens(bytes, n).find(|&id| id as usize >= vocab) {
+        return Err(invalid(format!("the saved state holds token {id}, outside this vocabulary of {vocab}")));
+    }
+    // Every layer's keys, then its values: the cold rows, then the hot ones.
+    let rows = bytes[at..want - 4].chunks_exact((cold_bytes + hot_bytes).max(1));
+    if !rows.into_iter().all(|r| ty.rows_finite(&r[..cold_bytes]) && KvType::F16.rows_finite(&r[cold_bytes..])) {
+        return Err(invalid("the saved state holds a key or value that is NaN or infinite".into()));
+    }
     Ok(Checked { ty, n, cold, cold_bytes, hot_bytes, at })
 }
 
 /// Copy the checked state's rows into `kv` (of its shape and type, holding positions `0..n`); its tokens.
 fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
     let Checked { ty, n, cold, cold_bytes, hot_bytes, mut at } = *state;
-    let tokens = bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0)).collect();
+    let tokens = tokens(bytes, n).collect();
     kv.resize(0, 0);
     kv.resize(n, cold);
     for layer in &mut kv.layers {
@@ -150,11 +177,18 @@ fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
     tokens
 }
 
+/// The `n` tokens of a state whose size was checked.
+fn tokens(bytes: &[u8], n: usize) -> impl Iterator<Item = u32> + '_ {
+    bytes[HEADER_BYTES..HEADER_BYTES + 4 * n].chunks_exact(4).map(|c| u32_at(c, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kv_cache::KvCacheOptions;
     use crate::test_support::{test, Rng};
+
+    const VOCAB: usize = 1000;
 
     /// A cache of `n` positions of random rows, decoded one position at a time (so a two-tier one moves
     /// blocks to its cold tier as it goes).
@@ -190,30 +224,30 @@ mod tests {
         let tokens = [5, 6, 7, 8, 9, 10];
         let bytes = encode(&model, &tokens, &kv);
         let mut back = KvCache::new(2, 4, 10);
-        assert_eq!(decode_into(&bytes, &model, &mut back).unwrap(), tokens);
+        assert_eq!(decode_into(&bytes, &model, VOCAB, &mut back).unwrap(), tokens);
         assert_eq!(rows(&back, 6), rows(&kv, 6));
         let mut other = KvCache::new(2, 4, 10);
         for cut in 0..bytes.len() {
-            assert!(decode_into(&bytes[..cut], &model, &mut other).is_err(), "cut at {cut}");
+            assert!(decode_into(&bytes[..cut], &model, VOCAB, &mut other).is_err(), "cut at {cut}");
         }
         let mut flipped = bytes.clone();
         flipped[70] ^= 1;
-        assert!(decode_into(&flipped, &model, &mut other).unwrap_err().to_string().contains("damaged"));
-        let foreign = decode_into(&bytes, &ModelId([4; 32]), &mut other).unwrap_err();
+        assert!(decode_into(&flipped, &model, VOCAB, &mut other).unwrap_err().to_string().contains("damaged"));
+        let foreign = decode_into(&bytes, &ModelId([4; 32]), VOCAB, &mut other).unwrap_err();
         assert!(foreign.to_string().contains("another model") && foreign.code() == "E_INVALID_ARGUMENT");
-        assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 4, 5))
+        assert!(decode_into(&bytes, &model, VOCAB, &mut KvCache::new(2, 4, 5))
             .unwrap_err()
             .to_string()
             .contains("more than this context"));
-        assert!(decode_into(&bytes, &model, &mut KvCache::new(2, 8, 10)).is_err());
+        assert!(decode_into(&bytes, &model, VOCAB, &mut KvCache::new(2, 8, 10)).is_err());
         // Decoded into a cache of just its positions (for the GPU): the same rows, the same checks.
-        let (got, just) = decode(&bytes, &model, 2, 4, 10).unwrap();
+        let (got, just) = decode(&bytes, &model, VOCAB, 2, 4, 10).unwrap();
         assert_eq!((got.as_slice(), just.positions()), (&tokens[..], 0..6));
         for (a, b) in kv.layers.iter().zip(&just.layers) {
             assert_eq!(a.rows(0..6), b.rows(0..6));
         }
-        assert!(decode(&bytes, &model, 2, 4, 5).err().unwrap().to_string().contains("more than this context"));
-        assert!(decode(&flipped, &model, 2, 4, 10).err().unwrap().to_string().contains("damaged"));
+        assert!(decode(&bytes, &model, VOCAB, 2, 4, 5).err().unwrap().to_string().contains("more than this context"));
+        assert!(decode(&flipped, &model, VOCAB, 2, 4, 10).err().unwrap().to_string().contains("damaged"));
     }
 
     /// A two-tier cache's state keeps both tiers: restored into a session of the same format it is the
@@ -233,11 +267,11 @@ mod tests {
             assert!(bytes.len() < f16_size, "{cold:?}: {} bytes, f16 {f16_size}", bytes.len());
 
             let mut back = KvCache::with_options(2, 64, 200, opts);
-            assert_eq!(decode_into(&bytes, &model, &mut back).unwrap(), tokens);
+            assert_eq!(decode_into(&bytes, &model, VOCAB, &mut back).unwrap(), tokens);
             assert_eq!((back.len(), back.n_cold()), (140, 96));
             assert_eq!(rows(&back, 140), rows(&kv, 140), "{cold:?}: exact");
             let mut wider = KvCache::with_options(2, 64, 200, KvCacheOptions { cold, hot_tokens: 96 });
-            decode_into(&bytes, &model, &mut wider).unwrap();
+            decode_into(&bytes, &model, VOCAB, &mut wider).unwrap();
             assert_eq!((wider.n_cold(), rows(&wider, 140)), (96, rows(&kv, 140)), "{cold:?}: another hot window");
 
             for other in [KvCacheOptions::default(), KvCacheOptions { cold: KvType::Q4_0, hot_tokens: 32 }] {
@@ -246,18 +280,62 @@ mod tests {
                 }
                 let mut kv = filled(2, 64, 200, other, 20, &mut rng);
                 let before = rows(&kv, 20);
-                let e = decode_into(&bytes, &model, &mut kv).unwrap_err();
+                let e = decode_into(&bytes, &model, VOCAB, &mut kv).unwrap_err();
                 assert_eq!(e.code(), "E_KV_CACHE", "{e}");
                 assert_eq!(rows(&kv, 20), before);
             }
             // Nor does a GPU session's f16 cache take it.
-            assert_eq!(decode(&bytes, &model, 2, 64, 200).err().unwrap().code(), "E_KV_CACHE");
+            assert_eq!(decode(&bytes, &model, VOCAB, 2, 64, 200).err().unwrap().code(), "E_KV_CACHE");
             // And the other way: an f16 state into this format.
             let f16_state = encode(&model, &[1, 2, 3], &filled(2, 64, 200, KvCacheOptions::default(), 3, &mut rng));
-            assert_eq!(decode_into(&f16_state, &model, &mut back).unwrap_err().code(), "E_KV_CACHE");
+            assert_eq!(decode_into(&f16_state, &model, VOCAB, &mut back).unwrap_err().code(), "E_KV_CACHE");
             for cut in (0..bytes.len()).step_by(97) {
-                assert!(decode_into(&bytes[..cut], &model, &mut back).is_err(), "cut at {cut}");
+                assert!(decode_into(&bytes[..cut], &model, VOCAB, &mut back).is_err(), "cut at {cut}");
             }
+        }
+    }
+
+    /// A state whose checksum holds but which names a token outside the vocabulary, or holds a NaN or an
+    /// infinite key or value (in either tier), is refused and leaves the cache alone: restored, it would
+    /// poison every answer of the session and every page it later shares.
+    #[test]
+    fn states_with_foreign_tokens_or_values_that_are_not_finite_are_refused() {
+        let model = ModelId([3; 32]);
+        let reseal = |b: &mut Vec<u8>| {
+            b.truncate(b.len() - 4);
+            seal(b);
+        };
+        for opts in [KvCacheOptions::default(), KvCacheOptions { cold: KvType::Q8_0, hot_tokens: 32 }] {
+            let mut rng = Rng::new(opts.cold.id() as u64);
+            let kv = filled(2, 32, 100, opts, 70, &mut rng);
+            let tokens: Vec<u32> = (0..70).collect();
+            let good = encode(&model, &tokens, &kv);
+            // The f16 state of a full context is the largest (its cold count aside).
+            assert!(good.len() <= max_bytes(2, 32, 70));
+            assert!(opts.cold != KvType::F16 || good.len() + 4 == max_bytes(2, 32, 70));
+            let mut back = filled(2, 32, 100, opts, 5, &mut rng);
+            let before = rows(&back, 5);
+            let mut foreign = good.clone();
+            foreign[HEADER_BYTES + 8..HEADER_BYTES + 12].copy_from_slice(&(VOCAB as u32).to_le_bytes());
+            reseal(&mut foreign);
+            let e = decode_into(&foreign, &model, VOCAB, &mut back).unwrap_err();
+            assert!(e.to_string().contains("outside this vocabulary"), "{e}");
+            // The first row's first value (cold where there is a cold tier), and the last layer's last value.
+            let first = HEADER_BYTES + 4 * 70 + if opts.cold == KvType::F16 { 0 } else { 4 };
+            for at in [first, good.len() - 6] {
+                for bits in [0x7c00u16, 0xfe00] {
+                    let mut bad = good.clone();
+                    bad[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+                    reseal(&mut bad);
+                    let e = decode_into(&bad, &model, VOCAB, &mut back).unwrap_err();
+                    assert!(e.to_string().contains("NaN or infinite"), "{opts:?} at {at}: {e}");
+                    if opts.cold == KvType::F16 {
+                        assert!(decode(&bad, &model, VOCAB, 2, 32, 100).is_err());
+                    }
+                }
+            }
+            assert_eq!(rows(&back, 5), before);
+            assert_eq!(decode_into(&good, &model, VOCAB, &mut back).unwrap(), tokens);
         }
     }
 }
