@@ -181,13 +181,13 @@ fn generate(args: &Args) -> CliResult {
     let model = load(args)?;
     let load_ms = model.load_ms();
     let prompt = args.required("prompt");
-    let text = if args.flag("chat") {
+    let prompt_ids = if args.flag("chat") {
         let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
-        model.chat_template().and_then(|t| t.render(&msgs, true)).map_err(|e| e.to_string())?
+        model.chat_prompt_ids(&msgs, true, false)
     } else {
-        prompt.to_string()
+        model.tokenizer().encode_with_special(prompt, true)
     };
-    let prompt_ids = model.tokenizer().encode_with_special(&text, true).map_err(|e| e.to_string())?;
+    let prompt_ids = prompt_ids.map_err(|e| e.to_string())?;
     let opts = GenerateOptions {
         max_tokens: args.num("max-tokens", 256)?,
         sampler: SamplerConfig {

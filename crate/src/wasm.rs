@@ -41,6 +41,30 @@ fn out_of_memory(bytes: usize, what: &str) -> JsValue {
     js_error(Error::OutOfMemory { bytes, what: what.into() })
 }
 
+/// Bytes from outside (a saved state, an adapter file, a stored record) copied into wasm memory, checked first:
+/// longer than `max`, the largest valid `what`, they are refused unread (`Error::InvalidArgument`); memory that
+/// cannot be had is an `Error::OutOfMemory`. wasm-bindgen's own copy of a `Vec<u8>` or `&[u8]` argument would
+/// allocate first, and trap when it cannot.
+pub(crate) fn bytes_from_js(array: &js_sys::Uint8Array, max: usize, what: &str) -> crate::Result<Vec<u8>> {
+    // `byteLength` as JS has it: js_sys reads it as a u32, which wraps for arrays beyond 4 GiB.
+    let length = js_sys::Reflect::get(array, &"byteLength".into()).ok().and_then(|n| n.as_f64()).unwrap_or(f64::MAX);
+    if length > max as f64 {
+        return Err(Error::InvalidArgument(format!("{what} of {length} bytes: the largest this model takes is {max}")));
+    }
+    let n = length as usize;
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(n).map_err(|_| Error::OutOfMemory { bytes: n, what: what.into() })?;
+    bytes.resize(n, 0);
+    array.copy_to(&mut bytes);
+    Ok(bytes)
+}
+
+/// The longest saved state a session of `model` with a context of `n_ctx` restores.
+pub(crate) fn max_state_bytes(model: &Model, n_ctx: usize) -> usize {
+    let c = &model.config;
+    crate::memory::state::max_bytes(c.n_layers, c.kv_dim(), n_ctx)
+}
+
 thread_local! {
     /// The message of the last panic, so that JS can report it instead of a bare `unreachable` trap.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
@@ -124,7 +148,10 @@ pub(crate) struct Adapters {
 }
 
 impl Adapters {
-    pub(crate) fn load(&mut self, model: &Model, bytes: Vec<u8>) -> crate::Result<u32> {
+    /// Read the adapter file `bytes` (a JS Uint8Array) for `model`: its id.
+    pub(crate) fn load(&mut self, model: &Model, bytes: &js_sys::Uint8Array) -> crate::Result<u32> {
+        // No size bound but memory's: an adapter's rank is checked against each weight it adapts once it is read.
+        let bytes = bytes_from_js(bytes, usize::MAX, "a LoRA adapter file")?;
         let adapter = LoraAdapter::from_bytes(model, bytes)?;
         self.next_id += 1;
         self.loaded.insert(self.next_id, Arc::new(adapter));
@@ -393,17 +420,35 @@ pub(crate) mod persist {
         model.prefix_cache().keys(ids).iter().map(|k| k.hex()).collect()
     }
 
+    /// Bytes of every record of the model's prefix cache: the sizes a store lists tell which to skip unread.
+    pub(crate) fn record_bytes(model: &Model) -> usize {
+        model.prefix_cache().record_bytes()
+    }
+
     /// Load `records` (an Array of Uint8Array, what the store held under the first keys `missing` gave)
-    /// after the pages of `ids` in memory: JSON `{tokens, refused: [{index, reason}]}`.
+    /// after the pages of `ids` in memory: JSON `{tokens, refused: [{index, reason}]}`. Records are copied in
+    /// up to the first that is not a record's size (refused unread) or that memory cannot hold.
     pub(crate) fn load(model: &Model, ids: &[u32], records: &js_sys::Array) -> String {
-        let bytes: Vec<Vec<u8>> = records.iter().map(|r| js_sys::Uint8Array::new(&r).to_vec()).collect();
+        let size = record_bytes(model);
+        let mut bytes = Vec::new();
+        let mut refused = Vec::new();
+        for (index, r) in records.iter().enumerate() {
+            match r.dyn_into::<js_sys::Uint8Array>() {
+                Ok(r) => match bytes_from_js(&r, size, "a prefix-cache record") {
+                    Ok(r) => bytes.push(r),
+                    Err(e) => refused.push(serde_json::json!({ "index": index, "reason": e.to_string() })),
+                },
+                Err(_) => refused.push(serde_json::json!({ "index": index, "reason": "not a Uint8Array" })),
+            }
+            if !refused.is_empty() {
+                break;
+            }
+        }
         let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let loaded = model.prefix_cache().load(ids, &slices);
-        let refused: Vec<_> = loaded
-            .refused
-            .iter()
-            .map(|(index, e)| serde_json::json!({ "index": index, "reason": e.to_string() }))
-            .collect();
+        let refused_after =
+            loaded.refused.iter().map(|(index, e)| serde_json::json!({ "index": index, "reason": e.to_string() }));
+        let refused: Vec<_> = refused_after.chain(refused).collect();
         json(&serde_json::json!({ "tokens": loaded.tokens, "refused": refused }))
     }
 
@@ -559,12 +604,25 @@ impl Engine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
+    /// The prompt ids of `[{role, content}, ...]` (JSON) in the model's chat template (`Model::chat_prompt_ids`):
+    /// control-token text in the messages stays text unless `parse_special_in_messages`.
+    #[wasm_bindgen(js_name = chatPromptIds)]
+    pub fn chat_prompt_ids(
+        &self,
+        messages_json: &str,
+        add_generation_prompt: bool,
+        parse_special_in_messages: bool,
+    ) -> Result<Vec<u32>, JsValue> {
+        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
+        self.model.chat_prompt_ids(&messages, add_generation_prompt, parse_special_in_messages).map_err(js_error)
+    }
+
     /// Read a LoRA adapter file (llama.cpp's GGUF adapter format) for this model: its id, for the `adapters`
     /// option of `start` (`[{id, scale?}]`). A file that is not an adapter of this model is `E_ADAPTER` (or
     /// `E_GGUF` when it is not a whole GGUF).
     #[wasm_bindgen(js_name = loadAdapter)]
-    pub fn load_adapter(&self, bytes: Vec<u8>) -> Result<u32, JsValue> {
-        self.adapters.borrow_mut().load(&self.model, bytes).map_err(js_error)
+    pub fn load_adapter(&self, bytes: js_sys::Uint8Array) -> Result<u32, JsValue> {
+        self.adapters.borrow_mut().load(&self.model, &bytes).map_err(js_error)
     }
 
     /// Forget the adapter `id` (a generation that runs with it keeps it until it ends); whether it was loaded.
@@ -639,6 +697,12 @@ impl Engine {
         persist::load(&self.model, &ids, &records)
     }
 
+    /// See [`persist::record_bytes`].
+    #[wasm_bindgen(js_name = prefixCacheRecordBytes)]
+    pub fn prefix_cache_record_bytes(&self) -> usize {
+        persist::record_bytes(&self.model)
+    }
+
     /// See [`persist::take_unsaved`].
     #[wasm_bindgen(js_name = prefixCacheTakeUnsaved)]
     pub fn prefix_cache_take_unsaved(&self) -> js_sys::Array {
@@ -654,8 +718,11 @@ impl Engine {
 
     /// Continue a saved conversation (`Session::restore_state`).
     #[wasm_bindgen(js_name = restoreState)]
-    pub fn restore_state(&self, bytes: Vec<u8>) -> Result<(), JsValue> {
-        self.session_now()?.restore_state(&bytes).map_err(js_error)
+    pub fn restore_state(&self, bytes: js_sys::Uint8Array) -> Result<(), JsValue> {
+        let mut session = self.session_now()?;
+        let bytes =
+            bytes_from_js(&bytes, max_state_bytes(&self.model, self.n_ctx), "a saved state").map_err(js_error)?;
+        session.restore_state(&bytes).map_err(js_error)
     }
 
     /// Forget the conversation (the KV cache).

@@ -24,8 +24,8 @@ use crate::evaluator::Evaluator;
 use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
-    js_error, json, model_info, parse, persist, probe_score_memory, probe_session_memory, scores_json, step_to_js,
-    Adapters, JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
+    bytes_from_js, js_error, json, max_state_bytes, model_info, parse, persist, probe_score_memory,
+    probe_session_memory, scores_json, step_to_js, Adapters, JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
 };
 use crate::{ChatMessage, Model, SessionOptions, Step};
 
@@ -141,12 +141,25 @@ impl GpuEngine {
         template.render(&messages, add_generation_prompt).map_err(js_error)
     }
 
+    /// As [`Engine::chat_prompt_ids`](crate::wasm::Engine::chat_prompt_ids).
+    #[wasm_bindgen(js_name = chatPromptIds)]
+    pub fn chat_prompt_ids(
+        &self,
+        messages_json: &str,
+        add_generation_prompt: bool,
+        parse_special_in_messages: bool,
+    ) -> std::result::Result<Vec<u32>, JsValue> {
+        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
+        let model = &self.borrow()?.model;
+        model.chat_prompt_ids(&messages, add_generation_prompt, parse_special_in_messages).map_err(js_error)
+    }
+
     /// As [`Engine::load_adapter`](crate::wasm::Engine::load_adapter): the adapter runs on the GPU (or on the CPU
     /// after a fallback).
     #[wasm_bindgen(js_name = loadAdapter)]
-    pub fn load_adapter(&self, bytes: Vec<u8>) -> std::result::Result<u32, JsValue> {
+    pub fn load_adapter(&self, bytes: js_sys::Uint8Array) -> std::result::Result<u32, JsValue> {
         let inner = &mut *self.borrow()?;
-        inner.adapters.load(&inner.model, bytes).map_err(js_error)
+        inner.adapters.load(&inner.model, &bytes).map_err(js_error)
     }
 
     /// As [`Engine::unload_adapter`](crate::wasm::Engine::unload_adapter).
@@ -241,6 +254,12 @@ impl GpuEngine {
         Ok(persist::load(&self.borrow()?.model, &ids, &records))
     }
 
+    /// As [`Engine::prefix_cache_record_bytes`](crate::wasm::Engine::prefix_cache_record_bytes).
+    #[wasm_bindgen(js_name = prefixCacheRecordBytes)]
+    pub fn prefix_cache_record_bytes(&self) -> std::result::Result<usize, JsValue> {
+        Ok(persist::record_bytes(&self.borrow()?.model))
+    }
+
     /// As [`Engine::prefix_cache_take_unsaved`](crate::wasm::Engine::prefix_cache_take_unsaved).
     #[wasm_bindgen(js_name = prefixCacheTakeUnsaved)]
     pub fn prefix_cache_take_unsaved(&self) -> std::result::Result<js_sys::Array, JsValue> {
@@ -259,8 +278,10 @@ impl GpuEngine {
 
     /// As [`Engine::restore_state`](crate::wasm::Engine::restore_state).
     #[wasm_bindgen(js_name = restoreState)]
-    pub fn restore_state(&self, bytes: Vec<u8>) -> std::result::Result<(), JsValue> {
+    pub fn restore_state(&self, bytes: js_sys::Uint8Array) -> std::result::Result<(), JsValue> {
         let mut inner = self.borrow()?;
+        let max = max_state_bytes(&inner.model, inner.ev.n_ctx());
+        let bytes = bytes_from_js(&bytes, max, "a saved state").map_err(js_error)?;
         inner.ev.restore_state(&bytes).map_err(js_error)?;
         inner.generation = None;
         Ok(())

@@ -12,7 +12,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
 use crate::lora::{MicroLora, MicroLoraOptions, Proj};
-use crate::wasm::{idle, js_error, json, parse, run_job, Engine};
+use crate::wasm::{bytes_from_js, idle, js_error, json, parse, run_job, Engine};
 
 /// `createMicroLora`'s options; what is absent is `MicroLoraOptions::default()`'s.
 #[derive(Deserialize)]
@@ -83,8 +83,10 @@ impl Engine {
 
     /// A MicroLoRA from the bytes `saveMicroLora` gave (a damaged or another model's state is `E_ADAPTER`): its id.
     #[wasm_bindgen(js_name = openMicroLora)]
-    pub fn open_micro_lora(&self, bytes: &[u8]) -> Result<u32, JsValue> {
-        let lora = MicroLora::from_bytes(&self.model, bytes).map_err(js_error)?;
+    pub fn open_micro_lora(&self, bytes: js_sys::Uint8Array) -> Result<u32, JsValue> {
+        let max = MicroLora::largest_state_bytes(&self.model);
+        let bytes = bytes_from_js(&bytes, max, "a saved MicroLoRA").map_err(js_error)?;
+        let lora = MicroLora::from_bytes(&self.model, &bytes).map_err(js_error)?;
         self.keep(lora)
     }
 

@@ -61,6 +61,7 @@ export interface Engine {
   tokenizePrompt(text: string): Uint32Array;
   detokenize(ids: Uint32Array): string;
   applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string;
+  chatPromptIds(messagesJson: string, addGenerationPrompt: boolean, parseSpecialInMessages: boolean): Uint32Array;
   start(promptIds: Uint32Array, optionsJson: string): unknown;
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;
@@ -86,6 +87,8 @@ export interface Engine {
   prefixCachePersist(on: boolean): void;
   prefixCacheMissing(ids: Uint32Array): string[];
   prefixCacheLoad(ids: Uint32Array, records: Uint8Array[]): string;
+  /** Bytes of every record of the prefix cache: a stored record of another size is refused unread. */
+  prefixCacheRecordBytes(): number;
   prefixCacheTakeUnsaved(): unknown[];
   prefixCacheKeys(ids: Uint32Array): string[];
   /** A Promise in the WebGPU build (the GPU's rows are read back). */

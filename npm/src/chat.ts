@@ -31,6 +31,9 @@ export interface ChatCompletionRequest {
   /** Accepted; usage is always sent, on the last chunk. */
   stream_options?: { include_usage?: boolean };
   user?: string;
+  /** Parse control-token text written in the messages (`<|im_start|>`) as those tokens, as llama.cpp does: only
+   * for messages you trust. By default it is text, so a message cannot end its turn or open another. */
+  parse_special_tokens?: boolean;
 }
 
 export interface ChatCompletionUsage {
@@ -70,7 +73,7 @@ export interface Chat {
 }
 
 const FIELDS: Record<string, keyof GenerateOptions | null> = {
-  messages: null, stream: null, model: null, n: null, stream_options: null, user: null,
+  messages: null, stream: null, model: null, n: null, stream_options: null, user: null, parse_special_tokens: null,
   max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
   top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
   frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters',
@@ -100,7 +103,9 @@ export function createChat(llm: LLM): Chat {
   async function create(body: ChatCompletionRequest, { signal }: { signal?: AbortSignal } = {}) {
     if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');
     const options = generateOptions(body, signal);
-    const prompt = llm.applyChatTemplate(body.messages);
+    const parseSpecialTokens = body.parse_special_tokens ?? false;
+    if (typeof parseSpecialTokens !== 'boolean') throw invalid('parse_special_tokens must be a boolean');
+    const prompt = llm.tokenizeChat(body.messages, { parseSpecialTokens });
     const generation = llm.generate(prompt, options); // validates the options now
     const head = {
       id: `chatcmpl-${Math.random().toString(36).slice(2, 14)}`,

@@ -264,8 +264,7 @@ async function tokenize(args: Args): Promise<void> {
 async function generate(args: Args): Promise<void> {
   const { llm, loadMs } = await load(args);
   const prompt = args.required('prompt');
-  const text = args.flag('chat') ? llm.applyChatTemplate([{ role: 'user', content: prompt }]) : prompt;
-  const promptIds = llm.tokenize(text, { prompt: true });
+  const promptIds = args.flag('chat') ? llm.tokenizeChat([{ role: 'user', content: prompt }]) : llm.tokenize(prompt, { prompt: true });
   const json = args.flag('json');
   const r = await stream(llm, promptIds, { ...sampling(args), adapters: await adapters(args, llm) }, json);
   if (json) {
@@ -306,7 +305,7 @@ async function chat(args: Args): Promise<void> {
       messages.push({ role: 'user', content: input });
       turn = new AbortController();
       try {
-        const r = await stream(llm, llm.applyChatTemplate(messages), { ...options, signal: turn.signal }, json);
+        const r = await stream(llm, llm.tokenizeChat(messages), { ...options, signal: turn.signal }, json);
         messages.push({ role: 'assistant', content: r.text });
         if (json) printJson({ text: r.text, ids: r.ids, finish_reason: r.finishReason, prompt_tokens: r.usage.promptTokens, cached_tokens: r.usage.cachedTokens });
         else process.stdout.write('\n');

@@ -359,7 +359,7 @@ export class LLM {
     try {
       if (budgetBytes !== undefined) engine.setPrefixCacheBudget(budgetBytes);
       const llm = new LLM(engine, wasm, backend, fallback, threadFallback);
-      if (store) llm.#persistence = new Persistence(engine, store, storeBudget);
+      if (store) llm.#persistence = new Persistence((fn) => llm.#call(fn), store, storeBudget);
       return llm;
     } catch (e) {
       engine.free();
@@ -399,16 +399,22 @@ export class LLM {
     return this.#call((e) => e.detokenize(checked));
   }
 
-  /** Render messages with the model's own chat template (GGUF `tokenizer.chat_template`). */
+  /** Render messages with the model's own chat template (GGUF `tokenizer.chat_template`). The text is the
+   * template's: tokenizing it with special tokens parsed (`generate(text)`) also parses control-token text the
+   * messages hold. `tokenizeChat` (what the chat API runs) keeps the messages' text as text. */
   applyChatTemplate(messages: ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
-    if (!Array.isArray(messages)) throw invalid('messages must be an array');
-    for (const m of messages) {
-      if (typeof m?.role !== 'string' || typeof m.content !== 'string') {
-        throw invalid('each message needs a string role and a string content');
-      }
-    }
-    const json = JSON.stringify(messages.map(({ role, content }) => ({ role, content })));
+    const json = messagesJson(messages);
     return this.#call((e) => e.applyChatTemplate(json, options.addGenerationPrompt ?? true));
+  }
+
+  /** The prompt ids of `messages` in the model's chat template, as the chat API generates from them. Control
+   * tokens written in a message (`<|im_end|>`) are tokenized as text, so a message cannot end its turn or open
+   * another; the template's own markup keeps its special tokens. `parseSpecialTokens: true` parses them in the
+   * messages too (llama.cpp's behaviour): only for input you trust. */
+  tokenizeChat(messages: ChatMessage[], options: { addGenerationPrompt?: boolean; parseSpecialTokens?: boolean } = {}): number[] {
+    const json = messagesJson(messages);
+    const ids = this.#call((e) => e.chatPromptIds(json, options.addGenerationPrompt ?? true, Boolean(options.parseSpecialTokens)));
+    return Array.from(ids);
   }
 
   /**
@@ -465,6 +471,7 @@ export class LLM {
       exclusive: (signal, fn) => this.#exclusive(signal, fn),
       tokenize: (text, o) => this.tokenize(text, o),
       applyChatTemplate: (messages, o) => this.applyChatTemplate(messages, o),
+      tokenizeChat: (messages, o) => this.tokenizeChat(messages, o),
     };
     this.#microLora = await MicroLora.open(host, store, options);
     return this.#microLora;
@@ -800,4 +807,15 @@ function parseResult(json: string | undefined): GenerateResult {
       decodeTokensPerSecond: o.decode_tok_s,
     },
   };
+}
+
+/** `messages` as the engine takes them (JSON of `{role, content}`), checked. */
+function messagesJson(messages: ChatMessage[]): string {
+  if (!Array.isArray(messages)) throw invalid('messages must be an array');
+  for (const m of messages) {
+    if (typeof m?.role !== 'string' || typeof m.content !== 'string') {
+      throw invalid('each message needs a string role and a string content');
+    }
+  }
+  return JSON.stringify(messages.map(({ role, content }) => ({ role, content })));
 }

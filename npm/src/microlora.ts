@@ -81,6 +81,7 @@ export interface MicroLoraHost {
   exclusive<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T>;
   tokenize(text: string, options: { special?: boolean; prompt?: boolean }): number[];
   applyChatTemplate(messages: ChatMessage[], options: { addGenerationPrompt?: boolean }): string;
+  tokenizeChat(messages: ChatMessage[], options: { addGenerationPrompt?: boolean }): number[];
 }
 
 const TRAINING_OPTIONS = ['rank', 'layers', 'projections', 'alpha', 'learningRate', 'ewcLambda', 'fisherDecay', 'seed'] as const;
@@ -199,7 +200,7 @@ export class MicroLora {
     const prompt = this.#host.applyChatTemplate(messages, { addGenerationPrompt: true });
     const whole = this.#host.applyChatTemplate([...messages, { role: 'assistant', content: response }], { addGenerationPrompt: false });
     if (!whole.startsWith(prompt)) throw new RuvllmError('E_ADAPTER', "the chat template renders the answer's turn in a way that does not continue the prompt");
-    const promptIds = this.#host.tokenize(prompt, { prompt: true });
+    const promptIds = this.#host.tokenizeChat(messages, { addGenerationPrompt: true });
     // The answer's tokens and one more: the end-of-turn token that follows it (what generation stops on).
     const answer = this.#host.tokenize(response, {});
     const tail = this.#host.tokenize(whole.slice(prompt.length), { special: true });

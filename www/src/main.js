@@ -278,7 +278,7 @@ async function prepare() {
   try {
     // With the adapter the answer will have: the model's keys and values differ with it.
     const options = { maxTokens: 0, ...learning.options() };
-    const { usage } = await model.complete(model.applyChatTemplate(messages, { addGenerationPrompt: false }), options);
+    const { usage } = await model.complete(model.tokenizeChat(messages, { addGenerationPrompt: false }), options);
     if (model !== llm || id !== conversation.id) return;
     $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
     document.body.dataset.prepared = String(++prepared);
@@ -344,9 +344,10 @@ async function reply() {
     // (kept with it: a regenerated answer, and the next message, see the same prompt).
     if (question && !('recalled' in question)) await panel.annotate(id, question, controller.signal);
     const messages = chatMessages();
-    // The template path: the model's own chat template, then generate(), whose result has the engine's timings.
-    // Its usage.cachedTokens is what the chat API reports as usage.prompt_tokens_details.cached_tokens.
-    const prompt = model.applyChatTemplate(messages);
+    // The template path: the model's own chat template (the messages' text kept as text: a message cannot open a
+    // system turn), then generate(), whose result has the engine's timings. Its usage.cachedTokens is what the chat
+    // API reports as usage.prompt_tokens_details.cached_tokens.
+    const prompt = model.tokenizeChat(messages);
     const options = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, signal: controller.signal, ...adapterOptions };
     const it = model.generate(prompt, options);
     for (;;) {

@@ -24,6 +24,7 @@ use minijinja::{Environment, ErrorKind};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
+mod guard;
 mod nesting;
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -111,6 +112,32 @@ impl ChatTemplate {
             Err(e) => Err(template_error(e)),
             Ok(_) => Ok(String::from_utf8(out.bytes).expect("minijinja writes whole strs")),
         }
+    }
+}
+
+/// A rendered prompt whose message contents must be tokenized as text: the byte ranges of `text` in which no
+/// control token may be matched (`Tokenizer::encode_guarded`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GuardedPrompt {
+    pub text: String,
+    pub guarded: Vec<std::ops::Range<usize>>,
+}
+
+impl ChatTemplate {
+    /// [`render`](Self::render), with every occurrence of a `guarded` text (the model's control tokens) in the
+    /// messages' roles and contents marked as text (see `guard.rs`): the template's own markup stays markup.
+    pub fn render_guarded(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        guarded: &[&str],
+    ) -> Result<GuardedPrompt> {
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| ChatMessage::new(guard::mark(&m.role, guarded), guard::mark(&m.content, guarded)))
+            .collect();
+        let (text, guarded) = guard::unmark(&self.render(&marked, add_generation_prompt)?);
+        Ok(GuardedPrompt { text, guarded })
     }
 }
 

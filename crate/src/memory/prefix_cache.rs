@@ -113,6 +113,11 @@ impl PrefixCache {
         self.lock().page_bytes()
     }
 
+    /// Bytes of one page's record in a store (`record::encode`).
+    pub fn record_bytes(&self) -> usize {
+        self.lock().layout().record_bytes().unwrap_or(usize::MAX)
+    }
+
     /// How pages store keys and values.
     pub fn kv_type(&self) -> KvType {
         self.lock().kv

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use crate::chat_template::ChatTemplate;
+use crate::chat_template::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
 use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
@@ -169,6 +169,24 @@ impl Model {
     /// The model's own chat template, or an error naming the problem when it has none or it did not compile.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
         self.chat_template.as_ref().map_err(Clone::clone)
+    }
+
+    /// The prompt ids of a conversation in the model's chat template, BOS included where the model asks.
+    /// The template's markup is parsed for special tokens; the messages' roles and contents are not, unless
+    /// `parse_special_in_messages` (input the caller trusts): their `<|im_end|>` is text, so a message cannot
+    /// end its turn or open another.
+    pub fn chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        parse_special_in_messages: bool,
+    ) -> Result<Vec<u32>> {
+        let template = self.chat_template()?;
+        if parse_special_in_messages {
+            return self.tokenizer.encode_with_special(&template.render(messages, add_generation_prompt)?, true);
+        }
+        let prompt = template.render_guarded(messages, add_generation_prompt, &self.tokenizer.control_texts())?;
+        self.tokenizer.encode_guarded(&prompt.text, &prompt.guarded)
     }
 
     pub fn name(&self) -> Option<&str> {

@@ -18,6 +18,7 @@ mod wordpiece;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -63,13 +64,27 @@ impl Tokenizer {
     /// With `parse_special`, control tokens written in the text (`<|im_start|>`) become their ids; without, they
     /// are tokenized as plain text. User-defined tokens are always matched (as in llama.cpp).
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        self.tokenize(text, false, parse_special)
+        self.tokenize(text, false, parse_special, &[])
     }
 
     /// [`encode`](Self::encode), plus BOS/EOS (WordPiece: [CLS]/[SEP]) where `tokenizer.ggml.add_bos_token` / `add_eos_token` (or the
     /// tokenizer type's default) ask for them: llama.cpp's `add_special = true`.
     pub fn encode_with_special(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        self.tokenize(text, true, parse_special)
+        self.tokenize(text, true, parse_special, &[])
+    }
+
+    /// A chat prompt's ids: [`encode_with_special`](Self::encode_with_special) with special tokens parsed, but
+    /// for the byte ranges `guarded` (the messages' own text, `ChatTemplate::render_guarded`), where no control
+    /// token is matched, as if those bytes were tokenized without `parse_special`.
+    pub fn encode_guarded(&self, text: &str, guarded: &[Range<usize>]) -> Result<Vec<u32>> {
+        self.tokenize(text, true, true, guarded)
+    }
+
+    /// The texts of the control (and unknown) tokens: what `parse_special` turns into their ids.
+    pub fn control_texts(&self) -> Vec<&str> {
+        let v = &self.vocab;
+        let control = v.special_tokens.iter().filter(|&&id| v.attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0);
+        control.filter_map(|&id| v.text(id)).collect()
     }
 
     /// Token ids -> text, as llama.cpp's detokenize with special tokens rendered: control tokens appear as their
@@ -152,13 +167,19 @@ impl Tokenizer {
     }
 
     /// llama.cpp's llama_vocab::impl::tokenize.
-    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+    fn tokenize(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        guarded: &[Range<usize>],
+    ) -> Result<Vec<u32>> {
         let v = &self.vocab;
         let mut out = Vec::new();
         if add_special && v.add_bos {
             out.extend(v.specials.bos); // from_gguf checked that it is set
         }
-        let fragments = self.split_special(text, parse_special);
+        let fragments = self.split_special(text, parse_special, guarded);
         match &v.kind {
             TokenizerKind::Spm => {
                 let mut after_special = true; // the text start counts as after a special token
@@ -207,8 +228,9 @@ impl Tokenizer {
     }
 
     /// llama.cpp's tokenizer_st_partition: split the text on special tokens, longest first. Control and unknown
-    /// tokens only with `parse_special`; user-defined tokens always.
-    fn split_special<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+    /// tokens only with `parse_special`, and never where they overlap a byte range of `guarded`; user-defined
+    /// tokens always.
+    fn split_special<'t>(&self, text: &'t str, parse_special: bool, guarded: &[Range<usize>]) -> Vec<Fragment<'t>> {
         let v = &self.vocab;
         let mut fragments = Vec::new();
         if !text.is_empty() {
@@ -216,10 +238,13 @@ impl Tokenizer {
         }
         for &id in &v.special_tokens {
             let a = v.attr(id);
-            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+            let control = a & (attr::CONTROL | attr::UNKNOWN) != 0;
+            if !parse_special && control {
                 continue;
             }
             let token = v.text(id).expect("special token ids are in range");
+            // Whether a match at byte `at` of `text` overlaps guarded text.
+            let is_guarded = |at: usize| control && guarded.iter().any(|r| r.start < at + token.len() && at < r.end);
             // Cheap skip: most special tokens occur nowhere in the text.
             if !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(token))) {
                 continue;
@@ -230,7 +255,16 @@ impl Tokenizer {
                     next.push(f);
                     continue;
                 };
-                while let Some(at) = rest.find(token) {
+                // Where the search goes on in `rest`: past the guarded matches it skipped.
+                let mut from = 0;
+                while let Some(found) = rest[from..].find(token) {
+                    let at = from + found;
+                    // (Fragments are slices of `text`: their offset in it is their pointers' distance.)
+                    if is_guarded(rest.as_ptr() as usize - text.as_ptr() as usize + at) {
+                        from = at + rest[at..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    from = 0;
                     let mut left = &rest[..at];
                     if a & attr::LSTRIP != 0 {
                         left = left.trim_end_matches(is_c_space);

@@ -2,8 +2,10 @@
 // (lazily: only those, only then); after a generation, the pages it added are written, one write at a time in the
 // background. The store stays within its own byte budget, oldest records first. A store that fails or fills up
 // (after making room and retrying once) is given up: the cache goes on in memory and `status()` says why. A
-// generation never fails because of the store.
+// generation never fails because of the store. Records are checked by size before they are read (from `list()`),
+// and by the engine (format, checksum, model, finite values) before they are used.
 import type { Engine } from '../builds.js';
+import { RuvllmError } from '../errors.js';
 import { isFull, type Store, type StoredRecord } from './store.js';
 
 export interface StoreError {
@@ -30,8 +32,11 @@ const PAGE_TOKENS = 16;
 /** Records read from the store at a time. */
 const READ_CHUNK = 16;
 
+/** Calls the engine as the LLM does: its errors become RuvllmErrors, and a trap retires the model. */
+export type EngineCall = <T>(fn: (engine: Engine) => T) => T;
+
 export class Persistence {
-  readonly #engine: Engine;
+  readonly #call: EngineCall;
   readonly #store: Store;
   readonly #budget: number;
   /** key -> bytes and last use, from `list()` on first need. */
@@ -41,11 +46,11 @@ export class Persistence {
   #lastLoad: StoreLoad | null = null;
   #lastWrite = 0;
 
-  constructor(engine: Engine, store: Store, budgetBytes: number) {
-    this.#engine = engine;
+  constructor(call: EngineCall, store: Store, budgetBytes: number) {
+    this.#call = call;
     this.#store = store;
     this.#budget = budgetBytes;
-    engine.prefixCachePersist(true);
+    call((e) => e.prefixCachePersist(true));
   }
 
   status(): { storedBytes: number | null; error: StoreError | null; lastLoad: StoreLoad | null } {
@@ -66,11 +71,14 @@ export class Persistence {
     if (this.#error) return;
     try {
       await this.#writing;
-      const keys = this.#engine.prefixCacheMissing(ids);
+      const keys = this.#call((e) => e.prefixCacheMissing(ids));
+      const recordBytes = this.#call((e) => e.prefixCacheRecordBytes());
       let t = now();
       const index = await this.#indexed();
       let n = 0;
-      while (n < keys.length && index.has(keys[n])) n++;
+      while (n < keys.length && index.get(keys[n])?.bytes === recordBytes) n++;
+      // A record of another size is not one of this cache's (damaged, or not a record): dropped unread.
+      if (n < keys.length && index.has(keys[n])) await this.#delete([keys[n]]);
       if (n === 0) return;
       // Tokens memory holds before: the prompt's whole pages that `missing` did not name.
       let held = (Math.floor(ids.length / PAGE_TOKENS) - keys.length) * PAGE_TOKENS;
@@ -89,7 +97,7 @@ export class Persistence {
         const chunk = got.slice(0, records) as Uint8Array[];
         const used = Date.now();
         for (let i = 0; i < records; i++) index.set(keys[at + i], { bytes: chunk[i].byteLength, used });
-        const loaded = JSON.parse(this.#engine.prefixCacheLoad(ids, chunk)) as { tokens: number; refused: Array<{ index: number }> };
+        const loaded = JSON.parse(this.#call((e) => e.prefixCacheLoad(ids, chunk))) as { tokens: number; refused: Array<{ index: number }> };
         stats.loadMs += now() - t;
         t = now();
         stats.records += records;
@@ -106,6 +114,8 @@ export class Persistence {
         }
       }
     } catch (e) {
+      // The engine's trap is the model's end, not the store's: the caller must see it.
+      if (e instanceof RuvllmError && e.code === 'E_ENGINE_CRASHED') throw e;
       this.#fail('E_STORE', e);
     }
   }
@@ -131,9 +141,15 @@ export class Persistence {
    */
   save(conversation: Uint32Array): void {
     if (this.#error) return;
-    const pairs = this.#engine.prefixCacheTakeUnsaved() as Array<[string, Uint8Array]>;
+    let pairs: Array<[string, Uint8Array]>;
+    let path: string[];
+    try {
+      pairs = this.#call((e) => e.prefixCacheTakeUnsaved()) as Array<[string, Uint8Array]>;
+      path = this.#call((e) => e.prefixCacheKeys(conversation));
+    } catch {
+      return; // a disposed or retired model has nothing more to save (the caller knows why)
+    }
     const records = pairs.map(([key, bytes]) => ({ key, bytes }));
-    const path = this.#engine.prefixCacheKeys(conversation);
     if (records.length === 0 && path.length === 0) return;
     this.#writing = this.#writing.then(() => this.#write(records, path));
   }
@@ -218,7 +234,7 @@ export class Persistence {
           : `the prefix cache's store failed (${why}): the cache goes on in memory only`,
     };
     try {
-      this.#engine.prefixCachePersist(false);
+      this.#call((e) => e.prefixCachePersist(false));
     } catch {
       // a disposed engine: nothing left to persist
     }
