@@ -10,6 +10,7 @@ export { MAX_MODEL_BYTES } from './source.js';
 export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage } from './chat.js';
 export { AbortError, RuvllmError } from './errors.js';
 export type { PrefixStore, Store, StoredRecord } from './store/store.js';
+export { MAX_RECORD_BYTES, RefusedRecords } from './store/store.js';
 export { IndexedDbStore } from './store/indexeddb.js';
 export { VectorIndex } from './vectors/vector-index.js';
 export type { IndexEntry, IndexHit, IndexInfo, SearchOptions, StoreSpec, VectorIndexOptions } from './vectors/vector-index.js';
