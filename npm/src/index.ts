@@ -12,6 +12,7 @@ export { AbortError, RuvllmError } from './errors.js';
 export type { PrefixStore, Store, StoredRecord } from './store/store.js';
 export { MAX_RECORD_BYTES, RefusedRecords } from './store/store.js';
 export { IndexedDbStore } from './store/indexeddb.js';
+export type { IndexedDbStoreOptions } from './store/indexeddb.js';
 export { VectorIndex } from './vectors/vector-index.js';
 export type { IndexEntry, IndexHit, IndexInfo, SearchOptions, StoreSpec, VectorIndexOptions } from './vectors/vector-index.js';
 export type { GraphOptions, Metric } from './vectors/stored.js';

@@ -11,7 +11,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, tr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { FileStore, LLM, RefusedRecords, RuvllmError, VectorIndex } from '@ruvector/ruvllm';
+import { FileStore, IndexedDbStore, LLM, RefusedRecords, RuvllmError, VectorIndex } from '@ruvector/ruvllm';
 import { MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
 
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-filestore-'));
@@ -364,4 +364,21 @@ test('a lock holder SIGKILLed while holding it: the next locker waits while it l
   assert.deepEqual(order, [`${first} in`, `${first} out`, `${second} in`, `${second} out`]);
   await rejectsWith(store.lock(async () => { throw new RuvllmError('E_INDEX', 'thrown inside'); }), 'E_INDEX');
   assert.deepEqual(names(dir), [], 'released after a rejection too');
+});
+
+test("IndexedDbStore's in-page lock, where navigator.locks is missing: one holder at a time, results and rejections passed on", { skip: globalThis.navigator?.locks ? 'this runtime has Web Locks' : false }, async () => {
+  const store = new IndexedDbStore('ruvllm-lock-test'); // no database is opened: the lock needs none
+  let inside = 0;
+  let most = 0;
+  const hold = (value) =>
+    store.lock(async () => {
+      most = Math.max(most, ++inside);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      inside--;
+      if (value === 'fail') throw new RuvllmError('E_INDEX', 'thrown inside');
+      return value;
+    });
+  const got = await Promise.allSettled([hold(1), hold('fail'), hold(3), new IndexedDbStore('ruvllm-lock-test').lock(async () => 4)]);
+  assert.deepEqual(got.map((r) => r.value ?? r.reason.code), [1, 'E_INDEX', 3, 4]);
+  assert.equal(most, 1);
 });
