@@ -1,7 +1,8 @@
 // The prefix cache in Chromium's real IndexedDB: a chat continued after a page reload starts from the pages the
 // first page load stored, with the same answer as without any cache; damaged records and another model's are refused
 // and deleted; a database of the first version is upgraded with its pages; a page with a tiny storage quota still
-// answers and says it could not persist.
+// answers and says it could not persist. The store itself: two pages counting under its lock (Web Locks) lose no
+// update, and a record over `maxBytes` is refused unread.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -185,6 +186,60 @@ test('a database of the first version (the last use in each page row) keeps its 
   const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'pages read from the upgraded database');
   assert.equal(again.cache.loadedTokens, again.usage.prompt_tokens_details.cached_tokens);
+});
+
+test("two pages incrementing a record under the store's lock end at the right count", async () => {
+  const second = await ex.browser.context.newPage();
+  try {
+    await second.goto(`${ex.server.origin}/examples/browser/index.html`);
+    // 30 increments each; a pause between reading and writing invites the other page in, which the lock keeps out.
+    const count = (page) =>
+      page.evaluate(async () => {
+        const { IndexedDbStore } = await import('@ruvector/ruvllm');
+        const store = new IndexedDbStore('ruvllm-lock-test');
+        for (let i = 0; i < 30; i++) {
+          await store.lock(async () => {
+            const n = Number(new TextDecoder().decode((await store.get('counter')) ?? new Uint8Array()));
+            await new Promise((resolve) => setTimeout(resolve, 2));
+            await store.put([{ key: 'counter', bytes: new TextEncoder().encode(String(n + 1)) }]);
+          });
+        }
+        store.close();
+      });
+    await Promise.all([count(ex.page), count(second)]);
+    const n = await ex.page.evaluate(async () => {
+      const { IndexedDbStore } = await import('@ruvector/ruvllm');
+      const store = new IndexedDbStore('ruvllm-lock-test');
+      const bytes = await store.get('counter');
+      store.close();
+      return new TextDecoder().decode(bytes);
+    });
+    assert.equal(n, '60');
+  } finally {
+    await second.close();
+  }
+});
+
+test('a record over maxBytes is refused unread, naming it, and the others read', async () => {
+  const r = await ex.page.evaluate(async () => {
+    const { IndexedDbStore, RefusedRecords } = await import('@ruvector/ruvllm');
+    const store = new IndexedDbStore('ruvllm-max-bytes-test');
+    await store.put([{ key: 'small', bytes: new Uint8Array(10) }, { key: 'large', bytes: new Uint8Array(11) }]);
+    const refusal = (e) => ({ refused: e instanceof RefusedRecords, code: e.code, keys: e.keys, message: e.message });
+    const out = {
+      one: await store.get('large', 10).then(() => null, refusal),
+      many: await store.getMany(['small', 'large', 'absent'], 10).then(() => null, refusal),
+      fits: (await store.get('large', 11)).length,
+      others: (await store.getMany(['small', 'absent'], 10)).map((b) => b?.length ?? null),
+    };
+    store.close();
+    return out;
+  });
+  assert.deepEqual(r.one.keys, ['large']);
+  assert.ok(r.one.refused && r.one.code === 'E_STORE' && r.one.message.includes('large (11 bytes, more than the 10'), r.one.message);
+  assert.deepEqual(r.many.keys, ['large']);
+  assert.equal(r.fits, 11);
+  assert.deepEqual(r.others, [10, null]);
 });
 
 test('a page with a tiny storage quota still answers and says it could not persist', async () => {
