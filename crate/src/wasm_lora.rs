@@ -81,11 +81,16 @@ impl Engine {
         self.keep(lora)
     }
 
+    /// The longest state `saveMicroLora` gives for this model: a stored one longer than this is not one.
+    #[wasm_bindgen(js_name = microLoraMaxBytes)]
+    pub fn micro_lora_max_bytes(&self) -> usize {
+        MicroLora::largest_state_bytes(&self.model)
+    }
+
     /// A MicroLoRA from the bytes `saveMicroLora` gave (a damaged or another model's state is `E_ADAPTER`): its id.
     #[wasm_bindgen(js_name = openMicroLora)]
     pub fn open_micro_lora(&self, bytes: js_sys::Uint8Array) -> Result<u32, JsValue> {
-        let max = MicroLora::largest_state_bytes(&self.model);
-        let bytes = bytes_from_js(&bytes, max, "a saved MicroLoRA").map_err(js_error)?;
+        let bytes = bytes_from_js(&bytes, self.micro_lora_max_bytes(), "a saved MicroLoRA").map_err(js_error)?;
         let lora = MicroLora::from_bytes(&self.model, &bytes).map_err(js_error)?;
         self.keep(lora)
     }

@@ -73,6 +73,7 @@ export interface Engine {
    * (a Promise of it in the threaded build). */
   createMicroLora?(optionsJson: string): number;
   openMicroLora?(bytes: Uint8Array): number;
+  microLoraMaxBytes?(): number;
   trainMicroLora?(id: number, ids: Uint32Array, firstTarget: number, reward: number): unknown;
   protectMicroLora?(id: number, examplesJson: string): unknown;
   consolidateMicroLora?(id: number): number;

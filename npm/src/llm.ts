@@ -296,7 +296,7 @@ export class LLM {
     if (!Number.isSafeInteger(storeBudget) || storeBudget < 0) {
       throw invalid(`prefixCache.storeBudgetBytes must be an integer >= 0, got ${storeBudget}`);
     }
-    const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store, 'prefixCache.store', 'ruvllm-prefix-cache');
+    const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store, 'prefixCache.store', 'ruvllm-prefix-cache', 'relaxed');
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
@@ -699,9 +699,10 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-/** The store `spec` names (the option `option`): `'indexeddb'` (the IndexedDB database `database`), a directory
- * (Node), or the caller's own. */
-export function openStore(spec: 'indexeddb' | string | Store, option: string, database: string): Store {
+/** The store `spec` names (the option `option`): `'indexeddb'` (the IndexedDB database `database`, whose writes are
+ * flushed to disk before they count unless `durability` is 'relaxed': for a cache), a directory (Node), or the
+ * caller's own. */
+export function openStore(spec: 'indexeddb' | string | Store, option: string, database: string, durability: 'strict' | 'relaxed' = 'strict'): Store {
   if (typeof spec === 'object' && spec !== null) {
     for (const m of ['list', 'get', 'put', 'delete', 'clear'] as const) {
       if (typeof spec[m] !== 'function') throw invalid(`${option} has no ${m}() method`);
@@ -710,7 +711,7 @@ export function openStore(spec: 'indexeddb' | string | Store, option: string, da
   }
   if (spec === 'indexeddb') {
     if (typeof indexedDB === 'undefined') throw invalid(`${option} 'indexeddb': this runtime has no IndexedDB`);
-    return new IndexedDbStore(database);
+    return new IndexedDbStore(database, { durability });
   }
   if (typeof spec === 'string' && spec !== '') {
     const store = started().fileStore(spec);

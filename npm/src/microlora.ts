@@ -107,7 +107,8 @@ export class MicroLora {
     for (const key of Object.keys(options)) {
       if (key !== 'store' && key !== 'name' && !(TRAINING_OPTIONS as readonly string[]).includes(key)) throw invalid(`unknown MicroLoRA option '${key}'`);
     }
-    const saved = store ? await storeCall('read', () => store.get(recordKey(name))) : undefined;
+    const maxBytes = host.call((e) => engine(e).microLoraMaxBytes());
+    const saved = store ? await storeCall('read', () => store.get(recordKey(name), maxBytes)) : undefined;
     return host.exclusive(undefined, async () => {
       if (saved) return new MicroLora(host, host.call((e) => engine(e).openMicroLora(saved)), name, store);
       const training = Object.fromEntries(TRAINING_OPTIONS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
@@ -229,6 +230,7 @@ function engine(e: Engine): Required<Pick<Engine, MicroLoraCall>> {
 type MicroLoraCall =
   | 'createMicroLora'
   | 'openMicroLora'
+  | 'microLoraMaxBytes'
   | 'trainMicroLora'
   | 'protectMicroLora'
   | 'consolidateMicroLora'

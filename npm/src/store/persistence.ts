@@ -6,7 +6,7 @@
 // and by the engine (format, checksum, model, finite values) before they are used.
 import type { Engine } from '../builds.js';
 import { RuvllmError } from '../errors.js';
-import { isFull, type Store, type StoredRecord } from './store.js';
+import { isFull, RefusedRecords, type Store, type StoredRecord } from './store.js';
 
 export interface StoreError {
   code: 'E_STORE_FULL' | 'E_STORE';
@@ -83,14 +83,23 @@ export class Persistence {
       // Tokens memory holds before: the prompt's whole pages that `missing` did not name.
       let held = (Math.floor(ids.length / PAGE_TOKENS) - keys.length) * PAGE_TOKENS;
       const stats: StoreLoad = { records: 0, bytes: 0, tokens: held, readMs: 0, loadMs: 0 };
-      let next: Promise<Array<Uint8Array | undefined>> | null = this.#read(keys.slice(0, READ_CHUNK));
+      const read = (from: number, to: number) => this.#read(keys.slice(from, to), recordBytes);
+      let next: Promise<Array<Uint8Array | undefined>> | null = read(0, Math.min(n, READ_CHUNK));
       for (let at = 0; next; at += READ_CHUNK) {
-        const got = await next;
+        let got: Array<Uint8Array | undefined>;
+        try {
+          got = await next;
+        } catch (e) {
+          // Records the store would not read (not a file, too long): dropped; the chain ends before them.
+          if (!(e instanceof RefusedRecords)) throw e;
+          await this.#delete(e.keys);
+          break;
+        }
         next = null;
         let records = got.findIndex((r) => r === undefined);
         if (records < 0) records = got.length;
         const more = records === got.length && at + records < n;
-        if (more) next = this.#read(keys.slice(at + records, Math.min(n, at + records + READ_CHUNK)));
+        if (more) next = read(at + records, Math.min(n, at + records + READ_CHUNK));
         stats.readMs += now() - t;
         if (records === 0) break;
         t = now();
@@ -120,14 +129,14 @@ export class Persistence {
     }
   }
 
-  /** Records of `keys` from the store, in order (`undefined` for any it lacks). */
-  #read(keys: string[]): Promise<Array<Uint8Array | undefined>> {
+  /** Records of `keys` from the store, in order (`undefined` for any it lacks), none longer than `maxBytes`. */
+  #read(keys: string[], maxBytes: number): Promise<Array<Uint8Array | undefined>> {
     const store = this.#store;
-    if (store.getMany) return store.getMany(keys);
+    if (store.getMany) return store.getMany(keys, maxBytes);
     return (async () => {
       const out: Array<Uint8Array | undefined> = [];
       for (const key of keys) {
-        const bytes = await store.get(key);
+        const bytes = await store.get(key, maxBytes);
         out.push(bytes);
         if (!bytes) break;
       }
