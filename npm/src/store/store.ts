@@ -18,16 +18,21 @@ export interface StoredRecord {
 export interface Store {
   /** Every record's key, size and last use. */
   list(): Promise<StoredRecord[]>;
-  /** A record's bytes, or `undefined` if there is none; marks it used. */
-  get(key: string): Promise<Uint8Array | undefined>;
+  /** A record's bytes, or `undefined` if there is none; marks it used. `maxBytes`: the largest record the caller
+   * can use (a store may refuse a larger one unread; the caller checks what it gets either way). */
+  get(key: string, maxBytes?: number): Promise<Uint8Array | undefined>;
   /** Optional: `get` of several records at once (in one transaction, reads in parallel), in the order of `keys`. */
-  getMany?(keys: string[]): Promise<Array<Uint8Array | undefined>>;
+  getMany?(keys: string[], maxBytes?: number): Promise<Array<Uint8Array | undefined>>;
   /** Optional: set records' last use to the given `used` times (without it, a store's order holds for this process only). */
   touch?(records: StoredRecord[]): Promise<void>;
   /** Write records (a full store throws, e.g. a `QuotaExceededError` or `ENOSPC`). */
   put(records: Array<{ key: string; bytes: Uint8Array }>): Promise<void>;
   delete(keys: string[]): Promise<void>;
   clear(): Promise<void>;
+  /** Optional: run `fn` holding the store's lock, exclusive across every process or page that shares the store
+   * (files: a lock file; IndexedDB: Web Locks). A vector index commits under it; without it, only writers in one
+   * process are kept apart. */
+  lock?<T>(fn: () => Promise<T>): Promise<T>;
 }
 
 /** The prefix cache's store (the name it had before indexes shared it). */
