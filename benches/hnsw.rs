@@ -228,16 +228,17 @@ fn run() -> Result<(), String> {
     }
 
     // What a store writes after a few more inserts, once it holds the index: the records they changed.
-    let whole: usize = index.take_changed_records().iter().map(|(_, bytes)| bytes.len()).sum();
+    let size = |c: &ruvllm::index::Commit| c.segments.iter().map(|(_, b)| b.len()).sum::<usize>() + c.header.len();
+    let whole = size(&index.commit());
     let more = 10.min(queries.len());
     for (i, q) in queries[..more].iter().enumerate() {
         index.insert((args.n + i) as u64, q).map_err(|e| e.to_string())?;
     }
-    let changed = index.take_changed_records();
-    let bytes: usize = changed.iter().map(|(_, bytes)| bytes.len()).sum();
+    let changed = index.commit();
     println!(
-        "{{\"inserts\":{more},\"records_written\":{},\"bytes_written\":{bytes},\"all_records_bytes\":{whole}}}",
-        changed.len()
+        "{{\"inserts\":{more},\"records_written\":{},\"bytes_written\":{},\"all_records_bytes\":{whole}}}",
+        changed.segments.len() + 1,
+        size(&changed)
     );
     Ok(())
 }

@@ -125,7 +125,10 @@ impl std::error::Error for Error {}
 
 impl From<crate::index::IndexError> for Error {
     fn from(e: crate::index::IndexError) -> Error {
-        Error::Index(e)
+        match e {
+            crate::index::IndexError::OutOfMemory { bytes, what } => Error::OutOfMemory { bytes, what },
+            e => Error::Index(e),
+        }
     }
 }
 

@@ -730,4 +730,11 @@ impl Engine {
         self.session_now()?.reset();
         Ok(())
     }
+
+    /// The model's identity in hex: SHA-256 of its GGUF header and samples of its weights (`Model::id`), what
+    /// persisted records are bound to (the prefix cache's pages, a vector index's embeddings).
+    #[wasm_bindgen(js_name = modelId)]
+    pub fn model_id(&self) -> String {
+        self.model.id().0.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::index::{Changes, Collection as Inner, Entry, Found, HnswParams, LabelScore, Metric};
+use crate::index::{
+    max_record_bytes, Changes, Collection as Inner, Entry, Found, HnswParams, IndexError, LabelScore, Metric,
+};
 use crate::wasm::{js_error, json, parse};
 
 /// `new Collection(options)`'s options: `{metric: "cosine" | "dot" | "l2", dims, m?, efConstruction?, seed?}`.
@@ -93,16 +95,29 @@ impl Collection {
         Ok(Collection { inner })
     }
 
-    /// A collection from its records (`keys[i]` names `records[i]`); `E_INDEX` if they are not one.
+    /// A collection from its records (`keys[i]` names `records[i]`, plain `Uint8Array`s); `E_INDEX` if they are not
+    /// one, `E_OUT_OF_MEMORY` if they do not fit. Each record is refused unread if it is longer than any valid record
+    /// under its key (`maxRecordBytes`), and copied into wasm memory fallibly.
     #[wasm_bindgen(js_name = fromRecords)]
     pub fn from_records(keys: Vec<String>, records: Vec<js_sys::Uint8Array>) -> Result<Collection, JsValue> {
         if keys.len() != records.len() {
             return Err(js_error(Error::InvalidArgument(format!("{} keys for {} records", keys.len(), records.len()))));
         }
-        let bytes: Vec<Vec<u8>> = records.iter().map(|r| r.to_vec()).collect();
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(records.len()).map_err(|_| js_error(oom(records.len() * 12, "the records")))?;
+        for (key, record) in keys.iter().zip(&records) {
+            bytes.push(copy_in(key, record)?);
+        }
         let inner = Inner::from_records(keys.iter().map(String::as_str).zip(bytes.iter().map(Vec::as_slice)))
             .map_err(|e| js_error(e.into()))?;
         Ok(Collection { inner })
+    }
+
+    /// The largest valid record under `key` (0 for a key no collection uses): a store's reader refuses a longer one
+    /// unread.
+    #[wasm_bindgen(js_name = maxRecordBytes)]
+    pub fn max_record_bytes(key: &str) -> f64 {
+        max_record_bytes(key) as f64
     }
 
     /// JSON `{metric, dims, m, efConstruction, entries, bytes, budget, threshold, labels: {name: {entries,
@@ -244,6 +259,62 @@ impl Collection {
     pub fn take_all(&mut self) -> js_sys::Object {
         changes_object(self.inner.take_all())
     }
+
+    /// The store holds the last `takeChanges`' (or `takeAll`'s) puts.
+    pub fn confirm(&mut self) {
+        self.inner.confirm();
+    }
+
+    /// The store may not hold them: their changes are kept for `rebase`.
+    pub fn abort(&mut self) {
+        self.inner.abort();
+    }
+
+    /// Take ids no other writer takes (while this holds the store's current state, before a commit); whether it did.
+    pub fn lease(&mut self) -> bool {
+        self.inner.lease()
+    }
+
+    /// Become `fresh` (the store read again after another writer's commit), with this collection's own changes since
+    /// its last confirmed commit replayed on it. `fresh` is consumed.
+    pub fn rebase(&mut self, fresh: Collection) -> Result<(), JsValue> {
+        self.inner.rebase(fresh.inner).map_err(js_error)
+    }
+
+    /// An empty collection of this one's shape (to rebase on when the store holds none).
+    #[wasm_bindgen(js_name = emptyLike)]
+    pub fn empty_like(&self) -> Collection {
+        Collection { inner: self.inner.empty_like() }
+    }
+
+    /// Records a store holds without the meta record that would make them a collection (a first commit cut short):
+    /// deleted by the next commit. Keys that are not a collection's are `E_INDEX`.
+    pub fn discard(&mut self, keys: Vec<String>) -> Result<(), JsValue> {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.inner.discard(&keys).map_err(|e| js_error(e.into()))
+    }
+}
+
+fn oom(bytes: usize, what: &str) -> Error {
+    Error::OutOfMemory { bytes, what: what.into() }
+}
+
+/// `record`, as stored under `key`, copied into wasm memory: refused unread when longer than any valid record under
+/// that key, and allocated fallibly (wasm-bindgen's own copies, `to_vec` and byte parameters, cannot fail softly).
+fn copy_in(key: &str, record: &js_sys::Uint8Array) -> Result<Vec<u8>, JsValue> {
+    let (len, most) = (record.length() as usize, max_record_bytes(key));
+    if most == 0 {
+        return Err(js_error(IndexError::Format(format!("a record under the key {key:?}, not a collection's")).into()));
+    }
+    if len > most {
+        let message = format!("the record {key} has {len} bytes, more than any valid one ({most})");
+        return Err(js_error(IndexError::Format(message).into()));
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| js_error(oom(len, &format!("the record {key}"))))?;
+    out.resize(len, 0);
+    record.copy_to(&mut out);
+    Ok(out)
 }
 
 fn changes_object(Changes { put, delete }: Changes) -> js_sys::Object {

@@ -5,7 +5,8 @@
 //! then read back with `Hnsw::from_records`. Either is refused with a typed error, or the index it gives searches,
 //! takes inserts, updates and deletes, and writes itself back to the same bytes. The same edits then go to a
 //! collection's records (the router's and the memory's: index records, entries, meta; an edit may also drop a
-//! record), read back with `Collection::from_records`.
+//! record), read back with `Collection::from_records`; a collection read back takes changes, commits them, and
+//! replays them (`rebase`) on the store read again, which already holds them: the same entries.
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
@@ -101,6 +102,7 @@ fn exercise_collection(mut c: Collection, mut store: BTreeMap<String, Vec<u8>>) 
     if let Some(f) = found.first() {
         c.remove(f.id);
     }
+    c.lease();
     let changes = c.take_changes();
     for (k, v) in changes.put {
         store.insert(k, v);
@@ -108,10 +110,15 @@ fn exercise_collection(mut c: Collection, mut store: BTreeMap<String, Vec<u8>>) 
     for k in changes.delete {
         store.remove(&k);
     }
-    let back = Collection::from_records(store.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
-        .expect("the records it read, with the changes it wrote");
+    let read = || Collection::from_records(store.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+    let back = read().expect("the records it read, with the changes it wrote");
     assert_eq!(back.entries().collect::<Vec<_>>(), c.entries().collect::<Vec<_>>());
     assert_eq!(back.bytes(), c.bytes());
+    // Its changes replayed on a store that holds them already (a write that failed after it was stored).
+    c.abort();
+    let entries: Vec<_> = c.entries().map(|(id, e)| (id, e.clone())).collect();
+    c.rebase(read().expect("read twice")).expect("the same shape");
+    assert_eq!(c.entries().map(|(id, e)| (id, e.clone())).collect::<Vec<_>>(), entries);
 }
 /// Search, write back, then change an index read from outside: nothing may panic, results stay sorted and live.
 /// The first round walks on the int8 copies the reader derived, the second on the f32 vectors.

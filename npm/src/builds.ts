@@ -26,6 +26,8 @@ export interface Glue {
 export interface CollectionClass {
   new (optionsJson: string): WasmCollection;
   fromRecords(keys: string[], records: Uint8Array[]): WasmCollection;
+  /** The largest valid record under `key` (0: a key no collection uses). */
+  maxRecordBytes(key: string): number;
 }
 
 /** crate/src/wasm_index.rs: JSON in and out, ids as numbers. */
@@ -45,6 +47,13 @@ export interface WasmCollection {
   setTag(tag: string): void;
   takeChanges(): { put: Array<[string, Uint8Array]>; delete: string[] };
   takeAll(): { put: Array<[string, Uint8Array]>; delete: string[] };
+  confirm(): void;
+  abort(): void;
+  lease(): boolean;
+  /** Consumes `fresh`. */
+  rebase(fresh: WasmCollection): void;
+  discard(keys: string[]): void;
+  emptyLike(): WasmCollection;
   free(): void;
 }
 
@@ -80,6 +89,8 @@ export interface Engine {
   saveMicroLora?(id: number): Uint8Array;
   exportMicroLora?(id: number, name: string): Uint8Array;
   microLoraInfo?(id: number): string;
+  /** SHA-256 of the GGUF header and samples of the weights, hex (crate/src/wasm.rs only). */
+  modelId?(): string;
   /** JSON `{embeddings, tokens}` (crate/src/wasm.rs only: the WebGPU build's engine has none). */
   embed?(textsJson: string, optionsJson: string): unknown;
   reset(): void;

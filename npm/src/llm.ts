@@ -153,6 +153,9 @@ export interface PrefixCacheInfo {
 export interface ModelInfo {
   name: string | null;
   architecture: string;
+  /** The model's identity in hex: SHA-256 of its GGUF header and samples of its weights, what stored prefix-cache
+   * pages and a router's or memory's vectors are bound to (null on the WebGPU engine, which does not embed). */
+  modelId: string | null;
   layers: number;
   embeddingSize: number;
   heads: number;
@@ -372,6 +375,7 @@ export class LLM {
     const store = this.#persistence?.status();
     return {
       ...info,
+      modelId: this.#call((e) => e.modelId?.() ?? null),
       build: this.#wasm.build,
       requestedBackend: this.#requested,
       fallback: info.fallback ?? this.#fallback,
@@ -750,7 +754,7 @@ function checkKvCache(kv: KvCacheOptions | undefined): KvCacheOptions | undefine
 
 function parseInfo(
   json: string,
-): Omit<ModelInfo, 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
+): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
   prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
 } {
   const i = JSON.parse(json);

@@ -1,5 +1,6 @@
 // The router and the long-term memory in Chromium's real IndexedDB, with all-MiniLM-L6-v2 as the embedder: built on
-// one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store.
+// one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store;
+// two tabs writing one index lose nothing.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -124,4 +125,41 @@ test('a damaged router record is E_INDEX after a reload, and the store keeps its
       }),
   );
   assert.equal(left, records);
+});
+
+test('two tabs on one IndexedDB index: A adds, a stale B removes, and a reopen has both', async () => {
+  const pageA = ex.page;
+  const pageB = await ex.browser.context.newPage();
+  await pageB.goto(pageA.url());
+  // Each page keeps its index open between steps (window.index); the vectors are the same seeded ones on both.
+  const step = (page, what) =>
+    page.evaluate(async (what) => {
+      const { VectorIndex } = await import('@ruvector/ruvllm');
+      let s = 5;
+      const vector = () => Float32Array.from({ length: 16 }, () => ((s = (s * 1103515245 + 12345) % 2147483648) / 2147483648) * 2 - 1);
+      try {
+        if (what === 'open') window.index = await VectorIndex.open({ dims: 16, store: 'indexeddb', database: 'two-tabs' });
+        if (what === 'seed') for (let i = 0; i < 300; i++) window.index.add(vector(), { text: `seed ${i}` });
+        if (what === 'add') for (let i = 0; i < 50; i++) window.index.add(vector(), { text: `a ${i}` });
+        if (what === 'remove') window.index.remove(window.index.entries()[17].id);
+        await window.index.flush();
+        const texts = window.index.entries().map((e) => e.text);
+        if (what === 'close') await window.index.close();
+        return { entries: texts.length, removed: !texts.includes('seed 17'), added: texts.filter((t) => t.startsWith('a ')).length };
+      } catch (e) {
+        return { error: { code: e.code, message: e.message } };
+      }
+    }, what);
+  assert.deepEqual(await step(pageA, 'open'), { entries: 0, removed: true, added: 0 });
+  assert.equal((await step(pageA, 'seed')).entries, 300);
+  assert.equal((await step(pageB, 'open')).entries, 300);
+  assert.equal((await step(pageA, 'add')).entries, 350);
+  // B's view is stale: its commit reads A's first and replays its removal on it.
+  assert.deepEqual(await step(pageB, 'remove'), { entries: 349, removed: true, added: 50 });
+  await step(pageA, 'close');
+  await step(pageB, 'close');
+  await pageB.close();
+  await pageA.reload();
+  assert.deepEqual(await step(pageA, 'open'), { entries: 349, removed: true, added: 50 });
+  await step(pageA, 'close');
 });

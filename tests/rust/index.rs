@@ -284,8 +284,9 @@ fn the_blob_round_trips() {
     }
 }
 
-/// A store fed with `take_changed_records` after each batch holds the index: reading its records back gives the
-/// same index; a batch of a few inserts rewrites a few segments, not the whole index.
+/// A store fed with each `commit` (segments, header, then its stale records deleted) holds the index: reading its
+/// records back gives the same index; a batch of a few inserts rewrites a few segments, not the whole index; a
+/// commit cut short at any record reads back the previous commit's index.
 #[test]
 fn records_persist_incrementally() {
     let dims = 16;
@@ -293,6 +294,7 @@ fn records_persist_incrementally() {
     let mut index = Hnsw::new(Metric::Cosine, dims, HnswParams::default()).unwrap();
     let mut store: BTreeMap<RecordKey, Vec<u8>> = BTreeMap::new();
     let mut written = Vec::new();
+    let read = |store: &BTreeMap<RecordKey, Vec<u8>>| Hnsw::from_records(store.iter().map(|(k, v)| (*k, &v[..])));
     for batch in 0..8 {
         let inserts = if batch == 0 { 1500 } else { 5 };
         for i in 0..inserts {
@@ -302,36 +304,55 @@ fn records_persist_incrementally() {
             index.delete(7);
             index.update(batch * 100_000, &random_vector(&mut rng, dims)).unwrap();
         }
-        let changed = index.take_changed_records();
-        assert_eq!(changed.last().unwrap().0, RecordKey::Header, "the header goes last");
-        written.push(changed.iter().filter(|(k, _)| matches!(k, RecordKey::Vectors(_))).count());
-        store.extend(changed);
-        assert!(index.take_changed_records().is_empty());
-        let back = Hnsw::from_records(store.iter().map(|(k, v)| (*k, &v[..]))).unwrap();
+        let commit = index.commit();
+        assert!(commit
+            .segments
+            .iter()
+            .all(|(k, _)| matches!(k, RecordKey::Vectors(_, g) | RecordKey::Links(_, g) if *g == commit.generation)));
+        assert!(commit.segments.iter().all(|(k, _)| !store.contains_key(k)), "a commit overwrites nothing");
+        written.push(commit.segments.iter().filter(|(k, _)| matches!(k, RecordKey::Vectors(..))).count());
+        let before = store.clone();
+        // Cut after each of its records: the index as the last commit left it.
+        let steps: Vec<(RecordKey, Vec<u8>)> =
+            commit.segments.iter().cloned().chain([(RecordKey::Header, commit.header.clone())]).collect();
+        if batch > 0 {
+            let previous = read(&before).unwrap().to_bytes();
+            for cut in 0..steps.len() {
+                let mut torn = before.clone();
+                torn.extend(steps[..cut].iter().cloned());
+                assert_eq!(read(&torn).unwrap().to_bytes(), previous, "batch {batch}, cut after {cut}");
+            }
+        }
+        store.extend(steps);
+        for key in &commit.stale {
+            assert!(store.remove(key).is_some(), "{key} was stored");
+        }
+        assert_eq!(store.len(), 1 + index.segment_keys().len(), "the store holds the last commit only");
+        let back = read(&store).unwrap();
         assert_eq!(back.to_bytes(), index.to_bytes(), "batch {batch}");
+        // A commit of nothing is a new header alone.
+        let empty = index.commit();
+        assert!(empty.segments.is_empty() && empty.stale.is_empty());
+        store.insert(RecordKey::Header, empty.header);
     }
     // Vectors are most of an index's bytes at embedding sizes: a batch rewrites those of the segments it wrote to.
     assert!(written[1..].iter().all(|&w| w <= 3), "vector records written per batch: {written:?}");
 
     // A record of an index of another shape, or a missing one, is refused.
     let (other, _) = build(Metric::Cosine, &clustered(&mut rng, 100, 8), HnswParams::default());
+    let links0 = index.segment_keys()[1];
     let mut mixed = store.clone();
-    mixed.insert(RecordKey::Links(0), other.records()[1].1.clone());
-    assert!(matches!(Hnsw::from_records(mixed.iter().map(|(k, v)| (*k, &v[..]))), Err(IndexError::Foreign(_))));
+    mixed.insert(links0, other.records()[1].1.clone());
+    assert!(matches!(read(&mixed), Err(IndexError::Foreign(_))));
+    let vectors3 = index.segment_keys()[6];
     let mut missing = store.clone();
-    missing.remove(&RecordKey::Vectors(3));
-    let result = Hnsw::from_records(missing.iter().map(|(k, v)| (*k, &v[..])));
-    assert!(matches!(result, Err(IndexError::Missing(RecordKey::Vectors(3)))));
-    // A write cut short: the segments of a new generation stored, its header not.
-    index.insert(999_999, &random_vector(&mut rng, dims)).unwrap();
-    let mut torn = store.clone();
-    torn.extend(index.take_changed_records().into_iter().filter(|(k, _)| *k != RecordKey::Header));
-    let result = Hnsw::from_records(torn.iter().map(|(k, v)| (*k, &v[..])));
-    assert!(matches!(result, Err(IndexError::NewerThanHeader(_))), "{result:?}");
+    missing.remove(&vectors3);
+    assert_eq!(read(&missing).unwrap_err(), IndexError::Missing(vectors3));
+    // A segment's record under another segment's key.
     let mut swapped = store.clone();
-    let links1 = swapped[&RecordKey::Links(1)].clone();
-    swapped.insert(RecordKey::Links(2), links1);
-    assert!(matches!(Hnsw::from_records(swapped.iter().map(|(k, v)| (*k, &v[..]))), Err(IndexError::Foreign(_))));
+    let links2 = index.segment_keys()[5];
+    swapped.insert(links2, store[&index.segment_keys()[3]].clone());
+    assert!(matches!(read(&swapped), Err(IndexError::Foreign(_))));
 }
 
 /// Frame `body` (magic and version already in it) with its CRC-32, as the writer does.
@@ -395,11 +416,12 @@ fn foreign_and_hostile_blobs_are_typed_errors() {
         b[at..at + value.len()].copy_from_slice(value);
         Hnsw::from_bytes(&reseal(b))
     };
-    assert_eq!(forged(8, &2u32.to_le_bytes()).err(), Some(IndexError::Version(2)));
+    assert_eq!(forged(8, &3u32.to_le_bytes()).err(), Some(IndexError::Version(3)));
+    assert_eq!(forged(8, &1u32.to_le_bytes()).err(), Some(IndexError::Version(1)), "version-1 blobs are refused");
     assert!(matches!(forged(0, b"RVLLMKV\0"), Err(IndexError::Format(_))));
     assert!(matches!(forged(12, &u32::MAX.to_le_bytes()), Err(IndexError::Format(_))), "a record count past the bytes");
     assert!(
-        matches!(forged(21, &u32::MAX.to_le_bytes()), Err(IndexError::Format(_))),
+        matches!(forged(16 + RecordKey::BYTES, &u32::MAX.to_le_bytes()), Err(IndexError::Format(_))),
         "a record length past the bytes"
     );
     assert!(matches!(Hnsw::from_bytes(b"RVHNSW\0\0"), Err(IndexError::Format(_))));
@@ -425,7 +447,7 @@ fn foreign_and_hostile_blobs_are_typed_errors() {
         assert!(forge_header(at, &value.to_le_bytes()).is_err(), "header field at {at} = {value}");
     }
     let links0 = &records[1].1;
-    assert_eq!(records[1].0, RecordKey::Links(0));
+    assert_eq!(records[1].0, RecordKey::Links(0, 0));
     // A links record's first slot (after the 40 bytes of its fixed part): id, deleted, level, count, links.
     for (at, value) in [
         (40 + 8 + 2, 9u16.to_le_bytes().to_vec()),
@@ -435,7 +457,7 @@ fn foreign_and_hostile_blobs_are_typed_errors() {
         let mut l = links0[..links0.len() - 4].to_vec();
         l[at..at + value.len()].copy_from_slice(&value);
         let l = reseal(l);
-        let set = records.iter().map(|(k, v)| (*k, if *k == RecordKey::Links(0) { &l[..] } else { &v[..] }));
+        let set = records.iter().map(|(k, v)| (*k, if *k == RecordKey::Links(0, 0) { &l[..] } else { &v[..] }));
         assert!(matches!(Hnsw::from_records(set), Err(IndexError::Format(_))), "links byte {at}");
     }
     let error: ruvllm::Error = IndexError::Checksum.into();

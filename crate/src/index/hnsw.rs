@@ -24,7 +24,7 @@
 //! The copies are derived from the f32 vectors (on insert, and on load): records hold only those.
 //!
 //! The index knows no storage: `records.rs` turns it into byte records (and tracks which changed since the
-//! last `take_changed_records`, for a store that persists incrementally).
+//! last `commit`, for a store that persists incrementally).
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -86,9 +86,12 @@ pub struct Hnsw {
     pub(super) slot_of: HashMap<u64, u32>,
     /// Deleted slots, the lowest reused first (so the order survives a reload).
     pub(super) free: BTreeSet<u32>,
-    /// What changed since the records were last taken (see `records.rs`), and how many times they were.
+    /// What changed since the last commit (see `records.rs`), and how many commits there were.
     pub(super) changed: Changes,
     pub(super) generation: u64,
+    /// Per segment, the generations of the vectors and links records the last commit (or read) stored it in (0:
+    /// not stored).
+    pub(super) stored: Vec<[u64; 2]>,
     /// The int8 copies searches walk the graph with, while `set_quantized` keeps them.
     int8: Option<Int8>,
     /// Reusable search state for searches on `&self` (one per concurrent search), so a search allocates little.
@@ -168,7 +171,7 @@ impl std::fmt::Debug for Hnsw {
     }
 }
 
-/// Slots whose vectors or links changed since the records were last taken; the header changes with any.
+/// Slots whose vectors or links changed since the last commit; the header changes with any.
 #[derive(Default)]
 pub(super) struct Changes {
     pub vectors: BTreeSet<u32>,
@@ -251,6 +254,7 @@ impl Hnsw {
             free: BTreeSet::new(),
             changed: Changes::default(),
             generation: 0,
+            stored: Vec::new(),
             int8: Some(Int8::default()),
             scratch_pool: Mutex::new(Vec::new()),
         })

@@ -10,7 +10,9 @@ pub mod distance;
 mod hnsw;
 mod records;
 
-pub use collection::{Changes, Collection, Decision, Entry, Found, LabelScore, MAX_LABEL_BYTES, MAX_TEXT_BYTES};
+pub use collection::{
+    max_record_bytes, Changes, Collection, Decision, Entry, Found, LabelScore, MAX_LABEL_BYTES, MAX_TEXT_BYTES,
+};
 pub use distance::Metric;
 pub use hnsw::{Hit, Hnsw, HnswParams};
-pub use records::{IndexError, RecordKey, SEGMENT_SLOTS};
+pub use records::{Commit, IndexError, RecordKey, SEGMENT_SLOTS};

@@ -5,7 +5,7 @@
 import type { ChatMessage } from '../chat.js';
 import { invalid } from '../errors.js';
 import { openStore, type LLM } from '../llm.js';
-import { openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
+import { checkEntry, openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 
 export interface MemoryOptions extends GraphOptions {
@@ -94,11 +94,10 @@ export class Memory {
     const held = new Set(this.#turns(conversation).map((t) => `${t.role}\n${t.content}`));
     const fresh = list.filter((m) => ROLES.has(m.role) && m.content.trim() !== '' && !held.has(`${m.role}\n${m.content}`));
     if (fresh.length === 0) return [];
+    const texts = fresh.map((m) => JSON.stringify({ role: m.role, content: m.content }));
+    texts.forEach((text) => checkEntry(text, conversation));
     const vectors = await this.#embedder.embed(fresh.map((m) => m.content), { signal: options.signal });
-    const ids = fresh.map((m, i) => {
-      const text = JSON.stringify({ role: m.role, content: m.content });
-      return JSON.parse(this.#c.run((w) => w.add(Float32Array.from(vectors[i]), text, conversation, Date.now()))).id as number;
-    });
+    const ids = texts.map((text, i) => JSON.parse(this.#c.run((w) => w.add(Float32Array.from(vectors[i]), text, conversation, Date.now()))).id as number);
     this.#c.changed();
     return ids.filter((id) => this.#c.run((w) => w.entry(id)) !== undefined);
   }

@@ -4,7 +4,7 @@
 // teaches it a new utterance (a correction). Kept in a store, so a page or process that reopens it routes the same.
 import { invalid } from '../errors.js';
 import { openStore, type LLM } from '../llm.js';
-import { openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
+import { checkEntry, openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 
 export interface RouteDefinition {
@@ -98,6 +98,7 @@ export class Router {
   /** Teach the router that `text` takes `route` (a new route if it has none); the utterance's id. */
   async add(text: string, route: string): Promise<number> {
     if (typeof text !== 'string' || typeof route !== 'string' || route === '') throw invalid('text and a route name must be strings');
+    checkEntry(text, route);
     const [v] = await this.#embedder.embed(text);
     const { id } = JSON.parse(this.#c.run((w) => w.add(Float32Array.from(v), text, route, Date.now())));
     this.#c.changed();

@@ -2,7 +2,7 @@
 import { invalid } from '../errors.js';
 import { openStore } from '../llm.js';
 import type { Store } from '../store/store.js';
-import { StoredCollection, toVector, type GraphOptions, type Metric } from './stored.js';
+import { checkEntry, StoredCollection, toVector, type GraphOptions, type Metric } from './stored.js';
 
 /** Where an index persists: `'indexeddb'` (browsers), a directory (Node), or any `Store`; none: memory only. */
 export type StoreSpec = 'indexeddb' | string | Store;
@@ -88,19 +88,17 @@ export class VectorIndex {
   static async open(options: VectorIndexOptions): Promise<VectorIndex> {
     const dims = count(options?.dims, 0, 'dims');
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-index');
-    const c = await StoredCollection.open(store, dims, options);
-    const index = new VectorIndex(c);
-    if (index.dims !== dims) {
-      await c.close();
-      throw invalid(`the stored index has ${index.dims} dimensions, not ${dims}`);
-    }
-    return index;
+    const c = await StoredCollection.open(store, dims, options, (c) => {
+      const stored = (JSON.parse(c.run((w) => w.info())) as IndexInfo).dims;
+      if (stored !== dims) throw invalid(`the stored index has ${stored} dimensions, not ${dims}`);
+    });
+    return new VectorIndex(c);
   }
 
   /** Add `vector` standing for `text` under `label`; its id. */
   add(vector: ArrayLike<number>, entry: { text?: string; label?: string } = {}): number {
     const { text = '', label = '' } = entry;
-    if (typeof text !== 'string' || typeof label !== 'string') throw invalid('text and label must be strings');
+    checkEntry(text, label);
     const v = toVector(vector, this.dims);
     const { id } = JSON.parse(this.#c.run((w) => w.add(v, text, label, Date.now())));
     this.#c.changed();
