@@ -49,7 +49,7 @@ pub(crate) fn bytes_from_js(array: &js_sys::Uint8Array, max: usize, what: &str) 
     // `byteLength` as JS has it: js_sys reads it as a u32, which wraps for arrays beyond 4 GiB.
     let length = js_sys::Reflect::get(array, &"byteLength".into()).ok().and_then(|n| n.as_f64()).unwrap_or(f64::MAX);
     if length > max as f64 {
-        return Err(Error::InvalidArgument(format!("{what} of {length} bytes: the largest this model takes is {max}")));
+        return Err(Error::InvalidArgument(format!("{what} of {length} bytes, more than any valid one ({max})")));
     }
     let n = length as usize;
     let mut bytes = Vec::new();

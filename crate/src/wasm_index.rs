@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::index::{
     max_record_bytes, Changes, Collection as Inner, Entry, Found, HnswParams, IndexError, LabelScore, Metric,
 };
-use crate::wasm::{js_error, json, parse};
+use crate::wasm::{bytes_from_js, js_error, json, parse};
 
 /// `new Collection(options)`'s options: `{metric: "cosine" | "dot" | "l2", dims, m?, efConstruction?, seed?}`.
 #[derive(Deserialize)]
@@ -299,22 +299,17 @@ fn oom(bytes: usize, what: &str) -> Error {
     Error::OutOfMemory { bytes, what: what.into() }
 }
 
-/// `record`, as stored under `key`, copied into wasm memory: refused unread when longer than any valid record under
-/// that key, and allocated fallibly (wasm-bindgen's own copies, `to_vec` and byte parameters, cannot fail softly).
+/// `record`, as stored under `key`, copied into wasm memory (`bytes_from_js`): refused unread when longer than any
+/// valid record under that key, and allocated fallibly.
 fn copy_in(key: &str, record: &js_sys::Uint8Array) -> Result<Vec<u8>, JsValue> {
-    let (len, most) = (record.length() as usize, max_record_bytes(key));
+    let most = max_record_bytes(key);
     if most == 0 {
         return Err(js_error(IndexError::Format(format!("a record under the key {key:?}, not a collection's")).into()));
     }
-    if len > most {
-        let message = format!("the record {key} has {len} bytes, more than any valid one ({most})");
-        return Err(js_error(IndexError::Format(message).into()));
-    }
-    let mut out = Vec::new();
-    out.try_reserve_exact(len).map_err(|_| js_error(oom(len, &format!("the record {key}"))))?;
-    out.resize(len, 0);
-    record.copy_to(&mut out);
-    Ok(out)
+    bytes_from_js(record, most, &format!("the index record {key}")).map_err(|e| match e {
+        Error::InvalidArgument(m) => js_error(IndexError::Format(m).into()),
+        e => js_error(e),
+    })
 }
 
 fn changes_object(Changes { put, delete }: Changes) -> js_sys::Object {

@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM, Memory, Router, VectorIndex } from '@ruvector/ruvllm';
 import { EMBED_MODEL_PATH, MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
-import { lockedStore } from './locked-store.mjs';
 
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-vectors-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -281,12 +280,11 @@ test('two indexes on one directory: a stale writer\'s commit loses nothing, in e
   }
 });
 
-/** Run `code` (a module body; VectorIndex and lockedStore in scope) in a new Node process; the process, its stdout
+/** Run `code` (a module body; VectorIndex in scope) in a new Node process; the process, its stdout
  * lines as they come (`lines`), and `done` (its exit code and stderr). */
 function child(code) {
   const body = `
     import { VectorIndex } from '@ruvector/ruvllm';
-    import { lockedStore } from ${JSON.stringify(join(PACKAGE_DIR, 'test', 'locked-store.mjs'))};
     const vector = (dims) => Float32Array.from({ length: dims }, () => Math.random() * 2 - 1);
     ${code}`;
   const p = spawn(process.execPath, ['--input-type=module', '-e', body], { cwd: PACKAGE_DIR, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -316,7 +314,7 @@ function child(code) {
 test('two processes adding and removing at once on one store: the index has every committed change', async () => {
   const dir = join(root, 'two-processes');
   const writer = (name) => child(`
-    const index = await VectorIndex.open({ dims: 16, store: lockedStore(${JSON.stringify(dir)}) });
+    const index = await VectorIndex.open({ dims: 16, store: ${JSON.stringify(dir)} });
     const kept = new Map();
     for (let round = 0; round < 15; round++) {
       for (let i = 0; i < 12; i++) kept.set(index.add(vector(16), { text: '${name} ' + round + ' ' + i }), '${name} ' + round + ' ' + i);
