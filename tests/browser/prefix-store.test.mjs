@@ -220,6 +220,44 @@ test("two pages incrementing a record under the store's lock end at the right co
   }
 });
 
+test('a tab closed while it writes: every write it finished is there, the cut one whole or not at all', async () => {
+  const writer = await ex.browser.context.newPage();
+  await writer.goto(`${ex.server.origin}/examples/browser/index.html`);
+  // Writes of 8 records of 128 KB each, one transaction each; `window.done` counts the finished ones.
+  await writer.evaluate(async () => {
+    const { IndexedDbStore } = await import('@ruvector/ruvllm');
+    const store = new IndexedDbStore('ruvllm-closed-tab-test');
+    window.done = 0;
+    (async () => {
+      for (let w = 0; ; w++) {
+        const records = Array.from({ length: 8 }, (_, r) => ({ key: `w${w}r${r}`, bytes: new Uint8Array(128 << 10).fill(w & 255) }));
+        await store.put(records);
+        window.done = w + 1;
+      }
+    })();
+  });
+  await writer.waitForFunction(() => window.done >= 3);
+  const done = await writer.evaluate(() => window.done);
+  await writer.close(); // mid-write: the page keeps writing until it is gone
+  const got = await ex.page.evaluate(async () => {
+    const { IndexedDbStore } = await import('@ruvector/ruvllm');
+    const store = new IndexedDbStore('ruvllm-closed-tab-test');
+    const listed = await store.list();
+    const bytes = await store.getMany(listed.map((r) => r.key));
+    store.close();
+    // Per write: its records' keys, and whether each holds its 128 KB of the write's byte.
+    const writes = {};
+    listed.forEach(({ key }, i) => {
+      const w = Number(key.slice(1, key.indexOf('r')));
+      (writes[w] ??= []).push(bytes[i].length === 128 << 10 && bytes[i].every((x) => x === (w & 255)));
+    });
+    return writes;
+  });
+  for (let w = 0; w < done; w++) assert.ok(got[w], `write ${w} finished before the close, and is there`);
+  const writes = Object.entries(got);
+  for (const [w, whole] of writes) assert.deepEqual(whole, Array(8).fill(true), `write ${w}: all 8 records, each whole`);
+});
+
 test('a record over maxBytes is refused unread, naming it, and the others read', async () => {
   const r = await ex.page.evaluate(async () => {
     const { IndexedDbStore, RefusedRecords } = await import('@ruvector/ruvllm');
