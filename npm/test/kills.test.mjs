@@ -1,5 +1,5 @@
-// Processes SIGKILLed while they write what the package persists (issue 36): a prefix cache kept in a directory and a
-// MicroLoRA's state. Each child loads the default model and writes in a loop, printing what it has committed; it is
+// Two processes on one prefix-cache store at once, and processes SIGKILLed while they write what the package persists
+// (issue 36): a prefix cache kept in a directory and a MicroLoRA's state. Each child loads the default model and writes in a loop, printing what it has committed; it is
 // killed at seeded random moments (inside a generation, a store write, a training step). After each kill, the next
 // process finds only whole records, loses nothing committed before the kill, and answers as a model without a store.
 // The stores themselves under kills (every record whole, temporary files removed) are in store.test.mjs.
@@ -54,6 +54,61 @@ async function killedAfter(code, dir, delayMs) {
   assert.equal((await exited).signal, 'SIGKILL', err);
   return out.split('\n').filter(Boolean);
 }
+
+test('two processes chatting on one prefix-cache store at once: each reads the pages the other wrote', { timeout: 240_000 }, async () => {
+  const dir = newDir();
+  // Each asks its own questions on the shared system prompt, four turns, then one the other asked; it prints JSON.
+  const chatter = (mine, theirs) => `
+    import { LLM } from '@ruvector/ruvllm';
+    const llm = await LLM.load(${JSON.stringify(MODEL_PATH)}, { prefixCache: { store: ${JSON.stringify(dir)} } });
+    const ask = async (i) => {
+      const messages = [${JSON.stringify(SYSTEM)}, { role: 'user', content: '(' + i + ') Name one thing you can see in a city at night.' }];
+      const r = await llm.chat.completions.create({ messages, temperature: 0, max_tokens: 4 });
+      await llm.flushPrefixCache();
+      return { i, content: r.choices[0].message.content, cached: r.usage.prompt_tokens_details.cached_tokens, prompt: r.usage.prompt_tokens };
+    };
+    const out = [];
+    for (const i of ${JSON.stringify(mine)}) out.push(await ask(i));
+    console.log('written'); // then waits for a line: the other process has written its pages too
+    await new Promise((resolve) => process.stdin.once('data', resolve));
+    out.push(await ask(${theirs}));
+    console.log(JSON.stringify({ out, storeError: llm.info().prefixCache.storeError }));
+    llm.dispose();
+    process.exit(0);`;
+  const start = (code) => {
+    const p = spawn(process.execPath, ['--input-type=module', '-e', code], { cwd: PACKAGE_DIR, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stderr.on('data', (d) => (err += d));
+    const written = new Promise((resolve) => p.stdout.on('data', (d) => (out += d) && out.includes('written') && resolve()));
+    const result = new Promise((resolve, reject) =>
+      p.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out.trim().split('\n').pop())) : reject(new Error(err)))),
+    );
+    return { p, written, result };
+  };
+  const children = [start(chatter([100, 101, 102, 103], 203)), start(chatter([200, 201, 202, 203], 103))];
+  await Promise.race([Promise.all(children.map((c) => c.written)), ...children.map((c) => c.result)]);
+  children.forEach((c) => c.p.stdin.write('go\n'));
+  const [a, b] = await Promise.all(children.map((c) => c.result));
+  const plain = await LLM.load(MODEL_PATH, { prefixCache: { budgetBytes: 0 } });
+  try {
+    for (const { out, storeError } of [a, b]) {
+      assert.equal(storeError, null);
+      for (const r of out) {
+        const messages = [SYSTEM, { role: 'user', content: `(${r.i}) Name one thing you can see in a city at night.` }];
+        const want = (await plain.chat.completions.create({ messages, ...GREEDY })).choices[0].message.content;
+        assert.equal(r.content, want, `question ${r.i}: the same answer as without a store`);
+      }
+      // The last question is the other process's, its number early in the prompt: its last pages came from the
+      // other's writes, whole.
+      const last = out.at(-1);
+      assert.equal(last.cached, Math.floor((last.prompt - 1) / 16) * 16, `question ${last.i}: every page read`);
+    }
+  } finally {
+    plain.dispose();
+  }
+  assert.deepEqual(readdirSync(dir).filter((n) => !n.endsWith('.rec')), [], 'only records are left');
+});
 
 test(`a prefix cache's writer SIGKILLed at ${KILLS} points: the next process reads every page committed, answers the same`, { timeout: 240_000 }, async () => {
   const dir = newDir();

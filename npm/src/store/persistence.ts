@@ -58,8 +58,9 @@ export class Persistence {
     return { storedBytes: stored, error: this.#error, lastLoad: this.#lastLoad };
   }
 
-  async #indexed(): Promise<Map<string, { bytes: number; used: number }>> {
-    this.#index ??= new Map((await this.#store.list()).map((r) => [r.key, { bytes: r.bytes, used: r.used }]));
+  /** The store's records by key, from `list()` on first need, or again with `relist`. */
+  async #indexed(relist = false): Promise<Map<string, { bytes: number; used: number }>> {
+    if (!this.#index || relist) this.#index = new Map((await this.#store.list()).map((r) => [r.key, { bytes: r.bytes, used: r.used }]));
     return this.#index;
   }
 
@@ -74,9 +75,18 @@ export class Persistence {
       const keys = this.#call((e) => e.prefixCacheMissing(ids));
       const recordBytes = this.#call((e) => e.prefixCacheRecordBytes());
       let t = now();
-      const index = await this.#indexed();
-      let n = 0;
-      while (n < keys.length && index.get(keys[n])?.bytes === recordBytes) n++;
+      let index = await this.#indexed();
+      const usable = () => {
+        let n = 0;
+        while (n < keys.length && index.get(keys[n])?.bytes === recordBytes) n++;
+        return n;
+      };
+      let n = usable();
+      // Another process or tab on the store may have written the next page since it was listed: one read tells.
+      if (n < keys.length && !index.has(keys[n]) && (await this.#read([keys[n]], recordBytes).catch(() => []))[0]) {
+        index = await this.#indexed(true);
+        n = usable();
+      }
       // A record of another size is not one of this cache's (damaged, or not a record): dropped unread.
       if (n < keys.length && index.has(keys[n])) await this.#delete([keys[n]]);
       if (n === 0) return;
