@@ -67,7 +67,8 @@ async function chromium() {
   const browser = await openPage('soak.html', args.model, { executablePath: args.chromium, ready: 'soakBench' });
   try {
     await browser.page.exposeFunction('soakCheckpoint', (line) => {
-      const renderer = chromiumPeaks().find((p) => p.type === 'renderer');
+      // The page's renderer: the largest (Chromium may keep a spare one).
+      const renderer = chromiumPeaks().filter((p) => p.type === 'renderer').sort((a, b) => b.rss_mb - a.rss_mb)[0];
       print('chromium', { ...line, renderer_rss_mb: renderer?.rss_mb ?? null, renderer_peak_mb: renderer?.peak_rss_mb ?? null });
     });
     return await browser.page.evaluate(({ model, options }) => window.soakBench(model, options), { model: browser.modelUrl, options });
