@@ -219,7 +219,7 @@ fn bad_adapters_are_typed_errors() {
         ("lora-bad-layer.gguf", "'blk.9.attn_q.weight' is not a weight of this model"),
         ("lora-bad-type.gguf", "general.type is 'model'"),
         ("lora-bad-nan.gguf", "'blk.0.attn_q.weight' has a factor that is NaN or infinite"),
-        ("lora-bad-wide.gguf", "has rank 65, more than its 64 x 64 weight can use"),
+        ("lora-bad-wide.gguf", "has rank 65, more than its 64 x 64 weight's larger side"),
         ("lora-phi3-r8.gguf", "for a 'phi3' model"),
         // A model file is not an adapter.
         (LLAMA_SPM, "general.type is ''"),

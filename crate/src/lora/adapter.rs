@@ -115,9 +115,11 @@ impl LoraAdapter {
                     a.dims, b.dims
                 ));
             }
-            // A rank beyond the smaller side adds nothing a full-rank update would not, and only costs memory.
-            if rank > n_in.min(n_out) {
-                return bad(format!("'{weight}' has rank {rank}, more than its {n_out} x {n_in} weight can use"));
+            // Beyond the weight's smaller side a rank adds nothing a full-rank update would not (llama.cpp takes such
+            // files, and so do we); beyond its larger side the factors outgrow the weight, and their size is the file's
+            // to choose: that bound keeps their memory within twice the weight's.
+            if rank > n_in.max(n_out) {
+                return bad(format!("'{weight}' has rank {rank}, more than its {n_out} x {n_in} weight's larger side"));
             }
             let a = adapter_matrix(&bytes, MatrixRef { ty: a.ty, rows: rank, cols: n_in, offset: a.offset }, weight)?;
             let b = adapter_matrix(&bytes, MatrixRef { ty: b.ty, rows: n_out, cols: rank, offset: b.offset }, weight)?;
