@@ -431,24 +431,26 @@ pub(crate) mod persist {
     pub(crate) fn load(model: &Model, ids: &[u32], records: &js_sys::Array) -> String {
         let size = record_bytes(model);
         let mut bytes = Vec::new();
-        let mut refused = Vec::new();
+        // The first record not copied in (and why): the cache takes the ones before it.
+        let mut unread = None;
         for (index, r) in records.iter().enumerate() {
-            match r.dyn_into::<js_sys::Uint8Array>() {
-                Ok(r) => match bytes_from_js(&r, size, "a prefix-cache record") {
-                    Ok(r) => bytes.push(r),
-                    Err(e) => refused.push(serde_json::json!({ "index": index, "reason": e.to_string() })),
-                },
-                Err(_) => refused.push(serde_json::json!({ "index": index, "reason": "not a Uint8Array" })),
-            }
-            if !refused.is_empty() {
-                break;
+            let copied = match r.dyn_into::<js_sys::Uint8Array>() {
+                Ok(r) => bytes_from_js(&r, size, "a prefix-cache record").map_err(|e| e.to_string()),
+                Err(_) => Err("not a Uint8Array".to_string()),
+            };
+            match copied {
+                Ok(r) => bytes.push(r),
+                Err(reason) => {
+                    unread = Some((index, reason));
+                    break;
+                }
             }
         }
         let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let loaded = model.prefix_cache().load(ids, &slices);
-        let refused_after =
-            loaded.refused.iter().map(|(index, e)| serde_json::json!({ "index": index, "reason": e.to_string() }));
-        let refused: Vec<_> = refused_after.chain(refused).collect();
+        let refused: Vec<_> = (loaded.refused.iter().map(|(index, e)| (*index, e.to_string())).chain(unread))
+            .map(|(index, reason)| serde_json::json!({ "index": index, "reason": reason }))
+            .collect();
         json(&serde_json::json!({ "tokens": loaded.tokens, "refused": refused }))
     }
 
@@ -735,6 +737,6 @@ impl Engine {
     /// persisted records are bound to (the prefix cache's pages, a vector index's embeddings).
     #[wasm_bindgen(js_name = modelId)]
     pub fn model_id(&self) -> String {
-        self.model.id().0.iter().map(|b| format!("{b:02x}")).collect()
+        self.model.id().hex()
     }
 }

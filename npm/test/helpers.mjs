@@ -47,3 +47,13 @@ export async function rejectsWith(promise, code) {
   }
   throw new Error(`expected a rejection with ${code}`);
 }
+
+/** A seeded generator of numbers in [0, 1) (mulberry32): the same kill points and delays on every run. */
+export function seededRandom(seed) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

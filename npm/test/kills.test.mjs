@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM } from '@ruvector/ruvllm';
-import { MODEL_PATH, PACKAGE_DIR } from './helpers.mjs';
+import { MODEL_PATH, PACKAGE_DIR, seededRandom as random } from './helpers.mjs';
 
 const KILLS = 8;
 const SYSTEM = { role: 'system', content: 'You are a concise assistant. Answer in one short sentence.' };
@@ -22,16 +22,6 @@ const newDir = () => {
   dirs.push(mkdtempSync(join(tmpdir(), 'ruvllm-kills-')));
   return dirs.at(-1);
 };
-
-/** mulberry32: the same kill points on every run. */
-function random(seed) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Run `code` (an ES module with `LLM`, `dir` and `model` at hand) in a child, kill it `delayMs` after its first line
  * of output, and return every line it printed. */

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { FileStore, IndexedDbStore, LLM, RefusedRecords, RuvllmError, VectorIndex } from '@ruvector/ruvllm';
-import { MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
+import { MODEL_PATH, PACKAGE_DIR, rejectsWith, seededRandom as random } from './helpers.mjs';
 
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-filestore-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -251,16 +251,6 @@ function child(code, dir) {
       check();
     });
   return { process: p, lines, exited, lineCount };
-}
-
-/** A small seeded generator (mulberry32): the same kill points on every run. */
-function random(seed) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 // A writer putting records of 100-400 KB over 24 keys in turn: `[n u32][random bytes][sha-256 of both]`, n its write

@@ -56,6 +56,10 @@ impl ModelId {
         }
         ModelId(h.finalize().into())
     }
+
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
 }
 
 /// A page's name in a store: the hash of its model and its whole token prefix, chained page by page
@@ -89,8 +93,13 @@ impl PageKey {
     }
 
     pub fn hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.0)
     }
+}
+
+/// `bytes` as lowercase hex, two digits each.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The shape and type every page of a cache has; a record of another is not this cache's.
