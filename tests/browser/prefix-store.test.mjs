@@ -65,7 +65,10 @@ const records = () =>
         open.onerror = () => reject(open.error);
         open.onsuccess = () => {
           const all = open.result.transaction('pages').objectStore('pages').getAll();
-          all.onsuccess = () => resolve(all.result.map((r) => [r.key, r.bytes.byteLength]));
+          all.onsuccess = () => {
+            open.result.close();
+            resolve(all.result.map((r) => [r.key, r.bytes.byteLength]));
+          };
           all.onerror = () => reject(all.error);
         };
       }),
@@ -166,7 +169,10 @@ test("a record of another model is refused and replaced, and the answer stays th
         const open = indexedDB.open('ruvllm-prefix-cache');
         open.onsuccess = () => {
           const get = open.result.transaction('pages').objectStore('pages').get(key);
-          get.onsuccess = () => resolve(Array.from(get.result.bytes.subarray(28, 60), (x) => x.toString(16).padStart(2, '0')).join(''));
+          get.onsuccess = () => {
+            open.result.close();
+            resolve(Array.from(get.result.bytes.subarray(28, 60), (x) => x.toString(16).padStart(2, '0')).join(''));
+          };
           get.onerror = () => reject(get.error);
         };
       }),
