@@ -1,8 +1,11 @@
 // The prefix cache in Chromium's real IndexedDB: a chat continued after a page reload starts from the pages the
 // first page load stored, with the same answer as without any cache; damaged records and another model's are refused
-// and deleted; a database of the first version is upgraded with its pages; a page with a tiny storage quota still
-// answers and says it could not persist. The store itself: two pages counting under its lock (Web Locks) lose no
-// update, and a record over `maxBytes` is refused unread.
+// and deleted; a database of the first version is upgraded with its pages; two tabs of the origin chatting at once on
+// the store (a shared system prompt, each tab continuing a turn the other stored) leave only whole records, each of
+// which a fresh page load reads and takes, pages of both tabs among them, answering as without any cache; a page with
+// a tiny storage quota still answers and says it could not persist. The store itself: two pages counting under its
+// lock (Web Locks) lose no update, a tab closed while it writes leaves each write whole or absent, and a record over
+// `maxBytes` is refused unread.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -15,22 +18,42 @@ const A2 = { role: 'user', content: 'And what river flows through it?' };
 
 const ex = examplePage({ '/model.gguf': MODEL_PATH });
 
-/** Load the model in the page (one thread) with `prefixCache`, run one greedy chat request, wait for the store. */
-function chat(messages, prefixCache) {
-  return ex.page.evaluate(
-    async ({ messages, prefixCache }) => {
+/**
+ * In `page`: answer each of `conversations` in turn (greedy, `maxTokens`), each from a forgotten conversation (`reset`:
+ * only the prefix cache carries over), then wait for the store. The model (one thread, with `prefixCache`) is loaded,
+ * or taken from the page's last call with `keep`, and kept for the next call if this one has `keep`. Per answer,
+ * `fromStore` is the prompt tokens it read from the store; `span` is when the first request began and the store's
+ * writes ended (ms since the epoch).
+ */
+function chats(page, conversations, { prefixCache, maxTokens = 16, keep = false }) {
+  return page.evaluate(
+    async ({ conversations, prefixCache, maxTokens, keep }) => {
       const { LLM } = await import('@ruvector/ruvllm');
-      const llm = await LLM.load('/model.gguf', { threads: 1, prefixCache });
+      const llm = window.keptLlm ?? (await LLM.load('/model.gguf', { threads: 1, prefixCache }));
+      window.keptLlm = keep ? llm : undefined;
       try {
-        const r = await llm.chat.completions.create({ messages, temperature: 0, max_tokens: 16 });
+        const start = Date.now();
+        const answers = [];
+        for (const messages of conversations) {
+          await llm.reset();
+          const loaded = llm.info().prefixCache.loadedTokens;
+          const r = await llm.chat.completions.create({ messages, temperature: 0, max_tokens: maxTokens });
+          answers.push({ message: r.choices[0].message, usage: r.usage, fromStore: llm.info().prefixCache.loadedTokens - loaded });
+        }
         await llm.flushPrefixCache();
-        return { message: r.choices[0].message, usage: r.usage, cache: llm.info().prefixCache };
+        return { answers, cache: llm.info().prefixCache, span: [start, Date.now()] };
       } finally {
-        llm.dispose();
+        if (!keep) llm.dispose();
       }
     },
-    { messages, prefixCache },
+    { conversations, prefixCache, maxTokens, keep },
   );
+}
+
+/** Load the model in the page (one thread) with `prefixCache`, run one greedy chat request, wait for the store. */
+async function chat(messages, prefixCache) {
+  const { answers, cache } = await chats(ex.page, [messages], { prefixCache });
+  return { ...answers[0], cache };
 }
 
 /** The page's stored records: [key, byte length]. */
@@ -42,7 +65,10 @@ const records = () =>
         open.onerror = () => reject(open.error);
         open.onsuccess = () => {
           const all = open.result.transaction('pages').objectStore('pages').getAll();
-          all.onsuccess = () => resolve(all.result.map((r) => [r.key, r.bytes.byteLength]));
+          all.onsuccess = () => {
+            open.result.close();
+            resolve(all.result.map((r) => [r.key, r.bytes.byteLength]));
+          };
           all.onerror = () => reject(all.error);
         };
       }),
@@ -143,7 +169,10 @@ test("a record of another model is refused and replaced, and the answer stays th
         const open = indexedDB.open('ruvllm-prefix-cache');
         open.onsuccess = () => {
           const get = open.result.transaction('pages').objectStore('pages').get(key);
-          get.onsuccess = () => resolve(Array.from(get.result.bytes.subarray(28, 60), (x) => x.toString(16).padStart(2, '0')).join(''));
+          get.onsuccess = () => {
+            open.result.close();
+            resolve(Array.from(get.result.bytes.subarray(28, 60), (x) => x.toString(16).padStart(2, '0')).join(''));
+          };
           get.onerror = () => reject(get.error);
         };
       }),
@@ -186,6 +215,89 @@ test('a database of the first version (the last use in each page row) keeps its 
   const again = await chat([SYSTEM, A1, A2], { store: 'indexeddb' });
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'pages read from the upgraded database');
   assert.equal(again.cache.loadedTokens, again.usage.prompt_tokens_details.cached_tokens);
+});
+
+test('two tabs chatting at once on one store: a fresh page finds both tabs\' pages, every record whole, same answers', async () => {
+  // Each tab asks its own question; then each continues the other tab's question past a fixed answer, starting from
+  // the page of that question the other tab stored (the tabs stay open, their models loaded, both writing at once).
+  // The system prompt's page is written by both tabs at once; the pages past the fixed answers by one tab each.
+  const B1 = { role: 'user', content: 'Name one of the three primary colours.' };
+  const B2 = { role: 'user', content: 'And mixed with blue?' };
+  const firsts = [
+    [SYSTEM, A1],
+    [SYSTEM, B1],
+  ];
+  const seconds = [
+    [SYSTEM, B1, { role: 'assistant', content: 'Red.' }, B2],
+    [SYSTEM, A1, { role: 'assistant', content: 'Paris.' }, A2],
+  ];
+  const conversations = [...firsts, ...seconds];
+  const write = { prefixCache: { store: 'indexeddb' }, maxTokens: 8, keep: true };
+  await ex.page.reload();
+  await ex.page.evaluate(async () => {
+    const { IndexedDbStore } = await import('@ruvector/ruvllm');
+    const store = new IndexedDbStore();
+    await store.clear();
+    store.close();
+  });
+  const tab2 = await ex.browser.context.newPage();
+  try {
+    await tab2.goto(`${ex.server.origin}/examples/browser/index.html`);
+    const tabs = [ex.page, tab2];
+    await Promise.all(tabs.map((tab) => chats(tab, [], write))); // both models loaded before either tab asks
+    const first = await Promise.all(tabs.map((tab, i) => chats(tab, [firsts[i]], write)));
+    const second = await Promise.all(tabs.map((tab, i) => chats(tab, [seconds[i]], { ...write, keep: false })));
+    for (const [one, two] of [first, second].map((run) => run.map((r) => r.span))) {
+      assert.ok(one[0] < two[1] && two[0] < one[1], `the tabs wrote at once: ${one} ${two}`);
+    }
+    for (const r of [...first, ...second]) assert.ok(r.cache.storeError === null, JSON.stringify(r.cache));
+    assert.deepEqual(
+      second.map((r) => r.answers[0].fromStore),
+      [16, 16],
+      "each tab's second conversation read the page of the other tab's question from the store",
+    );
+    const written = [...first, ...second].map((r) => r.answers[0]);
+    // Each answer ends in the last page of its prompt, so every page the tabs stored is a page of these four prompts.
+    for (const { usage: u } of written) {
+      assert.equal(Math.floor((u.prompt_tokens + u.completion_tokens) / 16), Math.floor((u.prompt_tokens - 1) / 16), JSON.stringify(u));
+    }
+    // The records as the tabs left them: each one page's size, and the store's index (its `meta` rows, what `list()`
+    // reads) naming exactly these, each at its size.
+    const stored = (await records()).sort();
+    assert.ok(stored.length > 0 && stored.every(([, bytes]) => bytes === stored[0][1]), JSON.stringify(stored));
+    const listed = await ex.page.evaluate(async () => {
+      const { IndexedDbStore } = await import('@ruvector/ruvllm');
+      const store = new IndexedDbStore();
+      const list = await store.list();
+      store.close();
+      return list.map((r) => [r.key, r.bytes]);
+    });
+    assert.deepEqual(listed.sort(), stored);
+
+    // A fresh page asks the same four again, beside a page that asks them without any cache.
+    await ex.page.reload();
+    const [fresh, cold] = await Promise.all([
+      chats(ex.page, conversations, { prefixCache: { store: 'indexeddb' }, maxTokens: 8 }),
+      chats(tab2, conversations, { prefixCache: { budgetBytes: 0 }, maxTokens: 8 }),
+    ]);
+    assert.equal(fresh.cache.storeError, null, JSON.stringify(fresh.cache));
+    // Every whole page of each prompt but its last token (reset forgot the conversation, so from the prefix cache),
+    // each conversation reading some from the store: those past the fixed answers only one tab stored.
+    fresh.answers.forEach(({ usage, fromStore }, i) => {
+      const pages = Math.floor((usage.prompt_tokens - 1) / 16) * 16;
+      const why = `conversation ${i}: ${fromStore} from the store, ${JSON.stringify(usage)}`;
+      assert.ok(usage.prompt_tokens_details.cached_tokens === pages && fromStore > 0, why);
+    });
+    // Every stored record was read and taken: none refused (a refused page is evaluated, not loaded), none that no
+    // conversation reaches.
+    assert.equal(fresh.answers.reduce((n, r) => n + r.fromStore, 0), stored.length * 16, `${stored.length} records`);
+    assert.ok(cold.answers.every((r) => r.usage.prompt_tokens_details.cached_tokens === 0), 'the cold run reused nothing');
+    const messages = (rs) => rs.map((r) => r.message);
+    assert.deepEqual(messages(written), messages(cold.answers), 'the tabs answered as without any cache');
+    assert.deepEqual(messages(fresh.answers), messages(cold.answers), 'the fresh page answered as without any cache');
+  } finally {
+    await tab2.close();
+  }
 });
 
 test("two pages incrementing a record under the store's lock end at the right count", async () => {
