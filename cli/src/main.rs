@@ -5,6 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use ruvllm::constraint::GrammarSource;
 use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{
     AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, SamplerConfig,
@@ -35,6 +36,9 @@ const COMMANDS: &[Command] = &[
             flag("ignore-eos"),
             flag("json"),
             repeated("lora", "FILE[:SCALE]"),
+            value("json-schema", "FILE"),
+            value("grammar", "FILE"),
+            value("regex", "RX"),
         ],
         positional: None,
     },
@@ -74,6 +78,8 @@ const NOTES: &str = "\
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 --lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
+--json-schema, --grammar, --regex (generate, one of them): the output is JSON valid under the schema in FILE, follows
+the grammar in FILE (llama.cpp's GBNF; llguidance's Lark when FILE ends in .lark), or matches RX.
 `--name=value` is `--name value`. `--` ends the options: what follows is TEXT even if it begins with `-`.";
 
 /// The usage of `cmd`, or of every command.
@@ -163,6 +169,25 @@ fn adapters(args: &Args, model: &Model) -> Result<AdapterSet, String> {
     Ok(AdapterSet::new(set))
 }
 
+/// The grammar of `--json-schema FILE`, `--grammar FILE` or `--regex RX` (at most one).
+fn grammar(args: &Args) -> Result<Option<GrammarSource>, String> {
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+    let chosen = [args.opt("json-schema"), args.opt("grammar"), args.opt("regex")];
+    if chosen.iter().flatten().count() > 1 {
+        return Err("give one of --json-schema, --grammar and --regex".into());
+    }
+    Ok(match chosen {
+        [Some(path), _, _] => {
+            let schema = serde_json::from_str(&read(path)?).map_err(|e| format!("{path}: not JSON: {e}"))?;
+            Some(GrammarSource::JsonSchema(schema))
+        }
+        [_, Some(path), _] if path.ends_with(".lark") => Some(GrammarSource::Lark(read(path)?)),
+        [_, Some(path), _] => Some(GrammarSource::Gbnf(read(path)?)),
+        [_, _, Some(rx)] => Some(GrammarSource::Regex(rx.to_string())),
+        _ => None,
+    })
+}
+
 fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
     let opts = SessionOptions { n_ctx: args.num("ctx", 0)?, ..SessionOptions::default() };
     let backend: Backend = args.opt("backend").unwrap_or("auto").parse().map_err(|e: ruvllm::Error| e.to_string())?;
@@ -202,6 +227,7 @@ fn generate(args: &Args) -> CliResult {
         stop: args.all("stop"),
         ignore_eog: args.flag("ignore-eos"),
         adapters: adapters(args, &model)?,
+        grammar: grammar(args)?,
     };
     let json_out = args.flag("json");
     let mut sess = session(args, model)?;

@@ -36,6 +36,9 @@ pub enum Error {
     Adapter(String),
     /// Memory for `what` could not be allocated (`bytes` in all).
     OutOfMemory { bytes: usize, what: String },
+    /// A grammar or JSON Schema that does not compile, uses a feature the constraint engine lacks, or is over its
+    /// bounds (`constraint`); the message says which keyword or rule and where.
+    Grammar(String),
 }
 
 /// Why the WebGPU backend failed.
@@ -87,6 +90,7 @@ impl Error {
             Error::Index(_) => "E_INDEX",
             Error::Adapter(_) => "E_ADAPTER",
             Error::OutOfMemory { .. } => "E_OUT_OF_MEMORY",
+            Error::Grammar(_) => "E_GRAMMAR",
         }
     }
 }
@@ -117,6 +121,7 @@ impl fmt::Display for Error {
             Error::OutOfMemory { bytes, what } => {
                 write!(f, "cannot allocate {bytes} bytes ({:.1} MiB) of memory for {what}", *bytes as f64 / 1048576.0)
             }
+            Error::Grammar(m) => write!(f, "grammar: {m}"),
         }
     }
 }

@@ -6,10 +6,12 @@
 //! evaluates one prefill batch of the prompt or produces one token, and a caller can yield and
 //! cancel between them.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::clock::now_ms;
+use crate::constraint::{Constraint, GrammarSource};
 use crate::error::{Error, Result};
 use crate::evaluator::{Evaluator, Out, Want};
 use crate::lora::AdapterSet;
@@ -32,6 +34,9 @@ pub struct GenerateOptions {
     /// The LoRA adapters this request runs with, each with its scale (empty: the base model). The
     /// session's cached conversation is kept only when the set is the one it was computed with.
     pub adapters: AdapterSet,
+    /// The grammar the output must follow (`constraint`): compiled when the generation is created, so a bad
+    /// one is an error before any token; then every token is sampled from the logits it allows.
+    pub grammar: Option<GrammarSource>,
 }
 
 impl Default for GenerateOptions {
@@ -42,6 +47,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             ignore_eog: false,
             adapters: AdapterSet::default(),
+            grammar: None,
         }
     }
 }
@@ -96,6 +102,8 @@ pub struct Stats {
     /// was cancelled during the prefill.
     pub prefilled_tokens: usize,
     pub generated_tokens: usize,
+    /// Generated tokens a grammar forced: appended without sampling, evaluated with the next sampled one.
+    pub forced_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
     /// Time spent before the prefill moving keys and values between the session's cache and the model's
@@ -147,8 +155,8 @@ pub(crate) enum Next<'a> {
 enum Awaiting {
     /// The prompt up to position `end`.
     Prefill { end: usize },
-    /// The last token emitted, for the next one.
-    Decode,
+    /// The tokens emitted since the last evaluation, up to `end`, for the next one.
+    Decode { end: usize },
 }
 
 /// The driver of one generation: a state machine that evaluates nothing itself. It owns the
@@ -158,25 +166,31 @@ enum Awaiting {
 /// the browser's WebGPU engine and run to completion by the synchronous [`Session`](crate::Session).
 pub(crate) struct Generation {
     /// The prompt, then the tokens emitted: what the cache holds once the prefill is over (but the
-    /// last emitted token, until it is fed back).
+    /// tokens emitted since the last evaluation, until they are fed back).
     tokens: Vec<u32>,
     prompt_len: usize,
     /// Prompt tokens in the KV cache so far; the prefill is over when this reaches `prompt_len`.
     prefilled: usize,
+    /// Tokens in the KV cache once the prefill is over: the next decode evaluates `tokens[evaluated..]`.
+    evaluated: usize,
     n_ctx: usize,
     n_batch: usize,
     vocab_size: usize,
     model: Arc<Model>,
     opts: GenerateOptions,
     sampler: Sampler,
+    /// The request's grammar, and the logits it masks (scratch, one row).
+    constraint: Option<Constraint>,
+    masked: Vec<f32>,
     decoder: StreamDecoder,
     stop: StopMatcher,
     /// All text released so far.
     text: String,
     stats: Stats,
     finish: Option<FinishReason>,
-    /// The token sampled (after the prefill, or from the last token fed) but not yet emitted.
-    pending: Option<u32>,
+    /// The tokens chosen (sampled after the prefill or from the last tokens fed, then those the grammar
+    /// forces, marked `true`) but not yet emitted.
+    pending: VecDeque<(u32, bool)>,
     awaiting: Option<Awaiting>,
     /// When the evaluation awaited was handed out.
     t0: f64,
@@ -205,22 +219,30 @@ impl Generation {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
         opts.adapters.check(model)?;
+        let sampler = Sampler::new(opts.sampler.clone())?;
+        let constraint = match &opts.grammar {
+            Some(grammar) => Some(model.grammar_compiler()?.compile(grammar)?),
+            None => None,
+        };
         Ok(Generation {
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
             prefilled: 0,
+            evaluated: 0,
             n_ctx,
             n_batch,
             vocab_size,
             model: model.clone(),
             decoder: model.tokenizer().decoder(),
             stop: StopMatcher::new(&opts.stop),
-            sampler: Sampler::new(opts.sampler.clone())?,
+            sampler,
+            constraint,
+            masked: Vec::new(),
             opts,
             text: String::new(),
             stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), ..Stats::default() },
             finish: None,
-            pending: None,
+            pending: VecDeque::new(),
             awaiting: None,
             t0: 0.0,
         })
@@ -255,12 +277,13 @@ impl Generation {
             let want = if sample { self.sample_want() } else { Want::Nothing };
             return Ok(self.eval(Awaiting::Prefill { end }, pos..end, want));
         }
-        if let Some(id) = self.pending.take() {
+        if let Some((id, forced)) = self.pending.pop_front() {
+            self.stats.forced_tokens += usize::from(forced);
             return Ok(Next::Token(self.emit(id)?));
         }
-        let pos = self.tokens.len() - 1;
+        let (pos, end) = (self.evaluated, self.tokens.len());
         let want = self.sample_want();
-        Ok(self.eval(Awaiting::Decode, pos..pos + 1, want))
+        Ok(self.eval(Awaiting::Decode { end }, pos..end, want))
     }
 
     fn eval(&mut self, awaiting: Awaiting, range: Range<usize>, want: Want) -> Next<'_> {
@@ -270,9 +293,9 @@ impl Generation {
     }
 
     /// A plain argmax is computed where the model runs (on the GPU only the id is read back);
-    /// anything else samples the logits.
+    /// anything else samples the logits, and a grammar masks them first.
     fn sample_want(&self) -> Want {
-        if self.sampler.config().is_argmax() {
+        if self.sampler.config().is_argmax() && self.constraint.is_none() {
             Want::Argmax
         } else {
             Want::Last
@@ -281,39 +304,66 @@ impl Generation {
 
     /// The result of the evaluation [`next`](Self::next) handed out; the prefill's progress once
     /// a batch of the prompt is in the cache.
-    pub(crate) fn feed(&mut self, out: Out<'_>) -> Option<Step> {
+    pub(crate) fn feed(&mut self, out: Out<'_>) -> Result<Option<Step>> {
         let ms = now_ms() - self.t0;
-        match self.awaiting.take()? {
+        let Some(awaiting) = self.awaiting.take() else { return Ok(None) };
+        match awaiting {
             Awaiting::Prefill { end } => {
                 self.stats.prefilled_tokens += end - self.prefilled;
                 self.stats.prefill_ms += ms;
                 self.prefilled = end;
                 if end == self.prompt_len {
+                    self.evaluated = end;
                     if self.opts.max_tokens == 0 {
                         self.finish = Some(FinishReason::Length);
                     } else {
-                        self.pending = Some(self.sample(out));
+                        self.choose(out)?;
                     }
                 }
-                Some(Step::Prefill { done: end, total: self.prompt_len })
+                Ok(Some(Step::Prefill { done: end, total: self.prompt_len }))
             }
-            Awaiting::Decode => {
-                self.pending = Some(self.sample(out));
+            Awaiting::Decode { end } => {
+                self.evaluated = end;
+                self.choose(out)?;
                 self.stats.decode_ms += ms;
-                None
+                Ok(None)
             }
         }
     }
 
-    fn sample(&mut self, out: Out<'_>) -> u32 {
-        match out {
+    /// Choose the next token from an evaluation's result, and queue it with the tokens the grammar forces
+    /// after it.
+    fn choose(&mut self, out: Out<'_>) -> Result<()> {
+        if let Some(constraint) = self.constraint.as_mut() {
+            // Only at the start can tokens be forced before a sample (later ones come with each commit).
+            let forced = constraint.forced()?;
+            if !forced.is_empty() {
+                self.pending.extend(forced.into_iter().map(|id| (id, true)));
+                return Ok(());
+            }
+        }
+        let id = match out {
             Out::Id(id) => id,
             Out::Logits(logits) => {
+                let row = &logits[logits.len() - self.vocab_size..];
                 // The history the penalties look at: everything in the cache.
-                self.sampler.sample(&logits[logits.len() - self.vocab_size..], &self.tokens)
+                match self.constraint.as_mut() {
+                    Some(constraint) => {
+                        self.masked.clear();
+                        self.masked.extend_from_slice(row);
+                        constraint.mask_logits(&mut self.masked)?;
+                        self.sampler.sample(&self.masked, &self.tokens)
+                    }
+                    None => self.sampler.sample(row, &self.tokens),
+                }
             }
             Out::Nothing => unreachable!("a sampling evaluation returns logits or an id"),
+        };
+        self.pending.push_back((id, false));
+        if let Some(constraint) = self.constraint.as_mut() {
+            self.pending.extend(constraint.commit(id)?.into_iter().map(|id| (id, true)));
         }
+        Ok(())
     }
 
     /// Drive the generation on `ev` up to its next step: a prefill batch or a token (`None` once it
@@ -324,7 +374,7 @@ impl Generation {
             match self.next()? {
                 Next::Eval { tokens, pos, want } => {
                     let out = ev.eval(tokens, pos, want).await?;
-                    if let Some(step) = self.feed(out) {
+                    if let Some(step) = self.feed(out)? {
                         return Ok(Some(step));
                     }
                 }

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
+use crate::constraint::GrammarSource;
 use crate::error::Error;
 use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
 use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
@@ -129,6 +130,31 @@ pub(crate) struct JsGenerateOptions {
     ignore_eos: bool,
     /// LoRA adapters loaded by `loadAdapter`, each with its scale (1 when absent).
     adapters: Vec<JsAdapter>,
+    /// The grammar the output follows (`constraint::GrammarSource`).
+    grammar: Option<JsGrammar>,
+}
+
+/// A grammar as the package sends it: `{ type, ... }`.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum JsGrammar {
+    JsonSchema { schema: serde_json::Value },
+    JsonObject,
+    Gbnf { grammar: String },
+    Regex { pattern: String },
+    Lark { grammar: String },
+}
+
+impl From<JsGrammar> for GrammarSource {
+    fn from(g: JsGrammar) -> GrammarSource {
+        match g {
+            JsGrammar::JsonSchema { schema } => GrammarSource::JsonSchema(schema),
+            JsGrammar::JsonObject => GrammarSource::JsonObject,
+            JsGrammar::Gbnf { grammar } => GrammarSource::Gbnf(grammar),
+            JsGrammar::Regex { pattern } => GrammarSource::Regex(pattern),
+            JsGrammar::Lark { grammar } => GrammarSource::Lark(grammar),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -214,6 +240,7 @@ impl JsGenerateOptions {
             stop: self.stop,
             ignore_eog: self.ignore_eos,
             adapters: adapters.set(model, &self.adapters).map_err(js_error)?,
+            grammar: self.grammar.map(GrammarSource::from),
         })
     }
 }
@@ -227,6 +254,7 @@ pub(crate) struct JsOutput {
     prompt_tokens: usize,
     cached_tokens: usize,
     generated_tokens: usize,
+    forced_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
     restore_ms: f64,
@@ -243,6 +271,7 @@ impl From<crate::Output> for JsOutput {
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
             generated_tokens: s.generated_tokens,
+            forced_tokens: s.forced_tokens,
             prefill_ms: s.prefill_ms,
             decode_ms: s.decode_ms,
             restore_ms: s.restore_ms,

@@ -1,6 +1,6 @@
 import { invalid } from './errors.js';
 import type { GenerateResult, LLM } from './llm.js';
-import type { GenerateOptions } from './options.js';
+import { checkGrammar, type GenerateOptions, type Grammar } from './options.js';
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | (string & {});
@@ -34,7 +34,18 @@ export interface ChatCompletionRequest {
   /** Parse control-token text written in the messages (`<|im_start|>`) as those tokens, as llama.cpp does: only
    * for messages you trust. By default it is text, so a message cannot end its turn or open another. */
   parse_special_tokens?: boolean;
+  /** The answer's form: OpenAI's `json_schema` (`{ name, schema, strict?, description? }`: the schema always holds;
+   * `strict: true` reads it as OpenAI's strict mode does, objects allowing no properties they do not list) and `json_object`, or any of `generate`'s grammars (`gbnf`, `regex`, `lark`). `text`: free. */
+  response_format?: ResponseFormat;
+  /** A GBNF grammar for the answer, as llama.cpp's server takes it (the same as `response_format: { type: 'gbnf' }`). */
+  grammar?: string;
 }
+
+export type ResponseFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown> | boolean; strict?: boolean | null; description?: string } }
+  | Exclude<Grammar, { type: 'json_schema' | 'json_object' }>;
 
 export interface ChatCompletionUsage {
   prompt_tokens: number;
@@ -74,6 +85,7 @@ export interface Chat {
 
 const FIELDS: Record<string, keyof GenerateOptions | null> = {
   messages: null, stream: null, model: null, n: null, stream_options: null, user: null, parse_special_tokens: null,
+  response_format: null, grammar: null,
   max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
   top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
   frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters',
@@ -87,7 +99,60 @@ function generateOptions(body: ChatCompletionRequest, signal: AbortSignal | unde
     if (name && value !== undefined && value !== null) options[name] = value;
   }
   if (body.n !== undefined && body.n !== 1) throw invalid('only n = 1 is supported');
+  const grammar = answerGrammar(body);
+  if (grammar) options.grammar = grammar;
   return options as GenerateOptions;
+}
+
+/** The grammar `response_format` or `grammar` asks for (at most one of them). */
+function answerGrammar(body: ChatCompletionRequest): Grammar | undefined {
+  const { response_format: format, grammar } = body;
+  if (grammar !== undefined && grammar !== null) {
+    if (format !== undefined && format !== null && format.type !== 'text') throw invalid('give response_format or grammar, not both');
+    if (typeof grammar !== 'string') throw invalid('grammar must be a GBNF grammar (a string)');
+    return { type: 'gbnf', grammar };
+  }
+  if (format === undefined || format === null) return undefined;
+  if (typeof format !== 'object' || Array.isArray(format)) throw invalid('response_format must be an object with a type');
+  if (format.type === 'text') {
+    if (Object.keys(format).length > 1) throw invalid('response_format of type text takes no other field');
+    return undefined;
+  }
+  if (format.type !== 'json_schema') return checkGrammar(format);
+  const { type: _, json_schema: spec, ...rest } = format;
+  if (Object.keys(rest).length) throw invalid(`response_format: unknown field '${Object.keys(rest)[0]}'`);
+  if (typeof spec !== 'object' || spec === null) throw invalid('response_format.json_schema must be an object { name, schema }');
+  const { name, schema, strict, description, ...more } = spec;
+  if (Object.keys(more).length) throw invalid(`response_format.json_schema: unknown field '${Object.keys(more)[0]}'`);
+  if (typeof name !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(name)) {
+    throw invalid('response_format.json_schema.name must be 1 to 64 letters, digits, _ or -');
+  }
+  if (strict !== undefined && strict !== null && typeof strict !== 'boolean') throw invalid('response_format.json_schema.strict must be a boolean');
+  if (description !== undefined && typeof description !== 'string') throw invalid('response_format.json_schema.description must be a string');
+  // OpenAI's default when the schema is left out: any JSON value.
+  const checked = checkGrammar({ type: 'json_schema', schema: schema ?? true }) as Extract<Grammar, { type: 'json_schema' }>;
+  return strict === true ? { type: 'json_schema', schema: closeObjects(checked.schema) as typeof checked.schema } : checked;
+}
+
+const SUBSCHEMA_MAPS = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas'];
+const SUBSCHEMA_LISTS = ['anyOf', 'oneOf', 'allOf', 'prefixItems'];
+const SUBSCHEMAS = ['items', 'additionalProperties', 'not', 'if', 'then', 'else', 'contains', 'propertyNames', 'unevaluatedProperties'];
+
+/** `schema` as OpenAI's strict mode reads it: an object schema that lists its properties and says nothing of others
+ * allows no others (OpenAI requires `additionalProperties: false` there; we supply it rather than refuse). */
+function closeObjects(schema: unknown): unknown {
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return schema;
+  const out: Record<string, unknown> = { ...(schema as Record<string, unknown>) };
+  if ('properties' in out && !('additionalProperties' in out) && !('unevaluatedProperties' in out)) out.additionalProperties = false;
+  for (const key of SUBSCHEMA_MAPS) {
+    const map = out[key];
+    if (typeof map === 'object' && map !== null && !Array.isArray(map)) {
+      out[key] = Object.fromEntries(Object.entries(map).map(([k, v]) => [k, closeObjects(v)]));
+    }
+  }
+  for (const key of SUBSCHEMA_LISTS) if (Array.isArray(out[key])) out[key] = (out[key] as unknown[]).map(closeObjects);
+  for (const key of SUBSCHEMAS) if (key in out) out[key] = Array.isArray(out[key]) ? (out[key] as unknown[]).map(closeObjects) : closeObjects(out[key]);
+  return out;
 }
 
 function usage(r: GenerateResult): ChatCompletionUsage {

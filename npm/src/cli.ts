@@ -2,7 +2,7 @@
 // `ruvllm` for Node: the native CLI's commands, flags and JSON output (cli/src/main.rs), on the wasm engine.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type KvCacheType } from './node.js';
+import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type Grammar, type KvCacheType } from './node.js';
 
 /** One option a command takes: a boolean flag when it has no `value` (what the value is called in the usage). */
 interface Opt {
@@ -42,7 +42,14 @@ const SAMPLING: Opt[] = [
 // (The command functions further down are function declarations, so they already exist here.)
 const COMMANDS: Command[] = [
   { name: 'tokenize', run: tokenize, options: [flag('special')], positional: 'TEXT' },
-  { name: 'generate', run: generate, options: [required('prompt', 'TEXT'), flag('chat'), ...SAMPLING, flag('json'), repeated('lora', 'FILE[:SCALE]')] },
+  {
+    name: 'generate',
+    run: generate,
+    options: [
+      required('prompt', 'TEXT'), flag('chat'), ...SAMPLING, flag('json'), repeated('lora', 'FILE[:SCALE]'),
+      value('json-schema', 'FILE'), value('grammar', 'FILE'), value('regex', 'RX'),
+    ],
+  },
   {
     name: 'chat', run: chat, options: [value('system', 'TEXT'), ...SAMPLING, flag('json')],
     about: 'an interactive conversation: one line per message, /reset forgets it, /exit or EOF ends it',
@@ -67,6 +74,8 @@ const NOTES = `--model defaults to $RUVLLM_MODEL. --threads: default the cores, 
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 --lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
+--json-schema, --grammar, --regex (generate, one of them): the output is JSON valid under the schema in FILE, follows
+the grammar in FILE (llama.cpp's GBNF; llguidance's Lark when FILE ends in .lark), or matches RX.
 \`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
 
 /** `head` and the words after it, wrapped at 100 columns; continuation lines are indented under the first word. */
@@ -222,6 +231,24 @@ async function adapters(args: Args, llm: LLM): Promise<Array<{ id: number; scale
   return set;
 }
 
+/** The grammar of \`--json-schema FILE\`, \`--grammar FILE\` or \`--regex RX\` (at most one), as natively. */
+function grammar(args: Args): Grammar | undefined {
+  const read = (path: string) => readFileSync(path, 'utf8');
+  const [schema, file, pattern] = [args.opt('json-schema'), args.opt('grammar'), args.opt('regex')];
+  if ([schema, file, pattern].filter((v) => v !== undefined).length > 1) throw new Error('give one of --json-schema, --grammar and --regex');
+  if (schema !== undefined) {
+    let parsed;
+    try {
+      parsed = JSON.parse(read(schema));
+    } catch (e) {
+      throw new Error(`${schema}: ${(e as Error).message}`, { cause: e });
+    }
+    return { type: 'json_schema', schema: parsed };
+  }
+  if (file !== undefined) return file.endsWith('.lark') ? { type: 'lark', grammar: read(file) } : { type: 'gbnf', grammar: read(file) };
+  return pattern === undefined ? undefined : { type: 'regex', pattern };
+}
+
 /** Sampling flags with the native CLI's defaults. */
 function sampling(args: Args): GenerateOptions {
   return {
@@ -266,7 +293,7 @@ async function generate(args: Args): Promise<void> {
   const prompt = args.required('prompt');
   const promptIds = args.flag('chat') ? llm.tokenizeChat([{ role: 'user', content: prompt }]) : llm.tokenize(prompt, { prompt: true });
   const json = args.flag('json');
-  const r = await stream(llm, promptIds, { ...sampling(args), adapters: await adapters(args, llm) }, json);
+  const r = await stream(llm, promptIds, { ...sampling(args), adapters: await adapters(args, llm), grammar: grammar(args) }, json);
   if (json) {
     const t = r.timings;
     printJson({

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'E_KV_CACHE'
   | 'E_INDEX'
   | 'E_ADAPTER'
+  | 'E_GRAMMAR'
   | 'E_GPU_NO_ADAPTER'
   | 'E_GPU_LIMITS'
   | 'E_GPU_UNSUPPORTED'

@@ -204,6 +204,8 @@ export interface Usage {
    * call or found in its prefix cache. */
   cachedTokens: number;
   completionTokens: number;
+  /** Generated tokens a grammar forced (`grammar`): appended without sampling. */
+  forcedTokens: number;
   totalTokens: number;
 }
 
@@ -802,6 +804,7 @@ function parseResult(json: string | undefined): GenerateResult {
       promptTokens: o.prompt_tokens,
       cachedTokens: o.cached_tokens,
       completionTokens: o.generated_tokens,
+      forcedTokens: o.forced_tokens,
       totalTokens: o.prompt_tokens + o.generated_tokens,
     },
     timings: {

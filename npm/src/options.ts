@@ -30,13 +30,55 @@ export interface GenerateOptions {
   /** LoRA adapters (`llm.loadAdapter`) this generation runs with, each with its scale (default 1); none: the base
    * model. The conversation's cache is kept only while the set stays the same. CPU engine only. */
   adapters?: Array<{ id: number; scale?: number }>;
+  /** The grammar the output must follow: every token is sampled from those it allows, and the tokens it forces are
+   * appended without sampling. A grammar that does not compile, or uses a feature the engine lacks, is `E_GRAMMAR`
+   * before any token. */
+  grammar?: Grammar;
   /** Stops generation (the iterator throws an `AbortError`); the model stays usable. */
   signal?: AbortSignal;
 }
 
+/** A constraint on the output. `json_schema`: JSON that validates against `schema` (drafts 4 to 2020-12, `$ref`s within
+ * the document), written with `", "` and `": "` and no other whitespace unless the schema's `x-guidance` says otherwise;
+ * `json_object`: any JSON object; `gbnf`: llama.cpp's GBNF (`root ::= ...`); `regex`: a regular expression the whole
+ * output matches; `lark`: llguidance's Lark dialect (`start: ...`, with `%json {...}` for inline schemas). */
+export type Grammar =
+  | { type: 'json_schema'; schema: Record<string, unknown> | boolean }
+  | { type: 'json_object' }
+  | { type: 'gbnf'; grammar: string }
+  | { type: 'regex'; pattern: string }
+  | { type: 'lark'; grammar: string };
+
+const GRAMMAR_FIELDS: Record<string, string | null> = {
+  json_schema: 'schema', json_object: null, gbnf: 'grammar', regex: 'pattern', lark: 'grammar',
+};
+
+/** `grammar` checked for shape (the engine compiles it); the form the engine takes. */
+export function checkGrammar(grammar: unknown): Grammar {
+  if (typeof grammar !== 'object' || grammar === null) throw invalid('grammar must be an object with a type');
+  const { type, ...rest } = grammar as Record<string, unknown>;
+  if (typeof type !== 'string' || !(type in GRAMMAR_FIELDS)) {
+    throw invalid(`grammar.type must be one of ${Object.keys(GRAMMAR_FIELDS).join(', ')}, got ${JSON.stringify(type)}`);
+  }
+  const field = GRAMMAR_FIELDS[type];
+  for (const key of Object.keys(rest)) {
+    if (key !== field) throw invalid(`grammar of type ${type}: unknown field '${key}'`);
+  }
+  if (field === null) return { type } as Grammar;
+  const value = rest[field];
+  if (field === 'schema') {
+    if (typeof value !== 'boolean' && (typeof value !== 'object' || value === null || Array.isArray(value))) {
+      throw invalid('grammar.schema must be a JSON Schema: an object or a boolean');
+    }
+  } else if (typeof value !== 'string') {
+    throw invalid(`grammar.${field} must be a string`);
+  }
+  return { type, [field]: value } as Grammar;
+}
+
 const INTEGERS = ['maxTokens', 'topK', 'penaltyLastN', 'seed'] as const;
 const NUMBERS = ['temperature', 'topP', 'minP', 'repeatPenalty', 'presencePenalty', 'frequencyPenalty'] as const;
-const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters']);
+const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters', 'grammar']);
 
 /** Check types and integer ranges here (the engine checks the float ranges) and build the engine's JSON. */
 export function engineOptions(options: GenerateOptions): string {
@@ -75,6 +117,7 @@ export function engineOptions(options: GenerateOptions): string {
       return { id: a.id, scale: a.scale };
     });
   }
+  if (options.grammar !== undefined) out.grammar = checkGrammar(options.grammar);
   if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) throw invalid('signal must be an AbortSignal');
   return JSON.stringify(out);
 }

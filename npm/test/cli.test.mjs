@@ -1,7 +1,8 @@
 // The Node CLI: the native CLI's flags and JSON output, and the same tokens (target/release/ruvllm).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR } from './helpers.mjs';
@@ -89,6 +90,40 @@ test('--lora applies a GGUF adapter as the native CLI does; at scale 0 the outpu
   const missing = spawnSync(process.execPath, [CLI, ...args, '--lora', '/nonexistent-adapter.gguf'], { encoding: 'utf8' });
   assert.equal(missing.status, 1);
   assert.match(missing.stderr, /^error: \/nonexistent-adapter.gguf: .*ENOENT/);
+});
+
+test('--json-schema, --grammar and --regex constrain the answer as the native CLI does; a bad one fails before any token', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ruvllm-cli-grammar-'));
+  const schema = join(dir, 'city.json');
+  writeFileSync(schema, JSON.stringify({
+    type: 'object', properties: { city: { type: 'string', maxLength: 20 } }, required: ['city'], additionalProperties: false,
+  }));
+  const gbnf = join(dir, 'answer.gbnf');
+  writeFileSync(gbnf, 'root ::= ("Paris" | "Rome") "."\n');
+  const lark = join(dir, 'answer.lark');
+  writeFileSync(lark, 'start: "It is " /[A-Z][a-z]+/ "."\n');
+  const args = ['generate', '--model', MODEL_PATH, '--prompt', FRANCE.prompt, '--temperature', '0', '--max-tokens', '24', '--json'];
+  const [wasm, native] = both(...args, '--json-schema', schema);
+  assert.equal(wasm.finish_reason, 'stop');
+  assert.equal(typeof JSON.parse(wasm.text).city, 'string');
+  assert.deepEqual(generated(wasm), generated(native));
+  for (const [flag, value, shape] of [['--grammar', gbnf, /^(Paris|Rome)\.$/], ['--grammar', lark, /^It is [A-Z][a-z]+\.$/], ['--regex', '[0-9]{2}', /^[0-9]{2}$/]]) {
+    const [w, n] = both(...args, flag, value);
+    assert.match(w.text, shape);
+    assert.deepEqual(generated(w), generated(n));
+  }
+  const broken = join(dir, 'broken.gbnf');
+  writeFileSync(broken, 'root ::= missing\n');
+  for (const run of [(a) => spawnSync(process.execPath, [CLI, ...a], { encoding: 'utf8' }), (a) => spawnSync(NATIVE, a, { encoding: 'utf8' })]) {
+    const r = run([...args, '--grammar', broken]);
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /grammar: GBNF: .*missing/);
+    assert.equal(r.stdout, '');
+    const two = run([...args, '--grammar', gbnf, '--regex', 'x']);
+    assert.notEqual(two.status, 0);
+    assert.match(two.stderr, /give one of --json-schema, --grammar and --regex/);
+  }
+  rmSync(dir, { recursive: true });
 });
 
 test('generate without --json streams the text to stdout and stats to stderr', () => {

@@ -11,6 +11,7 @@ mod support;
 
 use std::sync::Arc;
 
+use ruvllm::constraint::GrammarSource;
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
 use ruvllm::kv_cache::KvCache;
 use ruvllm::memory::prefix_cache::PAGE_TOKENS;
@@ -88,6 +89,27 @@ fn greedy_chat_answers_the_france_question_exactly_on_the_gpu() {
         assert_eq!(session.generate(&ids, greedy(32), None, |_| {}).unwrap().ids, FRANCE_IDS);
         session.reset();
     }
+}
+
+/// A JSON Schema on the GPU: its logits are read back for the grammar's mask (not only the argmax id), and the
+/// constrained greedy answer is the CPU's, valid under the schema.
+#[test]
+fn a_json_schema_constrains_the_gpu_answer_as_the_cpus() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": { "city": { "type": "string", "maxLength": 30 }, "country": { "enum": ["France", "Italy"] } },
+        "required": ["city", "country"],
+        "additionalProperties": false
+    });
+    let opts = GenerateOptions { grammar: Some(GrammarSource::JsonSchema(schema)), ..greedy(48) };
+    let ids = model().tokenizer().encode_with_special(FRANCE, true).unwrap();
+    let on_gpu = gpu_session(&SessionOptions::default()).generate(&ids, opts.clone(), None, |_| {}).unwrap();
+    let on_cpu = Session::new(model()).generate(&ids, opts, None, |_| {}).unwrap();
+    assert_eq!(on_gpu.finish, FinishReason::Stop, "{:?}", on_gpu.text);
+    let answer: serde_json::Value = serde_json::from_str(&on_gpu.text).unwrap();
+    assert!(answer["city"].is_string() && ["France", "Italy"].contains(&answer["country"].as_str().unwrap()));
+    assert!(on_gpu.stats.forced_tokens > 0);
+    assert_eq!(on_gpu.ids, on_cpu.ids, "{:?} vs {:?}", on_gpu.text, on_cpu.text);
 }
 
 #[test]

@@ -6,11 +6,12 @@ pub mod config;
 pub mod forward;
 pub mod weights;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
 use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::constraint::GrammarCompiler;
 use crate::error::{Error, Result};
 use crate::kernels::rope::Rope;
 use crate::kv_cache::{KvCacheOptions, KvType};
@@ -45,6 +46,8 @@ pub struct Model {
     kv_cache: KvCacheOptions,
     /// What persisted records and saved states of this model carry (`memory::record`).
     id: ModelId,
+    /// The grammar compiler of this vocabulary, made by the first constrained request.
+    grammar: OnceLock<Arc<GrammarCompiler>>,
 }
 
 /// The prefix cache's budget until the caller sets one: pages are allocated as they fill, up to this.
@@ -109,6 +112,7 @@ impl Model {
             adapter_cache: Mutex::new(None),
             kv_cache,
             id,
+            grammar: OnceLock::new(),
         })
     }
 
@@ -167,6 +171,16 @@ impl Model {
     }
 
     /// The model's own chat template, or an error naming the problem when it has none or it did not compile.
+    /// The compiler of constrained requests' grammars for this model's vocabulary (built on first use: it holds
+    /// the vocabulary's token trie).
+    pub fn grammar_compiler(&self) -> Result<Arc<GrammarCompiler>> {
+        if let Some(c) = self.grammar.get() {
+            return Ok(c.clone());
+        }
+        let compiler = Arc::new(GrammarCompiler::new(&self.tokenizer)?);
+        Ok(self.grammar.get_or_init(|| compiler).clone())
+    }
+
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
         self.chat_template.as_ref().map_err(Clone::clone)
     }

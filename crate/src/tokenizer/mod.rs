@@ -133,6 +133,12 @@ impl Tokenizer {
         self.vocab.add_bos
     }
 
+    /// Whether encoding a text prefixes a space to it (SentencePiece's `add_space_prefix`): then the ids of a piece
+    /// of text are not the ids it has inside a longer text.
+    pub fn adds_space_prefix(&self) -> bool {
+        self.vocab.add_space_prefix
+    }
+
     /// Whether generation ends at `id`: the eos/eot/eom ids, the FIM pad/repo/separator ids and the tokens
     /// llama.cpp recognises by text (`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, ...).
     pub fn is_eog(&self, id: u32) -> bool {
