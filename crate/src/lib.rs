@@ -6,6 +6,7 @@
 
 pub mod chat_template;
 pub mod clock;
+pub mod constraint;
 pub mod embed;
 pub mod error;
 pub(crate) mod evaluator;

@@ -1,0 +1,2 @@
+//! Constrained decoding: grammars that limit which tokens the sampler may pick (llguidance underneath).
+pub mod gbnf;
