@@ -26,6 +26,7 @@ use crate::gguf::Gguf;
 
 mod guard;
 mod nesting;
+pub mod tool_calls;
 
 const TEMPLATE_NAME: &str = "chat_template";
 

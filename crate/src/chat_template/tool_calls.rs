@@ -1,0 +1,2004 @@
+//! Tool calls (OpenAI's `tools`): the formats models write them in, reading them back out of an answer (whole,
+//! or streamed the way OpenAI streams them), and the llguidance grammars that hold a model to its format.
+//!
+//! The formats, by family:
+//! - `Hermes` (Hermes 2 Pro, Hermes 3, Qwen 2.5, Qwen 3):
+//!   `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, one block per call, anywhere in the answer.
+//! - `Llama3` (Llama 3.1, 3.2, 3.3 JSON tool calls): `{"name": ..., "parameters": {...}}` opening the answer or
+//!   after `<|python_tag|>`; several separated by `;`.
+//! - `Mistral`: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Nemo, Small 3.0/3.1) or, in the 2025
+//!   templates, `[TOOL_CALLS]name[ARGS]{...}` once per call (optionally `name[CALL_ID]id[ARGS]{...}`).
+//! - `Generic`: llama.cpp's fallback for templates without tool support: the whole answer is
+//!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` (or `{"tool_call": {...}}`) or `{"response": "..."}`.
+//!   The prompt must ask for that; llama.cpp adds a system message: "Respond in JSON format, either with
+//!   `tool_call` (a request to call tools) or with `response` reply to the user's request".
+//!
+//! Reading is one state machine fed a char at a time, [`ToolCallStream`]; [`ToolFormat::parse`] runs it over
+//! the whole answer, so a streamed answer always assembles to what `parse` gives, however it was split. The
+//! machine settles each piece of text at the first char that settles it, and never revises:
+//! - Content goes out as soon as it cannot be the start of a call marker. Content is trimmed at both ends, so
+//!   whitespace waits until more content follows it.
+//! - A call commits, and is emitted, once its name is known and its arguments object has begun; its
+//!   arguments then stream as they come, compact (whitespace between JSON tokens dropped).
+//! - Before it commits, a call that turns out malformed is content, marker and all.
+//! - After it commits, the call keeps what it streamed. If its JSON then breaks, or the answer ends inside it
+//!   (a generation cut at its token limit), the text from the break on is content again. Under the grammars
+//!   below only the cut can happen, and OpenAI's API behaves the same way: the arguments stop where it stopped.
+//!
+//! Call ids are left to the caller (the deltas carry each call's index). Mistral's templates read only the
+//! last 9 chars of an id and refuse ids shorter than that, so ids should end in 9 or more alphanumerics.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+
+/// How a model family writes tool calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolFormat {
+    Hermes,
+    Llama3,
+    Mistral,
+    Generic,
+}
+
+/// A tool the model may call: OpenAI's `{type: 'function', function: {name, description?, parameters?}}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON Schema of the arguments object; `{"type": "object", "properties": {}}` when the request gives none.
+    pub parameters: Value,
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Function(String),
+}
+
+/// One call, as OpenAI reports it: `arguments` is JSON text, compact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// An answer split into its text and its calls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedAnswer {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A piece of a streamed answer. Concatenating the `Content`s gives `ParsedAnswer::content`; a call is its
+/// `CallStart` and the concatenation of the `Arguments` with its index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolDelta {
+    Content(String),
+    CallStart { index: usize, name: String },
+    Arguments { index: usize, text: String },
+}
+
+impl ToolSpec {
+    /// OpenAI's `tools` array. Names are OpenAI's: 1 to 64 of `a-z A-Z 0-9 _ -`, each used once (so a name
+    /// is safe to write into a prompt or a grammar). Errors name the offending field, as `tools[2].function.name`.
+    pub fn parse_list(tools: &Value) -> Result<Vec<ToolSpec>> {
+        let bad = |field: &str, what: &str| Error::InvalidArgument(format!("{field}: {what}"));
+        let list = tools.as_array().ok_or_else(|| bad("tools", "expected an array"))?;
+        let mut specs: Vec<ToolSpec> = Vec::with_capacity(list.len());
+        for (i, tool) in list.iter().enumerate() {
+            let at = format!("tools[{i}]");
+            let tool = tool.as_object().ok_or_else(|| bad(&at, "expected an object"))?;
+            if tool.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(bad(&format!("{at}.type"), "expected \"function\""));
+            }
+            let function = tool
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| bad(&format!("{at}.function"), "expected an object"))?;
+            let field = format!("{at}.function.name");
+            let name = function.get("name").and_then(Value::as_str).ok_or_else(|| bad(&field, "expected a string"))?;
+            if name.is_empty()
+                || name.len() > 64
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(bad(&field, "expected 1 to 64 of a-z, A-Z, 0-9, '_' and '-'"));
+            }
+            if specs.iter().any(|s| s.name == name) {
+                return Err(bad(&field, &format!("{name:?} names two tools")));
+            }
+            let description = match function.get("description") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(bad(&format!("{at}.function.description"), "expected a string")),
+            };
+            let parameters = match function.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(p @ Value::Object(_)) => p.clone(),
+                Some(_) => return Err(bad(&format!("{at}.function.parameters"), "expected a JSON Schema object")),
+            };
+            specs.push(ToolSpec { name: name.to_owned(), description, parameters });
+        }
+        Ok(specs)
+    }
+}
+
+impl ToolChoice {
+    /// OpenAI's `tool_choice`, checked against the request's `tools`. Absent (or null) it is `Auto` when there
+    /// are tools and `None` when there are none, as in OpenAI's API.
+    pub fn parse(choice: Option<&Value>, tools: &[ToolSpec]) -> Result<ToolChoice> {
+        let bad = |field: &str, what: &str| Err(Error::InvalidArgument(format!("{field}: {what}")));
+        match choice {
+            None | Some(Value::Null) => Ok(if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto }),
+            Some(Value::String(s)) => match s.as_str() {
+                "auto" => Ok(ToolChoice::Auto),
+                "none" => Ok(ToolChoice::None),
+                "required" if tools.is_empty() => bad("tool_choice", "\"required\" needs tools"),
+                "required" => Ok(ToolChoice::Required),
+                _ => bad("tool_choice", "expected \"auto\", \"none\" or \"required\""),
+            },
+            Some(Value::Object(o)) => {
+                if o.get("type").and_then(Value::as_str) != Some("function") {
+                    return bad("tool_choice.type", "expected \"function\"");
+                }
+                let Some(name) = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) else {
+                    return bad("tool_choice.function.name", "expected a string");
+                };
+                if !tools.iter().any(|t| t.name == name) {
+                    return bad("tool_choice.function.name", &format!("no tool is named {name:?}"));
+                }
+                Ok(ToolChoice::Function(name.to_owned()))
+            }
+            Some(_) => bad("tool_choice", "expected a string or {type: \"function\", function: {name}}"),
+        }
+    }
+}
+
+impl ToolFormat {
+    /// The format of a chat template's tool calls, from the markers in its Jinja source. Templates with no
+    /// tool calls, or with a format not read here, get `Generic`.
+    pub fn detect(template_source: &str) -> ToolFormat {
+        let has = |s: &str| template_source.contains(s);
+        if has("[TOOL_CALLS]") {
+            ToolFormat::Mistral
+        // `<tool_call>` also wraps other formats: Qwen3-Coder's `<function=name>` XML, GLM's `<arg_key>` pairs.
+        } else if has("<tool_call>") && !has("<function=") && !has("<arg_key>") {
+            ToolFormat::Hermes
+        // Llama 3.1/3.3 render builtin tools after `<|python_tag|>`; 3.1 to 3.3 all ask for and render `"parameters"`.
+        } else if has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\"")) {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
+        }
+    }
+
+    /// Splits a whole answer into content and calls: what a [`ToolCallStream`] given the whole answer emits.
+    pub fn parse(&self, text: &str) -> ParsedAnswer {
+        let mut stream = ToolCallStream::new(*self);
+        let mut deltas = stream.push(text);
+        deltas.extend(stream.finish());
+        assemble(deltas)
+    }
+
+    /// The text that opens a call anywhere in the answer.
+    fn marker(self) -> Option<&'static str> {
+        match self {
+            ToolFormat::Hermes => Some("<tool_call>"),
+            ToolFormat::Llama3 => Some("<|python_tag|>"),
+            ToolFormat::Mistral => Some("[TOOL_CALLS]"),
+            ToolFormat::Generic => None,
+        }
+    }
+
+    /// Whether a JSON object opening the answer is read: a call (Llama 3) or the envelope (Generic).
+    fn opens_with_json(self) -> bool {
+        matches!(self, ToolFormat::Llama3 | ToolFormat::Generic)
+    }
+}
+
+/// The answer that `deltas` make up.
+fn assemble(deltas: impl IntoIterator<Item = ToolDelta>) -> ParsedAnswer {
+    let mut answer = ParsedAnswer::default();
+    for delta in deltas {
+        match delta {
+            ToolDelta::Content(text) => answer.content.push_str(&text),
+            ToolDelta::CallStart { name, .. } => answer.tool_calls.push(ToolCall { name, arguments: String::new() }),
+            ToolDelta::Arguments { index, text } => {
+                if let Some(call) = answer.tool_calls.get_mut(index) {
+                    call.arguments.push_str(&text);
+                }
+            }
+        }
+    }
+    answer
+}
+
+/// Reads one generation's answer as it streams. Build one per generation, `push` the text as it is decoded
+/// (special tokens such as `<tool_call>`, `[TOOL_CALLS]` and `<|python_tag|>` included as their text), then
+/// `finish` once at the end. Whatever the text, it never panics, and every char of it ends up in a delta
+/// but whitespace that trimming or compact arguments drop and the wrapping of calls (markers, the name's key
+/// and quotes, keys other than name and arguments). Names are not checked against the tools: the grammar does.
+pub struct ToolCallStream {
+    format: ToolFormat,
+    mode: Mode,
+    /// Nothing but whitespace read so far: Llama 3 and Generic read a JSON object only when it opens the answer.
+    at_start: bool,
+    sink: Sink,
+}
+
+enum Mode {
+    /// Plain text. `held` may be the start of the call marker: it waits until it is the marker or cannot be.
+    Text { held: String },
+    /// Boxed: a region is far larger than plain text's state.
+    Call(Box<Region>),
+}
+
+impl ToolCallStream {
+    pub fn new(format: ToolFormat) -> ToolCallStream {
+        ToolCallStream { format, mode: Mode::Text { held: String::new() }, at_start: true, sink: Sink::default() }
+    }
+
+    /// The deltas that `text`, read after everything pushed before it, settles.
+    pub fn push(&mut self, text: &str) -> Vec<ToolDelta> {
+        self.feed(text.to_owned());
+        std::mem::take(&mut self.sink.out)
+    }
+
+    /// The end of the answer: what was held back, settled.
+    pub fn finish(&mut self) -> Vec<ToolDelta> {
+        // An unfinished call gives back what it holds, read again as text, which may open another call: repeat
+        // until plain text is left. Each round reads less text than the one before, so this ends.
+        while matches!(self.mode, Mode::Call(_)) {
+            let rest = self.abandon();
+            self.feed(rest);
+        }
+        // Text held as a possible marker's start is not one.
+        let held = self.abandon();
+        self.sink.content(&held);
+        self.sink.pending_space.clear();
+        std::mem::take(&mut self.sink.out)
+    }
+
+    fn feed(&mut self, mut text: String) {
+        let mut at = 0;
+        while let Some(c) = text[at..].chars().next() {
+            match self.step(c) {
+                None => at += c.len_utf8(),
+                // A call failed at `c`: read what it held again, then `c`. The text given back started after the
+                // failed call's marker (or, for JSON opening the answer, can no longer open one), so it is
+                // shorter than the text that call read: this ends.
+                Some(again) => {
+                    text = again + &text[at..];
+                    at = 0;
+                }
+            }
+        }
+    }
+
+    /// Reads `c`; `Some` is text to read again before `c`, which was not read.
+    fn step(&mut self, c: char) -> Option<String> {
+        match &mut self.mode {
+            Mode::Call(region) => match region.step(c, self.format, &mut self.sink) {
+                Step::Continue => None,
+                Step::Done => {
+                    self.mode = Mode::Text { held: String::new() };
+                    None
+                }
+                Step::Fail => Some(self.abandon()),
+            },
+            Mode::Text { .. } => {
+                self.text_char(c);
+                None
+            }
+        }
+    }
+
+    fn text_char(&mut self, c: char) {
+        if self.at_start && c == '{' && self.format.opens_with_json() {
+            self.at_start = false;
+            let mut region = Region::new(self.format, "");
+            // `{` opens the object that region reads: it always takes it.
+            let _ = region.step(c, self.format, &mut self.sink);
+            self.mode = Mode::Call(Box::new(region));
+            return;
+        }
+        self.at_start &= c.is_whitespace();
+        let Mode::Text { held } = &mut self.mode else { return };
+        let Some(marker) = self.format.marker() else {
+            self.sink.content(c.encode_utf8(&mut [0; 4]));
+            return;
+        };
+        held.push(c);
+        // Release from the front whatever cannot begin the marker (the empty string always can).
+        while !marker.starts_with(held.as_str()) {
+            let first = held.remove(0);
+            self.sink.content(first.encode_utf8(&mut [0; 4]));
+        }
+        if held == marker {
+            self.mode = Mode::Call(Box::new(Region::new(self.format, marker)));
+        }
+    }
+
+    /// Ends the open call at a char it cannot take, or at the end of the answer, and returns what it held, to
+    /// be read again as text. A call that emitted nothing gives back its marker as content: it was never a call.
+    fn abandon(&mut self) -> String {
+        match std::mem::replace(&mut self.mode, Mode::Text { held: String::new() }) {
+            Mode::Call(region) => {
+                if !region.committed {
+                    self.sink.content(region.marker);
+                }
+                region.held
+            }
+            Mode::Text { held } => held,
+        }
+    }
+}
+
+/// Where deltas go. Content is trimmed at both ends: leading whitespace is dropped, and whitespace after
+/// content waits for more content (or is dropped at the end).
+#[derive(Default)]
+struct Sink {
+    out: Vec<ToolDelta>,
+    content_started: bool,
+    pending_space: String,
+    calls: usize,
+}
+
+impl Sink {
+    fn content(&mut self, text: &str) {
+        for c in text.chars() {
+            if c.is_whitespace() {
+                if self.content_started {
+                    self.pending_space.push(c);
+                }
+                continue;
+            }
+            self.content_started = true;
+            let mut piece = std::mem::take(&mut self.pending_space);
+            piece.push(c);
+            match self.out.last_mut() {
+                Some(ToolDelta::Content(last)) => last.push_str(&piece),
+                _ => self.out.push(ToolDelta::Content(piece)),
+            }
+        }
+    }
+
+    fn start_call(&mut self, name: String) -> usize {
+        let index = self.calls;
+        self.calls += 1;
+        self.out.push(ToolDelta::CallStart { index, name });
+        index
+    }
+
+    fn arguments(&mut self, index: usize, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        match self.out.last_mut() {
+            Some(ToolDelta::Arguments { index: i, text: last }) if *i == index => last.push_str(text),
+            _ => self.out.push(ToolDelta::Arguments { index, text: text.to_owned() }),
+        }
+    }
+}
+
+/// A stretch of the answer that holds calls: from its marker (or the JSON opening the answer) to its end.
+struct Region {
+    /// The text that opened it; empty for JSON opening the answer.
+    marker: &'static str,
+    /// Whether it emitted anything (a call, or Generic's response).
+    committed: bool,
+    /// What it read since it last emitted: text given back if it fails.
+    held: String,
+    phase: Phase,
+}
+
+enum Phase {
+    /// Mistral, after the marker: whitespace, then `[` (a JSON array of calls) or a tool's name.
+    MistralLead,
+    /// Mistral's newer form: the name, then `[ARGS]` (or `[CALL_ID]` and an id first; or `{` straight after
+    /// the name). `tag` is the part of a `[...]` tag read so far.
+    MistralName {
+        name: String,
+        id: Option<String>,
+        tag: String,
+    },
+    Json(JsonCalls),
+    /// Hermes, after the call's JSON: whitespace, then `</tool_call>` (`matched` bytes of it read).
+    HermesClose {
+        matched: usize,
+    },
+    /// Llama 3, after a call's JSON: whitespace, `;`, whitespace and the next call; anything else ends it.
+    LlamaNext {
+        semicolon: bool,
+    },
+}
+
+enum Step {
+    /// `c` was read.
+    Continue,
+    /// `c` was read and ended the region.
+    Done,
+    /// The region cannot take `c`, which was not read.
+    Fail,
+}
+
+/// Whether a region's char was emitted (or settled as part of an emitted call) or only held.
+enum Progress {
+    Held,
+    Emitted,
+}
+
+const HERMES_CLOSE: &str = "</tool_call>";
+
+impl Region {
+    fn new(format: ToolFormat, marker: &'static str) -> Region {
+        let phase = match format {
+            ToolFormat::Mistral => Phase::MistralLead,
+            ToolFormat::Generic => Phase::Json(JsonCalls::new(Slot::Envelope, None)),
+            ToolFormat::Hermes | ToolFormat::Llama3 => Phase::Json(JsonCalls::new(Slot::Call, None)),
+        };
+        Region { marker, committed: false, held: String::new(), phase }
+    }
+
+    fn step(&mut self, c: char, format: ToolFormat, sink: &mut Sink) -> Step {
+        let progress = match &mut self.phase {
+            Phase::Json(json) => match json.step(c, sink) {
+                Err(()) => return Step::Fail,
+                Ok(JsonStep::Held) => Progress::Held,
+                Ok(JsonStep::Emitted) => Progress::Emitted,
+                Ok(JsonStep::Complete) => {
+                    self.committed = true;
+                    self.held.clear();
+                    self.phase = match format {
+                        ToolFormat::Hermes => Phase::HermesClose { matched: 0 },
+                        ToolFormat::Llama3 => Phase::LlamaNext { semicolon: false },
+                        ToolFormat::Mistral | ToolFormat::Generic => return Step::Done,
+                    };
+                    return Step::Continue;
+                }
+            },
+            Phase::HermesClose { matched } => {
+                if *matched == 0 && c.is_whitespace() {
+                    Progress::Held
+                } else if HERMES_CLOSE[*matched..].starts_with(c) {
+                    *matched += c.len_utf8();
+                    if *matched == HERMES_CLOSE.len() {
+                        return Step::Done;
+                    }
+                    Progress::Held
+                } else {
+                    return Step::Fail;
+                }
+            }
+            Phase::LlamaNext { semicolon } => {
+                if c.is_whitespace() {
+                    Progress::Held
+                } else if c == ';' && !*semicolon {
+                    *semicolon = true;
+                    Progress::Held
+                } else if c == '{' && *semicolon {
+                    self.phase = Phase::Json(JsonCalls::new(Slot::Call, None));
+                    return self.step(c, format, sink);
+                } else {
+                    return Step::Fail;
+                }
+            }
+            Phase::MistralLead => {
+                if c.is_whitespace() {
+                    Progress::Held
+                } else if c == '[' {
+                    self.phase = Phase::Json(JsonCalls::new(Slot::CallList, None));
+                    return self.step(c, format, sink);
+                } else if is_name_char(c) {
+                    self.phase = Phase::MistralName { name: c.to_string(), id: None, tag: String::new() };
+                    Progress::Held
+                } else {
+                    return Step::Fail;
+                }
+            }
+            Phase::MistralName { name, id, tag } => {
+                if !tag.is_empty() || c == '[' {
+                    tag.push(c);
+                    if tag == "[ARGS]" {
+                        self.phase = Phase::Json(JsonCalls::new(Slot::ArgsRoot, Some(std::mem::take(name))));
+                    } else if tag == "[CALL_ID]" && id.is_none() {
+                        *id = Some(String::new());
+                        tag.clear();
+                    } else if !("[ARGS]".starts_with(tag.as_str())
+                        || id.is_none() && "[CALL_ID]".starts_with(tag.as_str()))
+                    {
+                        return Step::Fail;
+                    }
+                    Progress::Held
+                } else if let Some(id) = id {
+                    if !c.is_ascii_alphanumeric() {
+                        return Step::Fail;
+                    }
+                    id.push(c);
+                    Progress::Held
+                } else if is_name_char(c) {
+                    name.push(c);
+                    Progress::Held
+                } else if c == '{' {
+                    self.phase = Phase::Json(JsonCalls::new(Slot::ArgsRoot, Some(std::mem::take(name))));
+                    return self.step(c, format, sink);
+                } else {
+                    return Step::Fail;
+                }
+            }
+        };
+        match progress {
+            Progress::Held => self.held.push(c),
+            Progress::Emitted => {
+                self.committed = true;
+                self.held.clear();
+            }
+        }
+        Step::Continue
+    }
+}
+
+/// Chars of a tool name as Mistral writes it: OpenAI's, and `.`.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// Reads the JSON that holds calls (a call object, an array of them, Generic's envelope, or the bare
+/// arguments of Mistral's newer form) a char at a time, emitting each call once its name is known and its
+/// arguments have begun.
+struct JsonCalls {
+    json: Json,
+    /// What each open object or array is, innermost last (the scanner's stack, annotated).
+    frames: Vec<Frame>,
+    /// What the top-level value must be.
+    top: Slot,
+    /// What the string or scalar being read is.
+    leaf: Leaf,
+    /// The call object being read.
+    call: CallState,
+    /// Whether anything was emitted.
+    committed: bool,
+}
+
+/// What a value is, from where it stands.
+#[derive(Clone, Copy, PartialEq)]
+enum Slot {
+    Call,
+    CallList,
+    Envelope,
+    /// A call's arguments object itself.
+    ArgsRoot,
+    /// Anything inside the arguments.
+    Args,
+    Name,
+    Response,
+    Skip,
+}
+
+/// The meaning of the key being read in an object.
+#[derive(Clone, Copy, PartialEq)]
+enum Key {
+    None,
+    Name,
+    Args,
+    ToolCalls,
+    ToolCall,
+    Response,
+    Other,
+}
+
+struct Frame {
+    slot: Slot,
+    key: Key,
+}
+
+enum Leaf {
+    Key(String),
+    Name(String),
+    Response,
+    Args,
+    Skip,
+}
+
+#[derive(Default)]
+struct CallState {
+    /// The whole name, once read.
+    name: Option<String>,
+    /// `Some` once the arguments object began: its compact text not yet emitted.
+    args: Option<String>,
+    /// The call's index once emitted.
+    index: Option<usize>,
+}
+
+enum JsonStep {
+    Held,
+    Emitted,
+    /// The char ended the top-level value, and something was emitted.
+    Complete,
+}
+
+type Read = std::result::Result<JsonStep, ()>;
+
+impl JsonCalls {
+    fn new(top: Slot, name: Option<String>) -> JsonCalls {
+        JsonCalls {
+            json: Json::default(),
+            frames: Vec::new(),
+            top,
+            leaf: Leaf::Skip,
+            call: CallState { name, ..CallState::default() },
+            committed: false,
+        }
+    }
+
+    fn step(&mut self, c: char, sink: &mut Sink) -> Read {
+        match self.json.push(c).ok_or(())? {
+            Tok::Space => Ok(JsonStep::Held),
+            Tok::Open => self.open(c, sink),
+            Tok::Close => self.close(c, sink),
+            Tok::Colon | Tok::Comma => match self.frames.last() {
+                Some(Frame { slot: Slot::Args | Slot::ArgsRoot, .. }) => self.capture(c.encode_utf8(&mut [0; 4]), sink),
+                _ => Ok(JsonStep::Held),
+            },
+            Tok::StrOpen { key: true } => match self.frames.last().map(|f| f.slot) {
+                Some(Slot::Call | Slot::Envelope) => {
+                    self.leaf = Leaf::Key(String::new());
+                    Ok(JsonStep::Held)
+                }
+                Some(Slot::Args | Slot::ArgsRoot) => {
+                    self.leaf = Leaf::Args;
+                    self.capture("\"", sink)
+                }
+                _ => {
+                    self.leaf = Leaf::Skip;
+                    Ok(JsonStep::Held)
+                }
+            },
+            tok @ (Tok::StrOpen { key: false } | Tok::Scalar { first: true }) => {
+                let string = matches!(tok, Tok::StrOpen { .. });
+                match self.slot_here() {
+                    Slot::Name if string => {
+                        self.leaf = Leaf::Name(String::new());
+                        Ok(JsonStep::Held)
+                    }
+                    // Generic's response is content: it commits at its opening quote.
+                    Slot::Response if string => {
+                        self.leaf = Leaf::Response;
+                        self.committed = true;
+                        Ok(JsonStep::Emitted)
+                    }
+                    Slot::Args => {
+                        self.leaf = Leaf::Args;
+                        self.capture(c.encode_utf8(&mut [0; 4]), sink)
+                    }
+                    Slot::Skip => {
+                        self.leaf = Leaf::Skip;
+                        Ok(JsonStep::Held)
+                    }
+                    _ => Err(()),
+                }
+            }
+            Tok::Scalar { first: false } => match self.leaf {
+                Leaf::Args => self.capture(c.encode_utf8(&mut [0; 4]), sink),
+                _ => Ok(JsonStep::Held),
+            },
+            Tok::StrChar(decoded) => match &mut self.leaf {
+                Leaf::Key(s) | Leaf::Name(s) => {
+                    s.extend(decoded);
+                    Ok(JsonStep::Held)
+                }
+                // A char of an escape that is not yet whole stays held, so a cut escape is given back, not lost.
+                Leaf::Response => match decoded {
+                    Some(d) => {
+                        sink.content(d.encode_utf8(&mut [0; 4]));
+                        Ok(JsonStep::Emitted)
+                    }
+                    None => Ok(JsonStep::Held),
+                },
+                // The scanner lets raw control chars through strings (models write them in code); OpenAI's
+                // arguments are JSON, so they go out escaped.
+                Leaf::Args if (c as u32) < 0x20 => self.capture(&escape_control(c), sink),
+                Leaf::Args => self.capture(c.encode_utf8(&mut [0; 4]), sink),
+                Leaf::Skip => Ok(JsonStep::Held),
+            },
+            Tok::StrClose => match std::mem::replace(&mut self.leaf, Leaf::Skip) {
+                Leaf::Key(key) => {
+                    let meaning = self.meaning(&key);
+                    if let Some(frame) = self.frames.last_mut() {
+                        frame.key = meaning;
+                    }
+                    Ok(JsonStep::Held)
+                }
+                Leaf::Name(name) if name.is_empty() => Err(()),
+                Leaf::Name(name) => {
+                    self.call.name = Some(name);
+                    if self.call.args.is_some() {
+                        self.commit(sink);
+                        return Ok(JsonStep::Emitted);
+                    }
+                    Ok(JsonStep::Held)
+                }
+                Leaf::Response => Ok(JsonStep::Emitted),
+                Leaf::Args => self.capture("\"", sink),
+                Leaf::Skip => Ok(JsonStep::Held),
+            },
+        }
+    }
+
+    /// What a value starting here is.
+    fn slot_here(&self) -> Slot {
+        let Some(frame) = self.frames.last() else { return self.top };
+        match (frame.slot, frame.key) {
+            (Slot::Call, Key::Name) => Slot::Name,
+            (Slot::Call, Key::Args) => Slot::ArgsRoot,
+            (Slot::CallList, _) => Slot::Call,
+            (Slot::Envelope, Key::ToolCalls) => Slot::CallList,
+            (Slot::Envelope, Key::ToolCall) => Slot::Call,
+            (Slot::Envelope, Key::Response) => Slot::Response,
+            (Slot::Args | Slot::ArgsRoot, _) => Slot::Args,
+            _ => Slot::Skip,
+        }
+    }
+
+    /// What `key` means in the innermost object. A call's second `name` or `arguments` is ignored.
+    fn meaning(&self, key: &str) -> Key {
+        match self.frames.last().map(|f| f.slot) {
+            Some(Slot::Call) => match key {
+                "name" if self.call.name.is_none() => Key::Name,
+                "arguments" | "parameters" if self.call.args.is_none() => Key::Args,
+                _ => Key::Other,
+            },
+            Some(Slot::Envelope) => match key {
+                "tool_calls" => Key::ToolCalls,
+                "tool_call" => Key::ToolCall,
+                "response" => Key::Response,
+                _ => Key::Other,
+            },
+            _ => Key::Other,
+        }
+    }
+
+    fn open(&mut self, c: char, sink: &mut Sink) -> Read {
+        let object = c == '{';
+        let slot = match (self.slot_here(), object) {
+            (Slot::Call, true) => {
+                self.call = CallState::default();
+                Slot::Call
+            }
+            (Slot::CallList, false) => Slot::CallList,
+            (Slot::Envelope, true) => Slot::Envelope,
+            (Slot::ArgsRoot, true) => Slot::ArgsRoot,
+            (Slot::Args, _) => Slot::Args,
+            (Slot::Skip, _) => Slot::Skip,
+            _ => return Err(()),
+        };
+        self.frames.push(Frame { slot, key: Key::None });
+        match slot {
+            Slot::ArgsRoot => {
+                self.call.args = Some(String::new());
+                let step = self.capture("{", sink);
+                if self.call.name.is_some() {
+                    self.commit(sink);
+                    return Ok(JsonStep::Emitted);
+                }
+                step
+            }
+            Slot::Args => self.capture(if object { "{" } else { "[" }, sink),
+            _ => Ok(JsonStep::Held),
+        }
+    }
+
+    fn close(&mut self, c: char, sink: &mut Sink) -> Read {
+        let frame = self.frames.pop().ok_or(())?;
+        let step = match frame.slot {
+            Slot::Args | Slot::ArgsRoot => self.capture(c.encode_utf8(&mut [0; 4]), sink)?,
+            // A call object that never had both a name and arguments is not a call.
+            Slot::Call if self.call.index.is_none() => return Err(()),
+            Slot::Call => JsonStep::Emitted,
+            _ if self.committed => JsonStep::Emitted,
+            _ => JsonStep::Held,
+        };
+        if self.frames.is_empty() {
+            return if self.committed { Ok(JsonStep::Complete) } else { Err(()) };
+        }
+        Ok(step)
+    }
+
+    /// `text` belongs to the arguments: emitted if the call is, kept until it is otherwise.
+    fn capture(&mut self, text: &str, sink: &mut Sink) -> Read {
+        match self.call.index {
+            Some(index) => {
+                sink.arguments(index, text);
+                Ok(JsonStep::Emitted)
+            }
+            None => {
+                self.call.args.get_or_insert_with(String::new).push_str(text);
+                Ok(JsonStep::Held)
+            }
+        }
+    }
+
+    /// Emits the call: its name is known and its arguments have begun.
+    fn commit(&mut self, sink: &mut Sink) {
+        let index = sink.start_call(self.call.name.clone().unwrap_or_default());
+        if let Some(args) = self.call.args.as_mut() {
+            sink.arguments(index, &std::mem::take(args));
+        }
+        self.call.index = Some(index);
+        self.committed = true;
+    }
+}
+
+/// A control char as JSON writes it inside a string.
+fn escape_control(c: char) -> String {
+    match c {
+        '\n' => "\\n".into(),
+        '\r' => "\\r".into(),
+        '\t' => "\\t".into(),
+        '\u{8}' => "\\b".into(),
+        '\u{c}' => "\\f".into(),
+        _ => format!("\\u{:04x}", c as u32),
+    }
+}
+
+/// A JSON syntax checker fed a char at a time. The top-level value must be an object or an array, so the end
+/// of every value is seen. One leniency: raw control chars inside strings (see `JsonCalls::step`).
+#[derive(Default)]
+struct Json {
+    /// Open containers, innermost last: `true` for an object.
+    stack: Vec<bool>,
+    expect: Expect,
+    leaf: JsonLeaf,
+}
+
+#[derive(Clone, Copy, Default, PartialEq)]
+enum Expect {
+    #[default]
+    Value,
+    /// After `[`.
+    ValueOrEnd,
+    /// After `{`.
+    KeyOrEnd,
+    Key,
+    Colon,
+    CommaOrEnd,
+    Done,
+}
+
+#[derive(Clone, Copy, Default)]
+enum JsonLeaf {
+    #[default]
+    None,
+    Str {
+        key: bool,
+        escape: Escape,
+    },
+    Number(Num),
+    /// The rest of `true`, `false` or `null`.
+    Word(&'static str),
+}
+
+#[derive(Clone, Copy)]
+enum Escape {
+    None,
+    Backslash,
+    /// `\u` and `digits` hex digits of `code`; `high` is the high surrogate a low one must follow.
+    Hex {
+        digits: u8,
+        code: u32,
+        high: Option<u32>,
+    },
+    /// After a high surrogate: `\` then `u` must follow.
+    AfterHigh(u32),
+    AfterHighBackslash(u32),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Num {
+    Minus,
+    Zero,
+    Int,
+    Point,
+    Fraction,
+    E,
+    ESign,
+    Exponent,
+}
+
+impl Num {
+    fn next(self, c: char) -> Option<Num> {
+        use Num::*;
+        Some(match (self, c) {
+            (Minus, '0') => Zero,
+            (Minus | Int, '1'..='9') | (Int, '0') => Int,
+            (Zero | Int, '.') => Point,
+            (Point | Fraction, '0'..='9') => Fraction,
+            (Zero | Int | Fraction, 'e' | 'E') => E,
+            (E, '+' | '-') => ESign,
+            (E | ESign | Exponent, '0'..='9') => Exponent,
+            _ => return None,
+        })
+    }
+
+    fn complete(self) -> bool {
+        matches!(self, Num::Zero | Num::Int | Num::Fraction | Num::Exponent)
+    }
+}
+
+enum Tok {
+    /// Whitespace between tokens.
+    Space,
+    /// `{` or `[`.
+    Open,
+    /// `}` or `]`.
+    Close,
+    Colon,
+    Comma,
+    StrOpen {
+        key: bool,
+    },
+    /// A char inside a string, with the char it stands for once an escape is whole.
+    StrChar(Option<char>),
+    StrClose,
+    /// A char of a number or of `true`, `false`, `null`.
+    Scalar {
+        first: bool,
+    },
+}
+
+impl Json {
+    /// `None`: `c` cannot come next.
+    fn push(&mut self, c: char) -> Option<Tok> {
+        match self.leaf {
+            JsonLeaf::Str { key, escape } => return self.string(c, key, escape),
+            JsonLeaf::Number(n) => match n.next(c) {
+                Some(n) => {
+                    self.leaf = JsonLeaf::Number(n);
+                    return Some(Tok::Scalar { first: false });
+                }
+                // The number ended before `c`, which is read below.
+                None if n.complete() => {
+                    self.leaf = JsonLeaf::None;
+                    self.expect = Expect::CommaOrEnd;
+                }
+                None => return None,
+            },
+            JsonLeaf::Word(rest) => {
+                let rest = rest.strip_prefix(c)?;
+                self.leaf = if rest.is_empty() {
+                    self.expect = Expect::CommaOrEnd;
+                    JsonLeaf::None
+                } else {
+                    JsonLeaf::Word(rest)
+                };
+                return Some(Tok::Scalar { first: false });
+            }
+            JsonLeaf::None => {}
+        }
+        if matches!(c, ' ' | '\t' | '\n' | '\r') {
+            return (self.expect != Expect::Done).then_some(Tok::Space);
+        }
+        match self.expect {
+            Expect::ValueOrEnd if c == ']' => self.close(false),
+            Expect::Value | Expect::ValueOrEnd => match c {
+                '{' | '[' => {
+                    self.stack.push(c == '{');
+                    self.expect = if c == '{' { Expect::KeyOrEnd } else { Expect::ValueOrEnd };
+                    Some(Tok::Open)
+                }
+                _ if self.stack.is_empty() => None,
+                '"' => {
+                    self.leaf = JsonLeaf::Str { key: false, escape: Escape::None };
+                    Some(Tok::StrOpen { key: false })
+                }
+                '-' | '0'..='9' => {
+                    self.leaf = JsonLeaf::Number(match c {
+                        '-' => Num::Minus,
+                        '0' => Num::Zero,
+                        _ => Num::Int,
+                    });
+                    Some(Tok::Scalar { first: true })
+                }
+                't' | 'f' | 'n' => {
+                    self.leaf = JsonLeaf::Word(match c {
+                        't' => "rue",
+                        'f' => "alse",
+                        _ => "ull",
+                    });
+                    Some(Tok::Scalar { first: true })
+                }
+                _ => None,
+            },
+            Expect::KeyOrEnd if c == '}' => self.close(true),
+            Expect::KeyOrEnd | Expect::Key => (c == '"').then(|| {
+                self.leaf = JsonLeaf::Str { key: true, escape: Escape::None };
+                Tok::StrOpen { key: true }
+            }),
+            Expect::Colon => (c == ':').then(|| {
+                self.expect = Expect::Value;
+                Tok::Colon
+            }),
+            Expect::CommaOrEnd => match c {
+                ',' => {
+                    self.expect = if self.stack.last() == Some(&true) { Expect::Key } else { Expect::Value };
+                    Some(Tok::Comma)
+                }
+                '}' => self.close(true),
+                ']' => self.close(false),
+                _ => None,
+            },
+            Expect::Done => None,
+        }
+    }
+
+    fn close(&mut self, object: bool) -> Option<Tok> {
+        if self.stack.last() != Some(&object) {
+            return None;
+        }
+        self.stack.pop();
+        self.expect = if self.stack.is_empty() { Expect::Done } else { Expect::CommaOrEnd };
+        Some(Tok::Close)
+    }
+
+    fn string(&mut self, c: char, key: bool, escape: Escape) -> Option<Tok> {
+        let (escape, decoded) = match escape {
+            Escape::None => match c {
+                '"' => {
+                    self.leaf = JsonLeaf::None;
+                    self.expect = if key { Expect::Colon } else { Expect::CommaOrEnd };
+                    return Some(Tok::StrClose);
+                }
+                '\\' => (Escape::Backslash, None),
+                _ => (Escape::None, Some(c)),
+            },
+            Escape::Backslash => match c {
+                '"' | '\\' | '/' => (Escape::None, Some(c)),
+                'b' => (Escape::None, Some('\u{8}')),
+                'f' => (Escape::None, Some('\u{c}')),
+                'n' => (Escape::None, Some('\n')),
+                'r' => (Escape::None, Some('\r')),
+                't' => (Escape::None, Some('\t')),
+                'u' => (Escape::Hex { digits: 0, code: 0, high: None }, None),
+                _ => return None,
+            },
+            Escape::Hex { digits, code, high } => {
+                let code = code * 16 + c.to_digit(16)?;
+                if digits < 3 {
+                    (Escape::Hex { digits: digits + 1, code, high }, None)
+                } else {
+                    match high {
+                        Some(high) if (0xDC00..0xE000).contains(&code) => {
+                            (Escape::None, Some(char::from_u32(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00))?))
+                        }
+                        Some(_) => return None,
+                        None if (0xD800..0xDC00).contains(&code) => (Escape::AfterHigh(code), None),
+                        // A lone low surrogate is no char: refused, as serde_json does.
+                        None => (Escape::None, Some(char::from_u32(code)?)),
+                    }
+                }
+            }
+            Escape::AfterHigh(high) if c == '\\' => (Escape::AfterHighBackslash(high), None),
+            Escape::AfterHighBackslash(high) if c == 'u' => {
+                (Escape::Hex { digits: 0, code: 0, high: Some(high) }, None)
+            }
+            Escape::AfterHigh(_) | Escape::AfterHighBackslash(_) => return None,
+        };
+        self.leaf = JsonLeaf::Str { key, escape };
+        Some(Tok::StrChar(decoded))
+    }
+}
+
+// Grammars.
+
+impl ToolFormat {
+    /// An llguidance Lark grammar holding the answer to this format: under `Auto`, free text with calls
+    /// allowed; under `Required`, one or more calls from the first token; under `Function`, that function's
+    /// call alone. A call's name must be one of `tools` and its arguments must match that tool's
+    /// `parameters` schema (`%json`). `None` for `ToolChoice::None`, for no tools, or for a function not
+    /// among them: no constraint.
+    ///
+    /// `special_token` gives the id of a marker text (`<tool_call>`, `</tool_call>`, `[TOOL_CALLS]`, `[ARGS]`,
+    /// `<|python_tag|>`) that is one special token in this model's vocabulary, and `None` where the model
+    /// writes it as plain text (Qwen 2.5 has `<tool_call>` as a token, other ChatML models do not). Tokens are
+    /// written by id, `<[id]>`: `<[TOOL_CALLS]>` would read as an id range.
+    ///
+    /// Calls are written as the families' templates render them (json.dumps spacing); arguments have
+    /// llguidance's flexible JSON whitespace. Text before calls under `Required` (a reasoning model's
+    /// `<think>` block) is not allowed: a caller that wants it wraps `start`.
+    pub fn grammar(
+        &self,
+        tools: &[ToolSpec],
+        choice: &ToolChoice,
+        special_token: &dyn Fn(&str) -> Option<u32>,
+    ) -> Option<String> {
+        let tools: Vec<&ToolSpec> = match choice {
+            ToolChoice::None => return None,
+            ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
+            ToolChoice::Function(name) => tools.iter().filter(|t| &t.name == name).take(1).collect(),
+        };
+        if tools.is_empty() {
+            return None;
+        }
+        let token = |text: &str| match special_token(text) {
+            Some(id) => format!("<[{id}]>"),
+            None => lark_string(text),
+        };
+        let one = matches!(choice, ToolChoice::Function(_));
+        let mut g = String::new();
+        // Each tool's arguments are their own `%json`, so that `$ref`s in its schema resolve against its root.
+        for (i, tool) in tools.iter().enumerate() {
+            let _ = writeln!(g, "args{i}: %json {}", arguments_schema(&tool.parameters));
+        }
+        // `{"name": "NAME", "<key>": ARGS}` for each tool, as alternatives.
+        let calls = |key: &str| {
+            let alternatives: Vec<String> = (0..tools.len())
+                .map(|i| {
+                    let head = format!("{{\"name\": {}, \"{key}\": ", Value::from(tools[i].name.as_str()));
+                    format!("{} args{i} \"}}\"", lark_string(&head))
+                })
+                .collect();
+            alternatives.join(" | ")
+        };
+        match self {
+            ToolFormat::Hermes => {
+                let _ = writeln!(g, "body: {}", calls("arguments"));
+                let rest = format!("\"\\n\" body \"\\n\" {}", token(HERMES_CLOSE));
+                marked_calls(&mut g, "<tool_call>", &rest, choice, special_token);
+            }
+            ToolFormat::Mistral => {
+                // Both forms (the parser reads both): the JSON array and `name[ARGS]{...}`.
+                let _ = writeln!(g, "item: {}", calls("arguments"));
+                let more = if one { "" } else { " (\", \" item)*" };
+                let _ = writeln!(g, "array: \" \"? \"[\" item{more} \"]\"");
+                let args_tag = token("[ARGS]");
+                let named: Vec<String> =
+                    (0..tools.len()).map(|i| format!("{} {args_tag} args{i}", lark_string(&tools[i].name))).collect();
+                let _ = writeln!(g, "named: {}", named.join(" | "));
+                marked_calls(&mut g, "[TOOL_CALLS]", "(array | named)", choice, special_token);
+            }
+            ToolFormat::Llama3 => {
+                let _ = writeln!(g, "body: {}", calls("parameters"));
+                let tag = token("<|python_tag|>");
+                match choice {
+                    ToolChoice::Auto => {
+                        let _ = writeln!(g, "start: TEXT | {tag}? calls");
+                        let _ = writeln!(g, "calls: body (\"; \" body)*");
+                        // An answer opening with `{` is a call to `parse`, and `<|python_tag|>` opens one
+                        // anywhere: free text may do neither.
+                        let _ = writeln!(
+                            g,
+                            "TEXT: /\\s*/ | (/\\s*[^{{\\s](.|\\n)*/ & ~/(?s:.*){}(?s:.*)/)",
+                            regex_escape("<|python_tag|>")
+                        );
+                    }
+                    ToolChoice::Function(_) => {
+                        let _ = writeln!(g, "start: {tag}? body");
+                    }
+                    _ => {
+                        let _ = writeln!(g, "start: {tag}? body (\"; \" body)*");
+                    }
+                }
+            }
+            ToolFormat::Generic => {
+                let _ = writeln!(g, "call: {}", calls("arguments"));
+                let more = if one { "" } else { " (\", \" call)*" };
+                let _ = writeln!(g, "calls: {} call{more} \"]}}\"", lark_string("{\"tool_calls\": ["));
+                if matches!(choice, ToolChoice::Auto) {
+                    let _ = writeln!(g, "start: calls | {} response \"}}\"", lark_string("{\"response\": "));
+                    let _ = writeln!(g, "response: %json {{\"type\": \"string\"}}");
+                } else {
+                    let _ = writeln!(g, "start: calls");
+                }
+            }
+        }
+        Some(g)
+    }
+}
+
+/// The `start` of a grammar whose calls each begin with `marker` and go on as `rest`.
+fn marked_calls(
+    g: &mut String,
+    marker: &str,
+    rest: &str,
+    choice: &ToolChoice,
+    special_token: &dyn Fn(&str) -> Option<u32>,
+) {
+    let open = match (choice, special_token(marker)) {
+        (ToolChoice::Auto, Some(id)) => {
+            // The special token cannot come out of TEXT's bytes; TEXT may not spell its text either, which
+            // `parse` would read as a call.
+            let _ = writeln!(g, "start: TEXT? (call TEXT?)*");
+            let _ = writeln!(g, "TEXT: /(.|\\n)+/ & ~/(?s:.*){}(?s:.*)/", regex_escape(marker));
+            format!("<[{id}]>")
+        }
+        (ToolChoice::Auto, None) => {
+            // A plain-text marker: a lazy lexeme ends the free text at the marker's first occurrence, so
+            // what follows is held to the call (llguidance docs/syntax.md, "Tool calling"). A greedy TEXT
+            // would swallow the marker and run on.
+            let _ = writeln!(g, "start: call* tail");
+            let _ = writeln!(g, "tail: TEXT");
+            let _ = writeln!(g, "TEXT: /(.|\\n)*/");
+            let _ = writeln!(g, "head[lazy]: TEXT {}", lark_string(marker));
+            "head".to_owned()
+        }
+        (ToolChoice::Function(_), id) => {
+            let _ = writeln!(g, "start: call");
+            id.map_or_else(|| lark_string(marker), |id| format!("<[{id}]>"))
+        }
+        (_, id) => {
+            let _ = writeln!(g, "start: call (/\\s*/ call)*");
+            id.map_or_else(|| lark_string(marker), |id| format!("<[{id}]>"))
+        }
+    };
+    let _ = writeln!(g, "call: {open} {rest}");
+}
+
+/// A tool's parameters schema as the grammar uses it: arguments are an object, so a schema that does not
+/// say what type it is gets `"type": "object"` (an empty schema would let a call's arguments be a number).
+fn arguments_schema(parameters: &Value) -> Value {
+    let mut schema = parameters.clone();
+    if let Value::Object(o) = &mut schema {
+        o.entry("type").or_insert_with(|| json!("object"));
+    }
+    schema
+}
+
+/// A Lark string literal: llguidance reads them as JSON strings.
+fn lark_string(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
+/// `text` matched literally inside a Lark `/.../` regex.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        // `<` and `>` stay bare: escaped, the regex crate reads them as word boundaries.
+        if "\\.+*?()|[]{}^$#&-~/".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{test, Rng};
+
+    use ToolFormat::{Generic, Hermes, Llama3, Mistral};
+
+    fn answer(content: &str, calls: &[(&str, &str)]) -> ParsedAnswer {
+        ParsedAnswer {
+            content: content.to_owned(),
+            tool_calls: calls
+                .iter()
+                .map(|&(name, arguments)| ToolCall { name: name.to_owned(), arguments: arguments.to_owned() })
+                .collect(),
+        }
+    }
+
+    /// `format.parse(text)` is `content` and `calls`.
+    fn parses(format: ToolFormat, text: &str, content: &str, calls: &[(&str, &str)]) {
+        assert_eq!(format.parse(text), answer(content, calls), "{format:?} {text:?}");
+    }
+
+    #[test]
+    fn hermes() {
+        let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+        parses(Hermes, one, "", &[("get_weather", r#"{"city":"Paris","unit":"celsius"}"#)]);
+        // Qwen's parallel calls: one block each.
+        let two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>";
+        parses(Hermes, two, "", &[("get_weather", r#"{"city":"Paris"}"#), ("get_time", r#"{"zone":"CET"}"#)]);
+        // Text before a call, and after it.
+        let text = format!("Let me look that up.\n\n{one}\nOne moment.");
+        parses(
+            Hermes,
+            &text,
+            "Let me look that up.\n\n\nOne moment.",
+            &[("get_weather", r#"{"city":"Paris","unit":"celsius"}"#)],
+        );
+        // Hermes 2 Pro writes the arguments first; other keys are ignored.
+        parses(
+            Hermes,
+            "<tool_call>\n{\"arguments\": {\"q\": [1, 2.5e3, true, null, {\"k\": \"v\"}]}, \"id\": 7, \"name\": \"search\"}\n</tool_call>",
+            "",
+            &[("search", r#"{"q":[1,2.5e3,true,null,{"k":"v"}]}"#)],
+        );
+        // Escapes stay as written; raw control chars inside strings (code arguments) come out escaped.
+        parses(
+            Hermes,
+            "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"code\": \"print(\\\"h\\u00e9\\\")\n\tx = 1\"}}\n</tool_call>",
+            "",
+            &[("run", r#"{"code":"print(\"h\u00e9\")\n\tx = 1"}"#)],
+        );
+        // A missing closing tag at the end loses nothing.
+        parses(Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}", "", &[("f", "{}")]);
+        parses(Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\nDone.", "Done.", &[("f", "{}")]);
+        // No tool marker: all content, trimmed.
+        parses(Hermes, "  The answer is {\"a\": 1} < 2 <tool \n", "The answer is {\"a\": 1} < 2 <tool", &[]);
+    }
+
+    #[test]
+    fn hermes_malformed() {
+        // Before a call has both its name and the start of its arguments, a malformed one is content.
+        for text in [
+            "<tool_call>\nI will call the weather tool.\n</tool_call>",
+            "<tool_call>\n{\"name\": \"get_weather\", \"args\": {\"city\": \"Paris\"}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>\n{\"name\": 5, \"arguments\": {}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{}\"}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+            "<tool_call>\n[{\"name\": \"f\", \"arguments\": {}}]\n</tool_call>",
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\"",
+            "<tool_call>",
+        ] {
+            parses(Hermes, text, text.trim(), &[]);
+        }
+        // A call read past that point keeps what was streamed; the text from the break on is content again.
+        parses(
+            Hermes,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\" \"unit\": \"c\"}}\n</tool_call>",
+            "\"unit\": \"c\"}}\n</tool_call>",
+            &[("get_weather", r#"{"city":"Paris""#)],
+        );
+        // An answer cut inside the arguments (the token limit): the arguments stop where it stopped.
+        parses(
+            Hermes,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+            "",
+            &[("get_weather", r#"{"city":"Par"#)],
+        );
+        // A malformed call, then a good one: the first is content, the second a call.
+        parses(
+            Hermes,
+            "<tool_call>oops <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>oops",
+            &[("f", "{}")],
+        );
+    }
+
+    #[test]
+    fn llama3() {
+        let one = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+        parses(Llama3, one, "", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        parses(Llama3, &format!("\n\n{one}"), "", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        parses(Llama3, &format!("<|python_tag|>{one}"), "", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        // The `type` key some Llama outputs carry is ignored; `arguments` is read too.
+        parses(
+            Llama3,
+            "{\"type\": \"function\", \"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}",
+            "",
+            &[("get_time", r#"{"zone":"UTC"}"#)],
+        );
+        // Llama 3.2's several calls, separated by `;`.
+        parses(
+            Llama3,
+            &format!("{one}; {{\"name\": \"get_time\", \"parameters\": {{}}}}"),
+            "",
+            &[("get_weather", r#"{"city":"Paris"}"#), ("get_time", "{}")],
+        );
+        // After text, only `<|python_tag|>` opens a call.
+        parses(Llama3, &format!("Sure. <|python_tag|>{one}"), "Sure.", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        parses(Llama3, &format!("Sure. {one}"), &format!("Sure. {one}"), &[]);
+        // JSON that is not a call is content, as is what follows a call that is neither `;` nor a call.
+        parses(Llama3, "{\"city\": \"Paris\", \"temp\": 21}", "{\"city\": \"Paris\", \"temp\": 21}", &[]);
+        parses(
+            Llama3,
+            &format!("{one}\nThe call above."),
+            "The call above.",
+            &[("get_weather", r#"{"city":"Paris"}"#)],
+        );
+        parses(Llama3, &format!("{one}; and more"), "; and more", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        parses(
+            Llama3,
+            "<|python_tag|>brave_search.call(query=\"x\")",
+            "<|python_tag|>brave_search.call(query=\"x\")",
+            &[],
+        );
+    }
+
+    #[test]
+    fn mistral() {
+        // Nemo and Small 3.x: a JSON array (the `id` Nemo writes is ignored; ids are the caller's).
+        parses(
+            Mistral,
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]",
+            "",
+            &[("get_weather", r#"{"city":"Paris"}"#)],
+        );
+        parses(
+            Mistral,
+            "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}]",
+            "",
+            &[("get_weather", r#"{"city":"Paris"}"#), ("get_time", r#"{"zone":"CET"}"#)],
+        );
+        // The 2025 templates: `name[ARGS]{...}` after each marker, optionally with `[CALL_ID]`.
+        parses(
+            Mistral,
+            "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{\"zone\": \"CET\"}",
+            "",
+            &[("get_weather", r#"{"city":"Paris"}"#), ("get_time", r#"{"zone":"CET"}"#)],
+        );
+        parses(Mistral, "[TOOL_CALLS]get_weather{\"city\": \"Paris\"}", "", &[("get_weather", r#"{"city":"Paris"}"#)]);
+        parses(
+            Mistral,
+            "I'll check. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
+            "I'll check.",
+            &[("get_weather", r#"{"city":"Paris"}"#)],
+        );
+        // Malformed: content.
+        for text in [
+            "[TOOL_CALLS] I can't call that.",
+            "[TOOL_CALLS][1, 2]",
+            "[TOOL_CALLS][]",
+            "[TOOL_CALLS]get_weather[ARG]{}",
+            "[TOOL_CALLS]get_weather[CALL_ID]a-b[ARGS]{}",
+            "[TOOL_CALLS]get weather[ARGS]{}",
+            "[TOOL_CALLS]get_weather[ARGS]\"Paris\"",
+        ] {
+            parses(Mistral, text, text, &[]);
+        }
+        // After the first call of an array committed, a broken second one is content again.
+        parses(
+            Mistral,
+            "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"nom\": \"b\"}]",
+            ", {\"nom\": \"b\"}]",
+            &[("a", "{}")],
+        );
+    }
+
+    #[test]
+    fn generic() {
+        parses(
+            Generic,
+            "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}, \"id\": \"call_1\"}]}",
+            "",
+            &[("get_weather", r#"{"city":"Paris"}"#), ("get_time", r#"{"zone":"CET"}"#)],
+        );
+        // llama.cpp's non-parallel form.
+        parses(Generic, "{\"tool_call\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}", "", &[("f", r#"{"x":1}"#)]);
+        // The response is the content, unescaped (and trimmed).
+        parses(
+            Generic,
+            "{\"response\": \"It is \\\"sunny\\\" \\u2600\\ufe0f \\ud83d\\ude00\\n\"}",
+            "It is \"sunny\" \u{2600}\u{fe0f} \u{1F600}",
+            &[],
+        );
+        // A model that ignored the format, or JSON that is not the envelope: content.
+        for text in ["It is sunny.", "{\"answer\": 42}", "{\"tool_calls\": []}", "{\"response\": 5}"] {
+            parses(Generic, text, text, &[]);
+        }
+        parses(Generic, "{\"response\": \"Hi\"} and more", "Hi and more", &[]);
+        // The response commits at its opening quote: what follows a break in it is content again.
+        parses(Generic, "{\"response\": \"Hi \\ud800x\"}", "Hi \\ud800x\"}", &[]);
+    }
+
+    #[test]
+    fn detect() {
+        // Short excerpts of the real templates: the lines that render tool calls or ask for them.
+        let qwen25 = r#"{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+            {{- '<tool_call>\n{"name": "' }}{{- tool_call.name }}{{- '", "arguments": ' }}{{- tool_call.arguments | tojson }}{{- '}\n</tool_call>' }}"#;
+        let hermes2pro = r#"{{- "For each function call return a json object with function name and arguments within <tool_call></tool_call> XML tags as follows:\n" }}
+            {{- "<tool_call>\n" }}{{- '{"arguments": <args-dict>, "name": <function-name>}\n' }}{{- '</tool_call><|im_end|>' }}"#;
+        let llama31 = r#"{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {{- '{"name": "' + tool_call.name + '", ' }}{{- '"parameters": ' }}{{- tool_call.arguments | tojson }}"#;
+        let llama32 = r#"{{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+            {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}"#;
+        let nemo = r#"{{- "[AVAILABLE_TOOLS][" }}{%- for tool in tools %}{%- endfor %}{{- "[/AVAILABLE_TOOLS]" }}
+            {{- "[TOOL_CALLS][" }}{%- for tool_call in message.tool_calls %}{{- ', "id": "' + tool_call.id + '"}' }}{%- endfor %}"#;
+        let small32 = r#"{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}"#;
+        let chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+        let llama3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}";
+        let qwen3_coder = r#"{{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}"#;
+        let nemotron =
+            r#"{{- '<|start_header_id|>' -}}{{- '<TOOLCALL>[' -}}{{- '{"name": "' + fn.name + '", "arguments": ' -}}"#;
+        for (source, format) in [
+            (qwen25, Hermes),
+            (hermes2pro, Hermes),
+            (llama31, Llama3),
+            (llama32, Llama3),
+            (nemo, Mistral),
+            (small32, Mistral),
+            (chatml, Generic),
+            (llama3, Generic),
+            (qwen3_coder, Generic),
+            (nemotron, Generic),
+        ] {
+            assert_eq!(ToolFormat::detect(source), format, "{source}");
+        }
+    }
+
+    #[test]
+    fn streams_early() {
+        use ToolDelta::*;
+        let mut s = ToolCallStream::new(Hermes);
+        // Content goes out at once, but for a possible marker's start (and whitespace, which waits for more).
+        assert_eq!(s.push("Let me check. <tool"), [Content("Let me check.".into())]);
+        assert_eq!(s.push("ing"), [Content(" <tooling".into())]);
+        assert_eq!(s.push(" <tool_c"), []);
+        // The call goes out once its name is known and its arguments begin, then its arguments as they come.
+        assert_eq!(s.push("all>\n{\"name\": \"get_weather\", "), []);
+        assert_eq!(
+            s.push("\"arguments\": {\"ci"),
+            [CallStart { index: 0, name: "get_weather".into() }, Arguments { index: 0, text: "{\"ci".into() }]
+        );
+        assert_eq!(s.push("ty\": \"Paris\"}"), [Arguments { index: 0, text: "ty\":\"Paris\"}".into() }]);
+        assert_eq!(
+            s.push("}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}"),
+            [CallStart { index: 1, name: "f".into() }, Arguments { index: 1, text: "{}".into() }]
+        );
+        assert_eq!(s.finish(), []);
+
+        // Generic's response streams as content.
+        let mut s = ToolCallStream::new(Generic);
+        assert_eq!(s.push(" {\"response\": \"It is"), [Content("It is".into())]);
+        assert_eq!(s.push(" sunny\\"), [Content(" sunny".into())]);
+        assert_eq!(s.push("n\"}"), []);
+        assert_eq!(s.finish(), []);
+    }
+
+    /// Answers for the streaming invariant: the tests' examples and awkward cases.
+    const ANSWERS: &[&str] = &[
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": -1.5e-3}}\n</tool_call>\n<tool_call>\n{\"arguments\": {\"zone\": \"CET\"}, \"name\": \"get_time\"}\n</tool_call>",
+        "Let me see <tool_cal <tool_call> <tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"<tool_call> \\\"\\u00e9\\ud83d\\ude00 é😀\"}}</tool_call>tail  ",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\" \"unit\": 1}}\n</tool_call> after",
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; {\"name\": \"g\", \"parameters\": {}} ;{\"x\"",
+        "  <|python_tag|>{\"type\": \"function\", \"name\": \"f\", \"parameters\": {\"a\": [true, false, null]}}<|eom_id|>",
+        "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"a1b2c3d4e\"}, {\"name\": \"b\", \"arguments\": {}}] [TOOL_CALLS]c[CALL_ID]x1[ARGS] {\"y\": \"[ARGS]\"}[TOOL_CALLS][TOOL_CALLS]d{}",
+        "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"q\": \"\\\\\"}}], \"response\": \"and \\\"text\\\"\\t\"} trailing",
+        "{\"response\": \"cut \\ud83d",
+        "plain text, no calls at all\n\n",
+    ];
+
+    /// Feeds `pieces` one at a time, checking that the deltas are well formed; returns what they make up.
+    fn stream(format: ToolFormat, pieces: &[&str]) -> ParsedAnswer {
+        let mut s = ToolCallStream::new(format);
+        let mut deltas = Vec::new();
+        for piece in pieces {
+            deltas.extend(s.push(piece));
+        }
+        deltas.extend(s.finish());
+        let mut calls = 0;
+        for delta in &deltas {
+            match delta {
+                ToolDelta::Content(text) => assert!(!text.is_empty()),
+                ToolDelta::CallStart { index, .. } => {
+                    assert_eq!(*index, calls, "calls are numbered in order");
+                    calls += 1;
+                }
+                ToolDelta::Arguments { index, text } => assert!(*index < calls && !text.is_empty()),
+            }
+        }
+        assert!(s.finish().is_empty(), "finish settles everything");
+        assemble(deltas)
+    }
+
+    /// However `text` is split, the deltas make up `parse(text)`: split char by char and at random. Returns
+    /// how many calls `parse` found.
+    fn check_splits(format: ToolFormat, text: &str, rng: &mut Rng, random_splits: usize) -> usize {
+        let whole = format.parse(text);
+        let chars: Vec<&str> = text.char_indices().map(|(i, c)| &text[i..i + c.len_utf8()]).collect();
+        assert_eq!(stream(format, &chars), whole, "{format:?}, char by char: {text:?}");
+        let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).skip(1).collect();
+        for _ in 0..random_splits {
+            let mut cuts: Vec<usize> = bounds.iter().copied().filter(|_| rng.next_u64().is_multiple_of(4)).collect();
+            cuts.push(text.len());
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in cuts {
+                pieces.push(&text[from..cut]);
+                from = cut;
+            }
+            assert_eq!(stream(format, &pieces), whole, "{format:?}, split as {pieces:?}");
+        }
+        whole.tool_calls.len()
+    }
+
+    #[test]
+    fn any_split_assembles_to_parse() {
+        let mut rng = Rng::new(37);
+        for format in [Hermes, Llama3, Mistral, Generic] {
+            for text in ANSWERS {
+                check_splits(format, text, &mut rng, 40);
+                // Every cut of the answer too (a generation stopped anywhere).
+                for (i, _) in text.char_indices() {
+                    check_splits(format, &text[..i], &mut rng, 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn any_split_of_random_text_assembles_to_parse() {
+        // Random mixes of the formats' pieces: markers, JSON fragments, escapes, text.
+        const PIECES: &[&str] = &[
+            "<tool_call>",
+            "</tool_call>",
+            "\n",
+            " ",
+            "{",
+            "}",
+            "[",
+            "]",
+            ":",
+            ",",
+            ";",
+            "\"",
+            "\\",
+            "\"name\"",
+            "\"arguments\"",
+            "\"parameters\"",
+            "\"f\"",
+            "1",
+            "-2.5e+3",
+            "true",
+            "nul",
+            "\"response\"",
+            "\"tool_calls\"",
+            "\"tool_call\"",
+            "[TOOL_CALLS]",
+            "[ARGS]",
+            "[CALL_ID]",
+            "get_weather",
+            "<|python_tag|>",
+            "\\u00e9",
+            "\\ud83d",
+            "\\ude00",
+            "é",
+            "😀",
+            "text",
+            "{\"name\": \"f\", \"arguments\": {",
+            "\u{0}",
+            "\t",
+            // Whole calls, so that some answers hold calls among the noise.
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1]}}\n</tool_call>",
+            "{\"name\": \"f\", \"parameters\": {}}",
+            "[TOOL_CALLS]f[ARGS]{\"a\": 1}",
+            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+            "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}",
+        ];
+        let mut rng = Rng::new(7);
+        for format in [Hermes, Llama3, Mistral, Generic] {
+            let mut calls = 0;
+            for _ in 0..400 {
+                let n = 1 + rng.next_u64() as usize % 24;
+                let text: String = (0..n).map(|_| PIECES[rng.next_u64() as usize % PIECES.len()]).collect();
+                calls += check_splits(format, &text, &mut rng, 3);
+            }
+            assert!(calls >= 5, "{format:?}: only {calls} calls in the random answers");
+        }
+    }
+
+    #[test]
+    fn tool_specs() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "description": "Weather now.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+            {"type": "function", "function": {"name": "ping"}},
+        ]);
+        let specs = ToolSpec::parse_list(&tools).unwrap();
+        assert_eq!(specs[0].name, "get_weather");
+        assert_eq!(specs[0].description.as_deref(), Some("Weather now."));
+        assert_eq!(specs[1].parameters, json!({"type": "object", "properties": {}}));
+        for (bad, field) in [
+            (json!({}), "tools:"),
+            (json!([5]), "tools[0]:"),
+            (json!([{"type": "code_interpreter"}]), "tools[0].type:"),
+            (json!([{"type": "function"}]), "tools[0].function:"),
+            (json!([{"type": "function", "function": {"description": "x"}}]), "tools[0].function.name:"),
+            (json!([{"type": "function", "function": {"name": "get weather"}}]), "tools[0].function.name:"),
+            (json!([{"type": "function", "function": {"name": "x".repeat(65)}}]), "tools[0].function.name:"),
+            (
+                json!([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]),
+                "tools[1].function.name:",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "a", "description": 1}}]),
+                "tools[0].function.description:",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "a", "parameters": "{}"}}]),
+                "tools[0].function.parameters:",
+            ),
+        ] {
+            match ToolSpec::parse_list(&bad) {
+                Err(Error::InvalidArgument(m)) => assert!(m.starts_with(field), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+
+        assert_eq!(ToolChoice::parse(None, &specs).unwrap(), ToolChoice::Auto);
+        assert_eq!(ToolChoice::parse(None, &[]).unwrap(), ToolChoice::None);
+        assert_eq!(ToolChoice::parse(Some(&json!("none")), &specs).unwrap(), ToolChoice::None);
+        assert_eq!(ToolChoice::parse(Some(&json!("required")), &specs).unwrap(), ToolChoice::Required);
+        let named = json!({"type": "function", "function": {"name": "ping"}});
+        assert_eq!(ToolChoice::parse(Some(&named), &specs).unwrap(), ToolChoice::Function("ping".into()));
+        for (bad, field) in [
+            (json!("always"), "tool_choice:"),
+            (json!(1), "tool_choice:"),
+            (json!({"type": "tool", "function": {"name": "ping"}}), "tool_choice.type:"),
+            (json!({"type": "function"}), "tool_choice.function.name:"),
+            (json!({"type": "function", "function": {"name": "pong"}}), "tool_choice.function.name:"),
+        ] {
+            match ToolChoice::parse(Some(&bad), &specs) {
+                Err(Error::InvalidArgument(m)) => assert!(m.starts_with(field), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(ToolChoice::parse(Some(&json!("required")), &[]).is_err());
+    }
+
+    mod grammar {
+        use super::*;
+        use llguidance::api::TopLevelGrammar;
+        use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+        use llguidance::{Matcher, ParserFactory};
+        use std::sync::Arc;
+
+        /// The test vocabulary: the 256 bytes, then these special tokens (the last is EOS).
+        const SPECIALS: &[&str] =
+            &["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<|eot_id|>"];
+
+        fn factory() -> ParserFactory {
+            let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+            // toktrie marks special tokens with a leading 0xFF byte.
+            words.extend(SPECIALS.iter().map(|s| [&[0xFF], s.as_bytes()].concat()));
+            let info = TokRxInfo {
+                vocab_size: words.len() as u32,
+                tok_eos: words.len() as u32 - 1,
+                tok_bos: None,
+                tok_pad: None,
+                tok_unk: None,
+                tok_end_of_turn: None,
+            };
+            let env: TokEnv = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
+            let mut factory = ParserFactory::new_simple(&env).unwrap();
+            factory.quiet();
+            factory
+        }
+
+        fn special_id(text: &str) -> Option<u32> {
+            SPECIALS.iter().position(|s| *s == text).map(|i| 256 + i as u32)
+        }
+
+        /// `text` as the model would write it: a special token where the vocabulary has one, bytes elsewhere.
+        fn tokens(text: &str, specials: bool) -> Vec<u32> {
+            let mut out = Vec::new();
+            let mut rest = text;
+            while !rest.is_empty() {
+                match SPECIALS.iter().find(|s| specials && rest.starts_with(**s)) {
+                    Some(s) => {
+                        out.extend(special_id(s));
+                        rest = &rest[s.len()..];
+                    }
+                    None => {
+                        out.push(u32::from(rest.as_bytes()[0]));
+                        rest = &rest[1..];
+                    }
+                }
+            }
+            out
+        }
+
+        fn accepts(factory: &ParserFactory, grammar: &str, text: &str, specials: bool) -> bool {
+            let mut m = Matcher::new(factory.create_parser(TopLevelGrammar::from_lark(grammar.to_owned())));
+            assert_eq!(m.get_error(), None, "grammar:\n{grammar}");
+            let tokens = tokens(text, specials);
+            m.try_consume_tokens(&tokens).unwrap() == tokens.len() && m.is_accepting().unwrap()
+        }
+
+        fn tools() -> Vec<ToolSpec> {
+            ToolSpec::parse_list(&json!([
+                {"type": "function", "function": {"name": "get_weather", "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "description": "A \"city\" {name} %json /x/"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city"], "additionalProperties": false}}},
+                // `$ref`s resolve against the tool's own schema.
+                {"type": "function", "function": {"name": "get_time", "parameters": {
+                    "type": "object", "properties": {"zone": {"$ref": "#/$defs/zone"}}, "required": ["zone"],
+                    "$defs": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}}}},
+                {"type": "function", "function": {"name": "ping"}},
+            ]))
+            .unwrap()
+        }
+
+        /// Under `format`'s grammar for `choice`, each of `good` is accepted and parses to calls of those
+        /// names; each of `bad` is rejected. With the markers as special tokens and as plain text.
+        fn check(format: ToolFormat, choice: ToolChoice, good: &[(&str, &[&str])], bad: &[&str]) {
+            let factory = factory();
+            let tools = tools();
+            for specials in [true, false] {
+                let lookup = |t: &str| if specials { special_id(t) } else { None };
+                let grammar = format.grammar(&tools, &choice, &lookup).unwrap();
+                for (text, names) in good {
+                    assert!(
+                        accepts(&factory, &grammar, text, specials),
+                        "{choice:?} should accept {text:?}:\n{grammar}"
+                    );
+                    let parsed = format.parse(text);
+                    let called: Vec<&str> = parsed.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                    assert_eq!(&called, names, "{text:?}");
+                    for call in &parsed.tool_calls {
+                        assert!(serde_json::from_str::<Value>(&call.arguments).is_ok(), "{call:?}");
+                    }
+                }
+                for text in bad {
+                    assert!(
+                        !accepts(&factory, &grammar, text, specials),
+                        "{choice:?} should reject {text:?}:\n{grammar}"
+                    );
+                }
+            }
+        }
+
+        const WEATHER: &str =
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}";
+        const TIME: &str = "{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}";
+
+        #[test]
+        fn none_and_no_tools() {
+            for format in [Hermes, Llama3, Mistral, Generic] {
+                assert_eq!(format.grammar(&tools(), &ToolChoice::None, &special_id), None);
+                assert_eq!(format.grammar(&[], &ToolChoice::Auto, &special_id), None);
+                assert_eq!(format.grammar(&tools(), &ToolChoice::Function("pong".into()), &special_id), None);
+            }
+        }
+
+        #[test]
+        fn hermes() {
+            let weather = format!("<tool_call>\n{WEATHER}\n</tool_call>");
+            let time = format!("<tool_call>\n{TIME}\n</tool_call>");
+            let ping = "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>";
+            let both = format!("{weather}\n{time}");
+            let unknown = "<tool_call>\n{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+            let bad_args = [
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}\n</tool_call>",
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"kelvin\"}}\n</tool_call>",
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
+                "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"PST\"}}\n</tool_call>",
+            ];
+            let prose = "The weather in Paris is {usually} <b>mild</b>.";
+            let mut bad = vec![unknown, "<tool_call>\nI'd call get_weather.", "Sure: <tool_call> {}"];
+            bad.extend(bad_args);
+            check(
+                Hermes,
+                ToolChoice::Auto,
+                &[
+                    ("", &[]),
+                    (prose, &[]),
+                    (&weather, &["get_weather"]),
+                    (&format!("Let me check.\n{both}\nDone."), &["get_weather", "get_time"]),
+                    (ping, &["ping"]),
+                ],
+                &bad,
+            );
+            let mut bad = vec![prose, "", "Sure.\n<tool_call>", unknown];
+            bad.extend(bad_args);
+            check(
+                Hermes,
+                ToolChoice::Required,
+                &[(&weather, &["get_weather"]), (&both, &["get_weather", "get_time"])],
+                &bad,
+            );
+            check(
+                Hermes,
+                ToolChoice::Function("get_time".into()),
+                &[(&time, &["get_time"])],
+                &[&weather, &both, prose, &format!("{time}\n{time}")],
+            );
+        }
+
+        #[test]
+        fn llama3() {
+            let weather = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+            let time = "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"CET\"}}";
+            let both = format!("{weather}; {time}");
+            let tagged = format!("<|python_tag|>{weather}");
+            let bad = [
+                "{\"name\": \"get_wether\", \"parameters\": {\"city\": \"Paris\"}}",
+                "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"kelvin\"}}",
+                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+            ];
+            let mut auto_bad = vec!["{\"city\": \"Paris\"}", "Calling it: <|python_tag|>{}"];
+            auto_bad.extend(bad);
+            check(
+                Llama3,
+                ToolChoice::Auto,
+                &[
+                    ("", &[]),
+                    ("It is sunny in Paris {today}.", &[]),
+                    (weather, &["get_weather"]),
+                    (&tagged, &["get_weather"]),
+                    (&both, &["get_weather", "get_time"]),
+                ],
+                &auto_bad,
+            );
+            let mut required_bad = vec!["It is sunny.", ""];
+            required_bad.extend(bad);
+            check(
+                Llama3,
+                ToolChoice::Required,
+                &[(weather, &["get_weather"]), (&tagged, &["get_weather"]), (&both, &["get_weather", "get_time"])],
+                &required_bad,
+            );
+            check(Llama3, ToolChoice::Function("get_time".into()), &[(time, &["get_time"])], &[weather, &both]);
+        }
+
+        #[test]
+        fn mistral() {
+            let array = format!("[TOOL_CALLS][{WEATHER}]");
+            let spaced = format!("[TOOL_CALLS] [{WEATHER}, {TIME}]");
+            let named = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}";
+            let named_two = format!("{named}[TOOL_CALLS]get_time[ARGS]{{\"zone\": \"CET\"}}");
+            let bad = [
+                "[TOOL_CALLS][{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}]",
+                "[TOOL_CALLS]get_wether[ARGS]{\"city\": \"Paris\"}",
+                "[TOOL_CALLS]get_weather[ARGS]{\"town\": \"Paris\"}",
+                "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"zone\": 1}}]",
+                "[TOOL_CALLS][]",
+            ];
+            let mut auto_bad = vec!["Hi [TOOL_CALLS] there"];
+            auto_bad.extend(bad);
+            check(
+                Mistral,
+                ToolChoice::Auto,
+                &[
+                    ("", &[]),
+                    ("No [tools] needed.", &[]),
+                    (&array, &["get_weather"]),
+                    (&spaced, &["get_weather", "get_time"]),
+                    (&format!("Checking. {named_two}"), &["get_weather", "get_time"]),
+                ],
+                &auto_bad,
+            );
+            let mut required_bad = vec!["No tools.", ""];
+            required_bad.extend(bad);
+            check(
+                Mistral,
+                ToolChoice::Required,
+                &[(&array, &["get_weather"]), (&named_two, &["get_weather", "get_time"])],
+                &required_bad,
+            );
+            check(
+                Mistral,
+                ToolChoice::Function("get_weather".into()),
+                &[(&array, &["get_weather"]), (named, &["get_weather"])],
+                &[&spaced, &named_two, "[TOOL_CALLS]get_time[ARGS]{\"zone\": \"CET\"}"],
+            );
+        }
+
+        #[test]
+        fn generic() {
+            let one = format!("{{\"tool_calls\": [{WEATHER}]}}");
+            let two = format!("{{\"tool_calls\": [{WEATHER}, {TIME}]}}");
+            let response = "{\"response\": \"It is \\\"sunny\\\".\"}";
+            let bad = [
+                "It is sunny.",
+                "{\"tool_calls\": []}",
+                "{\"tool_calls\": [{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}]}",
+                "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"wind\": 1}}]}",
+            ];
+            check(
+                Generic,
+                ToolChoice::Auto,
+                &[(&one, &["get_weather"]), (&two, &["get_weather", "get_time"]), (response, &[])],
+                &bad,
+            );
+            let mut required_bad = vec![response];
+            required_bad.extend(bad);
+            check(
+                Generic,
+                ToolChoice::Required,
+                &[(&one, &["get_weather"]), (&two, &["get_weather", "get_time"])],
+                &required_bad,
+            );
+            check(Generic, ToolChoice::Function("get_weather".into()), &[(&one, &["get_weather"])], &[&two, response]);
+        }
+    }
+}
