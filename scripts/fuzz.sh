@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz the GGUF parser, model loading, generation, the tokenizers, chat templates, persisted prefix-cache pages,
-# saved conversations, persisted HNSW indexes, LoRA adapters and saved MicroLoRA states (cargo-fuzz, libFuzzer;
+# saved conversations, persisted HNSW indexes, LoRA adapters, saved MicroLoRA states and request grammars (cargo-fuzz, libFuzzer;
 # the targets are in fuzz/fuzz_targets/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 seconds, every target)
 #
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
 all=(gguf_parse model_load gguf_structured load_chat_generate tokenizer chat_template kv_record session_state hnsw_index
-  lora_adapter)
+  lora_adapter grammar)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly} # libFuzzer's instrumentation needs nightly (scripts/setup.sh installs it)
 
@@ -76,6 +76,8 @@ seed session_state fuzz/seeds/session_state/*
 seed lora_adapter "$RUVLLM_FIXTURES"/lora-{llama,phi3,bad}-*.gguf fuzz/seeds/lora_adapter/*
 # hnsw_index builds its own valid records from the input's first bytes: it needs no seeds.
 seed hnsw_index
+# A kind byte (0 JSON Schema, 1 GBNF, 2 regex, 3 Lark), then the grammar's text.
+seed grammar fuzz/seeds/grammar/*
 
 echo "== fuzz: build (cargo-fuzz, $NIGHTLY)"
 # cargo-fuzz has no --locked: check that fuzz/Cargo.lock needs no change first.

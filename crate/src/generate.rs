@@ -109,6 +109,10 @@ pub struct Stats {
     /// Time spent before the prefill moving keys and values between the session's cache and the model's
     /// prefix cache (putting what the session held there, copying the longest cached prefix in).
     pub restore_ms: f64,
+    /// Time compiling the request's grammar (its first step included), before the prefill.
+    pub grammar_compile_ms: f64,
+    /// Time in the grammar per token: computing its masks, applying them, taking the tokens chosen and forced.
+    pub grammar_ms: f64,
 }
 
 impl Stats {
@@ -220,10 +224,12 @@ impl Generation {
         }
         opts.adapters.check(model)?;
         let sampler = Sampler::new(opts.sampler.clone())?;
+        let t0 = now_ms();
         let constraint = match &opts.grammar {
             Some(grammar) => Some(model.grammar_compiler()?.compile(grammar)?),
             None => None,
         };
+        let grammar_compile_ms = if constraint.is_some() { now_ms() - t0 } else { 0.0 };
         Ok(Generation {
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
@@ -240,7 +246,12 @@ impl Generation {
             masked: Vec::new(),
             opts,
             text: String::new(),
-            stats: Stats { load_ms: model.load_ms(), prompt_tokens: prompt.len(), ..Stats::default() },
+            stats: Stats {
+                load_ms: model.load_ms(),
+                prompt_tokens: prompt.len(),
+                grammar_compile_ms,
+                ..Stats::default()
+            },
             finish: None,
             pending: VecDeque::new(),
             awaiting: None,
@@ -334,11 +345,13 @@ impl Generation {
     /// Choose the next token from an evaluation's result, and queue it with the tokens the grammar forces
     /// after it.
     fn choose(&mut self, out: Out<'_>) -> Result<()> {
+        let t0 = now_ms();
         if let Some(constraint) = self.constraint.as_mut() {
             // Only at the start can tokens be forced before a sample (later ones come with each commit).
             let forced = constraint.forced()?;
             if !forced.is_empty() {
                 self.pending.extend(forced.into_iter().map(|id| (id, true)));
+                self.stats.grammar_ms += now_ms() - t0;
                 return Ok(());
             }
         }
@@ -352,6 +365,7 @@ impl Generation {
                         self.masked.clear();
                         self.masked.extend_from_slice(row);
                         constraint.mask_logits(&mut self.masked)?;
+                        self.stats.grammar_ms += now_ms() - t0;
                         self.sampler.sample(&self.masked, &self.tokens)
                     }
                     None => self.sampler.sample(row, &self.tokens),
@@ -361,7 +375,9 @@ impl Generation {
         };
         self.pending.push_back((id, false));
         if let Some(constraint) = self.constraint.as_mut() {
+            let t1 = now_ms();
             self.pending.extend(constraint.commit(id)?.into_iter().map(|id| (id, true)));
+            self.stats.grammar_ms += now_ms() - t1;
         }
         Ok(())
     }

@@ -258,6 +258,8 @@ pub(crate) struct JsOutput {
     prefill_ms: f64,
     decode_ms: f64,
     restore_ms: f64,
+    grammar_compile_ms: f64,
+    grammar_ms: f64,
     prefill_tok_s: f64,
     decode_tok_s: f64,
 }
@@ -275,6 +277,8 @@ impl From<crate::Output> for JsOutput {
             prefill_ms: s.prefill_ms,
             decode_ms: s.decode_ms,
             restore_ms: s.restore_ms,
+            grammar_compile_ms: s.grammar_compile_ms,
+            grammar_ms: s.grammar_ms,
             prefill_tok_s: s.prefill_tok_s(),
             decode_tok_s: s.decode_tok_s(),
             ids: o.ids,

@@ -219,6 +219,10 @@ export interface GenerateResult {
     decodeMs: number;
     /** Before the prefill: moving keys and values between the conversation's cache and the prefix cache. */
     restoreMs: number;
+    /** Compiling the request's grammar (\`grammar\`), its first step included; 0 without one. */
+    grammarCompileMs: number;
+    /** In the grammar while generating: its token masks, and taking the tokens chosen and forced. */
+    grammarMs: number;
     prefillTokensPerSecond: number;
     decodeTokensPerSecond: number;
   };
@@ -811,6 +815,8 @@ function parseResult(json: string | undefined): GenerateResult {
       prefillMs: o.prefill_ms,
       decodeMs: o.decode_ms,
       restoreMs: o.restore_ms,
+      grammarCompileMs: o.grammar_compile_ms,
+      grammarMs: o.grammar_ms,
       prefillTokensPerSecond: o.prefill_tok_s,
       decodeTokensPerSecond: o.decode_tok_s,
     },

@@ -8,6 +8,7 @@
 //! -> [`Constraint`] (one per generation) -> mask, commit, mask, ... Every error is [`Error::Grammar`], and
 //! compiling happens when a generation is created, before its first token.
 
+mod depth;
 pub mod gbnf;
 mod vocab;
 
@@ -37,6 +38,11 @@ pub enum GrammarSource {
     Lark(String),
 }
 
+/// The deepest chain of nested subschemas, `$ref` hops and Lark rule references accepted (`depth.rs` measures
+/// them): llguidance compiles along such chains recursively, and a chain of this depth compiles within a 1 MiB
+/// stack, wasm32's, on every target.
+pub const MAX_COMPILE_DEPTH: usize = 128;
+
 /// The longest grammar or schema text accepted. llguidance bounds what compiling one may take (grammar size,
 /// lexer states, fuel); this bounds the text before it is parsed at all.
 pub const MAX_GRAMMAR_BYTES: usize = 1 << 20;
@@ -53,7 +59,20 @@ impl GrammarSource {
     fn to_llguidance(&self) -> Result<TopLevelGrammar> {
         let len = self.text_len();
         if len > MAX_GRAMMAR_BYTES {
-            return Err(Error::Grammar(format!("the grammar is {len} bytes, more than the {MAX_GRAMMAR_BYTES} allowed")));
+            return Err(Error::Grammar(format!(
+                "the grammar is {len} bytes, more than the {MAX_GRAMMAR_BYTES} allowed"
+            )));
+        }
+        let depth = match self {
+            GrammarSource::JsonSchema(schema) => depth::json_schema_depth(schema),
+            GrammarSource::Lark(src) => depth::lark_depth(src),
+            // GBNF: gbnf.rs bounds the chains of what it writes.
+            GrammarSource::JsonObject | GrammarSource::Gbnf(_) | GrammarSource::Regex(_) => 0,
+        };
+        if depth > MAX_COMPILE_DEPTH {
+            return Err(Error::Grammar(format!(
+                "the grammar nests {depth} levels deep (subschemas, $refs or rule references), more than the {MAX_COMPILE_DEPTH} allowed"
+            )));
         }
         Ok(match self {
             GrammarSource::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_json_layout(schema)?),
@@ -103,9 +122,9 @@ impl GrammarCompiler {
         let eog: Arc<[u32]> = tokenizer.eog_ids().into();
         let eos = match tokenizer.eos() {
             Some(id) if tokenizer.is_eog(id) => id,
-            _ => *eog
-                .first()
-                .ok_or_else(|| Error::Grammar("the vocabulary has no end-of-generation token to end a grammar".into()))?,
+            _ => *eog.first().ok_or_else(|| {
+                Error::Grammar("the vocabulary has no end-of-generation token to end a grammar".into())
+            })?,
         };
         let env = vocab::tok_env(tokenizer, eos)?;
         let mut factory = ParserFactory::new_simple(&env).map_err(grammar_error)?;
