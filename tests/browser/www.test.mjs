@@ -6,7 +6,8 @@
 // the "Memory & routing" panel routes each message, recalls a related conversation's turns, and keeps the routes added
 // in it across a reload; 👎 on an answer trains the model's MicroLoRA one step, "Answer with my adapter" makes the
 // next answer its (and says so), its steps come back from IndexedDB after a reload, and a damaged one is an error that
-// leaves the chat usable;
+// leaves the chat usable; the answer format JSON Schema (Settings) gives JSON of the schema, shown formatted, a schema
+// that is not JSON is not sent, and one the engine cannot make a grammar of is an E_GRAMMAR error;
 // axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
 // target/www/.
 // Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
@@ -510,6 +511,56 @@ test('memory & routing: a message is routed, another conversation recalls it; ro
   assert.equal(await panel.locator('#mem-stats').getAttribute('data-turns'), String(left));
   await openSettings();
   await page.getByLabel('Max tokens').fill('512');
+});
+
+test('answer format: JSON Schema gives JSON of the schema, formatted; a schema not JSON is not sent; a bad one is E_GRAMMAR', async () => {
+  await openSettings();
+  const schemaBox = page.getByRole('textbox', { name: /^JSON Schema/ });
+  assert.equal(await schemaBox.isHidden(), true, 'the schema box shows for Text');
+  await page.getByLabel('Answer format').selectOption('json_schema');
+  assert.ok(JSON.parse(await schemaBox.inputValue()).required.length > 0, 'no example schema');
+  await page.getByRole('button', { name: 'New chat' }).click();
+
+  // Text that is not JSON: the form says so and nothing is sent.
+  await schemaBox.fill('{"type": "object",');
+  assert.match(await page.locator('#s-schema-error').textContent(), /^The schema is not valid JSON/);
+  assert.equal(await schemaBox.getAttribute('aria-invalid'), 'true');
+  await page.getByLabel('Message', { exact: true }).fill('Where is the Eiffel Tower?');
+  await page.getByLabel('Message', { exact: true }).press('Enter');
+  await page.locator('#notice', { hasText: 'Not sent' }).waitFor();
+  assert.equal(await page.locator('article.msg').count(), 0);
+
+  // A schema: the answer is JSON of it (the request's response_format), shown pretty-printed in a JSON code block.
+  const schema = {
+    type: 'object',
+    properties: { city: { type: 'string', maxLength: 30 }, country: { type: 'string', maxLength: 30 } },
+    required: ['city', 'country'],
+    additionalProperties: false,
+  };
+  await schemaBox.fill(JSON.stringify(schema, null, 2));
+  assert.equal(await page.locator('#s-schema-error').textContent(), '');
+  assert.equal(await page.evaluate(() => JSON.parse(localStorage.getItem('ruvllm-chat-settings')).answerFormat), 'json_schema');
+  await ask('Where is the Eiffel Tower? Give its city and country.');
+  const shown = await lastAnswer().locator('.content pre code.language-json').textContent();
+  const answer = JSON.parse(shown);
+  assert.deepEqual(Object.keys(answer).sort(), ['city', 'country'], shown);
+  assert.ok(typeof answer.city === 'string' && typeof answer.country === 'string', shown);
+  assert.equal(shown, JSON.stringify(answer, null, 2));
+  assert.match(await lastAnswer().locator('.meta').textContent(), /^base model · JSON Schema · .*\d+ in prompt, \d+ generated/);
+  await schemaBox.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-json.png') });
+
+  // A schema the engine cannot make a grammar of: its error, with the engine's message, and no answer.
+  await schemaBox.fill('{"type": "objekt"}');
+  const { code, text } = await alertAfter(() => ask('Where is the Louvre?'));
+  assert.equal(code, 'E_GRAMMAR', text);
+  assert.match(text, /could not make a grammar of the answer format's schema.*objekt/);
+  assert.equal(await lastAnswer().locator('.content').textContent(), '');
+  assert.match(await lastAnswer().locator('.meta').textContent(), /failed: /);
+
+  await page.getByLabel('Answer format').selectOption('text'); // text for the tests after this one
+  assert.equal(await schemaBox.isHidden(), true);
+  await page.locator('#error').evaluate((e) => (e.hidden = true));
 });
 
 test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {

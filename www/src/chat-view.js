@@ -1,7 +1,8 @@
 // The conversation on the page: one <article> per message, the assistant's as sanitized Markdown, with their
 // actions (copy; edit and resend a question; regenerate the last answer; 👍 / 👎, which train the model's MicroLoRA)
-// and what the engine said about each answer (which adapter answered it, speeds).
-import { renderMarkdown } from './markdown.js';
+// and what the engine said about each answer (which adapter answered it, speeds). An answer asked for as JSON (the
+// answer format in Settings) shows as a JSON code block.
+import { renderJson, renderMarkdown } from './markdown.js';
 import { rate } from './format.js';
 import { adapterLabel } from './learning-panel.js';
 
@@ -14,11 +15,17 @@ function button(text, onClick, label) {
   return b;
 }
 
-/** What the engine said about an answer: the adapter that answered, tokens from memory, speeds, stopped. */
+const FORMATS = { json_object: 'JSON object', json_schema: 'JSON Schema' };
+
+/** An answer's HTML: JSON (its answer format was one) or Markdown. */
+const answerHtml = (m) => (m.meta?.format ? renderJson(m.content) : renderMarkdown(m.content));
+
+/** What the engine said about an answer: the adapter that answered, its format, tokens from memory, speeds, stopped. */
 export function metaText(meta) {
   if (!meta) return '';
   const parts = [];
   if ('adapter' in meta) parts.push(adapterLabel(meta.adapter)); // answers of before the Learning panel have none
+  if (meta.format) parts.push(FORMATS[meta.format] ?? meta.format);
   if (meta.cachedTokens > 0) parts.push(`${meta.cachedTokens} token${meta.cachedTokens === 1 ? '' : 's'} from memory`);
   if (meta.promptTokens !== undefined) parts.push(`${meta.promptTokens} in prompt, ${meta.completionTokens} generated`);
   if (meta.timings) parts.push(`prefill ${rate(meta.timings.prefillTokensPerSecond)}, decode ${rate(meta.timings.decodeTokensPerSecond)}`);
@@ -142,7 +149,7 @@ export class ChatView {
   fill(content, m) {
     if (m.role === 'assistant') {
       content.classList.add('markdown');
-      content.innerHTML = renderMarkdown(m.content);
+      content.innerHTML = answerHtml(m);
     } else content.textContent = m.content;
   }
 
@@ -188,7 +195,7 @@ export class ChatView {
     this.pending = null;
     const el = this.container.querySelector(`article[data-index="${i}"]`);
     if (!el) return;
-    el.querySelector('.content').innerHTML = renderMarkdown(m.content);
+    el.querySelector('.content').innerHTML = answerHtml(m);
     el.querySelector('.meta').textContent = metaText(m.meta);
     this.scroll();
   }

@@ -34,6 +34,8 @@ export function explain(e) {
       return { title: 'The conversation no longer fits in the context window.', detail: `Start a new chat, or raise the context size in Settings and load the model again. ${detail}` };
     case 'E_CHAT_TEMPLATE':
       return { title: 'This model has no usable chat template.', detail };
+    case 'E_GRAMMAR':
+      return { title: 'The engine could not make a grammar of the answer format\'s schema.', detail: `Correct the JSON Schema in Settings (Answer format), or choose Text. ${detail}` };
     case 'E_ENGINE_CRASHED':
       return { title: 'The engine crashed (a bug in ruvllm). Load the model again.', detail };
     case 'E_INVALID_ARGUMENT':

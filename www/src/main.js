@@ -7,7 +7,7 @@ import { bytes, seconds } from './format.js';
 import { LearningPanel } from './learning-panel.js';
 import { MemoryPanel, modelContent } from './memory-panel.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
-import { bindSettingsForm, loadSettings, saveSettings } from './settings.js';
+import { answerGrammar, bindSettingsForm, loadSettings, saveSettings, schemaProblem } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
 import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
 import { describeContext, describeEngine, describeSpeed } from './status.js';
@@ -211,12 +211,12 @@ const view = new ChatView(
       );
     },
     regenerate: async (i) => {
-      if (!llm || generation) return;
+      if (!llm || generation || !formatReady()) return;
       conversation.messages.splice(i);
       await reply();
     },
     edit: async (i, text) => {
-      if (!llm || generation || !text.trim()) return;
+      if (!llm || generation || !text.trim() || !formatReady()) return;
       conversation.messages.splice(i);
       conversation.messages.push({ role: 'user', content: text.trim() });
       if (i === 0) conversation.title = titleOf(text);
@@ -307,10 +307,30 @@ function startNew() {
 }
 $('new-chat').onclick = startNew;
 
+// ---- answer format (Settings): Text, JSON object or JSON Schema, the chat request's response_format -------------
+/** The schema box for JSON Schema only, with what is wrong with its text; whether the answer format can be sent. */
+function checkAnswerFormat() {
+  const schema = settings.answerFormat === 'json_schema';
+  const problem = schema ? schemaProblem(settings.jsonSchema) : null;
+  $('s-schema-box').hidden = !schema;
+  $('s-schema-error').textContent = problem ?? '';
+  $('s-schema').setAttribute('aria-invalid', String(Boolean(problem)));
+  return !problem;
+}
+
+/** Whether a request can go with the answer format; if not, the form shows why and nothing is sent. */
+function formatReady() {
+  if (checkAnswerFormat()) return true;
+  $('settings-panel').open = true;
+  notice('Not sent: the JSON Schema of the answer format (Settings) is not valid. Correct it, or choose Text.');
+  $('s-schema').focus();
+  return false;
+}
+
 // ---- chat -------------------------------------------------------------------------------------------------------
 async function send() {
   const text = $('message').value.trim();
-  if (!text || !llm || generation) return;
+  if (!text || !llm || generation || !formatReady()) return;
   $('message').value = '';
   if (conversation.messages.length === 0) conversation.title = titleOf(text);
   conversation.messages.push({ role: 'user', content: text });
@@ -339,29 +359,25 @@ async function reply() {
     // Which adapter answers is kept with the answer: the MicroLoRA (with its steps then) or the base model.
     adapter = answer.meta.adapter = learning.answeredBy();
     const adapterOptions = learning.options();
+    const grammar = answerGrammar(settings); // null: text
+    if (grammar) answer.meta.format = grammar.type; // the answer shows as JSON
     view.update(index, answer);
     // A new question is routed and, with the long-term memory on, gets the turns of earlier conversations nearest it
     // (kept with it: a regenerated answer, and the next message, see the same prompt).
     if (question && !('recalled' in question)) await panel.annotate(id, question, controller.signal);
     const messages = chatMessages();
-    // The template path: the model's own chat template (the messages' text kept as text: a message cannot open a
-    // system turn), then generate(), whose result has the engine's timings. Its usage.cachedTokens is what the chat
-    // API reports as usage.prompt_tokens_details.cached_tokens.
-    const prompt = model.tokenizeChat(messages);
-    const options = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, signal: controller.signal, ...adapterOptions };
-    const it = model.generate(prompt, options);
-    for (;;) {
-      const r = await it.next();
-      if (r.done) {
-        const { usage, timings, finishReason } = r.value;
-        answer.meta = { adapter, cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
-        $('speed').textContent = describeSpeed(answer.meta);
-        $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
-        break;
-      }
-      answer.content += r.value.text;
+    // The template path (the messages' text kept as text: a message cannot open a system turn), then generate(),
+    // whose result has the engine's timings; a JSON answer format is its grammar.
+    const onText = (text) => {
+      answer.content += text;
       view.update(index, answer);
-    }
+    };
+    const sampling = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, ...adapterOptions };
+    const options = { ...sampling, ...(grammar && { grammar }) };
+    const { usage, timings, finishReason } = await generateAnswer(model, messages, options, controller.signal, onText);
+    answer.meta = { adapter, ...(grammar && { format: grammar.type }), cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
+    $('speed').textContent = describeSpeed(answer.meta);
+    $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
   } catch (e) {
     if (e?.code === 'E_ABORTED') answer.meta.stopped = true;
     else {
@@ -385,6 +401,17 @@ async function reply() {
     () => (document.body.dataset.persisted = String(++flushes)),
     () => {},
   );
+}
+
+/** The answer to `messages`: the model's own chat template, then generate() with `options`. Its usage.cachedTokens
+ * is what the chat API reports as usage.prompt_tokens_details.cached_tokens. */
+async function generateAnswer(model, messages, options, signal, onText) {
+  const it = model.generate(model.tokenizeChat(messages), { ...options, signal });
+  for (;;) {
+    const r = await it.next();
+    if (r.done) return r.value;
+    onText(r.value.text);
+  }
 }
 
 $('composer').addEventListener('submit', (e) => {
@@ -449,7 +476,8 @@ const panel = new MemoryPanel({ settings, saveSettings, titleOf: (id) => convers
 const learning = new LearningPanel({ settings, saveSettings, showError, onChange: () => view.refreshFeedback() });
 
 // ---- start -------------------------------------------------------------------------------------------------------
-bindSettingsForm($('settings'), settings);
+bindSettingsForm($('settings'), settings, (name) => ['answerFormat', 'jsonSchema'].includes(name) && checkAnswerFormat());
+checkAnswerFormat();
 setState('idle');
 view.render(conversation);
 await Promise.all([fillModelList(), refreshConversations(), refreshCached()]);

@@ -27,8 +27,21 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
   }
 });
 
+const sanitize = (html) => DOMPurify.sanitize(html, { USE_PROFILES: { html: true }, FORBID_TAGS: ['style', 'form', 'input', 'button'] });
+
 /** Sanitized HTML for a message's Markdown text (complete, or still streaming). */
 export function renderMarkdown(text) {
-  const html = marked.parse(text, { async: false });
-  return DOMPurify.sanitize(html, { USE_PROFILES: { html: true }, FORBID_TAGS: ['style', 'form', 'input', 'button'] });
+  return sanitize(marked.parse(text, { async: false }));
+}
+
+/** Sanitized HTML for the text of an answer asked for as JSON: a highlighted code block, pretty-printed when the text
+ * parses (the raw text while it streams, or when it was cut short). */
+export function renderJson(text) {
+  let shown = text;
+  try {
+    shown = JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    // not (yet) JSON: shown as it is
+  }
+  return sanitize(`<pre><code class="hljs language-json">${hljs.highlight(shown, { language: 'json', ignoreIllegals: true }).value}</code></pre>`);
 }

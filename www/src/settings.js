@@ -1,4 +1,5 @@
-// Settings, kept in localStorage. Sampling settings apply to the next message; the others at the next model load.
+// Settings, kept in localStorage. Sampling settings and the answer format apply to the next message; the others at the
+// next model load.
 const KEY = 'ruvllm-chat-settings';
 
 export const DEFAULTS = {
@@ -14,6 +15,23 @@ export const DEFAULTS = {
   useMemory: true, // long-term memory: recall earlier conversations' turns, remember this one's (memory-panel.js)
   memoryMinScore: 0.85, // the least score (cosine) a turn needs to be recalled
   useAdapter: false, // answer with the model's MicroLoRA, trained by the thumbs on answers (learning-panel.js)
+  answerFormat: 'text', // text, json_object or json_schema: the generation's grammar
+  jsonSchema: JSON.stringify(
+    {
+      title: 'Contact card',
+      type: 'object',
+      properties: {
+        name: { type: 'string', maxLength: 60 },
+        email: { type: 'string', maxLength: 80 },
+        phone: { type: 'string', maxLength: 20 },
+        tags: { type: 'array', items: { type: 'string', maxLength: 20 }, maxItems: 3 },
+      },
+      required: ['name', 'email'],
+      additionalProperties: false,
+    },
+    null,
+    2,
+  ), // the schema of json_schema, as the form holds it (text: it may not be JSON yet)
 };
 
 export function loadSettings() {
@@ -44,4 +62,23 @@ export function bindSettingsForm(form, settings, onChange) {
     onChange?.(el.name);
   });
   form.addEventListener('submit', (e) => e.preventDefault());
+}
+
+/** What is wrong with the schema's text `text` (not JSON, or not an object or boolean), or null. */
+export function schemaProblem(text) {
+  let schema;
+  try {
+    schema = JSON.parse(text);
+  } catch (e) {
+    return `The schema is not valid JSON: ${e.message}`;
+  }
+  if (typeof schema === 'boolean' || (typeof schema === 'object' && schema !== null && !Array.isArray(schema))) return null;
+  return 'The schema must be a JSON object ({ … }), or true or false.';
+}
+
+/** The generation's `grammar` for the settings' answer format (checked first: `schemaProblem`); null for text. */
+export function answerGrammar(settings) {
+  if (settings.answerFormat === 'json_object') return { type: 'json_object' };
+  if (settings.answerFormat !== 'json_schema') return null;
+  return { type: 'json_schema', schema: JSON.parse(settings.jsonSchema) };
 }
