@@ -188,10 +188,10 @@ class Args {
   }
 }
 
-/** One line of JSON with the keys sorted, as the native CLI's serde_json prints them. */
+/** One line of JSON, the keys in the order given, as the native CLI's serde_json prints them (llguidance turns on
+ * serde_json's `preserve_order`: its JSON Schemas' properties keep their order). */
 function printJson(value: Record<string, unknown>): void {
-  const sorted = Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-  console.log(JSON.stringify(sorted));
+  console.log(JSON.stringify(value));
 }
 
 async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
