@@ -1736,6 +1736,7 @@ mod tests {
 
     mod grammar {
         use super::*;
+        use crate::test_support::test;
         use llguidance::api::TopLevelGrammar;
         use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
         use llguidance::{Matcher, ParserFactory};

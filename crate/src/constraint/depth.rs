@@ -237,6 +237,7 @@ fn matching_brace(bytes: &[u8], open: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::test;
     use serde_json::json;
 
     fn ref_chain(n: usize) -> Value {

@@ -25,8 +25,8 @@ use crate::tokenizer::Tokenizer;
 #[derive(Clone, Debug, PartialEq)]
 pub enum GrammarSource {
     /// A JSON Schema (drafts 4 to 2020-12, as llguidance reads them; `$ref` within the document). Output is JSON
-    /// with `", "` and `": "` between items and keys and no other whitespace, unless the schema's `x-guidance`
-    /// object says otherwise.
+    /// with `", "` and `": "` between items and keys and no other whitespace, and `oneOf` is read as `anyOf`,
+    /// unless the schema's `x-guidance` object says otherwise.
     JsonSchema(Value),
     /// Any JSON object (OpenAI's `response_format: { type: 'json_object' }`).
     JsonObject,
@@ -91,14 +91,21 @@ impl GrammarSource {
 
 /// `schema` with our JSON layout (`", "`, `": "`, no free whitespace) unless it sets its own: free whitespace
 /// lets a small model spend its tokens on newlines, and this layout is the one models see most
-/// (Python's `json.dumps`).
+/// (Python's `json.dumps`). `oneOf` is read as `anyOf`, as llama.cpp does: llguidance cannot hold "exactly one"
+/// and otherwise refuses it, while in real schemas its branches are mostly disjoint (`string` or `integer`), where
+/// the two are the same.
 fn with_json_layout(schema: &Value) -> Result<Value> {
     match schema {
         Value::Object(map) if !map.contains_key("x-guidance") => {
             let mut map = map.clone();
             map.insert(
                 "x-guidance".into(),
-                serde_json::json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " }),
+                serde_json::json!({
+                    "whitespace_flexible": false,
+                    "item_separator": ", ",
+                    "key_separator": ": ",
+                    "coerce_one_of": true
+                }),
             );
             Ok(Value::Object(map))
         }
