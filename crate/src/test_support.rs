@@ -1,4 +1,5 @@
-//! What every test shares: the test attribute of both targets and one deterministic generator.
+//! What every test shares: the test attribute of both targets, one deterministic generator, and the grammars
+//! whose reference chains reach past the constraint compiler's stack.
 //!
 //! The crate's unit tests use it as `crate::test_support`; the integration tests (tests/rust) compile
 //! this same file into their `support` module, so it uses nothing of the crate.
@@ -48,4 +49,21 @@ impl Rng {
         let sign = if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
         sign * self.uniform(-12.0, 1.0).exp2()
     }
+}
+
+/// A JSON Schema whose `$ref`s chain `n` hops deep: `d0` is an array of `d1`, ..., `dn` a string.
+pub fn ref_chain_schema(n: usize) -> serde_json::Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let items = serde_json::json!({ "$ref": format!("#/$defs/d{}", i + 1) });
+        defs.insert(format!("d{i}"), serde_json::json!({ "type": "array", "items": items }));
+    }
+    defs.insert(format!("d{n}"), serde_json::json!({ "type": "string" }));
+    serde_json::json!({ "$defs": defs, "$ref": "#/$defs/d0" })
+}
+
+/// A Lark grammar whose rules reference each other in a chain `n` deep: `start` uses `r0`, `r0` uses `r1`, ...
+pub fn lark_rule_chain(n: usize) -> String {
+    let rules: String = (0..n).map(|i| format!("r{i}: r{} \"x\"\n", i + 1)).collect();
+    format!("{rules}r{n}: \"y\"\nstart: r0\n")
 }

@@ -11,6 +11,7 @@ use ruvllm::{ChatMessage, Error, FinishReason, GenerateOptions, Output, SamplerC
 use serde_json::{json, Value};
 use support::default_model as model;
 use support::test;
+use support::test_support::{lark_rule_chain, ref_chain_schema};
 
 /// The chat prompt of one user message, as the model's template renders it.
 fn prompt(user: &str) -> Vec<u32> {
@@ -200,21 +201,8 @@ fn grammars_beyond_the_limits_end_in_e_grammar() {
 fn chains_deeper_than_the_compilers_stack_are_refused_before_compiling() {
     // llguidance compiles along `$ref` chains and Lark rule references recursively: a few hundred levels overflow
     // a 1 MiB stack (an abort natively, a trap in wasm). Those at the limit compile; deeper ones are E_GRAMMAR.
-    let ref_chain = |n: usize| {
-        let mut defs = serde_json::Map::new();
-        for i in 0..n {
-            defs.insert(
-                format!("d{i}"),
-                json!({ "type": "array", "items": { "$ref": format!("#/$defs/d{}", i + 1) } }),
-            );
-        }
-        defs.insert(format!("d{n}"), json!({ "type": "string" }));
-        GrammarSource::JsonSchema(json!({ "$defs": defs, "$ref": "#/$defs/d0" }))
-    };
-    let lark_chain = |n: usize| {
-        let rules: String = (0..n).map(|i| format!("r{i}: r{} \"x\"\n", i + 1)).collect();
-        GrammarSource::Lark(format!("{rules}r{n}: \"y\"\nstart: r0\n"))
-    };
+    let ref_chain = |n| GrammarSource::JsonSchema(ref_chain_schema(n));
+    let lark_chain = |n| GrammarSource::Lark(lark_rule_chain(n));
     let nested = |n: usize| {
         let mut schema = json!({ "type": "string" });
         for _ in 0..n {

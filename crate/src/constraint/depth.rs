@@ -237,27 +237,15 @@ fn matching_brace(bytes: &[u8], open: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::test;
+    use crate::test_support::{lark_rule_chain, ref_chain_schema, test};
     use serde_json::json;
-
-    fn ref_chain(n: usize) -> Value {
-        let mut defs = serde_json::Map::new();
-        for i in 0..n {
-            defs.insert(
-                format!("d{i}"),
-                json!({ "type": "array", "items": { "$ref": format!("#/$defs/d{}", i + 1) } }),
-            );
-        }
-        defs.insert(format!("d{n}"), json!({ "type": "string" }));
-        json!({ "$defs": defs, "$ref": "#/$defs/d0" })
-    }
 
     #[test]
     fn schema_depth_counts_nesting_and_ref_hops_and_cuts_cycles() {
         assert_eq!(json_schema_depth(&json!({ "type": "string" })), 1);
         assert_eq!(json_schema_depth(&json!({ "type": "array", "items": { "type": "string" } })), 2);
-        let short = json_schema_depth(&ref_chain(10));
-        let long = json_schema_depth(&ref_chain(1000));
+        let short = json_schema_depth(&ref_chain_schema(10));
+        let long = json_schema_depth(&ref_chain_schema(1000));
         assert!(short < 40 && long > 2000, "{short} {long}");
         // A recursive schema (a tree) is one cycle, however it is used.
         let tree = json!({ "$defs": { "node": { "type": "object", "properties": {
@@ -273,16 +261,12 @@ mod tests {
 
     #[test]
     fn lark_depth_follows_rule_references_and_inline_schemas() {
-        let chain = |n: usize| -> String {
-            (0..n).map(|i| format!("r{i}: r{} \"x\"\n", i + 1)).collect::<String>()
-                + &format!("r{n}: \"y\"\nstart: r0\n")
-        };
-        assert!(lark_depth(&chain(10)) <= 13);
-        assert!(lark_depth(&chain(1000)) > 1000);
+        assert!(lark_depth(&lark_rule_chain(10)) <= 13);
+        assert!(lark_depth(&lark_rule_chain(1000)) > 1000);
         // Names inside strings, regexes, comments and tokens are not references; cycles count once.
         let src = "start: a \"r0 r1\" /r2/ <r3> # r4\na: b | \"a\"\nb: a \"b\"\n";
         assert_eq!(lark_depth(src), 3);
-        let inline = format!("start: \"x\" %json {}\n", ref_chain(200));
+        let inline = format!("start: \"x\" %json {}\n", ref_chain_schema(200));
         assert!(lark_depth(&inline) > 200);
     }
 }
