@@ -1,4 +1,4 @@
-import { invalid } from './errors.js';
+import { invalid, RuvllmError } from './errors.js';
 
 /** Sampling and stopping options of `generate` (defaults are llama.cpp's, as in the native CLI). */
 export interface GenerateOptions {
@@ -119,8 +119,26 @@ export function engineOptions(options: GenerateOptions): string {
   }
   if (options.grammar !== undefined) out.grammar = checkGrammar(options.grammar);
   if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) throw invalid('signal must be an AbortSignal');
-  return JSON.stringify(out);
+  // The engine refuses a grammar over MAX_GRAMMAR_BYTES of text (crate/src/constraint), but only once the options are
+  // copied into wasm memory: one that JSON's escapes (6 characters for one at most) and the object around it cannot
+  // bring under that bound is refused here, before the copy.
+  if (out.grammar !== undefined && writeJson(out.grammar).length > 6 * MAX_GRAMMAR_BYTES + 64) {
+    throw new RuvllmError('E_GRAMMAR', `grammar: the grammar is more than the ${MAX_GRAMMAR_BYTES} bytes allowed`);
+  }
+  return writeJson(out);
 }
+
+/** `value` as JSON; a value JSON cannot hold (a cycle, a string past the engine's limit) is E_INVALID_ARGUMENT. */
+function writeJson(value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch (e) {
+    throw invalid(`options cannot be written as JSON (a cyclic or oversized grammar?): ${(e as Error).message}`);
+  }
+}
+
+/** The engine's bound on a grammar's text (`constraint::MAX_GRAMMAR_BYTES`). */
+const MAX_GRAMMAR_BYTES = 1 << 20;
 
 /** Token ids as the engine takes them: integers in 0..2^32. */
 export function tokenIds(ids: unknown, what: string): Uint32Array {

@@ -252,6 +252,19 @@ test('bad grammars reject with E_GRAMMAR before any token, malformed requests wi
     'E_INVALID_ARGUMENT',
   );
   assert.match(unknown.message, /grammar\.type .*"ebnf"/);
+  // Grammars over the engine's 1 MiB of text: refused in wasm, or before the copy into wasm when far over; a schema
+  // that JSON cannot hold (a cycle) is a malformed request.
+  for (const [pattern, message] of [
+    ['a'.repeat(1.5 * 2 ** 20), /the grammar is 1572864 bytes, more than the 1048576 allowed/], // the engine's check
+    ['a'.repeat(7 * 2 ** 20), /the grammar is more than the 1048576 bytes allowed/], // the package's, before the copy
+  ]) {
+    const big = await rejectsWith((async () => drain(llm.generate(prompt, { grammar: { type: 'regex', pattern } })))(), 'E_GRAMMAR');
+    assert.match(big.message, message);
+  }
+  const cyclic = { type: 'object', properties: {} };
+  cyclic.properties.self = cyclic;
+  const cycle = await rejectsWith((async () => drain(llm.generate(prompt, { grammar: { type: 'json_schema', schema: cyclic } })))(), 'E_INVALID_ARGUMENT');
+  assert.match(cycle.message, /cannot be written as JSON/);
   // A text response_format is no grammar, so it goes with `grammar`.
   const both = await llm.chat.completions.create({ ...NORMAL, grammar: 'root ::= "a" | "b"', response_format: { type: 'text' } });
   assert.match(both.choices[0].message.content, /^[ab]$/);
