@@ -68,7 +68,7 @@ seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured
 seed tokenizer "$seeds"/tokenizer-*
-seed chat_template fuzz/seeds/chat_template/*
+seed chat_template fuzz/seeds/chat_template/* tests/fixtures/templates/*.jinja
 seed kv_record fuzz/seeds/kv_record/*
 seed session_state fuzz/seeds/session_state/*
 # The tiny models' adapters, good and bad (make_lora_adapters.py), which lora_adapter reads for tiny-llama-spm, and

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use ruvllm::constraint::GrammarSource;
 use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{
-    AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, SamplerConfig,
-    Session, SessionOptions,
+    AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, RenderOptions,
+    SamplerConfig, Session, SessionOptions,
 };
 use serde_json::json;
 
@@ -207,8 +207,8 @@ fn generate(args: &Args) -> CliResult {
     let load_ms = model.load_ms();
     let prompt = args.required("prompt");
     let prompt_ids = if args.flag("chat") {
-        let msgs = [ChatMessage { role: "user".into(), content: prompt.into() }];
-        model.chat_prompt_ids(&msgs, true, false)
+        let msgs = [ChatMessage::new("user", prompt)];
+        model.chat_prompt_ids(&msgs, &RenderOptions::default(), false)
     } else {
         model.tokenizer().encode_with_special(prompt, true)
     };

@@ -4,6 +4,7 @@
 //! -> [`sampler`] -> token ids -> [`tokenizer`] -> text. A [`Session`] holds one conversation's KV
 //! cache; [`generate`] streams tokens from it.
 
+pub mod chat;
 pub mod chat_template;
 pub mod clock;
 pub mod constraint;
@@ -29,6 +30,8 @@ mod test_support;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
+#[cfg(target_arch = "wasm32")]
+mod wasm_chat;
 #[cfg(all(target_arch = "wasm32", feature = "gpu"))]
 pub mod wasm_gpu;
 #[cfg(target_arch = "wasm32")]
@@ -38,7 +41,9 @@ pub mod wasm_lora;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod wasm_threads;
 
-pub use chat_template::{ChatMessage, ChatTemplate};
+pub use chat::{ChatPrompt, ToolUse};
+pub use chat_template::tool_calls::{ToolCall, ToolChoice, ToolFormat, ToolSpec};
+pub use chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
 pub use embed::EmbedOptions;
 pub use error::{Error, GpuFault, Result};
 pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step, Token};

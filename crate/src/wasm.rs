@@ -26,7 +26,7 @@ use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
 use crate::model::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
 use crate::model::config::Arch;
 use crate::model::forward::RunState;
-use crate::{ChatMessage, EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
+use crate::{EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
 pub(crate) fn js_error(e: Error) -> JsValue {
     coded_error(e.code(), &e.to_string())
@@ -109,6 +109,28 @@ impl JsKvCache {
         let Some(kv) = kv else { return Ok(KvCacheOptions::default()) };
         let cold = kv.cold.parse().map_err(js_error)?;
         Ok(KvCacheOptions { cold, hot_tokens: kv.hot_tokens.unwrap_or(DEFAULT_HOT_TOKENS) })
+    }
+}
+
+/// The CPU engine's load options.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct JsEngineOptions {
+    kv_cache: Option<JsKvCache>,
+    chat_template: JsChatTemplate,
+}
+
+/// A chat template to use instead of the model file's (`Model::with_chat_template`).
+#[derive(Deserialize, Default)]
+#[serde(transparent)]
+pub(crate) struct JsChatTemplate(Option<String>);
+
+impl JsChatTemplate {
+    pub(crate) fn model(self, model: Model) -> Result<Model, JsValue> {
+        match self.0 {
+            Some(source) => model.with_chat_template(&source).map_err(js_error),
+            None => Ok(model),
+        }
     }
 }
 
@@ -538,21 +560,25 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
 #[wasm_bindgen]
 impl Engine {
     /// Load a GGUF file from its bytes (copied into wasm memory). `n_ctx` 0 = the default context window.
-    /// `kv_cache_json`: the KV cache's format, `{cold: "q8_0" | "q4_0" | "f16", hotTokens?}` (absent: f16).
+    /// `options_json`: `{kvCache?, chatTemplate?}`: the KV cache's format, `{cold: "q8_0" | "q4_0" | "f16",
+    /// hotTokens?}` (absent: f16), and a chat template to use instead of the file's.
     #[wasm_bindgen(constructor)]
-    pub fn new(bytes: Vec<u8>, n_ctx: usize, kv_cache_json: Option<String>) -> Result<Engine, JsValue> {
-        Engine::load(bytes, n_ctx, kv_cache_json.as_deref())
+    pub fn new(bytes: Vec<u8>, n_ctx: usize, options_json: Option<String>) -> Result<Engine, JsValue> {
+        Engine::load(bytes, n_ctx, options_json.as_deref())
     }
 
     /// Load the GGUF file received in `buffer` (consumed, never copied).
     #[wasm_bindgen(js_name = fromBuffer)]
-    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize, kv_cache_json: Option<String>) -> Result<Engine, JsValue> {
-        Engine::load(buffer.finish(), n_ctx, kv_cache_json.as_deref())
+    pub fn from_buffer(buffer: ModelBuffer, n_ctx: usize, options_json: Option<String>) -> Result<Engine, JsValue> {
+        Engine::load(buffer.finish(), n_ctx, options_json.as_deref())
     }
 
-    fn load(bytes: impl Into<ModelBytes>, n_ctx: usize, kv_cache_json: Option<&str>) -> Result<Engine, JsValue> {
-        let kv = JsKvCache::options(kv_cache_json.map(|json| parse(json, "kvCache")).transpose()?)?;
+    fn load(bytes: impl Into<ModelBytes>, n_ctx: usize, options_json: Option<&str>) -> Result<Engine, JsValue> {
+        let opts: JsEngineOptions =
+            options_json.map(|json| parse(json, "load options")).transpose()?.unwrap_or_default();
+        let kv = JsKvCache::options(opts.kv_cache)?;
         let model = Model::from_bytes(bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
+        let model = opts.chat_template.model(model)?;
         let model = Arc::new(model);
         if model.config.arch == Arch::Bert {
             let n_ctx = model.config.context_length;
@@ -631,25 +657,18 @@ impl Engine {
         self.model.tokenizer().decode(&ids).map_err(js_error)
     }
 
-    /// Render `[{role, content}, ...]` (JSON) with the model's chat template.
+    /// The prompt text of a chat request (JSON: `{messages, tools?, tool_choice?, chat_template_kwargs?,
+    /// add_generation_prompt?}`, `wasm_chat.rs`) in the model's chat template.
     #[wasm_bindgen(js_name = applyChatTemplate)]
-    pub fn apply_chat_template(&self, messages_json: &str, add_generation_prompt: bool) -> Result<String, JsValue> {
-        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
-        let template = self.model.chat_template().map_err(js_error)?;
-        template.render(&messages, add_generation_prompt).map_err(js_error)
+    pub fn apply_chat_template(&self, request_json: &str) -> Result<String, JsValue> {
+        crate::wasm_chat::apply_chat_template(&self.model, request_json)
     }
 
-    /// The prompt ids of `[{role, content}, ...]` (JSON) in the model's chat template (`Model::chat_prompt_ids`):
-    /// control-token text in the messages stays text unless `parse_special_in_messages`.
-    #[wasm_bindgen(js_name = chatPromptIds)]
-    pub fn chat_prompt_ids(
-        &self,
-        messages_json: &str,
-        add_generation_prompt: bool,
-        parse_special_in_messages: bool,
-    ) -> Result<Vec<u32>, JsValue> {
-        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
-        self.model.chat_prompt_ids(&messages, add_generation_prompt, parse_special_in_messages).map_err(js_error)
+    /// A chat request's prompt ids, grammar and tool-call format (`Model::chat_prompt`) as JSON: control-token
+    /// text in the messages stays text unless `parse_special_in_messages`.
+    #[wasm_bindgen(js_name = chatPrompt)]
+    pub fn chat_prompt(&self, request_json: &str, parse_special_in_messages: bool) -> Result<String, JsValue> {
+        crate::wasm_chat::chat_prompt(&self.model, request_json, parse_special_in_messages)
     }
 
     /// Read a LoRA adapter file (llama.cpp's GGUF adapter format) for this model: its id, for the `adapters`

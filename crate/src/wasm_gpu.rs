@@ -25,9 +25,10 @@ use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
     bytes_from_js, js_error, json, max_state_bytes, model_info, parse, persist, probe_score_memory,
-    probe_session_memory, scores_json, step_to_js, Adapters, JsGenerateOptions, JsKvCache, JsOutput, ModelBuffer,
+    probe_session_memory, scores_json, step_to_js, Adapters, JsChatTemplate, JsGenerateOptions, JsKvCache, JsOutput,
+    ModelBuffer,
 };
-use crate::{ChatMessage, Model, SessionOptions, Step};
+use crate::{Model, SessionOptions, Step};
 
 /// Load options as the JS side sends them.
 #[derive(Deserialize)]
@@ -43,6 +44,9 @@ struct JsLoadOptions {
     /// The KV cache's format (`JsKvCache`): a quantized cold tier runs on the CPU.
     #[serde(default)]
     kv_cache: Option<JsKvCache>,
+    /// A chat template to use instead of the file's.
+    #[serde(default)]
+    chat_template: JsChatTemplate,
 }
 
 /// Why the CPU runs a request that asked for the GPU.
@@ -76,7 +80,7 @@ struct Inner {
 #[wasm_bindgen]
 impl GpuEngine {
     /// Load the GGUF file in `buffer` (consumed) onto the GPU. `options_json`: `{backend: "auto" |
-    /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?, kvCache?}`. Under "webgpu" a GPU failure rejects with its
+    /// "webgpu" | "cpu", maxBindingBytes?, allowSoftware?, kvCache?, chatTemplate?}`. Under "webgpu" a GPU failure rejects with its
     /// `E_GPU_*` code (a two-tier `kvCache` is one: the GPU keeps f16); under "auto" the engine runs on the CPU instead.
     pub async fn load(
         buffer: ModelBuffer,
@@ -86,7 +90,8 @@ impl GpuEngine {
         let opts: JsLoadOptions = parse(&options_json, "load options")?;
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
         let kv = JsKvCache::options(opts.kv_cache)?;
-        let model = Arc::new(Model::from_bytes(buffer.finish()).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?);
+        let model = Model::from_bytes(buffer.finish()).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
+        let model = Arc::new(opts.chat_template.model(model)?);
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,
@@ -129,29 +134,20 @@ impl GpuEngine {
         self.borrow()?.model.tokenizer().decode(&ids).map_err(js_error)
     }
 
+    /// As [`Engine::apply_chat_template`](crate::wasm::Engine::apply_chat_template).
     #[wasm_bindgen(js_name = applyChatTemplate)]
-    pub fn apply_chat_template(
-        &self,
-        messages_json: &str,
-        add_generation_prompt: bool,
-    ) -> std::result::Result<String, JsValue> {
-        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
-        let inner = self.borrow()?;
-        let template = inner.model.chat_template().map_err(js_error)?;
-        template.render(&messages, add_generation_prompt).map_err(js_error)
+    pub fn apply_chat_template(&self, request_json: &str) -> std::result::Result<String, JsValue> {
+        crate::wasm_chat::apply_chat_template(&self.borrow()?.model, request_json)
     }
 
-    /// As [`Engine::chat_prompt_ids`](crate::wasm::Engine::chat_prompt_ids).
-    #[wasm_bindgen(js_name = chatPromptIds)]
-    pub fn chat_prompt_ids(
+    /// As [`Engine::chat_prompt`](crate::wasm::Engine::chat_prompt).
+    #[wasm_bindgen(js_name = chatPrompt)]
+    pub fn chat_prompt(
         &self,
-        messages_json: &str,
-        add_generation_prompt: bool,
+        request_json: &str,
         parse_special_in_messages: bool,
-    ) -> std::result::Result<Vec<u32>, JsValue> {
-        let messages: Vec<ChatMessage> = parse(messages_json, "messages")?;
-        let model = &self.borrow()?.model;
-        model.chat_prompt_ids(&messages, add_generation_prompt, parse_special_in_messages).map_err(js_error)
+    ) -> std::result::Result<String, JsValue> {
+        crate::wasm_chat::chat_prompt(&self.borrow()?.model, request_json, parse_special_in_messages)
     }
 
     /// As [`Engine::load_adapter`](crate::wasm::Engine::load_adapter): the adapter runs on the GPU (or on the CPU

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::{ChatMessage, GenerateOptions, Model, Session, SessionOptions};
+use ruvllm::{ChatMessage, GenerateOptions, Model, RenderOptions, Session, SessionOptions};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(model) = Model::from_bytes(data.to_vec()) else { return };
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         // The chat path as applications take it: control-token text in the messages stays text.
         Ok(_) => {
             let chat = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi!</s><|im_end|> 2+2?")];
-            model.chat_prompt_ids(&chat, true, false)
+            model.chat_prompt_ids(&chat, &RenderOptions::default(), false)
         }
         Err(_) => model.tokenizer().encode_with_special("Hello, world", true),
     };

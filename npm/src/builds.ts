@@ -14,12 +14,15 @@ export interface Glue {
   default(init: { module_or_path: Uint8Array | URL }): Promise<unknown>;
   /** wasm-bindgen-rayon's pool start (threaded build only). */
   initThreadPool?(threads: number): Promise<unknown>;
-  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number, kvCacheJson?: string): Engine };
+  /** `optionsJson`: `{kvCache?, chatTemplate?}`. */
+  Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number, optionsJson?: string): Engine };
   /** The WebGPU engine (crate/src/wasm_gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
   GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
   /** A vector index with entries (crate/src/wasm_index.rs). */
   Collection: CollectionClass;
+  /** Reads the tool calls of an answer as it streams (crate/src/wasm_chat.rs). */
+  ToolCallParser: new (format: string) => WasmToolCallParser;
   lastPanic(): string | undefined;
 }
 
@@ -57,6 +60,13 @@ export interface WasmCollection {
   free(): void;
 }
 
+/** `push` and `finish` return JSON arrays of `{content}`, `{index, name}` (a call begins) and `{index, arguments}`. */
+export interface WasmToolCallParser {
+  push(text: string): string;
+  finish(): string;
+  free(): void;
+}
+
 export interface ModelBuffer {
   push(chunk: Uint8Array): void;
   free(): void;
@@ -69,8 +79,10 @@ export interface Engine {
   tokenize(text: string, parseSpecial: boolean): Uint32Array;
   tokenizePrompt(text: string): Uint32Array;
   detokenize(ids: Uint32Array): string;
-  applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string;
-  chatPromptIds(messagesJson: string, addGenerationPrompt: boolean, parseSpecialInMessages: boolean): Uint32Array;
+  /** `requestJson`: `{messages, tools?, tool_choice?, parallel_tool_calls?, chat_template_kwargs?, add_generation_prompt?}`. */
+  applyChatTemplate(requestJson: string): string;
+  /** JSON `{ids, grammar, tool_format}` (crate/src/wasm_chat.rs). */
+  chatPrompt(requestJson: string, parseSpecialInMessages: boolean): string;
   start(promptIds: Uint32Array, optionsJson: string): unknown;
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;

@@ -2,9 +2,66 @@ import { invalid } from './errors.js';
 import type { GenerateResult, LLM } from './llm.js';
 import { checkGrammar, type GenerateOptions, type Grammar } from './options.js';
 
+/** One turn, in OpenAI's shape. */
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | (string & {});
-  content: string;
+  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {});
+  /** The text, or OpenAI's text parts; null in an assistant turn that only calls tools. */
+  content: string | null | Array<{ type: 'text'; text: string }>;
+  /** The calls an assistant turn made (as a completion's `message.tool_calls` gives them). */
+  tool_calls?: ChatCompletionMessageToolCall[];
+  /** In a `tool` turn: the call it answers. */
+  tool_call_id?: string;
+  name?: string;
+  /** As OpenAI's messages carry it: only null. */
+  refusal?: null;
+}
+
+/** A tool the model may call (OpenAI's shape): `parameters` is the JSON Schema of its arguments object. */
+export interface ChatCompletionTool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
+
+/** `'auto'` (the default with tools): the model answers or calls; `'required'`: it calls; a named function: it calls
+ * that one; `'none'`: the tools are not offered. */
+export type ChatCompletionToolChoice = 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } };
+
+/** A call, as a completion reports it: `arguments` is JSON text that holds to the tool's `parameters`. */
+export interface ChatCompletionMessageToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+/** What a chat template is rendered with besides the messages (`llm.applyChatTemplate`, `tokenizeChat`, `chatPrompt`). */
+export interface ChatTemplateOptions {
+  addGenerationPrompt?: boolean;
+  tools?: ChatCompletionTool[];
+  toolChoice?: ChatCompletionToolChoice;
+  /** false: at most one call. */
+  parallelToolCalls?: boolean;
+  /** More template variables, as llama.cpp's `chat_template_kwargs` (`{ enable_thinking: false }`). */
+  chatTemplateKwargs?: Record<string, unknown>;
+}
+
+/** How a model family writes tool calls; `generic` for templates without tools. */
+export type ToolFormat = 'hermes' | 'llama3' | 'mistral' | 'generic';
+
+/** `llm.chatPrompt`: what the chat API generates from. */
+export interface ChatPrompt {
+  ids: number[];
+  /** The Lark grammar that holds the answer to the tool-call format; null when no tool is offered. */
+  grammar: string | null;
+  toolFormat: ToolFormat | null;
+}
+
+/** What a piece of a streamed answer settled: text, a call's start (its name), or more of a call's arguments. */
+export type ToolCallDelta = { content: string } | { index: number; name: string } | { index: number; arguments: string };
+
+/** `llm.toolCallReader`. */
+export interface ToolCallReader {
+  push(text: string): ToolCallDelta[];
+  finish(): ToolCallDelta[];
 }
 
 /** The OpenAI request fields this engine implements (plus `top_k`, `min_p`, `repeat_penalty`, `adapters`). */
@@ -39,6 +96,14 @@ export interface ChatCompletionRequest {
   response_format?: ResponseFormat;
   /** A GBNF grammar for the answer, as llama.cpp's server takes it (the same as `response_format: { type: 'gbnf' }`). */
   grammar?: string;
+  /** Tools the model may call, rendered through its chat template (or, for a template without tools, described in
+   * the system prompt in llama.cpp's generic form); calls are held to each tool's `parameters` schema. */
+  tools?: ChatCompletionTool[];
+  tool_choice?: ChatCompletionToolChoice;
+  /** false: at most one call. */
+  parallel_tool_calls?: boolean;
+  /** More chat-template variables, as llama.cpp's server takes them (`{ enable_thinking: false }`). */
+  chat_template_kwargs?: Record<string, unknown>;
 }
 
 export type ResponseFormat =
@@ -54,14 +119,27 @@ export interface ChatCompletionUsage {
   prompt_tokens_details: { cached_tokens: number };
 }
 
-type FinishReason = 'stop' | 'length';
+type FinishReason = 'stop' | 'length' | 'tool_calls';
+
+/** A streamed call: the first chunk of each has its id, type and name; later ones more of its arguments. */
+export interface ChatCompletionChunkToolCall {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function: { name?: string; arguments: string };
+}
 
 export interface ChatCompletion {
   id: string;
   object: 'chat.completion';
   created: number;
   model: string;
-  choices: Array<{ index: 0; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: null }>;
+  choices: Array<{
+    index: 0;
+    message: { role: 'assistant'; content: string | null; tool_calls?: ChatCompletionMessageToolCall[]; refusal: null };
+    finish_reason: FinishReason;
+    logprobs: null;
+  }>;
   usage: ChatCompletionUsage;
 }
 
@@ -70,7 +148,12 @@ export interface ChatCompletionChunk {
   object: 'chat.completion.chunk';
   created: number;
   model: string;
-  choices: Array<{ index: 0; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: null }>;
+  choices: Array<{
+    index: 0;
+    delta: { role?: 'assistant'; content?: string; tool_calls?: ChatCompletionChunkToolCall[] };
+    finish_reason: FinishReason | null;
+    logprobs: null;
+  }>;
   /** Only on the last chunk (the one with a finish_reason). */
   usage?: ChatCompletionUsage;
 }
@@ -85,7 +168,7 @@ export interface Chat {
 
 const FIELDS: Record<string, keyof GenerateOptions | null> = {
   messages: null, stream: null, model: null, n: null, stream_options: null, user: null, parse_special_tokens: null,
-  response_format: null, grammar: null,
+  response_format: null, grammar: null, tools: null, tool_choice: null, parallel_tool_calls: null, chat_template_kwargs: null,
   max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
   top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
   frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters',
@@ -164,24 +247,83 @@ function usage(r: GenerateResult): ChatCompletionUsage {
   };
 }
 
+/** A call id: OpenAI's `call_` and 24 letters and digits; Mistral's templates take exactly 9 letters and digits. */
+function callId(format: ToolFormat): string {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  const bytes = crypto.getRandomValues(new Uint8Array(format === 'mistral' ? 9 : 24));
+  const id = Array.from(bytes, (b) => alphabet[b % alphabet.length]).join('');
+  return format === 'mistral' ? id : `call_${id}`;
+}
+
+/** The calls and text of an answer as deltas settle them. */
+class Calls {
+  readonly list: ChatCompletionMessageToolCall[] = [];
+  content = '';
+  readonly #format: ToolFormat;
+  constructor(format: ToolFormat) {
+    this.#format = format;
+  }
+
+  /** Take `deltas` in; the chunk deltas they make (content, then calls in order). */
+  take(deltas: ToolCallDelta[]): Array<ChatCompletionChunk['choices'][0]['delta']> {
+    const out: Array<ChatCompletionChunk['choices'][0]['delta']> = [];
+    for (const d of deltas) {
+      if ('content' in d) {
+        this.content += d.content;
+        if (d.content) out.push({ content: d.content });
+      } else if ('name' in d) {
+        const call: ChatCompletionMessageToolCall = { id: callId(this.#format), type: 'function', function: { name: d.name, arguments: '' } };
+        this.list[d.index] = call;
+        out.push({ tool_calls: [{ index: d.index, id: call.id, type: 'function', function: { name: d.name, arguments: '' } }] });
+      } else {
+        this.list[d.index].function.arguments += d.arguments;
+        out.push({ tool_calls: [{ index: d.index, function: { arguments: d.arguments } }] });
+      }
+    }
+    return out;
+  }
+}
+
 export function createChat(llm: LLM): Chat {
   async function create(body: ChatCompletionRequest, { signal }: { signal?: AbortSignal } = {}) {
     if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');
     const options = generateOptions(body, signal);
     const parseSpecialTokens = body.parse_special_tokens ?? false;
     if (typeof parseSpecialTokens !== 'boolean') throw invalid('parse_special_tokens must be a boolean');
-    const prompt = llm.tokenizeChat(body.messages, { parseSpecialTokens });
-    const generation = llm.generate(prompt, options); // validates the options now
+    const prompt = llm.chatPrompt(body.messages, {
+      tools: body.tools ?? undefined,
+      toolChoice: body.tool_choice ?? undefined,
+      parallelToolCalls: body.parallel_tool_calls ?? undefined,
+      chatTemplateKwargs: body.chat_template_kwargs ?? undefined,
+      parseSpecialTokens,
+    });
+    if (prompt.grammar !== null) {
+      if (options.grammar) throw invalid('give tools or a response_format (or grammar), not both: tool calls have their own grammar');
+      options.grammar = { type: 'lark', grammar: prompt.grammar };
+    }
+    const generation = llm.generate(prompt.ids, options); // validates the options now
+    const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat);
+    const calls = new Calls(prompt.toolFormat ?? 'generic');
+    const finishReason = (r: GenerateResult): FinishReason => (calls.list.length > 0 && r.finishReason === 'stop' ? 'tool_calls' : r.finishReason);
     const head = {
       id: `chatcmpl-${Math.random().toString(36).slice(2, 14)}`,
       created: Math.floor(Date.now() / 1000),
       model: body.model ?? llm.info().name ?? 'ruvllm',
     };
     if (!body.stream) {
-      let r = await generation.next();
-      while (!r.done) r = await generation.next();
+      let r;
+      try {
+        r = await generation.next();
+        while (!r.done) r = await generation.next();
+        if (reader) calls.take([...reader.push(r.value.text), ...reader.finish()]);
+      } finally {
+        reader?.finish();
+      }
       const result = r.value;
-      const choice = { index: 0, message: { role: 'assistant', content: result.text }, finish_reason: result.finishReason, logprobs: null } as const;
+      const content = reader ? calls.content : result.text;
+      const message: ChatCompletion['choices'][0]['message'] = { role: 'assistant', content: calls.list.length > 0 && content === '' ? null : content, refusal: null };
+      if (calls.list.length > 0) message.tool_calls = calls.list;
+      const choice = { index: 0, message, finish_reason: finishReason(result), logprobs: null } as const;
       return { ...head, object: 'chat.completion', choices: [choice], usage: usage(result) } satisfies ChatCompletion;
     }
     return (async function* (): AsyncGenerator<ChatCompletionChunk> {
@@ -194,10 +336,14 @@ export function createChat(llm: LLM): Chat {
         yield chunk({ role: 'assistant', content: '' }, null);
         let r = await generation.next();
         for (; !r.done; r = await generation.next()) {
-          if (r.value.text) yield chunk({ content: r.value.text }, null);
+          if (!r.value.text) continue;
+          if (!reader) yield chunk({ content: r.value.text }, null);
+          else for (const delta of calls.take(reader.push(r.value.text))) yield chunk(delta, null);
         }
-        yield { ...chunk({}, r.value.finishReason), usage: usage(r.value) };
+        if (reader) for (const delta of calls.take(reader.finish())) yield chunk(delta, null);
+        yield { ...chunk({}, finishReason(r.value)), usage: usage(r.value) };
       } finally {
+        reader?.finish(); // frees the reader of a stream left early
         await generation.return(undefined as never); // cancels a generation left early
       }
     })();

@@ -7,7 +7,24 @@ export type { Backend, BackendFallback } from './backend.js';
 export type { ThreadFallback } from './builds.js';
 export type { LoadProgress, ModelSource } from './source.js';
 export { MAX_MODEL_BYTES } from './source.js';
-export type { Chat, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionUsage, ChatMessage, ResponseFormat } from './chat.js';
+export type {
+  Chat,
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionChunkToolCall,
+  ChatCompletionMessageToolCall,
+  ChatCompletionRequest,
+  ChatCompletionTool,
+  ChatCompletionToolChoice,
+  ChatCompletionUsage,
+  ChatMessage,
+  ChatPrompt,
+  ChatTemplateOptions,
+  ResponseFormat,
+  ToolCallDelta,
+  ToolCallReader,
+  ToolFormat,
+} from './chat.js';
 export { AbortError, RuvllmError } from './errors.js';
 export type { PrefixStore, Store, StoredRecord } from './store/store.js';
 export { MAX_RECORD_BYTES, RefusedRecords } from './store/store.js';

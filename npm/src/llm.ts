@@ -1,9 +1,9 @@
 import { checkBackend, chooseBackend, type Backend, type BackendFallback } from './backend.js';
 import { chooseBuild, startBuild, type BuildName, type Engine, type Glue, type Host, type ModelBuffer, type ThreadFallback, type Wasm } from './builds.js';
-import { createChat, type Chat, type ChatMessage } from './chat.js';
+import { createChat, type Chat, type ChatMessage, type ChatPrompt, type ChatTemplateOptions, type ToolCallDelta, type ToolCallReader, type ToolFormat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
-import { engineOptions, tokenIds, type GenerateOptions } from './options.js';
+import { engineOptions, tokenIds, writeJson, type GenerateOptions } from './options.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
 import { checkModelSize, openSource, type LoadProgress, type ModelSource, type OpenedSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
@@ -117,6 +117,9 @@ export interface LoadOptions {
    * A model whose head size is not a multiple of 32 refuses it (`E_KV_CACHE`).
    */
   kvCache?: KvCacheOptions;
+  /** A Jinja chat template to use instead of the one in the model file (llama.cpp's `--chat-template-file`): for a
+   * file without one, or one that renders no tools. One that does not compile is `E_CHAT_TEMPLATE`. */
+  chatTemplate?: string;
 }
 
 /** How keys and values are stored: f16, or q8_0 / q4_0 blocks (a two-tier cache's cold tier). */
@@ -294,7 +297,8 @@ export class LLM {
 
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
-    const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false, prefixCache } = options;
+    const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false, prefixCache, chatTemplate } = options;
+    if (chatTemplate !== undefined && typeof chatTemplate !== 'string') throw invalid('chatTemplate must be a string (a Jinja template)');
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     const kvCache = checkKvCache(options.kvCache);
     const budgetBytes = prefixCache?.budgetBytes;
@@ -340,13 +344,13 @@ export class LLM {
       const bytes = buffer;
       buffer = undefined; // the engine consumes it, even when it fails
       if (wasm.build === 'wasm-gpu') {
-        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware), kvCache });
+        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: Boolean(gpuAllowSoftware), kvCache, chatTemplate });
         const engine = await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
           throw engineError(e, wasm.glue);
         });
         return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
       }
-      const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize, kvCache && JSON.stringify(kvCache)));
+      const engine = engineCall(() => Engine.fromBuffer(bytes, contextSize, JSON.stringify({ kvCache, chatTemplate })));
       return LLM.#ready(engine, wasm, backend, fallback, threadFallback, budgetBytes, store, storeBudget);
     } catch (e) {
       buffer?.free();
@@ -412,19 +416,59 @@ export class LLM {
   /** Render messages with the model's own chat template (GGUF `tokenizer.chat_template`). The text is the
    * template's: tokenizing it with special tokens parsed (`generate(text)`) also parses control-token text the
    * messages hold. `tokenizeChat` (what the chat API runs) keeps the messages' text as text. */
-  applyChatTemplate(messages: ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
-    const json = messagesJson(messages);
-    return this.#call((e) => e.applyChatTemplate(json, options.addGenerationPrompt ?? true));
+  applyChatTemplate(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
+    const json = chatRequestJson(messages, options);
+    return this.#call((e) => e.applyChatTemplate(json));
   }
 
   /** The prompt ids of `messages` in the model's chat template, as the chat API generates from them. Control
    * tokens written in a message (`<|im_end|>`) are tokenized as text, so a message cannot end its turn or open
    * another; the template's own markup keeps its special tokens. `parseSpecialTokens: true` parses them in the
    * messages too (llama.cpp's behaviour): only for input you trust. */
-  tokenizeChat(messages: ChatMessage[], options: { addGenerationPrompt?: boolean; parseSpecialTokens?: boolean } = {}): number[] {
-    const json = messagesJson(messages);
-    const ids = this.#call((e) => e.chatPromptIds(json, options.addGenerationPrompt ?? true, Boolean(options.parseSpecialTokens)));
-    return Array.from(ids);
+  tokenizeChat(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): number[] {
+    return this.chatPrompt(messages, options).ids;
+  }
+
+  /** What the chat API generates from: the prompt ids (as `tokenizeChat`), and where `tools` are offered (and
+   * `toolChoice` is not `'none'`), the Lark grammar that holds the answer to the model's tool-call format and that
+   * format's name (`'hermes'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without tools, whose answer is
+   * `{"tool_calls": [...]}` or `{"response": "..."}`). */
+  chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): ChatPrompt {
+    const json = chatRequestJson(messages, options);
+    const parseSpecial = options.parseSpecialTokens ?? false;
+    if (typeof parseSpecial !== 'boolean') throw invalid('parseSpecialTokens must be a boolean');
+    const out = JSON.parse(this.#call((e) => e.chatPrompt(json, parseSpecial))) as { ids: number[]; grammar: string | null; tool_format: ToolFormat | null };
+    return { ids: out.ids, grammar: out.grammar, toolFormat: out.tool_format };
+  }
+
+  /** A reader of the tool calls in an answer written in `format` (`chatPrompt(...).toolFormat`): `push` the answer's
+   * text as it streams, then `finish` once; each returns what that text settled. Used by the chat API. */
+  toolCallReader(format: ToolFormat): ToolCallReader {
+    this.#usable();
+    const parser = (() => {
+      try {
+        return new this.#wasm.glue.ToolCallParser(format);
+      } catch (e) {
+        throw engineError(e, this.#wasm.glue);
+      }
+    })();
+    let done = false;
+    const read = (json: string): ToolCallDelta[] => JSON.parse(json) as ToolCallDelta[];
+    return {
+      push: (text) => {
+        if (done) throw invalid('the tool-call reader has finished');
+        return read(parser.push(text));
+      },
+      finish: () => {
+        if (done) return [];
+        done = true;
+        try {
+          return read(parser.finish());
+        } finally {
+          parser.free();
+        }
+      },
+    };
   }
 
   /**
@@ -823,13 +867,75 @@ function parseResult(json: string | undefined): GenerateResult {
   };
 }
 
-/** `messages` as the engine takes them (JSON of `{role, content}`), checked. */
-function messagesJson(messages: ChatMessage[]): string {
+const MESSAGE_FIELDS = new Set(['role', 'content', 'name', 'tool_calls', 'tool_call_id', 'refusal']);
+
+/** A chat request as the engine takes it (crate/src/wasm_chat.rs), the messages checked; the tools and tool choice
+ * are checked there. */
+function chatRequestJson(messages: ChatMessage[], options: ChatTemplateOptions): string {
+  if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
   if (!Array.isArray(messages)) throw invalid('messages must be an array');
-  for (const m of messages) {
-    if (typeof m?.role !== 'string' || typeof m.content !== 'string') {
-      throw invalid('each message needs a string role and a string content');
+  const checked = messages.map((m, i) => {
+    const at = `messages[${i}]`;
+    if (typeof m !== 'object' || m === null) throw invalid(`${at} must be an object`);
+    const unknown = Object.keys(m).find((k) => !MESSAGE_FIELDS.has(k));
+    if (unknown !== undefined) throw invalid(`${at}: unsupported field '${unknown}'`);
+    if (typeof m.role !== 'string') throw invalid(`${at}.role must be a string`);
+    if (m.refusal !== undefined && m.refusal !== null) throw invalid(`${at}.refusal: a refusal cannot be continued`);
+    const out: Record<string, unknown> = { role: m.role, content: messageText(m, at) };
+    if (m.name !== undefined) {
+      if (typeof m.name !== 'string') throw invalid(`${at}.name must be a string`);
+      out.name = m.name;
     }
+    if (m.tool_call_id !== undefined) {
+      if (typeof m.tool_call_id !== 'string') throw invalid(`${at}.tool_call_id must be a string`);
+      out.tool_call_id = m.tool_call_id;
+    } else if (m.role === 'tool') {
+      throw invalid(`${at}: a tool message needs the tool_call_id of the call it answers`);
+    }
+    if (m.tool_calls !== undefined && m.tool_calls !== null) {
+      if (!Array.isArray(m.tool_calls)) throw invalid(`${at}.tool_calls must be an array`);
+      out.tool_calls = m.tool_calls.map((c, j) => {
+        const here = `${at}.tool_calls[${j}]`;
+        if (typeof c !== 'object' || c === null || (c.type !== undefined && c.type !== 'function')) throw invalid(`${here} must be {id, type: 'function', function: {name, arguments}}`);
+        const f = c.function;
+        if (typeof c.id !== 'string' || typeof f !== 'object' || f === null || typeof f.name !== 'string' || typeof f.arguments !== 'string') {
+          throw invalid(`${here} must be {id, type: 'function', function: {name, arguments (JSON text)}}`);
+        }
+        return { id: c.id, function: { name: f.name, arguments: f.arguments } };
+      });
+    }
+    return out;
+  });
+  const { addGenerationPrompt, tools, toolChoice, parallelToolCalls, chatTemplateKwargs } = options;
+  if (addGenerationPrompt !== undefined && typeof addGenerationPrompt !== 'boolean') throw invalid('addGenerationPrompt must be a boolean');
+  if (parallelToolCalls !== undefined && typeof parallelToolCalls !== 'boolean') throw invalid('parallelToolCalls must be a boolean');
+  if (chatTemplateKwargs !== undefined && (typeof chatTemplateKwargs !== 'object' || chatTemplateKwargs === null || Array.isArray(chatTemplateKwargs))) {
+    throw invalid('chatTemplateKwargs must be an object of template variables');
   }
-  return JSON.stringify(messages.map(({ role, content }) => ({ role, content })));
+  return writeJson({
+    messages: checked,
+    tools: tools ?? undefined,
+    tool_choice: toolChoice ?? undefined,
+    parallel_tool_calls: parallelToolCalls,
+    chat_template_kwargs: chatTemplateKwargs,
+    add_generation_prompt: addGenerationPrompt,
+  }, 'the chat request');
+}
+
+/** A message's text: a string, OpenAI's text parts joined, or empty for null (an assistant turn of calls only). */
+function messageText(m: ChatMessage, at: string): string {
+  const content = m.content as unknown;
+  if (typeof content === 'string') return content;
+  if ((content === null || content === undefined) && m.role === 'assistant') return '';
+  if (Array.isArray(content)) {
+    return content
+      .map((part, j) => {
+        if (typeof part !== 'object' || part === null || part.type !== 'text' || typeof part.text !== 'string') {
+          throw invalid(`${at}.content[${j}]: only text parts ({type: 'text', text}) are supported`);
+        }
+        return part.text as string;
+      })
+      .join('');
+  }
+  throw invalid(`${at}.content must be a string or an array of text parts`);
 }

@@ -129,11 +129,12 @@ export function engineOptions(options: GenerateOptions): string {
 }
 
 /** `value` as JSON; a value JSON cannot hold (a cycle, a string past the engine's limit) is E_INVALID_ARGUMENT. */
-function writeJson(value: unknown): string {
+/** `value` as JSON; `E_INVALID_ARGUMENT` (naming `what`) where it cannot be written (cyclic, or too big). */
+export function writeJson(value: unknown, what = 'options'): string {
   try {
     return JSON.stringify(value);
   } catch (e) {
-    throw invalid(`options cannot be written as JSON (a cyclic or oversized grammar?): ${(e as Error).message}`);
+    throw invalid(`${what} cannot be written as JSON (cyclic or oversized?): ${(e as Error).message}`);
   }
 }
 

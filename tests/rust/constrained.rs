@@ -7,7 +7,7 @@
 mod support;
 
 use ruvllm::constraint::GrammarSource;
-use ruvllm::{ChatMessage, Error, FinishReason, GenerateOptions, Output, SamplerConfig, Session};
+use ruvllm::{ChatMessage, Error, FinishReason, GenerateOptions, Output, RenderOptions, SamplerConfig, Session};
 use serde_json::{json, Value};
 use support::default_model as model;
 use support::test;
@@ -15,7 +15,7 @@ use support::test_support::{lark_rule_chain, ref_chain_schema};
 
 /// The chat prompt of one user message, as the model's template renders it.
 fn prompt(user: &str) -> Vec<u32> {
-    model().chat_prompt_ids(&[ChatMessage::new("user", user)], true, false).unwrap()
+    model().chat_prompt_ids(&[ChatMessage::new("user", user)], &RenderOptions::default(), false).unwrap()
 }
 
 fn generate(user: &str, grammar: GrammarSource, sampler: SamplerConfig, max_tokens: usize) -> Output {

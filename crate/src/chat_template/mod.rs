@@ -2,9 +2,10 @@
 //!
 //! Models ship a Jinja template in `tokenizer.chat_template`. We render it with minijinja set up the way
 //! Hugging Face transformers does (`trim_blocks` and `lstrip_blocks` on, loop controls, Python string
-//! methods, `raise_exception`, a `tojson` that writes like Python's `json.dumps`), with the variables that
-//! HF and llama.cpp pass: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`.
-//! `strftime_now` is not provided: templates that test `strftime_now is defined` fall back to their own date.
+//! methods, `raise_exception`, `strftime_now`, a `tojson` that writes like Python's `json.dumps`), with the
+//! variables that HF and llama.cpp pass: `messages`, `tools`, `add_generation_prompt`, `bos_token`,
+//! `eos_token`, and the caller's own (`enable_thinking`: llama.cpp's `chat_template_kwargs`).
+//! Tools and tool turns reach templates as `tool_prompt.rs` says; `tool_calls.rs` reads calls back out.
 //!
 //! The template comes with the model file, so it may be hostile. Each render runs within `Limits` sized
 //! to its input: minijinja's fuel, which charges every step and every byte a value takes (so loops, string
@@ -26,22 +27,73 @@ use crate::gguf::Gguf;
 
 mod guard;
 mod nesting;
+mod strftime;
 pub mod tool_calls;
+mod tool_prompt;
+
+use tool_calls::{ToolCall, ToolFormat, ToolSpec};
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// One turn of a conversation, in OpenAI's shape: a `content` of null reads as empty; an assistant's turn
+/// may hold the `tool_calls` it made, and a `tool` turn answers one of them (`tool_call_id`, and the
+/// tool's `name` where the caller gives it).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,
+    #[serde(default, deserialize_with = "null_as_default")]
     pub content: String,
+    #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<MessageToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A call an assistant's turn made: OpenAI's `{id, type: 'function', function: {name, arguments}}`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MessageToolCall {
+    #[serde(default)]
+    pub id: String,
+    pub function: ToolCall,
+}
+
+fn null_as_default<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage { role: role.into(), content: content.into(), ..ChatMessage::default() }
     }
 }
+
+/// What a render is given besides the messages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderOptions {
+    /// End the text where the assistant's reply begins.
+    pub add_generation_prompt: bool,
+    /// The tools the model may call. Empty: the template's `tools` is left undefined (Llama 3's template
+    /// announces tools whenever `tools` is defined).
+    pub tools: Vec<ToolSpec>,
+    /// More template variables, as llama.cpp's `chat_template_kwargs` (`enable_thinking: false`). They may
+    /// not take the names of the variables above.
+    pub variables: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> RenderOptions {
+        RenderOptions { add_generation_prompt: true, tools: Vec::new(), variables: serde_json::Map::new() }
+    }
+}
+
+/// The variables a render sets itself.
+const RESERVED: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
 
 /// A compiled chat template with the model's BOS/EOS token texts.
 #[derive(Clone)]
@@ -49,6 +101,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    tool_format: ToolFormat,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -68,9 +121,11 @@ impl ChatTemplate {
         let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(template_error)?;
         env.set_syntax(syntax.clone());
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", |format: String| strftime::format(&format, crate::clock::unix_ms()));
         env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
         nesting::check(source, syntax).map_err(Error::ChatTemplate)?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
+        let tool_format = ToolFormat::detect(source);
+        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), tool_format })
     }
 
     /// From `tokenizer.chat_template` in GGUF metadata; bos/eos token texts from
@@ -87,21 +142,81 @@ impl ChatTemplate {
         })
     }
 
-    /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply begins.
+    /// Render a plain conversation; with `add_generation_prompt` the text ends where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let limits = Limits::for_input(messages, self.bos_token.len() + self.eos_token.len());
+        self.render_with(messages, &RenderOptions { add_generation_prompt, ..RenderOptions::default() })
+    }
+
+    /// Render `messages` with `options`' tools and variables.
+    pub fn render_with(&self, messages: &[ChatMessage], options: &RenderOptions) -> Result<String> {
+        self.render_marked(messages, options, &[])
+    }
+
+    /// How this template's model writes tool calls (`Generic` where the template renders no tools in a
+    /// format we read: then tools and tool turns are written into the conversation, `tool_prompt.rs`).
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
+    }
+
+    /// [`render_with`](Self::render_with), with every occurrence of a `guarded` text (the model's control
+    /// tokens) in the caller's strings (messages, tools) marked as text (see `guard.rs`): the template's own
+    /// markup stays markup.
+    pub fn render_guarded(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions,
+        guarded: &[&str],
+    ) -> Result<GuardedPrompt> {
+        let (text, guarded) = guard::unmark(&self.render_marked(messages, options, guarded)?);
+        Ok(GuardedPrompt { text, guarded })
+    }
+
+    /// The render, with the caller's strings marked (`guard::mark`) when `guarded` is not empty.
+    fn render_marked(&self, messages: &[ChatMessage], options: &RenderOptions, guarded: &[&str]) -> Result<String> {
+        if let Some(name) = RESERVED.iter().find(|n| options.variables.contains_key(**n)) {
+            return Err(Error::InvalidArgument(format!("the template variable '{name}' is set by the render")));
+        }
+        let generic;
+        let (messages, tools) = if self.tool_format == ToolFormat::Generic {
+            let turns = tool_prompt::GenericTurns {
+                system: !options.tools.is_empty() && self.renders_turn("system"),
+                tool: messages.iter().any(|m| m.role == "tool") && self.renders_turn("tool"),
+            };
+            generic = tool_prompt::generic(messages, &options.tools, turns);
+            (generic.as_slice(), &[][..])
+        } else {
+            (messages, options.tools.as_slice())
+        };
+        let mut context = options.variables.clone();
+        context.insert("messages".into(), messages.iter().map(tool_prompt::message_view).collect());
+        if !tools.is_empty() {
+            context.insert("tools".into(), tools.iter().map(ToolSpec::to_json).collect());
+        }
+        if !guarded.is_empty() {
+            for key in ["messages", "tools"] {
+                context.get_mut(key).into_iter().for_each(|v| mark_strings(v, guarded));
+            }
+        }
+        self.render_context(context, messages.len(), options.add_generation_prompt)
+    }
+
+    /// Render with `context` (the messages, tools and caller's variables) within the limits of its size.
+    fn render_context(
+        &self,
+        mut context: serde_json::Map<String, serde_json::Value>,
+        n_messages: usize,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let input = serde_json::to_string(&context).map_or(usize::MAX, |json| json.len());
+        let limits = Limits::for_input(n_messages, input.saturating_add(self.bos_token.len() + self.eos_token.len()));
+        context.insert("add_generation_prompt".into(), add_generation_prompt.into());
+        context.insert("bos_token".into(), self.bos_token.as_str().into());
+        context.insert("eos_token".into(), self.eos_token.as_str().into());
+
         let env = limits.environment(&self.env);
         let template = env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         let mut out = Capped::new(limits.bytes);
-        let rendered = template.render_captured_to(
-            minijinja::context! {
-                messages => Value::from(Serde(messages)),
-                add_generation_prompt => add_generation_prompt,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            },
-            &mut out,
-        );
+        let rendered = template.render_captured_to(Value::from(Serde(&context)), &mut out).map(drop);
         match rendered {
             Err(_) if out.full => {
                 Err(Error::ChatTemplate(format!("the rendered prompt exceeds {} bytes", limits.bytes)))
@@ -114,6 +229,29 @@ impl ChatTemplate {
             Ok(_) => Ok(String::from_utf8(out.bytes).expect("minijinja writes whole strs")),
         }
     }
+
+    /// Whether the template prints a turn of `role` with its content: a system turn first, a tool turn
+    /// after a user's and an assistant's (Gemma's template raises on either; some drop them).
+    fn renders_turn(&self, role: &str) -> bool {
+        const PROBE: &str = "\u{FDD2}probe\u{FDD2}";
+        let probe = match role {
+            "system" => vec![ChatMessage::new("system", PROBE), ChatMessage::new("user", "?")],
+            _ => vec![ChatMessage::new("user", "?"), ChatMessage::new("assistant", "!"), ChatMessage::new(role, PROBE)],
+        };
+        let mut context = serde_json::Map::new();
+        context.insert("messages".into(), probe.iter().map(tool_prompt::message_view).collect());
+        self.render_context(context, probe.len(), true).is_ok_and(|text| text.contains(PROBE))
+    }
+}
+
+/// Every string in `v` marked (`guard::mark`); keys are the caller's field names and stay as they are.
+fn mark_strings(v: &mut serde_json::Value, guarded: &[&str]) {
+    match v {
+        serde_json::Value::String(s) => *s = guard::mark(s, guarded),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| mark_strings(v, guarded)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| mark_strings(v, guarded)),
+        _ => {}
+    }
 }
 
 /// A rendered prompt whose message contents must be tokenized as text: the byte ranges of `text` in which no
@@ -122,24 +260,6 @@ impl ChatTemplate {
 pub struct GuardedPrompt {
     pub text: String,
     pub guarded: Vec<std::ops::Range<usize>>,
-}
-
-impl ChatTemplate {
-    /// [`render`](Self::render), with every occurrence of a `guarded` text (the model's control tokens) in the
-    /// messages' roles and contents marked as text (see `guard.rs`): the template's own markup stays markup.
-    pub fn render_guarded(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        guarded: &[&str],
-    ) -> Result<GuardedPrompt> {
-        let marked: Vec<ChatMessage> = messages
-            .iter()
-            .map(|m| ChatMessage::new(guard::mark(&m.role, guarded), guard::mark(&m.content, guarded)))
-            .collect();
-        let (text, guarded) = guard::unmark(&self.render(&marked, add_generation_prompt)?);
-        Ok(GuardedPrompt { text, guarded })
-    }
 }
 
 /// What one render may use, from the size of its input.
@@ -165,12 +285,11 @@ impl Limits {
     const BASE_BYTES: usize = 1 << 20;
     const BYTES_PER_MESSAGE: usize = 256;
 
-    fn for_input(messages: &[ChatMessage], other_bytes: usize) -> Limits {
-        let input = messages.iter().fold(other_bytes, |n, m| {
-            n.saturating_add(m.role.len() + m.content.len()).saturating_add(Limits::BYTES_PER_MESSAGE)
-        });
+    /// Limits for `n_messages` messages whose variables take `input` bytes as JSON.
+    fn for_input(n_messages: usize, input: usize) -> Limits {
+        let input = input.saturating_add(Limits::BYTES_PER_MESSAGE.saturating_mul(n_messages));
         let fuel = Limits::BASE_FUEL
-            .saturating_add(Limits::FUEL_PER_MESSAGE.saturating_mul(messages.len() as u64))
+            .saturating_add(Limits::FUEL_PER_MESSAGE.saturating_mul(n_messages as u64))
             .saturating_add(Limits::FUEL_PER_INPUT_BYTE.saturating_mul(input as u64));
         Limits { fuel, bytes: Limits::BASE_BYTES.saturating_add(input.saturating_mul(4)) }
     }

@@ -62,7 +62,7 @@ pub enum ToolChoice {
 }
 
 /// One call, as OpenAI reports it: `arguments` is JSON text, compact.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
     pub name: String,
     pub arguments: String,
@@ -126,6 +126,16 @@ impl ToolSpec {
         }
         Ok(specs)
     }
+
+    /// The tool as OpenAI's request gives it, as chat templates read `tools`.
+    pub fn to_json(&self) -> Value {
+        let mut function = json!({ "name": self.name });
+        if let Some(d) = &self.description {
+            function["description"] = d.as_str().into();
+        }
+        function["parameters"] = self.parameters.clone();
+        json!({ "type": "function", "function": function })
+    }
 }
 
 impl ToolChoice {
@@ -175,6 +185,23 @@ impl ToolFormat {
         } else {
             ToolFormat::Generic
         }
+    }
+
+    /// The format's name: `hermes`, `llama3`, `mistral` or `generic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFormat::Hermes => "hermes",
+            ToolFormat::Llama3 => "llama3",
+            ToolFormat::Mistral => "mistral",
+            ToolFormat::Generic => "generic",
+        }
+    }
+
+    /// The format named `name` (see [`name`](Self::name)).
+    pub fn from_name(name: &str) -> Option<ToolFormat> {
+        [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Generic]
+            .into_iter()
+            .find(|f| f.name() == name)
     }
 
     /// Splits a whole answer into content and calls: what a [`ToolCallStream`] given the whole answer emits.
@@ -1107,13 +1134,14 @@ impl ToolFormat {
     /// writes it as plain text (Qwen 2.5 has `<tool_call>` as a token, other ChatML models do not). Tokens are
     /// written by id, `<[id]>`: `<[TOOL_CALLS]>` would read as an id range.
     ///
-    /// Calls are written as the families' templates render them (json.dumps spacing); arguments have
-    /// llguidance's flexible JSON whitespace. Text before calls under `Required` (a reasoning model's
+    /// Calls are written as the families' templates render them (json.dumps spacing), arguments too
+    /// (`constraint::with_json_layout`, as `response_format`'s JSON). Text before calls under `Required` (a reasoning model's
     /// `<think>` block) is not allowed: a caller that wants it wraps `start`.
     pub fn grammar(
         &self,
         tools: &[ToolSpec],
         choice: &ToolChoice,
+        parallel: bool,
         special_token: &dyn Fn(&str) -> Option<u32>,
     ) -> Option<String> {
         let tools: Vec<&ToolSpec> = match choice {
@@ -1128,7 +1156,8 @@ impl ToolFormat {
             Some(id) => format!("<[{id}]>"),
             None => lark_string(text),
         };
-        let one = matches!(choice, ToolChoice::Function(_));
+        // At most one call: a named function, or OpenAI's `parallel_tool_calls: false`.
+        let one = matches!(choice, ToolChoice::Function(_)) || !parallel;
         let mut g = String::new();
         // Each tool's arguments are their own `%json`, so that `$ref`s in its schema resolve against its root.
         for (i, tool) in tools.iter().enumerate() {
@@ -1148,7 +1177,7 @@ impl ToolFormat {
             ToolFormat::Hermes => {
                 let _ = writeln!(g, "body: {}", calls("arguments"));
                 let rest = format!("\"\\n\" body \"\\n\" {}", token(HERMES_CLOSE));
-                marked_calls(&mut g, "<tool_call>", &rest, choice, special_token);
+                marked_calls(&mut g, "<tool_call>", &rest, "\"\\n\" ", choice, one, special_token);
             }
             ToolFormat::Mistral => {
                 // Both forms (the parser reads both): the JSON array and `name[ARGS]{...}`.
@@ -1159,15 +1188,16 @@ impl ToolFormat {
                 let named: Vec<String> =
                     (0..tools.len()).map(|i| format!("{} {args_tag} args{i}", lark_string(&tools[i].name))).collect();
                 let _ = writeln!(g, "named: {}", named.join(" | "));
-                marked_calls(&mut g, "[TOOL_CALLS]", "(array | named)", choice, special_token);
+                marked_calls(&mut g, "[TOOL_CALLS]", "(array | named)", "", choice, one, special_token);
             }
             ToolFormat::Llama3 => {
                 let _ = writeln!(g, "body: {}", calls("parameters"));
                 let tag = token("<|python_tag|>");
+                let more = if one { "" } else { " (\"; \" body)*" };
                 match choice {
                     ToolChoice::Auto => {
                         let _ = writeln!(g, "start: TEXT | {tag}? calls");
-                        let _ = writeln!(g, "calls: body (\"; \" body)*");
+                        let _ = writeln!(g, "calls: body{more}");
                         // An answer opening with `{` is a call to `parse`, and `<|python_tag|>` opens one
                         // anywhere: free text may do neither.
                         let _ = writeln!(
@@ -1176,11 +1206,8 @@ impl ToolFormat {
                             regex_escape("<|python_tag|>")
                         );
                     }
-                    ToolChoice::Function(_) => {
-                        let _ = writeln!(g, "start: {tag}? body");
-                    }
                     _ => {
-                        let _ = writeln!(g, "start: {tag}? body (\"; \" body)*");
+                        let _ = writeln!(g, "start: {tag}? body{more}");
                     }
                 }
             }
@@ -1205,33 +1232,41 @@ fn marked_calls(
     g: &mut String,
     marker: &str,
     rest: &str,
+    separator: &str,
     choice: &ToolChoice,
+    one: bool,
     special_token: &dyn Fn(&str) -> Option<u32>,
 ) {
+    let no_marker = format!("~/(?s:.*){}(?s:.*)/", regex_escape(marker));
     let open = match (choice, special_token(marker)) {
         (ToolChoice::Auto, Some(id)) => {
             // The special token cannot come out of TEXT's bytes; TEXT may not spell its text either, which
             // `parse` would read as a call.
-            let _ = writeln!(g, "start: TEXT? (call TEXT?)*");
-            let _ = writeln!(g, "TEXT: /(.|\\n)+/ & ~/(?s:.*){}(?s:.*)/", regex_escape(marker));
+            let _ = writeln!(g, "start: TEXT? (call TEXT?){}", if one { "?" } else { "*" });
+            let _ = writeln!(g, "TEXT: /(.|\\n)+/ & {no_marker}");
             format!("<[{id}]>")
         }
         (ToolChoice::Auto, None) => {
             // A plain-text marker: a lazy lexeme ends the free text at the marker's first occurrence, so
             // what follows is held to the call (llguidance docs/syntax.md, "Tool calling"). A greedy TEXT
-            // would swallow the marker and run on.
-            let _ = writeln!(g, "start: call* tail");
-            let _ = writeln!(g, "tail: TEXT");
+            // would swallow the marker and run on. After the one call allowed, text may not spell another.
+            if one {
+                let _ = writeln!(g, "start: call? tail");
+                let _ = writeln!(g, "tail: TAIL");
+                let _ = writeln!(g, "TAIL: /(.|\\n)*/ & {no_marker}");
+            } else {
+                let _ = writeln!(g, "start: call* tail");
+                let _ = writeln!(g, "tail: TEXT");
+            }
             let _ = writeln!(g, "TEXT: /(.|\\n)*/");
             let _ = writeln!(g, "head[lazy]: TEXT {}", lark_string(marker));
             "head".to_owned()
         }
-        (ToolChoice::Function(_), id) => {
-            let _ = writeln!(g, "start: call");
-            id.map_or_else(|| lark_string(marker), |id| format!("<[{id}]>"))
-        }
         (_, id) => {
-            let _ = writeln!(g, "start: call (/\\s*/ call)*");
+            // Calls one after another as the templates render them (Hermes: a newline between): free
+            // whitespace after a call would let a model write it until its token limit instead of ending.
+            let more = if one { String::new() } else { format!(" ({separator}call)*") };
+            let _ = writeln!(g, "start: call{more}");
             id.map_or_else(|| lark_string(marker), |id| format!("<[{id}]>"))
         }
     };
@@ -1245,7 +1280,8 @@ fn arguments_schema(parameters: &Value) -> Value {
     if let Value::Object(o) = &mut schema {
         o.entry("type").or_insert_with(|| json!("object"));
     }
-    schema
+    // The layout of `response_format`'s JSON: free whitespace would let a small model spend its tokens on it.
+    crate::constraint::with_json_layout(&schema).unwrap_or(schema)
 }
 
 /// A Lark string literal: llguidance reads them as JSON strings.
@@ -1816,7 +1852,7 @@ mod tests {
             let tools = tools();
             for specials in [true, false] {
                 let lookup = |t: &str| if specials { special_id(t) } else { None };
-                let grammar = format.grammar(&tools, &choice, &lookup).unwrap();
+                let grammar = format.grammar(&tools, &choice, true, &lookup).unwrap();
                 for (text, names) in good {
                     assert!(
                         accepts(&factory, &grammar, text, specials),
@@ -1843,11 +1879,45 @@ mod tests {
         const TIME: &str = "{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}";
 
         #[test]
+        fn one_call_without_parallel_calls() {
+            let factory = factory();
+            let llama = |call: &str| call.replace("\"arguments\"", "\"parameters\"");
+            let cases = [
+                (
+                    Hermes,
+                    format!("<tool_call>\n{WEATHER}\n</tool_call>"),
+                    "\n<tool_call>\n".to_owned() + TIME + "\n</tool_call>",
+                ),
+                (Llama3, llama(WEATHER), format!("; {}", llama(TIME))),
+                (Mistral, format!("[TOOL_CALLS][{WEATHER}"), format!(", {TIME}")),
+                (Generic, format!("{{\"tool_calls\": [{WEATHER}"), format!(", {TIME}")),
+            ];
+            for (format, one, second) in cases {
+                let close = match format {
+                    Mistral => "]",
+                    Generic => "]}",
+                    _ => "",
+                };
+                for choice in [ToolChoice::Required, ToolChoice::Auto] {
+                    let single = format.grammar(&tools(), &choice, false, &special_id).unwrap();
+                    let parallel = format.grammar(&tools(), &choice, true, &special_id).unwrap();
+                    let two = format!("{one}{second}{close}");
+                    assert!(
+                        accepts(&factory, &single, &format!("{one}{close}"), true),
+                        "{format:?} {choice:?}:\n{single}"
+                    );
+                    assert!(!accepts(&factory, &single, &two, true), "{format:?} {choice:?} took two calls:\n{single}");
+                    assert!(accepts(&factory, &parallel, &two, true), "{format:?} {choice:?}:\n{parallel}");
+                }
+            }
+        }
+
+        #[test]
         fn none_and_no_tools() {
             for format in [Hermes, Llama3, Mistral, Generic] {
-                assert_eq!(format.grammar(&tools(), &ToolChoice::None, &special_id), None);
-                assert_eq!(format.grammar(&[], &ToolChoice::Auto, &special_id), None);
-                assert_eq!(format.grammar(&tools(), &ToolChoice::Function("pong".into()), &special_id), None);
+                assert_eq!(format.grammar(&tools(), &ToolChoice::None, true, &special_id), None);
+                assert_eq!(format.grammar(&[], &ToolChoice::Auto, true, &special_id), None);
+                assert_eq!(format.grammar(&tools(), &ToolChoice::Function("pong".into()), true, &special_id), None);
             }
         }
 

@@ -94,7 +94,7 @@ impl GrammarSource {
 /// (Python's `json.dumps`). `oneOf` is read as `anyOf`, as llama.cpp does: llguidance cannot hold "exactly one"
 /// and otherwise refuses it, while in real schemas its branches are mostly disjoint (`string` or `integer`), where
 /// the two are the same.
-fn with_json_layout(schema: &Value) -> Result<Value> {
+pub(crate) fn with_json_layout(schema: &Value) -> Result<Value> {
     match schema {
         Value::Object(map) if !map.contains_key("x-guidance") => {
             let mut map = map.clone();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::constraint::GrammarCompiler;
 use crate::error::{Error, Result};
 use crate::kernels::rope::Rope;
@@ -128,6 +128,15 @@ impl Model {
         Ok(self)
     }
 
+    /// This model with `source` as its chat template instead of the one in its file (as llama.cpp's
+    /// `--chat-template-file`): for a file with none, or one that renders no tools. A template that does not
+    /// compile is `Error::ChatTemplate`.
+    pub fn with_chat_template(mut self, source: &str) -> Result<Model> {
+        let text = |id: Option<u32>| id.and_then(|id| self.tokenizer.token_text(id)).unwrap_or("");
+        self.chat_template = Ok(ChatTemplate::new(source, text(self.tokenizer.bos()), text(self.tokenizer.eos()))?);
+        Ok(self)
+    }
+
     /// The KV cache format of this model's sessions.
     pub fn kv_cache(&self) -> KvCacheOptions {
         self.kv_cache
@@ -192,14 +201,14 @@ impl Model {
     pub fn chat_prompt_ids(
         &self,
         messages: &[ChatMessage],
-        add_generation_prompt: bool,
+        options: &RenderOptions,
         parse_special_in_messages: bool,
     ) -> Result<Vec<u32>> {
         let template = self.chat_template()?;
         if parse_special_in_messages {
-            return self.tokenizer.encode_with_special(&template.render(messages, add_generation_prompt)?, true);
+            return self.tokenizer.encode_with_special(&template.render_with(messages, options)?, true);
         }
-        let prompt = template.render_guarded(messages, add_generation_prompt, &self.tokenizer.control_texts())?;
+        let prompt = template.render_guarded(messages, options, &self.tokenizer.control_texts())?;
         self.tokenizer.encode_guarded(&prompt.text, &prompt.guarded)
     }
 

@@ -83,21 +83,25 @@ export class Memory {
     return new Memory(c, embedder, k, minScore);
   }
 
-  /** Remember a conversation's user and assistant turns that it does not hold yet (system messages are not turns);
-   * the ids of the turns added. Over the budget, the least recently used turns are dropped. */
+  /** Remember a conversation's user and assistant turns that it does not hold yet (system messages are not turns,
+   * nor are an assistant's calls without text, or tool results); the ids of the turns added. Over the budget, the
+   * least recently used turns are dropped. */
   async remember(conversation: string, messages: ChatMessage | ChatMessage[], options: { signal?: AbortSignal } = {}): Promise<number[]> {
     if (typeof conversation !== 'string' || conversation === '') throw invalid('conversation must be a non-empty string');
     const list = Array.isArray(messages) ? messages : [messages];
     for (const m of list) {
-      if (typeof m !== 'object' || m === null || typeof m.role !== 'string' || typeof m.content !== 'string') throw invalid('messages must be {role, content}');
+      if (typeof m !== 'object' || m === null || typeof m.role !== 'string' || (typeof m.content !== 'string' && m.content !== null)) {
+        throw invalid('messages must be {role, content}, content a string (or null in a turn of tool calls)');
+      }
     }
     const held = new Set(this.#turns(conversation).map((t) => `${t.role}\n${t.content}`));
-    const fresh = list.filter((m) => ROLES.has(m.role) && m.content.trim() !== '' && !held.has(`${m.role}\n${m.content}`));
+    const texts = list.flatMap((m) => (typeof m.content === 'string' && ROLES.has(m.role) ? [{ role: m.role, content: m.content }] : []));
+    const fresh = texts.filter((m) => m.content.trim() !== '' && !held.has(`${m.role}\n${m.content}`));
     if (fresh.length === 0) return [];
-    const texts = fresh.map((m) => JSON.stringify({ role: m.role, content: m.content }));
-    texts.forEach((text) => checkEntry(text, conversation));
+    const entries = fresh.map((m) => JSON.stringify({ role: m.role, content: m.content }));
+    entries.forEach((text) => checkEntry(text, conversation));
     const vectors = await this.#embedder.embed(fresh.map((m) => m.content), { signal: options.signal });
-    const ids = texts.map((text, i) => JSON.parse(this.#c.run((w) => w.add(Float32Array.from(vectors[i]), text, conversation, Date.now()))).id as number);
+    const ids = entries.map((text, i) => JSON.parse(this.#c.run((w) => w.add(Float32Array.from(vectors[i]), text, conversation, Date.now()))).id as number);
     this.#c.changed();
     return ids.filter((id) => this.#c.run((w) => w.entry(id)) !== undefined);
   }
@@ -120,7 +124,8 @@ export class Memory {
     if (!Array.isArray(messages)) throw invalid('messages must be an array');
     const last = [...messages].reverse().find((m) => m.role === 'user');
     if (!last) return { messages, recalled: [] };
-    const recalled = await this.recall(last.content, { ...options, exceptConversation: options.exceptConversation ?? options.conversation });
+    const question = typeof last.content === 'string' ? last.content : (last.content ?? []).map((part) => part.text).join('');
+    const recalled = await this.recall(question, { ...options, exceptConversation: options.exceptConversation ?? options.conversation });
     if (recalled.length === 0) return { messages, recalled };
     const note = ['Relevant turns from earlier conversations (most relevant first):', ...recalled.map((t) => `- ${t.role}: ${t.content}`)].join('\n');
     const [first, ...rest] = messages;
