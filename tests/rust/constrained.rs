@@ -222,3 +222,89 @@ fn chains_deeper_than_the_compilers_stack_are_refused_before_compiling() {
         }
     }
 }
+
+/// JSONSchemaBench's MaskBench instances (tests/fixtures/maskbench/sample.json: 42 schemas of its data/ folder, a seeded
+/// sample, with their valid and invalid instances) written in the output's JSON layout and read token by token through
+/// the masks the generation applies: every valid instance is taken whole and every invalid one refused.
+#[test]
+fn maskbench_valid_instances_are_taken_and_invalid_ones_refused() {
+    let sample: Value = serde_json::from_str(include_str!("../fixtures/maskbench/sample.json")).unwrap();
+    let model = model();
+    let compiler = model.grammar_compiler().unwrap();
+    let mut logits = vec![0f32; model.config.vocab_size];
+    let (mut valid, mut invalid, mut uncompiled) = (0, 0, Vec::new());
+    let mut wrong = Vec::new();
+    for case in sample.as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let source = GrammarSource::JsonSchema(case["schema"].clone());
+        if let Err(e) = compiler.compile(&source) {
+            uncompiled.push(format!("{name}: {e}"));
+            continue;
+        }
+        for (i, test) in case["tests"].as_array().unwrap().iter().enumerate() {
+            let text = layout(&test["data"]);
+            let taken = takes(&mut compiler.compile(&source).unwrap(), &text, &mut logits);
+            let is_valid = test["valid"].as_bool().unwrap();
+            if is_valid {
+                valid += 1
+            } else {
+                invalid += 1
+            }
+            if taken != is_valid {
+                wrong.push(format!("{name} test {i} (valid: {is_valid}): {text}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {valid} valid and {invalid} invalid instances read wrongly:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+/// Whether `constraint` takes `text` whole, as a generation would write it: a token of the text's tokenization the
+/// mask allows, then the tokens the grammar forces after it (their text must be the text's next), and so on; at the
+/// end, an end-of-generation token.
+fn takes(constraint: &mut ruvllm::constraint::Constraint, text: &str, logits: &mut [f32]) -> bool {
+    let tokenizer = model().tokenizer().clone();
+    let eos = tokenizer.eos().unwrap();
+    let mut rest = text.as_bytes();
+    loop {
+        logits.fill(0.0);
+        if constraint.mask_logits(logits).is_err() {
+            return false;
+        }
+        if rest.is_empty() {
+            return logits[eos as usize] != f32::NEG_INFINITY;
+        }
+        let rest_text = std::str::from_utf8(rest).expect("tokens end on a character boundary here");
+        let next = tokenizer.encode(rest_text, false).unwrap()[0];
+        if logits[next as usize] == f32::NEG_INFINITY {
+            return false;
+        }
+        let Ok(forced) = constraint.commit(next) else { return false };
+        for id in std::iter::once(next).chain(forced) {
+            if id == eos {
+                return rest.is_empty();
+            }
+            let Some(after) = rest.strip_prefix(tokenizer.token_bytes(id).unwrap()) else { return false };
+            rest = after;
+        }
+    }
+}
+
+/// `v` in the output's layout (`", "` and `": "`, nothing else between tokens), keys in their order.
+fn layout(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!("[{}]", items.iter().map(layout).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter()
+                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), layout(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        scalar => scalar.to_string(),
+    }
+}
