@@ -3,13 +3,15 @@
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 import { ISOLATED, launchChromium } from './chromium.mjs';
+import Ajv2020 from '../../npm/node_modules/ajv/dist/2020.js';
+import addFormats from '../../npm/node_modules/ajv-formats/dist/index.js';
 
 
 let server, browser, context, page;
@@ -134,6 +136,55 @@ test('in the page: chat.completions, abort, and load errors with codes', async (
   assert.match(r.missing, /^E_FETCH: .*HTTP 404/);
   assert.match(r.truncated, /^E_GGUF: /);
   console.log(`chat.completions in Chromium answered (${r.finish}): ${JSON.stringify(r.chat)}`);
+});
+
+test('in the page: JSON Schema answers validate (10 real-world schemas), and a required tool call comes back', async () => {
+  // The first 10 of the schemas npm/test/grammar.test.mjs (50, in Node) and tests/rust/constrained.rs (50, natively)
+  // ask for, with the same request; ajv checks the answers here.
+  const dir = process.env.RUVLLM_SCHEMAS ?? spawnSync(join(REPO_DIR, 'scripts', 'fetch-schemas.sh'), { encoding: 'utf8' }).stdout.trim();
+  const files = readFileSync(join(REPO_DIR, 'tests', 'fixtures', 'kubernetes-schemas.txt'), 'utf8')
+    .split('\n')
+    .filter((line) => line && !line.startsWith('#'))
+    .slice(0, 10);
+  const schemas = files.map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')));
+  const r = await page.evaluate(async ({ files, schemas }) => {
+    const llm = window.demo.llm;
+    const answers = [];
+    for (const [i, schema] of schemas.entries()) {
+      const what = schema.title ?? files[i].replace(/\.json$/, '');
+      const reply = await llm.chat.completions.create({
+        messages: [{ role: 'user', content: `Write an example ${what} as JSON.` }],
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+        temperature: 0,
+        repeat_penalty: 1.1,
+        max_tokens: 160,
+      });
+      answers.push({ content: reply.choices[0].message.content, finish: reply.choices[0].finish_reason });
+    }
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 20 } }, required: ['city'] } } }];
+    const call = await llm.chat.completions.create({
+      messages: [{ role: 'user', content: 'What is the weather like in Rome?' }],
+      tools,
+      tool_choice: 'required',
+      temperature: 0,
+      max_tokens: 40,
+    });
+    return { answers, call: call.choices[0] };
+  }, { files, schemas });
+  const ajv = new Ajv2020({ strict: false });
+  addFormats(ajv);
+  let finished = 0;
+  for (const [i, { content, finish }] of r.answers.entries()) {
+    if (finish !== 'stop') continue;
+    finished++;
+    const validate = ajv.compile(schemas[i]);
+    assert.ok(validate(JSON.parse(content)), `${files[i]}: ${ajv.errorsText(validate.errors)}: ${content}`);
+  }
+  assert.ok(finished >= 7, `only ${finished} of 10 answers finished`);
+  assert.equal(r.call.finish_reason, 'tool_calls', JSON.stringify(r.call));
+  assert.equal(r.call.message.tool_calls[0].function.name, 'get_weather');
+  assert.equal(typeof JSON.parse(r.call.message.tool_calls[0].function.arguments).city, 'string');
+  console.log(`json_schema in Chromium: 10 asked, ${finished} finished and valid; tool call ${JSON.stringify(r.call.message.tool_calls[0].function)}`);
 });
 
 test('a file above 2 GiB streams into the page and answers as the model it holds', { timeout: 600_000 }, async () => {

@@ -308,3 +308,23 @@ fn layout(v: &Value) -> String {
         scalar => scalar.to_string(),
     }
 }
+
+/// Real-world schemas (`support::schemas`, the 50 that npm/test/grammar.test.mjs asks the wasm build in Node for): each
+/// is taken, most answers finish within the token limit, and every finished answer is JSON that validates under its
+/// schema. Natively (tests/browser/browser.test.mjs asks Chromium for 10 of them, tests/rust/gpu.rs lavapipe for 5).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn real_world_schemas_give_answers_that_validate() {
+    use support::schemas;
+    let Some(sample) = schemas::kubernetes(50) else { return };
+    let mut session = Session::new(model());
+    let (mut finished, mut failures) = (0, Vec::new());
+    for (file, schema) in &sample {
+        let out = schemas::answer(&mut session, file, schema);
+        finished += usize::from(out.finish == FinishReason::Stop);
+        failures.extend(schemas::invalid(file, schema, &out));
+    }
+    eprintln!("real-world schemas: {} asked, {finished} finished, {} invalid", sample.len(), failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(finished * 10 >= sample.len() * 8, "only {finished} of {} answers finished", sample.len());
+}

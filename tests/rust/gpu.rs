@@ -112,6 +112,28 @@ fn a_json_schema_constrains_the_gpu_answer_as_the_cpus() {
     assert_eq!(on_gpu.ids, on_cpu.ids, "{:?} vs {:?}", on_gpu.text, on_cpu.text);
 }
 
+/// Real-world schemas on the GPU: the first of `support::schemas` (constrained.rs asks the CPU for 50), or the first
+/// $RUVLLM_GPU_SCHEMAS of them (lavapipe takes most of a minute for one of them, so CI asks for one): each finished
+/// answer validates, and most finish. (Greedy answers may part from the CPU's where two tokens are nearly tied: the
+/// backends' arithmetic differs.)
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn real_world_schemas_hold_on_the_gpu() {
+    use support::schemas;
+    let n = support::env("RUVLLM_GPU_SCHEMAS").map_or(1, |n| n.parse().expect("RUVLLM_GPU_SCHEMAS is a count"));
+    let Some(sample) = schemas::kubernetes(n) else { return };
+    let mut gpu = gpu_session(&SessionOptions::default());
+    let mut finished = 0;
+    for (file, schema) in &sample {
+        let out = schemas::answer(&mut gpu, file, schema);
+        assert!(gpu.on_gpu());
+        assert_eq!(schemas::invalid(file, schema, &out), None);
+        finished += usize::from(out.finish == FinishReason::Stop);
+    }
+    eprintln!("real-world schemas on the GPU: {n} asked, {finished} finished, all valid");
+    assert!(finished * 10 >= n * 8, "only {finished} of {n} answers finished");
+}
+
 #[test]
 fn teacher_forced_distributions_match_llama_cpp_on_the_gpu() {
     let model = model();

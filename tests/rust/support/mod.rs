@@ -6,6 +6,8 @@
 
 pub mod gguf_writer;
 pub mod logits;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod schemas;
 /// `#[test]` on every target and the tests' generator: the crate's unit tests' own file.
 #[path = "../../../crate/src/test_support.rs"]
 pub mod test_support;
