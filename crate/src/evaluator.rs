@@ -19,33 +19,10 @@ use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
 use crate::memory::prefix_cache::{PrefixCache, PAGE_TOKENS};
 use crate::model::config::Config;
+use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
 use crate::sampler::{argmax, top_k_probs};
-
-/// What an eval call must return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// Nothing: the tokens only go into the cache (a prefill batch before the last).
-    Nothing,
-    /// The last token's logits.
-    Last,
-    /// Every token's logits.
-    All,
-    /// The argmax of the last token's logits (on the GPU only the id is read back).
-    Argmax,
-}
-
-impl Want {
-    /// The rows of logits the whole call needs.
-    fn rows(self) -> LogitsFor {
-        match self {
-            Want::Nothing => LogitsFor::None,
-            Want::Last | Want::Argmax => LogitsFor::Last,
-            Want::All => LogitsFor::All,
-        }
-    }
-}
 
 /// The result of an eval call.
 #[derive(Debug)]
@@ -73,21 +50,6 @@ pub(crate) fn resolve(c: &Config, n_ctx: usize, n_batch: usize) -> Result<(usize
         return Err(Error::InvalidArgument(format!("n_batch {n_batch} must be in 1..=4096")));
     }
     Ok((n_ctx, n_batch.min(n_ctx)))
-}
-
-/// The checks of an eval call of `tokens` at positions `pos0..` in a context of `n_ctx`.
-pub(crate) fn check_eval(tokens: &[u32], pos0: usize, n_ctx: usize, vocab_size: usize) -> Result<()> {
-    if tokens.is_empty() {
-        return Err(Error::InvalidArgument("eval needs at least one token".into()));
-    }
-    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
-        return Err(Error::TokenOutOfRange { id, vocab_size });
-    }
-    let needed = pos0 + tokens.len();
-    if needed > n_ctx {
-        return Err(Error::ContextOverflow { needed, context: n_ctx });
-    }
-    Ok(())
 }
 
 /// Run `f` to completion on this thread. CPU work is ready at the first poll; natively GPU work

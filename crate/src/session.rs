@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::evaluator::{wait, Evaluator, Out, Want};
+use crate::evaluator::{wait, Evaluator, Out};
 use crate::generate::{GenerateOptions, Generation, Output, Step, Token};
 use crate::gpu::{Backend, GpuOptions};
 use crate::lora::AdapterSet;
+use crate::model::eval::Want;
 use crate::model::Model;
 
 #[derive(Clone, Debug)]

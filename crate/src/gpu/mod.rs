@@ -14,7 +14,7 @@
 //! - `ops/`: one file per GPU op (its WGSL pieces, bindings, grid and parameter struct);
 //!   `forward.rs` strings them into the forward pass a session runs.
 //!
-//! [`Evaluator`](crate::evaluator::Evaluator) chooses between this and the CPU with [`Backend`](crate::Backend);
+//! The evaluator above (`evaluator.rs`) chooses between this and the CPU with [`Backend`](crate::Backend);
 //! [`GpuRunner`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
 
 #[cfg(feature = "gpu")]
@@ -46,9 +46,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
-use crate::evaluator::Want;
 use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
+use crate::model::eval::Want;
 use crate::model::Model;
 
 /// Where a session runs its forward passes.
@@ -103,7 +103,7 @@ pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {
     Error::Gpu { kind, message: message.into() }
 }
 
-/// The GPU side of an [`Evaluator`](crate::evaluator::Evaluator): what it needs, nothing more.
+/// The GPU side of the evaluator above (`evaluator.rs`): what it needs, nothing more.
 /// Without the `gpu` feature it cannot be constructed.
 pub(crate) struct GpuRunner {
     #[cfg(feature = "gpu")]

@@ -25,9 +25,9 @@ use super::model::GpuModel;
 use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
-use crate::evaluator::{check_eval, Want};
 use crate::kv_cache::KvCache;
 use crate::lora::AdapterSet;
+use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, LogitsFor};
 use crate::quant::GgmlType;
 

@@ -3,6 +3,7 @@
 pub mod bert;
 pub mod bytes;
 pub mod config;
+pub(crate) mod eval;
 pub mod forward;
 pub mod weights;
 
