@@ -30,16 +30,6 @@ mod test_support;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
-#[cfg(target_arch = "wasm32")]
-mod wasm_chat;
-#[cfg(all(target_arch = "wasm32", feature = "gpu"))]
-pub mod wasm_gpu;
-#[cfg(target_arch = "wasm32")]
-pub mod wasm_index;
-#[cfg(target_arch = "wasm32")]
-pub mod wasm_lora;
-#[cfg(all(target_arch = "wasm32", feature = "threads"))]
-pub mod wasm_threads;
 
 pub use chat::{ChatPrompt, ToolUse};
 pub use chat_template::tool_calls::{ToolCall, ToolChoice, ToolFormat, ToolSpec};

@@ -1,5 +1,5 @@
 //! Data parallelism over index ranges: rayon natively and in the threaded wasm build (feature
-//! `threads`: rayon on Web Workers, see `crate::wasm_threads`), the calling thread in the plain wasm build.
+//! `threads`: rayon on Web Workers, see `crate::wasm::threads`), the calling thread in the plain wasm build.
 //! It sits below both [`crate::kernels`] and [`crate::quant`] (which quantizes activation rows with
 //! [`for_each_row_chunk`]) and uses neither.
 //!
@@ -263,18 +263,4 @@ mod tests {
         assert!(caught.is_err());
         assert!(count_indices(100, 33, 2).iter().all(|&c| c == 100));
     }
-}
-
-/// For `benches/matmul_scaling.mjs` (feature `bench`, threaded wasm build): what one parallel loop costs
-/// apart from its work, microseconds per loop of `chunks` empty chunks, `loops` of them in one forward-like
-/// `in_pool` (decode runs ~150 loops per token; its o-projection is 36 chunks). On two threads this is
-/// the handing of the loop to the helper and the wait for its last chunk: round trips between the cores.
-#[cfg(all(target_arch = "wasm32", feature = "bench"))]
-#[wasm_bindgen::prelude::wasm_bindgen(js_name = emptyLoops)]
-pub fn empty_loops(loops: usize, chunks: usize) -> f64 {
-    let pass = || (0..loops).for_each(|_| for_each_chunk(chunks, 1, |r| _ = std::hint::black_box(r)));
-    in_pool(pass); // warm-up
-    let t0 = crate::clock::now_ms();
-    in_pool(pass);
-    (crate::clock::now_ms() - t0) * 1e3 / loops as f64
 }

@@ -137,7 +137,7 @@ impl GpuEngine {
     /// As [`Engine::apply_chat_template`](crate::wasm::Engine::apply_chat_template).
     #[wasm_bindgen(js_name = applyChatTemplate)]
     pub fn apply_chat_template(&self, request_json: &str) -> std::result::Result<String, JsValue> {
-        crate::wasm_chat::apply_chat_template(&self.borrow()?.model, request_json)
+        crate::wasm::chat::apply_chat_template(&self.borrow()?.model, request_json)
     }
 
     /// As [`Engine::chat_prompt`](crate::wasm::Engine::chat_prompt).
@@ -147,7 +147,7 @@ impl GpuEngine {
         request_json: &str,
         parse_special_in_messages: bool,
     ) -> std::result::Result<String, JsValue> {
-        crate::wasm_chat::chat_prompt(&self.borrow()?.model, request_json, parse_special_in_messages)
+        crate::wasm::chat::chat_prompt(&self.borrow()?.model, request_json, parse_special_in_messages)
     }
 
     /// As [`Engine::load_adapter`](crate::wasm::Engine::load_adapter): the adapter runs on the GPU (or on the CPU

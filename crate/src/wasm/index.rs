@@ -1,5 +1,5 @@
 //! The JavaScript binding of a [`Collection`] (wasm32 only): the vector index with its entries, which the package's
-//! `VectorIndex`, `Router` and `Memory` wrap (npm/src/index/). JSON-shaped like `wasm.rs`; ids are JS numbers
+//! `VectorIndex`, `Router` and `Memory` wrap (npm/src/index/). JSON-shaped like `wasm/mod.rs`; ids are JS numbers
 //! (a collection numbers its entries from 0, far below 2^53). The package reads and writes the records in its store.
 
 use serde::{Deserialize, Serialize};

@@ -8,9 +8,19 @@
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
 //! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
-//! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm_lora.rs`).
+//! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm/lora.rs`).
 //! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`, `embed`) run on
-//! the thread pool and return Promises (see `crate::wasm_threads`); in the plain build they return values.
+//! the thread pool and return Promises (see `crate::wasm::threads`); in the plain build they return values.
+
+#[cfg(feature = "bench")]
+mod bench;
+mod chat;
+#[cfg(feature = "gpu")]
+pub mod gpu;
+pub mod index;
+pub mod lora;
+#[cfg(feature = "threads")]
+pub mod threads;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -75,7 +85,7 @@ thread_local! {
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         #[cfg(feature = "threads")]
-        crate::wasm_threads::fail_running_job(&info.to_string());
+        crate::wasm::threads::fail_running_job(&info.to_string());
         LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()))
     }));
 }
@@ -187,7 +197,7 @@ pub(crate) struct JsAdapter {
 }
 
 /// The LoRA adapters an engine holds for its model, by the ids it gave them: files `loadAdapter` read, and
-/// MicroLoRAs it trains (`wasm_lora.rs`), whose weights a request takes as they are when it starts.
+/// MicroLoRAs it trains (`wasm/lora.rs`), whose weights a request takes as they are when it starts.
 #[derive(Default)]
 pub(crate) struct Adapters {
     next_id: u32,
@@ -355,7 +365,7 @@ pub(crate) fn run_job<T: Send + 'static>(
     work: impl FnOnce() -> crate::Result<T> + Send + 'static,
     to_js: impl FnOnce(T) -> Result<JsValue, JsValue> + 'static,
 ) -> Result<JsValue, JsValue> {
-    Ok(crate::wasm_threads::on_pool(work, to_js).into())
+    Ok(crate::wasm::threads::on_pool(work, to_js).into())
 }
 
 /// Run `work` here and convert its result with `to_js` (the plain and WebGPU builds, whose session need not be
@@ -658,17 +668,17 @@ impl Engine {
     }
 
     /// The prompt text of a chat request (JSON: `{messages, tools?, tool_choice?, chat_template_kwargs?,
-    /// add_generation_prompt?}`, `wasm_chat.rs`) in the model's chat template.
+    /// add_generation_prompt?}`, `wasm/chat.rs`) in the model's chat template.
     #[wasm_bindgen(js_name = applyChatTemplate)]
     pub fn apply_chat_template(&self, request_json: &str) -> Result<String, JsValue> {
-        crate::wasm_chat::apply_chat_template(&self.model, request_json)
+        crate::wasm::chat::apply_chat_template(&self.model, request_json)
     }
 
     /// A chat request's prompt ids, grammar and tool-call format (`Model::chat_prompt`) as JSON: control-token
     /// text in the messages stays text unless `parse_special_in_messages`.
     #[wasm_bindgen(js_name = chatPrompt)]
     pub fn chat_prompt(&self, request_json: &str, parse_special_in_messages: bool) -> Result<String, JsValue> {
-        crate::wasm_chat::chat_prompt(&self.model, request_json, parse_special_in_messages)
+        crate::wasm::chat::chat_prompt(&self.model, request_json, parse_special_in_messages)
     }
 
     /// Read a LoRA adapter file (llama.cpp's GGUF adapter format) for this model: its id, for the `adapters`
