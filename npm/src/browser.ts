@@ -1,6 +1,6 @@
 // Browser entry: the wasm files are fetched from beside the glue modules (bundlers follow `new URL(..., import.meta.url)`).
 // The threaded build needs SharedArrayBuffer, which browsers give only to cross-origin isolated pages.
-import { setPlatform } from './llm.js';
+import { setPlatform } from './platform.js';
 
 setPlatform({
   wasmSource: async (url) => url,

@@ -1,6 +1,8 @@
+// The chat API: OpenAI-shaped chat completions over a model's chat template and `generate`
+// (`llm.chat.completions.create({ messages, stream })`), and the check of the messages a template is rendered with.
 import { invalid } from './errors.js';
-import type { GenerateResult, LLM } from './llm.js';
-import { checkGrammar, type GenerateOptions, type Grammar } from './options.js';
+import { checkGrammar, writeJson, type GenerateOptions, type Grammar } from './options.js';
+import type { GenerateChunk, GenerateResult } from './types.js';
 
 /** One turn, in OpenAI's shape. */
 export interface ChatMessage {
@@ -284,7 +286,16 @@ class Calls {
   }
 }
 
-export function createChat(llm: LLM): Chat {
+/** What the chat API needs of its model (an `LLM`): the prompt, a generation from it, a reader of the tool calls in the
+ * answer, and the model's name. */
+export interface ChatHost {
+  chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean }): ChatPrompt;
+  generate(prompt: readonly number[], options: GenerateOptions): AsyncGenerator<GenerateChunk, GenerateResult, undefined>;
+  toolCallReader(format: ToolFormat): ToolCallReader;
+  info(): { name: string | null };
+}
+
+export function createChat(llm: ChatHost): Chat {
   async function create(body: ChatCompletionRequest, { signal }: { signal?: AbortSignal } = {}) {
     if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');
     const options = generateOptions(body, signal);
@@ -349,4 +360,77 @@ export function createChat(llm: LLM): Chat {
     })();
   }
   return { completions: { create } } as Chat;
+}
+
+const MESSAGE_FIELDS = new Set(['role', 'content', 'name', 'tool_calls', 'tool_call_id', 'refusal']);
+
+/** A chat request as the engine takes it (crate/src/wasm_chat.rs), the messages checked; the tools and tool choice
+ * are checked there. */
+export function chatRequestJson(messages: ChatMessage[], options: ChatTemplateOptions): string {
+  if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
+  if (!Array.isArray(messages)) throw invalid('messages must be an array');
+  const checked = messages.map((m, i) => {
+    const at = `messages[${i}]`;
+    if (typeof m !== 'object' || m === null) throw invalid(`${at} must be an object`);
+    const unknown = Object.keys(m).find((k) => !MESSAGE_FIELDS.has(k));
+    if (unknown !== undefined) throw invalid(`${at}: unsupported field '${unknown}'`);
+    if (typeof m.role !== 'string') throw invalid(`${at}.role must be a string`);
+    if (m.refusal !== undefined && m.refusal !== null) throw invalid(`${at}.refusal: a refusal cannot be continued`);
+    const out: Record<string, unknown> = { role: m.role, content: messageText(m, at) };
+    if (m.name !== undefined) {
+      if (typeof m.name !== 'string') throw invalid(`${at}.name must be a string`);
+      out.name = m.name;
+    }
+    if (m.tool_call_id !== undefined) {
+      if (typeof m.tool_call_id !== 'string') throw invalid(`${at}.tool_call_id must be a string`);
+      out.tool_call_id = m.tool_call_id;
+    } else if (m.role === 'tool') {
+      throw invalid(`${at}: a tool message needs the tool_call_id of the call it answers`);
+    }
+    if (m.tool_calls !== undefined && m.tool_calls !== null) {
+      if (!Array.isArray(m.tool_calls)) throw invalid(`${at}.tool_calls must be an array`);
+      out.tool_calls = m.tool_calls.map((c, j) => {
+        const here = `${at}.tool_calls[${j}]`;
+        if (typeof c !== 'object' || c === null || (c.type !== undefined && c.type !== 'function')) throw invalid(`${here} must be {id, type: 'function', function: {name, arguments}}`);
+        const f = c.function;
+        if (typeof c.id !== 'string' || typeof f !== 'object' || f === null || typeof f.name !== 'string' || typeof f.arguments !== 'string') {
+          throw invalid(`${here} must be {id, type: 'function', function: {name, arguments (JSON text)}}`);
+        }
+        return { id: c.id, function: { name: f.name, arguments: f.arguments } };
+      });
+    }
+    return out;
+  });
+  const { addGenerationPrompt, tools, toolChoice, parallelToolCalls, chatTemplateKwargs } = options;
+  if (addGenerationPrompt !== undefined && typeof addGenerationPrompt !== 'boolean') throw invalid('addGenerationPrompt must be a boolean');
+  if (parallelToolCalls !== undefined && typeof parallelToolCalls !== 'boolean') throw invalid('parallelToolCalls must be a boolean');
+  if (chatTemplateKwargs !== undefined && (typeof chatTemplateKwargs !== 'object' || chatTemplateKwargs === null || Array.isArray(chatTemplateKwargs))) {
+    throw invalid('chatTemplateKwargs must be an object of template variables');
+  }
+  return writeJson({
+    messages: checked,
+    tools: tools ?? undefined,
+    tool_choice: toolChoice ?? undefined,
+    parallel_tool_calls: parallelToolCalls,
+    chat_template_kwargs: chatTemplateKwargs,
+    add_generation_prompt: addGenerationPrompt,
+  }, 'the chat request');
+}
+
+/** A message's text: a string, OpenAI's text parts joined, or empty for null (an assistant turn of calls only). */
+function messageText(m: ChatMessage, at: string): string {
+  const content = m.content as unknown;
+  if (typeof content === 'string') return content;
+  if ((content === null || content === undefined) && m.role === 'assistant') return '';
+  if (Array.isArray(content)) {
+    return content
+      .map((part, j) => {
+        if (typeof part !== 'object' || part === null || part.type !== 'text' || typeof part.text !== 'string') {
+          throw invalid(`${at}.content[${j}]: only text parts ({type: 'text', text}) are supported`);
+        }
+        return part.text as string;
+      })
+      .join('');
+  }
+  throw invalid(`${at}.content must be a string or an array of text parts`);
 }

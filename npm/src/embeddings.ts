@@ -1,6 +1,6 @@
 // OpenAI-shaped embeddings over LLM.embed: `llm.embeddings.create({ input })`.
 import { invalid } from './errors.js';
-import type { LLM, Pooling } from './llm.js';
+import type { EmbedOptions, Pooling } from './types.js';
 
 export interface EmbeddingRequest {
   /** One text or several. */
@@ -26,7 +26,13 @@ export interface Embeddings {
 
 const FIELDS = new Set(['input', 'model', 'encoding_format', 'pooling', 'user']);
 
-export function createEmbeddings(llm: LLM): Embeddings {
+/** What the embeddings API needs of its model (an `LLM`): embeddings with their token count, and the model's name. */
+export interface EmbeddingsHost {
+  embedWithUsage(texts: string | readonly string[], options: EmbedOptions): Promise<{ embeddings: number[][]; tokens: number }>;
+  info(): { name: string | null };
+}
+
+export function createEmbeddings(llm: EmbeddingsHost): Embeddings {
   return {
     async create(body, { signal } = {}) {
       if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');

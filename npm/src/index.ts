@@ -1,6 +1,6 @@
 // The API shared by the Node and browser entry points (which pick how the wasm module is loaded).
 export { LLM } from './llm.js';
-export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage } from './llm.js';
+export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage } from './types.js';
 export type { EmbeddingRequest, EmbeddingResponse, Embeddings } from './embeddings.js';
 export type { GenerateOptions, Grammar } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';

@@ -3,7 +3,7 @@ import { open, readFile, stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { RuvllmError } from './errors.js';
-import { setPlatform } from './llm.js';
+import { setPlatform } from './platform.js';
 import { withWebWorkers } from './node-workers.js';
 import type { ModelSource, OpenedSource } from './source.js';
 import { FileStore } from './store/files.js';

@@ -1,4 +1,5 @@
 import { invalid, RuvllmError } from './errors.js';
+import type { KvCacheOptions, KvCacheType } from './types.js';
 
 /** Sampling and stopping options of `generate` (defaults are llama.cpp's, as in the native CLI). */
 export interface GenerateOptions {
@@ -148,4 +149,21 @@ export function tokenIds(ids: unknown, what: string): Uint32Array {
     if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) throw invalid(`${what}: ${String(id)} is not a token id`);
   }
   return Uint32Array.from(ids);
+}
+
+const KV_CACHE_TYPES: readonly KvCacheType[] = ['f16', 'q8_0', 'q4_0'];
+
+/** Check `LoadOptions.kvCache`'s types (the engine checks the hot window against the model); undefined: f16. */
+export function checkKvCache(kv: KvCacheOptions | undefined): KvCacheOptions | undefined {
+  if (kv === undefined) return undefined;
+  if (typeof kv !== 'object' || kv === null) throw invalid('kvCache must be an object');
+  for (const key of Object.keys(kv)) {
+    if (key !== 'cold' && key !== 'hotTokens') throw invalid(`unknown kvCache option '${key}'`);
+  }
+  if (!KV_CACHE_TYPES.includes(kv.cold)) throw invalid(`kvCache.cold must be one of ${KV_CACHE_TYPES.join(', ')}, got ${String(kv.cold)}`);
+  const { hotTokens } = kv;
+  if (hotTokens !== undefined && (!Number.isSafeInteger(hotTokens) || hotTokens < 0)) {
+    throw invalid(`kvCache.hotTokens must be an integer >= 0, got ${String(hotTokens)}`);
+  }
+  return { cold: kv.cold, ...(hotTokens !== undefined && { hotTokens }) };
 }

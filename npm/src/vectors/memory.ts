@@ -4,7 +4,8 @@
 // recalled first, and lives in a store, so a page or process that reopens it recalls the same turns.
 import type { ChatMessage } from '../chat.js';
 import { invalid } from '../errors.js';
-import { openStore, type LLM } from '../llm.js';
+import type { LLM } from '../llm.js';
+import { openStore } from '../platform.js';
 import { checkEntry, openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 

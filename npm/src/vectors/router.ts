@@ -3,7 +3,8 @@
 // and answers the best route, or none when its score is below the route's threshold (else the router's). `add`
 // teaches it a new utterance (a correction). Kept in a store, so a page or process that reopens it routes the same.
 import { invalid } from '../errors.js';
-import { openStore, type LLM } from '../llm.js';
+import type { LLM } from '../llm.js';
+import { openStore } from '../platform.js';
 import { checkEntry, openForEmbedder, type StoredCollection, type GraphOptions } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 

@@ -15,9 +15,11 @@
 // Records are checked against the largest valid record before they are read into wasm: `list()`'s sizes first, the
 // bytes a store returns after; a record too large is `E_INDEX` and the store is left as it is.
 import type { Glue, WasmCollection } from '../builds.js';
+import { engineError } from '../engine.js';
 import { RuvllmError } from '../errors.js';
-import { engineError, indexGlue, type LLM } from '../llm.js';
+import { indexGlue } from '../platform.js';
 import { storeError, type Store } from '../store/store.js';
+import type { ModelInfo } from '../types.js';
 
 type Changes = { put: Array<[string, Uint8Array]>; delete: string[] };
 
@@ -264,7 +266,13 @@ function call<T>(glue: Glue, fn: () => T): T {
  * identity (its name, the vectors' length and `info().modelId`: a hash of its weights), so that a store of another
  * embedder's vectors is `E_INDEX` rather than compared with them. A store of the first format, tagged with the name
  * and length only, is taken as this embedder's once and tagged anew. */
-export async function openForEmbedder(embedder: LLM, store: Store | null, graph: GraphOptions): Promise<StoredCollection> {
+/** What `openForEmbedder` needs of an embedder (a loaded `LLM`). */
+export interface Embedder {
+  embed(text: string): Promise<number[][]>;
+  info(): Pick<ModelInfo, 'name' | 'architecture' | 'modelId'>;
+}
+
+export async function openForEmbedder(embedder: Embedder, store: Store | null, graph: GraphOptions): Promise<StoredCollection> {
   const [probe] = await embedder.embed('dimensions');
   const info = embedder.info();
   const named = `${(info.name ?? info.architecture).slice(0, 256)} ${probe.length}`;

@@ -1,6 +1,6 @@
 // VectorIndex: HNSW over the caller's vectors, each with a text and a label, persisted in a store.
 import { invalid } from '../errors.js';
-import { openStore } from '../llm.js';
+import { openStore } from '../platform.js';
 import type { Store } from '../store/store.js';
 import { checkEntry, StoredCollection, toVector, type GraphOptions, type Metric } from './stored.js';
 

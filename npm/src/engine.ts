@@ -1,0 +1,328 @@
+// One loaded model's engine, below the `LLM` class: the model's bytes streamed into a started build's memory and the
+// engine made from them, the engine's calls (one caller at a time; its errors as `RuvllmError`s, a trap retiring it),
+// and the engine's JSON read into the API's shapes.
+import type { Backend } from './backend.js';
+import type { Engine, Glue, ModelBuffer, Wasm } from './builds.js';
+import { AbortError, RuvllmError, throwIfAborted, type ErrorCode } from './errors.js';
+import { getPlatform, openModelSource, type StartedWasm } from './platform.js';
+import { checkModelSize, type ModelSource } from './source.js';
+import type { GenerateChunk, GenerateResult, KvCacheOptions, LoadOptions, ModelInfo, PrefixCacheInfo } from './types.js';
+
+/** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError), after which the
+ * object that trapped is unusable (`remedy` says what to do). */
+export function engineError(e: unknown, glue: Glue, remedy = 'load the model again'): RuvllmError {
+  if (e instanceof RuvllmError) return e;
+  const code = (e as { code?: unknown } | null)?.code;
+  if (e instanceof Error && typeof code === 'string') return new RuvllmError(code as ErrorCode, e.message);
+  const panic = glue.lastPanic();
+  const what = panic ? `the engine panicked: ${panic}` : `the engine failed: ${e instanceof Error ? e.message : String(e)}`;
+  return new RuvllmError('E_ENGINE_CRASHED', `${what} (${remedy})`, { cause: e });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loading: the model's bytes into wasm memory, the engine made from them
+// ---------------------------------------------------------------------------------------------------------------
+
+/** What making the engine takes of `LoadOptions`, checked. */
+export interface EngineOptions extends Pick<LoadOptions, 'onProgress' | 'signal' | 'gpuMaxBindingBytes' | 'chatTemplate'> {
+  backend: Backend;
+  contextSize: number;
+  gpuAllowSoftware: boolean;
+  kvCache: KvCacheOptions | undefined;
+}
+
+/** Stream `source` into the memory of `build`'s wasm (checking its size as it comes) and make the engine of the
+ * model it holds: the WebGPU engine in the `wasm-gpu` build, else the CPU engine. */
+export async function loadEngine(build: StartedWasm, source: ModelSource, options: EngineOptions): Promise<Engine> {
+  const { host, wasm } = build;
+  const { onProgress, signal, backend, contextSize, gpuMaxBindingBytes, gpuAllowSoftware, kvCache, chatTemplate } = options;
+  const { Engine, ModelBuffer } = wasm.glue;
+  const engineCall = <T>(fn: () => T): T => {
+    try {
+      return fn();
+    } catch (e) {
+      throw engineError(e, wasm.glue);
+    }
+  };
+  let buffer: ModelBuffer | undefined;
+  try {
+    const opened = await openModelSource(host, source, signal);
+    if (opened.total !== undefined) checkModelSize(opened.total);
+    buffer = engineCall(() => new ModelBuffer(opened.total ?? 0));
+    let loaded = 0;
+    for await (const chunk of opened.chunks) {
+      throwIfAborted(signal);
+      loaded += chunk.length;
+      checkModelSize(loaded);
+      engineCall(() => buffer!.push(chunk));
+      onProgress?.({ loaded, total: opened.total });
+    }
+    throwIfAborted(signal);
+    if (opened.total !== undefined && loaded !== opened.total) {
+      throw new RuvllmError('E_IO', `the source ended after ${loaded} of ${opened.total} bytes`);
+    }
+    const bytes = buffer;
+    buffer = undefined; // the engine consumes it, even when it fails
+    if (wasm.build === 'wasm-gpu') {
+      const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware, kvCache, chatTemplate });
+      return await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
+        throw engineError(e, wasm.glue);
+      });
+    }
+    return engineCall(() => Engine.fromBuffer(bytes, contextSize, JSON.stringify({ kvCache, chatTemplate })));
+  } catch (e) {
+    buffer?.free();
+    throw e;
+  }
+}
+
+/**
+ * wgpu finds `navigator.gpu` through `globalThis.Window`, which only browsers define. Node with a WebGPU
+ * implementation (the npm `webgpu` package) gets a placeholder while the engine opens its device.
+ */
+async function withWindowGlobal<T>(fn: () => Promise<T>): Promise<T> {
+  const g = globalThis as { Window?: unknown };
+  if (g.Window !== undefined) return fn();
+  g.Window = class Window {};
+  try {
+    return await fn();
+  } finally {
+    delete g.Window;
+  }
+}
+
+/** The whole of `source` in one array (a LoRA adapter file, which the engine copies in), refused past the model size
+ * limit as it comes. */
+export async function readSource(source: ModelSource, signal: AbortSignal | undefined): Promise<Uint8Array> {
+  const opened = await openModelSource(getPlatform(), source, signal);
+  if (opened.total !== undefined) checkModelSize(opened.total);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of opened.chunks) {
+    throwIfAborted(signal);
+    chunks.push(chunk.slice()); // the reader may fill the chunk's buffer again
+    size += chunk.length;
+    checkModelSize(size);
+  }
+  const bytes = new Uint8Array(size);
+  chunks.reduce((at, c) => (bytes.set(c, at), at + c.length), 0);
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Calls: one caller at a time, errors mapped, a trap retires the engine
+// ---------------------------------------------------------------------------------------------------------------
+
+/**
+ * A loaded engine and its build. Callers take turns (`lock`, FIFO; a waiting caller's `signal` also cancels its
+ * wait); `call` and `callAsync` run the engine and turn its errors into `RuvllmError`s, a trap (a Rust panic)
+ * retiring it for good (`E_ENGINE_CRASHED` from then on). `dispose` frees it, once the caller holding it is done.
+ */
+export class EngineHandle {
+  #engine: Engine | null;
+  readonly wasm: Wasm;
+  #tail: Promise<void> = Promise.resolve();
+  #busy = false;
+  #disposed = false;
+  #crashed: RuvllmError | null = null;
+
+  constructor(engine: Engine, wasm: Wasm) {
+    this.#engine = engine;
+    this.wasm = wasm;
+  }
+
+  /** The engine unless it was freed or retired, unchecked: for the clean-up of a call in progress. */
+  get engine(): Engine | null {
+    return this.#engine;
+  }
+
+  /** Whether a trap retired the engine. */
+  get crashed(): boolean {
+    return this.#crashed !== null;
+  }
+
+  /** Wait for our turn; the returned function ends it. */
+  async lock(signal: AbortSignal | undefined): Promise<() => void> {
+    throwIfAborted(signal);
+    const turn = this.#tail;
+    let release!: () => void;
+    const done = new Promise<void>((resolve) => (release = resolve));
+    this.#tail = turn.then(() => done);
+    try {
+      await abortable(turn, signal);
+      this.usable();
+    } catch (e) {
+      turn.then(release); // give up our place once it comes
+      throw e;
+    }
+    this.#busy = true;
+    return () => {
+      this.#busy = false;
+      if (this.#disposed) this.#free();
+      release();
+    };
+  }
+
+  /** `fn` in our turn. */
+  async exclusive<T>(signal: AbortSignal | undefined, fn: () => T | Promise<T>): Promise<T> {
+    const release = await this.lock(signal);
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+
+  /** The engine, or the error that retired it, or `E_DISPOSED`. */
+  usable(): Engine {
+    if (this.#crashed) throw this.#crashed;
+    if (this.#disposed || !this.#engine) throw new RuvllmError('E_DISPOSED', 'the model was disposed');
+    return this.#engine;
+  }
+
+  /** Call the engine; its errors become RuvllmErrors, and a trap (a Rust panic) retires this model. */
+  call<T>(fn: (engine: Engine) => T): T {
+    const engine = this.usable();
+    try {
+      return fn(engine);
+    } catch (e) {
+      throw this.#failed(e);
+    }
+  }
+
+  /** `call` for the forward passes, which the threaded build runs on its pool and returns as Promises. */
+  async callAsync<T>(fn: (engine: Engine) => T | Promise<T>): Promise<T> {
+    const engine = this.usable();
+    try {
+      return await this.wasm.settle(fn(engine));
+    } catch (e) {
+      throw this.#failed(e);
+    }
+  }
+
+  /** Call the build's glue (not the engine: a trap there does not retire the model); its errors as the engine's. */
+  glueCall<T>(fn: (glue: Glue) => T): T {
+    try {
+      return fn(this.wasm.glue);
+    } catch (e) {
+      throw engineError(e, this.wasm.glue);
+    }
+  }
+
+  /** Free the engine: now, or when the caller holding it is done. Idempotent. */
+  dispose(): void {
+    this.#disposed = true;
+    if (!this.#busy) this.#free();
+  }
+
+  #failed(e: unknown): RuvllmError {
+    const err = engineError(e, this.wasm.glue);
+    if (err.code === 'E_ENGINE_CRASHED') {
+      this.#crashed = err;
+      this.#engine = null; // its wasm state is unknown after a trap: never touch it again
+    }
+    return err;
+  }
+
+  #free(): void {
+    this.#engine?.free();
+    this.#engine = null;
+  }
+}
+
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new AbortError(signal.reason));
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** What `Engine.nextStep` returns: progress of the prompt's prefill, or a generated token. */
+export type EngineStep = { prefilled: number; total: number } | GenerateChunk;
+
+/** Let the event loop run (rendering, input, timers) between steps, without timer clamping. */
+export const nextTick: () => Promise<void> =
+  typeof setImmediate === 'function'
+    ? () => new Promise((resolve) => setImmediate(resolve))
+    : () =>
+        new Promise((resolve) => {
+          const channel = new MessageChannel();
+          channel.port1.onmessage = () => {
+            channel.port1.close();
+            resolve();
+          };
+          channel.port2.postMessage(null);
+        });
+
+// ---------------------------------------------------------------------------------------------------------------
+// The engine's JSON, read
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `Engine.info()`: what the engine knows of the model (the `LLM` adds what it knows). */
+export function parseInfo(
+  json: string,
+): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
+  prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
+} {
+  const i = JSON.parse(json);
+  return {
+    name: i.name ?? null,
+    architecture: i.architecture,
+    layers: i.n_layers,
+    embeddingSize: i.d_model,
+    heads: i.n_heads,
+    kvHeads: i.n_kv_heads,
+    vocabSize: i.vocab_size,
+    trainedContextLength: i.context_length,
+    contextSize: i.n_ctx,
+    fileBytes: i.file_bytes,
+    kvCacheBytes: i.kv_cache_bytes,
+    kvCache: { cold: i.kv_cache.cold, hotTokens: i.kv_cache.hot_tokens ?? null },
+    wasmMemoryBytes: i.wasm_memory_bytes,
+    simd128: i.simd128,
+    hasChatTemplate: i.has_chat_template,
+    threads: i.threads,
+    backend: i.backend,
+    gpuAdapter: i.adapter?.name ?? null,
+    fallback: i.fallback ?? null,
+    prefixCache: i.prefix_cache
+      ? {
+          budgetBytes: i.prefix_cache.budget_bytes,
+          bytes: i.prefix_cache.bytes,
+          restoredTokens: i.prefix_cache.restored_tokens,
+          insertedTokens: i.prefix_cache.inserted_tokens,
+          evictedPages: i.prefix_cache.evicted_pages,
+          loadedTokens: i.prefix_cache.loaded_tokens,
+        }
+      : null,
+  };
+}
+
+/** `Engine.finish(false)`: a generation's result. */
+export function parseResult(json: string | undefined): GenerateResult {
+  if (json === undefined) throw new RuvllmError('E_ENGINE_CRASHED', 'the engine lost the generation in progress');
+  const o = JSON.parse(json);
+  return {
+    ids: o.ids,
+    text: o.text,
+    finishReason: o.finish_reason,
+    usage: {
+      promptTokens: o.prompt_tokens,
+      cachedTokens: o.cached_tokens,
+      completionTokens: o.generated_tokens,
+      forcedTokens: o.forced_tokens,
+      totalTokens: o.prompt_tokens + o.generated_tokens,
+    },
+    timings: {
+      prefillMs: o.prefill_ms,
+      decodeMs: o.decode_ms,
+      restoreMs: o.restore_ms,
+      grammarCompileMs: o.grammar_compile_ms,
+      grammarMs: o.grammar_ms,
+      prefillTokensPerSecond: o.prefill_tok_s,
+      decodeTokensPerSecond: o.decode_tok_s,
+    },
+  };
+}
