@@ -16,12 +16,12 @@ export interface Glue {
   initThreadPool?(threads: number): Promise<unknown>;
   /** `optionsJson`: `{kvCache?, chatTemplate?}`. */
   Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number, optionsJson?: string): Engine };
-  /** The WebGPU engine (crate/src/wasm_gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
+  /** The WebGPU engine (crate/src/wasm/gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
   GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
-  /** A vector index with entries (crate/src/wasm_index.rs). */
+  /** A vector index with entries (crate/src/wasm/index.rs). */
   Collection: CollectionClass;
-  /** Reads the tool calls of an answer as it streams (crate/src/wasm_chat.rs). */
+  /** Reads the tool calls of an answer as it streams (crate/src/wasm/chat.rs). */
   ToolCallParser: new (format: string) => WasmToolCallParser;
   lastPanic(): string | undefined;
 }
@@ -33,7 +33,7 @@ export interface CollectionClass {
   maxRecordBytes(key: string): number;
 }
 
-/** crate/src/wasm_index.rs: JSON in and out, ids as numbers. */
+/** crate/src/wasm/index.rs: JSON in and out, ids as numbers. */
 export interface WasmCollection {
   info(): string;
   add(vector: Float32Array, text: string, label: string, now: number): string;
@@ -72,7 +72,7 @@ export interface ModelBuffer {
   free(): void;
 }
 
-/** An engine (crate/src/wasm.rs, wasm_gpu.rs). The forward passes (start, nextStep, score) return Promises in the
+/** An engine (crate/src/wasm/mod.rs, gpu.rs). The forward passes (start, nextStep, score) return Promises in the
  * threaded and WebGPU builds. */
 export interface Engine {
   info(): string;
@@ -81,7 +81,7 @@ export interface Engine {
   detokenize(ids: Uint32Array): string;
   /** `requestJson`: `{messages, tools?, tool_choice?, parallel_tool_calls?, chat_template_kwargs?, add_generation_prompt?}`. */
   applyChatTemplate(requestJson: string): string;
-  /** JSON `{ids, grammar, tool_format}` (crate/src/wasm_chat.rs). */
+  /** JSON `{ids, grammar, tool_format}` (crate/src/wasm/chat.rs). */
   chatPrompt(requestJson: string, parseSpecialInMessages: boolean): string;
   start(promptIds: Uint32Array, optionsJson: string): unknown;
   nextStep(): unknown;
@@ -90,7 +90,7 @@ export interface Engine {
   /** A LoRA adapter file read for the model: its id (both engines run adapters). */
   loadAdapter(bytes: Uint8Array): number;
   unloadAdapter(id: number): boolean;
-  /** MicroLoRA (crate/src/wasm_lora.rs only): adapters trained here, with adapter ids. trainMicroLora returns JSON
+  /** MicroLoRA (crate/src/wasm/lora.rs only): adapters trained here, with adapter ids. trainMicroLora returns JSON
    * (a Promise of it in the threaded build). */
   createMicroLora?(optionsJson: string): number;
   openMicroLora?(bytes: Uint8Array): number;
@@ -101,9 +101,9 @@ export interface Engine {
   saveMicroLora?(id: number): Uint8Array;
   exportMicroLora?(id: number, name: string): Uint8Array;
   microLoraInfo?(id: number): string;
-  /** SHA-256 of the GGUF header and samples of the weights, hex (crate/src/wasm.rs only). */
+  /** SHA-256 of the GGUF header and samples of the weights, hex (crate/src/wasm/mod.rs only). */
   modelId?(): string;
-  /** JSON `{embeddings, tokens}` (crate/src/wasm.rs only: the WebGPU build's engine has none). */
+  /** JSON `{embeddings, tokens}` (crate/src/wasm/mod.rs only: the WebGPU build's engine has none). */
   embed?(textsJson: string, optionsJson: string): unknown;
   reset(): void;
   setPrefixCacheBudget(bytes: number): void;

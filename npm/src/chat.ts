@@ -364,7 +364,7 @@ export function createChat(llm: ChatHost): Chat {
 
 const MESSAGE_FIELDS = new Set(['role', 'content', 'name', 'tool_calls', 'tool_call_id', 'refusal']);
 
-/** A chat request as the engine takes it (crate/src/wasm_chat.rs), the messages checked; the tools and tool choice
+/** A chat request as the engine takes it (crate/src/wasm/chat.rs), the messages checked; the tools and tool choice
  * are checked there. */
 export function chatRequestJson(messages: ChatMessage[], options: ChatTemplateOptions): string {
   if (typeof options !== 'object' || options === null) throw invalid('options must be an object');

@@ -1,4 +1,4 @@
-// MicroLoRA (crate/src/lora/train.rs, bound in crate/src/wasm_lora.rs): a small LoRA adapter of the model's last
+// MicroLoRA (crate/src/lora/train.rs, bound in crate/src/wasm/lora.rs): a small LoRA adapter of the model's last
 // layers that the engine trains from feedback on answers (gradient steps through a real backward pass, Adam, an EWC
 // penalty toward what it consolidated), kept in a store across reloads, exported as llama.cpp's GGUF adapter file.
 // It is an adapter like a loaded file: `adapters: [{ id: lora.id }]` in generate and the chat API applies it.
@@ -221,7 +221,7 @@ function recordKey(name: string): string {
   return key;
 }
 
-/** The engine's MicroLoRA calls (crate/src/wasm_lora.rs), which the WebGPU build's engine has not. */
+/** The engine's MicroLoRA calls (crate/src/wasm/lora.rs), which the WebGPU build's engine has not. */
 function engine(e: Engine): Required<Pick<Engine, MicroLoraCall>> {
   if (typeof e.createMicroLora !== 'function') throw new RuvllmError('E_GPU_UNSUPPORTED', 'MicroLoRA trains on the CPU engine: load with backend: "cpu"');
   return e as Required<Pick<Engine, MicroLoraCall>>;
