@@ -3,14 +3,14 @@
 //   node       a Node process of its own (this script again, with --child): `process.resourceUsage().maxRSS`
 //              (the process's peak RSS), and the wasm instance's memory (`info().wasmMemoryBytes`: wasm memory
 //              never shrinks, so after the run it is the peak)
-//   chromium   headless Chromium, the package on the page's main thread (benches/web/memory.html): the peak RSS
+//   chromium   headless Chromium, the package on the page's main thread (benches/web/peak_ram.html): the peak RSS
 //              (VmHWM) of the renderer process, which holds the page and its wasm memory, read from /proc, and the
 //              same `wasmMemoryBytes`; `measureUserAgentSpecificMemory()` where the page is cross-origin isolated
 //              (lib/serve.mjs sends COOP/COEP) and answers in time
 // Each runtime loads the model, generates --gen-tokens greedy tokens after a short prompt, and reports; nothing
 // else runs in its process. A load or run that fails is a line with `error` (the message and where), not a crash.
 //
-// Usage: node benches/memory.mjs [--model M] [--ctx 4096] [--gen-tokens 8] [--runtimes node,chromium]
+// Usage: node benches/peak_ram.mjs [--model M] [--ctx 4096] [--gen-tokens 8] [--runtimes node,chromium]
 //          [--chromium /usr/bin/chromium] [--timeout-s 1800]
 // (run `scripts/build-wasm.sh st` and `npm run build` in npm/ first; benches/README.md has the figures)
 import { spawnSync } from 'node:child_process';
@@ -18,7 +18,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ROOT, parseArgs, round, loadavg1m, log, procMemMb } from './lib/common.mjs';
-import { loadAndGenerate } from './lib/memory_bench.js';
+import { loadAndGenerate } from './lib/peak_ram_bench.js';
 
 const PROMPT = 'The capital of France is';
 const args = parseArgs({
@@ -103,7 +103,7 @@ function node() {
 async function chromium() {
   const loadavgStart = loadavg1m();
   const { openPage, chromiumPeaks } = await import('./lib/chromium.mjs');
-  const browser = await openPage('memory.html', args.model, { executablePath: args.chromium, ready: 'memoryBench', args: ['--enable-precise-memory-info'] });
+  const browser = await openPage('peak_ram.html', args.model, { executablePath: args.chromium, ready: 'memoryBench', args: ['--enable-precise-memory-info'] });
   const base = common(`wasm32 in Chromium ${browser.version}`, loadavgStart);
   try {
     const { measured: uaMemory, ...r } = await browser.page.evaluate((c) => window.memoryBench.run(c), { ...cfg, source: browser.modelUrl });

@@ -1,5 +1,5 @@
-// One model load and a short greedy generation through the npm package, the same in Node (benches/memory.mjs's
-// child process) and in a page (benches/web/memory.html): what the package reports of its memory afterwards.
+// One model load and a short greedy generation through the npm package, the same in Node (benches/peak_ram.mjs's
+// child process) and in a page (benches/web/peak_ram.html): what the package reports of its memory afterwards.
 // wasm memory never shrinks, so `wasmMemoryBytes` after the run is the instance's peak.
 
 /** Load `source` (a path in Node, a URL in a page) with one thread on the CPU, generate `genTokens` greedy tokens;
