@@ -18,10 +18,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use ruvllm::engine::sampler::top_k_probs;
 use ruvllm::gguf::Gguf;
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
 use ruvllm::quant::GgmlType;
-use ruvllm::sampler::top_k_probs;
 use ruvllm::{Backend, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::json;
 

@@ -4,14 +4,12 @@
 //! -> [`sampler`] -> token ids -> [`tokenizer`] -> text. A [`Session`] holds one conversation's KV
 //! cache; [`generate`] streams tokens from it.
 
-pub mod chat;
 pub mod chat_template;
 pub mod clock;
 pub mod constraint;
 pub mod embed;
+pub mod engine;
 pub mod error;
-pub(crate) mod evaluator;
-pub mod generate;
 pub mod gguf;
 pub mod gpu;
 pub mod index;
@@ -22,24 +20,21 @@ pub mod memory;
 pub mod model;
 pub mod parallel;
 pub mod quant;
-pub mod sampler;
-pub mod session;
-pub mod stop;
 #[cfg(test)]
 mod test_support;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use chat::{ChatPrompt, ToolUse};
 pub use chat_template::tool_calls::{ToolCall, ToolChoice, ToolFormat, ToolSpec};
 pub use chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
 pub use embed::EmbedOptions;
+pub use engine::chat::{ChatPrompt, ToolUse};
+pub use engine::generate::{FinishReason, GenerateOptions, Output, Stats, Step, Token};
+pub use engine::sampler::SamplerConfig;
+pub use engine::session::{Session, SessionOptions};
 pub use error::{Error, GpuFault, Result};
-pub use generate::{FinishReason, GenerateOptions, Output, Stats, Step, Token};
 pub use gpu::{Backend, GpuOptions};
 pub use lora::{AdapterSet, LoraAdapter};
 pub use model::config::Pooling;
 pub use model::Model;
-pub use sampler::SamplerConfig;
-pub use session::{Session, SessionOptions};

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
+use crate::engine::evaluator::Evaluator;
+use crate::engine::generate::Generation;
 use crate::error::{Error, Result};
-use crate::evaluator::Evaluator;
-use crate::generate::Generation;
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
     bytes_from_js, js_error, json, max_state_bytes, model_info, parse, persist, probe_score_memory,

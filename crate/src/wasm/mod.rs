@@ -410,7 +410,7 @@ impl JsEmbedOptions {
 /// (wasm memory never shrinks, so a larger probe would raise the peak).
 pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), JsValue> {
     let c = &model.config;
-    let Ok((n_ctx, n_batch)) = crate::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
+    let Ok((n_ctx, n_batch)) = crate::engine::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
         return Ok(()); // opening the session names this error
     };
     let kv = model.kv_cache().bytes(c.n_layers, c.kv_dim(), n_ctx);

@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::constraint::{Constraint, GrammarSource};
+use crate::engine::evaluator::{Evaluator, Out};
+use crate::engine::sampler::{Sampler, SamplerConfig};
+use crate::engine::stop::StopMatcher;
 use crate::error::{Error, Result};
-use crate::evaluator::{Evaluator, Out};
 use crate::lora::AdapterSet;
 use crate::model::eval::Want;
 use crate::model::Model;
-use crate::sampler::{Sampler, SamplerConfig};
-use crate::stop::StopMatcher;
 use crate::tokenizer::StreamDecoder;
 
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 //! state, or a [`GpuSession`](crate::gpu::GpuSession)), with the one `eval` every driver uses: the
 //! token checks of a call, its split into forward calls of `n_batch` tokens, and the one fallback
 //! rule (under [`Backend::Auto`] a GPU fault moves the work to the CPU, which replays the cached
-//! tokens). It knows nothing of prompts or sampling: [`Generation`](crate::generate::Generation)
+//! tokens). It knows nothing of prompts or sampling: [`Generation`](crate::engine::generate::Generation)
 //! says what to evaluate.
 //!
 //! `eval` is async because the GPU's is; on the CPU its future is ready at the first poll, and
@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::engine::sampler::{argmax, top_k_probs};
 use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv_cache::KvCache;
@@ -22,7 +23,6 @@ use crate::model::config::Config;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
 use crate::model::Model;
-use crate::sampler::{argmax, top_k_probs};
 
 /// The result of an eval call.
 #[derive(Debug)]

@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::engine::evaluator::{wait, Evaluator, Out};
+use crate::engine::generate::{GenerateOptions, Generation, Output, Step, Token};
 use crate::error::{Error, Result};
-use crate::evaluator::{wait, Evaluator, Out};
-use crate::generate::{GenerateOptions, Generation, Output, Step, Token};
 use crate::gpu::{Backend, GpuOptions};
 use crate::lora::AdapterSet;
 use crate::model::eval::Want;
