@@ -16,11 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Build outputs and other paths that exist only after a build or a run.
 GENERATED = ('npm/wasm', 'npm/dist', 'dist/', 'wasm/', 'wasm-mt/', 'wasm-gpu/', 'target/', 'fuzz/artifacts', 'benches/node_modules', 'benches/.node24')
 # Where code lives (identifiers are looked up here).
-CODE = ['crate', 'cli', 'npm/src', 'npm/threads', 'npm/package.json', 'wgsl', 'tests', 'fuzz', 'scripts', 'benches', 'www/src', 'www/vite.config.js', 'www/public']
+CODE = ['crate', 'cli', 'npm/src', 'npm/threads', 'npm/package.json', 'tests', 'fuzz', 'scripts', 'benches', 'www/src', 'www/vite.config.js', 'www/public']
 # Folders a path may be written relative to.
 BASES = ['', 'crate/src', 'crate/src/gpu', 'crate/src/gpu/ops', 'crate/src/quant', 'crate/src/tokenizer',
          'crate/src/model', 'crate/src/memory', 'crate/src/index', 'crate/src/lora', 'crate/src/kernels', 'crate/src/parallel', 'crate/src/chat_template',
-         'tests/rust', 'tests/browser', 'tests/fixtures', 'npm/src', 'wgsl', 'scripts', 'benches']
+         'tests/rust', 'tests/browser', 'tests/fixtures', 'npm/src', 'crate/src/gpu/wgsl', 'scripts', 'benches']
 EXT = re.compile(r'\.(rs|ts|js|mjs|wgsl|md|py|sh|json|toml|html)$')
 
 

@@ -1,5 +1,5 @@
 //! The WebGPU backend (cargo feature `gpu`): the same forward pass as [`crate::model::forward`],
-//! as WGSL compute shaders (`wgsl/` at the repository root) run through wgpu: Vulkan, Metal or DX12
+//! as WGSL compute shaders (`wgsl/`, beside this module) run through wgpu: Vulkan, Metal or DX12
 //! natively, the browser's WebGPU on wasm32.
 //!
 //! - [`GpuModel`]: the device, the weights uploaded once in their GGUF blocks (packed into a few

@@ -11,7 +11,7 @@ use crate::quant::GgmlType;
 /// The text of `wgsl/<name>`.
 macro_rules! wgsl {
     ($name:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/", $name))
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/gpu/wgsl/", $name))
     };
 }
 pub(crate) use wgsl;
