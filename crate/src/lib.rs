@@ -20,6 +20,7 @@ pub mod memory;
 pub mod model;
 pub mod parallel;
 pub mod quant;
+pub(crate) mod record;
 #[cfg(test)]
 mod test_support;
 pub mod tokenizer;

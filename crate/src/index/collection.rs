@@ -33,6 +33,7 @@
 //! entry  magic "RVCOLLE\0" | version u32 | uid u64 | id u64 | used u64 | label length u16, UTF-8
 //!        | text length u32, UTF-8 | CRC-32
 //! ```
+//! Both are framed by `crate::record` (magic number, version, CRC-32), as the index's records are.
 //! Version 1 (before issue 36): `meta` had no index header (the threshold was NaN for none) and the index kept its
 //! own under `h` keys of 5 bytes. `from_records` reads such a store, and its next commit writes the index anew as
 //! version 2 and deletes the version-1 index records (entries keep their format: both versions read).
@@ -41,11 +42,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::distance::Metric;
 use super::hnsw::{Hnsw, HnswParams};
-use super::records::{begin, format, push_u32, push_u64, seal, unseal, IndexError, Reader, RecordKey, V1};
+use super::records::{format, kind, open, push_u32, push_u64, IndexError, Reader, RecordKey, V1};
 use crate::error::{Error, Result};
+use crate::record::{f32_at, seal, Kind};
 
-const META_MAGIC: [u8; 8] = *b"RVCOLLM\0";
-const ENTRY_MAGIC: [u8; 8] = *b"RVCOLLE\0";
+const META_KIND: Kind = kind(*b"RVCOLLM\0", "an index collection meta");
+const ENTRY_KIND: Kind = kind(*b"RVCOLLE\0", "an index collection entry");
 pub const META_KEY: &str = "meta";
 /// The longest label (a route's name, a conversation's id) in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
@@ -685,7 +687,7 @@ impl Collection {
     }
 
     fn meta_record(&self, index_header: &[u8]) -> Vec<u8> {
-        let mut out = begin(&META_MAGIC);
+        let mut out = META_KIND.begin();
         push_u64(&mut out, self.index.uid());
         push_u64(&mut out, self.reserved.max(self.next_id));
         push_u64(&mut out, self.budget.map_or(NO_BUDGET, |b| b as u64));
@@ -704,7 +706,7 @@ impl Collection {
 
     fn entry_record(&self, id: u64) -> Vec<u8> {
         let e = &self.entries[&id];
-        let mut out = begin(&ENTRY_MAGIC);
+        let mut out = ENTRY_KIND.begin();
         for x in [self.index.uid(), id, e.used] {
             push_u64(&mut out, x);
         }
@@ -744,7 +746,7 @@ impl Collection {
             }
         }
         let meta = meta.ok_or_else(|| format("the collection's meta record is missing".into()))?;
-        let (version, mut r) = unseal(meta, &META_MAGIC, "collection meta")?;
+        let (version, mut r) = open(&META_KIND, meta)?;
         let uid = r.u64()?;
         let reserved = r.u64()?;
         let budget = match r.u64()? {
@@ -753,7 +755,7 @@ impl Collection {
         };
         // Every float read is checked finite (version 1 wrote NaN for "none").
         let threshold = if version == V1 {
-            let t = f32::from_le_bytes(r.take(4)?.try_into().expect("4 bytes"));
+            let t = f32_at(r.take(4)?, 0);
             match t {
                 t if t.is_nan() => None,
                 t if t.is_infinite() => return Err(format(format!("the collection's threshold is {t}"))),
@@ -813,7 +815,7 @@ impl Collection {
                 c.garbage.insert(key.to_string());
                 continue;
             }
-            let (_, mut r) = unseal(bytes, &ENTRY_MAGIC, "collection entry")?;
+            let (_, mut r) = open(&ENTRY_KIND, bytes)?;
             if r.u64()? != uid {
                 return Err(IndexError::Foreign(format!("entry {id} of another index")));
             }
@@ -1307,7 +1309,7 @@ mod tests {
                 b.truncate(72);
             }),
         );
-        let mut meta = begin(&META_MAGIC);
+        let mut meta = META_KIND.begin();
         meta[8..12].copy_from_slice(&1u32.to_le_bytes());
         push_u64(&mut meta, c.index.uid());
         push_u64(&mut meta, c.next_id);

@@ -17,10 +17,11 @@
 //! reads exactly the state its header names and ignores every other record (`segment_keys` are those it used: the
 //! rest are garbage a writer may delete).
 //!
-//! Every record is framed as the prefix cache's are (magic number, version, CRC-32 of all before it) and carries
-//! the index's identity (`uid`, mixed from its metric, dims, parameters and seed), so records of an index of
-//! another shape are refused (two indexes in one store still need keys of their own, as the prefix cache's do).
-//! Any set that does not fit together (a missing, foreign or damaged record) is an `IndexError`, never a panic.
+//! Every record is framed as every persisted record is (`crate::record`: magic number, version, CRC-32 of all
+//! before it) and carries the index's identity (`uid`, mixed from its metric, dims, parameters and seed), so records
+//! of an index of another shape are refused (two indexes in one store still need keys of their own, as the prefix
+//! cache's do). Any set that does not fit together (a missing, foreign or damaged record) is an `IndexError`, never a
+//! panic.
 //! ```text
 //! header   magic "RVHNSWH\0" | version u32 (2) | metric u32 | dims u32 | M u32 | ef_construction u32 | seed u64
 //!          | uid u64 | rng u64 | slots u32 | entry u32 (u32::MAX: none) | max level u32 | generation u64
@@ -53,16 +54,18 @@ use std::fmt;
 
 use super::distance::Metric;
 use super::hnsw::{Hnsw, HnswParams, MAX_DIMS, MAX_LEVEL, MAX_M};
+use crate::record::{f32_at, seal, u32_at, u64_at, FrameError, Kind, HEAD};
 
 /// Slots a vectors or links record holds (the last segment fewer).
 pub const SEGMENT_SLOTS: usize = 64;
 pub(super) const VERSION: u32 = 2;
 /// The format before versioned commits: read by a collection, never written.
 pub(super) const V1: u32 = 1;
-const HEADER_MAGIC: [u8; 8] = *b"RVHNSWH\0";
-const VECTORS_MAGIC: [u8; 8] = *b"RVHNSWV\0";
-const LINKS_MAGIC: [u8; 8] = *b"RVHNSWL\0";
-const BLOB_MAGIC: [u8; 8] = *b"RVHNSW\0\0";
+const HEADER_KIND: Kind = kind(*b"RVHNSWH\0", "an index header");
+const VECTORS_KIND: Kind = kind(*b"RVHNSWV\0", "an index segment");
+const LINKS_KIND: Kind = kind(*b"RVHNSWL\0", "an index segment");
+/// A blob is read in this version only.
+const BLOB_KIND: Kind = Kind { oldest: VERSION, ..kind(*b"RVHNSW\0\0", "an index blob") };
 /// A header's bytes without its segment list (all of a version-1 header).
 const HEADER_FIXED: usize = 76;
 /// A segment record's fixed part: magic, version, uid, segment, slots, dims or M, generation.
@@ -112,6 +115,16 @@ impl fmt::Display for IndexError {
 }
 
 impl std::error::Error for IndexError {}
+
+impl From<FrameError> for IndexError {
+    fn from(e: FrameError) -> IndexError {
+        match e {
+            FrameError::Version { version, .. } => IndexError::Version(version),
+            FrameError::Checksum { .. } => IndexError::Checksum,
+            e => format(e.to_string()),
+        }
+    }
+}
 
 /// What a record holds, and for segments the generation that wrote it; its bytes as a store's key are `to_bytes`
 /// (a store may hex them and add a prefix).
@@ -218,14 +231,14 @@ impl<'a> Reader<'a> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
     pub(super) fn u32(&mut self) -> Result<u32, IndexError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32_at(self.take(4)?, 0))
     }
     pub(super) fn u64(&mut self) -> Result<u64, IndexError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64_at(self.take(8)?, 0))
     }
     /// An f32 that must be finite (`what` names it in the error).
     pub(super) fn finite(&mut self, what: &dyn fmt::Display) -> Result<f32, IndexError> {
-        let x = f32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
+        let x = f32_at(self.take(4)?, 0);
         if !x.is_finite() {
             return Err(format(format!("{what} holds a value {x}")));
         }
@@ -246,32 +259,16 @@ pub(super) fn reserve<T>(v: &mut Vec<T>, n: usize, what: &str) -> Result<(), Ind
         .map_err(|_| IndexError::OutOfMemory { bytes: n.saturating_mul(std::mem::size_of::<T>()), what: what.into() })
 }
 
-pub(super) fn begin(magic: &[u8; 8]) -> Vec<u8> {
-    let mut out = magic.to_vec();
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out
+/// An index record of a kind (`what` with its article), read in both versions; its fields are checked as they
+/// are read.
+pub(super) const fn kind(magic: [u8; 8], what: &'static str) -> Kind {
+    Kind { what, magic, version: VERSION, oldest: V1, header: HEAD }
 }
 
-pub(super) fn seal(mut out: Vec<u8>) -> Vec<u8> {
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-/// A record's version (1 or 2) and body (after magic and version, before the checksum), its frame checked.
-pub(super) fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> Result<(u32, Reader<'a>), IndexError> {
-    if bytes.len() < 16 || bytes[..8] != *magic {
-        return Err(format(format!("{} bytes without the magic number of an index {what}", bytes.len())));
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != VERSION && version != V1 {
-        return Err(IndexError::Version(version));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-        return Err(IndexError::Checksum);
-    }
-    Ok((version, Reader { bytes: body, at: 12 }))
+/// A record of `kind` once its frame holds: its version, and a reader of its fields.
+pub(super) fn open<'a>(kind: &Kind, bytes: &'a [u8]) -> Result<(u32, Reader<'a>), IndexError> {
+    let (version, body) = kind.open(bytes)?;
+    Ok((version, Reader { bytes: body, at: HEAD }))
 }
 
 pub(super) fn push_u32(out: &mut Vec<u8>, x: u32) {
@@ -392,7 +389,7 @@ impl Hnsw {
     }
 
     fn header_record(&self) -> Vec<u8> {
-        let mut out = begin(&HEADER_MAGIC);
+        let mut out = HEADER_KIND.begin();
         for x in [self.metric as u32, self.dims as u32, self.params.m as u32, self.params.ef_construction as u32] {
             push_u32(&mut out, x);
         }
@@ -416,8 +413,8 @@ impl Hnsw {
         first..(first + SEGMENT_SLOTS).min(self.ids.len())
     }
 
-    fn segment_head(&self, magic: &[u8; 8], segment: u32, last: u32, generation: u64) -> Vec<u8> {
-        let mut out = begin(magic);
+    fn segment_head(&self, kind: &Kind, segment: u32, last: u32, generation: u64) -> Vec<u8> {
+        let mut out = kind.begin();
         push_u64(&mut out, self.uid());
         push_u32(&mut out, segment);
         push_u32(&mut out, self.segment_slots(segment).len() as u32);
@@ -427,14 +424,14 @@ impl Hnsw {
     }
 
     fn vectors_record(&self, segment: u32, generation: u64) -> Vec<u8> {
-        let mut out = self.segment_head(&VECTORS_MAGIC, segment, self.dims as u32, generation);
+        let mut out = self.segment_head(&VECTORS_KIND, segment, self.dims as u32, generation);
         let slots = self.segment_slots(segment);
         out.extend(self.vectors[slots.start * self.dims..slots.end * self.dims].iter().flat_map(|x| x.to_le_bytes()));
         seal(out)
     }
 
     fn links_record(&self, segment: u32, generation: u64) -> Vec<u8> {
-        let mut out = self.segment_head(&LINKS_MAGIC, segment, self.params.m as u32, generation);
+        let mut out = self.segment_head(&LINKS_KIND, segment, self.params.m as u32, generation);
         for slot in self.segment_slots(segment) {
             push_u64(&mut out, self.ids[slot]);
             out.push(self.deleted[slot] as u8);
@@ -453,7 +450,7 @@ impl Hnsw {
     /// The whole index as one blob (its records, framed and checksummed together).
     pub fn to_bytes(&self) -> Vec<u8> {
         let records = self.records();
-        let mut out = begin(&BLOB_MAGIC);
+        let mut out = BLOB_KIND.begin();
         push_u32(&mut out, records.len() as u32);
         for (key, bytes) in &records {
             out.extend_from_slice(&key.to_bytes());
@@ -465,10 +462,7 @@ impl Hnsw {
 
     /// Read a blob of `to_bytes`, checking all of it.
     pub fn from_bytes(bytes: &[u8]) -> Result<Hnsw, IndexError> {
-        let (version, mut r) = unseal(bytes, &BLOB_MAGIC, "blob")?;
-        if version != VERSION {
-            return Err(IndexError::Version(version));
-        }
+        let (_, mut r) = open(&BLOB_KIND, bytes)?;
         let count = r.u32()? as usize;
         let mut records = Vec::new();
         for _ in 0..count {
@@ -552,7 +546,7 @@ impl Hnsw {
             let mut r = segment_body(by_key[&key], key, &header, slots)?;
             let values = r.take(slots * header.dims * 4)?;
             let start = index.vectors.len();
-            index.vectors.extend(values.chunks_exact(4).map(|x| f32::from_le_bytes(x.try_into().expect("4 bytes"))));
+            index.vectors.extend(values.chunks_exact(4).map(|x| f32_at(x, 0)));
             // Every value finite: a pass without branches (vectorized), then a search for the message only.
             if index.vectors[start..].iter().fold(false, |bad, x| bad | !x.is_finite()) {
                 let x = index.vectors[start..].iter().find(|x| !x.is_finite()).expect("a value that is not finite");
@@ -637,7 +631,7 @@ impl Hnsw {
 }
 
 fn read_header(bytes: &[u8]) -> Result<Header, IndexError> {
-    let (version, mut r) = unseal(bytes, &HEADER_MAGIC, "header")?;
+    let (version, mut r) = open(&HEADER_KIND, bytes)?;
     let metric = r.u32()?;
     let metric = u8::try_from(metric).ok().and_then(Metric::from_id);
     let metric = metric.ok_or_else(|| format("an unknown metric".into()))?;
@@ -678,12 +672,12 @@ fn read_header(bytes: &[u8]) -> Result<Header, IndexError> {
 /// index, the segment, its `slots`, the dims (vectors) or M (links), and the generation the header names for it
 /// (version 1: one no later than the header's).
 fn segment_body<'a>(bytes: &'a [u8], key: RecordKey, header: &Header, slots: usize) -> Result<Reader<'a>, IndexError> {
-    let (magic, segment, generation, last) = match key {
-        RecordKey::Vectors(segment, g) => (&VECTORS_MAGIC, segment, g, header.dims),
-        RecordKey::Links(segment, g) => (&LINKS_MAGIC, segment, g, header.params.m),
+    let (kind, segment, generation, last) = match key {
+        RecordKey::Vectors(segment, g) => (&VECTORS_KIND, segment, g, header.dims),
+        RecordKey::Links(segment, g) => (&LINKS_KIND, segment, g, header.params.m),
         RecordKey::Header => return Err(format("a header where a segment belongs".into())),
     };
-    let (version, mut r) = unseal(bytes, magic, "segment")?;
+    let (version, mut r) = open(kind, bytes)?;
     if version != header.version {
         return Err(format(format!("a version-{version} {key} record under a version-{} header", header.version)));
     }

@@ -40,10 +40,12 @@ use crate::model::weights::{LayerWeights, MatrixRef};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
 use crate::quant::{dequantize_row, quantize_row, Activations, GgmlType, QuantMatrix};
+use crate::record::{f32_at, seal, u32_at, u64_at, Kind};
 
-const STATE_MAGIC: [u8; 8] = *b"RVMLORA\0";
-const STATE_VERSION: u32 = 1;
 const STATE_HEADER_BYTES: usize = 96;
+/// The saved training state's frame (`crate::record`).
+const STATE_KIND: Kind =
+    Kind { what: "a saved MicroLoRA state", magic: *b"RVMLORA\0", version: 1, oldest: 1, header: STATE_HEADER_BYTES };
 /// The largest rank a MicroLoRA takes.
 const MAX_RANK: usize = 16;
 
@@ -364,10 +366,10 @@ impl MicroLora {
     /// 96  weights, anchor, Fisher, session squares, Adam m, Adam v: parameters × f32 each
     /// end CRC-32 of all the above
     /// ```
+    /// The frame (magic, version, CRC-32) is `crate::record`'s.
     pub fn to_bytes(&self, model: &Model) -> Vec<u8> {
         let o = &self.options;
-        let mut out = STATE_MAGIC.to_vec();
-        out.extend(STATE_VERSION.to_le_bytes());
+        let mut out = STATE_KIND.begin();
         out.extend(model.id().0);
         let mask =
             Proj::ALL.iter().enumerate().filter(|(_, p)| o.projections.contains(p)).fold(0u32, |m, (i, _)| m | 1 << i);
@@ -384,9 +386,7 @@ impl MicroLora {
         for vs in [&self.theta, &self.anchor, &self.fisher, &self.session_sq, &self.m, &self.v] {
             vs.iter().for_each(|v| out.extend(v.to_le_bytes()));
         }
-        let crc = crc32fast::hash(&out);
-        out.extend(crc.to_le_bytes());
-        out
+        seal(out)
     }
 
     /// The largest state [`MicroLora::to_bytes`] writes for `model` (the largest rank on every projection of
@@ -402,43 +402,30 @@ impl MicroLora {
     /// other model's state is `Error::Adapter`, and nothing is believed before the checksum and the layout hold.
     pub fn from_bytes(model: &Model, bytes: &[u8]) -> Result<MicroLora> {
         let bad = |m: &str| Error::Adapter(format!("saved MicroLoRA: {m}"));
-        if bytes.len() < STATE_HEADER_BYTES + 4 || bytes[..8] != STATE_MAGIC {
-            return Err(bad("not a MicroLoRA state (no magic number)"));
-        }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32fast::hash(body).to_le_bytes() != crc {
-            return Err(bad("checksum mismatch: the record is damaged"));
-        }
-        let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
-        let f32_at = |at: usize| f32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
-        let u64_at = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
-        if u32_at(8) != STATE_VERSION {
-            return Err(bad(&format!("version {} (this build reads {STATE_VERSION})", u32_at(8))));
-        }
+        let (_, body) = STATE_KIND.open(bytes).map_err(|e| Error::Adapter(e.to_string()))?;
         if body[12..44] != model.id().0 {
             return Err(bad("it was trained for another model"));
         }
-        let mask = u32_at(52);
+        let mask = u32_at(body, 52);
         let options = MicroLoraOptions {
-            rank: u32_at(44) as usize,
-            layers: u32_at(48) as usize,
+            rank: u32_at(body, 44) as usize,
+            layers: u32_at(body, 48) as usize,
             projections: Proj::ALL.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, &p)| p).collect(),
-            alpha: f32_at(56),
-            learning_rate: f32_at(60),
-            ewc_lambda: f32_at(64),
-            fisher_decay: f32_at(68),
-            seed: u64_at(72),
+            alpha: f32_at(body, 56),
+            learning_rate: f32_at(body, 60),
+            ewc_lambda: f32_at(body, 64),
+            fisher_decay: f32_at(body, 68),
+            seed: u64_at(body, 72),
         };
         if mask >> Proj::ALL.len() != 0 {
             return Err(bad(&format!("unknown projections in mask {mask:#x}")));
         }
         let mut lora = MicroLora::new(model, options).map_err(|e| bad(&e.to_string()))?;
         let n = lora.theta.len();
-        if u32_at(92) as usize != n || body.len() != STATE_HEADER_BYTES + 6 * 4 * n {
+        if u32_at(body, 92) as usize != n || body.len() != STATE_HEADER_BYTES + 6 * 4 * n {
             return Err(bad(&format!("{} bytes do not hold {n} parameters six times", body.len())));
         }
-        let mut floats =
-            body[STATE_HEADER_BYTES..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")));
+        let mut floats = body[STATE_HEADER_BYTES..].chunks_exact(4).map(|b| f32_at(b, 0));
         for vs in [&mut lora.theta, &mut lora.anchor, &mut lora.fisher, &mut lora.session_sq, &mut lora.m, &mut lora.v]
         {
             vs.iter_mut().for_each(|v| *v = floats.next().expect("sized above"));
@@ -450,8 +437,8 @@ impl MicroLora {
         if [&lora.fisher, &lora.session_sq, &lora.v].iter().any(|vs| vs.iter().any(|&v| v < 0.0)) {
             return Err(bad("a squared quantity is negative"));
         }
-        lora.steps = u64_at(80);
-        lora.session_steps = u32_at(88);
+        lora.steps = u64_at(body, 80);
+        lora.session_steps = u32_at(body, 88);
         Ok(lora)
     }
 

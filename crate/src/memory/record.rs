@@ -14,9 +14,9 @@
 //! ..  keys and values             per layer: the page's key rows, then its value rows, in the KV type
 //! end CRC-32 of all the above     u32
 //! ```
-//! Integers are little-endian. A two-tier cache's pages are in its cold type (`kv_cache.rs`), so its
-//! records are that much smaller; a record of another KV type is another cache's, and its keys differ
-//! ([`PageKey::root`]).
+//! Integers are little-endian; the frame (magic, version, CRC-32) is `crate::record`'s. A two-tier cache's
+//! pages are in its cold type (`kv_cache.rs`), so its records are that much smaller; a record of another KV
+//! type is another cache's, and its keys differ ([`PageKey::root`]).
 
 use std::fmt;
 
@@ -24,11 +24,13 @@ use sha2::{Digest, Sha256};
 
 use crate::kv_cache::KvType;
 use crate::model::bytes::ModelBytes;
+use crate::record::{seal, u32_at, FrameError, Kind};
 
-const MAGIC: [u8; 8] = *b"RVLLMKV\0";
-/// The version of both framed formats, page records and saved states (`state.rs`).
-const VERSION: u32 = 1;
+/// The version of both memory formats, page records and saved states (`state.rs`).
+pub(super) const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 92;
+const KIND: Kind =
+    Kind { what: "a page record", magic: *b"RVLLMKV\0", version: VERSION, oldest: VERSION, header: HEADER_BYTES };
 
 /// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
 /// samples of the tensor data. A record of another model is never used (nor one of another KV type: the
@@ -142,6 +144,15 @@ pub enum RecordError {
     NotFinite,
 }
 
+impl From<FrameError> for RecordError {
+    fn from(e: FrameError) -> RecordError {
+        match e {
+            FrameError::Checksum { .. } => RecordError::Checksum,
+            e => RecordError::Format(e.to_string()),
+        }
+    }
+}
+
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -167,8 +178,8 @@ pub struct PageRecord {
 pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[u32], kv: &[u8]) -> Vec<u8> {
     assert!(tokens.len() == layout.page_tokens && kv.len() == layout.kv_bytes(), "a whole page");
     let key = parent.next(tokens);
-    let mut out = Vec::with_capacity(layout.record_bytes().unwrap_or(0));
-    frame(&mut out, &MAGIC);
+    let mut out = KIND.begin();
+    out.reserve(layout.record_bytes().unwrap_or(0));
     for n in [layout.kv.id(), layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32] {
         out.extend_from_slice(&n.to_le_bytes());
     }
@@ -177,46 +188,12 @@ pub fn encode(model: &ModelId, layout: &PageLayout, parent: &PageKey, tokens: &[
     out.extend_from_slice(&parent.0);
     out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
     out.extend_from_slice(kv);
-    seal(&mut out);
-    out
-}
-
-pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-/// Begin a framed record (page records and saved states): its magic number and the version.
-pub(super) fn frame(out: &mut Vec<u8>, magic: &[u8; 8]) {
-    out.extend_from_slice(magic);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-}
-
-/// End a framed record: the CRC-32 of everything before.
-pub(super) fn seal(out: &mut Vec<u8>) {
-    let crc = crc32fast::hash(out);
-    out.extend_from_slice(&crc.to_le_bytes());
-}
-
-/// A framed record's bytes without its checksum, once its magic number (at least `header` bytes before the
-/// checksum), version and CRC-32 are checked; `what` names the kind in errors.
-pub(super) fn unseal<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, what: &str) -> Result<&'a [u8], RecordError> {
-    if bytes.len() < header + 4 || bytes[..8] != *magic {
-        return Err(RecordError::Format(format!("{} bytes without the magic number of a {what}", bytes.len())));
-    }
-    let version = u32_at(bytes, 8);
-    if version != VERSION {
-        return Err(RecordError::Format(format!("a {what} of version {version}; this build reads {VERSION}")));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body) != u32_at(crc, 0) {
-        return Err(RecordError::Checksum);
-    }
-    Ok(body)
+    seal(out)
 }
 
 /// Read a record of `model`'s cache of pages shaped `layout`, checking it whole first.
 pub fn decode(bytes: &[u8], model: &ModelId, layout: &PageLayout) -> Result<PageRecord, RecordError> {
-    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "page record")?;
+    let (_, body) = KIND.open(bytes)?;
     let shape = [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20), u32_at(bytes, 24)];
     let ours = [layout.kv.id(), layout.n_layers as u32, layout.kv_dim as u32, layout.page_tokens as u32];
     if shape != ours || bytes[28..60] != model.0 {
@@ -324,10 +301,8 @@ mod tests {
         // A record written under a key that is not its tokens' (its checksum redone) is refused too.
         let mut relabeled = good.clone();
         relabeled[60] ^= 1;
-        let n = relabeled.len() - 4;
-        let crc = crc32fast::hash(&relabeled[..n]);
-        relabeled[n..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode(&relabeled, &model, &LAYOUT), Err(RecordError::Key));
+        relabeled.truncate(relabeled.len() - 4);
+        assert_eq!(decode(&seal(relabeled), &model, &LAYOUT), Err(RecordError::Key));
     }
 
     /// A record whose checksum holds but whose rows hold a NaN or an infinity (an f16 value, or a quantized

@@ -17,22 +17,24 @@
 //!
 //! A two-tier cache's state keeps each tier as it is, so a session restores it exactly (where its own
 //! hot window puts the boundary elsewhere, rows move between the tiers as they do in the cache). A state
-//! of another KV type is an `Error::KvCache`: the sessions of a model all have its one KV format.
+//! of another KV type is an `Error::KvCache`: the sessions of a model all have its one KV format. The frame
+//! (magic, version, CRC-32) is `crate::record`'s.
 
-use super::record::{frame, seal, u32_at, unseal, ModelId};
+use super::record::{ModelId, VERSION};
 use crate::error::{Error, Result};
 use crate::kv_cache::{KvCache, KvType};
+use crate::record::{seal, u32_at, Kind};
 
-const MAGIC: [u8; 8] = *b"RVLLMST\0";
 const HEADER_BYTES: usize = 60;
+const KIND: Kind =
+    Kind { what: "a saved state", magic: *b"RVLLMST\0", version: VERSION, oldest: VERSION, header: HEADER_BYTES };
 
 /// The bytes of a conversation: `tokens` and their rows `0..tokens.len()` of `kv`.
 pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
     let n = tokens.len();
     let (kv_dim, ty) = (kv.kv_dim(), kv.options().persisted());
     let cold = kv.n_cold().min(n);
-    let mut out = Vec::new();
-    frame(&mut out, &MAGIC);
+    let mut out = KIND.begin();
     for x in [ty.id(), kv.layers.len() as u32, kv_dim as u32, n as u32] {
         out.extend_from_slice(&x.to_le_bytes());
     }
@@ -50,8 +52,7 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
         layer.read(cold..n, KvType::F16, kh, vh);
         out.extend_from_slice(&rows);
     }
-    seal(&mut out);
-    out
+    seal(out)
 }
 
 /// The largest state a session of `n_layers` layers of `kv_dim` wide rows and a context of `n_ctx` takes (an
@@ -112,7 +113,7 @@ struct Shape {
 fn check(bytes: &[u8], model: &ModelId, vocab: usize, shape: Shape) -> Result<Checked> {
     let Shape { n_layers, kv_dim, ty, n_ctx } = shape;
     let invalid = |e: String| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
-    let body = unseal(bytes, &MAGIC, HEADER_BYTES, "saved state").map_err(|e| invalid(e.to_string()))?;
+    let (_, body) = KIND.open(bytes).map_err(|e| invalid(e.to_string()))?;
     let saved = u32_at(bytes, 12);
     if saved != ty.id() {
         let name = KvType::from_id(saved).map_or_else(|| format!("type {saved}"), |t| t.name().to_string());
@@ -303,7 +304,7 @@ mod tests {
         let model = ModelId([3; 32]);
         let reseal = |b: &mut Vec<u8>| {
             b.truncate(b.len() - 4);
-            seal(b);
+            *b = seal(std::mem::take(b));
         };
         for opts in [KvCacheOptions::default(), KvCacheOptions { cold: KvType::Q8_0, hot_tokens: 32 }] {
             let mut rng = Rng::new(opts.cold.id() as u64);
