@@ -99,15 +99,14 @@ fn run() -> Result<(), String> {
     let cache = model.prefix_cache();
     let dir = std::env::temp_dir().join(format!("ruvllm-prefix-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let file = |key: &ruvllm::memory::PageKey| -> PathBuf { dir.join(format!("{}.kv", key.hex())) };
+    let file = |key: &ruvllm::kv::PageKey| -> PathBuf { dir.join(format!("{}.kv", key.hex())) };
     let loadavg_start = loadavg();
 
     // Untimed: page the model's weights in.
     cache.set_budget(0);
     first_token(&model, n_ctx, &prompt[..16])?;
     cache.set_budget(
-        ruvllm::model::DEFAULT_PREFIX_CACHE_BYTES
-            .max(2 * prompt.len() * cache.page_bytes() / ruvllm::memory::PAGE_TOKENS),
+        ruvllm::model::DEFAULT_PREFIX_CACHE_BYTES.max(2 * prompt.len() * cache.page_bytes() / ruvllm::kv::PAGE_TOKENS),
     );
 
     let (mut cold, mut memory, mut records) = (Vec::new(), Vec::new(), Vec::new());

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ruvllm::constraint::GrammarSource;
-use ruvllm::kv_cache::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
+use ruvllm::kv::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{
     AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, RenderOptions,
     SamplerConfig, Session, SessionOptions,

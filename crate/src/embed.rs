@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::model::bert;
 use crate::model::config::{Arch, Pooling};
 use crate::model::forward::{self, LogitsFor, RunState};

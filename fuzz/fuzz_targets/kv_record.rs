@@ -5,9 +5,10 @@
 //! by an f16 cache and by caches of a two-tier cache's cold types.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::kv_cache::{KvCache, KvCacheOptions, KvType};
-use ruvllm::memory::record::{decode, ModelId, PageLayout};
-use ruvllm::memory::{PrefixCache, PAGE_TOKENS};
+use ruvllm::gguf::id::ModelId;
+use ruvllm::kv::page::{decode, PageLayout};
+use ruvllm::kv::{KvCache, KvCacheOptions, KvType};
+use ruvllm::kv::{PrefixCache, PAGE_TOKENS};
 
 const N_LAYERS: usize = 2;
 

@@ -16,8 +16,10 @@ use ruvllm::{AdapterSet, LoraAdapter, Model, Session};
 fn model() -> &'static Arc<Model> {
     static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
     MODEL.get_or_init(|| {
-        let dir = std::env::var("RUVLLM_FIXTURES").expect("RUVLLM_FIXTURES names the tiny models' folder (scripts/fuzz.sh sets it)");
-        let bytes = std::fs::read(format!("{dir}/tiny-llama-spm.gguf")).expect("tiny-llama-spm.gguf (make_tiny_models.py)");
+        let dir = std::env::var("RUVLLM_FIXTURES")
+            .expect("RUVLLM_FIXTURES names the tiny models' folder (scripts/fuzz.sh sets it)");
+        let bytes =
+            std::fs::read(format!("{dir}/tiny-llama-spm.gguf")).expect("tiny-llama-spm.gguf (make_tiny_models.py)");
         Arc::new(Model::from_bytes(bytes).expect("the tiny model loads"))
     })
 }
@@ -37,7 +39,12 @@ fn microlora_state(data: &[u8]) {
     let options = MicroLoraOptions {
         rank: 1 + *rank as usize % 4,
         layers: 1 + *layers as usize % model.config.n_layers,
-        projections: Proj::ALL.iter().enumerate().filter(|(i, _)| (1 + *mask as usize % 127) >> i & 1 == 1).map(|(_, &p)| p).collect(),
+        projections: Proj::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (1 + *mask as usize % 127) >> i & 1 == 1)
+            .map(|(_, &p)| p)
+            .collect(),
         ..MicroLoraOptions::default()
     };
     let mut lora = MicroLora::new(model, options).expect("valid options");

@@ -3,7 +3,7 @@
 //! laid into pieces (as wasm32 holds a file above 2 GiB) give a typed error or the same model.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::model::bytes::{ModelBytes, ModelBytesBuilder};
+use ruvllm::gguf::bytes::{ModelBytes, ModelBytesBuilder};
 use ruvllm::{Model, Result};
 
 fn in_pieces(data: &[u8]) -> Result<ModelBytes> {

@@ -4,9 +4,9 @@
 //! bytes go to an f16 cache and to two-tier caches of each cold type.
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::kv_cache::{KvCache, KvCacheOptions, KvType};
-use ruvllm::memory::record::ModelId;
-use ruvllm::memory::state::decode_into;
+use ruvllm::gguf::id::ModelId;
+use ruvllm::kv::state::decode_into;
+use ruvllm::kv::{KvCache, KvCacheOptions, KvType};
 
 /// The vocabulary the states are checked against: a saved token beyond it is refused.
 const VOCAB: usize = 1000;

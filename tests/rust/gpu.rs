@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use ruvllm::constraint::GrammarSource;
 use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
-use ruvllm::kv_cache::KvCache;
-use ruvllm::memory::prefix_cache::PAGE_TOKENS;
+use ruvllm::kv::prefix_cache::PAGE_TOKENS;
+use ruvllm::kv::KvCache;
 use ruvllm::{
     AdapterSet, Backend, Error, FinishReason, GenerateOptions, GpuFault, LoraAdapter, Model, SamplerConfig, Session,
     SessionOptions, Step,

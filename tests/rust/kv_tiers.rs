@@ -14,8 +14,8 @@ mod support;
 use std::sync::{Arc, OnceLock};
 
 use ruvllm::engine::sampler::top_k_probs;
-use ruvllm::kv_cache::{KvCacheOptions, KvType};
-use ruvllm::memory::PAGE_TOKENS;
+use ruvllm::kv::PAGE_TOKENS;
+use ruvllm::kv::{KvCacheOptions, KvType};
 use ruvllm::{Backend, GenerateOptions, Model, SamplerConfig, Session, SessionOptions};
 use support::test;
 

@@ -18,9 +18,9 @@ mod support;
 
 use std::sync::Arc;
 
-use ruvllm::kv_cache::{KvCacheOptions, KvType};
-use ruvllm::memory::PAGE_TOKENS;
-use ruvllm::model::bytes::ModelBytesBuilder;
+use ruvllm::gguf::bytes::ModelBytesBuilder;
+use ruvllm::kv::PAGE_TOKENS;
+use ruvllm::kv::{KvCacheOptions, KvType};
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::Value;
 

@@ -16,9 +16,9 @@ use std::task::{Context, Poll, Waker};
 use crate::engine::sampler::{argmax, top_k_probs};
 use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
+use crate::kv::prefix_cache::{PrefixCache, PAGE_TOKENS};
 use crate::lora::AdapterSet;
-use crate::memory::prefix_cache::{PrefixCache, PAGE_TOKENS};
 use crate::model::config::Config;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
@@ -385,13 +385,13 @@ impl Evaluator {
             let n = self.tokens.len();
             let mut kv = KvCache::new(c.n_layers, c.kv_dim(), n);
             match gpu.download_kv(&mut kv, 0..n).await {
-                Ok(()) => return Ok(crate::memory::state::encode(&id, &self.tokens, &kv)),
+                Ok(()) => return Ok(crate::kv::state::encode(&id, &self.tokens, &kv)),
                 Err(e) => self.gpu_failed(e)?,
             }
         }
         self.cpu_state();
         let (kv, _) = self.cpu.as_ref().expect("allocated above");
-        Ok(crate::memory::state::encode(&id, &self.tokens, kv))
+        Ok(crate::kv::state::encode(&id, &self.tokens, kv))
     }
 
     /// Restore a conversation saved by `save_state` (of this model, fitting this context; saved on
@@ -401,8 +401,7 @@ impl Evaluator {
         let id = self.model.id();
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
-            let (tokens, kv) =
-                crate::memory::state::decode(bytes, &id, c.vocab_size, c.n_layers, c.kv_dim(), self.n_ctx)?;
+            let (tokens, kv) = crate::kv::state::decode(bytes, &id, c.vocab_size, c.n_layers, c.kv_dim(), self.n_ctx)?;
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
@@ -414,7 +413,7 @@ impl Evaluator {
         }
         let vocab = self.model.config.vocab_size;
         let (_, kv, _) = self.cpu_state();
-        self.tokens = crate::memory::state::decode_into(bytes, &id, vocab, kv)?;
+        self.tokens = crate::kv::state::decode_into(bytes, &id, vocab, kv)?;
         self.forget_residuals_from(0);
         Ok(())
     }

@@ -46,7 +46,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::lora::AdapterSet;
 use crate::model::eval::Want;
 use crate::model::Model;

@@ -25,7 +25,7 @@ use super::model::GpuModel;
 use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::lora::AdapterSet;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, LogitsFor};

@@ -30,7 +30,7 @@ use crate::kernels::gelu::geglu;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
 use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};

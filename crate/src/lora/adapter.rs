@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 
 use super::{Proj, Site};
 use crate::error::{Error, Result};
+use crate::gguf::bytes::ModelBytes;
+use crate::gguf::id::ModelId;
 use crate::gguf::TensorInfo;
-use crate::memory::ModelId;
-use crate::model::bytes::ModelBytes;
 use crate::model::config::Arch;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;

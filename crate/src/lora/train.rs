@@ -33,7 +33,7 @@ use crate::gguf::{self, Value};
 use crate::kernels::f16::{axpy, dot};
 use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
 use crate::model::forward::{self, residual_after, RunState};
 use crate::model::weights::{LayerWeights, MatrixRef};

@@ -10,11 +10,11 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
+use crate::gguf::bytes::ModelBytes;
 use crate::gguf::Gguf;
 use crate::kernels::full_attention::full_attention;
 use crate::kernels::gelu::gelu;
 use crate::kernels::layernorm::layernorm;
-use crate::model::bytes::ModelBytes;
 use crate::model::config::Config;
 use crate::model::forward::{add, project};
 use crate::model::weights::{read_matrix, read_vector, MatrixRef};

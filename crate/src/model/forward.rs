@@ -9,7 +9,7 @@ use crate::kernels::matmul::matmul;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
-use crate::kv_cache::KvCache;
+use crate::kv::cache::KvCache;
 use crate::lora::{AdapterSet, Proj, Site};
 use crate::model::config::{Arch, Config};
 use crate::model::Model;

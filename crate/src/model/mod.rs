@@ -1,7 +1,6 @@
 //! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
 
 pub mod bert;
-pub mod bytes;
 pub mod config;
 pub(crate) mod eval;
 pub mod forward;
@@ -14,13 +13,14 @@ use sha2::{Digest, Sha256};
 use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::constraint::GrammarCompiler;
 use crate::error::{Error, Result};
+use crate::gguf::bytes::ModelBytes;
+use crate::gguf::id::ModelId;
 use crate::kernels::rope::Rope;
-use crate::kv_cache::{KvCacheOptions, KvType};
+use crate::kv::cache::{KvCacheOptions, KvType};
+use crate::kv::PrefixCache;
 use crate::lora::AdapterSet;
-use crate::memory::{ModelId, PrefixCache};
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
-use bytes::ModelBytes;
 use config::{Arch, Config};
 use weights::Weights;
 

@@ -4,8 +4,8 @@
 //! type, a shape and a byte range). Only the small vectors (norm weights, biases) are converted to f32.
 
 use crate::error::{Error, Result};
+use crate::gguf::bytes::ModelBytes;
 use crate::gguf::Gguf;
-use crate::model::bytes::ModelBytes;
 use crate::model::config::{Arch, Config};
 use crate::quant::{dequantize_row, GgmlType, QuantMatrix};
 

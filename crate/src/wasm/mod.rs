@@ -31,9 +31,9 @@ use wasm_bindgen::prelude::*;
 
 use crate::constraint::GrammarSource;
 use crate::error::Error;
-use crate::kv_cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
+use crate::gguf::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
+use crate::kv::cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
 use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
-use crate::model::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
 use crate::model::config::Arch;
 use crate::model::forward::RunState;
 use crate::{EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
@@ -73,7 +73,7 @@ pub(crate) fn bytes_from_js(array: &js_sys::Uint8Array, max: usize, what: &str) 
 /// The longest saved state a session of `model` with a context of `n_ctx` restores.
 pub(crate) fn max_state_bytes(model: &Model, n_ctx: usize) -> usize {
     let c = &model.config;
-    crate::memory::state::max_bytes(c.n_layers, c.kv_dim(), n_ctx)
+    crate::kv::state::max_bytes(c.n_layers, c.kv_dim(), n_ctx)
 }
 
 thread_local! {

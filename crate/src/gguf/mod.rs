@@ -7,6 +7,9 @@
 //! `usize`. So a hostile header cannot make us reserve gigabytes, overflow, or read out of bounds, and a
 //! file refused on one target is refused on the others too, as `Error::Gguf`.
 
+pub mod bytes;
+pub mod id;
+
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};

@@ -22,8 +22,8 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::kv_cache::KvType;
-use crate::model::bytes::ModelBytes;
+use crate::gguf::id::{hex, ModelId};
+use crate::kv::cache::KvType;
 use crate::record::{seal, u32_at, FrameError, Kind};
 
 /// The version of both memory formats, page records and saved states (`state.rs`).
@@ -31,38 +31,6 @@ pub(super) const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 92;
 const KIND: Kind =
     Kind { what: "a page record", magic: *b"RVLLMKV\0", version: VERSION, oldest: VERSION, header: HEADER_BYTES };
-
-/// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
-/// samples of the tensor data. A record of another model is never used (nor one of another KV type: the
-/// record says its type, and its key depends on it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct ModelId(pub [u8; 32]);
-
-impl ModelId {
-    /// Bytes of tensor data hashed at each sample point.
-    const SAMPLE_BYTES: usize = 4096;
-    const SAMPLES: usize = 16;
-
-    /// The id of a GGUF file whose tensor data starts at `data_offset`.
-    pub fn of_gguf(file: &ModelBytes, data_offset: usize) -> ModelId {
-        let mut h = Sha256::new();
-        h.update(b"ruvllm model, f16 KV");
-        let header = data_offset.min(file.len());
-        file.chunks(0..header).for_each(|c| h.update(c));
-        // Weights differ where headers do not (a fine-tune with the same metadata): sample them.
-        let span = (file.len() - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
-        for i in 0..ModelId::SAMPLES as u64 {
-            // From the start of the data to its last bytes, evenly.
-            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
-            file.chunks(at..(at + ModelId::SAMPLE_BYTES).min(file.len())).for_each(|c| h.update(c));
-        }
-        ModelId(h.finalize().into())
-    }
-
-    pub fn hex(&self) -> String {
-        hex(&self.0)
-    }
-}
 
 /// A page's name in a store: the hash of its model and its whole token prefix, chained page by page
 /// (`root(model).next(page 1 tokens).next(page 2 tokens)...`).
@@ -97,11 +65,6 @@ impl PageKey {
     pub fn hex(&self) -> String {
         hex(&self.0)
     }
-}
-
-/// `bytes` as lowercase hex, two digits each.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The shape and type every page of a cache has; a record of another is not this cache's.
@@ -326,20 +289,5 @@ mod tests {
                 assert_eq!(decode(&bytes, &model, &layout), Err(RecordError::NotFinite), "{layout:?} at {at}");
             }
         }
-    }
-
-    #[test]
-    fn model_ids_see_the_header_and_the_weights() {
-        let mut file = vec![0u8; 100_000];
-        Rng::new(5).fill(&mut file);
-        let id_of = |bytes: &Vec<u8>| ModelId::of_gguf(&ModelBytes::from(bytes.clone()), 1000);
-        let id = id_of(&file);
-        let mut header = file.clone();
-        header[10] ^= 1;
-        let mut weights = file.clone();
-        weights[99_999] ^= 1;
-        assert_ne!(id_of(&header), id);
-        assert_ne!(id_of(&weights), id);
-        assert_eq!(id_of(&file), id);
     }
 }

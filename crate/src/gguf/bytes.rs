@@ -267,8 +267,8 @@ fn out_of_memory(bytes: usize) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::id::ModelId;
     use crate::gguf::{write_f32, Value};
-    use crate::memory::ModelId;
 
     /// A GGUF of `n` F32 tensors of `floats` each, tensor i filled with i.
     fn file(n: usize, floats: usize) -> Vec<u8> {

@@ -20,9 +20,10 @@
 //! of another KV type is an `Error::KvCache`: the sessions of a model all have its one KV format. The frame
 //! (magic, version, CRC-32) is `crate::record`'s.
 
-use super::record::{ModelId, VERSION};
+use super::page::VERSION;
 use crate::error::{Error, Result};
-use crate::kv_cache::{KvCache, KvType};
+use crate::gguf::id::ModelId;
+use crate::kv::cache::{KvCache, KvType};
 use crate::record::{seal, u32_at, Kind};
 
 const HEADER_BYTES: usize = 60;
@@ -186,7 +187,7 @@ fn tokens(bytes: &[u8], n: usize) -> impl Iterator<Item = u32> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_cache::KvCacheOptions;
+    use crate::kv::cache::KvCacheOptions;
     use crate::test_support::{test, Rng};
 
     const VOCAB: usize = 1000;

@@ -19,9 +19,10 @@
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
+use super::page::{self, PageKey, PageLayout, RecordError};
 use super::radix::{PageId, RadixTree};
-use super::record::{self, ModelId, PageKey, PageLayout, RecordError};
-use crate::kv_cache::{KvCache, KvType};
+use crate::gguf::id::ModelId;
+use crate::kv::cache::{KvCache, KvType};
 
 /// Tokens per page: a match, an insert and an eviction move whole pages.
 pub const PAGE_TOKENS: usize = 16;
@@ -113,7 +114,7 @@ impl PrefixCache {
         self.lock().page_bytes()
     }
 
-    /// Bytes of one page's record in a store (`record::encode`).
+    /// Bytes of one page's record in a store (`page::encode`).
     pub fn record_bytes(&self) -> usize {
         self.lock().layout().record_bytes().unwrap_or(usize::MAX)
     }
@@ -238,7 +239,7 @@ impl PrefixCache {
         ids.into_iter()
             .filter_map(|id| {
                 let name = c.names[id as usize]?; // evicted before it was saved
-                Some((name.key, record::encode(&c.model, &layout, &name.parent, &name.tokens, &c.pages[id as usize])))
+                Some((name.key, page::encode(&c.model, &layout, &name.parent, &name.tokens, &c.pages[id as usize])))
             })
             .collect()
     }
@@ -289,7 +290,7 @@ impl PrefixCache {
         for (i, bytes) in records.iter().enumerate() {
             let at = pages.len() * PAGE_TOKENS;
             let Some(want) = tokens.get(at..at + PAGE_TOKENS) else { break };
-            let r = match record::decode(bytes, &c.model, &layout) {
+            let r = match page::decode(bytes, &c.model, &layout) {
                 Ok(r) if r.parent == parent && r.tokens == want => r,
                 Ok(_) => {
                     refused.push((i, RecordError::Key));
@@ -429,7 +430,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_cache::KvCacheOptions;
+    use crate::kv::cache::KvCacheOptions;
     use crate::test_support::{test, Rng};
 
     /// A cache of `opts`' format holding `n_ctx` positions of random rows, written as one batch.

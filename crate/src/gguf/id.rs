@@ -1,0 +1,64 @@
+//! A model file's identity: which model a persisted record (a prefix-cache page, a saved state) or an adapter
+//! belongs to.
+
+use sha2::{Digest, Sha256};
+
+use super::bytes::ModelBytes;
+
+/// Which model a record belongs to: SHA-256 of the GGUF header (metadata and tensor table) and of
+/// samples of the tensor data. A record of another model is never used (nor one of another KV type: the
+/// record says its type, and its key depends on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ModelId(pub [u8; 32]);
+
+impl ModelId {
+    /// Bytes of tensor data hashed at each sample point.
+    const SAMPLE_BYTES: usize = 4096;
+    const SAMPLES: usize = 16;
+
+    /// The id of a GGUF file whose tensor data starts at `data_offset`.
+    pub fn of_gguf(file: &ModelBytes, data_offset: usize) -> ModelId {
+        let mut h = Sha256::new();
+        h.update(b"ruvllm model, f16 KV");
+        let header = data_offset.min(file.len());
+        file.chunks(0..header).for_each(|c| h.update(c));
+        // Weights differ where headers do not (a fine-tune with the same metadata): sample them.
+        let span = (file.len() - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
+        for i in 0..ModelId::SAMPLES as u64 {
+            // From the start of the data to its last bytes, evenly.
+            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
+            file.chunks(at..(at + ModelId::SAMPLE_BYTES).min(file.len())).for_each(|c| h.update(c));
+        }
+        ModelId(h.finalize().into())
+    }
+
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+/// `bytes` as lowercase hex, two digits each.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{test, Rng};
+
+    #[test]
+    fn model_ids_see_the_header_and_the_weights() {
+        let mut file = vec![0u8; 100_000];
+        Rng::new(5).fill(&mut file);
+        let id_of = |bytes: &Vec<u8>| ModelId::of_gguf(&ModelBytes::from(bytes.clone()), 1000);
+        let id = id_of(&file);
+        let mut header = file.clone();
+        header[10] ^= 1;
+        let mut weights = file.clone();
+        weights[99_999] ^= 1;
+        assert_ne!(id_of(&header), id);
+        assert_ne!(id_of(&weights), id);
+        assert_eq!(id_of(&file), id);
+    }
+}
