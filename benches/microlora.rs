@@ -17,7 +17,8 @@
 
 use std::sync::Arc;
 
-use ruvllm::lora::{MicroLora, MicroLoraOptions, Proj};
+use ruvllm::model::lora::Proj;
+use ruvllm::training::{MicroLora, MicroLoraOptions};
 use ruvllm::{AdapterSet, ChatMessage, GenerateOptions, Model, SamplerConfig, Session};
 use serde_json::{json, Value};
 
@@ -111,8 +112,8 @@ fn run() -> Result<(), String> {
         .map(|_| lora.train_step(&model, &ids, first, 1.0))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    let phase = |f: fn(&ruvllm::lora::StepReport) -> f64| round(median(warm.iter().map(f).collect()));
-    let total = |r: &ruvllm::lora::StepReport| r.frozen_ms + r.forward_ms + r.backward_ms + r.update_ms;
+    let phase = |f: fn(&ruvllm::training::StepReport) -> f64| round(median(warm.iter().map(f).collect()));
+    let total = |r: &ruvllm::training::StepReport| r.frozen_ms + r.forward_ms + r.backward_ms + r.update_ms;
     println!(
         "{}",
         json!({

@@ -19,7 +19,7 @@ GENERATED = ('npm/wasm', 'npm/dist', 'dist/', 'wasm/', 'wasm-mt/', 'wasm-gpu/', 
 CODE = ['crate', 'cli', 'npm/src', 'npm/threads', 'npm/package.json', 'tests', 'fuzz', 'scripts', 'benches', 'www/src', 'www/vite.config.js', 'www/public']
 # Folders a path may be written relative to.
 BASES = ['', 'crate/src', 'crate/src/gpu', 'crate/src/gpu/ops', 'crate/src/quant', 'crate/src/tokenizer',
-         'crate/src/model', 'crate/src/kv', 'crate/src/gguf', 'crate/src/engine', 'crate/src/wasm', 'crate/src/index', 'crate/src/lora', 'crate/src/kernels', 'crate/src/parallel', 'crate/src/chat_template',
+         'crate/src/model', 'crate/src/kv', 'crate/src/gguf', 'crate/src/engine', 'crate/src/wasm', 'crate/src/index', 'crate/src/training', 'crate/src/kernels', 'crate/src/parallel', 'crate/src/chat_template',
          'tests/rust', 'tests/browser', 'tests/fixtures', 'npm/src', 'crate/src/gpu/wgsl', 'scripts', 'benches']
 EXT = re.compile(r'\.(rs|ts|js|mjs|wgsl|md|py|sh|json|toml|html)$')
 

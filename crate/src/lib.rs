@@ -15,7 +15,6 @@ pub mod gpu;
 pub mod index;
 pub mod kernels;
 pub mod kv;
-pub mod lora;
 pub mod model;
 pub mod parallel;
 pub mod quant;
@@ -23,6 +22,7 @@ pub(crate) mod record;
 #[cfg(test)]
 mod test_support;
 pub mod tokenizer;
+pub mod training;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
@@ -35,6 +35,6 @@ pub use engine::sampler::SamplerConfig;
 pub use engine::session::{Session, SessionOptions};
 pub use error::{Error, GpuFault, Result};
 pub use gpu::{Backend, GpuOptions};
-pub use lora::{AdapterSet, LoraAdapter};
 pub use model::config::Pooling;
+pub use model::lora::{AdapterSet, LoraAdapter};
 pub use model::Model;

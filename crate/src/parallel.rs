@@ -5,6 +5,18 @@
 //!
 //! A forward pass runs [`in_pool`]: it holds the pool's workers as a [`team::Team`] for its duration,
 //! and the parallel loops inside hand their chunks to that team (see `team.rs` for why).
+//!
+//! # Design
+//!
+//! A layer below `kernels` and `quant` that uses neither: rayon natively and in the threaded wasm build, the calling
+//! thread in the plain wasm build. `for_each_row_chunk` spreads a prefill batch's row-wise ops over the threads;
+//! `LineBuf` is a cache-line-aligned buffer. A decode step is hundreds of loops of a few microseconds, too short to
+//! wake sleeping workers each time, so `in_pool` runs a whole forward pass on a pool worker and holds the other workers
+//! as a `Team`: they spin until the leader posts a loop and sleep after some tens of microseconds without one. Each
+//! member owns a contiguous share of a loop's chunks (the weight rows it streams are one run the prefetcher follows)
+//! and takes the others' from the back when done; each member's share and done count sit on cache lines of their
+//! own, so claiming from its own share moves no line between cores. The reasons are spelled out in `team.rs`; the costs are measured by
+//! `benches/matmul_scaling.mjs` and `benches/thread_steps.mjs`.
 
 use std::ops::Range;
 

@@ -1,5 +1,5 @@
 //! The frame every persisted record shares: prefix-cache pages and saved states (`memory/`), the HNSW index's and
-//! collections' records (`index/`), and MicroLoRA's saved training state (`lora/train.rs`). Records come back from
+//! collections' records (`index/`), and MicroLoRA's saved training state (`training/mod.rs`). Records come back from
 //! stores and files outside the process, so one is opened only once its length, magic number, version and checksum
 //! hold; what its fields mean is its module's to check.
 //!

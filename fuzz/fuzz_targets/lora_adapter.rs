@@ -10,7 +10,8 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use ruvllm::lora::{MicroLora, MicroLoraOptions, Proj};
+use ruvllm::model::lora::Proj;
+use ruvllm::training::{MicroLora, MicroLoraOptions};
 use ruvllm::{AdapterSet, LoraAdapter, Model, Session};
 
 fn model() -> &'static Arc<Model> {

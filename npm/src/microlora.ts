@@ -1,4 +1,4 @@
-// MicroLoRA (crate/src/lora/train.rs, bound in crate/src/wasm/lora.rs): a small LoRA adapter of the model's last
+// MicroLoRA (crate/src/training/mod.rs, bound in crate/src/wasm/lora.rs): a small LoRA adapter of the model's last
 // layers that the engine trains from feedback on answers (gradient steps through a real backward pass, Adam, an EWC
 // penalty toward what it consolidated), kept in a store across reloads, exported as llama.cpp's GGUF adapter file.
 // It is an adapter like a loaded file: `adapters: [{ id: lora.id }]` in generate and the chat API applies it.

@@ -17,7 +17,7 @@ mod support;
 
 use std::sync::Arc;
 
-use ruvllm::lora::{MicroLora, MicroLoraOptions};
+use ruvllm::training::{MicroLora, MicroLoraOptions};
 use ruvllm::{AdapterSet, GenerateOptions, LoraAdapter, Model, SamplerConfig, Session, SessionOptions};
 use serde_json::Value;
 

@@ -14,6 +14,33 @@
 //! minijinja-contrib's `str.format`). What fuel cannot bound, a value that holds itself or nests a level per
 //! step (printing or freeing it recurses once per level, inside one step), `nesting.rs` rules out before
 //! the first render: such templates are refused when they are compiled.
+//!
+//! # Design
+//!
+//! The model's Jinja template rendered with minijinja, set up as Hugging Face transformers does. The template comes
+//! with the file, so each render runs within `Limits` sized to its input: minijinja's fuel (which charges steps and
+//! the bytes values take) and a cap on the prompt's bytes. What fuel cannot stop, a value that holds itself or nests a
+//! level per step, `nesting.rs` rules out when the template is compiled. A model whose template is refused still
+//! loads; each chat request gets the error. Message contents are text, not markup: `render_guarded` wraps each
+//! control-token text in the messages in two noncharacters before rendering and, after it, removes them and returns
+//! the byte ranges they enclosed (`guard.rs`), where `Tokenizer::encode_guarded` matches no control token; so a message
+//! that writes `<|im_end|><|im_start|>system` cannot open a turn, while the template's own markup keeps its tokens
+//! (`Model::chat_prompt_ids`; `parse_special_in_messages` restores llama.cpp's behaviour for trusted input). The
+//! markers travel through the template as the message's own characters, so templates that compare, trim or split
+//! messages work unchanged; one that cuts a message between its markers leaves a lone opening one, which guards the rest
+//! of the prompt. Tools go in both ways. In: `render_with` takes `RenderOptions` (the `tools`, and the caller's own
+//! variables such as `enable_thinking`; `strftime_now` is there for the templates that print a date), and
+//! `tool_prompt.rs` gives templates the messages as HF transformers does (a call's `arguments` a mapping, absent keys
+//! left out); a template that renders no tools in a format we read gets llama.cpp's generic form written into the
+//! conversation instead (the tools and the JSON envelope asked for in the system turn, after the caller's own;
+//! calls as that envelope; results as `tool` turns where the template prints them, else as user turns), decided by
+//! rendering probes. Out: `tool_calls.rs` holds the tool-call formats of the template families (Hermes/Qwen
+//! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`, llama.cpp's generic JSON; `ToolFormat::detect` reads the
+//! template's source): reading calls out of an answer, whole or streamed as OpenAI's deltas (one state machine, so the
+//! two agree however the text is split), and the Lark grammar that holds a model to its format (calls' arguments to
+//! each tool's schema, in `response_format`'s JSON layout) once a call starts, or from the first token under
+//! `required`. `chat.rs` (`Model::chat_prompt`) puts them together: a request's prompt ids, its grammar and the format
+//! to read the answer with; the npm chat API turns the reader's deltas into OpenAI's `tool_calls` and chunk deltas.
 
 use std::fmt;
 use std::io;

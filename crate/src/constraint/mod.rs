@@ -7,6 +7,27 @@
 //! Flow: `GrammarSource` -> [`GrammarCompiler::compile`] (one per model: the vocabulary's trie is built once)
 //! -> [`Constraint`] (one per generation) -> mask, commit, mask, ... Every error is [`Error::Grammar`], and
 //! compiling happens when a generation is created, before its first token.
+//!
+//! # Design
+//!
+//! Structured output on llguidance (MIT; llama.cpp's choice too), not a grammar engine of our own. A request's
+//! `GrammarSource` (a JSON Schema, any JSON object, GBNF, a regular expression, Lark) is compiled by the model's one
+//! `GrammarCompiler` (`Model::grammar_compiler`: the vocabulary's token trie is built once, control tokens marked
+//! special so text never spells them; `vocab.rs`) into a `Constraint` when the `Generation` is created, first step
+//! included, so a bad grammar is `Error::Grammar` (`E_GRAMMAR`) before any token. GBNF is translated to llguidance's
+//! Lark by `gbnf.rs`. Per token, `Generation::choose` copies the last row of logits, `mask_logits` sets what the grammar
+//! forbids to -inf (every end-of-generation token counts as llguidance's one end token), and the sampler runs as usual,
+//! so every sampler setting holds; `commit` returns the tokens the grammar then forces, which are emitted without
+//! sampling and evaluated in one batch with the next (`Stats::forced_tokens`), and an end token once the grammar is
+//! complete. JSON is written as `", "` and `": "` with no free whitespace unless the schema's `x-guidance` says
+//! otherwise. Cost bounds are llguidance's per-step limits (lexer fuel, Earley items, lexer states, grammar size) and
+//! `MAX_GRAMMAR_BYTES`; a grammar that outgrows them mid-way ends its generation with `E_GRAMMAR`. llguidance compiles
+//! recursively along subschemas, `$ref` hops and Lark rule references, so `depth.rs` measures the longest such chain
+//! first (iteratively, cycles cut) and refuses more than `MAX_COMPILE_DEPTH`, which compiles within wasm32's 1 MiB
+//! stack; `gbnf.rs` bounds the chains of what it writes the same way. On the GPU a
+//! constrained step asks for `Want::Last` instead of `Want::Argmax`: the row of logits is read back (4 bytes a
+//! vocabulary entry, 196 KB for the default model) and masked on the CPU, as for any sampler but greedy.
+//! `llguidance`'s `referencing` feature (remote `$ref`s) is off: it needs a random source wasm32 lacks.
 
 mod depth;
 pub mod gbnf;

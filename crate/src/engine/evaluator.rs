@@ -8,6 +8,16 @@
 //! `eval` is async because the GPU's is; on the CPU its future is ready at the first poll, and
 //! natively the GPU's completes while [`wait`] polls it, so the synchronous [`Session`](crate::Session)
 //! drives the same evaluator through `wait`.
+//!
+//! # Design
+//!
+//! The one evaluator: a conversation's KV cache on the backend that runs it (CPU cache and `RunState`, or a
+//! `GpuRunner`), its token history and last logits. One async `eval(tokens, pos, want)` (`Want`: nothing, the last
+//! row, all rows, the argmax) checks the call before the cache changes, splits it with `batches`, and applies the one
+//! fallback rule: under `Backend::Auto` a GPU fault (`Error::Gpu`) moves the work to the CPU, which replays the cached
+//! tokens. The context size is resolved here (`resolve`) for every binding. `wait` runs the future on the calling
+//! thread (ready at once on the CPU; natively the GPU's completes while polled; in the browser a pending one is an
+//! error).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,10 +28,10 @@ use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv::cache::KvCache;
 use crate::kv::prefix_cache::{PrefixCache, PAGE_TOKENS};
-use crate::lora::AdapterSet;
 use crate::model::config::Config;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
+use crate::model::lora::AdapterSet;
 use crate::model::Model;
 
 /// The result of an eval call.
@@ -113,7 +123,7 @@ pub(crate) struct Evaluator {
     residuals: Option<Residuals>,
 }
 
-/// What a MicroLoRA of the layers from `layer` on starts its training step from (`lora::train`): the base model's
+/// What a MicroLoRA of the layers from `layer` on starts its training step from (`training`): the base model's
 /// residual stream after its first `layer` layers, `[positions × d_model]`, for the first `valid` cached positions.
 struct Residuals {
     layer: usize,

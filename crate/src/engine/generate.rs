@@ -16,8 +16,8 @@ use crate::engine::evaluator::{Evaluator, Out};
 use crate::engine::sampler::{Sampler, SamplerConfig};
 use crate::engine::stop::StopMatcher;
 use crate::error::{Error, Result};
-use crate::lora::AdapterSet;
 use crate::model::eval::Want;
+use crate::model::lora::AdapterSet;
 use crate::model::Model;
 use crate::tokenizer::StreamDecoder;
 

@@ -5,6 +5,13 @@
 //! (temperature only reshapes what is left). The random draw uses our own xoshiro256** generator so a
 //! seed gives the same tokens on x86_64, aarch64 and wasm32 (given the same logits).
 //! After the first call, sampling allocates nothing: the decode loop calls it for every token.
+//!
+//! # Design
+//!
+//! Penalties → top-k → top-p → min-p → temperature → draw, as llama.cpp's chain, with our own PRNG so a seed gives the
+//! same tokens on every platform. Greedy sampling without penalties is a plain argmax: building the candidate list of
+//! a large vocabulary is serial time threads cannot share. `stop.rs` matches stop strings across streamed pieces and
+//! never emits them.
 
 use std::cmp::Ordering;
 

@@ -13,8 +13,8 @@ use crate::engine::evaluator::{wait, Evaluator, Out};
 use crate::engine::generate::{GenerateOptions, Generation, Output, Step, Token};
 use crate::error::{Error, Result};
 use crate::gpu::{Backend, GpuOptions};
-use crate::lora::AdapterSet;
 use crate::model::eval::Want;
+use crate::model::lora::AdapterSet;
 use crate::model::Model;
 
 #[derive(Clone, Debug)]

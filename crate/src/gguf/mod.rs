@@ -6,6 +6,13 @@
 //! the parsed header, before anything is allocated; tensor sizes are computed with checked arithmetic in
 //! `usize`. So a hostile header cannot make us reserve gigabytes, overflow, or read out of bounds, and a
 //! file refused on one target is refused on the others too, as `Error::Gguf`.
+//!
+//! # Design
+//!
+//! GGUF v2/v3 header reader. It borrows the file's bytes and copies only metadata. The file may be hostile: every
+//! count and length is checked against the remaining bytes and charged to a budget for the parsed header before
+//! anything is allocated, and tensor sizes use checked `usize` arithmetic, so a file is refused the same way on 32-
+//! and 64-bit targets. Change the limits at `MAX_HEADER_BYTES`.
 
 pub mod bytes;
 pub mod id;

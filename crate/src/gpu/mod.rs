@@ -16,6 +16,85 @@
 //!
 //! The evaluator above (`evaluator.rs`) chooses between this and the CPU with [`Backend`](crate::Backend);
 //! [`GpuRunner`] is the narrow interface it uses, and exists (uninhabited) without the feature too.
+//!
+//! # Design
+//!
+//! The same forward pass as WGSL shaders through wgpu (Vulkan/Metal/DX12 natively, WebGPU in browsers): weights
+//! uploaded once in their GGUF blocks (every tensor type the loader takes has a `wgsl/quant/` reader), pipelines and
+//! bind groups built once, an f16 KV cache on the device, one
+//! submission per decode step; greedy decoding reads back one id. The runtime and the ops are apart: `device.rs`
+//! (adapter, limits, typed `GpuFault`s), `model.rs` (`GpuModel`: weights in arenas, pipelines cached per variant),
+//! `session.rs` (`GpuSession`: a conversation's buffers, submitting the prebuilt dispatches, readback, profiling;
+//! while a call's results are on their way back it encodes the next decode step's commands, so streamed decoding
+//! does not wait for the CPU's encoding; after a greedy one-token call it also submits the next step on the id
+//! the GPU chose, before that id is read back, and the next call takes that step's result where it is the call
+//! the step was made for: a streamed greedy decode keeps the GPU busy through each id's round trip. Not on
+//! software adapters, whose "GPU" is the CPU's own cores),
+//! `forward.rs` (which ops a decode step and a prefill call run, in order). Its KV cache is a buffer of keys and one of
+//! values per layer in `kv/cache.rs`'s row layout, so rows move to and from a host `KvCache` as bytes. Each op has one
+//! home in `gpu/ops/`: its WGSL pieces, the binding `Slot`s it fills, its grid, its parameter struct and the function
+//! that builds its dispatch. Uniform structs are declared once with `uniform!` (`gpu/ops/params.rs`), which also writes their WGSL
+//! declaration, so Rust and WGSL cannot disagree on a layout; binding slots and output modes are named in the
+//! generated header (`BIND_*`, `OUT_*`). Decode's matrix-vector products (`ops/mat.rs`) stage the input vector in
+//! workgroup memory, through an input stage that computes it there (the RMSNorm of the residual, the merge of decode
+//! attention's partials, or the row as it is), so neither is stored. `matvec.wgsl` reads any type through its
+//! `dequant8`, eight weights at a time in f32; Q4_K, Q5_K and Q6_K (Q4_K_M and Q5_K_M files) go through `matvec_q8.wgsl`
+//! instead: the staged input is quantized to int8 in blocks of 32 (scale max|x| / 127, as llama.cpp's CPU and CUDA
+//! backends quantize theirs) and each lane takes 64 columns of a row through its type's `quant/*_q8.wgsl`, four
+//! products per packed 8-bit dot product (one instruction on GPUs that have it), its quants and scales read once
+//! (benches/README.md has its figures). `gpu::tests` checks it against the CPU's dot with the
+//! same int8 input. Both kernels take their rows, teams and output modes from `matvec_shared.wgsl`.
+//! Prefill's matrix products (`matmul.wgsl`) dequantize tiles of weights and token rows into workgroup memory and
+//! multiply them in f32. Where wgpu offers cooperative matrices (its experimental feature: native Vulkan or Metal, an
+//! adapter that multiplies 16x16x16 f16 into f32 and whose subgroups are 32 wide; `Gpu::coop`) they run
+//! `matmul_coop.wgsl` instead: the same tiles rounded to f16, multiplied on the tensor cores, summed in f32, values
+//! beyond f16's range saturated rather than turned into infinities; tiles of 128 rows x 64 tokens, or 64 x 128 in
+//! sessions whose batch is at least 512 tokens (`Tiles::choose`). Both read and store through `matmul_shared.wgsl`.
+//! Lavapipe and browsers have no such feature, so CI compiles every variant of that kernel with naga (wgpu's shader
+//! compiler) and runs it only on a GPU machine (`benches/gpu_bench.sh`, and the GPU tests there);
+//! `GpuOptions::no_cooperative_matrix` keeps prefill in f32.
+//! Prefill attention (`ops/attn_prefill.rs`, `attn_prefill.wgsl`) gives each query a team of 8 invocations (4 where a
+//! head's width is not a multiple of 32), each holding a few four-dimension chunks of the query and of its output in
+//! registers; a workgroup takes 256 / team queries of one head and walks the cached keys and values in tiles staged in
+//! workgroup memory, where a team reads a key's chunks side by side and the teams of a subgroup read the same ones. A
+//! team sums its scores with subgroup shuffles where a subgroup holds a team (`attn_team_subgroup.wgsl`), else through
+//! workgroup memory (`attn_team_shared.wgsl`); the online softmax needs nothing else shared. Over a cache of 128 or
+//! more positions the keys are split among up to 8 workgroups per query block and head (`key_splits`, the call's
+//! `split_keys` and `n_splits`), each writing its unnormalized output, max and sum, which `attn_merge.wgsl` merges:
+//! with one workgroup per block the last block walked every key while most of the GPU idled.
+//! `Backend::Auto` skips software adapters and too-small limits and falls back
+//! to the CPU on any fault; `Backend::WebGpu` reports them as `Error::Gpu`. A new op: `wgsl/README.md`, "Adding an op".
+//!
+//! Every decoder architecture runs there (`model.rs` `check_supported` refuses others, and heads wider than 256, not a
+//! multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`). Gemma 3 takes what the CPU's
+//! `forward` does differently: its heads of 256 fit decode attention's 128 invocations (the query, the new key and value
+//! packed by different invocations) and prefill attention's teams (eight chunks a member, tiles of 4 keys within the
+//! default 16 KiB of workgroup memory);
+//! a layer `Config::layer_window` marks runs the attention kernels' windowed variant (`WINDOWED`, the window in the header:
+//! decode chunks start no earlier than the window, prefill masks keys before each query's and skips the tiles before its
+//! block's), with the RoPE table of `Model::local_rope`; the KV cache keeps every position, so the prefix cache and saved
+//! states work as for any model. The attention and feed-forward blocks' matrix ops store their output (to `xb`, or leave a
+//! split matmul's partials) and `norm_add` adds its post-norm to the residual, where the other models' matrix ops add
+//! themselves; the gate's activation is a piece of its own (`glu_gelu.wgsl`, GeGLU, or `glu_silu.wgsl`), in the fused
+//! decode matvec (`OutMode::Geglu`) and the prefill `glu` op; QK-norm is Qwen3's `head_norm`; embeddings are scaled in
+//! `embed.wgsl` (`EMBED_SCALE`, 1 elsewhere). Other architectures build the same kernels: a window of 0 selects the
+//! unwindowed variants.
+//!
+//! LoRA adapters (`ops/lora.rs`, `wgsl/lora.wgsl`): `GpuSession::set_adapters` takes a set, and the next call uploads it
+//! and builds a second list of ops for it, beside the base model's, which stay as they are (the empty set, or one whose
+//! scales are all 0, runs them: no dispatch more). The upload is per group of projections that share their input and write
+//! adjacent columns of one output (q/k/v, o, gate/up, down, the output head): the `A` rows of every adapter of the set on
+//! them, then as many rows of `Bᵀ` as wide as the group's output, each adapter's scale folded in and zeros outside its
+//! projection's columns, so one dispatch adds a group's adapters, `out[t] += s·B·(A·x_t)`, right after its matrix op (each
+//! workgroup computes `A·x` with team sums, then 256 outputs). The op reads its input through the matvec input stages in
+//! decode (`in_norm.wgsl`, `in_attn.wgsl`, `in_plain.wgsl`: the normed row and the merged attention output are never
+//! stored there) and every row of the stored input in prefill (`in_rows.wgsl`). Where the base ops fuse past a
+//! projection's output, the adapted ops do not: decode stores gate and up before SwiGLU, the output head stores the logits
+//! before argmax scans them (no best rows per workgroup), and prefill keeps the reduce of a split qkv or gate/up matmul.
+//! The output head is adapted only where the model has its own `output.weight`: llama.cpp refuses an adapter of tied
+//! embeddings, and so does `LoraAdapter::from_bytes`. A set switched per request costs its upload and the bind groups of
+//! its ops, once per switch; as on the CPU, the evaluator forgets the cache's keys and values when the set changes, and
+//! the GPU's pages go to and come from the set's prefix cache.
 
 #[cfg(feature = "gpu")]
 mod device;
@@ -47,8 +126,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
 use crate::kv::cache::KvCache;
-use crate::lora::AdapterSet;
 use crate::model::eval::Want;
+use crate::model::lora::AdapterSet;
 use crate::model::Model;
 
 /// Where a session runs its forward passes.

@@ -26,9 +26,9 @@ use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::kv::cache::KvCache;
-use crate::lora::AdapterSet;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, LogitsFor};
+use crate::model::lora::AdapterSet;
 use crate::quant::GgmlType;
 
 /// Greedy steps that can run ahead of the CPU before their ids are read back.

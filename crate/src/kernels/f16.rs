@@ -147,7 +147,7 @@ pub(crate) fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     to_f32_ref(src, dst)
 }
 
-/// `sum(a[i] * b[i])` over `a.len() == b.len()` elements (also LoRA adapters' `A·x`, `crate::lora`).
+/// `sum(a[i] * b[i])` over `a.len() == b.len()` elements (also LoRA adapters' `A·x`, `model::lora`).
 #[inline]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -24,6 +24,26 @@
 //! in f16: the host's staging copy of part of the GPU's cache (which is always f16: the GPU backend refuses
 //! a cold tier), for the prefix cache's `restore` and `insert` and saved states, which address rows by
 //! absolute position.
+//!
+//! # Design
+//!
+//! Per-layer keys and values, made from the shape (layers, KV heads × head dim, positions) and `KvCacheOptions`. By
+//! default every position is f16, as llama.cpp's default cache (half of f32's memory, the reference's rounding). With a
+//! quantized `cold` type it has two tiers (RuVector's "f16 tail + Q4 store"): the most recent `hot_tokens` to
+//! `hot_tokens + 31` positions stay f16 and older ones are Q8_0 or Q4_0 blocks along each position's row, so the cold
+//! tier needs heads of whole blocks of 32 (`Error::KvCache` otherwise). The cold tier is allocated for every position
+//! that can ever be cold and the hot one for its window only, which is what makes the cache smaller. The boundary
+//! `n_cold` moves in blocks of 32 positions (attention's block; two of the prefix cache's pages): `make_room` before a
+//! forward call forgets the positions from its first on and moves the blocks the hot window no longer holds to the cold
+//! tier; a rewind keeps the cold rows it keeps, and the block it cuts goes back to f16 (dequantized); `resize` takes a
+//! restored prefix or saved state in. Every cold row is quantized from its f16 values, by the same quantizer whether it
+//! leaves the hot tier or a long prefill batch writes it cold, so a row's bytes do not depend on the path. `LayerCache`
+//! reads and writes rows in the persisted type (`read`, `write`: the cold type, or f16) for the prefix cache and saved
+//! states. One place decides the format for a model's sessions and its prefix cache: `Model::with_kv_cache`, before any
+//! session exists. The GPU backend keeps an f16 cache: the evaluator makes a two-tier model a GPU fault of its own
+//! (`GpuFault::Unsupported`), an error under `Backend::WebGpu` and the CPU under `Backend::Auto`. `KvCache::window` holds
+//! a range of positions only, always f16: the host's staging copy of part of the GPU's cache, whose rows are addressed
+//! by position as in a whole cache (`read`, `write`, and the f16 `rows`, `rows_mut` the GPU's transfers use).
 
 use std::ops::Range;
 use std::str::FromStr;

@@ -10,8 +10,8 @@ use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv::cache::KvCache;
-use crate::lora::{AdapterSet, Proj, Site};
 use crate::model::config::{Arch, Config};
+use crate::model::lora::{AdapterSet, Proj, Site};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
@@ -126,7 +126,7 @@ pub fn forward(
 }
 
 /// The base model's residual stream after its first `n_layers` layers for `tokens` at positions `pos0..`,
-/// `[n × d_model]`, into `out`: what a MicroLoRA of the later layers trains on (`lora::train`).
+/// `[n × d_model]`, into `out`: what a MicroLoRA of the later layers trains on (`training`).
 pub(crate) fn residual_after(
     model: &Model,
     kv: &mut KvCache,

@@ -1,9 +1,32 @@
 //! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
+//!
+//! # Design
+//!
+//! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma3`: `Arch` lists
+//! what differs, and `Config::layer_window` / `layer_rope_base` say which layers attend within a sliding window; Phi-3's fused q/k/v and gate/up tensors become `MatrixRef` row ranges, so the forward pass never sees them); `weights.rs` holds `MatrixRef`s
+//! (type, shape, byte offset) viewed as `QuantMatrix`es of the file, and norms/biases as small f32 vectors; `mod.rs` is
+//! `Model`: the bytes (memory-mapped natively), config, weights, tokenizer, chat template and the prefix cache.
+//! `forward.rs` is one top-to-bottom `forward()` over a batch of tokens into a preallocated `RunState`, and
+//! `batches`, the one rule that splits an eval into forward calls (also used by the GPU). A new architecture starts
+//! in `config.rs` and `forward.rs`.
+//!
+//! `bert.rs` is the encoder (llama.cpp's `bert` architecture: all-MiniLM, bge): `BertWeights` (a model's `encoder`;
+//! its decoder `weights` are empty and `Evaluator::open` refuses it, since an encoder does not generate) and `encode()`,
+//! the forward pass to the last hidden states over a batch of whole sequences: every matrix is multiplied for all the
+//! batch's tokens at once through `forward::project` (the decoders' matmul and quantized kernels), attention stays
+//! within each sequence, norms come after each block. `embed.rs` is `Model::embed`: texts tokenized with [CLS] and
+//! [SEP], packed into batches of up to `BATCH_TOKENS`, pooled (`Pooling`: mean, CLS, last; the GGUF's
+//! `bert.pooling_type` by default) and L2-normalized. A decoder's embeddings are the same pooling over its final norm's
+//! outputs (`forward::hidden_states`, the forward pass without the output head), one text at a time from an empty cache. The GGUF is ours (`scripts/convert_bert_gguf.py`, the keys and
+//! names llama.cpp's converter writes); `tests/rust/embed.rs` checks token ids and vectors against llama.cpp's
+//! (`benches/embed_reference.mjs` recorded them with node-llama-cpp into `tests/fixtures/`).
 
+pub mod adapter;
 pub mod bert;
 pub mod config;
 pub(crate) mod eval;
 pub mod forward;
+pub mod lora;
 pub mod weights;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +41,7 @@ use crate::gguf::id::ModelId;
 use crate::kernels::rope::Rope;
 use crate::kv::cache::{KvCacheOptions, KvType};
 use crate::kv::PrefixCache;
-use crate::lora::AdapterSet;
+use crate::model::lora::AdapterSet;
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
 use config::{Arch, Config};

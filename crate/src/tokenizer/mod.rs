@@ -4,6 +4,17 @@
 //!
 //! Text flows: special-token split ([`Tokenizer::encode`] with `parse_special`) -> pre-tokenizer -> merges -> ids.
 //! Back: ids -> each token's bytes -> text ([`Tokenizer::decode`], or [`StreamDecoder`] while generating).
+//!
+//! # Design
+//!
+//! Token for token the same as llama.cpp. `vocab.rs` reads tokens, types, special ids, the end-of-generation set and
+//! the `TokenizerKind`; `bpe.rs` is byte-level BPE by merge rank, `spm.rs` SentencePiece by score with `<0xXX>` byte
+//! fallback, both over `symbols.rs`; `wordpiece.rs` is BERT's WordPiece (llama.cpp's basic tokenizer, then greedy
+//! longest match). `strings.rs`'s `StrTable` holds the token texts and the merges end to end, found by text through a
+//! hash table of their indexes (no heap allocation per string: a vocabulary has up to hundreds of thousands). `pretokenize.rs` holds hand-written splitters equal to llama.cpp's regexes (smollm,
+//! gpt-2, llama3, qwen2), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
+//! `gen_unicode_table.py`) hold the Unicode 15.1 classes and the NFD map llama.cpp uses. `stream.rs` decodes token by token without
+//! splitting a UTF-8 character. A new pre-tokenizer: `pretokenize.rs` and its name in `vocab.rs`.
 
 mod bpe;
 mod pretokenize;

@@ -1,4 +1,4 @@
-//! MicroLoRA in JavaScript (wasm32 only): an `Engine` trains adapters of its model from feedback (`lora::train`).
+//! MicroLoRA in JavaScript (wasm32 only): an `Engine` trains adapters of its model from feedback (`training`).
 //!
 //! A MicroLoRA has an adapter id like a loaded adapter file's: `start`'s `adapters` option applies it with its
 //! weights as they are when the generation starts. A training step is a forward and backward pass: in the threaded
@@ -11,7 +11,8 @@ use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
-use crate::lora::{MicroLora, MicroLoraOptions, Proj};
+use crate::model::lora::Proj;
+use crate::training::{MicroLora, MicroLoraOptions};
 use crate::wasm::{bytes_from_js, idle, js_error, json, parse, run_job, Engine};
 
 /// `createMicroLora`'s options; what is absent is `MicroLoraOptions::default()`'s.

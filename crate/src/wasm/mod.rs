@@ -11,6 +11,26 @@
 //! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm/lora.rs`).
 //! In the threaded build (feature `threads`) the forward passes (`start`, `nextStep`, `score`, `embed`) run on
 //! the thread pool and return Promises (see `crate::wasm::threads`); in the plain build they return values.
+//!
+//! # Design
+//!
+//! `wasm/mod.rs` exports `Engine` (a model and its `Session`) with a small JSON-shaped, stepwise API that the npm package
+//! wraps; errors become JS `Error`s with a `code`. Bytes from outside (saved states, stored records, adapter files) come
+//! in as `Uint8Array`s and are copied by `bytes_from_js`: refused unread beyond the largest valid size, copied into
+//! fallibly allocated memory, since wasm-bindgen's own copy of a `Vec<u8>` argument allocates first and traps. An encoder model's `Engine` has no session: it answers `embed`
+//! (`Model::embed`, a pool job in the threaded build like the forward passes) and `E_MODEL` to the session calls. The model file is streamed into a `ModelBuffer` inside wasm memory,
+//! so loading never holds two copies. `wasm/threads.rs` (feature `threads`) is the threaded build: a browser's main
+//! thread may not block (`memory.atomic.wait32` traps there) and a rayon loop blocks its caller, so each forward pass
+//! (`start`, `nextStep`, `score`) runs as a job on a pool worker and returns a Promise; the main thread only uses
+//! `try_lock`. `wasm/gpu.rs` (feature `gpu`) exports `GpuEngine`, the same surface with loading, steps, scoring and
+//! `saveState` as Promises (a browser cannot block on the GPU); it steps the same `Generation` over its `Evaluator`, so
+//! prefill, abort, the prefix cache and the CPU fallback behave as natively. Its last `nextStep` puts the conversation
+//! in the prefix cache (a readback), which the CPU engine's `finish` does, so that `finish` stays synchronous.
+//! It reads LoRA adapter files as `Engine` does (`Adapters` in `wasm/mod.rs`), and its `Evaluator` runs them on the GPU; it
+//! trains no MicroLoRA (that is `Engine`'s, below).
+//! `wasm/lora.rs` adds MicroLoRA to `Engine`: a MicroLoRA has an adapter id beside the loaded files' (`Adapters` in
+//! `wasm/mod.rs`), and a request naming it takes its weights as they are when it starts; a training step is a pool job in the
+//! threaded build, as a forward pass is.
 
 #[cfg(feature = "bench")]
 mod bench;
@@ -33,9 +53,10 @@ use crate::constraint::GrammarSource;
 use crate::error::Error;
 use crate::gguf::bytes::{ModelBytes, ModelBytesBuilder, MAX_PIECE_BYTES};
 use crate::kv::cache::{KvCacheOptions, DEFAULT_HOT_TOKENS};
-use crate::lora::{AdapterSet, LoraAdapter, MicroLora};
 use crate::model::config::Arch;
 use crate::model::forward::RunState;
+use crate::model::lora::{AdapterSet, LoraAdapter};
+use crate::training::MicroLora;
 use crate::{EmbedOptions, GenerateOptions, Model, Pooling, SamplerConfig, Session, SessionOptions, Step};
 
 pub(crate) fn js_error(e: Error) -> JsValue {

@@ -20,8 +20,8 @@ use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::{GpuFault, Result};
 use crate::gpu::gpu_error;
 use crate::gpu::model::GpuModel;
-use crate::lora::{AdapterSet, Proj, Site};
 use crate::model::config::Config;
+use crate::model::lora::{AdapterSet, Proj, Site};
 
 /// Most ranks one op takes (its `A·x` is kept in workgroup memory): a group of more takes several ops.
 pub(crate) const MAX_RANK: usize = 128;

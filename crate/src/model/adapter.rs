@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use sha2::{Digest, Sha256};
 
-use super::{Proj, Site};
+use super::lora::{Proj, Site};
 use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
 use crate::gguf::id::ModelId;
@@ -136,7 +136,7 @@ impl LoraAdapter {
         Ok(adapter)
     }
 
-    /// An adapter of weights trained here (`super::train`), for `model`, with `digest` naming its weights.
+    /// An adapter of weights trained here (`crate::training`), for `model`, with `digest` naming its weights.
     pub(crate) fn trained(
         model: &Model,
         name: &str,
@@ -228,7 +228,7 @@ fn try_vec(n: usize, weight: &str) -> Result<Vec<f32>> {
 }
 
 /// The matrix `m` of the file `bytes` (its layout checked by `ModelBytes::gguf`) as f32, row after row.
-pub(super) fn to_f32(bytes: &ModelBytes, m: MatrixRef) -> Vec<f32> {
+pub(crate) fn to_f32(bytes: &ModelBytes, m: MatrixRef) -> Vec<f32> {
     let mut out = vec![0.0; m.rows * m.cols];
     dequantize_into(bytes, m, &mut out);
     out

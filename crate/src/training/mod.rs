@@ -25,8 +25,6 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::adapter::{to_f32, Pair};
-use super::{LoraAdapter, Proj, Site};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::gguf::{self, Value};
@@ -34,8 +32,10 @@ use crate::kernels::f16::{axpy, dot};
 use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
 use crate::kv::cache::KvCache;
+use crate::model::adapter::{to_f32, Pair};
 use crate::model::config::{Arch, Config};
 use crate::model::forward::{self, residual_after, RunState};
+use crate::model::lora::{LoraAdapter, Proj, Site};
 use crate::model::weights::{LayerWeights, MatrixRef};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
