@@ -19,6 +19,10 @@ export RUVLLM_FIXTURES="$PWD/target/fixtures"
 export RUVLLM_LLAMA_GRAMMARS="$(scripts/fetch-llama-grammars.sh)"
 export RUVLLM_SCHEMAS="$(scripts/fetch-schemas.sh)"
 
+section "the docs name what exists; the crate's parts import one way (scripts/check-docs.py, scripts/check-layers.py)"
+python3 scripts/check-docs.py
+python3 scripts/check-layers.py
+
 section "tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES"
 section "LoRA adapters for the tiny models and the default model (tests/rust/lora.rs) -> $RUVLLM_FIXTURES"
