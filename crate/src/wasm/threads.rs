@@ -98,7 +98,7 @@ pub fn on_pool<T: Send + 'static>(
     wasm_bindgen_futures::future_to_promise(async move {
         match Done(slot).await {
             Ok(Ok(value)) => to_js(value),
-            Ok(Err(e)) => Err(super::wasm::js_error(e)),
+            Ok(Err(e)) => Err(super::js_error(e)),
             Err(panic) => Err(js_sys::Error::new(&format!("the engine panicked on a worker thread: {panic}")).into()),
         }
     })
