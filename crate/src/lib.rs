@@ -24,6 +24,7 @@ pub mod parallel;
 pub mod quant;
 pub mod sampler;
 pub mod session;
+pub mod simd;
 pub mod stop;
 #[cfg(test)]
 mod test_support;

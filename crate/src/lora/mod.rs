@@ -23,9 +23,9 @@ pub use adapter::LoraAdapter;
 pub use train::{MicroLora, MicroLoraOptions, StepReport};
 
 use crate::error::{Error, Result};
-use crate::kernels::f16::{axpy, dot};
 use crate::model::Model;
 use crate::parallel::for_each_row_chunk;
+use crate::simd::{axpy, dot};
 
 /// The projections of a layer that an adapter may adapt (Phi-3's fused tensors are split into these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

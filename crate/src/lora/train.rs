@@ -30,7 +30,6 @@ use super::{LoraAdapter, Proj, Site};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::gguf::{self, Value};
-use crate::kernels::f16::{axpy, dot};
 use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
 use crate::kv_cache::KvCache;
@@ -40,6 +39,7 @@ use crate::model::weights::{LayerWeights, MatrixRef};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
 use crate::quant::{dequantize_row, quantize_row, Activations, GgmlType, QuantMatrix};
+use crate::simd::{axpy, dot};
 
 const STATE_MAGIC: [u8; 8] = *b"RVMLORA\0";
 const STATE_VERSION: u32 = 1;
