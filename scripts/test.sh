@@ -70,9 +70,9 @@ section "WebGPU backend in headless Chromium (SwiftShader): every shader against
 WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
   cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
 
-section "aarch64 (NEON) quant, kernel and index-distance tests under qemu: with dotprod (sdot), then without (cortex-a72)"
-cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
-QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: kernels:: index::
+section "aarch64 (NEON) quant, simd, kernel and index tests under qemu: with dotprod (sdot), then without (cortex-a72)"
+cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: simd:: kernels:: index::
+QEMU_CPU=cortex-a72 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: simd:: kernels:: index::
 
 section "npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh

@@ -19,6 +19,7 @@ pub mod model;
 pub mod parallel;
 pub mod quant;
 pub(crate) mod record;
+pub mod simd;
 #[cfg(test)]
 mod test_support;
 pub mod tokenizer;

@@ -9,8 +9,8 @@ mod test_support;
 
 use std::collections::BTreeMap;
 
-use ruvllm::index::distance::{dot_ref, l2_squared_ref};
 use ruvllm::index::{Hit, Hnsw, HnswParams, IndexError, Metric, RecordKey};
+use ruvllm::simd::{dot_ref, l2_squared_ref};
 use test_support::{test, Rng};
 
 fn random_vector(rng: &mut Rng, dims: usize) -> Vec<f32> {

@@ -1,17 +1,17 @@
-//! Distances between f32 vectors: the index's metrics over its two kernels, `dot` and `l2_squared`.
+//! Distances between vectors: the index's metrics over the f32 kernels `dot` and `l2_squared` (of
+//! [`crate::simd`], with their scalar references and tests), and the int8 kernel of its graph walk.
 //!
 //! Smaller is closer for every metric, as in hnswlib: L2 is the squared Euclidean distance, inner product
 //! is `1 - a·b`, and cosine is `1 - a·b` over vectors the index normalized when it stored them (and a query
 //! it normalizes before searching), so cosine costs one dot product and no norms.
 //!
-//! Each kernel has a scalar reference (`*_ref`) and a SIMD version picked as the quantized kernels are:
-//! AVX2+FMA on x86_64 when the CPU has it (`quant::has_avx2`, detected once), simd128 on wasm32 and NEON on
-//! aarch64 at compile time; elsewhere the reference runs. They differ from the reference only in the order
-//! of the float additions (and fused multiply-adds); the tests below bound that.
-//!
 //! A search walks the graph on int8 copies of the vectors (`quantize`) against a query quantized to i16
-//! (`quantize_query`), with one integer kernel, `dot_i8`, in the same four versions. Integer sums do not
-//! depend on their order, so every version must equal the reference exactly.
+//! (`quantize_query`), with one integer kernel, `dot_i8`: a scalar reference (`dot_i8_ref`) and a SIMD version
+//! picked as `simd`'s kernels are, AVX2 on x86_64 when the CPU has it (`simd::cpu::has_avx2`, detected once),
+//! simd128 on wasm32 and NEON on aarch64 at compile time. Integer sums do not depend on their order, so every
+//! version must equal the reference exactly.
+
+use crate::simd::{dot, l2_squared};
 
 /// How the index measures distance. The discriminant is the metric's id in persisted records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,50 +48,6 @@ pub fn normalize(v: &mut [f32]) {
             *x /= norm;
         }
     }
-}
-
-/// `sum(a[i] * b[i])`.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2, FMA and F16C; the lengths are equal.
-        return unsafe { avx2::dot(a, b) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot(a, b);
-    // SAFETY: NEON is part of the aarch64 baseline; the lengths are equal.
-    #[cfg(target_arch = "aarch64")]
-    return unsafe { neon::dot(a, b) };
-    #[allow(unreachable_code)]
-    dot_ref(a, b)
-}
-
-/// `sum((a[i] - b[i])²)`.
-#[inline]
-pub fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2, FMA and F16C; the lengths are equal.
-        return unsafe { avx2::l2_squared(a, b) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::l2_squared(a, b);
-    // SAFETY: NEON is part of the aarch64 baseline; the lengths are equal.
-    #[cfg(target_arch = "aarch64")]
-    return unsafe { neon::l2_squared(a, b) };
-    #[allow(unreachable_code)]
-    l2_squared_ref(a, b)
-}
-
-pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&a, &b)| a * b).sum()
-}
-
-pub fn l2_squared_ref(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&a, &b)| (a - b) * (a - b)).sum()
 }
 
 /// The largest magnitude a vector's int8 copy holds: symmetric, so that -128 never occurs.
@@ -151,7 +107,7 @@ pub fn dot_i8_error(x_scale: f32, x_l1: f32, q_scale: f32, q_l1: f32, dims: usiz
 pub fn dot_i8(x: &[i8], q: &[i16]) -> i32 {
     assert_eq!(x.len(), q.len());
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
+    if crate::simd::cpu::has_avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C; the lengths are equal.
         return unsafe { avx2::dot_i8(x, q) };
     }
@@ -171,57 +127,6 @@ pub fn dot_i8_ref(x: &[i8], q: &[i16]) -> i32 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
-
-    // The quantized kernels' sum of a vector's 8 lanes; these kernels are compiled for the same features (`has_avx2`
-    // checks all three), so it inlines.
-    use crate::quant::avx2::hsum as sum;
-
-    /// Four accumulators over 32 elements a step (an FMA's latency is four of its issue slots), then 8 a step,
-    /// then a scalar tail. SAFETY: AVX2, FMA and F16C, `a.len() == b.len()`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let k = i + 8 * j;
-                *acc = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(k)), _mm256_loadu_ps(bp.add(k)), *acc);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)), acc[0]);
-            i += 8;
-        }
-        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        sum(v) + super::dot_ref(&a[i..], &b[i..])
-    }
-
-    /// As `dot`, on the differences. SAFETY: AVX2, FMA and F16C, `a.len() == b.len()`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let k = i + 8 * j;
-                let d = _mm256_sub_ps(_mm256_loadu_ps(ap.add(k)), _mm256_loadu_ps(bp.add(k)));
-                *acc = _mm256_fmadd_ps(d, d, *acc);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            let d = _mm256_sub_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)));
-            acc[0] = _mm256_fmadd_ps(d, d, acc[0]);
-            i += 8;
-        }
-        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        sum(v) + super::l2_squared_ref(&a[i..], &b[i..])
-    }
 
     /// 16 values a step: int8 widened to i16, `madd` with the query's i16 (pairs of products summed to i32), four
     /// accumulators, then a scalar tail. SAFETY: AVX2, FMA and F16C, `x.len() == q.len()`.
@@ -257,55 +162,6 @@ mod avx2 {
 mod simd128 {
     use core::arch::wasm32::*;
 
-    fn sum(v: v128) -> f32 {
-        (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
-            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
-    }
-
-    /// Four accumulators over 16 elements a step, then 4 a step, then a scalar tail (simd128 has no FMA).
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        // SAFETY (all loads): elements i..i + 4 are in bounds of both slices; no alignment requirement.
-        let load = |p: *const f32, i: usize| unsafe { v128_load(p.add(i) as *const v128) };
-        let mut acc = [f32x4_splat(0.0); 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                *acc = f32x4_add(*acc, f32x4_mul(load(ap, i + 4 * j), load(bp, i + 4 * j)));
-            }
-            i += 16;
-        }
-        while i + 4 <= n {
-            acc[0] = f32x4_add(acc[0], f32x4_mul(load(ap, i), load(bp, i)));
-            i += 4;
-        }
-        sum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]))) + super::dot_ref(&a[i..], &b[i..])
-    }
-
-    pub fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        // SAFETY (all loads): elements i..i + 4 are in bounds of both slices; no alignment requirement.
-        let diff =
-            |i: usize| unsafe { f32x4_sub(v128_load(ap.add(i) as *const v128), v128_load(bp.add(i) as *const v128)) };
-        let mut acc = [f32x4_splat(0.0); 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let d = diff(i + 4 * j);
-                *acc = f32x4_add(*acc, f32x4_mul(d, d));
-            }
-            i += 16;
-        }
-        while i + 4 <= n {
-            let d = diff(i);
-            acc[0] = f32x4_add(acc[0], f32x4_mul(d, d));
-            i += 4;
-        }
-        sum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]))) + super::l2_squared_ref(&a[i..], &b[i..])
-    }
-
     /// 8 values a step (int8 loaded widened to i16, `i32x4.dot_i16x8` with the query's i16), four accumulators,
     /// then a scalar tail.
     pub fn dot_i8(x: &[i8], q: &[i16]) -> i32 {
@@ -338,50 +194,6 @@ mod simd128 {
 mod neon {
     use core::arch::aarch64::*;
 
-    /// Four accumulators over 16 elements a step, then 4 a step, then a scalar tail. SAFETY: NEON,
-    /// `a.len() == b.len()`.
-    #[target_feature(enable = "neon")]
-    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [vdupq_n_f32(0.0); 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                *acc = vfmaq_f32(*acc, vld1q_f32(ap.add(i + 4 * j)), vld1q_f32(bp.add(i + 4 * j)));
-            }
-            i += 16;
-        }
-        while i + 4 <= n {
-            acc[0] = vfmaq_f32(acc[0], vld1q_f32(ap.add(i)), vld1q_f32(bp.add(i)));
-            i += 4;
-        }
-        vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))) + super::dot_ref(&a[i..], &b[i..])
-    }
-
-    /// As `dot`, on the differences. SAFETY: NEON, `a.len() == b.len()`.
-    #[target_feature(enable = "neon")]
-    pub unsafe fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [vdupq_n_f32(0.0); 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let d = vsubq_f32(vld1q_f32(ap.add(i + 4 * j)), vld1q_f32(bp.add(i + 4 * j)));
-                *acc = vfmaq_f32(*acc, d, d);
-            }
-            i += 16;
-        }
-        while i + 4 <= n {
-            let d = vsubq_f32(vld1q_f32(ap.add(i)), vld1q_f32(bp.add(i)));
-            acc[0] = vfmaq_f32(acc[0], d, d);
-            i += 4;
-        }
-        vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])))
-            + super::l2_squared_ref(&a[i..], &b[i..])
-    }
-
     /// 16 values a step: int8 widened to i16, multiplied by the query's i16 and added into four i32
     /// accumulators (`vmlal`), then a scalar tail. SAFETY: NEON, `x.len() == q.len()`.
     #[target_feature(enable = "neon")]
@@ -408,27 +220,13 @@ mod neon {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simd::{dot_ref, l2_squared_ref};
     use crate::test_support::{test, Rng};
 
     /// Values in -2..2 with a few larger ones; lengths cover every tail of every kernel.
     fn data(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
         (0..n).map(|i| rng.uniform(-2.0, 2.0) * if i % 11 == 0 { 30.0 } else { 1.0 }).collect()
-    }
-
-    /// The SIMD kernel this machine runs against the scalar reference: the same sum up to the order of the
-    /// additions, bounded by the sum of the terms' magnitudes.
-    #[test]
-    fn simd_kernels_match_the_reference() {
-        for n in [0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 100, 128, 131, 384, 385, 768, 1031] {
-            let (a, b) = (data(n, n as u64 + 1), data(n, n as u64 + 100));
-            let scale: f32 = a.iter().zip(&b).map(|(&a, &b)| (a * b).abs()).sum();
-            let (fast, reference) = (dot(&a, &b), dot_ref(&a, &b));
-            assert!((fast - reference).abs() <= 1e-6 * scale + 1e-30, "dot, n = {n}: {fast} != {reference}");
-            let (fast, reference) = (l2_squared(&a, &b), l2_squared_ref(&a, &b));
-            assert!((fast - reference).abs() <= 1e-6 * reference + 1e-30, "l2, n = {n}: {fast} != {reference}");
-            assert_eq!(l2_squared(&a, &a), 0.0, "n = {n}");
-        }
     }
 
     /// The integer kernel this machine runs equals the reference exactly, at the extremes of both ranges too.

@@ -30,8 +30,9 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::Mutex;
 
-use super::distance::{dot, dot_i8, dot_i8_error, normalize, quantize, quantize_query, Metric};
+use super::distance::{dot_i8, dot_i8_error, normalize, quantize, quantize_query, Metric};
 use crate::error::{Error, Result};
+use crate::simd::dot;
 
 /// Levels are capped here (a level above it has probability `M^-16`); persisted records are checked against it.
 pub(crate) const MAX_LEVEL: usize = 16;

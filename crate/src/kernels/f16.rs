@@ -1,13 +1,16 @@
 //! The vector ops of attention over the f16 KV cache: convert a cached row (raw little-endian f16 bits)
-//! to f32 once, then `q · k` and `out += w * v` in f32 for every query head that shares it.
+//! to f32 once ([`to_f32`]), then `q · k` and `out += w * v` in f32 ([`crate::simd`]'s `dot` and `axpy`)
+//! for every query head that shares it.
 //!
-//! Each has a scalar reference (`*_ref`) and a SIMD version picked as the quantized kernels are: AVX2+F16C
-//! on x86_64 at run time, simd128 on wasm32 at compile time; elsewhere the reference. Attention calls
-//! them through [`scores`] and [`weighted_sums`], which take a group of heads at once: on wasm32 these are
-//! fused kernels that convert each cached row in registers and keep the heads' sums there (the same
-//! float operations in the same order, so the same bits as the ops one by one, which run elsewhere).
+//! The conversion has a scalar reference (`to_f32_ref`) and a SIMD version picked as the quantized kernels
+//! are: AVX2+F16C on x86_64 at run time, simd128 on wasm32 at compile time; elsewhere the reference. Attention
+//! calls the ops through [`scores`] and [`weighted_sums`], which take a group of heads at once: on wasm32 these
+//! are fused kernels that convert each cached row in registers and keep the heads' sums there (the float
+//! operations of `simd::simd128::dot` and `axpy` in the same order, so the same bits as the ops one by one,
+//! which run elsewhere).
 
 use crate::quant::act::f16_to_f32;
+use crate::simd::{axpy, dot};
 
 /// Cached keys or values as [`scores`] and [`weighted_sums`] read them: rows of `d` values, either f16 rows of
 /// the KV cache (each converted as it is read) or rows converted to f32 before (`F32Rows`, for a batch of queries
@@ -137,7 +140,7 @@ pub(crate) fn weighted_sums<R: Rows + ?Sized>(
 pub(crate) fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
+    if crate::simd::cpu::has_avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C.
         return unsafe { avx2::to_f32(src, dst) };
     }
@@ -147,49 +150,9 @@ pub(crate) fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
     to_f32_ref(src, dst)
 }
 
-/// `sum(a[i] * b[i])` over `a.len() == b.len()` elements (also LoRA adapters' `A·x`, `model::lora`).
-#[inline]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2, FMA and F16C.
-        return unsafe { avx2::dot(a, b) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot(a, b);
-    #[allow(unreachable_code)]
-    dot_ref(a, b)
-}
-
-/// `out[i] += w * x[i]` over `out.len() == x.len()` elements (also LoRA adapters' `B·(A·x)`).
-#[inline]
-pub(crate) fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
-    assert_eq!(out.len(), x.len());
-    #[cfg(target_arch = "x86_64")]
-    if crate::quant::has_avx2() {
-        // SAFETY: the CPU has AVX2, FMA and F16C.
-        return unsafe { avx2::axpy(out, w, x) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::axpy(out, w, x);
-    #[allow(unreachable_code)]
-    axpy_ref(out, w, x)
-}
-
 pub fn to_f32_ref(src: &[[u8; 2]], dst: &mut [f32]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = f16_to_f32(s);
-    }
-}
-
-pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&a, &b)| a * b).sum()
-}
-
-pub fn axpy_ref(out: &mut [f32], w: f32, x: &[f32]) {
-    for (o, &x) in out.iter_mut().zip(x) {
-        *o += w * x;
     }
 }
 
@@ -207,41 +170,6 @@ mod avx2 {
         }
         super::to_f32_ref(&src[i..], &mut dst[i..]);
     }
-
-    /// Two accumulators over 16 elements per step, then 8, then a scalar tail.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        while i + 16 <= n {
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i + 8)), _mm256_loadu_ps(bp.add(i + 8)), acc1);
-            i += 16;
-        }
-        if i + 8 <= n {
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(ap.add(i)), _mm256_loadu_ps(bp.add(i)), acc0);
-            i += 8;
-        }
-        let v = _mm256_add_ps(acc0, acc1);
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s))) + super::dot_ref(&a[i..], &b[i..])
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
-        let n = out.len();
-        let (op, xp) = (out.as_mut_ptr(), x.as_ptr());
-        let wv = _mm256_set1_ps(w);
-        let mut i = 0;
-        while i + 8 <= n {
-            _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(i)), _mm256_loadu_ps(op.add(i))));
-            i += 8;
-        }
-        super::axpy_ref(&mut out[i..], w, &x[i..]);
-    }
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -251,6 +179,7 @@ mod simd128 {
     use super::Rows;
     // The quantized kernels' exact f16 conversion, with their vector constants made once per call (why: `Consts`).
     use crate::quant::simd128::{f16x4_to_f32, Consts};
+    use crate::simd::simd128::hsum;
 
     pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
         let n = dst.len();
@@ -269,44 +198,6 @@ mod simd128 {
         super::to_f32_ref(&src[i..], &mut dst[i..]);
     }
 
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (ap, bp) = (a.as_ptr(), b.as_ptr());
-        // SAFETY (all loads): element i + 8 <= n (or i + 4 <= n) is in bounds of both slices.
-        let load = |p: *const f32, i: usize| unsafe { v128_load(p.add(i) as *const v128) };
-        let (mut acc0, mut acc1) = (f32x4_splat(0.0), f32x4_splat(0.0));
-        let mut i = 0;
-        while i + 8 <= n {
-            acc0 = f32x4_add(acc0, f32x4_mul(load(ap, i), load(bp, i)));
-            acc1 = f32x4_add(acc1, f32x4_mul(load(ap, i + 4), load(bp, i + 4)));
-            i += 8;
-        }
-        if i + 4 <= n {
-            acc0 = f32x4_add(acc0, f32x4_mul(load(ap, i), load(bp, i)));
-            i += 4;
-        }
-        let v = f32x4_add(acc0, acc1);
-        let sum = (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
-            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v));
-        sum + super::dot_ref(&a[i..], &b[i..])
-    }
-
-    pub fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
-        let n = out.len();
-        let (op, xp) = (out.as_mut_ptr(), x.as_ptr());
-        let wv = f32x4_splat(w);
-        let mut i = 0;
-        while i + 4 <= n {
-            // SAFETY: elements i..i + 4 are in bounds of both slices.
-            unsafe {
-                let o = v128_load(op.add(i) as *const v128);
-                v128_store(op.add(i) as *mut v128, f32x4_add(o, f32x4_mul(wv, v128_load(xp.add(i) as *const v128))));
-            }
-            i += 4;
-        }
-        super::axpy_ref(&mut out[i..], w, &x[i..]);
-    }
-
     /// Eight f16 at `p` (unaligned) as two f32x4.
     #[inline(always)]
     pub(super) unsafe fn load8(p: *const [u8; 2], c: &Consts) -> [v128; 2] {
@@ -315,7 +206,7 @@ mod simd128 {
     }
 
     /// [`super::scores`] for `d` a multiple of 8: up to four heads at a time share each converted piece
-    /// of a key, each head summing as `dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
+    /// of a key, each head summing as `simd::simd128::dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
     pub fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [f32], stride: usize) {
         if k.count() == 0 {
             return;
@@ -350,16 +241,16 @@ mod simd128 {
                 }
             }
             for (g, acc) in acc.iter().enumerate() {
-                let v = f32x4_add(acc[0], acc[1]);
-                let sum = (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
-                    + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v));
-                out[g * stride + i] = (sum + super::dot_ref(&[], &[])) * scale; // `dot` adds its (empty) tail
+                // `dot` adds its (empty) tail's sum.
+                let sum = hsum(f32x4_add(acc[0], acc[1])) + crate::simd::dot_ref(&[], &[]);
+                out[g * stride + i] = sum * scale;
             }
         }
     }
 
     /// [`super::weighted_sums`] for `d` a multiple of 8: for each 8 columns, up to four heads' sums stay in
-    /// registers over all the rows (each row's piece converted once for them), adding `w * v` as `axpy` does.
+    /// registers over all the rows (each row's piece converted once for them), adding `w * v` as
+    /// `simd::simd128::axpy` does.
     pub fn weighted_sums<R: Rows + ?Sized>(
         v: &R,
         w: &[f32],
@@ -433,22 +324,11 @@ mod tests {
         (0..n).map(|i| rng.uniform(-2.0, 2.0) * if i % 11 == 0 { 30.0 } else { 1.0 }).collect()
     }
 
+    /// The conversion this machine runs gives the reference's bits (`simd`'s tests check `dot` and `axpy`).
     #[test]
-    fn simd_ops_match_the_reference() {
+    fn to_f32_matches_the_reference() {
         for n in [0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 80, 128, 131] {
-            let (a, b) = (data(n, n as u64 + 1), data(n, n as u64 + 100));
-            let scale: f32 = a.iter().zip(&b).map(|(&a, &b)| (a * b).abs()).sum();
-            let (fast, reference) = (dot(&a, &b), dot_ref(&a, &b));
-            assert!((fast - reference).abs() <= 1e-6 * scale + 1e-30, "dot, n = {n}: {fast} != {reference}");
-
-            let (mut fast, mut reference) = (a.clone(), a.clone());
-            axpy(&mut fast, -0.37, &b);
-            axpy_ref(&mut reference, -0.37, &b);
-            for (i, (f, r)) in fast.iter().zip(&reference).enumerate() {
-                // An FMA rounds once where the reference rounds twice.
-                assert!((f - r).abs() <= 1e-6 * (r.abs() + 1.0), "axpy, n = {n} [{i}]: {f} != {r}");
-            }
-
+            let b = data(n, n as u64 + 100);
             // Every f16 bit pattern class: normals, subnormals, zeros, infinities, NaNs (compared as bits).
             let halves: Vec<[u8; 2]> = (0..n as u32)
                 .map(|i| match i % 4 {

@@ -71,9 +71,9 @@ use sha2::{Digest, Sha256};
 pub use super::adapter::LoraAdapter;
 
 use crate::error::{Error, Result};
-use crate::kernels::f16::{axpy, dot};
 use crate::model::Model;
 use crate::parallel::for_each_row_chunk;
+use crate::simd::{axpy, dot};
 
 /// The projections of a layer that an adapter may adapt (Phi-3's fused tensors are split into these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -171,7 +171,7 @@ mod fast {
 
     fn block_kernel() -> Option<BlockFn> {
         #[cfg(target_arch = "x86_64")]
-        if crate::quant::has_avx2() {
+        if crate::simd::cpu::has_avx2() {
             // SAFETY: the CPU has AVX2 (checked just above).
             return Some(|x, q| unsafe { avx2::block(x, q) });
         }

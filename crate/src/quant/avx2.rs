@@ -1,6 +1,6 @@
 //! x86_64 kernels for the legacy quants and the float types, using AVX2, FMA and F16C.
 //!
-//! Every function here needs those three features: callers check [`super::has_avx2`] first.
+//! Every function here needs those three features: callers check [`crate::simd::cpu::has_avx2`] first.
 //! The quantized dots follow ggml's AVX2 code: unpack a block's 32 weights to bytes, multiply byte
 //! pairs and add them with `maddubs` (unsigned x signed -> i16), widen to i32 with `madd`, convert to
 //! f32 and accumulate `block scale * sums` with FMA. Rows are walked two blocks at a time into two
@@ -16,6 +16,7 @@ use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
 use super::{check_rows, even_odd};
+use crate::simd::avx2::hsum;
 
 /// The two f16s a block starts with, to f32 in lanes 0 and 1 (one 4-byte load).
 #[inline]
@@ -32,14 +33,6 @@ unsafe fn f16_product(x: [u8; 2], y: [u8; 2]) -> __m256 {
     let v = _mm_insert_epi16(_mm_cvtsi32_si128(u16::from_le_bytes(x) as i32), u16::from_le_bytes(y) as i16 as i32, 1);
     let v = _mm_cvtph_ps(v);
     _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// 16 bytes of packed nibbles -> 32 bytes in element order: low nibbles, then high nibbles.
@@ -225,16 +218,6 @@ unsafe fn dot_us8_vnni(u: __m256i, s: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s))
 }
 
-/// Whether this CPU has AVX512-VNNI with 256-bit vectors (AVX512VL), for [`legacy_rows_vnni`].
-pub fn has_vnni() -> bool {
-    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DETECTED.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-    })
-}
-
 /// The row kernel, stamped out for AVX2 and for AVX512-VNNI (`$dot_us8` sums the byte products). Both
 /// compute the same integer sums and then the same float operations, so their results are identical.
 ///
@@ -353,7 +336,7 @@ mod tests {
 
     #[test]
     fn vnni_kernels_equal_avx2_kernels() {
-        if !(crate::quant::has_avx2() && has_vnni()) {
+        if !(crate::simd::cpu::has_avx2() && crate::simd::cpu::has_vnni()) {
             return; // nothing to compare on this CPU
         }
         let x: Vec<f32> = (0..4 * 320).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * (1 + i % 5) as f32).collect();

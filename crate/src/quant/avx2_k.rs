@@ -10,6 +10,7 @@ use core::arch::x86_64::*;
 use super::act::{BlockQ8K, QK_K};
 use super::check_k_rows;
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::simd::avx2::hsum;
 
 /// f16 to f32 with the F16C instruction (as ggml's `GGML_CPU_FP16_TO_FP32` on x86).
 #[inline]
@@ -35,20 +36,10 @@ fn load128<T: Copy>(s: &[T]) -> __m128i {
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_float_8(x: __m256) -> f32 {
-    let mut res = _mm256_extractf128_ps::<1>(x);
-    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-    res = _mm_add_ss(res, _mm_movehdup_ps(res));
-    _mm_cvtss_f32(res)
-}
-
 /// A K-quant `vec_dot` in the order of this CPU's row kernels (see [`DotSum`]).
 macro_rules! dot_in_row_order {
     ($dot:ident, $w:expr, $a:expr) => {
-        if super::avx2::has_vnni() {
+        if crate::simd::cpu::has_vnni() {
             $dot::<true>($w, $a)
         } else {
             $dot::<false>($w, $a)
@@ -206,7 +197,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_float_8(acc)
+    hsum(acc)
 }
 
 /// # Safety
@@ -241,7 +232,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_float_8(acc)
+    hsum(acc)
 }
 
 /// # Safety
@@ -315,7 +306,7 @@ impl<const EXACT: bool> DotSum<EXACT> {
         if EXACT {
             self.exact
         } else {
-            hsum_float_8(self.lanes)
+            hsum(self.lanes)
         }
     }
 }
@@ -665,10 +656,10 @@ mod tests {
     /// `quant::tests` checks the stamping `dot_rows` runs; this one also reaches the other.
     #[test]
     fn row_kernels_equal_vec_dot() {
-        if !crate::quant::has_avx2() {
+        if !crate::simd::cpu::has_avx2() {
             return; // nothing to run on this CPU
         }
-        let vnni = crate::quant::avx2::has_vnni();
+        let vnni = crate::simd::cpu::has_vnni();
         let mut rng = Rng::new(5);
         // Rows: a tile of eight for `vnni_k` and four more.
         let (rows, row_blocks) = (11, 5);

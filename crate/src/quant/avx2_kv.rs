@@ -3,13 +3,13 @@
 //! multiplied by the block's scale: its values, exactly. Scores accumulate `q * x` with FMA in two
 //! accumulators per head and sum them once per row; weighted sums add `w * x` with FMA into the output.
 //!
-//! Every function here needs AVX2, FMA and F16C: callers check [`super::has_avx2`] first, and the shapes
+//! Every function here needs AVX2, FMA and F16C: callers check [`crate::simd::cpu::has_avx2`] first, and the shapes
 //! (`kv::check_scores`, `kv::check_sums`).
 
 use std::arch::x86_64::*;
 
-use super::avx2::hsum;
 use super::kv::{KvBlock, KV_BLOCK};
+use crate::simd::avx2::hsum;
 
 /// A block's 32 values, exactly, as four f32x8 in element order.
 #[inline]

@@ -39,7 +39,7 @@ impl KvBlock for BlockQ4_0 {}
 pub(crate) fn scores<B: KvBlock>(q: &[f32], k: &[&[B]], scale: f32, out: &mut [f32], stride: usize) {
     let Some(d) = check_scores(q, k, out, stride) else { return };
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if crate::simd::cpu::has_avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C; the shapes are checked.
         return unsafe { super::avx2_kv::scores(q, k, d, scale, out, stride) };
     }
@@ -59,7 +59,7 @@ pub(crate) fn scores<B: KvBlock>(q: &[f32], k: &[&[B]], scale: f32, out: &mut [f
 pub(crate) fn weighted_sums<B: KvBlock>(v: &[&[B]], w: &[f32], w_stride: usize, o: &mut [f32], o_stride: usize) {
     let Some((d, heads)) = check_sums(v, w, w_stride, o, o_stride) else { return };
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if crate::simd::cpu::has_avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C; the shapes are checked.
         return unsafe { super::avx2_kv::weighted_sums(v, d, heads, w, w_stride, o, o_stride) };
     }

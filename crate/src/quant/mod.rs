@@ -58,7 +58,7 @@ macro_rules! simd_kernel {
     };
     ($x86:ident, $wasm:ident, $arm:ident; $kernel:ident($($arg:expr),* $(,)?)) => {{
         #[cfg(target_arch = "x86_64")]
-        let out = if $crate::quant::has_avx2() {
+        let out = if $crate::simd::cpu::has_avx2() {
             // SAFETY: the CPU has AVX2, FMA and F16C, the features the x86_64 kernels are compiled for.
             Some(unsafe { $crate::quant::$x86::$kernel($($arg),*) })
         } else {
@@ -113,6 +113,9 @@ mod vnni_k;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(target_arch = "x86_64")]
+use crate::simd::cpu::{has_avx2, has_vnni};
 
 pub use act::{ActKind, ActRow, Activations, BlockQ8K, BlockQ8_0, BlockQ8_1};
 pub use float::{BlockBF16, BlockF16, BlockF32};
@@ -290,15 +293,6 @@ impl QuantMatrix<'_> {
     }
 }
 
-/// Whether this CPU has AVX2, FMA and F16C, the features of the x86_64 kernels (detected once).
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx2() -> bool {
-    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DETECTED.get_or_init(|| {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-    })
-}
-
 /// One GGUF block format.
 pub trait QuantBlock: Copy + 'static {
     /// Elements per block.
@@ -398,7 +392,7 @@ pub fn dot_rows<const A: usize>(
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
-    let tiles = has_avx2() && avx2::has_vnni();
+    let tiles = has_avx2() && has_vnni();
     #[cfg(not(target_arch = "x86_64"))]
     let tiles = false;
     if k_quant && tiles {
@@ -436,7 +430,7 @@ fn legacy_rows<B: SimdLegacy, const A: usize>(
         let a = a_rows.map(|r| acts.row(r).blocks());
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `has_vnni`.
         unsafe {
-            match avx2::has_vnni() {
+            match has_vnni() {
                 true => avx2::legacy_rows_vnni(w, row_blocks, a, scales(), out),
                 false => avx2::legacy_rows(w, row_blocks, a, scales(), out),
             }

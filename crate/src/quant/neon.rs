@@ -213,7 +213,7 @@ pub(crate) fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
     unsafe fn with_sdot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
         dot::<SDot, B>(w, a)
     }
-    if std::arch::is_aarch64_feature_detected!("dotprod") {
+    if crate::simd::cpu::has_dotprod() {
         // SAFETY: the CPU has dotprod.
         unsafe { with_sdot(w, a) }
     } else {
@@ -281,7 +281,7 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     ) {
         rows::<SDot, B, A>(w, row_blocks, a, a_scales, out)
     }
-    if std::arch::is_aarch64_feature_detected!("dotprod") {
+    if crate::simd::cpu::has_dotprod() {
         // SAFETY: the CPU has dotprod; the kernel checks its arguments before reading unchecked.
         unsafe { with_sdot(w, row_blocks, a, a_scales, out) }
     } else {
@@ -369,7 +369,7 @@ mod tests {
             unsafe {
                 let (xv, yv) = (vld1q_s8(x.as_ptr()), vld1q_s8(y.as_ptr()));
                 assert_eq!(vaddvq_s32(Widen::dot(vdupq_n_s32(0), xv, yv)), want, "{x:?} . {y:?}");
-                if std::arch::is_aarch64_feature_detected!("dotprod") {
+                if crate::simd::cpu::has_dotprod() {
                     assert_eq!(sdot(xv, yv), want, "{x:?} . {y:?}");
                 }
             }

@@ -109,6 +109,7 @@ fn bit_bytes(qh: [u8; 4], c: &Consts) -> (v128, v128) {
     (spread(c.spread_lo), spread(c.spread_hi))
 }
 
+/// The sum of `v`'s lanes in lane order (not `simd::simd128::hsum`'s pairs: these kernels' results depend on it).
 #[inline]
 fn hsum(v: v128) -> f32 {
     f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)

@@ -28,7 +28,6 @@ use sha2::{Digest, Sha256};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::gguf::{self, Value};
-use crate::kernels::f16::{axpy, dot};
 use crate::kernels::rmsnorm::inv_rms;
 use crate::kernels::rope::Rope;
 use crate::kv::cache::KvCache;
@@ -41,6 +40,7 @@ use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool};
 use crate::quant::{dequantize_row, quantize_row, Activations, GgmlType, QuantMatrix};
 use crate::record::{f32_at, seal, u32_at, u64_at, Kind};
+use crate::simd::{axpy, dot};
 
 const STATE_HEADER_BYTES: usize = 96;
 /// The saved training state's frame (`crate::record`).

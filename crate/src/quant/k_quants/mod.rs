@@ -48,11 +48,11 @@ pub(crate) fn dot_rows<const A: usize>(
     out: &mut [[f32; A]],
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if crate::simd::cpu::has_avx2() {
         use super::as_blocks;
         use super::avx2_k::*;
         use super::vnni_k::k4_rows_tiled;
-        let vnni = super::avx2::has_vnni();
+        let vnni = crate::simd::cpu::has_vnni();
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
         unsafe {
             match (ty, vnni) {

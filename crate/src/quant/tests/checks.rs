@@ -96,7 +96,7 @@ fn check_dots(ty: GgmlType, tolerance: f64, w: &[u8], cols: usize, acts: &Activa
 /// Whether `dot_rows` has a row kernel for `ty` on this machine: what it must say.
 fn has_row_kernel(ty: GgmlType) -> bool {
     #[cfg(target_arch = "x86_64")]
-    let simd = has_avx2();
+    let simd = crate::simd::cpu::has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
     let simd = cfg!(any(target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")));
     let legacy = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0);
