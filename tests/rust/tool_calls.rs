@@ -7,7 +7,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use ruvllm::chat_template::tool_calls::{ParsedAnswer, ToolCallStream, ToolDelta};
+use ruvllm::chat_template::tool_calls::{assemble, ParsedAnswer, ToolCallStream, ToolDelta};
 use ruvllm::{
     ChatMessage, ChatTemplate, FinishReason, GenerateOptions, MessageToolCall, Model, RenderOptions, SamplerConfig,
     Session, ToolCall, ToolChoice, ToolFormat, ToolSpec, ToolUse,
@@ -155,25 +155,21 @@ fn answer(model: &Arc<Model>, messages: &[ChatMessage], tool_use: &ToolUse, samp
     let out = session.generate(&prompt.ids, opts, None, |t| deltas.extend(stream.push(&t.text))).unwrap();
     deltas.extend(stream.finish());
     let parsed = format.parse(&out.text);
-    assert_eq!(assemble(&deltas), parsed, "streamed and whole readings differ on {:?}", out.text);
-    assert_eq!(out.finish, FinishReason::Stop, "{choice:?} under {format:?}: {:?}", out.text);
-    parsed
-}
-
-/// The answer that streamed deltas make up, as a client assembles OpenAI's chunks.
-fn assemble(deltas: &[ToolDelta]) -> ParsedAnswer {
-    let mut answer = ParsedAnswer::default();
-    for d in deltas {
+    // Calls start in order and only a started call's arguments follow, as a client indexing its list needs.
+    let mut started = 0;
+    for d in &deltas {
         match d {
-            ToolDelta::Content(text) => answer.content.push_str(text),
-            ToolDelta::CallStart { index, name } => {
-                assert_eq!(*index, answer.tool_calls.len());
-                answer.tool_calls.push(ToolCall { name: name.clone(), arguments: String::new() });
+            ToolDelta::CallStart { index, .. } => {
+                assert_eq!(*index, started, "calls start in order");
+                started += 1;
             }
-            ToolDelta::Arguments { index, text } => answer.tool_calls[*index].arguments.push_str(text),
+            ToolDelta::Arguments { index, .. } => assert!(*index < started, "{d:?} before its call"),
+            ToolDelta::Content(_) => {}
         }
     }
-    answer
+    assert_eq!(assemble(deltas), parsed, "streamed and whole readings differ on {:?}", out.text);
+    assert_eq!(out.finish, FinishReason::Stop, "{choice:?} under {format:?}: {:?}", out.text);
+    parsed
 }
 
 /// Each call names a tool and its arguments hold to that tool's schema.

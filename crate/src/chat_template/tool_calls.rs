@@ -228,8 +228,9 @@ impl ToolFormat {
     }
 }
 
-/// The answer that `deltas` make up.
-fn assemble(deltas: impl IntoIterator<Item = ToolDelta>) -> ParsedAnswer {
+/// The answer that `deltas` make up, as a client assembles OpenAI's streamed chunks (a delta of a call not yet
+/// started is dropped: [`ToolCallStream`] never emits one).
+pub fn assemble(deltas: impl IntoIterator<Item = ToolDelta>) -> ParsedAnswer {
     let mut answer = ParsedAnswer::default();
     for delta in deltas {
         match delta {
