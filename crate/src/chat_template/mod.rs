@@ -129,6 +129,8 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     tool_format: ToolFormat,
+    /// Which turns it prints, for the generic tool form: probed at the first render that needs it.
+    generic_turns: std::sync::OnceLock<tool_prompt::GenericTurns>,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -152,7 +154,13 @@ impl ChatTemplate {
         env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
         nesting::check(source, syntax).map_err(Error::ChatTemplate)?;
         let tool_format = ToolFormat::detect(source);
-        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), tool_format })
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+            tool_format,
+            generic_turns: std::sync::OnceLock::new(),
+        })
     }
 
     /// From `tokenizer.chat_template` in GGUF metadata; bos/eos token texts from
@@ -205,9 +213,15 @@ impl ChatTemplate {
         }
         let generic;
         let (messages, tools) = if self.tool_format == ToolFormat::Generic {
-            let turns = tool_prompt::GenericTurns {
-                system: !options.tools.is_empty() && self.renders_turn("system"),
-                tool: messages.iter().any(|m| m.role == "tool") && self.renders_turn("tool"),
+            // A conversation without tools or their turns is rendered as it is: no probe.
+            let needed = !options.tools.is_empty() || messages.iter().any(|m| m.role == "tool");
+            let turns = if needed {
+                *self.generic_turns.get_or_init(|| tool_prompt::GenericTurns {
+                    system: self.renders_turn("system"),
+                    tool: self.renders_turn("tool"),
+                })
+            } else {
+                tool_prompt::GenericTurns { system: false, tool: false }
             };
             generic = tool_prompt::generic(messages, &options.tools, turns);
             (generic.as_slice(), &[][..])
