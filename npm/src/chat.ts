@@ -417,8 +417,9 @@ export function chatRequestJson(messages: ChatMessage[], options: ChatTemplateOp
   }, 'the chat request');
 }
 
-/** A message's text: a string, OpenAI's text parts joined, or empty for null (an assistant turn of calls only). */
-function messageText(m: ChatMessage, at: string): string {
+/** A message's text: a string, OpenAI's text parts joined, or empty for null (an assistant turn of calls only).
+ * `at` names the message in the error a malformed one gets. */
+export function messageText(m: ChatMessage, at: string): string {
   const content = m.content as unknown;
   if (typeof content === 'string') return content;
   if ((content === null || content === undefined) && m.role === 'assistant') return '';

@@ -142,6 +142,8 @@ test('a template given at load (Llama 3.2) holds a tiny model to its call format
     tiny.dispose();
   }
   await rejectsWith(LLM.load(join(FIXTURES, 'tiny-qwen2.gguf'), { threads: 1, chatTemplate: '{% for m in messages %}' }), 'E_CHAT_TEMPLATE');
+  // A template past the bound (1 MiB) is refused before it is parsed.
+  await rejectsWith(LLM.load(join(FIXTURES, 'tiny-qwen2.gguf'), { threads: 1, chatTemplate: 'x'.repeat((1 << 20) + 1) }), 'E_CHAT_TEMPLATE');
 });
 
 test('bad tools, tool choices and messages are E_INVALID_ARGUMENT before any token', async () => {

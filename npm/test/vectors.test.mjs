@@ -168,6 +168,17 @@ test('the memory recalls other conversations\' turns into the prompt, within its
   assert.equal(messages.length, 2);
   assert.equal(messages[0].content, `Be brief.\n\nRelevant turns from earlier conversations (most relevant first):\n- ${r2[0].role}: ${r2[0].content}`);
   assert.deepEqual(messages[1], { role: 'user', content: 'What treats can I give my beagle?' });
+  // OpenAI's text parts read as their joined text, in the question and in the system message the note joins.
+  const parts = await memory.augment(
+    [
+      { role: 'system', content: [{ type: 'text', text: 'Be ' }, { type: 'text', text: 'brief.' }] },
+      { role: 'user', content: [{ type: 'text', text: 'What treats can I give ' }, { type: 'text', text: 'my beagle?' }] },
+    ],
+    { conversation: 'now', k: 1 },
+  );
+  assert.deepEqual(parts.recalled.map((t) => t.content), r2.map((t) => t.content));
+  assert.equal(parts.messages[0].content, messages[0].content);
+  await assert.rejects(memory.augment([{ role: 'user', content: [{ type: 'image_url' }] }]), { code: 'E_INVALID_ARGUMENT' });
   assert.deepEqual((await memory.recall('cherry blossoms', { exceptConversation: 'trip' })).map((t) => t.conversation).filter((c) => c === 'trip'), []);
   await memory.flush();
   const info = memory.info();

@@ -122,6 +122,11 @@ impl Default for RenderOptions {
 /// The variables a render sets itself.
 const RESERVED: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
 
+/// The longest template source compiled: real ones are a few KiB (Qwen 3's, Llama 3.2's and Mistral Nemo's in
+/// tests/fixtures/templates are 4 KiB each), and a template comes from outside (a GGUF's metadata, a load option),
+/// so its cost is bounded before parsing.
+pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
+
 /// A compiled chat template with the model's BOS/EOS token texts.
 #[derive(Clone)]
 pub struct ChatTemplate {
@@ -143,8 +148,14 @@ impl fmt::Debug for ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// Compile `source` once. Syntax errors give `Error::ChatTemplate`.
+    /// Compile `source` once. Syntax errors and a source over [`MAX_TEMPLATE_BYTES`] give `Error::ChatTemplate`.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
+        if source.len() > MAX_TEMPLATE_BYTES {
+            return Err(Error::ChatTemplate(format!(
+                "the template is {} bytes, more than the {MAX_TEMPLATE_BYTES} a chat template may have",
+                source.len()
+            )));
+        }
         let mut env = Environment::new();
         // As HF transformers renders chat templates.
         let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(template_error)?;
@@ -652,6 +663,15 @@ mod tests {
         let e = ChatTemplate::new("{% for m in messages %}{{ m.content }}", "", "").unwrap_err();
         assert!(matches!(e, Error::ChatTemplate(_)), "{e}");
         assert_eq!(e.code(), "E_CHAT_TEMPLATE");
+    }
+
+    #[test]
+    fn a_template_past_the_size_bound_is_refused_before_parsing() {
+        let text = "x".repeat(MAX_TEMPLATE_BYTES);
+        assert_eq!(ChatTemplate::new(&text, "", "").unwrap().render(&[], false).unwrap(), text);
+        let e = ChatTemplate::new(&format!("{text}x"), "", "").unwrap_err();
+        assert!(matches!(e, Error::ChatTemplate(_)), "{e}");
+        assert!(e.to_string().contains(&format!("{} bytes", MAX_TEMPLATE_BYTES + 1)), "{e}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! free text); the grammar holds the answer to the calls the choice allows, from the first token under
 //! `required` or a named function, from a call's marker on under `auto` (`ToolFormat::grammar`).
 
+use std::borrow::Cow;
+
 use crate::chat_template::tool_calls::{ToolChoice, ToolFormat};
 use crate::chat_template::{ChatMessage, RenderOptions};
 use crate::constraint::GrammarSource;
@@ -49,10 +51,10 @@ impl Model {
     ) -> Result<ChatPrompt> {
         let choice = &tool_use.choice;
         let format = self.chat_template()?.tool_format();
-        if *choice == ToolChoice::None || options.tools.is_empty() {
-            let plain = RenderOptions { tools: Vec::new(), ..options.clone() };
+        let options = offered(options, choice);
+        if options.tools.is_empty() {
             return Ok(ChatPrompt {
-                ids: self.chat_prompt_ids(messages, &plain, parse_special_in_messages)?,
+                ids: self.chat_prompt_ids(messages, &options, parse_special_in_messages)?,
                 grammar: None,
                 tool_format: None,
             });
@@ -60,9 +62,29 @@ impl Model {
         let tokenizer = self.tokenizer();
         let special = |text: &str| tokenizer.token_id(text).filter(|&id| tokenizer.is_control(id));
         Ok(ChatPrompt {
-            ids: self.chat_prompt_ids(messages, options, parse_special_in_messages)?,
+            ids: self.chat_prompt_ids(messages, &options, parse_special_in_messages)?,
             grammar: format.grammar(&options.tools, choice, tool_use.parallel, &special).map(GrammarSource::Lark),
             tool_format: Some(format),
         })
+    }
+
+    /// The prompt text [`Model::chat_prompt`] tokenizes: `messages` with the tools offered as `tool_use` says.
+    pub fn chat_prompt_text(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions,
+        tool_use: &ToolUse,
+    ) -> Result<String> {
+        self.chat_template()?.render_with(messages, &offered(options, &tool_use.choice))
+    }
+}
+
+/// `options` as a request under `choice` renders them: `none` offers no tool, so the template lists none.
+fn offered<'a>(options: &'a RenderOptions, choice: &ToolChoice) -> Cow<'a, RenderOptions> {
+    match choice {
+        ToolChoice::None if !options.tools.is_empty() => {
+            Cow::Owned(RenderOptions { tools: Vec::new(), ..options.clone() })
+        }
+        _ => Cow::Borrowed(options),
     }
 }

@@ -46,9 +46,7 @@ impl JsChatRequest {
 /// The request's prompt text, as the template renders it (tools included).
 pub(crate) fn apply_chat_template(model: &Model, request_json: &str) -> Result<String, JsValue> {
     let (messages, options, tool_use) = JsChatRequest::read(request_json)?;
-    let options =
-        if tool_use.choice == ToolChoice::None { RenderOptions { tools: Vec::new(), ..options } } else { options };
-    model.chat_template().and_then(|t| t.render_with(&messages, &options)).map_err(js_error)
+    model.chat_prompt_text(&messages, &options, &tool_use).map_err(js_error)
 }
 
 /// `Model::chat_prompt` as JSON: `{ids, grammar (Lark text or null), tool_format (null: no tools offered)}`.

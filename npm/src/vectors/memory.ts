@@ -2,7 +2,7 @@
 // index under its conversation; before a new message, the turns of other conversations nearest it are recalled and
 // put in the prompt. The memory keeps within a byte budget, dropping the turns least recently remembered or
 // recalled first, and lives in a store, so a page or process that reopens it recalls the same turns.
-import type { ChatMessage } from '../chat.js';
+import { messageText, type ChatMessage } from '../chat.js';
 import { invalid } from '../errors.js';
 import type { LLM } from '../llm.js';
 import { openStore } from '../platform.js';
@@ -125,12 +125,12 @@ export class Memory {
     if (!Array.isArray(messages)) throw invalid('messages must be an array');
     const last = [...messages].reverse().find((m) => m.role === 'user');
     if (!last) return { messages, recalled: [] };
-    const question = typeof last.content === 'string' ? last.content : (last.content ?? []).map((part) => part.text).join('');
+    const question = messageText(last, 'the last user message');
     const recalled = await this.recall(question, { ...options, exceptConversation: options.exceptConversation ?? options.conversation });
     if (recalled.length === 0) return { messages, recalled };
     const note = ['Relevant turns from earlier conversations (most relevant first):', ...recalled.map((t) => `- ${t.role}: ${t.content}`)].join('\n');
     const [first, ...rest] = messages;
-    const out = first?.role === 'system' ? [{ ...first, content: `${first.content}\n\n${note}` }, ...rest] : [{ role: 'system', content: note }, ...messages];
+    const out = first?.role === 'system' ? [{ ...first, content: `${messageText(first, 'messages[0]')}\n\n${note}` }, ...rest] : [{ role: 'system', content: note }, ...messages];
     return { messages: out, recalled };
   }
 
