@@ -78,6 +78,7 @@ const NOTES: &str = "\
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 --lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
+--seed (generate): the sampler's seed; default a fresh random one, which --json prints.
 --json-schema, --grammar, --regex (generate, one of them): the output is JSON valid under the schema in FILE, follows
 the grammar in FILE (llama.cpp's GBNF; llguidance's Lark when FILE ends in .lark), or matches RX.
 `--name=value` is `--name value`. `--` ends the options: what follows is TEXT even if it begins with `-`.";
@@ -169,6 +170,13 @@ fn adapters(args: &Args, model: &Model) -> Result<AdapterSet, String> {
     Ok(AdapterSet::new(set))
 }
 
+/// The seed of a run that names none: random (std's hasher keys come from the OS's random source), below 2^53 so
+/// that either CLI takes it back as `--seed`.
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(0u8) >> 11
+}
+
 /// The grammar of `--json-schema FILE`, `--grammar FILE` or `--regex RX` (at most one).
 fn grammar(args: &Args) -> Result<Option<GrammarSource>, String> {
     let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
@@ -213,6 +221,10 @@ fn generate(args: &Args) -> CliResult {
         model.tokenizer().encode_with_special(prompt, true)
     };
     let prompt_ids = prompt_ids.map_err(|e| e.to_string())?;
+    let seed = match args.opt("seed") {
+        Some(_) => args.num("seed", 0)?,
+        None => fresh_seed(),
+    };
     let opts = GenerateOptions {
         max_tokens: args.num("max-tokens", 256)?,
         sampler: SamplerConfig {
@@ -221,7 +233,7 @@ fn generate(args: &Args) -> CliResult {
             top_p: args.num("top-p", 0.95)?,
             min_p: args.num("min-p", 0.05)?,
             repeat_penalty: args.num("repeat-penalty", 1.0)?,
-            seed: args.num("seed", 0)?,
+            seed,
             ..SamplerConfig::default()
         },
         stop: args.all("stop"),
@@ -246,7 +258,7 @@ fn generate(args: &Args) -> CliResult {
             "{}",
             json!({
                 "prompt_ids": prompt_ids, "ids": out.ids, "text": out.text, "finish_reason": out.finish.as_str(),
-                "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
+                "seed": seed, "load_ms": load_ms, "prefill_tok_s": s.prefill_tok_s(), "decode_tok_s": s.decode_tok_s(),
             })
         );
     } else {

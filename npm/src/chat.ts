@@ -143,6 +143,8 @@ export interface ChatCompletion {
     logprobs: null;
   }>;
   usage: ChatCompletionUsage;
+  /** Not OpenAI's: the sampler's seed, the request's or the fresh one drawn for a request without one. */
+  seed: number;
 }
 
 export interface ChatCompletionChunk {
@@ -158,6 +160,8 @@ export interface ChatCompletionChunk {
   }>;
   /** Only on the last chunk (the one with a finish_reason). */
   usage?: ChatCompletionUsage;
+  /** Only on the last chunk: the sampler's seed, as `ChatCompletion.seed`. */
+  seed?: number;
 }
 
 export interface Chat {
@@ -335,7 +339,7 @@ export function createChat(llm: ChatHost): Chat {
       const message: ChatCompletion['choices'][0]['message'] = { role: 'assistant', content: calls.list.length > 0 && content === '' ? null : content, refusal: null };
       if (calls.list.length > 0) message.tool_calls = calls.list;
       const choice = { index: 0, message, finish_reason: finishReason(result), logprobs: null } as const;
-      return { ...head, object: 'chat.completion', choices: [choice], usage: usage(result) } satisfies ChatCompletion;
+      return { ...head, object: 'chat.completion', choices: [choice], usage: usage(result), seed: result.seed } satisfies ChatCompletion;
     }
     return (async function* (): AsyncGenerator<ChatCompletionChunk> {
       const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish_reason: FinishReason | null): ChatCompletionChunk => ({
@@ -352,7 +356,7 @@ export function createChat(llm: ChatHost): Chat {
           else for (const delta of calls.take(reader.push(r.value.text))) yield chunk(delta, null);
         }
         if (reader) for (const delta of calls.take(reader.finish())) yield chunk(delta, null);
-        yield { ...chunk({}, finishReason(r.value)), usage: usage(r.value) };
+        yield { ...chunk({}, finishReason(r.value)), usage: usage(r.value), seed: r.value.seed };
       } finally {
         reader?.finish(); // frees the reader of a stream left early
         await generation.return(undefined as never); // cancels a generation left early

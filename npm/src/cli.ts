@@ -74,6 +74,7 @@ const NOTES = `--model defaults to $RUVLLM_MODEL. --threads: default the cores, 
 --kv-cold: the two-tier KV cache, positions older than the hot window stored as q8_0 or q4_0 (default f16: one
 tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multiple of 32 (default 128).
 --lora (generate, bench): a llama.cpp GGUF LoRA adapter applied at SCALE (default 1), several in the order given.
+--seed (generate): the sampler's seed; default a fresh random one, which --json prints.
 --json-schema, --grammar, --regex (generate, one of them): the output is JSON valid under the schema in FILE, follows
 the grammar in FILE (llama.cpp's GBNF; llguidance's Lark when FILE ends in .lark), or matches RX.
 \`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
@@ -258,7 +259,7 @@ function sampling(args: Args): GenerateOptions {
     topP: args.num('top-p', 0.95),
     minP: args.num('min-p', 0.05),
     repeatPenalty: args.num('repeat-penalty', 1.0),
-    seed: args.num('seed', 0),
+    seed: args.opt('seed') === undefined ? undefined : args.num('seed', 0),
     stop: args.all('stop'),
     ignoreEos: args.flag('ignore-eos'),
   };
@@ -298,7 +299,7 @@ async function generate(args: Args): Promise<void> {
     const t = r.timings;
     printJson({
       prompt_ids: promptIds, ids: r.ids, text: r.text, finish_reason: r.finishReason,
-      load_ms: loadMs, prefill_tok_s: t.prefillTokensPerSecond, decode_tok_s: t.decodeTokensPerSecond,
+      seed: r.seed, load_ms: loadMs, prefill_tok_s: t.prefillTokensPerSecond, decode_tok_s: t.decodeTokensPerSecond,
     });
   } else {
     console.log();

@@ -300,14 +300,15 @@ export function parseInfo(
   };
 }
 
-/** `Engine.finish(false)`: a generation's result. */
-export function parseResult(json: string | undefined): GenerateResult {
+/** `Engine.finish(false)`: the result of a generation sampled with `seed`. */
+export function parseResult(json: string | undefined, seed: number): GenerateResult {
   if (json === undefined) throw new RuvllmError('E_ENGINE_CRASHED', 'the engine lost the generation in progress');
   const o = JSON.parse(json);
   return {
     ids: o.ids,
     text: o.text,
     finishReason: o.finish_reason,
+    seed,
     usage: {
       promptTokens: o.prompt_tokens,
       cachedTokens: o.cached_tokens,

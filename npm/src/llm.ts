@@ -9,7 +9,7 @@ import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
 import { AbortError, invalid, throwIfAborted } from './errors.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
-import { checkKvCache, engineOptions, tokenIds, type GenerateOptions } from './options.js';
+import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions } from './options.js';
 import { initWasm, openStore, type StartedWasm } from './platform.js';
 import type { ModelSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
@@ -150,9 +150,10 @@ export class LLM {
    */
   generate(prompt: string | readonly number[], options: GenerateOptions = {}): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     this.#engine.usable();
-    const json = engineOptions(options);
+    const seed = options.seed ?? freshSeed();
+    const json = engineOptions({ ...options, seed });
     const ids = typeof prompt === 'string' ? prompt : tokenIds(prompt, 'prompt');
-    return this.#run(ids, json, options.signal);
+    return this.#run(ids, json, seed, options.signal);
   }
 
   /** `generate` run to the end. */
@@ -172,7 +173,7 @@ export class LLM {
     return this.#engine.exclusive(options.signal, async () => JSON.parse((await this.#engine.callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
-  async *#run(prompt: string | Uint32Array, json: string, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
+  async *#run(prompt: string | Uint32Array, json: string, seed: number, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     const handle = this.#engine;
     const release = await handle.lock(signal);
     let started = false;
@@ -195,7 +196,7 @@ export class LLM {
         if ('id' in step) yield { id: step.id, text: step.text };
       }
       started = false;
-      const result = parseResult(handle.call((e) => e.finish(false)));
+      const result = parseResult(handle.call((e) => e.finish(false)), seed);
       conversation = Uint32Array.from([...conversation, ...result.ids]);
       return result;
     } finally {

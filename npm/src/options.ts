@@ -22,7 +22,9 @@ export interface GenerateOptions {
   frequencyPenalty?: number;
   /** How many recent tokens the penalties look at (default 64). */
   penaltyLastN?: number;
-  /** Integer seed; the same seed, prompt and options give the same tokens (default 0). */
+  /** Integer seed in [0, 2^53); the same seed, prompt and options give the same tokens. Default: a fresh random seed
+   * per request (as llama.cpp and OpenAI sample), which the result's `seed` names, so that asking again gives
+   * another answer. */
   seed?: number;
   /** Generation ends when the text contains one of these; the stop string itself is not returned. */
   stop?: string | string[];
@@ -80,6 +82,12 @@ export function checkGrammar(grammar: unknown): Grammar {
 const INTEGERS = ['maxTokens', 'topK', 'penaltyLastN', 'seed'] as const;
 const NUMBERS = ['temperature', 'topP', 'minP', 'repeatPenalty', 'presencePenalty', 'frequencyPenalty'] as const;
 const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters', 'grammar']);
+
+/** A seed for a request that names none: random, within the integers `seed` takes. */
+export function freshSeed(): number {
+  const [high, low] = crypto.getRandomValues(new Uint32Array(2));
+  return (high & 0x1fffff) * 2 ** 32 + low;
+}
 
 /** Check types and integer ranges here (the engine checks the float ranges) and build the engine's JSON. */
 export function engineOptions(options: GenerateOptions): string {

@@ -149,6 +149,8 @@ export interface GenerateResult {
   ids: number[];
   text: string;
   finishReason: 'stop' | 'length';
+  /** The sampler's seed: the request's, or the fresh one drawn for a request without one. */
+  seed: number;
   usage: Usage;
   timings: {
     prefillMs: number;

@@ -80,6 +80,18 @@ test('sampling is deterministic for a seed and varies across seeds', async () =>
   for (const seed of [1, 2, 3, 4]) others.add((await llm.complete(STORY, { ...opts, seed })).ids.join());
   others.add(a.ids.join());
   assert.ok(others.size > 1, 'different seeds gave the same tokens');
+  assert.equal(a.seed, 7);
+  // Without a seed each request draws a fresh one, which its result names: asking again samples anew, and the
+  // named seed replays the answer.
+  const fresh = [await llm.complete(STORY, opts), await llm.complete(STORY, opts)];
+  assert.notEqual(fresh[0].seed, fresh[1].seed);
+  for (const r of fresh) {
+    assert.ok(Number.isSafeInteger(r.seed) && r.seed >= 0, `seed ${r.seed}`);
+    assert.deepEqual((await llm.complete(STORY, { ...opts, seed: r.seed })).ids, r.ids);
+  }
+  const chat = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'Tell me a story.' }], temperature: 1, max_tokens: 8 });
+  const again = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'Tell me a story.' }], temperature: 1, max_tokens: 8, seed: chat.seed });
+  assert.equal(again.choices[0].message.content, chat.choices[0].message.content);
 });
 
 test('an AbortSignal stops generation promptly and leaves the model usable', async () => {

@@ -72,6 +72,14 @@ test('sampling flags are accepted as the native CLI takes them, and seeded runs 
   assert.deepEqual(wasm.prompt_ids, native.prompt_ids);
   assert.equal(wasm.ids.length, 24);
   assert.deepEqual(JSON.parse(wasmCli(...args)).ids, wasm.ids);
+  assert.equal(wasm.seed, 1234);
+  assert.equal(native.seed, 1234);
+  // Without --seed each run draws a fresh seed and prints it; given back as --seed, it replays the run.
+  const unseeded = args.filter((a, i) => a !== '--seed' && args[i - 1] !== '--seed');
+  const [w, n] = both(...unseeded);
+  assert.notEqual(w.seed, n.seed);
+  assert.deepEqual(JSON.parse(wasmCli(...unseeded, '--seed', String(w.seed))).ids, w.ids);
+  assert.deepEqual(JSON.parse(nativeCli(...unseeded, '--seed', String(n.seed))).ids, n.ids);
   const stopped = both('generate', '--model', MODEL_PATH, '--prompt', FRANCE.prompt, '--temperature', '0', '--stop', ' Paris', '--json');
   assert.equal(stopped[0].text, 'The capital of France is');
   assert.deepEqual(generated(stopped[0]), generated(stopped[1]));
