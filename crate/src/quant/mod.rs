@@ -22,7 +22,8 @@
 //! `simd_kernel!` picks them: AVX2+FMA+F16C detected once at run time on x86_64, simd128 and NEON at compile time.
 //! The legacy types share one generic dot (`legacy_dot`) and row kernel (`legacy_rows`) per ISA: `LegacyBlock` says
 //! what a type's scales are, the ISA's `Unpack` how its quants unpack. Q4_K, Q5_K and Q6_K have row kernels of their
-//! own (`q4k_rows` and so on in `avx2_k.rs`, `simd128_k.rs`): each unpacks a block's quants and sub-block scales once for
+//! own (`q4k_rows` and so on in `simd128_k.rs`; in `avx2_k.rs` Q4_K and Q5_K share `k4_rows`, `K4Block` saying where
+//! a type's fifth bits are, if any): each unpacks a block's quants and sub-block scales once for
 //! the activation rows, then does per output exactly its `vec_dot`'s integer sums and float operations, so the results
 //! equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). With AVX512-VNNI, prefill of
 //! Q4_K and Q5_K takes weight rows eight at a time (`vnni_k.rs`): the eight rows' quant bytes are transposed so
