@@ -6,6 +6,7 @@
 //! sub-block scales (to i32), integer accumulation over the super-block, and one float FMA per block.
 
 use core::arch::x86_64::*;
+use std::mem::offset_of;
 
 use super::act::{BlockQ8K, QK_K};
 use super::check_k_rows;
@@ -36,27 +37,16 @@ fn load128<T: Copy>(s: &[T]) -> __m128i {
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
 }
 
-/// A K-quant `vec_dot` in the order of this CPU's row kernels (see [`DotSum`]).
-macro_rules! dot_in_row_order {
-    ($dot:ident, $w:expr, $a:expr) => {
-        if crate::simd::cpu::has_vnni() {
-            $dot::<true>($w, $a)
-        } else {
-            $dot::<false>($w, $a)
-        }
-    };
-}
-
 /// Shift each 16-bit lane by a run-time count (ggml shifts by a loop variable).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn srl16(x: __m256i, n: i32) -> __m256i {
+fn srl16(x: __m256i, n: i32) -> __m256i {
     _mm256_srl_epi16(x, _mm_cvtsi32_si128(n))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn sll16(x: __m256i, n: i32) -> __m256i {
+fn sll16(x: __m256i, n: i32) -> __m256i {
     _mm256_sll_epi16(x, _mm_cvtsi32_si128(n))
 }
 
@@ -235,35 +225,148 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
+/// Q4_K and Q5_K, which the kernels here and `vnni_k`'s tiles read alike: d, dmin and the 12 packed bytes of 6-bit
+/// scales and mins ([`scales_mins_k4`]) first, then 4-bit quants in the same layout, plus (Q5_K) a fifth bit per
+/// value in `qh`. The fifth bits are the one difference: see [`unpack_k4`].
+pub(crate) trait K4Block: Sized {
+    /// Where the 128 bytes of low nibbles start.
+    const QS: usize;
+    /// Where the 32 bytes of fifth bits start (Q5_K), if any.
+    const QH: Option<usize>;
+
+    /// The f16 super-block scales of the scales and of the mins.
+    fn d_dmin(&self) -> ([u8; 2], [u8; 2]);
+    fn scales(&self) -> &[u8; 12];
+    fn qs(&self) -> &[u8; QK_K / 2];
+    /// The fifth bits (Q5_K), if any.
+    fn qh(&self) -> Option<&[u8; QK_K / 8]>;
+}
+
+impl K4Block for BlockQ4K {
+    const QS: usize = offset_of!(BlockQ4K, qs);
+    const QH: Option<usize> = None;
+
+    #[inline]
+    fn d_dmin(&self) -> ([u8; 2], [u8; 2]) {
+        (self.d, self.dmin)
+    }
+    #[inline]
+    fn scales(&self) -> &[u8; 12] {
+        &self.scales
+    }
+    #[inline]
+    fn qs(&self) -> &[u8; QK_K / 2] {
+        &self.qs
+    }
+    #[inline]
+    fn qh(&self) -> Option<&[u8; QK_K / 8]> {
+        None
+    }
+}
+
+impl K4Block for BlockQ5K {
+    const QS: usize = offset_of!(BlockQ5K, qs);
+    const QH: Option<usize> = Some(offset_of!(BlockQ5K, qh));
+
+    #[inline]
+    fn d_dmin(&self) -> ([u8; 2], [u8; 2]) {
+        (self.d, self.dmin)
+    }
+    #[inline]
+    fn scales(&self) -> &[u8; 12] {
+        &self.scales
+    }
+    #[inline]
+    fn qs(&self) -> &[u8; QK_K / 2] {
+        &self.qs
+    }
+    #[inline]
+    fn qh(&self) -> Option<&[u8; QK_K / 8]> {
+        Some(&self.qh)
+    }
+}
+
+/// A block's fifth bits loaded for [`unpack_k4`], once per block: `None` for Q4_K.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::manual_map)] // no closure: vector-valued closures were not inlined into these kernels (see `vnni_k`)
+fn load_qh<B: K4Block>(x: &B) -> Option<__m256i> {
+    match x.qh() {
+        Some(qh) => Some(load256(qh)),
+        None => None,
+    }
+}
+
+/// The `j`-th 64 values of a Q4_K or Q5_K block (sub-blocks `2j` and `2j + 1`) as unsigned bytes: the low and
+/// high nibbles of its 32 quant bytes, plus 16 where the value's fifth bit (bit `2j`, then `2j + 1`, of `qh`'s
+/// byte, from [`load_qh`]) is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_k4<B: K4Block>(x: &B, hbits: Option<__m256i>, j: usize) -> [__m256i; 2] {
+    let m4 = _mm256_set1_epi8(0xF);
+    let qbits = load256(&x.qs()[32 * j..]);
+    let (lo, hi) = (_mm256_and_si256(qbits, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(qbits), m4));
+    match hbits {
+        Some(hbits) => [
+            _mm256_or_si256(lo, fifth_bit(hbits, 2 * j as i32)),
+            _mm256_or_si256(hi, fifth_bit(hbits, 2 * j as i32 + 1)),
+        ],
+        None => [lo, hi],
+    }
+}
+
+/// Bit `n` of each byte of `qh`, as 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn fifth_bit(qh: __m256i, n: i32) -> __m256i {
+    _mm256_and_si256(sll16(srl16(qh, n), 4), _mm256_set1_epi8(16))
+}
+
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    dot_in_row_order!(q4k_dot, w, a)
+    vec_dot_k4(w, a)
+}
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    vec_dot_k4(w, a)
+}
+
+/// A Q4_K or Q5_K `vec_dot` in the order of this CPU's row kernels (see [`DotSum`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn vec_dot_k4<B: K4Block>(w: &[B], a: &[BlockQ8K]) -> f32 {
+    if crate::simd::cpu::has_vnni() {
+        k4_dot::<B, true>(w, a)
+    } else {
+        k4_dot::<B, false>(w, a)
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_dot<const EXACT: bool>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
+fn k4_dot<B: K4Block, const EXACT: bool>(w: &[B], a: &[BlockQ8K]) -> f32 {
     let (mut acc, mut acc_m) = (DotSum::<EXACT>::new(), _mm_setzero_ps());
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16_to_f32(x.d);
-        let dmin = -y.d * f16_to_f32(x.dmin);
+        let (xd, xdmin) = x.d_dmin();
+        let d = y.d * f16_to_f32(xd);
+        let dmin = -y.d * f16_to_f32(xdmin);
 
-        let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
+        let (scales, mins) = scales_and_mins_k4(x.scales(), &y.bsums);
+        let hbits = load_qh(x);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..QK_K / 64 {
             let [scale_l, scale_h] = scale_pair_k4(scales, j);
-
-            let q4bits = load256(&x.qs[32 * j..]);
-            let q4l = _mm256_and_si256(q4bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+            let [q_l, q_h] = unpack_k4(x, hbits, j);
 
             let q8l = load256(&y.qs[64 * j..]);
-            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q_l, q8l));
             let q8h = load256(&y.qs[64 * j + 32..]);
-            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q_h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
         }
         k4_block_sum(&mut acc, &mut acc_m, (d, dmin), sumi, mins);
@@ -365,58 +468,6 @@ fn k4_dot_end<const EXACT: bool>(acc: DotSum<EXACT>, acc_m: __m128) -> f32 {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    dot_in_row_order!(q5k_dot, w, a)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5k_dot<const EXACT: bool>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
-    let mone = _mm256_set1_epi8(1);
-    let (mut acc, mut acc_m) = (DotSum::<EXACT>::new(), _mm_setzero_ps());
-    for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16_to_f32(x.d);
-        let dmin = -y.d * f16_to_f32(x.dmin);
-
-        let (scales, mins) = scales_and_mins_k4(&x.scales, &y.bsums);
-
-        let hbits = load256(&x.qh);
-        let mut hmask = mone;
-        let mut bit = 0;
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..QK_K / 64 {
-            let [scale_0, scale_1] = scale_pair_k4(scales, j);
-
-            let q5bits = load256(&x.qs[32 * j..]);
-
-            // Low nibble plus 16 where the high bit is set.
-            let q5l_0 = _mm256_and_si256(q5bits, m4);
-            let q5h_0 = _mm256_slli_epi16::<4>(srl16(_mm256_and_si256(hbits, hmask), bit));
-            let q5_0 = _mm256_add_epi8(q5l_0, q5h_0);
-            hmask = _mm256_slli_epi16::<1>(hmask);
-            bit += 1;
-
-            let q5l_1 = _mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4);
-            let q5h_1 = _mm256_slli_epi16::<4>(srl16(_mm256_and_si256(hbits, hmask), bit));
-            let q5_1 = _mm256_add_epi8(q5l_1, q5h_1);
-            hmask = _mm256_slli_epi16::<1>(hmask);
-            bit += 1;
-
-            let q8_0 = load256(&y.qs[64 * j..]);
-            let q8_1 = load256(&y.qs[64 * j + 32..]);
-            let p16_0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
-            let p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
-        }
-        k4_block_sum(&mut acc, &mut acc_m, (d, dmin), sumi, mins);
-    }
-    k4_dot_end(acc, acc_m)
-}
-
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C ([`available`]).
-#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     q6k_dot::<false>(w, a) // Q6_K has no tile to match: the lane-by-lane order on every CPU
 }
@@ -486,79 +537,38 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 /// rows. Per output they compute the same exact integer sums and then the same float operations, in the
 /// same order, as the type's `vec_dot` kernel above: results equal `vec_dot`'s bit for bit, whatever `A`.
 macro_rules! k_row_kernels {
-    ($features:literal, $madd_add:ident, $exact:literal, $q4k:ident, $q5k:ident, $q6k:ident) => {
-        /// Q4_K rows · `A` activation rows (see [`k_row_kernels!`]).
+    ($features:literal, $madd_add:ident, $exact:literal, $k4:ident, $q6k:ident) => {
+        /// Q4_K or Q5_K rows · `A` activation rows (see [`k_row_kernels!`]).
         #[target_feature(enable = $features)]
-        pub(crate) fn $q4k<const A: usize>(
-            w: &[BlockQ4K],
+        pub(crate) fn $k4<B: K4Block, const A: usize>(
+            w: &[B],
             row_blocks: usize,
             a: [&[BlockQ8K]; A],
             out: &mut [[f32; A]],
         ) {
             check_k_rows(w, row_blocks, &a, out.len());
-            let (m4, zero) = (_mm256_set1_epi8(0xF), _mm256_setzero_si256());
+            let zero = _mm256_setzero_si256();
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
-                    let (scales, mins16) = scales_mins_i16_k4(&x.scales);
+                    let (scales, mins16) = scales_mins_i16_k4(x.scales());
+                    let hbits = load_qh(x);
                     let mut sumi = [_mm256_setzero_si256(); A];
                     for j in 0..QK_K / 64 {
                         let [scale_l, scale_h] = scale_pair_k4(scales, j);
-                        let q4bits = load256(&x.qs[32 * j..]);
-                        let q4l = _mm256_and_si256(q4bits, m4);
-                        let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+                        let [q_l, q_h] = unpack_k4(x, hbits, j);
                         // Each 64 values' products sum apart before joining the row's: one chain of eight
                         // multiply-adds per block would keep decode (one activation row) waiting on their latency.
                         for k in 0..A {
                             let q8l = load256(&y[k].qs[64 * j..]);
-                            let part = $madd_add(zero, scale_l, _mm256_maddubs_epi16(q4l, q8l));
+                            let part = $madd_add(zero, scale_l, _mm256_maddubs_epi16(q_l, q8l));
                             let q8h = load256(&y[k].qs[64 * j + 32..]);
-                            let part = $madd_add(part, scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                            let part = $madd_add(part, scale_h, _mm256_maddubs_epi16(q_h, q8h));
                             sumi[k] = _mm256_add_epi32(sumi[k], part);
                         }
                     }
-                    k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
-                }
-                *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
-            }
-        }
-
-        /// Q5_K rows · `A` activation rows (see [`k_row_kernels!`]).
-        #[target_feature(enable = $features)]
-        pub(crate) fn $q5k<const A: usize>(
-            w: &[BlockQ5K],
-            row_blocks: usize,
-            a: [&[BlockQ8K]; A],
-            out: &mut [[f32; A]],
-        ) {
-            check_k_rows(w, row_blocks, &a, out.len());
-            let m4 = _mm256_set1_epi8(0xF);
-            let (m16, zero) = (_mm256_set1_epi8(16), _mm256_setzero_si256());
-            for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
-                for (i, x) in w.iter().enumerate() {
-                    let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
-                    let (scales, mins16) = scales_mins_i16_k4(&x.scales);
-                    let hbits = load256(&x.qh);
-                    let mut sumi = [_mm256_setzero_si256(); A];
-                    for j in 0..QK_K / 64 {
-                        let [scale_0, scale_1] = scale_pair_k4(scales, j);
-                        let q5bits = load256(&x.qs[32 * j..]);
-                        // Low nibble plus 16 where the sub-block's high bit (bit 2j, then 2j + 1) is set.
-                        let h0 = _mm256_and_si256(sll16(srl16(hbits, 2 * j as i32), 4), m16);
-                        let h1 = _mm256_and_si256(sll16(srl16(hbits, 2 * j as i32 + 1), 4), m16);
-                        let q5_0 = _mm256_or_si256(_mm256_and_si256(q5bits, m4), h0);
-                        let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q5bits), m4), h1);
-                        for k in 0..A {
-                            let q8_0 = load256(&y[k].qs[64 * j..]);
-                            let part = $madd_add(zero, scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
-                            let q8_1 = load256(&y[k].qs[64 * j + 32..]);
-                            let part = $madd_add(part, scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
-                            sumi[k] = _mm256_add_epi32(sumi[k], part);
-                        }
-                    }
-                    k4_rows_block_sum((x.d, x.dmin), mins16, y, &sumi, &mut acc, &mut acc_m);
+                    k4_rows_block_sum(x.d_dmin(), mins16, y, &sumi, &mut acc, &mut acc_m);
                 }
                 *out = std::array::from_fn(|k| k4_dot_end(acc[k], acc_m[k]));
             }
@@ -633,19 +643,13 @@ macro_rules! k_row_kernels {
     };
 }
 
-k_row_kernels!("avx2,fma,f16c", madd_add, false, q4k_rows, q5k_rows, q6k_rows);
-k_row_kernels!(
-    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
-    madd_add_vnni,
-    true,
-    q4k_rows_vnni,
-    q5k_rows_vnni,
-    q6k_rows_vnni
-);
+k_row_kernels!("avx2,fma,f16c", madd_add, false, k4_rows, q6k_rows);
+k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, true, k4_rows_vnni, q6k_rows_vnni);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::vnni_k::k4_rows_tiled;
     use crate::quant::{ActKind, Activations, QuantBlock};
     use crate::test_support::Rng;
 
@@ -670,7 +674,7 @@ mod tests {
         let a: [&[BlockQ8K]; 4] = std::array::from_fn(|t| acts.row(t).blocks());
         let mut rng = Rng::new(6);
         macro_rules! check {
-            ($B:ty, $dot:ident, $vnni_exact:literal, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
+            ($B:ty, [$dot:expr, $dot_exact:expr], $vnni_exact:literal, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
                 let mut stored = vec![0u8; rows * row_blocks * std::mem::size_of::<$B>()];
                 let w = crate::quant::as_blocks_mut::<$B>(&mut stored);
                 <$B>::quantize(&x, w);
@@ -681,7 +685,7 @@ mod tests {
                 // SAFETY: as below.
                 let want_in = |exact: bool| -> Vec<[u32; 4]> {
                     let dot = |wr: &[$B], a: &[BlockQ8K]| unsafe {
-                        if exact { $dot::<true>(wr, a) } else { $dot::<false>(wr, a) }
+                        if exact { $dot_exact(wr, a) } else { $dot(wr, a) }
                     };
                     (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| dot(wr, a).to_bits())).collect()
                 };
@@ -714,16 +718,16 @@ mod tests {
                 }
             }};
         }
-        check!(BlockQ4K, q4k_dot, true, q4k_rows, [q4k_rows_vnni, crate::quant::vnni_k::k4_rows_tiled], |b| {
+        check!(BlockQ4K, [k4_dot::<_, false>, k4_dot::<_, true>], true, k4_rows, [k4_rows_vnni, k4_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, q5k_dot, true, q5k_rows, [q5k_rows_vnni, crate::quant::vnni_k::k4_rows_tiled], |b| {
+        check!(BlockQ5K, [k4_dot::<_, false>, k4_dot::<_, true>], true, k4_rows, [k4_rows_vnni, k4_rows_tiled], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ6K, q6k_dot, false, q6k_rows, [q6k_rows_vnni], |b| {
+        check!(BlockQ6K, [q6k_dot::<false>, q6k_dot::<true>], false, q6k_rows, [q6k_rows_vnni], |b| {
             rng.fill(&mut b.ql);
             rng.fill(&mut b.qh);
             let r = [rng.next_u64(), rng.next_u64()];

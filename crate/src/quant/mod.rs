@@ -1,48 +1,51 @@
-//! Quantized tensor formats, exactly as ggml lays them out, and the kernels that use them in place.
-//!
-//! Each GGUF type is one block struct implementing [`QuantBlock`] (one file per format family).
-//! A block is `#[repr(C)]` with alignment 1, so a tensor's bytes from the file are viewed as `&[Block]`
-//! without copying. Activations are quantized once per matmul into the format the weight type is
-//! dotted against (ggml's "vec_dot_type": Q8_0, Q8_1 or Q8_K; plain f32 for float weights), see [`act`].
-//!
-//! Every block type has a plain scalar reference (`vec_dot_ref`) and an optimized `vec_dot` that picks
-//! the best instruction set available (AVX2 on x86_64 at run time, simd128 on wasm32, NEON on aarch64).
-//! Tests check that the two agree on random blocks.
+//! Quantized tensor formats, exactly as ggml lays them out, and the kernels that use them in place: one block
+//! struct per GGUF type behind [`QuantBlock`], each with a scalar reference dot and one per instruction set
+//! ([`vec_dot`]), and row kernels that dot weight rows with several activation rows at once ([`dot_rows`]).
+//! Activations are quantized once per matmul into the format the weight type is dotted against ([`act`]).
 //!
 //! # Design
 //!
-//! One block struct per GGUF type behind `QuantBlock` (`dequantize`, a reference `quantize`, a scalar `vec_dot_ref`,
-//! an optimized `vec_dot`), in ggml's exact layout with alignment 1, so a tensor's bytes are viewed as `&[Block]` in
-//! place: weights are never dequantized as a whole. `QuantMatrix` is a matrix as the kernels read it. `act.rs` holds
-//! the activation formats (ggml's vec_dot types Q8_0, Q8_1, Q8_K, or f32): a matmul quantizes its input once, then
-//! `dot_rows` dots a task's weight rows with 1 or 4 activation rows so an unpacked block is reused in registers.
-//! F16 weights have no row kernel: `matmul`'s `f16_dots` converts each weight row to f32 once for the 4 rows and runs
-//! the f32 kernel (the same bits as `vec_dot`, whose f16 kernel converts as it goes; simd128 has no f16 conversion).
+//! One block struct per GGUF type (one file per format family) behind `QuantBlock` (`dequantize`, a reference
+//! `quantize`, a scalar `vec_dot_ref`, an optimized `vec_dot`), `#[repr(C)]` in ggml's exact layout with alignment 1,
+//! so a tensor's bytes are viewed as `&[Block]` in place: weights are never dequantized as a whole. `QuantMatrix` is a
+//! matrix as the kernels read it. `act.rs` holds the activation formats (ggml's "vec_dot_type": Q8_0, Q8_1 or Q8_K;
+//! plain f32 for float weights): a matmul quantizes its input once, then `dot_rows` dots a task's weight rows with 1 or
+//! 4 activation rows so an unpacked block is reused in registers. F16 weights have no row kernel: `matmul`'s `f16_dots`
+//! converts each weight row to f32 once for the 4 rows and runs the f32 kernel (the same bits as `vec_dot`, whose f16
+//! kernel converts as it goes; simd128 has no f16 conversion).
+//!
 //! Per-ISA kernels sit in their own files (`avx2*.rs`, `simd128*.rs`, `neon*.rs`; `*_k.rs` for the K-quants), and
-//! `simd_kernel!` picks them: AVX2+FMA+F16C detected once at run time on x86_64, simd128 and NEON at compile time.
-//! The legacy types share one generic dot (`legacy_dot`) and row kernel (`legacy_rows`) per ISA: `LegacyBlock` says
-//! what a type's scales are, the ISA's `Unpack` how its quants unpack. Q4_K, Q5_K and Q6_K have row kernels of their
-//! own (`q4k_rows` and so on in `avx2_k.rs`, `simd128_k.rs`): each unpacks a block's quants and sub-block scales once for
-//! the activation rows, then does per output exactly its `vec_dot`'s integer sums and float operations, so the results
-//! equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). With AVX512-VNNI, prefill of
-//! Q4_K and Q5_K takes weight rows eight at a time (`vnni_k.rs`): the eight rows' quant bytes are transposed so
-//! that each 32-bit lane holds one row, one `_mm256_dpbusd_epi32` against four broadcast activation bytes adds 32
-//! products, and a sub-block's scale is one multiply for all eight rows. The tiles sum each block's integers exactly
-//! before any float operation; on such a CPU these types' `vec_dot` and per-row kernels add in that same order, so all
-//! give the same bits (`avx2_k::DotSum`; without VNNI they keep the cheaper lane-by-lane order, since there are no
-//! tiles to match). Decode (one activation row) keeps the per-row kernels, for which the transposition costs more than
-//! it saves; with one activation row a kernel's multiply-adds would wait on each other, so they run in two
-//! chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types eight activation rows at a time there
-//! (`quant::dot_rows_batch`), Q6_K's per-row kernel too. The simd128 kernels take their vector
-//! constants as values made once per call (`simd128::Consts`), because V8 rebuilds a `v128.const` at every use
-//! inside a loop. `quant/tests/` checks every optimized kernel against its scalar reference, at the values' extremes
-//! too. A new type: its block struct, its `GgmlType`, its kernels through `simd_kernel!`, its checks in `quant/tests/`.
+//! `simd_kernel!` picks them: AVX2+FMA+F16C detected once at run time on x86_64, simd128 and NEON at compile time. The
+//! legacy types share one generic dot (`legacy_dot`) and row kernel (`legacy_rows`) per ISA: `LegacyBlock` says what a
+//! type's scales are, the ISA's `Unpack` how its quants unpack.
+//!
+//! Q4_K, Q5_K and Q6_K have row kernels of their own (`q4k_rows` and so on in `simd128_k.rs`; in `avx2_k.rs` Q4_K and
+//! Q5_K share `k4_rows`, `K4Block` saying where a type's fifth bits are, if any): each unpacks a block's quants and
+//! sub-block scales once for the activation rows, then does per output exactly its `vec_dot`'s integer sums and float
+//! operations, so the results equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). With
+//! AVX512-VNNI, prefill of Q4_K and Q5_K takes weight rows eight at a time (`vnni_k.rs`): the eight rows' quant bytes
+//! are transposed so that each 32-bit lane holds one row, one `_mm256_dpbusd_epi32` against four broadcast activation
+//! bytes adds 32 products, and a sub-block's scale is one multiply for all eight rows. The tiles sum each block's
+//! integers exactly before any float operation; on such a CPU these types' `vec_dot` and per-row kernels add in that
+//! same order, so all give the same bits (`avx2_k::DotSum`; without VNNI they keep the cheaper lane-by-lane order,
+//! since there are no tiles to match). Decode (one activation row) keeps the per-row kernels, for which the
+//! transposition costs more than it saves; with one activation row a kernel's multiply-adds would wait on each other,
+//! so they run in two chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types
+//! eight activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
+//!
+//! The simd128 kernels take their vector constants as values made once per call (`simd128::Consts`), because V8
+//! rebuilds a `v128.const` at every use inside a loop.
+//!
+//! `quant/tests/` checks every optimized kernel against its scalar reference, at the values' extremes too. A new type:
+//! its block struct, its `GgmlType`, its kernels through `simd_kernel!`, its checks in `quant/tests/`.
+//!
 //! `iq4.rs` holds the non-linear IQ4_NL (blocks of 32, against Q8_0) and IQ4_XS (256 with 6-bit sub-block scales,
 //! against Q8_K): each nibble indexes ggml's 16-value table `kvalues_iq4nl`. IQ4_NL is a legacy block to the SIMD
 //! kernels (its `Unpack` is a 16-byte table shuffle), so it has `legacy_dot` and `legacy_rows`; IQ4_XS has its own
 //! `vec_dot_iq4_xs` per ISA (in the legacy kernels' files), products widened to i16 because Q8_K's quants take all of
-//! i8. A quantizer of ours (ggml's best-scale search without importance weights) writes IQ4 matrices for the tests:
-//! the fixtures' Python writer cannot quantize them.
+//! i8. A quantizer of ours (ggml's best-scale search without importance weights) writes IQ4 matrices for the tests: the
+//! fixtures' Python writer cannot quantize them.
+//!
 //! `kv.rs` holds attention's ops over the KV cache's cold tier (rows of Q8_0 or Q4_0 blocks, `KvBlock`): the scores of
 //! a group of query heads against cold keys, and their weighted sums of cold values, each block unpacked once for the
 //! group, by the legacy kernels' `Unpack`, into its exact values (an f16 scale times a quant of at most 8 bits is exact

@@ -17,9 +17,8 @@
 use core::arch::x86_64::*;
 
 use super::act::{BlockQ8K, QK_K};
-use super::avx2_k::{load256, q4k_rows_vnni, q5k_rows_vnni, sll16, srl16};
+use super::avx2_k::{fifth_bit, k4_rows_vnni, load256, K4Block};
 use super::check_k_rows;
-use super::k_quants::{BlockQ4K, BlockQ5K};
 
 /// Rows per tile: one per 32-bit lane of a 256-bit vector.
 const ROWS: usize = 8;
@@ -62,8 +61,7 @@ pub(crate) fn k4_rows_tiled<B: K4Block, const A: usize>(
         }
         k4_tile(rows, a, out);
     }
-    // SAFETY: this function's target features are the per-row kernel's.
-    unsafe { B::rows_vnni(w_rest, row_blocks, a, out_rest) };
+    k4_rows_vnni(w_rest, row_blocks, a, out_rest);
 }
 
 // No vector-valued closures below (`array::from_fn(|c| ...)` and the like): such helpers were not inlined into
@@ -126,47 +124,6 @@ fn broadcast_word<T: Copy>(s: &[T], at: usize) -> __m256i {
     _mm256_set1_epi32(unsafe { s.as_ptr().cast::<u8>().add(at).cast::<i32>().read_unaligned() })
 }
 
-/// Bit `n` of each byte of `qh`, as 16.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-fn fifth_bit(qh: __m256i, n: i32) -> __m256i {
-    _mm256_and_si256(sll16(srl16(qh, n), 4), _mm256_set1_epi8(16))
-}
-
-/// Q4_K and Q5_K: blocks that begin with d, dmin and the 12 packed bytes of 6-bit scales and mins
-/// (`k_quants::scales_mins_k4`), with quants' low nibbles laid out alike.
-pub(crate) trait K4Block: Sized {
-    /// Where the 128 bytes of low nibbles start.
-    const QS: usize;
-    /// Where the 32 bytes of fifth bits start (Q5_K), if any.
-    const QH: Option<usize>;
-
-    /// The type's per-row kernel (`avx2_k`, AVX512-VNNI stamping), for the rows outside whole tiles.
-    /// # Safety
-    /// The CPU must support AVX2, FMA, F16C and AVX512 F/VL/VNNI.
-    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]);
-}
-
-impl K4Block for BlockQ4K {
-    const QS: usize = 16;
-    const QH: Option<usize> = None;
-
-    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
-        // SAFETY: the caller's promise.
-        unsafe { q4k_rows_vnni(w, row_blocks, a, out) }
-    }
-}
-
-impl K4Block for BlockQ5K {
-    const QS: usize = 48;
-    const QH: Option<usize> = Some(16);
-
-    unsafe fn rows_vnni<const A: usize>(w: &[Self], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
-        // SAFETY: the caller's promise.
-        unsafe { q5k_rows_vnni(w, row_blocks, a, out) }
-    }
-}
-
 /// Eight Q4_K or Q5_K rows · `A` activation rows (see the module's comment).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
@@ -178,7 +135,7 @@ fn k4_tile<B: K4Block, const A: usize>(w: [&[B]; ROWS], a: [&[BlockQ8K]; A], out
     let kmask2 = _mm256_set1_epi32(0x0f0f_0f0f);
     let min_masks = [load256(&MIN_PAIRS[0]), load256(&MIN_PAIRS[1])];
     let mut acc = [_mm256_setzero_ps(); A];
-    // The mins' sums per pair of sub-blocks (as the lanes of `avx2_k::vec_dot_q4k`'s `acc_m`).
+    // The mins' sums per pair of sub-blocks (as the lanes of `avx2_k::k4_dot`'s `acc_m`).
     let mut acc_m = [[_mm256_setzero_ps(); 4]; A];
     for i in 0..blocks {
         let mut x = [std::ptr::null::<u8>(); ROWS];

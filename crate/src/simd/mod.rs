@@ -1,38 +1,28 @@
 //! The f32 vector primitives, one copy each for every caller: [`dot`], [`axpy`] (`y += a * x`) and
-//! [`l2_squared`], used by attention over the f16 KV cache (`kernels::f16`), LoRA adapters (`model::lora`) and the
-//! vector index's metrics (`index::distance`); and [`cpu`], where the CPU's features are detected for every
-//! kernel that picks an instruction set at run time (these and `quant`'s).
-//!
-//! Each primitive has a scalar reference (`*_ref`) and a kernel per instruction set, in its own file as
-//! `quant`'s are: `avx2.rs` (AVX2+FMA, on x86_64 when [`cpu::has_avx2`]), `simd128.rs` (wasm32, at compile
-//! time) and `neon.rs` (aarch64, at compile time); elsewhere the reference runs. Each file also has `hsum`,
-//! the sum of a vector's lanes (in a fixed order of pairs), which `quant`'s kernels use too.
-//!
-//! A kernel differs from its reference only in the order of its float additions and, on x86_64 and aarch64,
-//! in fused multiply-adds (simd128 has none): the tests bound that, and check every kernel exactly on values
-//! whose sums are exact in any order. Each kernel keeps the order it had before attention's and the index's
-//! kernels were merged here: `dot` is attention's (two accumulators) on x86_64 and wasm32 and the index's (four)
-//! on aarch64, where attention had no kernel; `l2_squared` is the index's. The order is part of the results:
-//! `kernels::f16`'s fused simd128 attention kernels repeat `simd128::dot`'s and `simd128::axpy`'s operations
-//! bit for bit, and the comparisons with llama.cpp in `tests/rust` move with it (the index's x86_64 order took
-//! the SmolLM2 adapter's largest deviation past its bound).
+//! [`l2_squared`], for attention over the f16 KV cache, LoRA adapters and the vector index's metrics; and
+//! `cpu`, where the CPU's features are detected for every kernel that picks an instruction set at run time
+//! (these and `quant`'s).
 //!
 //! # Design
 //!
-//! `dot`, `axpy` (`y += a * x`) and `l2_squared` over f32 slices, for attention over the f16 cache (`kernels/f16.rs`),
-//! LoRA adapters (`model/lora.rs`) and the vector index's metrics (`index/distance.rs`): a scalar reference each (`dot_ref`,
-//! `axpy_ref`, `l2_squared_ref`) and a kernel per ISA in its own file as in `quant/` (`simd/avx2.rs`, `simd/simd128.rs`,
-//! `simd/neon.rs`), picked as `quant`'s are; each file's `hsum` sums a vector's lanes in a fixed order (the AVX2 one
-//! serves `quant`'s kernels too). `cpu.rs` is the one place where the CPU's features are detected: `has_avx2`
-//! (AVX2+FMA+F16C, once), `has_vnni` (AVX512-VNNI, for `quant`'s tiles) and `has_dotprod` (aarch64's `sdot`). A kernel's
-//! order of additions is part of its results, so each kept the one it had: `dot` adds in two accumulators on x86_64 and
-//! wasm32, as attention's did (`f16.rs`'s fused wasm32 kernels repeat it bit for bit, and with the index's four
-//! accumulators the llama.cpp comparison of `tests/rust/lora.rs` left its bounds), and in four on aarch64, as the index's
-//! did (attention had no NEON kernel); `l2_squared` is the index's. `simd/tests.rs` checks every kernel against its
-//! reference: exactly on values whose sums are exact in any order, within rounding on huge, tiny and subnormal values,
-//! and for the same infinities and NaNs. `quant`'s float weights (`BlockF32`, `BlockF16`, `BlockBF16`) keep a dot of
-//! their own (`float_dot`, generic over how a weight loads): one order for the three types, which `matmul`'s `f16_dots`
-//! relies on.
+//! Callers: `kernels/f16.rs` (attention), `model/lora.rs` (adapters) and `index/distance.rs` (metrics). Each primitive
+//! has a scalar reference (`dot_ref`, `axpy_ref`, `l2_squared_ref`) and a kernel per ISA in its own file, as in
+//! `quant/`: `simd/avx2.rs` (AVX2+FMA, on x86_64 when `cpu::has_avx2`), `simd/simd128.rs` (wasm32, at compile time) and
+//! `simd/neon.rs` (aarch64, at compile time); elsewhere the reference runs. Each file's `hsum` sums a vector's lanes in
+//! a fixed order of pairs (the AVX2 one serves `quant`'s kernels too). `cpu.rs` is the one place where the CPU's
+//! features are detected: `has_avx2` (AVX2+FMA+F16C, once), `has_vnni` (AVX512-VNNI, for `quant`'s tiles) and
+//! `has_dotprod` (aarch64's `sdot`).
+//!
+//! A kernel differs from its reference only in the order of its float additions and, on x86_64 and aarch64, in fused
+//! multiply-adds (simd128 has none). That order is part of the results, so each kernel kept the one it had before
+//! attention's and the index's kernels were merged here: `dot` adds in two accumulators on x86_64 and wasm32, as
+//! attention's did (`f16.rs`'s fused wasm32 kernels repeat `simd128::dot`'s and `simd128::axpy`'s operations bit for
+//! bit, and with the index's four accumulators the llama.cpp comparison of `tests/rust/lora.rs` left its bounds), and
+//! in four on aarch64, as the index's did (attention had no NEON kernel); `l2_squared` is the index's. `simd/tests.rs`
+//! checks every kernel against its reference: exactly on values whose sums are exact in any order, within rounding on
+//! huge, tiny and subnormal values, and for the same infinities and NaNs. `quant`'s float weights (`BlockF32`,
+//! `BlockF16`, `BlockBF16`) keep a dot of their own (`float_dot`, generic over how a weight loads): one order for the
+//! three types, which `matmul`'s `f16_dots` relies on.
 
 pub(crate) mod cpu;
 
