@@ -5,7 +5,8 @@
 //! Generation is stepwise (`start`, then `nextStep` per prefill batch or token), so JS can yield
 //! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
-//! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
+//! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap; a split model's shards
+//! come one after another (`nextShard`).
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
 //! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
 //! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm/lora.rs`).
@@ -340,10 +341,13 @@ impl From<crate::Output> for JsOutput {
     }
 }
 
-/// A GGUF file being received in chunks, held in wasm memory. Allocation failures are errors.
+/// A GGUF file being received in chunks, held in wasm memory; or a split model's shards, one after the other.
+/// Allocation failures are errors.
 #[wasm_bindgen]
 pub struct ModelBuffer {
     builder: ModelBytesBuilder,
+    /// The shards received before the one `builder` receives (a split model).
+    shards: Vec<ModelBytes>,
 }
 
 #[wasm_bindgen]
@@ -352,20 +356,37 @@ impl ModelBuffer {
     /// is held in pieces cut between tensors, as wasm32 holds no one object that large.
     #[wasm_bindgen(constructor)]
     pub fn new(capacity: usize) -> Result<ModelBuffer, JsValue> {
-        let total = (capacity > 0).then_some(capacity);
-        let builder = ModelBytesBuilder::new(total, MAX_PIECE_BYTES).map_err(js_error)?;
-        Ok(ModelBuffer { builder })
+        Ok(ModelBuffer { builder: ModelBuffer::builder(capacity)?, shards: Vec::new() })
     }
 
     /// Append the next chunk of the file.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
         self.builder.push(chunk).map_err(js_error)
     }
+
+    /// The next chunks are the next shard of a split model, a file of `capacity` bytes (0: unknown); the shards
+    /// come in order, the first one's first (`gguf::Gguf::parse_shards`).
+    #[wasm_bindgen(js_name = nextShard)]
+    pub fn next_shard(&mut self, capacity: usize) -> Result<(), JsValue> {
+        let done = std::mem::replace(&mut self.builder, ModelBuffer::builder(capacity)?);
+        self.shards.push(done.finish());
+        Ok(())
+    }
 }
 
 impl ModelBuffer {
-    pub(crate) fn finish(self) -> ModelBytes {
-        self.builder.finish()
+    fn builder(capacity: usize) -> Result<ModelBytesBuilder, JsValue> {
+        let total = (capacity > 0).then_some(capacity);
+        ModelBytesBuilder::new(total, MAX_PIECE_BYTES).map_err(js_error)
+    }
+
+    pub(crate) fn finish(mut self) -> ModelBytes {
+        let last = self.builder.finish();
+        if self.shards.is_empty() {
+            return last;
+        }
+        self.shards.push(last);
+        ModelBytes::from_shards(self.shards)
     }
 }
 
