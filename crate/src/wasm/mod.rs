@@ -6,7 +6,7 @@
 //! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
 //! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap; a split model's shards
-//! come one after another (`nextShard`).
+//! come one after another (`nextShard`). [`Sha256`] hashes the files the package's model store downloads.
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
 //! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
 //! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm/lora.rs`).
@@ -387,6 +387,32 @@ impl ModelBuffer {
         }
         self.shards.push(last);
         ModelBytes::from_shards(self.shards)
+    }
+}
+
+/// SHA-256 over bytes that come in chunks (WebCrypto hashes only whole buffers): what the npm package computes and
+/// checks of each model file it downloads into its store.
+#[wasm_bindgen]
+pub struct Sha256 {
+    hasher: sha2::Sha256,
+}
+
+#[wasm_bindgen]
+impl Sha256 {
+    #[wasm_bindgen(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Sha256 {
+        Sha256 { hasher: <sha2::Sha256 as sha2::Digest>::new() }
+    }
+
+    /// Hash the next chunk.
+    pub fn update(&mut self, chunk: &[u8]) {
+        sha2::Digest::update(&mut self.hasher, chunk);
+    }
+
+    /// The hash of every chunk so far, as 64 lowercase hex digits (the hasher is then empty again).
+    pub fn digest(&mut self) -> String {
+        crate::gguf::id::hex(&sha2::Digest::finalize_reset(&mut self.hasher))
     }
 }
 
