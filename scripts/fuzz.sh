@@ -46,6 +46,8 @@ head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
 # Gemma 3 270M's metadata and the start of its 262,144-piece vocabulary, the same way.
 head -c 65536 "$(scripts/fetch-model.sh gemma3)" >"$seeds/gemma3-first-64k.gguf"
 fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
+# A split model's shards laid end to end, as gguf_parse cuts its input into shards (before each "GGUF").
+cat "$RUVLLM_FIXTURES"/tiny-llama3-split-0000{1,2,3}-of-00003.gguf >"$seeds/tiny-llama3-split-end-to-end.gguf" || true
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
 i=0
 for text in "Hello, world! 123 héllo wörld" $'<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n' \
@@ -63,7 +65,7 @@ seed() { # seed TARGET FILE...: copy the files that exist into the target's corp
     if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
   done
 }
-seed gguf_parse "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
+seed gguf_parse "${fixtures[@]}" "$seeds/tiny-llama3-split-end-to-end.gguf" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
 seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured

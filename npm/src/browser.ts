@@ -14,6 +14,7 @@ setPlatform({
   keepAlive: (promise) => promise,
   open: () => undefined,
   fileStore: () => undefined,
+  modelStore: () => undefined,
 });
 
 export * from './index.js';

@@ -19,6 +19,8 @@ export interface Glue {
   /** The WebGPU engine (crate/src/wasm/gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
   GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
+  /** SHA-256 over chunks (crate/src/wasm/mod.rs), for the model files a store keeps. */
+  Sha256: new () => { update(chunk: Uint8Array): void; digest(): string; free(): void };
   /** A vector index with entries (crate/src/wasm/index.rs). */
   Collection: CollectionClass;
   /** Reads the tool calls of an answer as it streams (crate/src/wasm/chat.rs). */
@@ -69,6 +71,8 @@ export interface WasmToolCallParser {
 
 export interface ModelBuffer {
   push(chunk: Uint8Array): void;
+  /** The next chunks are the next shard of a split model, of `capacity` bytes (0: unknown). */
+  nextShard(capacity: number): void;
   free(): void;
 }
 

@@ -4,8 +4,9 @@
 import type { Backend } from './backend.js';
 import type { Engine, Glue, ModelBuffer, Wasm } from './builds.js';
 import { AbortError, RuvllmError, throwIfAborted, type ErrorCode } from './errors.js';
-import { getPlatform, openModelSource, type StartedWasm } from './platform.js';
-import { checkModelSize, type ModelSource } from './source.js';
+import type { ModelStore } from './models/store.js';
+import { getPlatform, openModelFiles, openModelSource, type StartedWasm } from './platform.js';
+import { checkModelSize, type ModelSource, type OpenedSource } from './source.js';
 import type { GenerateChunk, GenerateResult, KvCacheOptions, LoadOptions, ModelInfo, PrefixCacheInfo } from './types.js';
 
 /** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError), after which the
@@ -29,14 +30,21 @@ export interface EngineOptions extends Pick<LoadOptions, 'onProgress' | 'signal'
   contextSize: number;
   gpuAllowSoftware: boolean;
   kvCache: KvCacheOptions | undefined;
+  /** Where URLs' files are kept (`cache`), and each file's SHA-256 (`sha256`, one per shard). */
+  store: ModelStore | null;
+  sha256: readonly string[] | undefined;
 }
 
-/** Stream `source` into the memory of `build`'s wasm (checking its size as it comes) and make the engine of the
- * model it holds: the WebGPU engine in the `wasm-gpu` build, else the CPU engine. */
+/** Errors that say the bytes are no model the engine runs: a model store forgets a file it refused so. */
+const REFUSED: ReadonlySet<ErrorCode> = new Set(['E_GGUF', 'E_UNSUPPORTED_ARCH', 'E_UNSUPPORTED_TENSOR_TYPE', 'E_MODEL', 'E_TOKENIZER']);
+
+/** Stream `source`'s files (one, or a split model's shards) into the memory of `build`'s wasm as they arrive from the
+ * network or a model store (checking the size as they come) and make the engine of the model they hold: the WebGPU
+ * engine in the `wasm-gpu` build, else the CPU engine. */
 export async function loadEngine(build: StartedWasm, source: ModelSource, options: EngineOptions): Promise<Engine> {
   const { host, wasm } = build;
   const { onProgress, signal, backend, contextSize, gpuMaxBindingBytes, gpuAllowSoftware, kvCache, chatTemplate } = options;
-  const { Engine, ModelBuffer } = wasm.glue;
+  const { Engine, ModelBuffer, Sha256 } = wasm.glue;
   const engineCall = <T>(fn: () => T): T => {
     try {
       return fn();
@@ -45,31 +53,55 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
     }
   };
   let buffer: ModelBuffer | undefined;
+  const opened: OpenedSource[] = [];
   try {
-    const opened = await openModelSource(host, source, signal);
-    if (opened.total !== undefined) checkModelSize(opened.total);
-    buffer = engineCall(() => new ModelBuffer(opened.total ?? 0));
+    const files = await openModelFiles(host, source, { store: options.store, sha256: options.sha256, signal, hasher: () => new Sha256() });
+    if (files.total !== undefined) checkModelSize(files.total);
+    let total = files.total;
     let loaded = 0;
-    for await (const chunk of opened.chunks) {
+    let fromCache = 0;
+    for (const [i, open] of files.open.entries()) {
       throwIfAborted(signal);
-      loaded += chunk.length;
-      checkModelSize(loaded);
-      engineCall(() => buffer!.push(chunk));
-      onProgress?.({ loaded, total: opened.total });
+      const file = await open();
+      opened.push(file);
+      try {
+        if (files.open.length === 1) total = file.total;
+        if (file.total !== undefined) checkModelSize(loaded + file.total);
+        if (i === 0) buffer = engineCall(() => new ModelBuffer(file.total ?? 0));
+        else engineCall(() => buffer!.nextShard(file.total ?? 0));
+        const fromStore = file.fromStore ?? 0;
+        let read = 0;
+        for await (const chunk of file.chunks) {
+          throwIfAborted(signal);
+          fromCache += Math.max(0, Math.min(chunk.length, fromStore - read));
+          read += chunk.length;
+          loaded += chunk.length;
+          checkModelSize(loaded);
+          engineCall(() => buffer!.push(chunk));
+          onProgress?.({ loaded, total, fromCache, file: i + 1, files: files.open.length });
+        }
+        throwIfAborted(signal);
+        if (file.total !== undefined && read !== file.total) {
+          throw new RuvllmError('E_IO', `the source ended after ${read} of ${file.total} bytes`);
+        }
+      } finally {
+        await file.close?.();
+      }
     }
-    throwIfAborted(signal);
-    if (opened.total !== undefined && loaded !== opened.total) {
-      throw new RuvllmError('E_IO', `the source ended after ${loaded} of ${opened.total} bytes`);
-    }
-    const bytes = buffer;
+    const bytes = buffer!;
     buffer = undefined; // the engine consumes it, even when it fails
-    if (wasm.build === 'wasm-gpu') {
-      const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware, kvCache, chatTemplate });
-      return await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
-        throw engineError(e, wasm.glue);
-      });
+    try {
+      if (wasm.build === 'wasm-gpu') {
+        const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware, kvCache, chatTemplate });
+        return await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
+          throw engineError(e, wasm.glue);
+        });
+      }
+      return engineCall(() => Engine.fromBuffer(bytes, contextSize, JSON.stringify({ kvCache, chatTemplate })));
+    } catch (e) {
+      if (REFUSED.has((e as RuvllmError).code)) await Promise.all(opened.map((f) => f.refused?.().catch(() => {})));
+      throw e;
     }
-    return engineCall(() => Engine.fromBuffer(bytes, contextSize, JSON.stringify({ kvCache, chatTemplate })));
   } catch (e) {
     buffer?.free();
     throw e;

@@ -26,6 +26,7 @@ export type ErrorCode =
   | 'E_FETCH'
   | 'E_STORE'
   | 'E_STORE_FULL'
+  | 'E_INTEGRITY'
   | 'E_ABORTED'
   | 'E_DISPOSED'
   | 'E_ENGINE_CRASHED';

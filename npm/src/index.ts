@@ -6,6 +6,9 @@ export type { GenerateOptions, Grammar } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';
 export type { ThreadFallback } from './builds.js';
 export type { LoadProgress, ModelSource } from './source.js';
+export type { ModelCache, ModelCacheOption, StoredModel } from './models/cache.js';
+export type { ModelStoreKind } from './models/store.js';
+export { StoreFullError } from './models/store.js';
 export { MAX_MODEL_BYTES } from './source.js';
 export type {
   Chat,

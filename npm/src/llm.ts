@@ -10,7 +10,9 @@ import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult
 import { AbortError, invalid, throwIfAborted } from './errors.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
 import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions } from './options.js';
-import { initWasm, openStore, type StartedWasm } from './platform.js';
+import { modelCache, type ModelCache } from './models/cache.js';
+import type { ModelStore } from './models/store.js';
+import { initWasm, openModelStore, openStore, type StartedWasm } from './platform.js';
 import type { ModelSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
@@ -50,9 +52,14 @@ export class LLM {
   // 1. Load
   // -------------------------------------------------------------------------------------------------------------
 
+  /** The model files kept by loads with `cache`: `LLM.models.list()`, `delete(url)`, `clear()`. */
+  static readonly models: ModelCache = modelCache(openModelStore);
+
   /** Read a GGUF model (streaming it into wasm memory) and prepare a session. */
   static async load(source: ModelSource, options: LoadOptions = {}): Promise<LLM> {
     const { onProgress, contextSize = 0, threads, signal, gpuMaxBindingBytes, gpuAllowSoftware = false, prefixCache, chatTemplate } = options;
+    const sha256 = checkSha256(options.sha256);
+    const cache = options.cache ?? false;
     if (chatTemplate !== undefined && typeof chatTemplate !== 'string') throw invalid('chatTemplate must be a string (a Jinja template)');
     if (!Number.isSafeInteger(contextSize) || contextSize < 0) throw invalid(`contextSize must be an integer >= 0, got ${contextSize}`);
     const kvCache = checkKvCache(options.kvCache);
@@ -69,6 +76,7 @@ export class LLM {
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
       throw invalid(`gpuMaxBindingBytes must be an integer >= 4, got ${gpuMaxBindingBytes}`);
     }
+    const modelStore: ModelStore | null = cache === false ? null : await openModelStore(cache);
     throwIfAborted(signal);
     const build = await initWasm(backend, Boolean(gpuAllowSoftware), threads);
     try {
@@ -81,6 +89,8 @@ export class LLM {
         gpuAllowSoftware: Boolean(gpuAllowSoftware),
         kvCache,
         chatTemplate,
+        store: modelStore,
+        sha256,
       });
       return LLM.#ready(engine, build, backend, budgetBytes, store, storeBudget);
     } catch (e) {
@@ -390,4 +400,14 @@ export class LLM {
   dispose(): void {
     this.#engine.dispose();
   }
+}
+
+/** The `sha256` option as lowercase hex, one per file (undefined: none given). */
+function checkSha256(sha256: string | readonly string[] | undefined): string[] | undefined {
+  if (sha256 === undefined) return undefined;
+  const list = typeof sha256 === 'string' ? [sha256] : Array.isArray(sha256) ? sha256 : undefined;
+  if (!list || list.length === 0 || !list.every((h) => typeof h === 'string' && /^[0-9a-fA-F]{64}$/.test(h))) {
+    throw invalid('sha256 must be a SHA-256 in hex (64 digits), or an array of them, one per shard of a split model');
+  }
+  return list.map((h) => h.toLowerCase());
 }

@@ -1,8 +1,11 @@
-// Node entry: the wasm files are read from the package directory, and model sources may be file paths.
+// Node entry: the wasm files are read from the package directory, model sources may be file paths, and stores
+// (records, model files) are directories.
 import { open, readFile, stat } from 'node:fs/promises';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, homedir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RuvllmError } from './errors.js';
+import { FileModelStore, handleChunks } from './models/files.js';
 import { setPlatform } from './platform.js';
 import { withWebWorkers } from './node-workers.js';
 import type { ModelSource, OpenedSource } from './source.js';
@@ -22,8 +25,7 @@ async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSourc
   return { total, chunks: fileChunks(path, signal) };
 }
 
-/** The file in chunks of up to 4 MiB, each read into the same buffer: no chunk is left for the garbage collector
- * (a stream's chunks are new buffers, which raised the peak while a model was read). */
+/** The file in chunks read into one buffer (`handleChunks`). */
 async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Uint8Array> {
   let file;
   try {
@@ -31,18 +33,11 @@ async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Ui
   } catch (e) {
     throw new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
   }
-  try {
-    const buffer = new Uint8Array(4 << 20);
-    for (;;) {
-      signal?.throwIfAborted();
-      const { bytesRead } = await file.read(buffer, 0, buffer.length, null);
-      if (bytesRead === 0) return;
-      yield buffer.subarray(0, bytesRead);
-    }
-  } finally {
-    await file.close();
-  }
+  yield* handleChunks(file, signal);
 }
+
+/** Where `cache: true` keeps model files: $XDG_CACHE_HOME/ruvllm/models, else ~/.cache/ruvllm/models. */
+const modelDir = () => join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'ruvllm', 'models');
 
 setPlatform({
   wasmSource: (url) => readFile(url),
@@ -58,6 +53,7 @@ setPlatform({
     }
   },
   fileStore: (dir: string) => new FileStore(dir),
+  modelStore: (dir?: string) => new FileModelStore(dir ?? modelDir()),
   open: (source: ModelSource, signal?: AbortSignal) => {
     if (source instanceof URL && source.protocol === 'file:') return openFile(fileURLToPath(source), signal);
     if (typeof source === 'string' && source.startsWith('file:')) return openFile(fileURLToPath(source), signal);

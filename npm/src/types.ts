@@ -3,13 +3,28 @@
 // types, and none from those.
 import type { Backend, BackendFallback } from './backend.js';
 import type { BuildName, ThreadFallback } from './builds.js';
+import type { ModelCacheOption } from './models/cache.js';
 import type { LoadProgress } from './source.js';
 import type { StoreError, StoreLoad } from './store/persistence.js';
 import type { Store } from './store/store.js';
 
 export interface LoadOptions {
-  /** Called after each chunk of the file is read. */
+  /** Called after each chunk of the file is read: bytes of all the model's files, and how many came from `cache`. */
   onProgress?: (progress: LoadProgress) => void;
+  /**
+   * Keep a URL's model file where a later load finds it, with no request: `true` (OPFS in browsers, else the Cache
+   * API; `~/.cache/ruvllm/models` in Node), `'opfs'`, `'cache-api'`, or a directory path (Node). The file is
+   * downloaded in parts as it streams into the engine; a download cut short keeps what came (where the server gives an
+   * ETag or Last-Modified) and the next load asks only for the rest (`Range`, `If-Range`). Before downloading, the
+   * store's free space is checked (`E_STORE_FULL`, with the sizes). `LLM.models` lists, deletes and clears what is
+   * kept. Other sources (files, Blobs, bytes) are read as they are.
+   */
+  cache?: ModelCacheOption | false;
+  /**
+   * The file's SHA-256 (64 hex digits), or one per shard of a split model, in order. A file of another hash is
+   * `E_INTEGRITY`, and a store keeps nothing of it; a stored file of another hash is downloaded again.
+   */
+  sha256?: string | readonly string[];
   /** Context window in tokens (default: the model's, at most 4096). */
   contextSize?: number;
   /**

@@ -28,7 +28,7 @@ async function loadsAndAnswers(source) {
   try {
     assert.ok(progress.length >= 1);
     for (let i = 1; i < progress.length; i++) assert.ok(progress[i].loaded > progress[i - 1].loaded);
-    assert.deepEqual(progress.at(-1), { loaded: modelBytes.length, total: modelBytes.length });
+    assert.deepEqual(progress.at(-1), { loaded: modelBytes.length, total: modelBytes.length, fromCache: 0, file: 1, files: 1 });
     const r = await llm.complete(FRANCE.prompt, { temperature: 0, maxTokens: 2 });
     assert.deepEqual(r.ids, FRANCE.ids.slice(0, 2));
   } finally {

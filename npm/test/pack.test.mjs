@@ -44,9 +44,12 @@ llm.dispose();
 });
 
 test('a TypeScript program type-checks against the installed types and runs', () => {
-  writeFileSync(join(app, 'check.ts'), `import { LLM, RuvllmError, type ChatCompletion, type GenerateResult, type ErrorCode } from '@ruvector/ruvllm';
+  writeFileSync(join(app, 'check.ts'), `import { LLM, RuvllmError, StoreFullError, type ChatCompletion, type GenerateResult, type ErrorCode, type ModelCacheOption, type StoredModel } from '@ruvector/ruvllm';
 
-const llm: LLM = await LLM.load(process.argv[2], { onProgress: ({ loaded, total }) => void (total ?? loaded) });
+const llm: LLM = await LLM.load(process.argv[2], { cache: false, onProgress: ({ loaded, total, fromCache }) => void (total ?? loaded + fromCache) });
+const listModels: (options?: { cache?: ModelCacheOption }) => Promise<StoredModel[]> = LLM.models.list;
+const needed = (e: unknown) => (e instanceof StoreFullError ? e.needed : undefined);
+void [listModels, needed];
 const it = llm.generate(${JSON.stringify(FRANCE.prompt)}, { temperature: 0, maxTokens: 16, stop: ['\\n\\n'] });
 const ids: number[] = [];
 let r = await it.next();
@@ -80,7 +83,7 @@ test('the exports map gives browsers the browser build and Node the Node build',
   assert.match(resolved, /node_modules\/@ruvector\/ruvllm\/dist\/node\.js$/);
   assert.match(
     run(process.execPath, ['--input-type=module', '-e', "import('@ruvector/ruvllm').then((m) => console.log(Object.keys(m).sort().join()))"]).trim(),
-    /^AbortError,FileStore,IndexedDbStore,LLM,MAX_MODEL_BYTES,MAX_RECORD_BYTES,Memory,MicroLora,RefusedRecords,Router,RuvllmError,VectorIndex$/,
+    /^AbortError,FileStore,IndexedDbStore,LLM,MAX_MODEL_BYTES,MAX_RECORD_BYTES,Memory,MicroLora,RefusedRecords,Router,RuvllmError,StoreFullError,VectorIndex$/,
   );
   // Bundlers targeting browsers pick "browser" (Node itself lists "node" first, so ask for the browser file directly).
   const pkg = JSON.parse(run(process.execPath, ['-p', "JSON.stringify(require('./node_modules/@ruvector/ruvllm/package.json').exports)"]));

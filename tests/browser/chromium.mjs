@@ -29,13 +29,13 @@ export async function launchChromium() {
   };
 }
 
-/** The package's example page (npm/examples/browser/index.html) with `files` served beside it, in a Chromium of its
- * own, for the tests of one file: opened before them, closed after them. Its `page`, `server` and `browser` are there
- * once the tests run. */
-export function examplePage(files) {
+/** The package's example page (npm/examples/browser/index.html) with `files` served beside it (and `serveOptions`, see
+ * npm/test/server.mjs), in a Chromium of its own, for the tests of one file: opened before them, closed after them.
+ * Its `page`, `server` and `browser` are there once the tests run. */
+export function examplePage(files, serveOptions = {}) {
   const example = {};
   before(async () => {
-    example.server = await serve({ root: PACKAGE_DIR, files });
+    example.server = await serve({ ...serveOptions, root: PACKAGE_DIR, files });
     example.browser = await launchChromium();
     example.page = example.browser.context.pages()[0] ?? (await example.browser.context.newPage());
     await example.page.goto(`${example.server.origin}/examples/browser/index.html`);

@@ -18,7 +18,7 @@ mod support;
 
 use std::sync::Arc;
 
-use ruvllm::gguf::bytes::ModelBytesBuilder;
+use ruvllm::gguf::bytes::{ModelBytes, ModelBytesBuilder};
 use ruvllm::kv::PAGE_TOKENS;
 use ruvllm::kv::{KvCacheOptions, KvType};
 use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
@@ -137,6 +137,22 @@ fn a_model_held_in_pieces_equals_one_held_whole() {
     let seq = ids(&entry["forward"][0]["ids"]);
     let logits = |model: &Arc<Model>| Session::new(model.clone()).eval(&seq, true).unwrap().to_vec();
     assert_eq!(logits(&pieced), logits(&whole));
+}
+
+/// A split GGUF (gguf-py's, `tiny-llama3-split-0000i-of-00003.gguf`), its shards laid end to end, gives the one file's
+/// logits: the first shard's metadata, every shard's tensors.
+#[test]
+fn a_split_model_equals_the_one_file() {
+    let (whole, entry) = load(LLAMA3);
+    let shards = (1..=3)
+        .map(|i| {
+            ModelBytes::from(support::read_file(&format!("{}/tiny-llama3-split-{i:05}-of-00003.gguf", fixtures_dir())))
+        })
+        .collect();
+    let split = Arc::new(Model::from_bytes(ModelBytes::from_shards(shards)).unwrap());
+    let seq = ids(&entry["forward"][0]["ids"]);
+    let logits = |model: &Arc<Model>| Session::new(model.clone()).eval(&seq, true).unwrap().to_vec();
+    assert_eq!(logits(&split), logits(&whole));
 }
 
 /// Gemma 3: embeddings times sqrt(d_model), QK-norm on heads of 256, post-attention and post-FFN norms, GeGLU, and a

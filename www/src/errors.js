@@ -1,7 +1,7 @@
 // What a person can do about an error: the package's typed errors (RuvllmError.code) and the browser's own.
 import { bytes } from './format.js';
 
-/** { title, detail } for an error of the package (`e.code`), of the Cache API (QuotaExceededError) or any other. */
+/** { title, detail } for an error of the package (`e.code`), of the browser's storage (QuotaExceededError) or any other. */
 export function explain(e) {
   const detail = e?.message ?? String(e);
   switch (e?.code ?? e?.name) {
@@ -19,6 +19,8 @@ export function explain(e) {
       };
     case 'E_FETCH':
       return { title: 'The model could not be downloaded.', detail: `Check the URL; a model on another site must be served with CORS headers. ${detail}` };
+    case 'E_INTEGRITY':
+      return { title: 'The downloaded file is not the one expected (its SHA-256 differs).', detail: `Nothing of it was kept. ${detail}` };
     case 'E_GPU_NO_ADAPTER':
       return { title: 'This browser offers no WebGPU.', detail: `Choose Auto or CPU as the backend in Settings. ${detail}` };
     case 'E_GPU_UNSUPPORTED':
@@ -55,9 +57,8 @@ export function explain(e) {
   }
 }
 
-/** Said when a model could not be cached: it still runs, from memory. */
-export function notCached(e, size) {
-  return e?.name === 'QuotaExceededError' || e?.code === 'QUOTA'
-    ? `Storage full: the model (${bytes(size)}) runs but is not cached in this browser; delete cached models to make room. (${e.message})`
-    : `The model runs but could not be cached in this browser: ${e?.message ?? e}`;
+/** Said when a model could not be kept in the browser's storage (the package's `E_STORE_FULL`, with the bytes it
+ * needed): it runs all the same, from memory. */
+export function notCached(e) {
+  return `Storage full: the model (${bytes(e?.needed)}) runs but is not cached in this browser; delete cached models to make room. (${e?.message ?? e})`;
 }

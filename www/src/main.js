@@ -3,10 +3,10 @@ import { LLM } from '@ruvector/ruvllm';
 import './style.css';
 import { ChatView } from './chat-view.js';
 import { explain, notCached } from './errors.js';
-import { bytes, seconds } from './format.js';
+import { bytes } from './format.js';
 import { LearningPanel } from './learning-panel.js';
 import { MemoryPanel, modelContent } from './memory-panel.js';
-import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, cachedResponse, deleteCached, download, localModels, saveToCache, storageEstimate } from './models.js';
+import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, deleteCached, isCached, localModels, progressReporter, storageEstimate } from './models.js';
 import { answerGrammar, bindSettingsForm, loadSettings, saveSettings, schemaProblem } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
 import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
@@ -95,7 +95,8 @@ function showProgress(text, fraction) {
   else $('progress').value = fraction;
 }
 
-/** Load a model from a URL (the browser's cache first, else a download that is then cached) or from a File. */
+/** Load a model from a URL (kept by the package's model store: read from it, or downloaded into it as it loads) or
+ * from a File. */
 async function loadModel({ url, file }) {
   generation?.abort();
   loading?.abort();
@@ -110,28 +111,8 @@ async function loadModel({ url, file }) {
   const label = file ? file.name : decodeURIComponent(new URL(url, location.href).pathname.split('/').pop());
   $('model-name').textContent = `Loading ${label}…`;
   showProgress(file ? `Reading ${file.name}…` : `Connecting to ${new URL(url, location.href).host}…`); // Cancel is there from the start
-  let downloaded = null;
   try {
-    let source = file ?? null;
-    if (url) {
-      const hit = await cachedResponse(url);
-      if (hit) {
-        showProgress('Reading the model from this browser\'s cache…');
-        source = await hit.blob();
-      } else {
-        downloaded = await download(url, {
-          signal,
-          onProgress: ({ loaded, total, bytesPerSecond, secondsLeft }) =>
-            showProgress(
-              `Downloading ${bytes(loaded)}${total ? ` of ${bytes(total)}` : ''} · ${bytes(bytesPerSecond)}/s` +
-                (secondsLeft !== undefined ? ` · ${seconds(secondsLeft)} left` : ''),
-              total ? loaded / total : undefined,
-            ),
-        });
-        source = downloaded;
-      }
-    }
-    llm = await loadEngine(source, signal);
+    llm = await loadEngine(file ?? url, signal);
     if (signal.aborted) throw signal.reason;
     const info = llm.info();
     $('model-name').textContent = `${info.name ?? label} · ${bytes(info.fileBytes)}`;
@@ -145,9 +126,7 @@ async function loadModel({ url, file }) {
     prepare();
     panel.open(llm); // the router and the memory, on this model's embeddings
     learning.open(llm, label); // this model's MicroLoRA, from IndexedDB
-    if (downloaded) {
-      saveToCache(url, downloaded).then(refreshCached, (e) => notice(notCached(e, downloaded.size)));
-    }
+    if (url) refreshCached();
   } catch (e) {
     llm?.dispose();
     llm = null;
@@ -161,8 +140,10 @@ async function loadModel({ url, file }) {
   }
 }
 
-/** LLM.load with the settings; a WebGPU backend that is not there falls back to the CPU, saying so. */
+/** LLM.load with the settings; a URL's file is kept in the package's model store (`cache`), or, where the storage is
+ * full, loaded without it, saying so. A WebGPU backend that is not there falls back to the CPU, saying so. */
 async function loadEngine(source, signal) {
+  const download = typeof source === 'string';
   const options = {
     signal,
     contextSize: settings.contextSize,
@@ -170,14 +151,24 @@ async function loadEngine(source, signal) {
     ...(settings.threads > 0 ? { threads: settings.threads } : {}),
     // The prefix cache's pages in IndexedDB: a conversation continued after a reload starts from them.
     prefixCache: { store: 'indexeddb', budgetBytes: 128 * 1024 * 1024 },
-    onProgress: ({ loaded, total }) =>
-      showProgress(`Loading into the engine: ${bytes(loaded)}${total ? ` of ${bytes(total)}` : ''}`, total ? loaded / total : undefined),
+    ...(download ? { cache: true } : {}),
+    onProgress: progressReporter(showProgress, { download }),
+  };
+  const load = async (opts) => {
+    try {
+      return await LLM.load(source, opts);
+    } catch (e) {
+      if (e?.code !== 'E_STORE_FULL' || !opts.cache) throw e;
+      const model = await LLM.load(source, { ...opts, cache: false, onProgress: progressReporter(showProgress, { download }) });
+      notice(notCached(e));
+      return model;
+    }
   };
   try {
-    return await LLM.load(source, options);
+    return await load(options);
   } catch (e) {
     if (settings.backend !== 'webgpu' || !String(e?.code).startsWith('E_GPU_')) throw e;
-    const model = await LLM.load(source, { ...options, backend: 'cpu' });
+    const model = await load({ ...options, backend: 'cpu' });
     notice(`WebGPU could not run the model (${explain(e).title} ${e.message}): it runs on the CPU instead.`);
     return model;
   }
@@ -482,6 +473,6 @@ setState('idle');
 view.render(conversation);
 await Promise.all([fillModelList(), refreshConversations(), refreshCached()]);
 if (!crossOriginIsolated) notice('This page is not cross-origin isolated, so the model runs on one thread (slower).');
-// The last model loaded from a URL comes back from the browser's cache, with no download.
-if (settings.lastModel && (await cachedResponse(settings.lastModel))) loadModel({ url: settings.lastModel });
+// The last model loaded from a URL comes back from the package's model store, with no download.
+if (settings.lastModel && (await isCached(settings.lastModel))) loadModel({ url: settings.lastModel });
 else if (!settings.lastModel) $('model-select').value = DEFAULT_MODEL;

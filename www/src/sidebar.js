@@ -34,13 +34,14 @@ export function renderModelOptions(select, models, selected) {
   if (selected && seen.has(selected)) select.value = selected;
 }
 
-/** The models cached in the browser ({ url, name, bytes }) with a Delete button each, and the storage used. */
+/** The model files kept in the browser ({ url, name, bytes, total, complete }; a download cut short is kept in part
+ * and resumes at the next load) with a Delete button each, and the storage used. */
 export function renderCachedModels(list, storage, models, { usage, quota }, remove) {
   list.replaceChildren();
   for (const m of models) {
     const li = document.createElement('li');
     const name = document.createElement('span');
-    name.textContent = `${m.name} · ${bytes(m.bytes)}`;
+    name.textContent = `${m.name} · ${bytes(m.bytes)}${m.complete ? '' : ` of ${bytes(m.total)} (download cut short)`}`;
     name.title = m.url;
     li.append(name, button('Delete', `Delete cached ${m.name}`, () => remove(m.url)));
     list.append(li);

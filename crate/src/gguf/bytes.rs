@@ -4,16 +4,22 @@
 //! bytes (2 GiB), so a bigger file arrives through [`ModelBytesBuilder`], which lays it into pieces of at most
 //! that size, cut only between tensors: every tensor (so every weight's byte range) lies within one piece, and
 //! the file is still copied once, from the chunks it arrives in straight into its piece.
+//!
+//! A split model (llama.cpp's `NAME-00001-of-0000N.gguf`) is its shards laid end to end ([`ModelBytes::from_shards`]):
+//! each shard starts a piece of its own, so each shard's header is read where it starts, and [`ModelBytes::gguf`]
+//! gives one header for all of them with every tensor's offset into the whole ([`Gguf::parse_shards`]).
 
 use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
-/// A GGUF file held in memory, in one or more pieces that cover it end to end.
+/// A GGUF file held in memory, in one or more pieces that cover it end to end; or a split model's shards, end to end.
 pub struct ModelBytes {
     pieces: Vec<Piece>,
     len: usize,
+    /// Where each shard starts (one file: `[0]`). Each starts a piece, or is empty.
+    shards: Vec<usize>,
 }
 
 struct Piece {
@@ -58,7 +64,23 @@ impl From<memmap2::Mmap> for ModelBytes {
 impl ModelBytes {
     fn from_pieces(pieces: Vec<Piece>) -> ModelBytes {
         let len = pieces.last().map_or(0, Piece::end);
-        ModelBytes { pieces, len }
+        ModelBytes { pieces, len, shards: vec![0] }
+    }
+
+    /// A split model's shard files, in order, laid end to end (moved, not copied).
+    pub fn from_shards(files: Vec<ModelBytes>) -> ModelBytes {
+        let (mut pieces, mut shards, mut len) = (Vec::new(), Vec::new(), 0);
+        for file in files {
+            shards.extend(file.shards.iter().map(|s| len + s));
+            pieces.extend(
+                file.pieces.into_iter().filter(|p| !p.bytes().is_empty()).map(|p| Piece { start: len + p.start, ..p }),
+            );
+            len += file.len;
+        }
+        if shards.is_empty() {
+            shards.push(0);
+        }
+        ModelBytes { pieces, len, shards }
     }
 
     pub fn len(&self) -> usize {
@@ -74,11 +96,28 @@ impl ModelBytes {
         self.pieces.len()
     }
 
+    /// How many shards the model came in (1: one file).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
     /// The file's GGUF header, checked against the whole file, and every tensor against the pieces: a tensor that
-    /// is not within one piece is an error here, so [`ModelBytes::get`] never fails on a tensor's range later.
+    /// is not within one piece is an error here, so [`ModelBytes::get`] never fails on a tensor's range later. For a
+    /// split model, the header of all its shards ([`Gguf::parse_shards`]).
     pub fn gguf(&self) -> Result<Gguf> {
-        let head = self.pieces.first().map_or(&[][..], Piece::bytes);
-        let gguf = Gguf::parse_head(head, self.len)?;
+        let shards: Vec<(&[u8], usize)> = (0..self.shards.len())
+            .map(|i| {
+                let (start, end) = (self.shards[i], self.shards.get(i + 1).copied().unwrap_or(self.len));
+                // The piece this shard starts, up to the shard's end: the first bytes of the shard.
+                let p = self.pieces.partition_point(|p| p.start < start);
+                let head = self.pieces.get(p).filter(|p| p.start == start).map_or(&[][..], |p| {
+                    let b = p.bytes();
+                    &b[..b.len().min(end - start)]
+                });
+                (head, end - start)
+            })
+            .collect();
+        let gguf = Gguf::parse_shards(&shards)?;
         if let Some(t) = gguf.tensors.iter().find(|t| self.piece_of(t.offset..t.offset + t.size).is_none()) {
             return Err(Error::Gguf(format!("tensor '{}' is split between pieces of the file in memory", t.name)));
         }
@@ -268,7 +307,7 @@ fn out_of_memory(bytes: usize) -> Error {
 mod tests {
     use super::*;
     use crate::gguf::id::ModelId;
-    use crate::gguf::{write_f32, Value};
+    use crate::gguf::{write_f32, Value, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS};
 
     /// A GGUF of `n` F32 tensors of `floats` each, tensor i filled with i.
     fn file(n: usize, floats: usize) -> Vec<u8> {
@@ -327,6 +366,98 @@ mod tests {
         bytes[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
         let err = build(&bytes, Some(bytes.len()), 9000, 512).err().unwrap();
         assert!(matches!(err, Error::Gguf(ref m) if m.contains("past the end")), "{err:?}");
+    }
+
+    /// `file(6, floats)` as a split model of shards holding `per` tensors each, as llama.cpp's `gguf-split` writes
+    /// one: the first shard has the metadata, each shard its `split.*` keys.
+    fn split(floats: usize, per: usize) -> Vec<Vec<u8>> {
+        let data: Vec<Vec<f32>> = (0..6).map(|i| vec![i as f32; floats]).collect();
+        let tensors: Vec<_> = data.iter().enumerate().map(|(i, v)| (format!("t{i}"), vec![floats], &v[..])).collect();
+        let n = tensors.len().div_ceil(per);
+        tensors
+            .chunks(per)
+            .enumerate()
+            .map(|(i, part)| {
+                let mut meta = vec![
+                    (SPLIT_NO, Value::U16(i as u16)),
+                    (SPLIT_COUNT, Value::U16(n as u16)),
+                    (SPLIT_TENSORS, Value::I32(tensors.len() as i32)),
+                ];
+                if i == 0 {
+                    meta.insert(0, ("general.architecture", Value::String("none".into())));
+                }
+                write_f32(&meta, part)
+            })
+            .collect()
+    }
+
+    fn shards(files: &[Vec<u8>]) -> ModelBytes {
+        ModelBytes::from_shards(files.iter().map(|f| ModelBytes::from(f.clone())).collect())
+    }
+
+    #[test]
+    fn a_split_model_is_one_header_over_its_shards_laid_end_to_end() {
+        let whole = file(6, 1000);
+        let one = ModelBytes::from(whole.clone()).gguf().unwrap();
+        let files = split(1000, 2);
+        assert_eq!(files.len(), 3);
+        // As the wasm build receives them: each shard through a builder of its own, in pieces or not.
+        let built = |max_piece| {
+            let parts = files.iter().map(|f| build(f, Some(f.len()), max_piece, 777).unwrap()).collect();
+            ModelBytes::from_shards(parts)
+        };
+        for m in [shards(&files), built(usize::MAX), built(5000)] {
+            assert_eq!(m.shard_count(), 3);
+            assert_eq!(m.len(), files.iter().map(Vec::len).sum::<usize>());
+            let g = m.gguf().unwrap();
+            assert_eq!(g.get_str("general.architecture"), Some("none"));
+            assert_eq!(g.tensors.len(), one.tensors.len());
+            for (t, u) in g.tensors.iter().zip(&one.tensors) {
+                assert_eq!((&t.name, &t.dims, t.ty, t.size), (&u.name, &u.dims, u.ty, u.size));
+                assert_eq!(m.get(t.offset..t.offset + t.size), &whole[u.offset..u.offset + u.size], "{}", t.name);
+            }
+        }
+        // One shard of one: a plain file.
+        let g = shards(&split(1000, 6)).gguf().unwrap();
+        assert_eq!(g.tensors.len(), 6);
+    }
+
+    #[test]
+    fn shards_missing_extra_out_of_order_or_inconsistent_are_refused() {
+        let files = split(1000, 2);
+        let refused = |files: &[Vec<u8>], what: &str| match shards(files).gguf() {
+            Err(Error::Gguf(m)) => assert!(m.contains(what), "{what}: {m}"),
+            other => panic!("{what}: {:?}", other.map(|g| g.tensors.len())),
+        };
+        refused(&files[..1], "shard 1 of 3 of a split model");
+        refused(&files[1..2], "shard 2 of 3 of a split model");
+        refused(&files[..2], "shard 1 of 2: it says it is shard 1 of 3");
+        refused(&[files[0].clone(), files[2].clone(), files[1].clone()], "shard 2 of 3: it says it is shard 3 of 3");
+        refused(&[files[0].clone(), files[1].clone(), files[1].clone()], "shard 3 of 3: it says it is shard 2 of 3");
+        // A plain file as a shard: it says nothing of a split.
+        refused(
+            &[files[0].clone(), files[1].clone(), file(1, 1000)],
+            "shard 3 of 3: split.no and split.count are not both",
+        );
+        // A shard cut short: its last tensor runs past its end (not into the next shard).
+        let mut cut = files.clone();
+        let short = cut[1].len() - 10;
+        cut[1].truncate(short);
+        refused(&cut, "shard 2 of 3: tensor 't3'");
+        // A tensor in two shards.
+        let v = vec![0f32; 1000];
+        let meta = [(SPLIT_NO, Value::U16(2)), (SPLIT_COUNT, Value::U16(3)), (SPLIT_TENSORS, Value::I32(6))];
+        let again = write_f32(&meta, &[("t2".into(), vec![1000], &v[..]), ("t9".into(), vec![1000], &v[..])]);
+        refused(&[files[0].clone(), files[1].clone(), again], "shard 3 of 3: tensor 't2' is in an earlier shard too");
+        // split.tensors.count that is not the tensors' count.
+        let mut wrong = files.clone();
+        let at = wrong[0].windows(SPLIT_TENSORS.len()).position(|w| w == SPLIT_TENSORS.as_bytes()).unwrap();
+        let value = at + SPLIT_TENSORS.len() + 4; // after the key, the type (i32)
+        wrong[0][value..value + 4].copy_from_slice(&7i32.to_le_bytes());
+        refused(&wrong, "hold 6 tensors but the first says split.tensors.count 7");
+        // Empty shards and no shards.
+        refused(&[files[0].clone(), Vec::new(), files[2].clone()], "shard 2 of 3: file is shorter than a GGUF header");
+        assert!(matches!(ModelBytes::from_shards(Vec::new()).gguf(), Err(Error::Gguf(_))));
     }
 
     #[test]

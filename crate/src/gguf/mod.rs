@@ -12,7 +12,10 @@
 //! GGUF v2/v3 header reader. It borrows the file's bytes and copies only metadata. The file may be hostile: every
 //! count and length is checked against the remaining bytes and charged to a budget for the parsed header before
 //! anything is allocated, and tensor sizes use checked `usize` arithmetic, so a file is refused the same way on 32-
-//! and 64-bit targets. Change the limits at `MAX_HEADER_BYTES`.
+//! and 64-bit targets. Change the limits at `MAX_HEADER_BYTES`. A split model (llama.cpp's `gguf-split`: shards that
+//! are each a GGUF, the first holding the metadata) is read by `Gguf::parse_shards` into one header over the shards
+//! laid end to end; which shard each is, of how many, and the tensor count are checked, and all the headers share the
+//! one budget.
 
 pub mod bytes;
 pub mod id;
@@ -23,6 +26,10 @@ use crate::error::{Error, Result};
 use crate::quant::GgmlType;
 
 const MAGIC: u32 = 0x4655_4747; // "GGUF" read as little-endian u32
+/// A split model's keys (llama.cpp's `LLM_KV_SPLIT_*`): which shard a file is, of how many, and the tensors of all.
+pub const SPLIT_NO: &str = "split.no";
+pub const SPLIT_COUNT: &str = "split.count";
+pub const SPLIT_TENSORS: &str = "split.tensors.count";
 const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_ARRAY_DEPTH: usize = 8;
 const MAX_DIMS: usize = 4;
@@ -142,8 +149,82 @@ impl Gguf {
     /// Parse the header from `head`, the first bytes of a file of `file_len` bytes (at least `head.len()`):
     /// tensors are checked against the whole file.
     pub fn parse_head(head: &[u8], file_len: usize) -> Result<Gguf> {
+        let mut budget = MAX_HEADER_BYTES;
+        Gguf::parse_within(head, file_len, &mut budget)
+    }
+
+    /// The header of a model in `shards`, each given as its first bytes and its length, laid end to end: llama.cpp's
+    /// split GGUF (`gguf-split`, or `convert_hf_to_gguf.py --split-max-tensors`), whose files
+    /// `NAME-00001-of-0000N.gguf` are each a GGUF with a header of its own. The first holds the model's metadata;
+    /// each says which shard it is (`split.no`, from 0) of how many (`split.count`), and the first how many tensors
+    /// all of them hold (`split.tensors.count`). The result is one header: the first shard's metadata, every shard's
+    /// tensors with offsets into the shards laid end to end. One shard is a plain GGUF file (`parse_head`), unless
+    /// it says it is one of several. Shards missing, extra, out of order or naming a tensor twice are `Error::Gguf`;
+    /// all the headers together are held to one memory budget (`MAX_HEADER_BYTES`).
+    pub fn parse_shards(shards: &[(&[u8], usize)]) -> Result<Gguf> {
+        let n = shards.len();
+        let mut budget = MAX_HEADER_BYTES;
+        let mut start = 0usize;
+        let mut merged: Option<Gguf> = None;
+        let mut names = std::collections::HashSet::new();
+        for (i, &(head, len)) in shards.iter().enumerate() {
+            let shard = |e: Error| match e {
+                Error::Gguf(m) if n > 1 => Error::Gguf(format!("shard {} of {n}: {m}", i + 1)),
+                other => other,
+            };
+            let mut g = Gguf::parse_within(head, len, &mut budget).map_err(shard)?;
+            let (no, count) = (g.get(SPLIT_NO).map(Value::as_u64), g.get(SPLIT_COUNT).map(Value::as_u64));
+            match (no, count) {
+                // A plain file, or a split into one.
+                (_, None) | (_, Some(Some(1))) if n == 1 => {}
+                (Some(Some(no)), Some(Some(count))) if count == n as u64 && no == i as u64 => {}
+                (Some(Some(no)), Some(Some(count))) if n == 1 => {
+                    return Err(err(format!(
+                        "this file is shard {} of {count} of a split model ({SPLIT_NO} {no}, {SPLIT_COUNT} {count}): \
+                         load it from the first shard with every other one",
+                        no.saturating_add(1)
+                    )))
+                }
+                (Some(Some(no)), Some(Some(count))) => {
+                    return Err(shard(err(format!(
+                        "it says it is shard {} of {count} ({SPLIT_NO} {no}, {SPLIT_COUNT} {count})",
+                        no.saturating_add(1)
+                    ))))
+                }
+                _ => return Err(shard(err(format!("{SPLIT_NO} and {SPLIT_COUNT} are not both there as integers")))),
+            }
+            let len = len.max(head.len());
+            for t in &mut g.tensors {
+                if !names.insert(t.name.clone()) {
+                    return Err(shard(err(format!("tensor '{}' is in an earlier shard too", t.name))));
+                }
+                // Within its shard (`parse_within` checked), so within the shards' total, which is memory's.
+                t.offset = start.checked_add(t.offset).ok_or_else(|| shard(err("the shards overflow memory")))?;
+            }
+            start = start.checked_add(len).ok_or_else(|| shard(err("the shards overflow memory")))?;
+            match &mut merged {
+                None => merged = Some(g),
+                Some(m) => m.tensors.append(&mut g.tensors),
+            }
+        }
+        let merged = merged.ok_or_else(|| err("no file: a model has at least one shard"))?;
+        if n > 1 {
+            let want = merged.get(SPLIT_TENSORS).and_then(Value::as_u64);
+            if want != Some(merged.tensors.len() as u64) {
+                return Err(err(format!(
+                    "the {n} shards hold {} tensors but the first says {SPLIT_TENSORS} {}",
+                    merged.tensors.len(),
+                    want.map_or("is missing".to_string(), |w| w.to_string())
+                )));
+            }
+        }
+        Ok(merged)
+    }
+
+    /// `parse_head`, charging what the parsed header takes to `budget` (shared by the shards of a split model).
+    fn parse_within(head: &[u8], file_len: usize, budget: &mut usize) -> Result<Gguf> {
         let file_len = file_len.max(head.len());
-        let mut r = Reader { bytes: head, pos: 0, budget: MAX_HEADER_BYTES };
+        let mut r = Reader { bytes: head, pos: 0, budget: *budget };
         let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
             if magic.swap_bytes() == MAGIC {
@@ -248,6 +329,7 @@ impl Gguf {
             }
         }
 
+        *budget = r.budget;
         Ok(Gguf { version, metadata, tensors, alignment, data_offset })
     }
 

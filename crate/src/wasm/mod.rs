@@ -5,7 +5,8 @@
 //! Generation is stepwise (`start`, then `nextStep` per prefill batch or token), so JS can yield
 //! and abort between steps, also during the prefill of a long prompt.
 //! The model file is streamed into a [`ModelBuffer`] inside wasm memory, so loading never holds two
-//! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap.
+//! copies of it, and running out of the 4 GiB wasm32 address space is an error, not a trap; a split model's shards
+//! come one after another (`nextShard`). [`Sha256`] hashes the files the package's model store downloads.
 //! An encoder model (`bert`) has no session: it answers `embed` (and `tokenize`, `info`) only.
 //! LoRA adapters are read for the model by `loadAdapter` and chosen per generation by id (`adapters` in `start`'s
 //! options); they run on the CPU. MicroLoRAs, trained here from feedback, are adapters of the same kind (`wasm/lora.rs`).
@@ -340,10 +341,13 @@ impl From<crate::Output> for JsOutput {
     }
 }
 
-/// A GGUF file being received in chunks, held in wasm memory. Allocation failures are errors.
+/// A GGUF file being received in chunks, held in wasm memory; or a split model's shards, one after the other.
+/// Allocation failures are errors.
 #[wasm_bindgen]
 pub struct ModelBuffer {
     builder: ModelBytesBuilder,
+    /// The shards received before the one `builder` receives (a split model).
+    shards: Vec<ModelBytes>,
 }
 
 #[wasm_bindgen]
@@ -352,20 +356,63 @@ impl ModelBuffer {
     /// is held in pieces cut between tensors, as wasm32 holds no one object that large.
     #[wasm_bindgen(constructor)]
     pub fn new(capacity: usize) -> Result<ModelBuffer, JsValue> {
-        let total = (capacity > 0).then_some(capacity);
-        let builder = ModelBytesBuilder::new(total, MAX_PIECE_BYTES).map_err(js_error)?;
-        Ok(ModelBuffer { builder })
+        Ok(ModelBuffer { builder: ModelBuffer::builder(capacity)?, shards: Vec::new() })
     }
 
     /// Append the next chunk of the file.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
         self.builder.push(chunk).map_err(js_error)
     }
+
+    /// The next chunks are the next shard of a split model, a file of `capacity` bytes (0: unknown); the shards
+    /// come in order, the first one's first (`gguf::Gguf::parse_shards`).
+    #[wasm_bindgen(js_name = nextShard)]
+    pub fn next_shard(&mut self, capacity: usize) -> Result<(), JsValue> {
+        let done = std::mem::replace(&mut self.builder, ModelBuffer::builder(capacity)?);
+        self.shards.push(done.finish());
+        Ok(())
+    }
 }
 
 impl ModelBuffer {
-    pub(crate) fn finish(self) -> ModelBytes {
-        self.builder.finish()
+    fn builder(capacity: usize) -> Result<ModelBytesBuilder, JsValue> {
+        let total = (capacity > 0).then_some(capacity);
+        ModelBytesBuilder::new(total, MAX_PIECE_BYTES).map_err(js_error)
+    }
+
+    pub(crate) fn finish(mut self) -> ModelBytes {
+        let last = self.builder.finish();
+        if self.shards.is_empty() {
+            return last;
+        }
+        self.shards.push(last);
+        ModelBytes::from_shards(self.shards)
+    }
+}
+
+/// SHA-256 over bytes that come in chunks (WebCrypto hashes only whole buffers): what the npm package computes and
+/// checks of each model file it downloads into its store.
+#[wasm_bindgen]
+pub struct Sha256 {
+    hasher: sha2::Sha256,
+}
+
+#[wasm_bindgen]
+impl Sha256 {
+    #[wasm_bindgen(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Sha256 {
+        Sha256 { hasher: <sha2::Sha256 as sha2::Digest>::new() }
+    }
+
+    /// Hash the next chunk.
+    pub fn update(&mut self, chunk: &[u8]) {
+        sha2::Digest::update(&mut self.hasher, chunk);
+    }
+
+    /// The hash of every chunk so far, as 64 lowercase hex digits (the hasher is then empty again).
+    pub fn digest(&mut self) -> String {
+        crate::gguf::id::hex(&sha2::Digest::finalize_reset(&mut self.hasher))
     }
 }
 

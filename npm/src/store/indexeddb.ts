@@ -4,7 +4,7 @@
 // (hundreds of KB each). Each `put` is one transaction: its records are all written or none. Every failure is a
 // `RuvllmError` (`E_STORE`, `E_STORE_FULL` for the quota, `RefusedRecords`).
 import { RuvllmError } from '../errors.js';
-import { readLimit, RefusedRecords, storeError, type Store, type StoredRecord } from './store.js';
+import { readLimit, RefusedRecords, storeError, webLock, type Store, type StoredRecord } from './store.js';
 
 const PAGES = 'pages';
 const META = 'meta';
@@ -49,10 +49,6 @@ function upgrade(open: IDBOpenDBRequest, oldVersion: number): void {
     };
   }
 }
-
-/** The in-page lock of each database, where `navigator.locks` is missing: the end of the last waiter's turn (never
- * rejects). */
-const pageLocks = new Map<string, Promise<unknown>>();
 
 export interface IndexedDbStoreOptions {
   /**
@@ -199,17 +195,7 @@ export class IndexedDbStore implements Store {
 
   /** `fn` under the Web Lock `ruvllm-store:<database>` (every tab and worker of the origin; the browser frees it when
    * its holder's page closes), or an in-page lock where `navigator.locks` is missing (this page only). */
-  async lock<T>(fn: () => Promise<T>): Promise<T> {
-    const name = `ruvllm-store:${this.#name}`;
-    const locks = typeof navigator === 'undefined' ? undefined : navigator.locks;
-    if (locks) return locks.request(name, { mode: 'exclusive' }, () => fn()) as Promise<T>;
-    const mine = (pageLocks.get(name) ?? Promise.resolve()).then(() => fn());
-    const turn = mine.catch(() => {});
-    pageLocks.set(name, turn);
-    try {
-      return await mine;
-    } finally {
-      if (pageLocks.get(name) === turn) pageLocks.delete(name);
-    }
+  lock<T>(fn: () => Promise<T>): Promise<T> {
+    return webLock(`ruvllm-store:${this.#name}`, fn);
   }
 }

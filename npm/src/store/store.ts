@@ -86,3 +86,22 @@ export function isFull(e: unknown): boolean {
   const err = e as { name?: string; code?: string } | null;
   return err?.name === 'QuotaExceededError' || err?.code === 'ENOSPC' || err?.code === 'EDQUOT' || err?.code === 'E_STORE_FULL';
 }
+
+/** The in-page lock of each name, where `navigator.locks` is missing: the end of the last waiter's turn (never
+ * rejects). */
+const pageLocks = new Map<string, Promise<unknown>>();
+
+/** `fn` under the Web Lock `name` (every tab and worker of the origin; the browser frees it when its holder's page
+ * closes), or an in-page lock where `navigator.locks` is missing (this page only, as on insecure origins). */
+export async function webLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  const locks = typeof navigator === 'undefined' ? undefined : navigator.locks;
+  if (locks) return locks.request(name, { mode: 'exclusive' }, () => fn()) as Promise<T>;
+  const mine = (pageLocks.get(name) ?? Promise.resolve()).then(() => fn());
+  const turn = mine.catch(() => {});
+  pageLocks.set(name, turn);
+  try {
+    return await mine;
+  } finally {
+    if (pageLocks.get(name) === turn) pageLocks.delete(name);
+  }
+}
