@@ -1,11 +1,11 @@
 // Node entry: the wasm files are read from the package directory, and model sources may be file paths.
-import { open, readFile, stat } from 'node:fs/promises';
+import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { RuvllmError } from './errors.js';
 import { setPlatform } from './platform.js';
 import { withWebWorkers } from './node-workers.js';
-import type { ModelSource, OpenedSource } from './source.js';
+import { prefixReader, type ModelSource, type OpenedSource, type PrefixReader } from './source.js';
 import { FileStore } from './store/files.js';
 
 const REMOTE = /^(https?|data|blob):/i;
@@ -44,6 +44,35 @@ async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Ui
   }
 }
 
+/** The first bytes of the file at `path`, read at their offsets as far as asked (opened at the first read). */
+function filePrefix(path: string, signal?: AbortSignal): PrefixReader {
+  let file: FileHandle | undefined;
+  const fail = (e: unknown) => new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
+  return prefixReader(
+    async (start, end) => {
+      signal?.throwIfAborted();
+      try {
+        file ??= await open(path, 'r');
+        const { bytesRead, buffer } = await file.read(new Uint8Array(end - start), 0, end - start, start);
+        return buffer.subarray(0, bytesRead);
+      } catch (e) {
+        throw fail(e);
+      }
+    },
+    async () => {
+      await file?.close();
+    },
+  );
+}
+
+/** The file path `source` names, if it names one: a path, or a `file:` URL. */
+function filePath(source: ModelSource): string | undefined {
+  if (source instanceof URL && source.protocol === 'file:') return fileURLToPath(source);
+  if (typeof source === 'string' && source.startsWith('file:')) return fileURLToPath(source);
+  if (typeof source === 'string' && !REMOTE.test(source)) return source;
+  return undefined;
+}
+
 setPlatform({
   wasmSource: (url) => readFile(url),
   whyNoThreads: () => null,
@@ -59,10 +88,12 @@ setPlatform({
   },
   fileStore: (dir: string) => new FileStore(dir),
   open: (source: ModelSource, signal?: AbortSignal) => {
-    if (source instanceof URL && source.protocol === 'file:') return openFile(fileURLToPath(source), signal);
-    if (typeof source === 'string' && source.startsWith('file:')) return openFile(fileURLToPath(source), signal);
-    if (typeof source === 'string' && !REMOTE.test(source)) return openFile(source, signal);
-    return undefined;
+    const path = filePath(source);
+    return path === undefined ? undefined : openFile(path, signal);
+  },
+  openPrefix: (source: ModelSource, signal?: AbortSignal) => {
+    const path = filePath(source);
+    return path === undefined ? undefined : filePrefix(path, signal);
   },
 });
 
