@@ -31,6 +31,9 @@
 //! `wasm/lora.rs` adds MicroLoRA to `Engine`: a MicroLoRA has an adapter id beside the loaded files' (`Adapters` in
 //! `wasm/mod.rs`), and a request naming it takes its weights as they are when it starts; a training step is a pool job in the
 //! threaded build, as a forward pass is.
+//! `wasm/text.rs` exports `TextEngine`, a model's text side made from its GGUF header alone (`TextModel`), and holds the
+//! text calls (`tokenize`, `tokenizePrompt`, `detokenize`, `applyChatTemplate`, `chatPrompt`, the text facts of `info`)
+//! that `Engine`, `GpuEngine` and `TextEngine` all answer through the same functions, so the three agree.
 
 #[cfg(feature = "bench")]
 mod bench;
