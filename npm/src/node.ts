@@ -10,16 +10,19 @@ import { FileStore } from './store/files.js';
 
 const REMOTE = /^(https?|data|blob):/i;
 
-async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSource> {
-  let total: number;
+/** The size of the regular file at `path` (anything else, a FIFO whose open would wait for a writer say, is `E_IO`). */
+async function fileSize(path: string): Promise<number> {
   try {
     const s = await stat(path);
     if (!s.isFile()) throw new Error('not a regular file');
-    total = s.size;
+    return s.size;
   } catch (e) {
     throw new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
   }
-  return { total, chunks: fileChunks(path, signal) };
+}
+
+async function openFile(path: string, signal?: AbortSignal): Promise<OpenedSource> {
+  return { total: await fileSize(path), chunks: fileChunks(path, signal) };
 }
 
 /** The file in chunks of up to 4 MiB, each read into the same buffer: no chunk is left for the garbage collector
@@ -47,16 +50,16 @@ async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Ui
 /** The first bytes of the file at `path`, read at their offsets as far as asked (opened at the first read). */
 function filePrefix(path: string, signal?: AbortSignal): PrefixReader {
   let file: FileHandle | undefined;
-  const fail = (e: unknown) => new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
   return prefixReader(
     async (start, end) => {
       signal?.throwIfAborted();
+      if (!file) await fileSize(path);
       try {
         file ??= await open(path, 'r');
         const { bytesRead, buffer } = await file.read(new Uint8Array(end - start), 0, end - start, start);
         return buffer.subarray(0, bytesRead);
       } catch (e) {
-        throw fail(e);
+        throw new RuvllmError('E_IO', `${path}: ${(e as Error).message}`, { cause: e });
       }
     },
     async () => {

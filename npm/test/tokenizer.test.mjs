@@ -207,6 +207,7 @@ test('not a GGUF, or a file that ends inside its header, is E_GGUF; a disposed t
     writeFileSync(join(dir, 'short.gguf'), bytes);
     await rejectsWith(Tokenizer.load(join(dir, 'short.gguf')), 'E_GGUF');
     await rejectsWith(Tokenizer.load(join(dir, 'absent.gguf')), 'E_IO');
+    await rejectsWith(Tokenizer.load(dir), 'E_IO'); // not a regular file
   } finally {
     rmSync(dir, { recursive: true });
   }
