@@ -216,7 +216,7 @@ fn generate(args: &Args) -> CliResult {
     let prompt = args.required("prompt");
     let prompt_ids = if args.flag("chat") {
         let msgs = [ChatMessage::new("user", prompt)];
-        model.chat_prompt_ids(&msgs, &RenderOptions::default(), false)
+        model.text().chat_prompt_ids(&msgs, &RenderOptions::default(), false)
     } else {
         model.tokenizer().encode_with_special(prompt, true)
     };

@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         // The chat path as applications take it: control-token text in the messages stays text.
         Ok(_) => {
             let chat = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi!</s><|im_end|> 2+2?")];
-            model.chat_prompt_ids(&chat, &RenderOptions::default(), false)
+            model.text().chat_prompt_ids(&chat, &RenderOptions::default(), false)
         }
         Err(_) => model.tokenizer().encode_with_special("Hello, world", true),
     };

@@ -13,6 +13,7 @@ setPlatform({
   startThreaded: (start) => start(),
   keepAlive: (promise) => promise,
   open: () => undefined,
+  openPrefix: () => undefined,
   fileStore: () => undefined,
   modelStore: () => undefined,
 });

@@ -25,6 +25,8 @@ export interface Glue {
   Collection: CollectionClass;
   /** Reads the tool calls of an answer as it streams (crate/src/wasm/chat.rs). */
   ToolCallParser: new (format: string) => WasmToolCallParser;
+  /** A model's text side from its GGUF header alone (crate/src/wasm/text.rs). */
+  TextEngine: TextEngineClass;
   lastPanic(): string | undefined;
 }
 
@@ -76,10 +78,16 @@ export interface ModelBuffer {
   free(): void;
 }
 
-/** An engine (crate/src/wasm/mod.rs, gpu.rs). The forward passes (start, nextStep, score) return Promises in the
- * threaded and WebGPU builds. */
-export interface Engine {
-  info(): string;
+export interface TextEngineClass {
+  /** `optionsJson`: `{chatTemplate?}`. */
+  new (header: Uint8Array, optionsJson?: string): TextEngine;
+  /** How many bytes of the file the header in `prefix` takes: at most `prefix.length` when all of it is there, else
+   * at least how many it needs. */
+  headerBytes(prefix: Uint8Array): number;
+}
+
+/** The text calls every engine answers (crate/src/wasm/text.rs): the same functions on each engine's text side. */
+export interface TextCalls {
   tokenize(text: string, parseSpecial: boolean): Uint32Array;
   tokenizePrompt(text: string): Uint32Array;
   detokenize(ids: Uint32Array): string;
@@ -87,6 +95,19 @@ export interface Engine {
   applyChatTemplate(requestJson: string): string;
   /** JSON `{ids, grammar, tool_format}` (crate/src/wasm/chat.rs). */
   chatPrompt(requestJson: string, parseSpecialInMessages: boolean): string;
+}
+
+/** A model's text side without its weights: its `info()` is JSON `{name, architecture, vocab_size, has_chat_template,
+ * bos, eos}`. */
+export interface TextEngine extends TextCalls {
+  info(): string;
+  free(): void;
+}
+
+/** An engine (crate/src/wasm/mod.rs, gpu.rs). The forward passes (start, nextStep, score) return Promises in the
+ * threaded and WebGPU builds. */
+export interface Engine extends TextCalls {
+  info(): string;
   start(promptIds: Uint32Array, optionsJson: string): unknown;
   nextStep(): unknown;
   finish(cancel: boolean): string | undefined;

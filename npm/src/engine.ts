@@ -149,22 +149,23 @@ export async function readSource(source: ModelSource, signal: AbortSignal | unde
  * A loaded engine and its build. Callers take turns (`lock`, FIFO; a waiting caller's `signal` also cancels its
  * wait); `call` and `callAsync` run the engine and turn its errors into `RuvllmError`s, a trap (a Rust panic)
  * retiring it for good (`E_ENGINE_CRASHED` from then on). `dispose` frees it, once the caller holding it is done.
+ * A model's `Engine` by default; a `Tokenizer`'s `TextEngine` too.
  */
-export class EngineHandle {
-  #engine: Engine | null;
+export class EngineHandle<E extends { free(): void } = Engine> {
+  #engine: E | null;
   readonly wasm: Wasm;
   #tail: Promise<void> = Promise.resolve();
   #busy = false;
   #disposed = false;
   #crashed: RuvllmError | null = null;
 
-  constructor(engine: Engine, wasm: Wasm) {
+  constructor(engine: E, wasm: Wasm) {
     this.#engine = engine;
     this.wasm = wasm;
   }
 
   /** The engine unless it was freed or retired, unchecked: for the clean-up of a call in progress. */
-  get engine(): Engine | null {
+  get engine(): E | null {
     return this.#engine;
   }
 
@@ -206,14 +207,14 @@ export class EngineHandle {
   }
 
   /** The engine, or the error that retired it, or `E_DISPOSED`. */
-  usable(): Engine {
+  usable(): E {
     if (this.#crashed) throw this.#crashed;
     if (this.#disposed || !this.#engine) throw new RuvllmError('E_DISPOSED', 'the model was disposed');
     return this.#engine;
   }
 
   /** Call the engine; its errors become RuvllmErrors, and a trap (a Rust panic) retires this model. */
-  call<T>(fn: (engine: Engine) => T): T {
+  call<T>(fn: (engine: E) => T): T {
     const engine = this.usable();
     try {
       return fn(engine);
@@ -223,7 +224,7 @@ export class EngineHandle {
   }
 
   /** `call` for the forward passes, which the threaded build runs on its pool and returns as Promises. */
-  async callAsync<T>(fn: (engine: Engine) => T | Promise<T>): Promise<T> {
+  async callAsync<T>(fn: (engine: E) => T | Promise<T>): Promise<T> {
     const engine = this.usable();
     try {
       return await this.wasm.settle(fn(engine));

@@ -1,5 +1,8 @@
 // The API shared by the Node and browser entry points (which pick how the wasm module is loaded).
 export { LLM } from './llm.js';
+export { Tokenizer } from './tokenizer.js';
+export type { TokenizerInfo, TokenizerLoadOptions } from './tokenizer.js';
+export type { TextSide } from './text.js';
 export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage } from './types.js';
 export type { EmbeddingRequest, EmbeddingResponse, Embeddings } from './embeddings.js';
 export type { GenerateOptions, Grammar } from './options.js';

@@ -1,10 +1,11 @@
 // The API: `LLM`, a loaded model. It checks what callers give it, has platform.ts start the wasm build a load asks
-// for, and runs the engine through engine.ts (loading, one call at a time, errors mapped). It hands out the chat API
-// (chat.ts), the embeddings API (embeddings.ts) and MicroLoRAs (microlora.ts), which see it through their narrow host
-// interfaces and do not import this module.
+// for, and runs the engine through engine.ts (loading, one call at a time, errors mapped). Its text side (tokens, chat
+// templates and prompts, the tool-call reader) is text.ts's `TextSide`, which `Tokenizer` shares. It hands out the chat
+// API (chat.ts), the embeddings API (embeddings.ts) and MicroLoRAs (microlora.ts), which see it through their narrow
+// host interfaces and do not import this module.
 import { checkBackend, type Backend, type BackendFallback } from './backend.js';
 import type { Engine, ThreadFallback } from './builds.js';
-import { chatRequestJson, createChat, type Chat, type ChatMessage, type ChatPrompt, type ChatTemplateOptions, type ToolCallDelta, type ToolCallReader, type ToolFormat } from './chat.js';
+import { createChat, type Chat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
 import { AbortError, invalid, throwIfAborted } from './errors.js';
@@ -13,6 +14,7 @@ import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions 
 import { modelCache, type ModelCache } from './models/cache.js';
 import type { ModelStore } from './models/store.js';
 import { initWasm, openModelStore, openStore, type StartedWasm } from './platform.js';
+import { TextSide } from './text.js';
 import type { ModelSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
@@ -21,9 +23,11 @@ import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInf
 
 /**
  * A loaded model and its conversation state (one KV cache). Generations run one at a time: a call
- * made while another runs waits for it (FIFO), and its `signal` also cancels the wait.
+ * made while another runs waits for it (FIFO), and its `signal` also cancels the wait. Its text side (`tokenize`,
+ * `detokenize`, `applyChatTemplate`, `tokenizeChat`, `chatPrompt`, `toolCallReader`) is `TextSide`'s, as a
+ * `Tokenizer`'s is: synchronous, and the same answers.
  */
-export class LLM {
+export class LLM extends TextSide {
   /** The engine, its build, and the turns callers take at it. */
   readonly #engine: EngineHandle;
   readonly #requested: Backend;
@@ -40,6 +44,7 @@ export class LLM {
   readonly embeddings: Embeddings;
 
   private constructor(engine: EngineHandle, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
+    super(engine);
     this.#engine = engine;
     this.#requested = requested;
     this.#fallback = fallback;
@@ -113,7 +118,7 @@ export class LLM {
   }
 
   // -------------------------------------------------------------------------------------------------------------
-  // 2. Info and tokens
+  // 2. Info (the text side, tokens and chat prompts, is TextSide's: text.ts)
   // -------------------------------------------------------------------------------------------------------------
 
   info(): ModelInfo {
@@ -134,19 +139,6 @@ export class LLM {
         lastLoad: store?.lastLoad ?? null,
       },
     };
-  }
-
-  /** Token ids of `text`. `special`: parse special-token text like `<|im_end|>`. `prompt`: tokenize
-   * exactly as `generate` does with a string (special tokens parsed, BOS added if the model asks). */
-  tokenize(text: string, options: { special?: boolean; prompt?: boolean } = {}): number[] {
-    if (typeof text !== 'string') throw invalid('text must be a string');
-    const ids = this.#engine.call((e) => (options.prompt ? e.tokenizePrompt(text) : e.tokenize(text, Boolean(options.special))));
-    return Array.from(ids);
-  }
-
-  detokenize(ids: readonly number[] | Uint32Array): string {
-    const checked = tokenIds(ids, 'ids');
-    return this.#engine.call((e) => e.detokenize(checked));
   }
 
   // -------------------------------------------------------------------------------------------------------------
@@ -217,63 +209,7 @@ export class LLM {
   }
 
   // -------------------------------------------------------------------------------------------------------------
-  // 4. Chat
-  // -------------------------------------------------------------------------------------------------------------
-
-  /** Render messages with the model's own chat template (GGUF `tokenizer.chat_template`). The text is the
-   * template's: tokenizing it with special tokens parsed (`generate(text)`) also parses control-token text the
-   * messages hold. `tokenizeChat` (what the chat API runs) keeps the messages' text as text. */
-  applyChatTemplate(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
-    const json = chatRequestJson(messages, options);
-    return this.#engine.call((e) => e.applyChatTemplate(json));
-  }
-
-  /** The prompt ids of `messages` in the model's chat template, as the chat API generates from them. Control
-   * tokens written in a message (`<|im_end|>`) are tokenized as text, so a message cannot end its turn or open
-   * another; the template's own markup keeps its special tokens. `parseSpecialTokens: true` parses them in the
-   * messages too (llama.cpp's behaviour): only for input you trust. */
-  tokenizeChat(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): number[] {
-    return this.chatPrompt(messages, options).ids;
-  }
-
-  /** What the chat API generates from: the prompt ids (as `tokenizeChat`), and where `tools` are offered (and
-   * `toolChoice` is not `'none'`), the Lark grammar that holds the answer to the model's tool-call format and that
-   * format's name (`'hermes'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without tools, whose answer is
-   * `{"tool_calls": [...]}` or `{"response": "..."}`). */
-  chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): ChatPrompt {
-    const json = chatRequestJson(messages, options);
-    const parseSpecial = options.parseSpecialTokens ?? false;
-    if (typeof parseSpecial !== 'boolean') throw invalid('parseSpecialTokens must be a boolean');
-    const out = JSON.parse(this.#engine.call((e) => e.chatPrompt(json, parseSpecial))) as { ids: number[]; grammar: string | null; tool_format: ToolFormat | null };
-    return { ids: out.ids, grammar: out.grammar, toolFormat: out.tool_format };
-  }
-
-  /** A reader of the tool calls in an answer written in `format` (`chatPrompt(...).toolFormat`): `push` the answer's
-   * text as it streams, then `finish` once; each returns what that text settled. Used by the chat API. */
-  toolCallReader(format: ToolFormat): ToolCallReader {
-    this.#engine.usable();
-    const parser = this.#engine.glueCall((glue) => new glue.ToolCallParser(format));
-    let done = false;
-    const read = (json: string): ToolCallDelta[] => JSON.parse(json) as ToolCallDelta[];
-    return {
-      push: (text) => {
-        if (done) throw invalid('the tool-call reader has finished');
-        return read(parser.push(text));
-      },
-      finish: () => {
-        if (done) return [];
-        done = true;
-        try {
-          return read(parser.finish());
-        } finally {
-          parser.free();
-        }
-      },
-    };
-  }
-
-  // -------------------------------------------------------------------------------------------------------------
-  // 5. Embeddings
+  // 4. Embeddings
   // -------------------------------------------------------------------------------------------------------------
 
   /** One embedding per text: an encoder's (`bert`: all-MiniLM, bge) or a decoder's final hidden states, pooled
@@ -302,7 +238,7 @@ export class LLM {
   }
 
   // -------------------------------------------------------------------------------------------------------------
-  // 6. Adapters: LoRA files and MicroLoRAs
+  // 5. Adapters: LoRA files and MicroLoRAs
   // -------------------------------------------------------------------------------------------------------------
 
   /** Read a LoRA adapter (llama.cpp's GGUF adapter format, as `convert_lora_to_gguf.py` writes it) for this model,
@@ -357,7 +293,7 @@ export class LLM {
   }
 
   // -------------------------------------------------------------------------------------------------------------
-  // 7. Persistence: the conversation, the prefix cache, the model's memory
+  // 6. Persistence: the conversation, the prefix cache, the model's memory
   // -------------------------------------------------------------------------------------------------------------
 
   /** Forget the conversation's KV cache. The prefix cache keeps what it holds: the next prompt may still start

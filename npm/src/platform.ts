@@ -1,14 +1,14 @@
 // The platform: what differs between Node and browsers (registered by the entry points, node.ts and browser.ts),
 // starting a wasm build for a load (the backend and thread count chosen), opening model sources and stores.
 import { chooseBackend, type Backend, type BackendFallback } from './backend.js';
-import { chooseBuild, startBuild, type Glue, type Host, type ThreadFallback, type Wasm } from './builds.js';
+import { chooseBuild, startBuild, type Host, type ThreadFallback, type Wasm } from './builds.js';
 import { invalid, type RuvllmError } from './errors.js';
 import { CacheApiModelStore } from './models/cache-api.js';
 import type { ModelCacheOption } from './models/cache.js';
 import { checkSpace, openStored, storedSize, headSize, verified, type Hasher } from './models/download.js';
 import { hasOpfs, OpfsModelStore } from './models/opfs.js';
 import type { ModelStore } from './models/store.js';
-import { checkModelSize, openSource, shardNames, type ModelFiles, type ModelSource, type OpenedSource } from './source.js';
+import { checkModelSize, openPrefix, openSource, shardNames, type ModelFiles, type ModelSource, type OpenedSource, type PrefixReader } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import type { Store } from './store/store.js';
 
@@ -16,6 +16,8 @@ import type { Store } from './store/store.js';
 export interface Platform extends Host {
   /** Opens the sources only this platform understands (Node: file paths), else returns undefined. */
   open(source: ModelSource, signal?: AbortSignal): Promise<OpenedSource> | undefined;
+  /** `open` for reading a source's first bytes only (Node: a file path, read at offsets), else undefined. */
+  openPrefix(source: ModelSource, signal?: AbortSignal): PrefixReader | undefined;
   /** A store in the directory `dir` (Node), or undefined where there are no files (browsers). */
   fileStore(dir: string): Store | undefined;
   /** A model store in the directory `dir` (Node; without one, the default directory), or undefined (browsers). */
@@ -75,9 +77,10 @@ export async function initWasm(backend: Backend, allowSoftware: boolean, threads
   return { host, wasm: await startBuild(host, build, n), fallback, threadFallback };
 }
 
-/** The one-thread build's glue, which the vector indexes run in (started once, shared with models that use it). */
-export async function indexGlue(): Promise<Glue> {
-  return (await startBuild(getPlatform(), 'wasm', 1)).glue;
+/** The one-thread build, which the vector indexes and tokenizers run in (started once, shared with models that use
+ * it). */
+export function oneThreadBuild(): Promise<Wasm> {
+  return startBuild(getPlatform(), 'wasm', 1);
 }
 
 /** `source` opened by `host` (Node: file paths), else as every platform opens it (URLs, Blobs, bytes). */
@@ -170,6 +173,12 @@ export async function openModelStore(spec: ModelCacheOption): Promise<ModelStore
     return store;
   }
   throw invalid(`cache must be true, 'opfs', 'cache-api' or a directory path (Node), not ${JSON.stringify(spec)}`);
+}
+
+/** `source` opened by `host` (Node: file paths) for reading from its start as far as asked, else as every platform
+ * opens it (URLs with HTTP Range requests, Blobs, bytes). */
+export function openModelPrefix(source: ModelSource, signal: AbortSignal | undefined): PrefixReader {
+  return getPlatform().openPrefix(source, signal) ?? openPrefix(source, signal);
 }
 
 /** The store `spec` names (the option `option`): `'indexeddb'` (the IndexedDB database `database`, whose writes are

@@ -1,4 +1,4 @@
-import { RuvllmError, invalid } from './errors.js';
+import { AbortError, RuvllmError, invalid } from './errors.js';
 
 /** Where a model comes from. Node also takes a file path (a string that is not a URL). */
 export type ModelSource = string | URL | Request | Response | Blob | ArrayBuffer | ArrayBufferView;
@@ -156,4 +156,144 @@ export async function openSource(source: ModelSource, signal?: AbortSignal): Pro
     return { total: bytes.length, chunks: slices(bytes) };
   }
   throw invalid('the model source must be a URL, Request, Response, Blob/File, ArrayBuffer or typed array (or a path in Node)');
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Prefixes: a source read from its start only as far as asked (a model's header, without its weights)
+// ---------------------------------------------------------------------------------------------------------------
+
+/** A source read from its start, as far as a reader asks: what a header-only load takes. */
+export interface PrefixReader {
+  /** The source's first bytes: at least `end` of them, or all of it when it is shorter (then fewer than `end`).
+   * What was read is kept: a later call for more reads only the rest. The bytes are the reader's: copy them to keep
+   * them past the next call. */
+  read(end: number): Promise<Uint8Array>;
+  /** Let go of the source (a response's stream left unread, a file handle). Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * A `PrefixReader` over `more(start, end)`, which returns bytes of the source from `start` (up to `end`, or more where
+ * a stream gives more), or null or nothing at its end; `close` lets go of whatever `more` opened.
+ */
+export function prefixReader(more: (start: number, end: number) => Promise<Uint8Array | null>, close: () => Promise<void> = async () => {}): PrefixReader {
+  let buffer = new Uint8Array(0);
+  let length = 0;
+  let ended = false;
+  let closed = false;
+  return {
+    async read(end) {
+      while (length < end && !ended) {
+        const chunk = await more(length, end);
+        if (!chunk || chunk.length === 0) {
+          ended = true;
+          break;
+        }
+        if (length + chunk.length > buffer.length) {
+          const grown = new Uint8Array(Math.max(length + chunk.length, 2 * buffer.length));
+          grown.set(buffer.subarray(0, length));
+          buffer = grown;
+        }
+        buffer.set(chunk, length); // a copy: a stream's reader may fill the chunk's buffer again
+        length += chunk.length;
+      }
+      return buffer.subarray(0, length);
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await close();
+    },
+  };
+}
+
+/** Bytes of `stream`, `skip` of them left out first, one chunk a call; null at its end. `cancel` stops the stream. */
+function streamPieces(stream: ReadableStream<Uint8Array>, skip: number) {
+  const chunks = streamChunks(stream)[Symbol.asyncIterator]();
+  return {
+    async next(): Promise<Uint8Array | null> {
+      for (;;) {
+        const r = await chunks.next();
+        if (r.done) return null;
+        if (skip < r.value.length) {
+          const piece = r.value.subarray(skip);
+          skip = 0;
+          return piece;
+        }
+        skip -= r.value.length;
+      }
+    },
+    async cancel(): Promise<void> {
+      await chunks.return?.();
+    },
+  };
+}
+
+/**
+ * A URL (or a GET `Request`) read from its start with HTTP Range requests, each for the bytes the reader asks for
+ * next. A server that ignores Range (200 and the whole file) is read as a stream only as far as asked, and cancelled
+ * on `close`; 416 (the range starts past the end) is the end of the file.
+ */
+function rangedPrefix(source: string | URL | Request, signal: AbortSignal | undefined): PrefixReader {
+  const what = source instanceof Request ? source.url : String(source);
+  let stream: ReturnType<typeof streamPieces> | null = null;
+  const request = (range: string): Promise<Response> => {
+    if (!(source instanceof Request)) return fetch(source, { headers: { Range: range }, signal });
+    const headers = new Headers(source.headers);
+    headers.set('Range', range);
+    return fetch(new Request(source, { headers, signal }));
+  };
+  const more = async (start: number, end: number): Promise<Uint8Array | null> => {
+    if (stream) return stream.next();
+    let response: Response;
+    try {
+      response = await request(`bytes=${start}-${end - 1}`);
+    } catch (e) {
+      if (signal?.aborted) throw new AbortError(signal.reason);
+      throw new RuvllmError('E_FETCH', `${what}: ${(e as Error).message}`, { cause: e });
+    }
+    if (response.status === 416) {
+      await response.body?.cancel();
+      return null;
+    }
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw new RuvllmError('E_FETCH', `${what}: HTTP ${response.status} ${response.statusText}`.trim());
+    }
+    if (!response.body) throw new RuvllmError('E_FETCH', `${what}: the response has no body`);
+    if (response.status === 206) {
+      const range = /^bytes (\d+)-\d+\//.exec(response.headers.get('content-range') ?? '');
+      if (!range || Number(range[1]) !== start) {
+        await response.body.cancel();
+        throw new RuvllmError('E_FETCH', `${what}: asked for bytes from ${start}, got Content-Range '${response.headers.get('content-range')}'`);
+      }
+      return new Uint8Array(await response.arrayBuffer());
+    }
+    // The whole file from its first byte: read on as far as asked, past what was read already.
+    stream = streamPieces(response.body, start);
+    return stream.next();
+  };
+  return prefixReader(more, async () => {
+    await stream?.cancel();
+  });
+}
+
+/** Open the sources every platform understands for reading their first bytes only: URLs and GET Requests (HTTP Range
+ * requests), a Response (its body read as far as asked), Blobs and Files (sliced), bytes in memory. */
+export function openPrefix(source: ModelSource, signal?: AbortSignal): PrefixReader {
+  if (typeof source === 'string' || source instanceof URL || (typeof Request !== 'undefined' && source instanceof Request)) {
+    return rangedPrefix(source, signal);
+  }
+  if (typeof Response !== 'undefined' && source instanceof Response) {
+    if (!source.ok) throw new RuvllmError('E_FETCH', `${source.url || 'response'}: HTTP ${source.status} ${source.statusText}`.trim());
+    if (!source.body) throw new RuvllmError('E_FETCH', `${source.url || 'response'}: the response has no body`);
+    const stream = streamPieces(source.body, 0);
+    return prefixReader(() => stream.next(), () => stream.cancel());
+  }
+  if (typeof Blob !== 'undefined' && source instanceof Blob) {
+    return prefixReader(async (start, end) => new Uint8Array(await source.slice(start, end).arrayBuffer()));
+  }
+  const bytes = source instanceof ArrayBuffer ? new Uint8Array(source) : ArrayBuffer.isView(source) ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : null;
+  if (bytes) return prefixReader(async (start, end) => bytes.subarray(start, end));
+  throw invalid('the source must be a URL, Request, Response, Blob/File, ArrayBuffer or typed array (or a path in Node)');
 }

@@ -15,7 +15,7 @@ use support::test_support::{lark_rule_chain, ref_chain_schema};
 
 /// The chat prompt of one user message, as the model's template renders it.
 fn prompt(user: &str) -> Vec<u32> {
-    model().chat_prompt_ids(&[ChatMessage::new("user", user)], &RenderOptions::default(), false).unwrap()
+    model().text().chat_prompt_ids(&[ChatMessage::new("user", user)], &RenderOptions::default(), false).unwrap()
 }
 
 fn generate(user: &str, grammar: GrammarSource, sampler: SamplerConfig, max_tokens: usize) -> Output {
@@ -210,7 +210,7 @@ fn chains_deeper_than_the_compilers_stack_are_refused_before_compiling() {
         }
         GrammarSource::JsonSchema(schema)
     };
-    let compiler = model().grammar_compiler().unwrap();
+    let compiler = model().text().grammar_compiler().unwrap();
     let limit = ruvllm::constraint::MAX_COMPILE_DEPTH;
     for ok in [ref_chain(limit / 2 - 2), lark_chain(limit - 3), nested(limit / 3)] {
         compiler.compile(&ok).unwrap_or_else(|e| panic!("{e}"));
@@ -230,7 +230,7 @@ fn chains_deeper_than_the_compilers_stack_are_refused_before_compiling() {
 fn maskbench_valid_instances_are_taken_and_invalid_ones_refused() {
     let sample: Value = serde_json::from_str(include_str!("../fixtures/maskbench/sample.json")).unwrap();
     let model = model();
-    let compiler = model.grammar_compiler().unwrap();
+    let compiler = model.text().grammar_compiler().unwrap();
     let mut logits = vec![0f32; model.config.vocab_size];
     let (mut valid, mut invalid, mut uncompiled) = (0, 0, Vec::new());
     let mut wrong = Vec::new();

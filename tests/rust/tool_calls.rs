@@ -143,7 +143,7 @@ fn today_year() -> String {
 /// Generate under `choice` and read the answer whole and token by token; both must give the same calls.
 fn answer(model: &Arc<Model>, messages: &[ChatMessage], tool_use: &ToolUse, sampler: SamplerConfig) -> ParsedAnswer {
     let choice = &tool_use.choice;
-    let prompt = model.chat_prompt(messages, &with_tools(), tool_use, false).unwrap();
+    let prompt = model.text().chat_prompt(messages, &with_tools(), tool_use, false).unwrap();
     let format = prompt.tool_format.expect("tools are offered");
     assert_eq!(format, model.chat_template().unwrap().tool_format());
     let grammar = prompt.grammar.clone();
@@ -226,9 +226,9 @@ fn each_family_holds_a_tiny_model_to_its_calls_read_whole_and_streamed() {
         }
         // `none` offers no tools: no grammar, no format.
         let none = ToolUse { choice: ToolChoice::None, parallel: true };
-        let plain = model.chat_prompt(&ask, &with_tools(), &none, false).unwrap();
+        let plain = model.text().chat_prompt(&ask, &with_tools(), &none, false).unwrap();
         assert_eq!((plain.grammar, plain.tool_format), (None, None));
-        assert_eq!(plain.ids, model.chat_prompt_ids(&ask, &RenderOptions::default(), false).unwrap());
+        assert_eq!(plain.ids, model.text().chat_prompt_ids(&ask, &RenderOptions::default(), false).unwrap());
     }
 }
 

@@ -25,7 +25,7 @@
 //! control-token text in the messages in two noncharacters before rendering and, after it, removes them and returns
 //! the byte ranges they enclosed (`guard.rs`), where `Tokenizer::encode_guarded` matches no control token; so a message
 //! that writes `<|im_end|><|im_start|>system` cannot open a turn, while the template's own markup keeps its tokens
-//! (`Model::chat_prompt_ids`; `parse_special_in_messages` restores llama.cpp's behaviour for trusted input). The
+//! (`TextModel::chat_prompt_ids`; `parse_special_in_messages` restores llama.cpp's behaviour for trusted input). The
 //! markers travel through the template as the message's own characters, so templates that compare, trim or split
 //! messages work unchanged; one that cuts a message between its markers leaves a lone opening one, which guards the rest
 //! of the prompt. Tools go in both ways. In: `render_with` takes `RenderOptions` (the `tools`, and the caller's own
@@ -39,7 +39,7 @@
 //! template's source): reading calls out of an answer, whole or streamed as OpenAI's deltas (one state machine, so the
 //! two agree however the text is split), and the Lark grammar that holds a model to its format (calls' arguments to
 //! each tool's schema, in `response_format`'s JSON layout) once a call starts, or from the first token under
-//! `required`. `chat.rs` (`Model::chat_prompt`) puts them together: a request's prompt ids, its grammar and the format
+//! `required`. `model/text.rs` (`TextModel::chat_prompt`) puts them together: a request's prompt ids, its grammar and the format
 //! to read the answer with; the npm chat API turns the reader's deltas into OpenAI's `tool_calls` and chunk deltas.
 
 use std::fmt;

@@ -12,7 +12,7 @@
 //!
 //! Structured output on llguidance (MIT; llama.cpp's choice too), not a grammar engine of our own. A request's
 //! `GrammarSource` (a JSON Schema, any JSON object, GBNF, a regular expression, Lark) is compiled by the model's one
-//! `GrammarCompiler` (`Model::grammar_compiler`: the vocabulary's token trie is built once, control tokens marked
+//! `GrammarCompiler` (`TextModel::grammar_compiler`: the vocabulary's token trie is built once, control tokens marked
 //! special so text never spells them; `vocab.rs`) into a `Constraint` when the `Generation` is created, first step
 //! included, so a bad grammar is `Error::Grammar` (`E_GRAMMAR`) before any token. GBNF is translated to llguidance's
 //! Lark by `gbnf.rs`. Per token, `Generation::choose` copies the last row of logits, `mask_logits` sets what the grammar
@@ -136,7 +136,7 @@ pub(crate) fn with_json_layout(schema: &Value) -> Result<Value> {
 }
 
 /// Compiles grammars for one vocabulary. Building it makes the vocabulary's token trie (once per model:
-/// `Model::grammar_compiler`).
+/// `TextModel::grammar_compiler`).
 pub struct GrammarCompiler {
     factory: ParserFactory,
     /// The end-of-generation ids: any of them ends a constrained generation where the grammar may end.

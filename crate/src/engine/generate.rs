@@ -227,7 +227,7 @@ impl Generation {
         let sampler = Sampler::new(opts.sampler.clone())?;
         let t0 = now_ms();
         let constraint = match &opts.grammar {
-            Some(grammar) => Some(model.grammar_compiler()?.compile(grammar)?),
+            Some(grammar) => Some(model.text().grammar_compiler()?.compile(grammar)?),
             None => None,
         };
         let grammar_compile_ms = if constraint.is_some() { now_ms() - t0 } else { 0.0 };

@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, Prefix};
 
 /// A GGUF file held in memory, in one or more pieces that cover it end to end; or a split model's shards, end to end.
 pub struct ModelBytes {
@@ -176,10 +176,6 @@ struct Plan {
 /// The largest piece wasm32 can hold; elsewhere a file is one piece.
 pub const MAX_PIECE_BYTES: usize = isize::MAX as usize;
 
-/// A header that still cannot be read from this many bytes never will: `gguf::MAX_HEADER_BYTES` bounds what it
-/// describes, and its strings and arrays take at most as much again.
-const MAX_HEADER_WAIT: usize = 2 * crate::gguf::MAX_HEADER_BYTES;
-
 impl ModelBytesBuilder {
     /// A builder for a file of `total` bytes (`None`: unknown until it ends), in pieces of at most `max_piece`.
     pub fn new(total: Option<usize>, max_piece: usize) -> Result<ModelBytesBuilder> {
@@ -232,14 +228,15 @@ impl ModelBytesBuilder {
             return Ok(());
         }
         // Tensors are checked against the stated size, so no piece is reserved past the end of the file.
-        let gguf = match Gguf::parse_head(head, self.total.unwrap_or(usize::MAX)) {
-            Ok(g) => g,
-            // Not all of the header yet; or a malformed one, which `ModelBytes::gguf` reports when the file ends.
-            Err(_) if more_may_come && head.len() < MAX_HEADER_WAIT => {
-                self.next_header_try = head.len().saturating_mul(2);
+        let gguf = match Gguf::parse_prefix(head, self.total)? {
+            Prefix::Complete(g) => g,
+            // Not all of the header yet: try again at the length it needs, and at twice this one at least.
+            Prefix::Need(n) if more_may_come => {
+                self.next_header_try = n.max(head.len().saturating_mul(2));
                 return Ok(());
             }
-            Err(e) => return Err(e),
+            // The file ended inside its header: `ModelBytes::gguf` says so when the file is read.
+            Prefix::Need(_) => return Ok(()),
         };
         let (cuts, data_end) = cuts(&gguf, self.max_piece)?;
         let plan = Plan { end: self.total.unwrap_or(data_end), cuts };
@@ -461,10 +458,28 @@ mod tests {
     }
 
     #[test]
-    fn bytes_that_are_not_gguf_give_the_parser_error_once_they_end() {
+    fn bytes_that_are_not_gguf_are_refused_once_the_header_is_tried_not_when_they_end() {
         let junk = vec![7u8; 20_000];
-        let m = build(&junk, None, 9000, 100).unwrap();
+        for total in [None, Some(junk.len())] {
+            let mut b = ModelBytesBuilder::new(total, 9000).unwrap();
+            let refused = junk.chunks(100).position(|c| b.push(c).is_err()).map(|i| (i + 1) * 100);
+            // The header is first tried at the first piece's limit (9000 bytes here).
+            assert_eq!(refused, Some(9000), "{total:?}");
+        }
+        // A stream that ends before the first try gets the parser's error from `gguf`.
+        let m = build(&junk[..5000], None, 9000, 100).unwrap();
         assert!(matches!(m.gguf(), Err(Error::Gguf(m)) if m.contains("magic")));
-        assert!(matches!(build(&junk, Some(junk.len()), 9000, 100), Err(Error::Gguf(m)) if m.contains("magic")));
+    }
+
+    #[test]
+    fn the_header_is_tried_again_only_once_it_can_be_whole() {
+        // A file whose header is longer than the first try: the builder waits for it, then cuts pieces.
+        let long = "x".repeat(30_000);
+        let data = vec![1.0f32; 1000];
+        let tensors: Vec<_> = (0..6).map(|i| (format!("t{i}"), vec![1000], &data[..])).collect();
+        let bytes = write_f32(&[("general.name", Value::String(long))], &tensors);
+        let m = build(&bytes, None, 9000, 1000).unwrap();
+        assert!(m.piece_count() > 1);
+        assert_eq!(m.gguf().unwrap().tensors.len(), 6);
     }
 }

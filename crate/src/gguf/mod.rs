@@ -12,10 +12,15 @@
 //! GGUF v2/v3 header reader. It borrows the file's bytes and copies only metadata. The file may be hostile: every
 //! count and length is checked against the remaining bytes and charged to a budget for the parsed header before
 //! anything is allocated, and tensor sizes use checked `usize` arithmetic, so a file is refused the same way on 32-
-//! and 64-bit targets. Change the limits at `MAX_HEADER_BYTES`. A split model (llama.cpp's `gguf-split`: shards that
-//! are each a GGUF, the first holding the metadata) is read by `Gguf::parse_shards` into one header over the shards
-//! laid end to end; which shard each is, of how many, and the tensor count are checked, and all the headers share the
-//! one budget.
+//! and 64-bit targets. Change the limits at `MAX_HEADER_BYTES`. `Gguf::parse_prefix` reads the header from the
+//! file's first bytes alone, for readers that fetch no more of a file than its header (the text side of a model,
+//! `model::text`, and `bytes.rs`'s builder, which plans pieces from the header as the file streams in): it says how
+//! many bytes the header needs at least when the prefix is short, checks counts against the header's largest
+//! possible length (`MAX_HEADER_FILE_BYTES`) rather than the bytes at hand, and reserves memory only for what the
+//! bytes at hand can hold.
+//! A split model (llama.cpp's `gguf-split`: shards that are each a GGUF, the first holding the metadata) is read by
+//! `Gguf::parse_shards` into one header over the shards laid end to end; which shard each is, of how many, and the
+//! tensor count are checked, and all the headers share the one budget.
 
 pub mod bytes;
 pub mod id;
@@ -138,7 +143,24 @@ pub struct Gguf {
     pub alignment: usize,
     /// Absolute offset of the tensor data section.
     pub data_offset: usize,
+    /// Bytes of the file the header takes: its metadata and tensor table, without the padding up to
+    /// `data_offset` (a file without tensors may end here).
+    pub header_bytes: usize,
 }
+
+/// What a prefix of a file gives: what was read from its whole header, or how long a prefix the header needs
+/// at least (a lower bound: it grows as more of the header is seen).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prefix<T> {
+    Complete(T),
+    /// The header runs past the prefix: at least this many bytes of the file, more than the prefix had.
+    Need(usize),
+}
+
+/// The longest header [`Gguf::parse_prefix`] waits for. Each byte of a header but its 24-byte preamble is
+/// charged to `MAX_HEADER_BYTES` at least once (a string's bytes three times, an item's fixed fields with its
+/// 64 bytes), so a longer header is refused by the parse anyway; this is where a prefix reader stops asking.
+pub const MAX_HEADER_FILE_BYTES: usize = MAX_HEADER_BYTES + 24;
 
 impl Gguf {
     /// Parse the header of a GGUF file held in `bytes` (the whole file).
@@ -147,7 +169,7 @@ impl Gguf {
     }
 
     /// Parse the header from `head`, the first bytes of a file of `file_len` bytes (at least `head.len()`):
-    /// tensors are checked against the whole file.
+    /// tensors are checked against the whole file. A header that runs past `head` is an error.
     pub fn parse_head(head: &[u8], file_len: usize) -> Result<Gguf> {
         let mut budget = MAX_HEADER_BYTES;
         Gguf::parse_within(head, file_len, &mut budget)
@@ -223,8 +245,36 @@ impl Gguf {
 
     /// `parse_head`, charging what the parsed header takes to `budget` (shared by the shards of a split model).
     fn parse_within(head: &[u8], file_len: usize, budget: &mut usize) -> Result<Gguf> {
-        let file_len = file_len.max(head.len());
-        let mut r = Reader { bytes: head, pos: 0, budget: *budget };
+        let mut r = Reader { bytes: head, end: head.len(), pos: 0, budget: *budget, short: None };
+        let g = r.header(Some(file_len.max(head.len())))?;
+        *budget = r.budget;
+        Ok(g)
+    }
+
+    /// Parse the header from `prefix`, the first bytes of a file whose length need not be known: the header, or
+    /// how many bytes of the file it needs at least (`Prefix::Need`, more than `prefix.len()`). Ask again with
+    /// a longer prefix; a reader that does not know where the file ends may take the header's own word for it,
+    /// as it never asks for more than [`MAX_HEADER_FILE_BYTES`]. With `file_len`, tensors are checked against
+    /// the file as [`Gguf::parse_head`] does; without, only their sizes are (what a header-only reader such as
+    /// `model::text::TextModel` uses). A malformed header is an error as soon as the prefix shows it.
+    pub fn parse_prefix(prefix: &[u8], file_len: Option<usize>) -> Result<Prefix<Gguf>> {
+        let end = file_len.map_or(MAX_HEADER_FILE_BYTES, |n| n.min(MAX_HEADER_FILE_BYTES)).max(prefix.len());
+        let mut r = Reader { bytes: prefix, end, pos: 0, budget: MAX_HEADER_BYTES, short: None };
+        match r.header(file_len.map(|n| n.max(prefix.len()))) {
+            Ok(g) => Ok(Prefix::Complete(g)),
+            Err(e) => match r.short {
+                Some(need) => Ok(Prefix::Need(need)),
+                None => Err(e),
+            },
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// The header from the start of the bytes; tensors checked against `file_len` if known, else only their
+    /// sizes and offsets against `usize`.
+    fn header(&mut self, file_len: Option<usize>) -> Result<Gguf> {
+        let r = self;
         let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
             if magic.swap_bytes() == MAGIC {
@@ -261,7 +311,7 @@ impl Gguf {
             },
         } as usize;
 
-        let mut raw = Vec::with_capacity(n_tensors);
+        let mut raw = Vec::with_capacity(r.capacity(n_tensors, 32));
         for _ in 0..n_tensors {
             let name = r.string()?;
             let n_dims = r.u32()? as usize;
@@ -281,7 +331,10 @@ impl Gguf {
             raw.push((name, dims, type_id, offset));
         }
 
+        let header_bytes = r.pos;
         let data_offset = align_up(r.pos, alignment);
+        // Without the file's length, tensors are checked against what `usize` addresses.
+        let file_len = file_len.unwrap_or(usize::MAX);
         if data_offset > file_len && !raw.is_empty() {
             return Err(err(format!(
                 "truncated: tensor data should start at byte {data_offset} but the file has {} bytes",
@@ -329,10 +382,11 @@ impl Gguf {
             }
         }
 
-        *budget = r.budget;
-        Ok(Gguf { version, metadata, tensors, alignment, data_offset })
+        Ok(Gguf { version, metadata, tensors, alignment, data_offset, header_bytes })
     }
+}
 
+impl Gguf {
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
     }
@@ -443,15 +497,22 @@ fn tensor_bytes(ty: GgmlType, dims: &[u64]) -> Option<usize> {
 }
 
 struct Reader<'a> {
+    /// The bytes at hand: the file's first `bytes.len()`.
     bytes: &'a [u8],
+    /// Where the header must end at the latest: the end of `bytes` for a whole header, else the file's length or
+    /// `MAX_HEADER_FILE_BYTES`. Counts and lengths are checked against it.
+    end: usize,
     pos: usize,
     /// Bytes of memory the parsed header may still take (see `MAX_HEADER_BYTES`).
     budget: usize,
+    /// Set when a read ran past `bytes` but not past `end`: how many bytes of the file that read needed.
+    short: Option<usize>,
 }
 
 impl<'a> Reader<'a> {
+    /// Bytes the header may still take.
     fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
+        self.end - self.pos
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
@@ -462,9 +523,19 @@ impl<'a> Reader<'a> {
                 self.remaining()
             )));
         }
+        if n > self.bytes.len() - self.pos {
+            self.short = Some(self.pos + n);
+            return Err(err(format!("the header runs past the {} bytes read", self.bytes.len())));
+        }
         let s = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
+    }
+
+    /// What to reserve for `n` items of at least `min_item_bytes`: no more than the bytes at hand can hold,
+    /// so that a prefix's counts, checked only against `end`, never allocate beyond what was read.
+    fn capacity(&self, n: usize, min_item_bytes: usize) -> usize {
+        n.min((self.bytes.len() - self.pos) / min_item_bytes)
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
@@ -549,7 +620,7 @@ impl<'a> Reader<'a> {
                     t => return Err(err(format!("unknown metadata value type {t}"))),
                 };
                 let n = self.reserve(n, min, "array elements")?;
-                let mut items = Vec::with_capacity(n);
+                let mut items = Vec::with_capacity(self.capacity(n, min));
                 for _ in 0..n {
                     items.push(self.value(elem_ty, depth + 1)?);
                 }
@@ -572,5 +643,69 @@ mod tests {
     fn rejects_wrong_magic() {
         let e = Gguf::parse(b"GGML\x03\0\0\0").unwrap_err();
         assert!(matches!(e, Error::Gguf(ref m) if m.contains("bad magic")), "{e}");
+        assert!(matches!(Gguf::parse_prefix(b"GGML", None), Err(Error::Gguf(ref m)) if m.contains("bad magic")));
+    }
+
+    fn file() -> Vec<u8> {
+        let data = [1.0f32; 64];
+        let meta =
+            [("general.architecture", Value::String("llama".into())), ("general.name", Value::String("x".repeat(300)))];
+        write_f32(&meta, &[("a".into(), vec![64], &data[..]), ("b".into(), vec![32, 2], &data[..])])
+    }
+
+    #[test]
+    fn a_prefix_asks_for_more_until_the_header_is_whole_then_reads_what_the_whole_file_does() {
+        let bytes = file();
+        let whole = Gguf::parse(&bytes).unwrap();
+        assert!(whole.header_bytes <= whole.data_offset && whole.data_offset - whole.header_bytes < whole.alignment);
+        let mut asked = 0;
+        for cut in 0..whole.header_bytes {
+            match Gguf::parse_prefix(&bytes[..cut], None).unwrap() {
+                // A lower bound: more than the prefix, never past the header, never less than asked before.
+                Prefix::Need(n) => {
+                    assert!(cut < n && n <= whole.header_bytes && n >= asked, "cut {cut}: need {n}");
+                    asked = n;
+                }
+                Prefix::Complete(_) => panic!("cut {cut}: a header of {} bytes read whole", whole.header_bytes),
+            }
+        }
+        for (cut, file_len) in [(whole.header_bytes, None), (bytes.len(), None), (bytes.len(), Some(bytes.len()))] {
+            let Prefix::Complete(g) = Gguf::parse_prefix(&bytes[..cut], file_len).unwrap() else { panic!("{cut}") };
+            assert_eq!(
+                (g.metadata, g.tensors, g.data_offset),
+                (whole.metadata.clone(), whole.tensors.clone(), whole.data_offset)
+            );
+        }
+        // A stated length checks the tensors as `parse_head` does.
+        let e = Gguf::parse_prefix(&bytes[..whole.header_bytes], Some(bytes.len() - 1)).unwrap_err();
+        assert!(matches!(e, Error::Gguf(ref m) if m.contains("past the end")), "{e}");
+    }
+
+    #[test]
+    fn a_prefix_of_a_hostile_header_is_refused_or_asks_for_no_more_than_a_header_may_take() {
+        let preamble = |n_tensors: u64, n_kv: u64| {
+            [&MAGIC.to_le_bytes()[..], &3u32.to_le_bytes(), &n_tensors.to_le_bytes(), &n_kv.to_le_bytes()].concat()
+        };
+        // Four million tensors: a count the budget takes, whose table no 24-byte prefix holds. The prefix asks for
+        // the next bytes and reserves nothing for the table.
+        let head = preamble(4 << 20, 0);
+        assert!(matches!(Gguf::parse_prefix(&head, None), Ok(Prefix::Need(32))));
+        for n in [0usize, 3, 23] {
+            assert!(matches!(Gguf::parse_prefix(&head[..n], None), Ok(Prefix::Need(m)) if m > n && m <= 24));
+        }
+        // A key of 2^40 bytes: past any header, an error rather than a request for a terabyte.
+        let mut head = preamble(0, 1);
+        head.extend((1u64 << 40).to_le_bytes());
+        let e = Gguf::parse_prefix(&head, None).unwrap_err();
+        assert!(matches!(e, Error::Gguf(ref m) if m.contains("runs past the end")), "{e}");
+        // An array of more elements than any header holds.
+        let mut head = preamble(0, 1);
+        head.extend(1u64.to_le_bytes());
+        head.extend(b"k");
+        head.extend(9u32.to_le_bytes());
+        head.extend(6u32.to_le_bytes());
+        head.extend((MAX_HEADER_FILE_BYTES as u64).to_le_bytes());
+        let e = Gguf::parse_prefix(&head, None).unwrap_err();
+        assert!(matches!(e, Error::Gguf(ref m) if m.contains("cannot fit")), "{e}");
     }
 }

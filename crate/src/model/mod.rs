@@ -1,11 +1,15 @@
-//! A loaded model: the file's bytes, its config, weights (views into the bytes), tokenizer and chat template.
+//! A loaded model: the file's bytes, its config, weights (views into the bytes), and its text side (`text.rs`:
+//! tokenizer, chat template, prompts).
 //!
 //! # Design
 //!
 //! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma3`: `Arch` lists
 //! what differs, and `Config::layer_window` / `layer_rope_base` say which layers attend within a sliding window; Phi-3's fused q/k/v and gate/up tensors become `MatrixRef` row ranges, so the forward pass never sees them); `weights.rs` holds `MatrixRef`s
 //! (type, shape, byte offset) viewed as `QuantMatrix`es of the file, and norms/biases as small f32 vectors; `mod.rs` is
-//! `Model`: the bytes (memory-mapped natively), config, weights, tokenizer, chat template and the prefix cache.
+//! `Model`: the bytes (memory-mapped natively), config, weights, the text side and the prefix cache. `text.rs` is
+//! `TextModel`, the text side (tokenizer, chat template, chat prompts with tools, the grammar compiler), which needs
+//! only the file's header: a `Model` holds one, and one is read alone from a header for token counting and for a
+//! page whose weights live in a worker.
 //! `forward.rs` is one top-to-bottom `forward()` over a batch of tokens into a preallocated `RunState`, and
 //! `batches`, the one rule that splits an eval into forward calls (also used by the GPU). A new architecture starts
 //! in `config.rs` and `forward.rs`.
@@ -27,14 +31,14 @@ pub mod config;
 pub(crate) mod eval;
 pub mod forward;
 pub mod lora;
+pub mod text;
 pub mod weights;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
-use crate::constraint::GrammarCompiler;
+use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
 use crate::gguf::id::ModelId;
@@ -45,6 +49,7 @@ use crate::model::lora::AdapterSet;
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
 use config::{Arch, Config};
+use text::TextModel;
 use weights::Weights;
 
 pub struct Model {
@@ -54,11 +59,8 @@ pub struct Model {
     pub weights: Weights,
     /// The encoder's weights, for `bert` models only.
     pub encoder: Option<BertWeights>,
-    tokenizer: Tokenizer,
-    /// The GGUF's `tokenizer.chat_template`, compiled; or why there is none (missing, or refused when compiled):
-    /// an error at chat time, while the model still loads and completes plain prompts.
-    chat_template: Result<ChatTemplate>,
-    metadata_name: Option<String>,
+    /// The tokenizer, the chat template and what is made of them (prompts, the grammar compiler).
+    text: TextModel,
     /// Milliseconds from the bytes being available (or the file opened) to a ready model.
     load_ms: f64,
     /// KV of token prefixes that any session of this model starts from (`memory::prefix_cache`).
@@ -70,8 +72,6 @@ pub struct Model {
     kv_cache: KvCacheOptions,
     /// What persisted records and saved states of this model carry (`memory::record`).
     id: ModelId,
-    /// The grammar compiler of this vocabulary, made by the first constrained request.
-    grammar: OnceLock<Arc<GrammarCompiler>>,
 }
 
 /// The prefix cache's budget until the caller sets one: pages are allocated as they fill, up to this.
@@ -108,16 +108,14 @@ impl Model {
                 (Weights::from_gguf(&gguf, &bytes, &config)?, None)
             }
         };
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        if tokenizer.vocab_size() != config.vocab_size {
+        let text = TextModel::from_gguf(&gguf)?;
+        if text.tokenizer().vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(
                 "tokenizer has {} tokens but token_embd.weight has {} rows",
-                tokenizer.vocab_size(),
+                text.tokenizer().vocab_size(),
                 config.vocab_size
             )));
         }
-        let chat_template = ChatTemplate::from_gguf(&gguf);
-        let metadata_name = gguf.get_str("general.name").map(str::to_string);
         let load_ms = crate::clock::now_ms() - t0;
         let id = ModelId::of_gguf(&bytes, gguf.data_offset);
         let prefix_cache =
@@ -128,15 +126,12 @@ impl Model {
             config,
             weights,
             encoder,
-            tokenizer,
-            chat_template,
-            metadata_name,
+            text,
             load_ms,
             prefix_cache,
             adapter_cache: Mutex::new(None),
             kv_cache,
             id,
-            grammar: OnceLock::new(),
         })
     }
 
@@ -156,8 +151,7 @@ impl Model {
     /// `--chat-template-file`): for a file with none, or one that renders no tools. A template that does not
     /// compile is `Error::ChatTemplate`.
     pub fn with_chat_template(mut self, source: &str) -> Result<Model> {
-        let text = |id: Option<u32>| id.and_then(|id| self.tokenizer.token_text(id)).unwrap_or("");
-        self.chat_template = Ok(ChatTemplate::new(source, text(self.tokenizer.bos()), text(self.tokenizer.eos()))?);
+        self.text = self.text.with_chat_template(source)?;
         Ok(self)
     }
 
@@ -171,8 +165,14 @@ impl Model {
         &self.bytes
     }
 
+    /// The text side: tokenizer, chat template, and the prompts and grammars made of them alone (`TextModel`).
+    pub fn text(&self) -> &TextModel {
+        &self.text
+    }
+
+    /// The text side's tokenizer (`self.text().tokenizer()`).
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        self.text.tokenizer()
     }
 
     /// RoPE for a context of `n_ctx` positions, as the config says, with the file's per-pair frequency factors if it
@@ -203,41 +203,15 @@ impl Model {
         }
     }
 
-    /// The model's own chat template, or an error naming the problem when it has none or it did not compile.
-    /// The compiler of constrained requests' grammars for this model's vocabulary (built on first use: it holds
-    /// the vocabulary's token trie).
-    pub fn grammar_compiler(&self) -> Result<Arc<GrammarCompiler>> {
-        if let Some(c) = self.grammar.get() {
-            return Ok(c.clone());
-        }
-        let compiler = Arc::new(GrammarCompiler::new(&self.tokenizer)?);
-        Ok(self.grammar.get_or_init(|| compiler).clone())
-    }
-
+    /// The text side's chat template (`self.text().chat_template()`): an error naming the problem when the model
+    /// has none or it did not compile.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
-        self.chat_template.as_ref().map_err(Clone::clone)
+        self.text.chat_template()
     }
 
-    /// The prompt ids of a conversation in the model's chat template, BOS included where the model asks.
-    /// The template's markup is parsed for special tokens; the messages' roles and contents are not, unless
-    /// `parse_special_in_messages` (input the caller trusts): their `<|im_end|>` is text, so a message cannot
-    /// end its turn or open another.
-    pub fn chat_prompt_ids(
-        &self,
-        messages: &[ChatMessage],
-        options: &RenderOptions,
-        parse_special_in_messages: bool,
-    ) -> Result<Vec<u32>> {
-        let template = self.chat_template()?;
-        if parse_special_in_messages {
-            return self.tokenizer.encode_with_special(&template.render_with(messages, options)?, true);
-        }
-        let prompt = template.render_guarded(messages, options, &self.tokenizer.control_texts())?;
-        self.tokenizer.encode_guarded(&prompt.text, &prompt.guarded)
-    }
-
+    /// `general.name` (`self.text().name()`).
     pub fn name(&self) -> Option<&str> {
-        self.metadata_name.as_deref()
+        self.text.name()
     }
 
     /// The model's identity in persisted records and saved states: its GGUF header and samples of its weights.

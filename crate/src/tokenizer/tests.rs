@@ -9,7 +9,7 @@ use crate::test_support::test;
 
 fn gguf(entries: Vec<(&str, Value)>) -> Gguf {
     let metadata: BTreeMap<String, Value> = entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    Gguf { version: 3, metadata, tensors: Vec::new(), alignment: 32, data_offset: 0 }
+    Gguf { version: 3, metadata, tensors: Vec::new(), alignment: 32, data_offset: 0, header_bytes: 0 }
 }
 
 fn strings<S: AsRef<str>>(items: &[S]) -> Value {

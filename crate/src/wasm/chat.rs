@@ -1,5 +1,5 @@
 //! The chat request as JavaScript sends it (`{messages, tools?, tool_choice?, parallel_tool_calls?,
-//! chat_template_kwargs?, add_generation_prompt?}`, OpenAI's names), for both engines, and `ToolCallParser`: the calls read out of
+//! chat_template_kwargs?, add_generation_prompt?}`, OpenAI's names), for every engine's text side, and `ToolCallParser`: the calls read out of
 //! an answer as it streams (`ToolCallStream`).
 
 use serde::Deserialize;
@@ -7,8 +7,9 @@ use wasm_bindgen::prelude::*;
 
 use crate::chat_template::tool_calls::{ToolCallStream, ToolChoice, ToolDelta, ToolFormat, ToolSpec};
 use crate::constraint::GrammarSource;
+use crate::model::text::TextModel;
 use crate::wasm::{js_error, json, parse};
-use crate::{ChatMessage, Model, RenderOptions, ToolUse};
+use crate::{ChatMessage, RenderOptions, ToolUse};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,19 +45,19 @@ impl JsChatRequest {
 }
 
 /// The request's prompt text, as the template renders it (tools included).
-pub(crate) fn apply_chat_template(model: &Model, request_json: &str) -> Result<String, JsValue> {
+pub(crate) fn apply_chat_template(text: &TextModel, request_json: &str) -> Result<String, JsValue> {
     let (messages, options, tool_use) = JsChatRequest::read(request_json)?;
-    model.chat_prompt_text(&messages, &options, &tool_use).map_err(js_error)
+    text.chat_prompt_text(&messages, &options, &tool_use).map_err(js_error)
 }
 
-/// `Model::chat_prompt` as JSON: `{ids, grammar (Lark text or null), tool_format (null: no tools offered)}`.
+/// `TextModel::chat_prompt` as JSON: `{ids, grammar (Lark text or null), tool_format (null: no tools offered)}`.
 pub(crate) fn chat_prompt(
-    model: &Model,
+    text: &TextModel,
     request_json: &str,
     parse_special_in_messages: bool,
 ) -> Result<String, JsValue> {
     let (messages, options, tool_use) = JsChatRequest::read(request_json)?;
-    let prompt = model.chat_prompt(&messages, &options, &tool_use, parse_special_in_messages).map_err(js_error)?;
+    let prompt = text.chat_prompt(&messages, &options, &tool_use, parse_special_in_messages).map_err(js_error)?;
     let grammar = match prompt.grammar {
         Some(GrammarSource::Lark(text)) => Some(text),
         _ => None,

@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 use crate::gpu::{AdapterSummary, Backend, GpuOptions};
 use crate::wasm::{
     bytes_from_js, js_error, json, max_state_bytes, model_info, parse, persist, probe_score_memory,
-    probe_session_memory, scores_json, step_to_js, Adapters, JsChatTemplate, JsGenerateOptions, JsKvCache, JsOutput,
-    ModelBuffer,
+    probe_session_memory, scores_json, step_to_js, text, Adapters, JsChatTemplate, JsGenerateOptions, JsKvCache,
+    JsOutput, ModelBuffer,
 };
 use crate::{Model, SessionOptions, Step};
 
@@ -91,7 +91,7 @@ impl GpuEngine {
         let backend: Backend = opts.backend.parse().map_err(js_error)?;
         let kv = JsKvCache::options(opts.kv_cache)?;
         let model = Model::from_bytes(buffer.finish()).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
-        let model = Arc::new(opts.chat_template.model(model)?);
+        let model = Arc::new(opts.chat_template.apply(model, Model::with_chat_template)?);
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,
@@ -122,22 +122,22 @@ impl GpuEngine {
     }
 
     pub fn tokenize(&self, text: &str, parse_special: bool) -> std::result::Result<Vec<u32>, JsValue> {
-        self.borrow()?.model.tokenizer().encode(text, parse_special).map_err(js_error)
+        text::tokenize(self.borrow()?.model.text(), text, parse_special)
     }
 
     #[wasm_bindgen(js_name = tokenizePrompt)]
     pub fn tokenize_prompt(&self, text: &str) -> std::result::Result<Vec<u32>, JsValue> {
-        self.borrow()?.model.tokenizer().encode_with_special(text, true).map_err(js_error)
+        text::tokenize_prompt(self.borrow()?.model.text(), text)
     }
 
     pub fn detokenize(&self, ids: Vec<u32>) -> std::result::Result<String, JsValue> {
-        self.borrow()?.model.tokenizer().decode(&ids).map_err(js_error)
+        text::detokenize(self.borrow()?.model.text(), &ids)
     }
 
     /// As [`Engine::apply_chat_template`](crate::wasm::Engine::apply_chat_template).
     #[wasm_bindgen(js_name = applyChatTemplate)]
     pub fn apply_chat_template(&self, request_json: &str) -> std::result::Result<String, JsValue> {
-        crate::wasm::chat::apply_chat_template(&self.borrow()?.model, request_json)
+        crate::wasm::chat::apply_chat_template(self.borrow()?.model.text(), request_json)
     }
 
     /// As [`Engine::chat_prompt`](crate::wasm::Engine::chat_prompt).
@@ -147,7 +147,7 @@ impl GpuEngine {
         request_json: &str,
         parse_special_in_messages: bool,
     ) -> std::result::Result<String, JsValue> {
-        crate::wasm::chat::chat_prompt(&self.borrow()?.model, request_json, parse_special_in_messages)
+        crate::wasm::chat::chat_prompt(self.borrow()?.model.text(), request_json, parse_special_in_messages)
     }
 
     /// As [`Engine::load_adapter`](crate::wasm::Engine::load_adapter): the adapter runs on the GPU (or on the CPU

@@ -32,6 +32,9 @@
 //! `wasm/lora.rs` adds MicroLoRA to `Engine`: a MicroLoRA has an adapter id beside the loaded files' (`Adapters` in
 //! `wasm/mod.rs`), and a request naming it takes its weights as they are when it starts; a training step is a pool job in the
 //! threaded build, as a forward pass is.
+//! `wasm/text.rs` exports `TextEngine`, a model's text side made from its GGUF header alone (`TextModel`), and holds the
+//! text calls (`tokenize`, `tokenizePrompt`, `detokenize`, `applyChatTemplate`, `chatPrompt`, the text facts of `info`)
+//! that `Engine`, `GpuEngine` and `TextEngine` all answer through the same functions, so the three agree.
 
 #[cfg(feature = "bench")]
 mod bench;
@@ -40,6 +43,7 @@ mod chat;
 pub mod gpu;
 pub mod index;
 pub mod lora;
+pub mod text;
 #[cfg(feature = "threads")]
 pub mod threads;
 
@@ -152,15 +156,16 @@ struct JsEngineOptions {
     chat_template: JsChatTemplate,
 }
 
-/// A chat template to use instead of the model file's (`Model::with_chat_template`).
+/// A chat template to use instead of the model file's (`Model::with_chat_template`, `TextModel::with_chat_template`).
 #[derive(Deserialize, Default)]
 #[serde(transparent)]
 pub(crate) struct JsChatTemplate(Option<String>);
 
 impl JsChatTemplate {
-    pub(crate) fn model(self, model: Model) -> Result<Model, JsValue> {
+    /// `model` (a `Model` or a `TextModel`) with this template, through its `with_chat_template`; as it is without one.
+    pub(crate) fn apply<T>(self, model: T, with: impl FnOnce(T, &str) -> crate::Result<T>) -> Result<T, JsValue> {
         match self.0 {
-            Some(source) => model.with_chat_template(&source).map_err(js_error),
+            Some(source) => with(model, &source).map_err(js_error),
             None => Ok(model),
         }
     }
@@ -618,21 +623,25 @@ fn kv_cache_info(kv: KvCacheOptions) -> serde_json::Value {
     serde_json::json!({ "cold": kv.cold.name(), "hot_tokens": kv.is_tiered().then_some(kv.hot_tokens) })
 }
 
-/// Model facts (the `info()` JSON of both engines).
+/// Model facts (the `info()` JSON of both engines): the text side's (`text::info`: name, architecture, vocabulary,
+/// chat template) and the weights' and session's.
 pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> serde_json::Value {
     let c = &model.config;
-    serde_json::json!({
-        "name": model.name(), "architecture": c.arch.name(), "n_layers": c.n_layers, "d_model": c.d_model,
-        "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "vocab_size": c.vocab_size,
+    let mut info = text::info(model.text());
+    let serde_json::Value::Object(more) = serde_json::json!({
+        "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
         "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
         "kv_cache": kv_cache_info(model.kv_cache()),
         "threads": crate::parallel::threads(),
-        "has_chat_template": model.chat_template().is_ok(),
         "prefix_cache": prefix_cache_info(model),
         "wasm_memory_bytes": core::arch::wasm32::memory_size(0) * 65536,
         "backend": "cpu",
-    })
+    }) else {
+        unreachable!("json! of braces is an object")
+    };
+    info.extend(more);
+    serde_json::Value::Object(info)
 }
 
 #[wasm_bindgen]
@@ -656,8 +665,7 @@ impl Engine {
             options_json.map(|json| parse(json, "load options")).transpose()?.unwrap_or_default();
         let kv = JsKvCache::options(opts.kv_cache)?;
         let model = Model::from_bytes(bytes).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
-        let model = opts.chat_template.model(model)?;
-        let model = Arc::new(model);
+        let model = Arc::new(opts.chat_template.apply(model, Model::with_chat_template)?);
         if model.config.arch == Arch::Bert {
             let n_ctx = model.config.context_length;
             return Ok(Engine { model, session: None, n_ctx, kv_cache_bytes: 0, adapters: RefCell::default() });
@@ -722,31 +730,31 @@ impl Engine {
     }
 
     pub fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, JsValue> {
-        self.model.tokenizer().encode(text, parse_special).map_err(js_error)
+        text::tokenize(self.model.text(), text, parse_special)
     }
 
     /// Tokenize a prompt as generation does: special tokens parsed, BOS/EOS as the model asks.
     #[wasm_bindgen(js_name = tokenizePrompt)]
     pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>, JsValue> {
-        self.model.tokenizer().encode_with_special(text, true).map_err(js_error)
+        text::tokenize_prompt(self.model.text(), text)
     }
 
     pub fn detokenize(&self, ids: Vec<u32>) -> Result<String, JsValue> {
-        self.model.tokenizer().decode(&ids).map_err(js_error)
+        text::detokenize(self.model.text(), &ids)
     }
 
     /// The prompt text of a chat request (JSON: `{messages, tools?, tool_choice?, chat_template_kwargs?,
     /// add_generation_prompt?}`, `wasm/chat.rs`) in the model's chat template.
     #[wasm_bindgen(js_name = applyChatTemplate)]
     pub fn apply_chat_template(&self, request_json: &str) -> Result<String, JsValue> {
-        crate::wasm::chat::apply_chat_template(&self.model, request_json)
+        crate::wasm::chat::apply_chat_template(self.model.text(), request_json)
     }
 
-    /// A chat request's prompt ids, grammar and tool-call format (`Model::chat_prompt`) as JSON: control-token
+    /// A chat request's prompt ids, grammar and tool-call format (`TextModel::chat_prompt`) as JSON: control-token
     /// text in the messages stays text unless `parse_special_in_messages`.
     #[wasm_bindgen(js_name = chatPrompt)]
     pub fn chat_prompt(&self, request_json: &str, parse_special_in_messages: bool) -> Result<String, JsValue> {
-        crate::wasm::chat::chat_prompt(&self.model, request_json, parse_special_in_messages)
+        crate::wasm::chat::chat_prompt(self.model.text(), request_json, parse_special_in_messages)
     }
 
     /// Read a LoRA adapter file (llama.cpp's GGUF adapter format) for this model: its id, for the `adapters`

@@ -17,7 +17,7 @@
 import type { Glue, WasmCollection } from '../builds.js';
 import { engineError } from '../engine.js';
 import { RuvllmError } from '../errors.js';
-import { indexGlue } from '../platform.js';
+import { oneThreadBuild } from '../platform.js';
 import { storeError, type Store } from '../store/store.js';
 import type { ModelInfo } from '../types.js';
 
@@ -61,7 +61,7 @@ export class StoredCollection {
    * `check` sees it before anything is written. A store whose records are not one collection is `E_INDEX`, and is
    * left as it is. */
   static async open(store: Store | null, dims: number, graph: GraphOptions, check?: (c: StoredCollection) => void): Promise<StoredCollection> {
-    const glue = await indexGlue();
+    const { glue } = await oneThreadBuild();
     const create = () => {
       const options = JSON.stringify({ dims, metric: graph.metric ?? 'cosine', m: graph.m, efConstruction: graph.efConstruction, seed: graph.seed });
       return call(glue, () => new glue.Collection(options));

@@ -30,7 +30,7 @@ pub fn kubernetes(n: usize) -> Option<Vec<(String, Value)>> {
 pub fn answer(session: &mut Session, file: &str, schema: &Value) -> Output {
     let what = schema["title"].as_str().map_or_else(|| file.trim_end_matches(".json").to_owned(), str::to_owned);
     let messages = [ChatMessage::new("user", format!("Write an example {what} as JSON."))];
-    let prompt = session.model().chat_prompt_ids(&messages, &RenderOptions::default(), false).unwrap();
+    let prompt = session.model().text().chat_prompt_ids(&messages, &RenderOptions::default(), false).unwrap();
     let opts = GenerateOptions {
         max_tokens: MAX_TOKENS,
         sampler: SamplerConfig { repeat_penalty: 1.1, ..SamplerConfig::greedy() },
