@@ -115,6 +115,7 @@ export class LLM extends TextSide {
         chatTemplate,
         store: modelStore,
         sha256,
+        onHeader: headerSinks.get(options),
       });
       return LLM.#ready(engine, build, backend, budgetBytes, store, storeBudget);
     } catch (e) {
@@ -411,6 +412,24 @@ export class LLM extends TextSide {
     this.#remote?.dispose();
     this.#text.dispose();
   }
+}
+
+/** The loads whose GGUF header goes to a sink (`loadWithHeader`), by their options object: not a `LoadOptions` field,
+ * which callers would see. */
+const headerSinks = new WeakMap<LoadOptions, (header: Uint8Array) => void>();
+
+/** `LLM.load` in the page (never a worker), and the model's GGUF header as the load read it (no second read of the
+ * source): what the engine worker (worker/host.ts) answers a load with. */
+export async function loadWithHeader(source: ModelSource, options: LoadOptions): Promise<{ llm: LLM; header: Uint8Array }> {
+  let header: Uint8Array | undefined;
+  const opts = { ...options, worker: false };
+  headerSinks.set(opts, (h) => (header = h));
+  const llm = await LLM.load(source, opts);
+  if (!header) {
+    llm.dispose();
+    throw new RuvllmError('E_GGUF', 'the model loaded without a whole GGUF header in its first file');
+  }
+  return { llm, header };
 }
 
 /** The `sha256` option as lowercase hex, one per file (undefined: none given). */

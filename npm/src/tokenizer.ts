@@ -77,8 +77,7 @@ export class Tokenizer extends TextSide {
   }
 }
 
-/** The GGUF header of `source` (what `LLM.load` takes), read from its start as far as the header goes (see `load`).
- * Also what a worker-backed `LLM` sends its page, which makes its text side of it (`textEngine`). */
+/** The GGUF header of `source` (what `LLM.load` takes), read from its start as far as the header goes (see `load`). */
 export async function readModelHeader(source: ModelSource, signal: AbortSignal | undefined): Promise<Uint8Array> {
   throwIfAborted(signal);
   const wasm = await oneThreadBuild();
@@ -94,7 +93,8 @@ export async function readModelHeader(source: ModelSource, signal: AbortSignal |
   }
 }
 
-/** A `TextEngine` of a GGUF `header` (`readModelHeader`) in the one-thread build, held as a model's engine is. */
+/** A `TextEngine` of a GGUF `header` in the one-thread build, held as a model's engine is: a `Tokenizer`'s, and a
+ * worker-backed `LLM`'s text side in its page. */
 export async function textEngine(header: Uint8Array, chatTemplate: string | undefined): Promise<EngineHandle<TextEngine>> {
   const wasm = await oneThreadBuild();
   const engine = glueCall(wasm, () => new wasm.glue.TextEngine(header, JSON.stringify({ chatTemplate })));

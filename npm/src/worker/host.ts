@@ -2,10 +2,9 @@
 // page's calls on them (protocol.ts). A generation streams over the port its call brought; `cancel` on that port, or a
 // `cancel` request for a call, aborts it through its own AbortController, as a signal in the page would. Each answer
 // carries the model's `info()`, the page's snapshot of it. The page holds the model's text side itself, from the
-// GGUF header the load answers with.
+// GGUF header the load answers with (collected as the model's bytes stream in: the source is read once).
 import { invalid } from '../errors.js';
-import { LLM } from '../llm.js';
-import { readModelHeader } from '../tokenizer.js';
+import { loadWithHeader, type LLM } from '../llm.js';
 import type { ModelInfo } from '../types.js';
 import { toWire, type Reply, type Request, type StreamMessage } from './protocol.js';
 
@@ -49,18 +48,11 @@ export function serve(scope: Scope): void {
     switch (req.op) {
       case 'load':
         void answer(req.id, undefined, async (signal) => {
-          const options = { ...req.options, worker: false, signal, onProgress: (progress: unknown) => scope.postMessage({ op: 'progress', id: req.id, progress }) };
-          const llm = await LLM.load(req.source as Parameters<typeof LLM.load>[0], options as Parameters<typeof LLM.load>[1]);
-          try {
-            // A copy: the prefix read may be a view of the model's own bytes, which must not move to the page.
-            const header = (await readModelHeader(req.source as Parameters<typeof LLM.load>[0], signal)).slice();
-            const handle = next++;
-            models.set(handle, llm);
-            return { value: { handle, header }, transfer: [header.buffer] };
-          } catch (e) {
-            llm.dispose();
-            throw e;
-          }
+          const options = { ...req.options, signal, onProgress: (progress: unknown) => scope.postMessage({ op: 'progress', id: req.id, progress }) };
+          const { llm, header } = await loadWithHeader(req.source as Parameters<typeof loadWithHeader>[0], options);
+          const handle = next++;
+          models.set(handle, llm);
+          return { value: { handle, header }, transfer: [header.buffer] };
         });
         return;
       case 'call':
