@@ -176,7 +176,7 @@ export class RemoteModel {
     signal?.addEventListener('abort', cancel, { once: true });
     let finished = false;
     try {
-      this.#connection.post({ op: 'generate', id: 0, handle: this.#handle, prompt, options, port: port2 }, [port2]);
+      this.#connection.post({ op: 'generate', handle: this.#handle, prompt, options, port: port2 }, [port2]);
       for (;;) {
         while (queue.length === 0) {
           if (ended) throw ended;

@@ -21,7 +21,7 @@ export type ModelMethod =
 export type Request =
   | { op: 'load'; id: number; source: unknown; options: Record<string, unknown> }
   | { op: 'call'; id: number; handle: number; method: ModelMethod; args: unknown[] }
-  | { op: 'generate'; id: number; handle: number; prompt: string | Uint32Array; options: Record<string, unknown>; port: MessagePort }
+  | { op: 'generate'; handle: number; prompt: string | Uint32Array; options: Record<string, unknown>; port: MessagePort }
   | { op: 'dispose'; handle: number }
   | { op: 'cancel'; id: number };
 
