@@ -33,6 +33,9 @@ export interface EngineOptions extends Pick<LoadOptions, 'onProgress' | 'signal'
   /** Where URLs' files are kept (`cache`), and each file's SHA-256 (`sha256`, one per shard). */
   store: ModelStore | null;
   sha256: readonly string[] | undefined;
+  /** Given the first file's GGUF header as it streams past (read once: no second request), for an engine worker's
+   * page to make its text side of (worker/host.ts). */
+  onHeader?: (header: Uint8Array) => void;
 }
 
 /** Errors that say the bytes are no model the engine runs: a model store forgets a file it refused so. */
@@ -53,6 +56,7 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
     }
   };
   let buffer: ModelBuffer | undefined;
+  const header = options.onHeader && headerCollector(options.onHeader, (prefix) => engineCall(() => wasm.glue.TextEngine.headerBytes(prefix)));
   const opened: OpenedSource[] = [];
   try {
     const files = await openModelFiles(host, source, { store: options.store, sha256: options.sha256, signal, hasher: () => new Sha256() });
@@ -77,6 +81,7 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
           read += chunk.length;
           loaded += chunk.length;
           checkModelSize(loaded);
+          if (i === 0) header?.(chunk);
           engineCall(() => buffer!.push(chunk));
           onProgress?.({ loaded, total, fromCache, file: i + 1, files: files.open.length });
         }
@@ -106,6 +111,30 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
     buffer?.free();
     throw e;
   }
+}
+
+/** A sink for a file's chunks, from its start, that gives `onHeader` the GGUF header once the chunks hold it whole
+ * (`headerBytes`: how much the header takes, a lower bound while a prefix ends inside it), and then ignores them. */
+function headerCollector(onHeader: (header: Uint8Array) => void, headerBytes: (prefix: Uint8Array) => number): (chunk: Uint8Array) => void {
+  let chunks: Uint8Array[] | null = [];
+  let size = 0;
+  let want = 1 << 10;
+  return (chunk) => {
+    if (!chunks) return;
+    chunks.push(chunk.slice()); // the reader may fill the chunk's buffer again
+    size += chunk.length;
+    if (size < want) return;
+    const prefix = new Uint8Array(size);
+    chunks.reduce((at, c) => (prefix.set(c, at), at + c.length), 0);
+    chunks = [prefix];
+    const need = headerBytes(prefix);
+    if (need > size) {
+      want = Math.max(need, 2 * want); // at least doubled: the prefix is copied O(log) times
+      return;
+    }
+    chunks = null;
+    onHeader(prefix.slice(0, need));
+  };
 }
 
 /**
@@ -296,7 +325,7 @@ export const nextTick: () => Promise<void> =
 /** `Engine.info()`: what the engine knows of the model (the `LLM` adds what it knows). */
 export function parseInfo(
   json: string,
-): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'prefixCache'> & {
+): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'engine' | 'prefixCache'> & {
   prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
 } {
   const i = JSON.parse(json);

@@ -29,6 +29,8 @@ export type ErrorCode =
   | 'E_INTEGRITY'
   | 'E_ABORTED'
   | 'E_DISPOSED'
+  | 'E_WORKER'
+  | 'E_UNSUPPORTED'
   | 'E_ENGINE_CRASHED';
 
 /** Every error this package throws or rejects with. */

@@ -2,19 +2,23 @@
 // for, and runs the engine through engine.ts (loading, one call at a time, errors mapped). Its text side (tokens, chat
 // templates and prompts, the tool-call reader) is text.ts's `TextSide`, which `Tokenizer` shares. It hands out the chat
 // API (chat.ts), the embeddings API (embeddings.ts) and MicroLoRAs (microlora.ts), which see it through their narrow
-// host interfaces and do not import this module.
+// host interfaces and do not import this module. With `worker: true` in a browser the engine runs in a worker
+// (worker/client.ts's `RemoteModel`): each compute call below then goes there, and the text side runs in the page on
+// a `TextEngine` of the model's header, which the worker sends back.
 import { checkBackend, type Backend, type BackendFallback } from './backend.js';
 import type { Engine, ThreadFallback } from './builds.js';
 import { createChat, type Chat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
-import { AbortError, invalid, throwIfAborted } from './errors.js';
+import { AbortError, RuvllmError, invalid, throwIfAborted } from './errors.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
 import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions } from './options.js';
 import { modelCache, type ModelCache } from './models/cache.js';
 import type { ModelStore } from './models/store.js';
 import { initWasm, openModelStore, openStore, type StartedWasm } from './platform.js';
-import { TextSide } from './text.js';
+import { TextSide, type TextHandle } from './text.js';
+import { textEngine } from './tokenizer.js';
+import { canUseWorker, RemoteModel, wireSource } from './worker/client.js';
 import type { ModelSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
@@ -28,8 +32,14 @@ import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInf
  * `Tokenizer`'s is: synchronous, and the same answers.
  */
 export class LLM extends TextSide {
-  /** The engine, its build, and the turns callers take at it. */
-  readonly #engine: EngineHandle;
+  /** The engine, its build, and the turns callers take at it; null when the engine runs in a worker. */
+  readonly #local: EngineHandle | null;
+  /** The engine in a worker (`worker: true`), else null; the page then holds only the text side. */
+  readonly #remote: RemoteModel | null;
+  /** The text side's engine: the model's own, or (in worker mode) a `TextEngine` of its header. */
+  readonly #text: TextHandle & { dispose(): void };
+  /** Worker mode: the adapters loaded, so that `unloadAdapter` answers synchronously. */
+  readonly #adapters = new Set<number>();
   readonly #requested: Backend;
   /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
   readonly #fallback: BackendFallback | null;
@@ -43,14 +53,21 @@ export class LLM extends TextSide {
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
   readonly embeddings: Embeddings;
 
-  private constructor(engine: EngineHandle, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
-    super(engine);
-    this.#engine = engine;
+  private constructor(text: TextHandle & { dispose(): void }, local: EngineHandle | null, remote: RemoteModel | null, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
+    super(text);
+    this.#text = text;
+    this.#local = local;
+    this.#remote = remote;
     this.#requested = requested;
     this.#fallback = fallback;
     this.#threadFallback = threadFallback;
     this.chat = createChat(this);
     this.embeddings = createEmbeddings(this);
+  }
+
+  /** The in-page engine (every compute call below is reached only when `#remote` is null). */
+  get #engine(): EngineHandle {
+    return this.#local!;
   }
 
   // -------------------------------------------------------------------------------------------------------------
@@ -76,6 +93,8 @@ export class LLM extends TextSide {
     if (!Number.isSafeInteger(storeBudget) || storeBudget < 0) {
       throw invalid(`prefixCache.storeBudgetBytes must be an integer >= 0, got ${storeBudget}`);
     }
+    if (options.worker !== undefined && typeof options.worker !== 'boolean') throw invalid('worker must be a boolean');
+    if (options.worker && canUseWorker()) return LLM.#loadInWorker(source, options);
     const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store, 'prefixCache.store', 'ruvllm-prefix-cache', 'relaxed');
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
@@ -96,6 +115,7 @@ export class LLM extends TextSide {
         chatTemplate,
         store: modelStore,
         sha256,
+        onHeader: headerSinks.get(options),
       });
       return LLM.#ready(engine, build, backend, budgetBytes, store, storeBudget);
     } catch (e) {
@@ -108,7 +128,8 @@ export class LLM extends TextSide {
     const { wasm, fallback, threadFallback } = build;
     try {
       if (budgetBytes !== undefined) engine.setPrefixCacheBudget(budgetBytes);
-      const llm = new LLM(new EngineHandle(engine, wasm), backend, fallback, threadFallback);
+      const handle = new EngineHandle(engine, wasm);
+      const llm = new LLM(handle, handle, null, backend, fallback, threadFallback);
       if (store) llm.#persistence = new Persistence((fn) => llm.#engine.call(fn), store, storeBudget);
       return llm;
     } catch (e) {
@@ -117,11 +138,35 @@ export class LLM extends TextSide {
     }
   }
 
+  /** `load` with `worker: true`: the model loads in the engine worker (which checks the options as `load` does), and
+   * the page makes its text side of the header the worker answers with. */
+  static async #loadInWorker(source: ModelSource, options: LoadOptions): Promise<LLM> {
+    const { onProgress, signal, worker: _, ...rest } = options;
+    const store = options.prefixCache?.store;
+    if (typeof store === 'object' && store !== null) {
+      throw invalid("prefixCache.store: a Store object of your own cannot cross to the engine worker (name a store, 'indexeddb', or load with worker: false)");
+    }
+    const { model, header } = await RemoteModel.load(source, rest as Record<string, unknown>, onProgress as ((p: never) => void) | undefined, signal);
+    try {
+      const text = await textEngine(header, options.chatTemplate);
+      return new LLM(text, null, model, model.info.requestedBackend, model.info.fallback, model.info.threadFallback);
+    } catch (e) {
+      model.dispose();
+      throw e;
+    }
+  }
+
   // -------------------------------------------------------------------------------------------------------------
   // 2. Info (the text side, tokens and chat prompts, is TextSide's: text.ts)
   // -------------------------------------------------------------------------------------------------------------
 
+  /** What the model is and how it runs. With `worker: true` this is the snapshot the worker sent with its last answer
+   * (after the load, each call and each generation's end), so it stays synchronous; `engine` says which. */
   info(): ModelInfo {
+    if (this.#remote) {
+      this.#remote.usable();
+      return { ...this.#remote.info, engine: 'worker' };
+    }
     const info = parseInfo(this.#engine.call((e) => e.info()));
     const store = this.#persistence?.status();
     return {
@@ -131,6 +176,7 @@ export class LLM extends TextSide {
       requestedBackend: this.#requested,
       fallback: info.fallback ?? this.#fallback,
       threadFallback: this.#threadFallback,
+      engine: 'page',
       prefixCache: info.prefixCache && {
         ...info.prefixCache,
         store: store !== undefined,
@@ -151,10 +197,14 @@ export class LLM extends TextSide {
    * Leaving the loop early (break, throw, abort) cancels the generation and keeps the model usable.
    */
   generate(prompt: string | readonly number[], options: GenerateOptions = {}): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
-    this.#engine.usable();
+    (this.#remote ?? this.#engine).usable();
     const seed = options.seed ?? freshSeed();
     const json = engineOptions({ ...options, seed });
     const ids = typeof prompt === 'string' ? prompt : tokenIds(prompt, 'prompt');
+    if (this.#remote) {
+      const { signal, ...rest } = options;
+      return this.#remote.generate(ids, { ...rest, seed }, signal);
+    }
     return this.#run(ids, json, seed, options.signal);
   }
 
@@ -172,6 +222,7 @@ export class LLM extends TextSide {
     const topK = options.topK ?? 5;
     if (!Number.isSafeInteger(topK) || topK < 1) throw invalid(`topK must be an integer >= 1, got ${topK}`);
     const checked = tokenIds(ids, 'ids');
+    if (this.#remote) return this.#remote.call('score', [Array.from(checked), { topK }], options.signal);
     return this.#engine.exclusive(options.signal, async () => JSON.parse((await this.#engine.callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
@@ -226,6 +277,7 @@ export class LLM extends TextSide {
     const { pooling, normalize = true } = options;
     if (pooling !== undefined && !['mean', 'cls', 'last'].includes(pooling)) throw invalid(`pooling must be 'mean', 'cls' or 'last', got ${JSON.stringify(pooling)}`);
     if (typeof normalize !== 'boolean') throw invalid('normalize must be a boolean');
+    if (this.#remote) return this.#remote.call('embedWithUsage', [list, { pooling, normalize }], options.signal);
     const textsJson = JSON.stringify(list);
     const optionsJson = JSON.stringify({ pooling, normalize });
     return this.#engine.exclusive(options.signal, async () => {
@@ -247,12 +299,26 @@ export class LLM extends TextSide {
    * `E_ADAPTER`; a cut or broken file `E_GGUF`. Both engines run adapters: the WebGPU engine in its shaders. */
   async loadAdapter(source: ModelSource, options: { signal?: AbortSignal } = {}): Promise<number> {
     const { signal } = options;
+    if (this.#remote) {
+      this.#remote.usable();
+      const { value, transfer } = await wireSource(source);
+      const id = await this.#remote.call<number>('loadAdapter', [value, {}], signal, transfer);
+      this.#adapters.add(id);
+      return id;
+    }
     const bytes = await readSource(source, signal);
     return this.#engine.exclusive(signal, async () => this.#engine.call((e) => e.loadAdapter(bytes)));
   }
 
   /** Forget adapter `id` (a generation running with it keeps it until it ends); whether it was loaded. */
   unloadAdapter(id: number): boolean {
+    if (this.#remote) {
+      // The page knows which ids it loaded; the worker forgets the adapter after the calls before this one.
+      this.#remote.usable();
+      const had = this.#adapters.delete(id);
+      if (had) this.#remote.call('unloadAdapter', [id]).catch(() => {});
+      return had;
+    }
     return this.#engine.call((e) => e.unloadAdapter(id));
   }
 
@@ -261,6 +327,7 @@ export class LLM extends TextSide {
    * model's `llm.feedback` target. The CPU engine trains it (`backend: 'cpu'`). */
   async microLora(options: MicroLoraOptions = {}): Promise<MicroLora> {
     if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
+    if (this.#remote) throw new RuvllmError('E_UNSUPPORTED', 'MicroLoRAs (microLora, feedback) do not run in the engine worker yet: load with worker: false');
     const store = options.store === undefined ? null : openStore(options.store, 'store', 'ruvllm-microlora');
     const host: MicroLoraHost = {
       call: (fn) => this.#engine.call(fn),
@@ -299,11 +366,13 @@ export class LLM extends TextSide {
   /** Forget the conversation's KV cache. The prefix cache keeps what it holds: the next prompt may still start
    * from it (`clearPrefixCache()` forgets that too). */
   async reset(): Promise<void> {
+    if (this.#remote) return this.#remote.call('reset', []);
     await this.#engine.exclusive(undefined, () => this.#engine.call((e) => e.reset()));
   }
 
   /** Forget what the prefix cache holds, in memory and in its store. */
   async clearPrefixCache(): Promise<void> {
+    if (this.#remote) return this.#remote.call('clearPrefixCache', []);
     await this.#engine.exclusive(undefined, async () => {
       this.#engine.call((e) => e.clearPrefixCache());
       await this.#persistence?.clear();
@@ -317,6 +386,7 @@ export class LLM extends TextSide {
    * back from the GPU).
    */
   async saveState(): Promise<Uint8Array> {
+    if (this.#remote) return this.#remote.call('saveState', []); // the worker transfers the bytes: no copy
     return this.#engine.exclusive(undefined, () => this.#engine.callAsync((e) => e.saveState()));
   }
 
@@ -324,18 +394,42 @@ export class LLM extends TextSide {
    * change nothing. */
   async restoreState(bytes: Uint8Array): Promise<void> {
     if (!(bytes instanceof Uint8Array)) throw invalid('restoreState takes the Uint8Array saveState gave');
+    if (this.#remote) {
+      const copy = bytes.slice(); // the caller keeps theirs; the copy is transferred
+      return this.#remote.call('restoreState', [copy], undefined, [copy.buffer]);
+    }
     await this.#engine.exclusive(undefined, () => this.#engine.call((e) => e.restoreState(bytes)));
   }
 
   /** Wait until the prefix cache's pages are written to its store (writes run in the background). */
   async flushPrefixCache(): Promise<void> {
+    if (this.#remote) return this.#remote.call('flushPrefixCache', []);
     await this.#persistence?.flush();
   }
 
   /** Free the model's memory. A generation in progress ends with an `E_DISPOSED` error. Idempotent. */
   dispose(): void {
-    this.#engine.dispose();
+    this.#remote?.dispose();
+    this.#text.dispose();
   }
+}
+
+/** The loads whose GGUF header goes to a sink (`loadWithHeader`), by their options object: not a `LoadOptions` field,
+ * which callers would see. */
+const headerSinks = new WeakMap<LoadOptions, (header: Uint8Array) => void>();
+
+/** `LLM.load` in the page (never a worker), and the model's GGUF header as the load read it (no second read of the
+ * source): what the engine worker (worker/host.ts) answers a load with. */
+export async function loadWithHeader(source: ModelSource, options: LoadOptions): Promise<{ llm: LLM; header: Uint8Array }> {
+  let header: Uint8Array | undefined;
+  const opts = { ...options, worker: false };
+  headerSinks.set(opts, (h) => (header = h));
+  const llm = await LLM.load(source, opts);
+  if (!header) {
+    llm.dispose();
+    throw new RuvllmError('E_GGUF', 'the model loaded without a whole GGUF header in its first file');
+  }
+  return { llm, header };
 }
 
 /** The `sha256` option as lowercase hex, one per file (undefined: none given). */

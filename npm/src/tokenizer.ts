@@ -2,7 +2,7 @@
 // Blob's slice, or a URL's first bytes through HTTP Range requests), so that counting tokens never downloads a model and
 // a page whose model runs elsewhere tokenizes and renders chats synchronously. Its methods are text.ts's `TextSide`, as
 // `LLM`'s are, on a `TextEngine` (crate/src/wasm/text.rs) in the one-thread build.
-import type { TextEngine } from './builds.js';
+import type { TextEngine, Wasm } from './builds.js';
 import { EngineHandle, engineError } from './engine.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted } from './errors.js';
 import { oneThreadBuild, openModelPrefix } from './platform.js';
@@ -54,28 +54,8 @@ export class Tokenizer extends TextSide {
   static async load(source: ModelSource, options: TokenizerLoadOptions = {}): Promise<Tokenizer> {
     const { chatTemplate, signal } = options;
     if (chatTemplate !== undefined && typeof chatTemplate !== 'string') throw invalid('chatTemplate must be a string (a Jinja template)');
-    throwIfAborted(signal);
-    const wasm = await oneThreadBuild();
-    const { TextEngine } = wasm.glue;
-    const glueCall = <T>(fn: () => T): T => {
-      try {
-        return fn();
-      } catch (e) {
-        throw engineError(e, wasm.glue, 'load the tokenizer again');
-      }
-    };
-    let reader: PrefixReader | undefined;
-    try {
-      reader = openModelPrefix(source, signal);
-      const header = await readHeader(reader, (prefix) => glueCall(() => TextEngine.headerBytes(prefix)), signal);
-      const engine = glueCall(() => new TextEngine(header, JSON.stringify({ chatTemplate })));
-      return new Tokenizer(new EngineHandle(engine, wasm), header.length);
-    } catch (e) {
-      if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
-      throw e;
-    } finally {
-      await reader?.close();
-    }
+    const header = await readModelHeader(source, signal);
+    return new Tokenizer(await textEngine(header, chatTemplate), header.length);
   }
 
   info(): TokenizerInfo {
@@ -94,6 +74,38 @@ export class Tokenizer extends TextSide {
   /** Free the tokenizer's memory; later calls are `E_DISPOSED`. Idempotent. */
   dispose(): void {
     this.#engine.dispose();
+  }
+}
+
+/** The GGUF header of `source` (what `LLM.load` takes), read from its start as far as the header goes (see `load`). */
+export async function readModelHeader(source: ModelSource, signal: AbortSignal | undefined): Promise<Uint8Array> {
+  throwIfAborted(signal);
+  const wasm = await oneThreadBuild();
+  let reader: PrefixReader | undefined;
+  try {
+    reader = openModelPrefix(source, signal);
+    return await readHeader(reader, (prefix) => glueCall(wasm, () => wasm.glue.TextEngine.headerBytes(prefix)), signal);
+  } catch (e) {
+    if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
+    throw e;
+  } finally {
+    await reader?.close();
+  }
+}
+
+/** A `TextEngine` of a GGUF `header` in the one-thread build, held as a model's engine is: a `Tokenizer`'s, and a
+ * worker-backed `LLM`'s text side in its page. */
+export async function textEngine(header: Uint8Array, chatTemplate: string | undefined): Promise<EngineHandle<TextEngine>> {
+  const wasm = await oneThreadBuild();
+  const engine = glueCall(wasm, () => new wasm.glue.TextEngine(header, JSON.stringify({ chatTemplate })));
+  return new EngineHandle(engine, wasm);
+}
+
+function glueCall<T>(wasm: Wasm, fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw engineError(e, wasm.glue, 'load the tokenizer again');
   }
 }
 

@@ -35,6 +35,13 @@ export interface LoadOptions {
   threads?: number;
   signal?: AbortSignal;
   /**
+   * Browsers: run the engine in a dedicated Worker (default false), so forward passes never block the page. The API
+   * is the same; the text side (`tokenize`, `chatPrompt`, ...) stays synchronous in the page, on the model's header;
+   * `info()` is the worker's last snapshot; a `prefixCache.store` of your own (an object) cannot cross
+   * (`E_INVALID_ARGUMENT`); MicroLoRAs are `E_UNSUPPORTED` there for now. Node ignores it.
+   */
+  worker?: boolean;
+  /**
    * Where the model runs: `cpu` (the wasm CPU engine), `webgpu` (WebGPU only: failures are `E_GPU_*` errors),
    * or `auto` (default: WebGPU when an adapter is usable, else the CPU; a GPU fault, even mid-generation,
    * moves the work to the CPU, and `info().fallback` says why).
@@ -139,6 +146,9 @@ export interface ModelInfo {
   /** Why one thread runs where more were asked for (by default: the cores): the page is not cross-origin
    * isolated, or the threaded build's workers could not start (the message says why). */
   threadFallback: ThreadFallback | null;
+  /** Where the engine runs: `'page'` (the caller's thread), or `'worker'` (`LoadOptions.worker`): then this
+   * `info()` is the snapshot the worker sent with its last answer. */
+  engine: 'page' | 'worker';
   /** The prefix cache (`null` while a forward pass on a worker holds it). */
   prefixCache: PrefixCacheInfo | null;
 }

@@ -141,6 +141,12 @@ test('Vite build + preview, not isolated: one thread answers and info() says why
   assertAnswered(await outcome(await startVite('preview', false)), { threads: 1, why: /not cross-origin isolated/ });
 });
 
+test('Vite build + preview, worker: true: the engine worker is bundled and answers', async () => {
+  const r = await outcome(`${await startVite('preview', false)}/?worker=1`);
+  assertAnswered(r, { threads: 1, why: /not cross-origin isolated/ });
+  assert.equal(r.info.engine, 'worker');
+});
+
 test('Vite dev server, cross-origin isolated: the threaded build answers', async () => {
   assertAnswered(await outcome(await startVite('dev', true)), { threads: 2 });
 });
@@ -171,4 +177,12 @@ test('webpack 5 build, not isolated: answers on one thread', async () => {
   const server = await serve({ root: join(WORK, 'webpack-app', 'dist'), files: { '/model.gguf': MODEL_PATH } });
   stops.push(server.close);
   assertAnswered(await outcome(`${server.origin}/index.html`), { threads: 1, why: /not cross-origin isolated/ });
+});
+
+test('webpack 5 build, worker: true: the engine worker is bundled and answers', async () => {
+  const server = await serve({ root: join(WORK, 'webpack-app', 'dist'), files: { '/model.gguf': MODEL_PATH } });
+  stops.push(server.close);
+  const r = await outcome(`${server.origin}/index.html?worker=1`);
+  assertAnswered(r, { threads: 1, why: /not cross-origin isolated/ });
+  assert.equal(r.info.engine, 'worker');
 });

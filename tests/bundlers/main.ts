@@ -1,5 +1,6 @@
 // The page every bundler test app builds: what a user of the package writes. It loads the model the server
-// gives at /model.gguf, streams a chat answer at temperature 0 and leaves the outcome on window.outcome.
+// gives at /model.gguf, streams a chat answer at temperature 0 and leaves the outcome on window.outcome. With
+// `?worker=1` in its URL it loads with `worker: true`, so the engine worker's script must be bundled too.
 import { LLM, RuvllmError, type ModelInfo } from '@ruvector/ruvllm';
 
 interface Outcome {
@@ -17,6 +18,7 @@ async function run(): Promise<Outcome> {
   const progress: Outcome['progress'] = { calls: 0, loaded: 0, total: undefined };
   try {
     const llm = await LLM.load('/model.gguf', {
+      worker: new URLSearchParams(location.search).get('worker') === '1',
       onProgress: ({ loaded, total }) => {
         Object.assign(progress, { calls: progress.calls + 1, loaded, total });
         status.textContent = total ? `${Math.round((100 * loaded) / total)}%` : `${(loaded / 1e6).toFixed(1)} MB`;
