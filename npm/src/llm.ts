@@ -324,11 +324,12 @@ export class LLM extends TextSide {
 
   /** A MicroLoRA of this model: the one `options.store` keeps under `options.name`, or a new one (see
    * `MicroLoraOptions`). It learns from `feedback` and applies as `adapters: [{ id: lora.id }]`. It becomes this
-   * model's `llm.feedback` target. The CPU engine trains it (`backend: 'cpu'`). */
+   * model's `llm.feedback` target. The CPU engine trains it (`backend: 'cpu'`). With `worker: true` it lives and
+   * trains in the worker, which opens its `store` (a name: a `Store` object of your own cannot cross,
+   * `E_INVALID_ARGUMENT`); the page's `MicroLora` has the same methods, its `info()` and `exportGguf()` as of the
+   * worker's last answer. */
   async microLora(options: MicroLoraOptions = {}): Promise<MicroLora> {
     if (typeof options !== 'object' || options === null) throw invalid('options must be an object');
-    if (this.#remote) throw new RuvllmError('E_UNSUPPORTED', 'MicroLoRAs (microLora, feedback) do not run in the engine worker yet: load with worker: false');
-    const store = options.store === undefined ? null : openStore(options.store, 'store', 'ruvllm-microlora');
     const host: MicroLoraHost = {
       call: (fn) => this.#engine.call(fn),
       callAsync: (fn) => this.#engine.callAsync(fn),
@@ -337,6 +338,15 @@ export class LLM extends TextSide {
       applyChatTemplate: (messages, o) => this.applyChatTemplate(messages, o),
       tokenizeChat: (messages, o) => this.tokenizeChat(messages, o),
     };
+    if (this.#remote) {
+      // It lives in the worker, which opens its store (a name) and trains it there.
+      if (typeof options.store === 'object' && options.store !== null) {
+        throw invalid("store: a Store object of your own cannot cross to the engine worker (name a store, 'indexeddb', or load with worker: false)");
+      }
+      this.#microLora = await MicroLora.openRemote(this.#remote, host, options);
+      return this.#microLora;
+    }
+    const store = options.store === undefined ? null : openStore(options.store, 'store', 'ruvllm-microlora');
     this.#microLora = await MicroLora.open(host, store, options);
     return this.#microLora;
   }

@@ -1,7 +1,10 @@
 // MicroLoRA (crate/src/training/mod.rs, bound in crate/src/wasm/lora.rs): a small LoRA adapter of the model's last
 // layers that the engine trains from feedback on answers (gradient steps through a real backward pass, Adam, an EWC
 // penalty toward what it consolidated), kept in a store across reloads, exported as llama.cpp's GGUF adapter file.
-// It is an adapter like a loaded file: `adapters: [{ id: lora.id }]` in generate and the chat API applies it.
+// It is an adapter like a loaded file: `adapters: [{ id: lora.id }]` in generate and the chat API applies it. With the
+// engine in a worker (`worker: true`) the MicroLoRA lives there (a `MicroLora` of the worker's model, its store opened
+// there) and the page's `MicroLora` is the same class over a `MicroLoraLink`: each method runs in the worker, whose
+// answer brings the MicroLoRA's state (its info and GGUF export), which the page keeps for `info` and `exportGguf`.
 
 import type { Engine } from './builds.js';
 import type { ChatMessage } from './chat.js';
@@ -84,6 +87,22 @@ export interface MicroLoraHost {
   tokenizeChat(messages: ChatMessage[], options: { addGenerationPrompt?: boolean }): number[];
 }
 
+/** How the page reaches a MicroLoRA in the engine worker (worker/client.ts's `RemoteModel`): `method` of the worker's
+ * `MicroLora` number `lora` (or `'open'`, the worker's model's `microLora(options)`), or `'state'` (none: the state
+ * only), run there and answered with its value and the MicroLoRA's state after it. */
+export interface MicroLoraLink {
+  usable(): void;
+  microLora<T>(lora: number | null, method: MicroLoraMethod, args: unknown[], signal?: AbortSignal): Promise<{ value: T; state: MicroLoraState }>;
+}
+
+export type MicroLoraMethod = 'open' | 'feedback' | 'protect' | 'consolidate' | 'save' | 'state';
+
+/** What the page keeps of a MicroLoRA in the worker, as its last answer sent it: `info()` and `exportGguf()`. */
+export interface MicroLoraState {
+  info: MicroLoraInfo;
+  gguf: Uint8Array;
+}
+
 const TRAINING_OPTIONS = ['rank', 'layers', 'projections', 'alpha', 'learningRate', 'ewcLambda', 'fisherDecay', 'seed'] as const;
 
 export class MicroLora {
@@ -92,12 +111,17 @@ export class MicroLora {
   readonly name: string;
   readonly #host: MicroLoraHost;
   readonly #store: Store | null;
+  /** With the engine in a worker: the MicroLoRA there, and its state as the last answer from there sent it. */
+  readonly #link: MicroLoraLink | null;
+  #state: MicroLoraState | null;
 
-  private constructor(host: MicroLoraHost, id: number, name: string, store: Store | null) {
+  private constructor(host: MicroLoraHost, id: number, name: string, store: Store | null, link: MicroLoraLink | null = null, state: MicroLoraState | null = null) {
     this.#host = host;
     this.id = id;
     this.name = name;
     this.#store = store;
+    this.#link = link;
+    this.#state = state;
   }
 
   /** The MicroLoRA `store` keeps under `options.name`, or a new one (also stored, when there is a store). A stored
@@ -118,6 +142,13 @@ export class MicroLora {
     });
   }
 
+  /** `open` in the engine worker, on its model (`options.store`, a name, opens there): the page's `MicroLora` of it.
+   * `host` is the page's text side only (the worker's `MicroLora` tokenizes for itself). */
+  static async openRemote(link: MicroLoraLink, host: MicroLoraHost, options: MicroLoraOptions): Promise<MicroLora> {
+    const { value, state } = await link.microLora<{ id: number; name: string }>(null, 'open', [options]);
+    return new MicroLora(host, value.id, value.name, null, link, state);
+  }
+
   /** Delete the MicroLoRA `store` keeps under `name` (one that cannot be opened too); whether there was one. */
   static async remove(store: Store, name: string): Promise<boolean> {
     const key = recordKey(checkName(name));
@@ -129,6 +160,10 @@ export class MicroLora {
   /** One training step on `feedback.response` as the answer to `feedback.messages` (then kept in the store). The
    * answer's tokens, with the chat template's end of turn, are what the step teaches or pushes away from. */
   async feedback(feedback: Feedback): Promise<FeedbackResult> {
+    if (this.#link) {
+      const { signal, ...rest } = feedback ?? ({} as Feedback); // checked in the worker; a signal cannot cross
+      return this.#remote('feedback', [rest], signal);
+    }
     const { messages, response, accepted, reward, signal } = feedback ?? ({} as Feedback);
     if (typeof response !== 'string' || response === '') throw invalid('response must be a non-empty string');
     if (accepted !== undefined && reward !== undefined) throw invalid('give accepted or reward, not both');
@@ -150,6 +185,7 @@ export class MicroLora {
    * own answers to everyday questions) what the penalty toward the consolidated weights protects, around the weights
    * as they are now. Later feedback then moves the weights that matter to them less. Takes no step; then stored. */
   async protect(examples: Array<{ messages: ChatMessage[]; response: string }>): Promise<void> {
+    if (this.#link) return this.#remote('protect', [examples]);
     if (!Array.isArray(examples) || examples.length === 0) throw invalid('examples must be a non-empty array of { messages, response }');
     const pairs = examples.map((x) => {
       if (typeof x?.response !== 'string' || x.response === '') throw invalid('each example needs a non-empty response');
@@ -165,6 +201,7 @@ export class MicroLora {
   /** Fold the steps since the last consolidation into the weights later steps are held toward (the slow loop: call
    * it at the end of a session, or when idle); how many steps it folded. Then kept in the store. */
   async consolidate(): Promise<number> {
+    if (this.#link) return this.#remote('consolidate', []);
     return this.#host.exclusive(undefined, async () => {
       const folded = this.#host.call((e) => engine(e).consolidateMicroLora(this.id));
       await this.#save();
@@ -172,20 +209,50 @@ export class MicroLora {
     });
   }
 
+  /** What it is and how many steps it took. With the engine in a worker (`worker: true`) it answers synchronously
+   * from what the worker sent with its last answer (the open, and after each `feedback`, `protect`, `consolidate` and
+   * `save`): a call still running is not in it yet. */
   info(): MicroLoraInfo {
+    if (this.#link) {
+      this.#link.usable();
+      const { info } = this.#state!;
+      return { ...info, projections: [...info.projections] };
+    }
     const info = JSON.parse(this.#host.call((e) => engine(e).microLoraInfo(this.id)));
     return { name: this.name, ...info, stored: this.#store !== null };
   }
 
-  /** Its weights as llama.cpp's GGUF LoRA adapter file (`llm.loadAdapter`, llama.cpp's `--lora`, node-llama-cpp). */
+  /** Its weights as llama.cpp's GGUF LoRA adapter file (`llm.loadAdapter`, llama.cpp's `--lora`, node-llama-cpp).
+   * With the engine in a worker (`worker: true`) the worker sends the export with each answer (the open, and after
+   * each `feedback`, `protect`, `consolidate` and `save`), so this stays synchronous: it is the weights as of the last
+   * answered call (a copy: yours to change). */
   exportGguf(): Uint8Array {
+    if (this.#link) {
+      this.#link.usable();
+      return this.#state!.gguf.slice();
+    }
     return this.#host.call((e) => engine(e).exportMicroLora(this.id, `ruvllm microlora ${this.name}`));
   }
 
   /** Write it to its store now (feedback and consolidate do); `E_STORE_FULL` or `E_STORE` if the store refuses,
    * with the adapter kept as it is here. */
   async save(): Promise<void> {
+    if (this.#link) return this.#remote('save', []);
     await this.#host.exclusive(undefined, () => this.#save());
+  }
+
+  /** `method` run on the MicroLoRA in the worker; its state after it kept. A call that fails may still have changed
+   * it (a step taken, then a store that refused it): the state is asked for again. */
+  async #remote<T>(method: MicroLoraMethod, args: unknown[], signal?: AbortSignal): Promise<T> {
+    const link = this.#link!;
+    try {
+      const { value, state } = await link.microLora<T>(this.id, method, args, signal);
+      this.#state = state;
+      return value;
+    } catch (e) {
+      await link.microLora(this.id, 'state', []).then(({ state }) => (this.#state = state), () => {});
+      throw e;
+    }
   }
 
   async #save(): Promise<void> {

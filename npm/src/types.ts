@@ -38,7 +38,7 @@ export interface LoadOptions {
    * Browsers: run the engine in a dedicated Worker (default false), so forward passes never block the page. The API
    * is the same; the text side (`tokenize`, `chatPrompt`, ...) stays synchronous in the page, on the model's header;
    * `info()` is the worker's last snapshot; a `prefixCache.store` of your own (an object) cannot cross
-   * (`E_INVALID_ARGUMENT`); MicroLoRAs are `E_UNSUPPORTED` there for now. Node ignores it.
+   * (`E_INVALID_ARGUMENT`), nor can a MicroLoRA's; MicroLoRAs live and train in the worker. Node ignores it.
    */
   worker?: boolean;
   /**

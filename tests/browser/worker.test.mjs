@@ -2,6 +2,7 @@
 // streamed; an AbortSignal stops it and the model stays usable; errors keep their codes; the text side answers
 // synchronously in the page as the in-page model's does; states round-trip; dispose ends it. Under a strict
 // Content-Security-Policy (no inline scripts, no blob: workers) it answers; with workers forbidden the load is E_WORKER.
+// A MicroLoRA trains in the worker as in the page (the same losses, the same answer), and is kept in IndexedDB.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -57,7 +58,6 @@ test('a worker-backed model answers as the in-page one, streams, stops on abort,
     out.badGrammar = await code(llm.complete('x', { grammar: { type: 'gbnf', grammar: 'root ::= nope' } }));
     out.badTemperature = await code(llm.complete('x', { temperature: -1 }));
     out.badStore = await code(LLM.load('/model.gguf', { worker: true, prefixCache: { store: { list() {}, get() {}, put() {}, delete() {}, clear() {} } } }));
-    out.microLora = await code(llm.microLora());
     // The conversation's state round-trips; the caller's bytes stay theirs.
     const state = await llm.saveState();
     await llm.reset();
@@ -86,11 +86,86 @@ test('a worker-backed model answers as the in-page one, streams, stops on abort,
   assert.equal(r.badGrammar, 'RuvllmError E_GRAMMAR');
   assert.equal(r.badTemperature, 'RuvllmError E_INVALID_ARGUMENT');
   assert.equal(r.badStore, 'RuvllmError E_INVALID_ARGUMENT');
-  assert.equal(r.microLora, 'RuvllmError E_UNSUPPORTED');
   assert.ok(r.stateBytes > 0 && r.sameState);
   assert.equal(r.badState, 'RuvllmError E_INVALID_ARGUMENT');
   assert.equal(r.disposedGenerate, 'RuvllmError E_DISPOSED');
   assert.equal(r.disposedTokenize, 'RuvllmError E_DISPOSED');
+});
+
+test('a MicroLoRA trains in the worker as in the page, applies, exports, and is back from IndexedDB in a new worker', async () => {
+  const r = await ex.page.evaluate(async () => {
+    const { LLM, MicroLora } = await import('@ruvector/ruvllm');
+    const code = (p) => p.then(() => 'resolved', (e) => `${e.name} ${e.code}`);
+    const QUESTION = [{ role: 'user', content: 'What is the capital of Zorbania?' }];
+    const ANSWER = 'The capital of Zorbania is Quillmere.';
+    const greedy = { temperature: 0, maxTokens: 12 };
+    await LLM.removeMicroLora({ store: 'indexeddb', name: 'wk' });
+    const local = await LLM.load('/model.gguf', { threads: 1 });
+    let llm = await LLM.load('/model.gguf', { worker: true, threads: 1 });
+    const out = {};
+    // The same example, the same four steps, from the same start: in the worker (stored) and in the page (in memory).
+    const lora = await llm.microLora({ store: 'indexeddb', name: 'wk', learningRate: 0.05 });
+    const mine = await local.microLora({ name: 'wk', learningRate: 0.05 });
+    out.instance = lora instanceof MicroLora;
+    out.opened = lora.info();
+    const feedback = { messages: QUESTION, response: ANSWER, accepted: true };
+    const train = async (model, lora) => {
+      const steps = [];
+      // llm.feedback trains the MicroLoRA opened last, as lora.feedback does.
+      for (let i = 0; i < 4; i++) steps.push(await (i % 2 ? lora : model).feedback(feedback));
+      return steps.map(({ loss, tokens, steps }) => ({ loss, tokens, steps }));
+    };
+    out.workerSteps = await train(llm, lora);
+    out.pageSteps = await train(local, mine);
+    out.info = lora.info();
+    out.pageInfo = mine.info();
+    const prompt = llm.applyChatTemplate(QUESTION);
+    out.base = (await llm.complete(prompt, greedy)).ids;
+    out.adapted = (await llm.complete(prompt, { ...greedy, adapters: [{ id: lora.id }] })).ids;
+    out.adaptedInPage = (await local.complete(prompt, { ...greedy, adapters: [{ id: mine.id }] })).ids;
+    const gguf = lora.exportGguf();
+    const pageGguf = mine.exportGguf();
+    out.magic = new TextDecoder().decode(gguf.subarray(0, 4));
+    out.sameGguf = gguf.length === pageGguf.length && gguf.every((b, i) => b === pageGguf[i]);
+    out.consolidated = await lora.consolidate();
+    await lora.save();
+    out.badStore = await code(llm.microLora({ store: { list() {}, get() {}, put() {}, delete() {}, clear() {} } }));
+    llm.dispose();
+    out.disposedInfo = await code((async () => lora.info())());
+    out.disposedFeedback = await code(lora.feedback(feedback));
+    // A new worker: the record the first one wrote to IndexedDB opens with its steps and answers the same.
+    llm = await LLM.load('/model.gguf', { worker: true, threads: 1 });
+    const back = await llm.microLora({ store: 'indexeddb', name: 'wk' });
+    out.backSteps = back.info().steps;
+    out.backAdapted = (await llm.complete(prompt, { ...greedy, adapters: [{ id: back.id }] })).ids;
+    llm.dispose();
+    local.dispose();
+    out.removed = await LLM.removeMicroLora({ store: 'indexeddb', name: 'wk' });
+    return out;
+  });
+  assert.ok(r.instance);
+  assert.deepEqual(
+    { name: r.opened.name, steps: r.opened.steps, stored: r.opened.stored, rank: r.opened.rank, learningRate: r.opened.learningRate },
+    { name: 'wk', steps: 0, stored: true, rank: 2, learningRate: Math.fround(0.05) },
+  );
+  assert.deepEqual(r.workerSteps.map((s) => s.steps), [1, 2, 3, 4]);
+  assert.ok(r.workerSteps.every((s) => Number.isFinite(s.loss) && s.loss > 0 && s.tokens > 0), JSON.stringify(r.workerSteps));
+  assert.ok(r.workerSteps[3].loss < r.workerSteps[0].loss, JSON.stringify(r.workerSteps));
+  // Both run the one-thread build: the worker's steps are the page's.
+  assert.deepEqual(r.workerSteps, r.pageSteps);
+  assert.equal(r.info.steps, 4);
+  assert.deepEqual({ ...r.info, stored: false }, r.pageInfo);
+  assert.notDeepEqual(r.adapted, r.base);
+  assert.deepEqual(r.adapted, r.adaptedInPage);
+  assert.equal(r.magic, 'GGUF');
+  assert.ok(r.sameGguf);
+  assert.equal(r.consolidated, 4);
+  assert.equal(r.badStore, 'RuvllmError E_INVALID_ARGUMENT');
+  assert.equal(r.disposedInfo, 'RuvllmError E_DISPOSED');
+  assert.equal(r.disposedFeedback, 'RuvllmError E_DISPOSED');
+  assert.equal(r.backSteps, 4);
+  assert.deepEqual(r.backAdapted, r.adapted);
+  assert.equal(r.removed, true);
 });
 
 /** The CSP page (tests/browser/worker-csp/) served beside the package with `csp`; what its app answered. */

@@ -4,6 +4,7 @@
 // messages, a signal fired in the page cancels the call in the worker, errors come back typed. The text side is not
 // here: the page runs it itself (llm.ts, from the header the load answers with).
 import { AbortError, RuvllmError, throwIfAborted } from '../errors.js';
+import type { MicroLoraLink, MicroLoraMethod, MicroLoraState } from '../microlora.js';
 import type { ModelSource } from '../source.js';
 import type { GenerateChunk, GenerateResult, ModelInfo } from '../types.js';
 import { fromWire, type ModelMethod, type Reply, type Request, type StreamMessage } from './protocol.js';
@@ -97,8 +98,9 @@ export function canUseWorker(): boolean {
   return typeof Worker === 'function' && typeof (globalThis as { document?: unknown }).document !== 'undefined';
 }
 
-/** A model in the engine worker. Its methods are `LLM`'s compute calls; `info` is the snapshot its last answer sent. */
-export class RemoteModel {
+/** A model in the engine worker. Its methods are `LLM`'s compute calls; `info` is the snapshot its last answer sent.
+ * It is its MicroLoRAs' link to the worker, where they live (microlora.ts). */
+export class RemoteModel implements MicroLoraLink {
   readonly #connection: Connection;
   readonly #handle: number;
   #info: ModelInfo;
@@ -140,13 +142,21 @@ export class RemoteModel {
 
   /** `LLM`'s method `method` run in the worker on this model. */
   async call<T>(method: ModelMethod, args: unknown[], signal?: AbortSignal, transfer: Transferable[] = []): Promise<T> {
+    return this.#request((id) => ({ op: 'call', id, handle: this.#handle, method, args }), signal, transfer);
+  }
+
+  /** `method` of this model's MicroLoRA `lora` run in the worker (`MicroLoraLink`). */
+  async microLora<T>(lora: number | null, method: MicroLoraMethod, args: unknown[], signal?: AbortSignal): Promise<{ value: T; state: MicroLoraState }> {
+    return this.#request((id) => ({ op: 'microLora', id, handle: this.#handle, lora, method, args }), signal);
+  }
+
+  async #request<T>(make: (id: number) => Request, signal: AbortSignal | undefined, transfer: Transferable[] = []): Promise<T> {
     this.usable();
     let end!: (e: RuvllmError) => void;
     const disposed = new Promise<never>((_, reject) => (end = reject));
     this.#streams.add(end);
     try {
-      const run = this.#connection.call((id) => ({ op: 'call', id, handle: this.#handle, method, args }), signal, transfer);
-      const { value, info } = await Promise.race([run, disposed]);
+      const { value, info } = await Promise.race([this.#connection.call(make, signal, transfer), disposed]);
       if (info) this.#info = info;
       return value as T;
     } finally {

@@ -2,9 +2,12 @@
 // page's calls on them (protocol.ts). A generation streams over the port its call brought; `cancel` on that port, or a
 // `cancel` request for a call, aborts it through its own AbortController, as a signal in the page would. Each answer
 // carries the model's `info()`, the page's snapshot of it. The page holds the model's text side itself, from the
-// GGUF header the load answers with (collected as the model's bytes stream in: the source is read once).
+// GGUF header the load answers with (collected as the model's bytes stream in: the source is read once). The
+// MicroLoRAs the page opens live here, by id; each answer on one carries its info and GGUF export, from which the
+// page's `MicroLora` answers `info` and `exportGguf`.
 import { invalid } from '../errors.js';
 import { loadWithHeader, type LLM } from '../llm.js';
+import type { MicroLora } from '../microlora.js';
 import type { ModelInfo } from '../types.js';
 import { toWire, type Reply, type Request, type StreamMessage } from './protocol.js';
 
@@ -17,6 +20,8 @@ interface Scope {
 export function serve(scope: Scope): void {
   const models = new Map<number, LLM>();
   const calls = new Map<number, AbortController>();
+  /** Each model's MicroLoRAs the page opened, by id. */
+  const microLoras = new WeakMap<LLM, Map<number, MicroLora>>();
   let next = 1;
   const snapshot = (llm: LLM | undefined): ModelInfo | null => {
     try {
@@ -63,6 +68,29 @@ export function serve(scope: Scope): void {
           if (['score', 'embedWithUsage', 'loadAdapter'].includes(req.method)) args[1] = { ...(args[1] as object), signal };
           const value = await (llm[req.method] as (...a: unknown[]) => unknown).apply(llm, args);
           return { value, transfer: value instanceof Uint8Array ? [value.buffer] : [] };
+        });
+        return;
+      case 'microLora':
+        void answer(req.id, req.handle, async (signal) => {
+          const llm = model(req.handle);
+          const loras = microLoras.get(llm) ?? new Map<number, MicroLora>();
+          microLoras.set(llm, loras);
+          let lora: MicroLora | undefined;
+          let value: unknown;
+          if (req.method === 'open') {
+            lora = await llm.microLora(req.args[0] as Parameters<LLM['microLora']>[0]);
+            loras.set(lora.id, lora);
+            value = { id: lora.id, name: lora.name };
+          } else {
+            lora = loras.get(req.lora ?? -1);
+            if (!lora) throw invalid(`no MicroLoRA ${req.lora} in this worker`);
+            // feedback takes the call's signal in its argument.
+            if (req.method === 'feedback') value = await lora.feedback({ ...(req.args[0] as Parameters<MicroLora['feedback']>[0]), signal });
+            else if (req.method !== 'state') value = await (lora[req.method] as (...a: unknown[]) => unknown).apply(lora, req.args);
+          }
+          // The state the page answers info() and exportGguf() from; the export's bytes are transferred.
+          const gguf = lora.exportGguf();
+          return { value: { value, state: { info: lora.info(), gguf } }, transfer: [gguf.buffer] };
         });
         return;
       case 'generate': {

@@ -3,6 +3,7 @@
 // generation streams over a `MessagePort` sent with its call. Errors cross as plain {name, code, message} and are
 // rebuilt as `RuvllmError`s (an `AbortError` stays one), so callers see the codes they would see in the page.
 import { AbortError, RuvllmError, type ErrorCode } from '../errors.js';
+import type { MicroLoraMethod } from '../microlora.js';
 import type { GenerateChunk, GenerateResult, ModelInfo } from '../types.js';
 
 /** The compute calls a worker answers on a loaded model (`handle`), each `LLM`'s method of that name. */
@@ -17,10 +18,12 @@ export type ModelMethod =
   | 'restoreState'
   | 'flushPrefixCache';
 
-/** Page to worker. `cancel` aborts call `id` (its signal fired in the page). */
+/** Page to worker. `cancel` aborts call `id` (its signal fired in the page). `microLora` runs a method of the model's
+ * MicroLoRA `lora` (`open`: the model's `microLora(options)`), answered with `{ value, state }` (microlora.ts). */
 export type Request =
   | { op: 'load'; id: number; source: unknown; options: Record<string, unknown> }
   | { op: 'call'; id: number; handle: number; method: ModelMethod; args: unknown[] }
+  | { op: 'microLora'; id: number; handle: number; lora: number | null; method: MicroLoraMethod; args: unknown[] }
   | { op: 'generate'; handle: number; prompt: string | Uint32Array; options: Record<string, unknown>; port: MessagePort }
   | { op: 'dispose'; handle: number }
   | { op: 'cancel'; id: number };
