@@ -156,11 +156,14 @@ test('Vite dev server, not isolated: one thread answers', async () => {
 });
 
 test('a thread worker whose script cannot load is a fallback to one thread with its reason, not a hang', async () => {
-  // The Vite build served cross-origin isolated, refusing the requests of module workers for their scripts.
+  // The Vite build served cross-origin isolated, refusing the requests of module workers for their scripts. Without
+  // validators and not to be cached: with them (the file server sends ETag and Last-Modified), after an earlier test
+  // had run the same build, the workers started without their requests reaching this server.
   const server = await serve({
     root: join(WORK, 'vite-app', 'dist'),
     files: { '/': join(WORK, 'vite-app', 'dist', 'index.html'), '/model.gguf': MODEL_PATH },
-    headers: ISOLATED,
+    headers: { ...ISOLATED, 'cache-control': 'no-store' },
+    validators: false,
     refuse: (req) => req.headers['sec-fetch-dest'] === 'worker',
   });
   stops.push(server.close);
