@@ -232,22 +232,27 @@ function streamPieces(stream: ReadableStream<Uint8Array>, skip: number) {
 /**
  * A URL (or a GET `Request`) read from its start with HTTP Range requests, each for the bytes the reader asks for
  * next. A server that ignores Range (200 and the whole file) is read as a stream only as far as asked, and cancelled
- * on `close`; 416 (the range starts past the end) is the end of the file.
+ * on `close`; 416 (the range starts past the end) is the end of the file. A ranged request that fails as a network
+ * error (some servers and proxies break on Range: `vite preview` compresses ranged answers, which Chromium refuses) is
+ * asked once more without Range, and that answer read as such a stream.
  */
 function rangedPrefix(source: string | URL | Request, signal: AbortSignal | undefined): PrefixReader {
   const what = source instanceof Request ? source.url : String(source);
   let stream: ReturnType<typeof streamPieces> | null = null;
-  const request = (range: string): Promise<Response> => {
-    if (!(source instanceof Request)) return fetch(source, { headers: { Range: range }, signal });
+  const request = (range: string | null): Promise<Response> => {
+    if (!(source instanceof Request)) return fetch(source, { headers: range === null ? {} : { Range: range }, signal });
     const headers = new Headers(source.headers);
-    headers.set('Range', range);
+    if (range !== null) headers.set('Range', range);
     return fetch(new Request(source, { headers, signal }));
   };
   const more = async (start: number, end: number): Promise<Uint8Array | null> => {
     if (stream) return stream.next();
     let response: Response;
     try {
-      response = await request(`bytes=${start}-${end - 1}`);
+      response = await request(`bytes=${start}-${end - 1}`).catch((e) => {
+        if (signal?.aborted) throw e;
+        return request(null); // the same file without Range: read from its first byte below
+      });
     } catch (e) {
       if (signal?.aborted) throw new AbortError(signal.reason);
       throw new RuvllmError('E_FETCH', `${what}: ${(e as Error).message}`, { cause: e });

@@ -114,12 +114,17 @@ test('a chat template given at load replaces the file\'s, as LLM.load\'s does', 
   await rejectsWith(Tokenizer.load(path, { chatTemplate: '{% for %}' }), 'E_CHAT_TEMPLATE');
 });
 
-/** A server of the default model that counts the bytes it sends; `ranges`: whether it honours Range requests. */
+/** A server of the default model that counts the bytes it sends; `ranges`: whether it honours Range requests
+ * (`'drop'`: it closes the connection of any request with a Range header, as a network failure). */
 function modelServer(ranges) {
   const served = { bytes: 0, requests: [] };
   const server = createServer((req, res) => {
     const range = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range ?? '');
     served.requests.push(req.headers.range ?? null);
+    if (ranges === 'drop' && req.headers.range !== undefined) {
+      req.socket.destroy();
+      return;
+    }
     if (req.url !== '/model.gguf') {
       res.writeHead(404).end();
       return;
@@ -152,15 +157,17 @@ async function listen(server) {
 
 let rangeServer;
 let plainServer;
+let dropServer;
 before(() => {
   rangeServer = modelServer(true);
   plainServer = modelServer(false);
+  dropServer = modelServer('drop');
 });
 after(() => {
-  rangeServer.server.close();
-  plainServer.server.close();
-  rangeServer.server.closeAllConnections();
-  plainServer.server.closeAllConnections();
+  for (const { server } of [rangeServer, plainServer, dropServer]) {
+    server.close();
+    server.closeAllConnections();
+  }
 });
 
 test('a URL is read with Range requests: the header and little more are sent of a 98 MB model', async () => {
@@ -194,6 +201,19 @@ test('a server that ignores Range is read only as far as the header, then let go
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.equal(plainServer.served.requests.length, 1);
   assert.ok(plainServer.served.bytes < SIZE / 2, `${plainServer.served.bytes} of ${SIZE} bytes sent`);
+});
+
+test('a ranged request that fails as a network error is asked again without Range and read as far as the header', async () => {
+  const base = await listen(dropServer.server);
+  const t = await Tokenizer.load(`${base}/model.gguf`);
+  try {
+    assert.deepEqual(t.info(), fromPath.info());
+    assert.deepEqual(t.tokenize(FRANCE.prompt, { prompt: true }), llm.tokenize(FRANCE.prompt, { prompt: true }));
+  } finally {
+    t.dispose();
+  }
+  const { requests } = dropServer.served;
+  assert.ok(requests.length === 2 && requests[0] !== null && requests[1] === null, `requests: ${requests}`);
 });
 
 test('not a GGUF, or a file that ends inside its header, is E_GGUF; a disposed tokenizer E_DISPOSED', async () => {
