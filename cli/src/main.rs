@@ -9,7 +9,7 @@ use ruvllm::constraint::GrammarSource;
 use ruvllm::kv::{KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};
 use ruvllm::{
     AdapterSet, Backend, ChatMessage, EmbedOptions, GenerateOptions, LoraAdapter, Model, Pooling, RenderOptions,
-    SamplerConfig, Session, SessionOptions,
+    SamplerConfig, Session, SessionOptions, TextModel,
 };
 use serde_json::json;
 
@@ -137,13 +137,18 @@ fn main() -> ExitCode {
 
 type CliResult = Result<(), String>;
 
+/// `--model`, else $RUVLLM_MODEL.
+fn model_path(args: &Args) -> Result<String, String> {
+    match args.opt("model") {
+        Some(p) => Ok(p.to_string()),
+        None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string()),
+    }
+}
+
 fn load(args: &Args) -> Result<Arc<Model>, String> {
     let threads: usize = args.num("threads", 0)?;
     ruvllm::parallel::set_threads(threads).map_err(|e| e.to_string())?;
-    let path = match args.opt("model") {
-        Some(p) => p.to_string(),
-        None => std::env::var("RUVLLM_MODEL").map_err(|_| "--model is required (or set RUVLLM_MODEL)".to_string())?,
-    };
+    let path = model_path(args)?;
     let model = Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
     let cold: KvType = args.opt("kv-cold").unwrap_or("f16").parse().map_err(|e: ruvllm::Error| e.to_string())?;
     let kv = KvCacheOptions { cold, hot_tokens: args.num("kv-hot", DEFAULT_HOT_TOKENS)? };
@@ -203,9 +208,11 @@ fn session(args: &Args, model: Arc<Model>) -> Result<Session, String> {
 }
 
 fn tokenize(args: &Args) -> CliResult {
-    let model = load(args)?;
+    // The header alone: counting tokens reads no weights (a vocabulary-only GGUF is enough).
+    let path = model_path(args)?;
+    let text_model = TextModel::from_file(&path).map_err(|e| format!("{path}: {e}"))?;
     let text = args.positional.join(" ");
-    let ids = model.tokenizer().encode(&text, args.flag("special")).map_err(|e| e.to_string())?;
+    let ids = text_model.tokenizer().encode(&text, args.flag("special")).map_err(|e| e.to_string())?;
     println!("{}", json!({ "ids": ids }));
     Ok(())
 }

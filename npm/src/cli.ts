@@ -2,7 +2,7 @@
 // `ruvllm` for Node: the native CLI's commands, flags and JSON output (cli/src/main.rs), on the wasm engine.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { LLM, RuvllmError, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type Grammar, type KvCacheType } from './node.js';
+import { LLM, RuvllmError, Tokenizer, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type Grammar, type KvCacheType } from './node.js';
 
 /** One option a command takes: a boolean flag when it has no `value` (what the value is called in the usage). */
 interface Opt {
@@ -195,9 +195,15 @@ function printJson(value: Record<string, unknown>): void {
   console.log(JSON.stringify(value));
 }
 
-async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
+/** `--model`, else $RUVLLM_MODEL. */
+function modelPath(args: Args): string {
   const path = args.opt('model') ?? process.env.RUVLLM_MODEL;
   if (!path) throw new Error('--model is required (or set RUVLLM_MODEL)');
+  return path;
+}
+
+async function load(args: Args): Promise<{ llm: LLM; loadMs: number }> {
+  const path = modelPath(args);
   const backend = args.opt('backend') ?? 'auto';
   if (!['auto', 'cpu', 'webgpu', 'gpu'].includes(backend)) throw new Error(`backend '${backend}' is not one of auto, webgpu, cpu`);
   const threads = args.num('threads', 0);
@@ -284,9 +290,16 @@ async function stream(llm: LLM, prompt: string | number[], options: GenerateOpti
 }
 
 async function tokenize(args: Args): Promise<void> {
-  const { llm } = await load(args);
-  const ids = llm.tokenize(args.positional.join(' '), { special: args.flag('special') });
-  printJson({ ids });
+  // The header alone: counting tokens reads no weights (a vocabulary-only GGUF is enough).
+  const path = modelPath(args);
+  const tokenizer = await Tokenizer.load(path).catch((e) => {
+    throw new Error(`${path}: ${(e as Error).message}`, { cause: e });
+  });
+  try {
+    printJson({ ids: tokenizer.tokenize(args.positional.join(' '), { special: args.flag('special') }) });
+  } finally {
+    tokenizer.dispose();
+  }
 }
 
 async function generate(args: Args): Promise<void> {

@@ -1,10 +1,11 @@
 // The Node CLI: the native CLI's flags and JSON output, and the same tokens (target/release/ruvllm).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { Tokenizer } from '../dist/node.js';
 import { FRANCE, MODEL_PATH, PACKAGE_DIR, REPO_DIR } from './helpers.mjs';
 
 const CLI = join(PACKAGE_DIR, 'dist', 'cli.js');
@@ -141,11 +142,25 @@ test('generate without --json streams the text to stdout and stats to stderr', (
   assert.match(r.stderr, /prompt tokens, 8 generated; prefill [\d.]+ tok\/s, decode [\d.]+ tok\/s, load \d+ ms/);
 });
 
-test('tokenize matches the native CLI, with and without --special', () => {
-  for (const special of [[], ['--special']]) {
-    const [wasm, native] = both('tokenize', '--model', MODEL_PATH, ...special, '<|im_start|>user', 'Hello,', 'wörld! 12345');
-    assert.deepEqual(wasm, native);
-    assert.ok(wasm.ids.length > 5);
+test('tokenize matches the native CLI, with and without --special; it reads the header alone', async () => {
+  // The model's header without a byte of its weights: tokenize needs no more (generate refuses it).
+  const dir = mkdtempSync(join(tmpdir(), 'ruvllm-cli-header-'));
+  const header = join(dir, 'header-only.gguf');
+  const tokenizer = await Tokenizer.load(MODEL_PATH);
+  const { headerBytes } = tokenizer.info();
+  tokenizer.dispose();
+  writeFileSync(header, readFileSync(MODEL_PATH).subarray(0, headerBytes));
+  try {
+    for (const special of [[], ['--special']]) {
+      const [wasm, native] = both('tokenize', '--model', MODEL_PATH, ...special, '<|im_start|>user', 'Hello,', 'wörld! 12345');
+      assert.deepEqual(wasm, native);
+      assert.ok(wasm.ids.length > 5);
+      assert.deepEqual(both('tokenize', '--model', header, ...special, '<|im_start|>user', 'Hello,', 'wörld! 12345'), [wasm, native]);
+    }
+    const refused = spawnSync(process.execPath, [CLI, 'generate', '--model', header, '--prompt', 'Hi', '--max-tokens', '1'], { encoding: 'utf8' });
+    assert.equal(refused.status, 1);
+  } finally {
+    rmSync(dir, { recursive: true });
   }
 });
 
