@@ -113,6 +113,25 @@ async function forget(store: ModelStore, key: string): Promise<undefined> {
   return undefined;
 }
 
+/** The stored parts of `key` in order, each checked against its recorded length as it is read: where one has more or
+ * fewer bytes, what `damaged` makes of it (index, bytes read, length) is thrown, and no byte past the length is given. */
+async function* storedParts(
+  store: ModelStore,
+  key: string,
+  lengths: readonly number[],
+  damaged: (index: number, read: number, length: number) => Error | Promise<Error>,
+): AsyncIterable<Uint8Array> {
+  for (const [index, length] of lengths.entries()) {
+    let read = 0;
+    for await (const chunk of store.readPart(key, index)) {
+      read += chunk.length;
+      if (read > length) break;
+      yield chunk;
+    }
+    if (read !== length) throw await damaged(index, read, length);
+  }
+}
+
 /** A whole file from the store, each part's size checked against the entry as it is read. */
 function readStored(url: string, key: string, entry: ModelEntry, store: ModelStore, release: () => void): OpenedSource {
   let released = false;
@@ -122,21 +141,13 @@ function readStored(url: string, key: string, entry: ModelEntry, store: ModelSto
   };
   async function* chunks(): AsyncIterable<Uint8Array> {
     try {
-      for (const [index, length] of entry.parts.entries()) {
-        let read = 0;
-        for await (const chunk of store.readPart(key, index)) {
-          read += chunk.length;
-          if (read > length) break;
-          yield chunk;
-        }
-        if (read !== length) {
-          await store.delete(key).catch(() => {});
-          throw new RuvllmError(
-            'E_STORE',
-            `the stored copy of ${url} in ${store.where} is damaged (part ${index} has ${read > length ? 'more than ' : ''}${read} bytes, not ${length}): it is deleted, and the next load downloads the file again`,
-          );
-        }
-      }
+      yield* storedParts(store, key, entry.parts, async (index, read, length) => {
+        await store.delete(key).catch(() => {});
+        return new RuvllmError(
+          'E_STORE',
+          `the stored copy of ${url} in ${store.where} is damaged (part ${index} has ${read > length ? 'more than ' : ''}${read} bytes, not ${length}): it is deleted, and the next load downloads the file again`,
+        );
+      });
     } finally {
       done();
     }
@@ -243,18 +254,13 @@ class Download {
     const hasher = options.hasher();
     let received = keptBytes(entry);
     try {
-      for (const [index, length] of entry.parts.entries()) {
-        let read = 0;
-        for await (const chunk of store.readPart(key, index)) {
-          read += chunk.length;
-          if (read > length) break;
-          hasher.update(chunk);
-          yield chunk;
-        }
-        if (read !== length) {
-          entry.parts.length = 0; // nothing of it is kept (see #settle)
-          throw new RuvllmError('E_STORE', `the kept bytes of ${url} in ${store.where} are damaged (part ${index}): they are deleted, and the next load starts over`);
-        }
+      const damaged = (index: number) => {
+        entry.parts.length = 0; // nothing of it is kept (see #settle)
+        return new RuvllmError('E_STORE', `the kept bytes of ${url} in ${store.where} are damaged (part ${index}): they are deleted, and the next load starts over`);
+      };
+      for await (const chunk of storedParts(store, key, entry.parts, damaged)) {
+        hasher.update(chunk);
+        yield chunk;
       }
       for await (const chunk of this.#network()) {
         received += chunk.length;
