@@ -98,7 +98,7 @@ fn run() -> Result<(), String> {
                 _ => {}
             }
         }
-        w = w.meta(key, meta_of(&value)?);
+        w = w.meta(key, Meta::of(&value)?);
     }
 
     w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
@@ -216,31 +216,4 @@ fn splitmix(x: u64) -> u64 {
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// A parsed metadata value as the writer's; arrays take their element type from their first item
-/// (an empty array is written as one of u32).
-fn meta_of(v: &Value) -> Result<Meta, String> {
-    Ok(match v {
-        Value::U8(x) => Meta::U8(*x),
-        Value::I8(x) => Meta::I8(*x),
-        Value::U16(x) => Meta::U16(*x),
-        Value::I16(x) => Meta::I16(*x),
-        Value::U32(x) => Meta::U32(*x),
-        Value::I32(x) => Meta::I32(*x),
-        Value::F32(x) => Meta::F32(*x),
-        Value::Bool(x) => Meta::Bool(*x),
-        Value::String(x) => Meta::Str(x.clone()),
-        Value::U64(x) => Meta::U64(*x),
-        Value::I64(x) => Meta::I64(*x),
-        Value::F64(x) => Meta::F64(*x),
-        Value::Array(items) => {
-            let items = items.iter().map(meta_of).collect::<Result<Vec<_>, _>>()?;
-            let elem = items.first().map_or(4, Meta::type_id);
-            if items.iter().any(|m| m.type_id() != elem) {
-                return Err("a metadata array of mixed types".into());
-            }
-            Meta::Array(elem, items)
-        }
-    })
 }

@@ -8,7 +8,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use ruvllm::gguf::{Gguf, Prefix, Value, MAX_HEADER_FILE_BYTES};
+use ruvllm::gguf::{Gguf, Prefix, MAX_HEADER_FILE_BYTES};
 use ruvllm::{ChatMessage, Error, Model, RenderOptions, TextModel, ToolChoice, ToolSpec, ToolUse};
 use serde_json::json;
 
@@ -137,34 +137,13 @@ fn the_default_models_text_side_reads_its_header_only_and_matches_llama_cpp() {
     }
 }
 
-/// `v` as the test writer writes it.
-fn meta(v: &Value) -> Meta {
-    match v {
-        Value::U8(x) => Meta::U8(*x),
-        Value::I8(x) => Meta::I8(*x),
-        Value::U16(x) => Meta::U16(*x),
-        Value::I16(x) => Meta::I16(*x),
-        Value::U32(x) => Meta::U32(*x),
-        Value::I32(x) => Meta::I32(*x),
-        Value::F32(x) => Meta::F32(*x),
-        Value::Bool(x) => Meta::Bool(*x),
-        Value::String(x) => Meta::Str(x.clone()),
-        Value::U64(x) => Meta::U64(*x),
-        Value::I64(x) => Meta::I64(*x),
-        Value::F64(x) => Meta::F64(*x),
-        Value::Array(items) => {
-            Meta::Array(items.first().map_or(4, |i| meta(i).type_id()), items.iter().map(meta).collect())
-        }
-    }
-}
-
 /// A vocabulary-only GGUF of the model in `bytes`, as llama.cpp's tokenizer tests ship them (`ggml-vocab-*.gguf`):
 /// its metadata, no tensor.
 fn vocab_only(bytes: &[u8]) -> Vec<u8> {
     let g = Gguf::parse(bytes).unwrap();
     let mut w = GgufWriter::new();
     for (key, value) in &g.metadata {
-        w = w.meta(key, meta(value));
+        w = w.meta(key, Meta::of(value).unwrap());
     }
     w.bytes()
 }

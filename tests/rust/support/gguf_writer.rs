@@ -26,6 +26,34 @@ pub enum Meta {
 }
 
 impl Meta {
+    /// A parsed metadata value as the writer's, to copy a real file's metadata; arrays take their element type from
+    /// their first item (an empty array is written as one of u32).
+    pub fn of(v: &ruvllm::gguf::Value) -> Result<Meta, String> {
+        use ruvllm::gguf::Value;
+        Ok(match v {
+            Value::U8(x) => Meta::U8(*x),
+            Value::I8(x) => Meta::I8(*x),
+            Value::U16(x) => Meta::U16(*x),
+            Value::I16(x) => Meta::I16(*x),
+            Value::U32(x) => Meta::U32(*x),
+            Value::I32(x) => Meta::I32(*x),
+            Value::F32(x) => Meta::F32(*x),
+            Value::Bool(x) => Meta::Bool(*x),
+            Value::String(x) => Meta::Str(x.clone()),
+            Value::U64(x) => Meta::U64(*x),
+            Value::I64(x) => Meta::I64(*x),
+            Value::F64(x) => Meta::F64(*x),
+            Value::Array(items) => {
+                let items = items.iter().map(Meta::of).collect::<Result<Vec<_>, _>>()?;
+                let elem = items.first().map_or(4, Meta::type_id);
+                if items.iter().any(|m| m.type_id() != elem) {
+                    return Err("a metadata array of mixed types".into());
+                }
+                Meta::Array(elem, items)
+            }
+        })
+    }
+
     /// The GGUF value type id.
     pub fn type_id(&self) -> u32 {
         match self {
