@@ -325,7 +325,7 @@ export const nextTick: () => Promise<void> =
 /** `Engine.info()`: what the engine knows of the model (the `LLM` adds what it knows). */
 export function parseInfo(
   json: string,
-): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'engine' | 'prefixCache'> & {
+): Omit<ModelInfo, 'modelId' | 'build' | 'requestedBackend' | 'threadFallback' | 'engine' | 'workerFallback' | 'pages' | 'prefixCache'> & {
   prefixCache: Omit<PrefixCacheInfo, 'store' | 'storedBytes' | 'storeError' | 'lastLoad'> | null;
 } {
   const i = JSON.parse(json);

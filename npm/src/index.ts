@@ -3,7 +3,7 @@ export { LLM } from './llm.js';
 export { Tokenizer } from './tokenizer.js';
 export type { TokenizerInfo, TokenizerLoadOptions } from './tokenizer.js';
 export type { TextSide } from './text.js';
-export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage } from './types.js';
+export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage, WorkerFallback } from './types.js';
 export type { EmbeddingRequest, EmbeddingResponse, Embeddings } from './embeddings.js';
 export type { GenerateOptions, Grammar } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';

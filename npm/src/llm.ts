@@ -18,12 +18,13 @@ import type { ModelStore } from './models/store.js';
 import { initWasm, openModelStore, openStore, type StartedWasm } from './platform.js';
 import { TextSide, type TextHandle } from './text.js';
 import { textEngine } from './tokenizer.js';
-import { canUseWorker, RemoteModel, wireSource } from './worker/client.js';
+import { canUseSharedWorker, canUseWorker, RemoteModel, wireSource, workerDidNotStart } from './worker/client.js';
+import type { LinkKind } from './worker/links.js';
 import type { ModelSource } from './source.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
 import type { Store } from './store/store.js';
-import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions } from './types.js';
+import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, WorkerFallback } from './types.js';
 
 /**
  * A loaded model and its conversation state (one KV cache). Generations run one at a time: a call
@@ -44,6 +45,8 @@ export class LLM extends TextSide {
   /** Why the CPU build runs although the GPU was asked for (the GPU build reports its own fallbacks). */
   readonly #fallback: BackendFallback | null;
   readonly #threadFallback: ThreadFallback | null;
+  /** Why the engine runs in the page although a worker was the default (its worker could not start). */
+  readonly #workerFallback: WorkerFallback | null;
   /** The prefix cache's store, if `load` was given one. */
   #persistence: Persistence | null = null;
   /** The MicroLoRA `feedback` trains: the last `microLora()` opened. */
@@ -53,7 +56,15 @@ export class LLM extends TextSide {
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
   readonly embeddings: Embeddings;
 
-  private constructor(text: TextHandle & { dispose(): void }, local: EngineHandle | null, remote: RemoteModel | null, requested: Backend, fallback: BackendFallback | null, threadFallback: ThreadFallback | null) {
+  private constructor(
+    text: TextHandle & { dispose(): void },
+    local: EngineHandle | null,
+    remote: RemoteModel | null,
+    requested: Backend,
+    fallback: BackendFallback | null,
+    threadFallback: ThreadFallback | null,
+    workerFallback: WorkerFallback | null,
+  ) {
     super(text);
     this.#text = text;
     this.#local = local;
@@ -61,6 +72,7 @@ export class LLM extends TextSide {
     this.#requested = requested;
     this.#fallback = fallback;
     this.#threadFallback = threadFallback;
+    this.#workerFallback = workerFallback;
     this.chat = createChat(this);
     this.embeddings = createEmbeddings(this);
   }
@@ -94,7 +106,18 @@ export class LLM extends TextSide {
       throw invalid(`prefixCache.storeBudgetBytes must be an integer >= 0, got ${storeBudget}`);
     }
     if (options.worker !== undefined && typeof options.worker !== 'boolean') throw invalid('worker must be a boolean');
-    if (options.worker && canUseWorker()) return LLM.#loadInWorker(source, options);
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') throw invalid('shared must be a boolean');
+    if (options.shared && options.worker === false) throw invalid('shared: true runs the engine in a worker: it cannot be given with worker: false');
+    let workerFallback: WorkerFallback | null = null;
+    if (canUseWorker() && (options.shared || options.worker || (options.worker === undefined && !ownsObjects(options)))) {
+      try {
+        return await LLM.#loadInWorker(options.shared && canUseSharedWorker() ? 'shared' : 'worker', source, options);
+      } catch (e) {
+        // By default, a worker that cannot start (a CSP without worker-src for it) leaves the engine in the page.
+        if (options.worker !== undefined || options.shared || !workerDidNotStart(e)) throw e;
+        workerFallback = { code: 'E_WORKER', message: (e as Error).message };
+      }
+    }
     const store = prefixCache?.store === undefined ? null : openStore(prefixCache.store, 'prefixCache.store', 'ruvllm-prefix-cache', 'relaxed');
     const backend = checkBackend(options.backend ?? 'auto');
     if (gpuMaxBindingBytes !== undefined && (!Number.isSafeInteger(gpuMaxBindingBytes) || gpuMaxBindingBytes < 4)) {
@@ -117,19 +140,19 @@ export class LLM extends TextSide {
         sha256,
         onHeader: headerSinks.get(options),
       });
-      return LLM.#ready(engine, build, backend, budgetBytes, store, storeBudget);
+      return LLM.#ready(engine, build, backend, budgetBytes, store, storeBudget, workerFallback);
     } catch (e) {
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
       throw e;
     }
   }
 
-  static #ready(engine: Engine, build: StartedWasm, backend: Backend, budgetBytes: number | undefined, store: Store | null, storeBudget: number): LLM {
+  static #ready(engine: Engine, build: StartedWasm, backend: Backend, budgetBytes: number | undefined, store: Store | null, storeBudget: number, workerFallback: WorkerFallback | null): LLM {
     const { wasm, fallback, threadFallback } = build;
     try {
       if (budgetBytes !== undefined) engine.setPrefixCacheBudget(budgetBytes);
       const handle = new EngineHandle(engine, wasm);
-      const llm = new LLM(handle, handle, null, backend, fallback, threadFallback);
+      const llm = new LLM(handle, handle, null, backend, fallback, threadFallback, workerFallback);
       if (store) llm.#persistence = new Persistence((fn) => llm.#engine.call(fn), store, storeBudget);
       return llm;
     } catch (e) {
@@ -138,18 +161,17 @@ export class LLM extends TextSide {
     }
   }
 
-  /** `load` with `worker: true`: the model loads in the engine worker (which checks the options as `load` does), and
-   * the page makes its text side of the header the worker answers with. */
-  static async #loadInWorker(source: ModelSource, options: LoadOptions): Promise<LLM> {
-    const { onProgress, signal, worker: _, ...rest } = options;
-    const store = options.prefixCache?.store;
-    if (typeof store === 'object' && store !== null) {
+  /** `load` in an engine worker of `kind` (which checks the options as `load` does); the page makes its text side of
+   * the header the worker answers with. */
+  static async #loadInWorker(kind: LinkKind, source: ModelSource, options: LoadOptions): Promise<LLM> {
+    const { onProgress, signal, worker: _, shared: __, ...rest } = options;
+    if (ownsObjects(options)) {
       throw invalid("prefixCache.store: a Store object of your own cannot cross to the engine worker (name a store, 'indexeddb', or load with worker: false)");
     }
-    const { model, header } = await RemoteModel.load(source, rest as Record<string, unknown>, onProgress as ((p: never) => void) | undefined, signal);
+    const { model, header } = await RemoteModel.load(kind, source, rest as Record<string, unknown>, onProgress as ((p: never) => void) | undefined, signal);
     try {
       const text = await textEngine(header, options.chatTemplate);
-      return new LLM(text, null, model, model.info.requestedBackend, model.info.fallback, model.info.threadFallback);
+      return new LLM(text, null, model, model.info.requestedBackend, model.info.fallback, model.info.threadFallback, null);
     } catch (e) {
       model.dispose();
       throw e;
@@ -165,7 +187,7 @@ export class LLM extends TextSide {
   info(): ModelInfo {
     if (this.#remote) {
       this.#remote.usable();
-      return { ...this.#remote.info, engine: 'worker' };
+      return { ...this.#remote.info, engine: this.#remote.kind, workerFallback: null };
     }
     const info = parseInfo(this.#engine.call((e) => e.info()));
     const store = this.#persistence?.status();
@@ -177,6 +199,8 @@ export class LLM extends TextSide {
       fallback: info.fallback ?? this.#fallback,
       threadFallback: this.#threadFallback,
       engine: 'page',
+      workerFallback: this.#workerFallback,
+      pages: 1,
       prefixCache: info.prefixCache && {
         ...info.prefixCache,
         store: store !== undefined,
@@ -440,6 +464,12 @@ export async function loadWithHeader(source: ModelSource, options: LoadOptions):
     throw new RuvllmError('E_GGUF', 'the model loaded without a whole GGUF header in its first file');
   }
   return { llm, header };
+}
+
+/** Whether `options` hold objects of the caller's that cannot cross to an engine worker (a `Store` of their own). */
+function ownsObjects(options: LoadOptions): boolean {
+  const store = options.prefixCache?.store;
+  return typeof store === 'object' && store !== null;
 }
 
 /** The `sha256` option as lowercase hex, one per file (undefined: none given). */

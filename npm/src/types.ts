@@ -35,12 +35,22 @@ export interface LoadOptions {
   threads?: number;
   signal?: AbortSignal;
   /**
-   * Browsers: run the engine in a dedicated Worker (default false), so forward passes never block the page. The API
-   * is the same; the text side (`tokenize`, `chatPrompt`, ...) stays synchronous in the page, on the model's header;
-   * `info()` is the worker's last snapshot; a `prefixCache.store` of your own (an object) cannot cross
-   * (`E_INVALID_ARGUMENT`), nor can a MicroLoRA's; MicroLoRAs live and train in the worker. Node ignores it.
+   * Browsers: where the engine runs. By default in a dedicated Worker, so forward passes never block the page;
+   * `worker: false` runs it on the page's thread (as does a `prefixCache.store` object of your own, which cannot
+   * cross to a worker; with `worker: true` such an object is `E_INVALID_ARGUMENT`). The API is the same; the text side
+   * (`tokenize`, `chatPrompt`, ...) stays synchronous in the page, on the model's header; `info()` is the worker's
+   * last snapshot; MicroLoRAs live and train in the worker (a `Store` object of your own cannot cross). Node ignores it.
    */
   worker?: boolean;
+  /**
+   * Browsers: one engine for all tabs of the origin: the origin's SharedWorker (or, where SharedWorker is missing, a
+   * leader tab's worker elected with Web Locks). A tab that loads a URL another tab loaded with the same options gets
+   * the same model: nothing downloaded, no second copy. Tabs' requests take turns fairly; each tab's conversation is
+   * its own (`saveState` saves this tab's); a tab that closes frees its turns. When a leader tab closes, another
+   * takes over and loads the models again (from the model store with `cache`). Where neither exists, a dedicated
+   * worker runs (`info().engine` says which).
+   */
+  shared?: boolean;
   /**
    * Where the model runs: `cpu` (the wasm CPU engine), `webgpu` (WebGPU only: failures are `E_GPU_*` errors),
    * or `auto` (default: WebGPU when an adapter is usable, else the CPU; a GPU fault, even mid-generation,
@@ -146,11 +156,22 @@ export interface ModelInfo {
   /** Why one thread runs where more were asked for (by default: the cores): the page is not cross-origin
    * isolated, or the threaded build's workers could not start (the message says why). */
   threadFallback: ThreadFallback | null;
-  /** Where the engine runs: `'page'` (the caller's thread), or `'worker'` (`LoadOptions.worker`): then this
-   * `info()` is the snapshot the worker sent with its last answer. */
-  engine: 'page' | 'worker';
+  /** Where the engine runs: `'page'` (the caller's thread), `'worker'` (a dedicated Worker, the browser's default)
+   * or `'shared'` (`LoadOptions.shared`): in a worker, this `info()` is the snapshot it sent with its last answer. */
+  engine: 'page' | 'worker' | 'shared';
+  /** Why the engine runs in the page although a worker is the browser's default: its worker could not start (a
+   * Content-Security-Policy whose worker-src refuses the package's script, or the script missing). */
+  workerFallback: WorkerFallback | null;
+  /** How many pages use this model in its engine: 1, or with `shared` the tabs that loaded it. */
+  pages: number;
   /** The prefix cache (`null` while a forward pass on a worker holds it). */
   prefixCache: PrefixCacheInfo | null;
+}
+
+/** Why the engine runs in the page although a worker is the default (`ModelInfo.workerFallback`). */
+export interface WorkerFallback {
+  code: 'E_WORKER';
+  message: string;
 }
 
 /** One generated token and the text it releases (empty while a UTF-8 sequence or a possible stop string is pending). */

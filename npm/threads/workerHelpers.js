@@ -7,6 +7,8 @@
 //   which a blob: URL cannot resolve.
 // - A worker that cannot start (its script fails to load, it throws, or it never answers) rejects the start
 //   with its reason instead of leaving it waiting forever; the workers already started are terminated.
+// - Bundled into a worker's own script (Vite's default for workers), it says so at once instead of starting
+//   threads that cannot run.
 
 /** Generous: a worker only instantiates the already compiled module and imports the glue. */
 const READY_TIMEOUT_MS = 60_000;
@@ -64,6 +66,14 @@ export async function startWorkers(module, memory, builder) {
 
 async function scriptUrl() {
   const here = import.meta.url;
+  // In a worker whose own script is this module's URL, a bundler put this file inside that script (Vite builds
+  // workers as one 'iife' file by default): started from it, a thread would run that script, not this file.
+  if (typeof WorkerGlobalScope !== 'undefined' && here === self.location.href) {
+    throw new Error(
+      "the bundler built these thread helpers into the engine worker's own script (Vite's default worker.format, 'iife'): " +
+        "set worker: { format: 'es' } in vite.config to run the threaded build in the engine worker",
+    );
+  }
   if (typeof location !== 'undefined' && new URL(here).origin === location.origin) return here;
   if (here.startsWith('file:') && typeof location !== 'undefined' && location.protocol !== 'file:') {
     throw new Error(

@@ -97,8 +97,9 @@ async function startVite(command, isolated) {
   return origin;
 }
 
-/** Open `url` and wait for the page's outcome (tests/bundlers/main.ts). */
-async function outcome(url) {
+/** Open `url` and wait for the page's outcome (tests/bundlers/main.ts); with `keepOpen`, the outcome and the page,
+ * left open. */
+async function outcome(url, { keepOpen = false } = {}) {
   const page = await browser.context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
@@ -109,9 +110,9 @@ async function outcome(url) {
       Promise.race([window.outcome, new Promise((_, reject) => setTimeout(() => reject(new Error('no outcome within 180 s')), 180_000))]),
     );
     assert.deepEqual(errors, [], 'uncaught errors in the page');
-    return result;
+    return keepOpen ? { result, page } : result;
   } finally {
-    await page.close();
+    if (!keepOpen) await page.close();
   }
 }
 
@@ -119,7 +120,7 @@ async function outcome(url) {
 function assertAnswered(r, { threads, why }) {
   assert.equal(r.error, undefined, `the page failed: ${JSON.stringify(r.error)}`);
   assert.equal(r.answer, ANSWER);
-  assert.equal(r.info.threads, threads);
+  assert.equal(r.info.threads, threads, JSON.stringify(r.info.threadFallback));
   assert.equal(r.info.build, threads > 1 ? 'wasm-mt' : 'wasm');
   if (why) {
     assert.equal(r.info.threadFallback?.code, 'E_THREADS');
@@ -133,18 +134,37 @@ function assertAnswered(r, { threads, why }) {
   assert.ok(r.progress.total === undefined || r.progress.total === MODEL_BYTES);
 }
 
-test('Vite build + preview, cross-origin isolated: the threaded build answers', async () => {
-  assertAnswered(await outcome(await startVite('preview', true)), { threads: 2 });
+test('Vite build + preview, cross-origin isolated: the threaded build answers in the engine worker', async () => {
+  const r = await outcome(await startVite('preview', true));
+  assertAnswered(r, { threads: 2 });
+  assert.equal(r.info.engine, 'worker');
 });
 
 test('Vite build + preview, not isolated: one thread answers and info() says why', async () => {
   assertAnswered(await outcome(await startVite('preview', false)), { threads: 1, why: /not cross-origin isolated/ });
 });
 
-test('Vite build + preview, worker: true: the engine worker is bundled and answers', async () => {
-  const r = await outcome(`${await startVite('preview', false)}/?worker=1`);
+test('Vite build + preview, worker: false: the engine in the page answers', async () => {
+  const r = await outcome(`${await startVite('preview', false)}/?engine=page`);
   assertAnswered(r, { threads: 1, why: /not cross-origin isolated/ });
-  assert.equal(r.info.engine, 'worker');
+  assert.equal(r.info.engine, 'page');
+});
+
+test('Vite build, shared: true: two pages of one origin answer with one engine, the model requested once', async () => {
+  const dist = join(WORK, 'vite-app', 'dist');
+  const server = await serve({ root: dist, files: { '/': join(dist, 'index.html'), '/model.gguf': MODEL_PATH } });
+  stops.push(server.close);
+  // The first page keeps its model; the second loads while it holds it, and both answer.
+  const first = await outcome(`${server.origin}/?engine=shared&keep=1`, { keepOpen: true });
+  const requests = server.hits.get('/model.gguf');
+  const second = await outcome(`${server.origin}/?engine=shared`);
+  assertAnswered(first.result, { threads: 1, why: /not cross-origin isolated/ });
+  assertAnswered(second, { threads: 1, why: /not cross-origin isolated/ });
+  assert.equal(second.info.engine, 'shared');
+  assert.equal(second.info.pages, 2);
+  assert.equal(second.info.wasmMemoryBytes, first.result.info.wasmMemoryBytes, 'the second page grew the engine');
+  assert.equal(server.hits.get('/model.gguf'), requests, 'the second page requested the model');
+  await first.page.close();
 });
 
 test('Vite dev server, cross-origin isolated: the threaded build answers', async () => {
@@ -155,7 +175,7 @@ test('Vite dev server, not isolated: one thread answers', async () => {
   assertAnswered(await outcome(await startVite('dev', false)), { threads: 1, why: /not cross-origin isolated/ });
 });
 
-test('a thread worker whose script cannot load is a fallback to one thread with its reason, not a hang', async () => {
+test('workers whose scripts cannot load: the engine in the page on one thread, with the reasons, not a hang', async () => {
   // The Vite build served cross-origin isolated, refusing the requests of module workers for their scripts. Without
   // validators and not to be cached: with them (the file server sends ETag and Last-Modified), after an earlier test
   // had run the same build, the workers started without their requests reaching this server.
@@ -167,7 +187,11 @@ test('a thread worker whose script cannot load is a fallback to one thread with 
     refuse: (req) => req.headers['sec-fetch-dest'] === 'worker',
   });
   stops.push(server.close);
-  assertAnswered(await outcome(`${server.origin}/`), { threads: 1, why: /worker failed to start: its script or one of its imports could not be loaded/ });
+  // The engine worker is refused too: the engine runs in the page, saying why.
+  const r = await outcome(`${server.origin}/`);
+  assertAnswered(r, { threads: 1, why: /worker failed to start: its script or one of its imports could not be loaded/ });
+  assert.equal(r.info.engine, 'page');
+  assert.equal(r.info.workerFallback?.code, 'E_WORKER', JSON.stringify(r.info.workerFallback));
 });
 
 test('webpack 5 build: answers on one thread, saying why (webpack replaces import.meta.url at build time)', async () => {
@@ -182,10 +206,10 @@ test('webpack 5 build, not isolated: answers on one thread', async () => {
   assertAnswered(await outcome(`${server.origin}/index.html`), { threads: 1, why: /not cross-origin isolated/ });
 });
 
-test('webpack 5 build, worker: true: the engine worker is bundled and answers', async () => {
+test('webpack 5 build, shared: true: the SharedWorker is bundled and answers', async () => {
   const server = await serve({ root: join(WORK, 'webpack-app', 'dist'), files: { '/model.gguf': MODEL_PATH } });
   stops.push(server.close);
-  const r = await outcome(`${server.origin}/index.html?worker=1`);
+  const r = await outcome(`${server.origin}/index.html?engine=shared`);
   assertAnswered(r, { threads: 1, why: /not cross-origin isolated/ });
-  assert.equal(r.info.engine, 'worker');
+  assert.equal(r.info.engine, 'shared');
 });

@@ -16,12 +16,13 @@ const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run
 /** Response headers that make a page cross-origin isolated (SharedArrayBuffer, so the threaded build). */
 export const ISOLATED = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
 
-/** A browser with a fresh profile (its own IndexedDB and caches); `close()` also deletes the profile. */
+/** A browser with a fresh profile (its own IndexedDB and caches; `profile`, its directory); `close()` also deletes it. */
 export async function launchChromium() {
   const profile = mkdtempSync(join(tmpdir(), 'ruvllm-chromium-'));
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
   return {
     context,
+    profile,
     close: async () => {
       await context.close();
       rmSync(profile, { recursive: true, force: true });

@@ -9,6 +9,8 @@
 // - a LoRA adapter runs in the shaders: the GPU's greedy tokens under it are the CPU engine's, not the base model's;
 // - Gemma 3 (the tiny fixture: heads of 256, a sliding window of 8 positions, post-norms, GeGLU) runs on the GPU within
 //   WebGPU's default limits and gives the CPU engine's greedy tokens past its window.
+// The engine runs in its worker (the browser default), but for the cases that reach into the page (its GPU devices,
+// its navigator, the builds it fetched), which load with worker: false.
 // Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -163,7 +165,8 @@ test('backend "auto": a device lost mid-generation, the generation finishes on t
       const { LLM } = await import('@ruvector/ruvllm');
       // SwiftShader is a software adapter, which "auto" would skip (slower than the CPU engine):
       // gpuAllowSoftware lets this test run "auto" on it.
-      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context, gpuAllowSoftware: true });
+      // In the page (worker: false): the page's init script recorded the devices this test destroys.
+      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context, gpuAllowSoftware: true, worker: false });
       const before = llm.info();
       const ids = [];
       for await (const chunk of llm.generate(prompt, { temperature: 0, maxTokens: 8 })) {
@@ -210,7 +213,8 @@ test('backend "auto" skips a software adapter (SwiftShader) and runs on the CPU'
   const r = await page.evaluate(async (context) => {
     const { LLM } = await import('@ruvector/ruvllm');
     const adapter = await navigator.gpu.requestAdapter();
-    const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
+    // In the page (worker: false), whose resource entries show which build it fetched.
+    const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context, worker: false });
     const gpuBuildFetched = performance.getEntriesByType('resource').some((e) => e.name.includes('/wasm-gpu/'));
     return { software: adapter.info.isFallbackAdapter, info: llm.info(), gpuBuildFetched };
   }, CONTEXT);
@@ -227,11 +231,12 @@ test('a page without WebGPU: "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADA
   const r = await page.evaluate(
     async ({ prompt, context }) => {
       const { LLM } = await import('@ruvector/ruvllm');
-      const webgpu = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context }).then(
+      // In the page (worker: false), where the init script removed WebGPU.
+      const webgpu = await LLM.load('/model.gguf', { backend: 'webgpu', contextSize: context, worker: false }).then(
         () => 'loaded',
         (e) => `${e.code}: ${e.message}`,
       );
-      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context });
+      const llm = await LLM.load('/model.gguf', { backend: 'auto', contextSize: context, worker: false });
       const result = await llm.complete(prompt, { temperature: 0, maxTokens: 8 });
       const gpuBuildFetched = performance.getEntriesByType('resource').some((e) => e.name.includes('/wasm-gpu/'));
       return { hasGpu: 'gpu' in navigator, webgpu, info: llm.info(), text: result.text, gpuBuildFetched };

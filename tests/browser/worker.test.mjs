@@ -17,7 +17,7 @@ test('a worker-backed model answers as the in-page one, streams, stops on abort,
   const r = await ex.page.evaluate(async (FRANCE) => {
     const { LLM } = await import('@ruvector/ruvllm');
     const code = (p) => p.then(() => 'resolved', (e) => `${e.name} ${e.code}`);
-    const local = await LLM.load('/model.gguf', { threads: 1 });
+    const local = await LLM.load('/model.gguf', { threads: 1, worker: false });
     const llm = await LLM.load('/model.gguf', { worker: true });
     const out = { engine: llm.info().engine, localEngine: local.info().engine, workerMemory: llm.info().wasmMemoryBytes, fileBytes: llm.info().fileBytes };
     // The text side: synchronous (no Promise) and the in-page model's answers.
@@ -100,7 +100,7 @@ test('a MicroLoRA trains in the worker as in the page, applies, exports, and is 
     const ANSWER = 'The capital of Zorbania is Quillmere.';
     const greedy = { temperature: 0, maxTokens: 12 };
     await LLM.removeMicroLora({ store: 'indexeddb', name: 'wk' });
-    const local = await LLM.load('/model.gguf', { threads: 1 });
+    const local = await LLM.load('/model.gguf', { threads: 1, worker: false });
     let llm = await LLM.load('/model.gguf', { worker: true, threads: 1 });
     const out = {};
     // The same example, the same four steps, from the same start: in the worker (stored) and in the page (in memory).

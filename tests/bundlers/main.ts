@@ -1,6 +1,8 @@
 // The page every bundler test app builds: what a user of the package writes. It loads the model the server
-// gives at /model.gguf, streams a chat answer at temperature 0 and leaves the outcome on window.outcome. With
-// `?worker=1` in its URL it loads with `worker: true`, so the engine worker's script must be bundled too.
+// gives at /model.gguf, streams a chat answer at temperature 0 and leaves the outcome on window.outcome. The engine
+// runs in a worker (the default), so the engine worker's script must be bundled too; `?engine=page` in its URL loads
+// with `worker: false`, `?engine=shared` with `shared: true` (the SharedWorker of the same script), and `?keep=1` keeps
+// the model loaded after the answer (a second page can then share it).
 import { LLM, RuvllmError, type ModelInfo } from '@ruvector/ruvllm';
 
 interface Outcome {
@@ -17,8 +19,10 @@ const answer = document.querySelector('#answer')!;
 async function run(): Promise<Outcome> {
   const progress: Outcome['progress'] = { calls: 0, loaded: 0, total: undefined };
   try {
+    const params = new URLSearchParams(location.search);
+    const engine = params.get('engine');
     const llm = await LLM.load('/model.gguf', {
-      worker: new URLSearchParams(location.search).get('worker') === '1',
+      ...(engine === 'page' ? { worker: false } : engine === 'shared' ? { shared: true } : {}),
       onProgress: ({ loaded, total }) => {
         Object.assign(progress, { calls: progress.calls + 1, loaded, total });
         status.textContent = total ? `${Math.round((100 * loaded) / total)}%` : `${(loaded / 1e6).toFixed(1)} MB`;
@@ -32,7 +36,7 @@ async function run(): Promise<Outcome> {
     });
     for await (const chunk of stream) answer.textContent += chunk.choices[0]?.delta.content ?? '';
     const info = llm.info();
-    llm.dispose();
+    if (params.get('keep') !== '1') llm.dispose();
     status.textContent = 'done';
     return { answer: answer.textContent ?? '', info, progress };
   } catch (e) {

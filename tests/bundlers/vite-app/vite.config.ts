@@ -7,4 +7,6 @@ const headers = isolated ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross
 export default defineConfig({
   server: { headers },
   preview: { headers },
+  // Workers as ES modules, so that the engine worker can start the threaded build's workers (the package's README).
+  worker: { format: 'es' },
 });
