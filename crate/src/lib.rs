@@ -37,5 +37,5 @@ pub use error::{Error, GpuFault, Result};
 pub use gpu::{Backend, GpuOptions};
 pub use model::config::Pooling;
 pub use model::lora::{AdapterSet, LoraAdapter};
-pub use model::text::{ChatPrompt, TextModel, ToolUse};
+pub use model::text::{ChatPrompt, TextModel, ToolUse, WeightsSummary};
 pub use model::Model;

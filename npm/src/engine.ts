@@ -339,6 +339,8 @@ export function parseInfo(
     vocabSize: i.vocab_size,
     trainedContextLength: i.context_length,
     contextSize: i.n_ctx,
+    parameters: i.parameters,
+    quantization: i.quantization ?? null,
     fileBytes: i.file_bytes,
     kvCacheBytes: i.kv_cache_bytes,
     kvCache: { cold: i.kv_cache.cold, hotTokens: i.kv_cache.hot_tokens ?? null },

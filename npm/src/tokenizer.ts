@@ -25,6 +25,12 @@ export interface TokenizerInfo {
   /** The beginning- and end-of-sequence token ids (null where the vocabulary has none). */
   bos: number | null;
   eos: number | null;
+  /** The context the model was trained at (null where the header does not say). */
+  contextLength: number | null;
+  /** The weights as the header's tensor table lists them (what a catalogue shows before a download): elements of all
+   * tensors, and the type holding most of the matrices' bytes (null without matrices: a vocabulary-only file). */
+  parameters: number;
+  quantization: string | null;
   /** Bytes of the file its header takes: what was needed of it (a read may have fetched up to twice as much). */
   headerBytes: number;
 }
@@ -67,6 +73,9 @@ export class Tokenizer extends TextSide {
       hasChatTemplate: i.has_chat_template,
       bos: i.bos ?? null,
       eos: i.eos ?? null,
+      contextLength: i.context_length ?? null,
+      parameters: i.parameters,
+      quantization: i.quantization ?? null,
       headerBytes: this.#headerBytes,
     };
   }

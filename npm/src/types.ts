@@ -133,6 +133,10 @@ export interface ModelInfo {
   trainedContextLength: number;
   /** This instance's context window in tokens. */
   contextSize: number;
+  /** Elements of all the model's tensors (its "135M"). */
+  parameters: number;
+  /** The type holding most of the weight matrices' bytes (`'Q4_K'` for a Q4_K_M file); null without matrices. */
+  quantization: string | null;
   fileBytes: number;
   kvCacheBytes: number;
   /** The KV cache's format (`LoadOptions.kvCache`): `hotTokens` is null for a one-tier f16 cache. */

@@ -65,9 +65,11 @@ test('a tokenizer read from a path answers as the loaded model, and as llama.cpp
   const info = fromPath.info();
   const model = llm.info();
   assert.deepEqual(
-    { name: info.name, architecture: info.architecture, vocabSize: info.vocabSize, hasChatTemplate: info.hasChatTemplate },
-    { name: model.name, architecture: model.architecture, vocabSize: model.vocabSize, hasChatTemplate: model.hasChatTemplate },
+    { name: info.name, architecture: info.architecture, vocabSize: info.vocabSize, hasChatTemplate: info.hasChatTemplate, contextLength: info.contextLength, parameters: info.parameters, quantization: info.quantization },
+    { name: model.name, architecture: model.architecture, vocabSize: model.vocabSize, hasChatTemplate: model.hasChatTemplate, contextLength: model.trainedContextLength, parameters: model.parameters, quantization: model.quantization },
   );
+  // What a catalogue shows before the download: the file's weights are Q4_1, trained at 8,192 positions.
+  assert.deepEqual([info.quantization, info.contextLength], ['Q4_1', 8192]);
   assert.deepEqual([info.bos, info.eos], [1, 2]);
   assert.ok(info.headerBytes > 0 && info.headerBytes < SIZE / 50, `header ${info.headerBytes} of ${SIZE}`);
   for (const c of JSON.parse(readFileSync(join(REFERENCE_DIR, 'tokenizer.json'), 'utf8'))) {

@@ -9,7 +9,7 @@
 mod support;
 
 use ruvllm::gguf::{Gguf, Prefix, MAX_HEADER_FILE_BYTES};
-use ruvllm::{ChatMessage, Error, Model, RenderOptions, TextModel, ToolChoice, ToolSpec, ToolUse};
+use ruvllm::{ChatMessage, Error, Model, RenderOptions, TextModel, ToolChoice, ToolSpec, ToolUse, WeightsSummary};
 use serde_json::json;
 
 use support::gguf_writer::{GgufWriter, Meta};
@@ -125,6 +125,11 @@ fn the_default_models_text_side_reads_its_header_only_and_matches_llama_cpp() {
     let header = Gguf::parse(&bytes).unwrap().header_bytes;
     assert!(read <= 2 * header && header < bytes.len() / 50, "read {read}, header {header}, file {}", bytes.len());
     same_text_side(&model, &text, "the default model");
+    // What a catalogue shows before a download: SmolLM2-135M, trained at 8,192 positions, its matrices in Q4_1.
+    assert_eq!(text.context_length(), Some(8192));
+    let weights = text.weights();
+    assert_eq!(weights.quantization, Some("Q4_1"));
+    assert!((134_000_000..136_000_000).contains(&weights.parameters), "{weights:?}");
     let reference = support::reference_dir();
     for case in support::read_json(&format!("{reference}/tokenizer.json")).as_array().unwrap() {
         let s = case["text"].as_str().unwrap();
@@ -158,6 +163,8 @@ fn a_vocabulary_only_file_is_no_model_but_has_the_models_text_side() {
         assert!(refused.to_string().contains("token_embd.weight"), "{file}: {refused}");
         let text = TextModel::from_bytes(&vocab).unwrap();
         same_text_side(&model, &text, file);
+        assert_eq!(text.weights(), WeightsSummary { parameters: 0, quantization: None }, "{file}");
+        assert_eq!(text.context_length(), Some(model.config.context_length as u64), "{file}");
         same_text_side(&model, &read_as_prefixes(&vocab).0, file);
     }
 }

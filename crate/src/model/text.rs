@@ -30,6 +30,32 @@ use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Prefix};
 use crate::tokenizer::Tokenizer;
 
+/// The weights a header lists, in two figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightsSummary {
+    /// Elements of all tensors (a model's "135M").
+    pub parameters: u64,
+    /// The type holding most of the matrices' bytes (`Q4_K` for a Q4_K_M file, whose rest is Q6_K); None without
+    /// matrices (a vocabulary-only file).
+    pub quantization: Option<&'static str>,
+}
+
+impl WeightsSummary {
+    fn of(g: &Gguf) -> WeightsSummary {
+        let mut bytes_by_type: Vec<(&'static str, usize)> = Vec::new();
+        for t in g.tensors.iter().filter(|t| t.dims.len() >= 2) {
+            match bytes_by_type.iter_mut().find(|(name, _)| *name == t.ty.name()) {
+                Some((_, bytes)) => *bytes += t.size,
+                None => bytes_by_type.push((t.ty.name(), t.size)),
+            }
+        }
+        WeightsSummary {
+            parameters: g.tensors.iter().map(|t| t.n_elements() as u64).sum(),
+            quantization: bytes_by_type.iter().max_by_key(|(_, bytes)| *bytes).map(|(name, _)| *name),
+        }
+    }
+}
+
 /// A model's tokenizer and chat template, with its name and architecture: all that text needs of it.
 pub struct TextModel {
     tokenizer: Tokenizer,
@@ -39,6 +65,10 @@ pub struct TextModel {
     name: Option<String>,
     /// `general.architecture` as the file writes it (a vocabulary-only file may name one this crate does not run).
     architecture: String,
+    /// `{architecture}.context_length`: the context the model was trained at, when the file says.
+    context_length: Option<u64>,
+    /// The weights as the header's tensor table lists them: what a model catalogue shows before a download.
+    weights: WeightsSummary,
     /// The grammar compiler of this vocabulary, made by the first constrained request.
     grammar: OnceLock<Arc<GrammarCompiler>>,
 }
@@ -67,6 +97,8 @@ impl TextModel {
             chat_template: ChatTemplate::from_gguf(g),
             name: g.get_str("general.name").map(str::to_string),
             architecture: g.architecture()?.to_string(),
+            context_length: g.get_u64(&format!("{}.context_length", g.architecture()?)),
+            weights: WeightsSummary::of(g),
             grammar: OnceLock::new(),
         })
     }
@@ -136,6 +168,16 @@ impl TextModel {
     /// `general.architecture`, as the file names it.
     pub fn architecture(&self) -> &str {
         &self.architecture
+    }
+
+    /// `{architecture}.context_length`, when the file gives it.
+    pub fn context_length(&self) -> Option<u64> {
+        self.context_length
+    }
+
+    /// The weights' parameter count and main type, from the header's tensor table.
+    pub fn weights(&self) -> WeightsSummary {
+        self.weights
     }
 
     /// The compiler of constrained requests' grammars for this vocabulary (built on first use: it holds the

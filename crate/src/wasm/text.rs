@@ -86,13 +86,16 @@ fn header_prefix(array: &js_sys::Uint8Array) -> Result<Vec<u8>, JsValue> {
     bytes_from_js(&head, MAX_HEADER_FILE_BYTES, "a GGUF header").map_err(js_error)
 }
 
-/// The text facts of every engine's `info()`: `{name, architecture, vocab_size, has_chat_template, bos, eos}`
-/// (`bos`, `eos`: ids, or null where the vocabulary has none).
+/// The text facts of every engine's `info()`: `{name, architecture, vocab_size, has_chat_template, bos, eos,
+/// context_length, parameters, quantization}` (`bos`, `eos`: ids, or null where the vocabulary has none;
+/// `context_length`, `quantization`: null where the header has none).
 pub(crate) fn info(text: &TextModel) -> serde_json::Map<String, serde_json::Value> {
     let t = text.tokenizer();
+    let weights = text.weights();
     let serde_json::Value::Object(info) = serde_json::json!({
         "name": text.name(), "architecture": text.architecture(), "vocab_size": t.vocab_size(),
         "has_chat_template": text.chat_template().is_ok(), "bos": t.bos(), "eos": t.eos(),
+        "context_length": text.context_length(), "parameters": weights.parameters, "quantization": weights.quantization,
     }) else {
         unreachable!("json! of braces is an object")
     };
