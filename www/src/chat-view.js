@@ -50,6 +50,8 @@ export class ChatView {
     // message -> { busy: true } while its training step runs, then { said } (the step's loss and time) for a while.
     // Kept here, not in the message, so that it is never stored and outlives a render.
     this.training = new WeakMap();
+    /** What an empty conversation says (main.js: what to do next, with or without a model). */
+    this.hint = '';
   }
 
   render(conversation) {
@@ -59,7 +61,7 @@ export class ChatView {
     if (messages.length === 0) {
       const p = document.createElement('p');
       p.className = 'empty';
-      p.textContent = 'Ask something. Conversations are kept in this browser, and so is what the model computed for them: continuing one after a reload starts from memory.';
+      p.textContent = this.hint;
       this.container.append(p);
     }
     messages.forEach((m, i) => this.container.append(this.article(m, i, i === messages.length - 1)));

@@ -5,7 +5,8 @@ import { ChatView } from './chat-view.js';
 import { explain, notCached } from './errors.js';
 import { bytes } from './format.js';
 import { LearningPanel } from './learning-panel.js';
-import { MemoryPanel, modelContent } from './memory-panel.js';
+import { MemoryPanel } from './memory-panel.js';
+import { modelContent } from './recall.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, deleteCached, isCached, localModels, progressReporter, storageEstimate } from './models.js';
 import { answerGrammar, bindSettingsForm, loadSettings, saveSettings, schemaProblem } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
@@ -31,8 +32,25 @@ let conversationTitles = new Map(); // id -> title, of the conversations listed
 function setState(state) {
   document.body.dataset.state = state;
   const generating = state === 'generating';
-  $('send').disabled = !llm || generating || state === 'loading';
+  // Without a model Send stays on: the first message loads the model chosen (the default one on a first visit).
+  $('send').disabled = generating || state === 'loading';
   $('stop').disabled = !generating;
+  showHint();
+}
+
+/** What the page says to do next: in an empty conversation and in the message box. */
+function showHint() {
+  const chosen = $('model-select').selectedOptions[0]?.textContent ?? 'the default model';
+  const keep = 'Conversations are kept in this browser, and so is what the model computed for them: continuing one after a reload starts from memory.';
+  const [hint, placeholder] = llm
+    ? [`Ask something. ${keep}`, 'Message (Enter sends, Shift+Enter: new line, Esc stops)']
+    : document.body.dataset.state === 'loading'
+      ? [`Loading the model… ${keep}`, 'Message (sent once the model is loaded)']
+      : [`Type a message to start: the first one loads ${chosen}, kept in this browser for the next visit. Other models are in the menu (Model). ${keep}`, 'Ask something: the first message loads the model'];
+  view.hint = hint;
+  $('message').placeholder = placeholder;
+  const empty = $('messages').querySelector('p.empty');
+  if (empty) empty.textContent = hint;
 }
 
 function showError(e) {
@@ -76,8 +94,14 @@ $('theme').onchange = () => {
 applyTheme();
 
 // ---- models ---------------------------------------------------------------------------------------------------
+/** The known models at once, then with the local server's chat models once their headers are read (the first visit
+ * reads each file's header; later ones remember them). */
 async function fillModelList() {
-  renderModelOptions($('model-select'), [...KNOWN_MODELS, ...(await localModels())], settings.lastModel);
+  const chosen = () => $('model-select').value || settings.lastModel || DEFAULT_MODEL;
+  renderModelOptions($('model-select'), KNOWN_MODELS, chosen());
+  renderModelOptions($('model-select'), [...KNOWN_MODELS, ...(await localModels())], chosen());
+  document.body.dataset.modelsListed = '1'; // for tests: the list is whole
+  showHint();
 }
 
 async function refreshCached() {
@@ -102,7 +126,6 @@ async function loadModel({ url, file }) {
   loading?.abort();
   const controller = (loading = new AbortController());
   const { signal } = controller;
-  panel.close();
   learning.close();
   llm?.dispose();
   llm = null;
@@ -124,7 +147,6 @@ async function loadModel({ url, file }) {
     saveSettings(settings);
     setState('ready');
     prepare();
-    panel.open(llm); // the router and the memory, on this model's embeddings
     learning.open(llm, label); // this model's MicroLoRA, from IndexedDB
     if (url) refreshCached();
   } catch (e) {
@@ -321,7 +343,12 @@ function formatReady() {
 // ---- chat -------------------------------------------------------------------------------------------------------
 async function send() {
   const text = $('message').value.trim();
-  if (!text || !llm || generation || !formatReady()) return;
+  if (!text || generation || loading || !formatReady()) return;
+  if (!llm) {
+    // The first message loads the model chosen in the list (the default one on a first visit), then is answered.
+    await loadModel({ url: $('model-select').value || DEFAULT_MODEL });
+    if (!llm || $('message').value.trim() !== text) return; // not loaded (the error says why), or the text changed
+  }
   $('message').value = '';
   if (conversation.messages.length === 0) conversation.title = titleOf(text);
   conversation.messages.push({ role: 'user', content: text });
@@ -460,8 +487,11 @@ $('menu').onclick = () => {
   $('menu').setAttribute('aria-expanded', String(open));
 };
 
-// ---- memory & routing (memory-panel.js) -------------------------------------------------------------------------
+// ---- memory & routing (memory-panel.js): on an embedding model of their own, loaded in the background ------------
 const panel = new MemoryPanel({ settings, saveSettings, titleOf: (id) => conversationTitles.get(id), currentId: () => conversation.id });
+panel.start();
+// The message is routed and its recall found while it is typed.
+$('message').addEventListener('input', () => panel.draft($('message').value));
 
 // ---- learning (learning-panel.js) -------------------------------------------------------------------------------
 const learning = new LearningPanel({ settings, saveSettings, showError, onChange: () => view.refreshFeedback() });
@@ -471,6 +501,7 @@ bindSettingsForm($('settings'), settings, (name) => ['answerFormat', 'jsonSchema
 checkAnswerFormat();
 setState('idle');
 view.render(conversation);
+$('model-select').onchange = showHint;
 await Promise.all([fillModelList(), refreshConversations(), refreshCached()]);
 if (!crossOriginIsolated) notice('This page is not cross-origin isolated, so the model runs on one thread (slower).');
 // The last model loaded from a URL comes back from the package's model store, with no download.

@@ -1,42 +1,27 @@
-// The "Memory & routing" panel: the package's semantic router (Router) and long-term memory (Memory), both on the
-// embeddings of the chat model loaded (its mean-pooled hidden states: no second model), both kept in IndexedDB
-// ("ruvllm-router", "ruvllm-memory").
+// The "Memory & routing" panel: the package's semantic router (Router) and long-term memory (Memory), both on an
+// embedding model of their own (recall.js's EMBEDDER, loaded in the background when the page opens, whatever chat
+// model runs), both kept in IndexedDB ("ruvllm-router-minilm", "ruvllm-memory-minilm").
 // - Each message sent is routed; the decision is shown and kept with the message. Routes are only shown: nothing acts
 //   on them.
-// - With the memory on, the turns of other conversations nearest the message are recalled and put before its text in
-//   the prompt, and kept with the message: the prompt of a conversation stays the same from one message to the next,
-//   so the prefix cache still starts each one from what it computed for the conversation. (The memory's augment()
-//   adds them to the system message instead, which would change the start of the prompt at every message.) After the
-//   answer, the question and the answer are remembered.
-import { IndexedDbStore, Memory, Router } from '@ruvector/ruvllm';
+// - With the memory on (off by default), the turns of other conversations whose score clears the threshold are
+//   recalled and put before the message's text in the prompt, and kept with the message: the prompt of a conversation
+//   stays the same from one message to the next, so the prefix cache still starts each one from what it computed for
+//   the conversation. (The memory's augment() adds them to the system message instead, which would change the start
+//   of the prompt at every message.) After the answer, the question and the answer are remembered.
+// - Nothing here delays an answer: a message is routed and its recall found while it is typed (`draft`), and a
+//   message sent before the embedding model is ready goes without.
+import { IndexedDbStore, LLM, Memory, Router } from '@ruvector/ruvllm';
 import { explain } from './errors.js';
 import { bytes } from './format.js';
+import { DEFAULT_ROUTES, EMBEDDER, RECALL_K, ROUTE_THRESHOLD, clip } from './recall.js';
 
-const ROUTER_DB = 'ruvllm-router';
-const MEMORY_DB = 'ruvllm-memory';
-// A chat model's mean-pooled embeddings are all alike (a cosine of 0.6 to 0.9 for unrelated texts): a route or a turn
-// counts only when it is close.
-const ROUTE_THRESHOLD = 0.85;
-const RECALL_K = 3;
-/** The most characters of a recalled turn put in the prompt. */
-const RECALLED_CHARS = 300;
+const ROUTER_DB = 'ruvllm-router-minilm';
+const MEMORY_DB = 'ruvllm-memory-minilm';
+/** How long typing must pause before the draft is routed and recalled for. */
+const DRAFT_PAUSE_MS = 250;
 
-/** The routes a router starts with (and starts with again once all of them are removed). */
-export const DEFAULT_ROUTES = [
-  { name: 'code', utterances: ['How do I write a function in Python?', 'Fix this JavaScript bug', 'What does this error in my code mean?', 'Explain this SQL query'] },
-  { name: 'math', utterances: ['What is 12 times 7?', 'Solve the equation 2x + 3 = 11', 'What is the square root of 144?', 'Calculate 15% of 80'] },
-  { name: 'chit-chat', utterances: ['Hello, how are you today?', 'Tell me a joke', "What's your favourite movie?", 'Good morning!'] },
-];
-
-/** A user message as the model sees it: the turns recalled for it (`m.recalled`), then its text. */
-export function modelContent(m) {
-  if (m.role !== 'user' || !m.recalled?.length) return m.content;
-  const turns = m.recalled.map((t) => `- ${t.role}: ${t.content}`);
-  return ['Relevant turns from earlier conversations (most relevant first):', ...turns, '', m.content].join('\n');
-}
 
 const score = (x) => (Number.isFinite(x) ? x.toFixed(2) : '–');
-const clip = (text) => (text.length > RECALLED_CHARS ? `${text.slice(0, RECALLED_CHARS - 1)}…` : text);
 
 function item(text, className) {
   const li = document.createElement('li');
@@ -47,16 +32,19 @@ function item(text, className) {
 
 export class MemoryPanel {
   /**
-   * `settings` (its `useMemory` and `memoryMinScore`, saved with `saveSettings()`); `titleOf(id)`: a conversation's
+   * `settings` (its `memoryOn` and `recallMinScore`, saved with `saveSettings()`); `titleOf(id)`: a conversation's
    * title, if it is there; `currentId()`: the open conversation's id.
    */
   constructor({ settings, saveSettings, titleOf, currentId }) {
     Object.assign(this, { settings, saveSettings, titleOf, currentId });
-    this.model = null; // the LLM the router and the memory embed with
+    this.embedder = null; // the embedding model the router and the memory run on
     this.router = null;
     this.memory = null;
     this.opening = Promise.resolve();
     this.remembering = Promise.resolve();
+    /** The last draft routed and recalled for: { text, done: Promise<{ decision, recalled }> }. */
+    this.drafted = null;
+    this.draftTimer = 0;
     this.saves = 0; // data-vectors-saved on <body>: router or memory changes written to IndexedDB
     const $ = (id) => document.getElementById(id);
     this.el = {
@@ -74,17 +62,19 @@ export class MemoryPanel {
       stats: $('mem-stats'),
       forget: $('mem-forget'),
     };
-    this.el.use.checked = settings.useMemory;
-    this.el.minScore.value = String(settings.memoryMinScore);
+    this.el.use.checked = settings.memoryOn;
+    this.el.minScore.value = String(settings.recallMinScore);
     this.el.use.onchange = () => {
-      settings.useMemory = this.el.use.checked;
+      settings.memoryOn = this.el.use.checked;
       saveSettings(settings);
+      this.drafted = null;
       this.renderStats();
     };
     this.el.minScore.oninput = () => {
       if (this.el.minScore.value === '' || !this.el.minScore.checkValidity()) return;
-      settings.memoryMinScore = Number(this.el.minScore.value);
+      settings.recallMinScore = Number(this.el.minScore.value);
       saveSettings(settings);
+      this.drafted = null;
     };
     this.el.routeForm.addEventListener('submit', (e) => {
       e.preventDefault();
@@ -100,30 +90,40 @@ export class MemoryPanel {
     this.show(null);
   }
 
-  /** Open the router and the memory on `llm`'s embeddings (never rejects: a failure is said in the panel). */
-  open(llm) {
-    this.model = llm;
-    this.opening = this.#open(llm);
+  /** Load the embedding model (kept by the package's model store) and open the router and the memory on it, in the
+   * background (never rejects: a failure is said in the panel, and messages go without routes or recall). */
+  start() {
+    this.opening = this.#start();
     return this.opening;
   }
 
-  async #open(llm) {
-    this.status('Opening the routes and the memory…');
+  async #start() {
+    this.status(`Loading the embedding model (${EMBEDDER.label}) for routes and memory…`);
+    try {
+      const load = (cache) => LLM.load(EMBEDDER.url, { cache, backend: 'cpu' });
+      // A storage too full to keep it: it runs all the same, read again at the next visit.
+      this.embedder = await load(true).catch((e) => (e?.code === 'E_STORE_FULL' ? load(false) : Promise.reject(e)));
+    } catch (e) {
+      this.status(`Routing and memory are off: the embedding model (${EMBEDDER.label}) could not be loaded: ${explain(e).title} ${e?.message ?? e}`);
+      this.render();
+      return;
+    }
+    await this.#open();
+  }
+
+  async #open() {
+    const embedder = this.embedder;
     let router = null;
     let memory = null;
     try {
-      router = await Router.open({ embedder: llm, store: 'indexeddb', database: ROUTER_DB, threshold: ROUTE_THRESHOLD });
+      router = await Router.open({ embedder, store: 'indexeddb', database: ROUTER_DB, threshold: ROUTE_THRESHOLD });
       if (router.routes().length === 0) {
         for (const r of DEFAULT_ROUTES) await router.addRoute(r);
       }
-      memory = await Memory.open({ embedder: llm, store: 'indexeddb', database: MEMORY_DB, k: RECALL_K, minScore: this.settings.memoryMinScore });
+      memory = await Memory.open({ embedder, store: 'indexeddb', database: MEMORY_DB, k: RECALL_K, minScore: this.settings.recallMinScore });
     } catch (e) {
       await router?.close().catch(() => {});
-      if (this.model === llm) this.fail(e);
-      return;
-    }
-    if (this.model !== llm) {
-      await Promise.all([router.close(), memory.close()]).catch(() => {});
+      this.fail(e);
       return;
     }
     this.router = router;
@@ -132,21 +132,21 @@ export class MemoryPanel {
     this.status('');
     this.render();
     this.save(router);
+    document.body.dataset.memoryReady = '1';
   }
 
   /** Say why the router and the memory are not there; stores of another model's embeddings can be reset. */
   fail(e) {
     if (e?.code === 'E_INDEX') {
-      this.status(`The routes and the memory kept in this browser were made with another model's embeddings (${e.message}). Reset them to use this model: that deletes them.`);
+      this.status(`The routes and the memory kept in this browser were made with another model's embeddings (${e.message}). Reset them: that deletes them.`);
       this.el.reset.hidden = false;
     } else this.status(`Routing and memory are off: ${explain(e).title} ${e?.message ?? e}`);
     this.render();
   }
 
-  /** Clear both databases, then open them again on the model loaded. */
+  /** Clear both databases, then open them again. */
   async reset() {
-    const llm = this.model;
-    if (!llm) return;
+    if (!this.embedder) return;
     this.el.reset.hidden = true;
     this.status('Resetting the routes and the memory…');
     await this.#closeStores();
@@ -162,19 +162,14 @@ export class MemoryPanel {
       this.status(`The routes and the memory could not be reset: ${e?.message ?? e}`);
       return;
     }
-    if (this.model === llm) await this.open(llm);
-  }
-
-  /** The model is going away: close the router and the memory (what they changed is written first). */
-  close() {
-    this.model = null;
-    this.status('Load a model: messages are routed, and earlier conversations recalled, with its embeddings.');
-    return this.#closeStores();
+    this.opening = this.#open();
+    await this.opening;
   }
 
   async #closeStores() {
     const { router, memory } = this;
     this.router = this.memory = null;
+    this.drafted = null;
     this.render();
     await Promise.all([router?.close(), memory?.close()]).catch(() => {});
   }
@@ -197,34 +192,54 @@ export class MemoryPanel {
 
   // ---- the send path -------------------------------------------------------------------------------------------
 
+  /** The message box's text changed: once typing pauses, route it and find its recall, so that sending it finds
+   * them done. */
+  draft(text) {
+    clearTimeout(this.draftTimer);
+    const t = text.trim();
+    if (!t || !this.router) return;
+    this.draftTimer = setTimeout(() => this.#decide(t), DRAFT_PAUSE_MS);
+  }
+
+  /** The route and the recall for `text` (in conversation `id`), computed once per text and settings. */
+  #decide(text, id = this.currentId()) {
+    if (this.drafted?.text === text && this.drafted.id === id) return this.drafted.done;
+    const { router, memory } = this;
+    const recallOn = this.settings.memoryOn;
+    const minScore = this.settings.recallMinScore;
+    const done = (async () => {
+      await this.remembering;
+      const [decision, recalled] = await Promise.all([
+        router?.route(text).then(
+          ({ route, score, candidates }) => ({ route, score, candidates }),
+          (e) => (this.status(`The message could not be routed: ${e?.message ?? e}`), undefined),
+        ),
+        recallOn && memory
+          ? memory.recall(text, { k: RECALL_K, minScore, exceptConversation: id }).then(
+              (turns) => turns.map((t) => ({ conversation: t.conversation, role: t.role, content: clip(t.content), score: t.score, minScore })),
+              (e) => (this.status(`Nothing could be recalled: ${e?.message ?? e}`), []),
+            )
+          : [],
+      ]);
+      return { decision, recalled };
+    })();
+    this.drafted = { text, id, done };
+    return done;
+  }
+
   /**
-   * Before the answer to `question` (a user message of conversation `id`): route it, and recall the turns of other
-   * conversations nearest it when the memory is on. Both are kept with the message (`route`, `recalled`) and shown.
-   * Only an abort (`signal`) rejects; a failure is said in the panel and the message goes without.
+   * Before the answer to `question` (a user message of conversation `id`): its route, and the turns of other
+   * conversations that clear the threshold when the memory is on, as found while it was typed (or now: an embedding
+   * of a few milliseconds). Both are kept with the message (`route`, `recalled`) and shown. Before the embedding
+   * model is ready the message goes without them; only an abort (`signal`) rejects.
    */
   async annotate(id, question, signal) {
-    await this.opening;
-    await this.remembering;
-    const { router, memory } = this;
     let decision;
     let recalled = [];
-    if (router) {
-      try {
-        const { route, score, candidates } = await router.route(question.content, { signal });
-        decision = { route, score, candidates };
-      } catch (e) {
-        if (signal?.aborted) throw e;
-        this.status(`The message could not be routed: ${e?.message ?? e}`);
-      }
-    }
-    if (memory && this.settings.useMemory) {
-      try {
-        const turns = await memory.recall(question.content, { k: RECALL_K, minScore: this.settings.memoryMinScore, exceptConversation: id, signal });
-        recalled = turns.map((t) => ({ conversation: t.conversation, role: t.role, content: clip(t.content), score: t.score }));
-      } catch (e) {
-        if (signal?.aborted) throw e;
-        this.status(`Nothing could be recalled: ${e?.message ?? e}`);
-      }
+    if (this.router) {
+      const decided = this.#decide(question.content, id);
+      const aborted = new Promise((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
+      ({ decision, recalled } = await Promise.race([decided, aborted]));
     }
     if (decision) question.route = decision;
     question.recalled = recalled; // from now on the message is as the model sees it, at every later message
@@ -234,7 +249,7 @@ export class MemoryPanel {
   /** After the answer: remember the question, and the answer when it is whole (not stopped, not failed). */
   remember(id, question, answer) {
     const memory = this.memory;
-    if (!memory || !this.settings.useMemory) return;
+    if (!memory || !this.settings.memoryOn) return;
     const turns = [{ role: 'user', content: question.content }];
     if (answer.content.trim() && !answer.meta?.stopped && !answer.meta?.error) turns.push({ role: 'assistant', content: answer.content });
     this.remembering = this.remembering.then(async () => {
@@ -343,7 +358,7 @@ export class MemoryPanel {
       list.append(li);
       select.append(new Option(r.name, r.name));
     }
-    if (routes.length === 0) list.append(item(this.router ? 'None: add one below.' : 'Listed once the router is open on a model loaded.', 'hint'));
+    if (routes.length === 0) list.append(item(this.router ? 'None: add one below.' : 'Listed once the embedding model is loaded.', 'hint'));
     if (routes.some((r) => r.name === chosen)) select.value = chosen;
   }
 
@@ -355,7 +370,7 @@ export class MemoryPanel {
     }
     const turns = `${info.turns} turn${info.turns === 1 ? '' : 's'} from ${info.conversations} conversation${info.conversations === 1 ? '' : 's'}`;
     const budget = info.budgetBytes ? ` of ${bytes(info.budgetBytes)}` : '';
-    this.el.stats.textContent = `Remembered: ${turns} · ${bytes(info.bytes)}${budget}${this.settings.useMemory ? '' : ' · off: nothing is recalled or remembered'}`;
+    this.el.stats.textContent = `Remembered: ${turns} · ${bytes(info.bytes)}${budget}${this.settings.memoryOn ? '' : ' · off: nothing is recalled or remembered'}`;
     this.el.stats.dataset.turns = String(info.turns);
   }
 
@@ -393,13 +408,18 @@ export class MemoryPanel {
       const from = document.createElement('p');
       from.className = 'hint';
       const title = this.titleOf(t.conversation);
-      from.textContent = `${t.role === 'user' ? 'You' : 'Assistant'} · score ${score(t.score)} · from ${title ? `“${title}”` : 'a deleted conversation'}`;
+      // Why it was recalled: its score cleared the threshold the message was sent with.
+      const why = t.minScore === undefined ? '' : ` (at least ${score(t.minScore)})`;
+      from.textContent = `${t.role === 'user' ? 'You' : 'Assistant'} · score ${score(t.score)}${why} · from ${title ? `“${title}”` : 'a deleted conversation'}`;
       const content = document.createElement('p');
       content.className = 'turn';
       content.textContent = t.content;
       li.append(from, content);
       list.append(li);
     }
-    if (!question?.recalled?.length) list.append(item(question && 'recalled' in question ? 'None for this message.' : 'Nothing yet.', 'hint'));
+    if (!question?.recalled?.length) {
+      const none = !question || !('recalled' in question) ? 'Nothing yet.' : this.settings.memoryOn ? 'None for this message: no earlier turn scored high enough.' : 'None: long-term memory is off.';
+      list.append(item(none, 'hint'));
+    }
   }
 }

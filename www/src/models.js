@@ -1,28 +1,77 @@
-// Model files: the list of known models, what the package's model store keeps (`LLM.load(url, { cache: true })`:
+// Model files: the list of chat models (known ones, and those the local server has, described from their headers),
+// what the package's model store keeps (`LLM.load(url, { cache: true })`:
 // OPFS, else the Cache API; a download cut short resumes where it stopped), and download progress in words.
-import { LLM } from '@ruvector/ruvllm';
+import { LLM, Tokenizer } from '@ruvector/ruvllm';
 import { bytes, seconds } from './format.js';
 
 export const DEFAULT_MODEL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
 
-/** Models offered in the list. The first is served by the demo's own servers from the local model cache. */
+/** Models offered in the list, chat models all. The first is served by the demo's own servers from the local model
+ * cache. */
 export const KNOWN_MODELS = [
-  { url: DEFAULT_MODEL, label: 'SmolLM2 135M Instruct Q4_1 (98 MB, served locally)' },
+  { url: DEFAULT_MODEL, label: 'SmolLM2 135M Instruct · Q4_1 · 8k context · 98 MB' },
   {
     url: 'https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_0.gguf',
-    label: 'Qwen2.5 0.5B Instruct Q4_0 (a download from Hugging Face)',
+    label: 'Qwen2.5 0.5B Instruct · Q4_0 · 32k context · from Hugging Face',
   },
 ];
 
-/** Other .gguf files the dev or preview server finds in the local model cache (none on a static host). */
+/** Whether a model file (its header's `Tokenizer.info()`) is one to chat with: a decoder with a chat template, and not
+ * a benchmark's random weights (benches/random_model.rs names its files so). Embedding models (`bert`) are not. */
+export function isChatModel(info) {
+  return info.hasChatTemplate && info.architecture !== 'bert' && !/random weights/i.test(info.name ?? '');
+}
+
+const params = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(1)}B` : `${Math.round(n / 1e6)}M`);
+const context = (n) => (n >= 1024 ? `${Math.round(n / 1024)}k context` : `${n} context`);
+
+/** A list entry's text: the file's name, its parameters, quantization, trained context, chat template and size. */
+export function describeModel(name, info, size) {
+  const facts = [params(info.parameters), info.quantization, info.contextLength && context(info.contextLength), 'chat template', bytes(size)];
+  return `${name.replace(/\.gguf$/, '')} · ${facts.filter(Boolean).join(' · ')}`;
+}
+
+const DESCRIBED = 'ruvllm-chat-described';
+
+/** `url`'s header facts, read with HTTP Range requests (no download) once, then kept in localStorage by URL and
+ * size (a file replaced under the same name is read again). */
+async function headerFacts(url, size) {
+  const kept = JSON.parse(localStorage.getItem(DESCRIBED) ?? '{}');
+  const key = `${url} ${size}`;
+  if (kept[key]) return kept[key];
+  const tokenizer = await Tokenizer.load(url);
+  try {
+    const { name, architecture, hasChatTemplate, parameters, quantization, contextLength } = tokenizer.info();
+    kept[key] = { name, architecture, hasChatTemplate, parameters, quantization, contextLength };
+  } finally {
+    tokenizer.dispose();
+  }
+  localStorage.setItem(DESCRIBED, JSON.stringify(kept));
+  return kept[key];
+}
+
+/** The chat models the dev or preview server finds in the local model cache (none on a static host), described from
+ * their headers; embedding models and random-weight benchmark files are left out. */
 export async function localModels() {
+  let files;
   try {
     const res = await fetch('/models/index.json', { cache: 'no-store' });
     if (!res.ok || !res.headers.get('content-type')?.includes('json')) return [];
-    return (await res.json()).map((m) => ({ url: `/models/${m.name}`, label: `${m.name} (${bytes(m.bytes)}, served locally)` }));
+    files = await res.json();
   } catch {
     return [];
   }
+  const models = [];
+  for (const f of files) {
+    const url = `/models/${f.name}`;
+    try {
+      const info = await headerFacts(url, f.bytes);
+      if (isChatModel(info)) models.push({ url, label: `${describeModel(f.name, info, f.bytes)} (served locally)` });
+    } catch {
+      // A file that is no GGUF, or is damaged: not offered.
+    }
+  }
+  return models;
 }
 
 const absolute = (url) => new URL(url, location.href).href;

@@ -1,5 +1,7 @@
 // Settings, kept in localStorage. Sampling settings and the answer format apply to the next message; the others at the
 // next model load.
+import { RECALL_MIN_SCORE } from './recall.js';
+
 const KEY = 'ruvllm-chat-settings';
 
 export const DEFAULTS = {
@@ -12,8 +14,10 @@ export const DEFAULTS = {
   backend: 'auto',
   theme: 'auto',
   lastModel: null, // the URL of the last model loaded from a URL, reloaded from the cache on the next visit
-  useMemory: true, // long-term memory: recall earlier conversations' turns, remember this one's (memory-panel.js)
-  memoryMinScore: 0.85, // the least score (cosine) a turn needs to be recalled
+  // Long-term memory: recall earlier conversations' turns, remember this one's (memory-panel.js). Off by default: on
+  // the benchmark it never hurts an answer but rarely helps one (benches/README.md, "Long-term memory").
+  memoryOn: false,
+  recallMinScore: RECALL_MIN_SCORE, // the least score (cosine, on the embedding model) a turn needs to be recalled
   useAdapter: false, // answer with the model's MicroLoRA, trained by the thumbs on answers (learning-panel.js)
   answerFormat: 'text', // text, json_object or json_schema: the generation's grammar
   jsonSchema: JSON.stringify(
