@@ -119,8 +119,10 @@ test('the default model loads with download progress, on threads (the preview se
   const seen = await page.evaluate(() => window.progressSeen);
   // One pass: the download streams into the engine as it arrives (and into the package's model store).
   assert.ok(seen.some((t) => /^Downloading [\d.]+ [KMG]?B of 98(?:\.\d)? MB · [\d.]+ [KMG]?B\/s · \d+ s left$/.test(t)), `progress: ${seen.join(' | ')}`);
-  const engine = await page.locator('#engine').textContent();
-  assert.match(engine, /CPU, WebAssembly SIMD128 \(.+\) · 2 threads \(wasm-mt\)/);
+  // The status line in plain words; the build and SIMD in its tooltip. The header names the model by its file.
+  assert.match(await page.locator('#engine .long').textContent(), /^Ready · SmolLM2 135M Instruct · on the CPU \(.+\) · 2 threads$/);
+  assert.equal(await page.locator('#engine').getAttribute('title'), 'WebAssembly SIMD128, the wasm-mt build');
+  assert.match(await page.locator('#model-name').textContent(), /^SmolLM2 135M Instruct · 98(\.\d)? MB$/);
   // The download is kept, whole, by the package's model store.
   await page.locator('#cached li', { hasText: basename(MODEL_PATH) }).waitFor();
   assert.match(await page.locator('#cached li').first().textContent(), /98(\.\d)? MB/);
@@ -145,8 +147,8 @@ test('"What is the capital of France?" at temperature 0: the answer streams and 
   const streamed = await page.evaluate(() => window.streamed);
   assert.ok(streamed.length >= 2 && streamed[0].length < answer.length, `the answer came at once: ${JSON.stringify(streamed)}`);
   assert.match(await lastAnswer().locator('.meta').textContent(), /in prompt, \d+ generated · prefill [\d.]+ tok\/s, decode [\d.]+ tok\/s/);
-  assert.match(await page.locator('#speed').textContent(), /prefill [\d.]+ tok\/s · decode [\d.]+ tok\/s/);
-  assert.match(await page.locator('#context').textContent(), /context \d+ \/ 4096 tokens/);
+  assert.match(await page.locator('#speed .long').textContent(), /^prompt read at [\d.]+ tok\/s · answer at [\d.]+ tok\/s$/);
+  assert.match(await page.locator('#context .long').textContent(), /^context: \d+ of 4096 tokens$/);
 });
 
 test('Stop (the button, then Esc on a regenerated answer) ends a long answer mid-way', async () => {
@@ -187,7 +189,7 @@ test('after a reload: the conversation is listed, the model comes from the packa
   assert.match(await lastAnswer().locator('.content').textContent(), /Paris/);
   // Opened, the conversation is made ready from the persisted prefix cache before anything is asked.
   await waitCounter('prepared', prepared);
-  const ready = (await page.locator('#memory').textContent()).match(/ready: (\d+) of (\d+) tokens from memory/);
+  const ready = (await page.locator('#memory').textContent()).match(/(\d+) of (\d+) tokens from memory/);
   assert.ok(ready && Number(ready[1]) > 0, `not made ready from memory: ${await page.locator('#memory').textContent()}`);
   assert.equal(await page.getByLabel('Temperature').inputValue(), '0', 'the settings were not kept');
   await ask('And what is the capital of Germany?');
@@ -369,7 +371,7 @@ test('WebGPU asked for where there is none: the model runs on the CPU, and the p
   await page.getByRole('button', { name: 'Load', exact: true }).click();
   await waitReady();
   assert.match(await page.locator('#notice').textContent(), /WebGPU could not run the model \(This browser offers no WebGPU\..*\): it runs on the CPU instead/);
-  assert.match(await page.locator('#engine').textContent(), /^CPU/);
+  assert.match(await page.locator('#engine .long').textContent(), /^Ready · .+ · on the CPU/);
   await page.getByLabel('Backend').selectOption('auto');
 });
 
@@ -629,7 +631,8 @@ test('the dev server (vite) serves the same page, cross-origin isolated: the mod
   await dev.getByLabel('Temperature').fill('0');
   await dev.getByRole('button', { name: 'Load', exact: true }).click();
   await dev.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 });
-  assert.match(await dev.locator('#engine').textContent(), /2 threads \(wasm-mt\)/);
+  assert.match(await dev.locator('#engine .long').textContent(), / · 2 threads$/);
+  assert.match(await dev.locator('#engine').getAttribute('title'), /the wasm-mt build/);
   await dev.getByLabel('Message', { exact: true }).fill('What is the capital of France?');
   await dev.getByRole('button', { name: 'Send', exact: true }).click();
   await dev.waitForFunction(() => Number(document.body.dataset.replies ?? 0) > 0, null, { timeout: 180_000 });

@@ -10,12 +10,13 @@ import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, deleteCached, isCached, loca
 import { answerGrammar, bindSettingsForm, loadSettings, saveSettings, schemaProblem } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
 import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
-import { describeContext, describeEngine, describeSpeed } from './status.js';
+import { describeContext, describeMemory, describeSpeed, describeStatus, modelTitle, showStatus } from './status.js';
 
 const $ = (id) => document.getElementById(id);
 const settings = loadSettings();
 
 let llm = null; // the loaded model
+let modelFile = null; // its file name
 let conversation = newConversation(); // saved once it has a message
 let generation = null; // AbortController of the reply being generated
 let loading = null; // AbortController of the model being downloaded or loaded
@@ -33,6 +34,7 @@ function setState(state) {
   const generating = state === 'generating';
   $('send').disabled = !llm || generating || state === 'loading';
   $('stop').disabled = !generating;
+  showStatus($('engine'), describeStatus(state, llm && { info: llm.info(), file: modelFile }));
 }
 
 function showError(e) {
@@ -115,8 +117,8 @@ async function loadModel({ url, file }) {
     llm = await loadEngine(file ?? url, signal);
     if (signal.aborted) throw signal.reason;
     const info = llm.info();
-    $('model-name').textContent = `${info.name ?? label} · ${bytes(info.fileBytes)}`;
-    $('engine').textContent = describeEngine(info);
+    $('model-name').textContent = `${modelTitle(label)} · ${bytes(info.fileBytes)}`; // the file's name: GGUF names are often internal
+    modelFile = label;
     showLastReply();
     $('progress-box').hidden = true;
     $('model-name').title = label;
@@ -263,7 +265,7 @@ const lastQuestion = () => conversation.messages.findLast((m) => m.role === 'use
  */
 async function prepare() {
   const messages = chatMessages();
-  $('memory').textContent = '';
+  showStatus($('memory'), null);
   if (!llm || generation || messages.at(-1)?.role !== 'assistant') return;
   const [model, id] = [llm, conversation.id];
   try {
@@ -271,7 +273,7 @@ async function prepare() {
     const options = { maxTokens: 0, ...learning.options() };
     const { usage } = await model.complete(model.tokenizeChat(messages, { addGenerationPrompt: false }), options);
     if (model !== llm || id !== conversation.id) return;
-    $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
+    showStatus($('memory'), describeMemory(usage.cachedTokens, usage.promptTokens));
     document.body.dataset.prepared = String(++prepared);
   } catch {
     // Nothing is lost: the next message evaluates whatever the model lacks.
@@ -281,9 +283,9 @@ async function prepare() {
 /** The speeds and context use of the conversation's last answer. */
 function showLastReply() {
   const meta = conversation.messages.findLast((m) => m.meta?.promptTokens !== undefined)?.meta;
-  $('speed').textContent = describeSpeed(meta);
+  showStatus($('speed'), describeSpeed(meta));
   const size = llm?.info().contextSize ?? settings.contextSize;
-  $('context').textContent = describeContext(meta ? meta.promptTokens + meta.completionTokens : 0, size);
+  showStatus($('context'), describeContext(meta ? meta.promptTokens + meta.completionTokens : 0, size));
 }
 
 function startNew() {
@@ -331,7 +333,7 @@ async function send() {
 /** Generate the assistant's answer to the conversation as it stands, streaming it into the page. */
 async function reply() {
   clearMessages();
-  $('memory').textContent = '';
+  showStatus($('memory'), null);
   const question = lastQuestion();
   const answer = { role: 'assistant', content: '', meta: {} };
   conversation.messages.push(answer);
@@ -367,8 +369,8 @@ async function reply() {
     const options = { ...sampling, ...(grammar && { grammar }) };
     const { usage, timings, finishReason } = await generateAnswer(model, messages, options, controller.signal, onText);
     answer.meta = { adapter, ...(grammar && { format: grammar.type }), cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
-    $('speed').textContent = describeSpeed(answer.meta);
-    $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
+    showStatus($('speed'), describeSpeed(answer.meta));
+    showStatus($('context'), describeContext(usage.totalTokens, model.info().contextSize));
   } catch (e) {
     if (e?.code === 'E_ABORTED') answer.meta.stopped = true;
     else {
