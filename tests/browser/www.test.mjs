@@ -31,6 +31,7 @@ let page;
 let origin;
 const modelRequests = [];
 const pageErrors = [];
+const notFound = []; // URLs the page asked for and got a 404
 const stops = [];
 
 async function freePort() {
@@ -75,6 +76,7 @@ before(async () => {
   await page.setViewportSize({ width: 1280, height: 800 });
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   page.on('request', (r) => r.url().endsWith('.gguf') && modelRequests.push(r.url()));
+  page.on('response', (r) => r.status() === 404 && notFound.push(r.url()));
   await page.goto(origin);
 });
 
@@ -249,7 +251,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   await answer.getByRole('button', { name: 'Bad answer' }).click();
   await waitCounter('feedbacks', feedbacks);
   assert.equal(await page.evaluate(() => window.trainingSeen), true, 'the thumbs were not disabled with progress');
-  assert.match(await answer.locator('.feedback .learned').textContent(), /^👎 taught: step 1 · loss \d+\.\d{3} · \d+\.\d{2} s$/);
+  assert.match(await answer.locator('.feedback .learned').textContent(), /^Taught as a bad answer: step 1 · loss \d+\.\d{3} · \d+\.\d{2} s$/);
   assert.equal(await answer.getByRole('button', { name: 'Good answer' }).isDisabled(), false);
   assert.equal(await stats.getAttribute('data-steps'), '1');
   assert.equal(await page.locator('#error').isHidden(), true);
@@ -274,7 +276,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   assert.equal(await learning.getByLabel('Answer with my adapter').isChecked(), true);
   await page.getByRole('button', { name: 'Name a colour.', exact: true }).click();
   assert.match(await answer.locator('.meta').textContent(), /^base model · /);
-  assert.equal(await answer.locator('.feedback .learned').textContent(), '👎 taught: step 1');
+  assert.equal(await answer.locator('.feedback .learned').textContent(), 'Taught as a bad answer: step 1');
   assert.match(await lastAnswer().locator('.meta').textContent(), new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
 
   // A damaged record: an E_ADAPTER error, the base model answers, the thumbs are disabled and say why; "Start a new
@@ -568,6 +570,23 @@ test('answer format: JSON Schema gives JSON of the schema, formatted; a schema n
   await page.getByLabel('Answer format').selectOption('text'); // text for the tests after this one
   assert.equal(await schemaBox.isHidden(), true);
   await page.locator('#error').evaluate((e) => (e.hidden = true));
+});
+
+test('icons: the page\'s own (no /favicon.ico 404) and SVG thumbs; the status line is short at phone width', async () => {
+  const icon = await page.evaluate(async () => {
+    const res = await fetch(document.querySelector('link[rel="icon"]').href);
+    return { status: res.status, type: res.headers.get('content-type') };
+  });
+  assert.deepEqual(icon, { status: 200, type: 'image/svg+xml' });
+  assert.deepEqual(notFound.filter((url) => new URL(url).pathname === '/favicon.ico'), []);
+  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  await page.waitForFunction(() => document.querySelector('#conversations li[aria-current] .open')?.textContent === 'What is the capital of France?');
+  const thumb = lastAnswer().getByRole('button', { name: 'Good answer' });
+  assert.equal((await thumb.textContent()).trim(), ''); // no emoji: an SVG
+  assert.equal(await thumb.locator('svg').count(), 1);
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await page.locator('#engine').innerText(), 'Ready · SmolLM2 135M · 2 threads');
+  await page.setViewportSize({ width: 1280, height: 800 });
 });
 
 test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {

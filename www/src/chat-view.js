@@ -1,15 +1,17 @@
 // The conversation on the page: one <article> per message, the assistant's as sanitized Markdown, with their
-// actions (copy; edit and resend a question; regenerate the last answer; 👍 / 👎, which train the model's MicroLoRA)
-// and what the engine said about each answer (which adapter answered it, speeds). An answer asked for as JSON (the
-// answer format in Settings) shows as a JSON code block.
+// actions (copy; edit and resend a question; regenerate the last answer; thumbs up and down, which train the model's
+// MicroLoRA) and what the engine said about each answer (which adapter answered it, speeds). An answer asked for as
+// JSON (the answer format in Settings) shows as a JSON code block.
 import { renderJson, renderMarkdown } from './markdown.js';
 import { rate } from './format.js';
+import { icon } from './icons.js';
 import { adapterLabel } from './learning-panel.js';
 
-function button(text, onClick, label) {
+/** A button showing `content` (text or an icon), named `label` when given. */
+function button(content, onClick, label) {
   const b = document.createElement('button');
   b.type = 'button';
-  b.textContent = text;
+  b.append(content);
   if (label) b.setAttribute('aria-label', label);
   b.addEventListener('click', onClick);
   return b;
@@ -90,12 +92,12 @@ export class ChatView {
     return el;
   }
 
-  /** 👍 and 👎 of answer `m`, and what the last of them did. */
+  /** The thumbs up and down of answer `m`, and what the last of them did. */
   feedbackBox(m) {
     const box = document.createElement('span');
     box.className = 'feedback';
-    const up = button('👍', () => this.actions.feedback(m, true), 'Good answer');
-    const down = button('👎', () => this.actions.feedback(m, false), 'Bad answer');
+    const up = button(icon('good'), () => this.actions.feedback(m, true), 'Good answer');
+    const down = button(icon('bad'), () => this.actions.feedback(m, false), 'Bad answer');
     const said = document.createElement('span');
     said.className = 'learned';
     box.append(up, down, said);
@@ -125,7 +127,7 @@ export class ChatView {
     }
     const given = m.meta?.feedback;
     const parts = [];
-    if (given) parts.push(`${given.accepted ? '👍' : '👎'} taught: step ${given.steps}`);
+    if (given) parts.push(`Taught as a ${given.accepted ? 'good' : 'bad'} answer: step ${given.steps}`);
     if (state?.said) parts.push(state.said);
     said.textContent = parts.join(' · ');
   }

@@ -190,6 +190,8 @@ $('model-file').onchange = () => {
 };
 $('cancel').onclick = () => loading?.abort();
 
+$('open-file').onclick = () => $('model-file').click();
+
 // Drag and drop a .gguf anywhere on the page.
 onFileDrop($('drop'), (file) => loadModel({ file }));
 
