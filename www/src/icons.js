@@ -7,9 +7,10 @@ const THUMB = 'M7 10 11 3c1.6 0 2.6 1.2 2.3 2.8L12.7 9H19a2 2 0 0 1 2 2.3l-1.2 7
 const PATHS = {
   good: THUMB,
   bad: THUMB, // the same thumb, upside down (below)
+  rename: 'M4 20h4L19 9l-4-4L4 16ZM14 6l4 4',
 };
 
-/** An SVG element of icon `name` (good, bad), hidden from assistive technology. */
+/** An SVG element of icon `name` (good, bad, rename), hidden from assistive technology. */
 export function icon(name) {
   const svg = document.createElementNS(SVG, 'svg');
   svg.setAttribute('viewBox', '0 0 24 24');
