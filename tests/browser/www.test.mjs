@@ -10,9 +10,10 @@
 // leaves the chat usable; the answer format JSON Schema (Settings) gives JSON of the schema, shown formatted, a schema
 // that is not JSON is not sent, and one the engine cannot make a grammar of is an E_GRAMMAR error; conversations are
 // renamed, searched, exported (JSON, Markdown) and imported again (a bad file changes nothing), deleted with an Undo,
-// and have settings of their own (a preset's system prompt, max tokens); the page has its icon (no /favicon.ico 404)
-// and SVG thumbs, and the status line a short form at phone width; axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
-// target/www/.
+// and have settings of their own (a preset's system prompt, max tokens); a code block's Copy button copies it, and TeX
+// in an answer is typeset by KaTeX; the page has its icon (no /favicon.ico 404) and SVG thumbs, and the status line a
+// short form at phone width; axe-core finds no serious or critical violation; screenshots at phone and desktop width,
+// light and dark, go to target/www/.
 // Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
@@ -590,7 +591,7 @@ test('answer format: JSON Schema gives JSON of the schema, formatted; a schema n
   await page.locator('#error').evaluate((e) => (e.hidden = true));
 });
 
-// ---- the conversation tools (sidebar, "This conversation") ------------------------------------------------------
+// ---- the conversation tools (sidebar, "This conversation"), answers' code and math, icons, the status line --------
 
 const conversationList = () => page.locator('#conversations');
 const listed = (title) => conversationList().getByRole('button', { name: title, exact: true });
@@ -734,6 +735,25 @@ test('this conversation\'s own settings: a preset\'s system prompt and max token
   await panel.scrollIntoViewIfNeeded();
   await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-conversation.png') });
   await panel.locator('summary').click(); // closed again
+});
+
+test('answers: a code block\'s Copy button copies its code; TeX ($x^2$, $$…$$) is typeset by KaTeX, prices stay text', async () => {
+  const output = ['The area is $x^2$, and $$\\int_0^1 x\\,dx = \\frac{1}{2}$$', '', 'It costs $5 and $10.', '', '```python', 'print("hi")', '```'].join('\n');
+  await storedAnswer('math', 'Math and code', output);
+  assert.deepEqual(await search('Math and code'), ['Math and code']); // the list is read again from the store
+  await openListed('Math and code');
+  await search('');
+  const content = lastAnswer().locator('.content');
+  assert.equal(await content.locator('.katex-mathml annotation').first().textContent(), 'x^2');
+  assert.equal(await content.locator('.katex-display').count(), 1);
+  assert.equal(await content.locator('.katex-error').count(), 0);
+  assert.ok((await content.textContent()).includes('It costs $5 and $10.'));
+  await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  const copy = content.getByRole('button', { name: 'Copy code' });
+  await copy.click();
+  await page.waitForFunction(() => document.querySelector('.copy-code')?.textContent === 'Copied');
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), 'print("hi")');
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-math.png') });
 });
 
 test('icons: the page\'s own (no /favicon.ico 404) and SVG thumbs; the status line is short at phone width', async () => {

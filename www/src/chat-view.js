@@ -1,7 +1,7 @@
 // The conversation on the page: one <article> per message, the assistant's as sanitized Markdown, with their
 // actions (copy; edit and resend a question; regenerate the last answer; thumbs up and down, which train the model's
-// MicroLoRA) and what the engine said about each answer (which adapter answered it, speeds). An answer asked for as
-// JSON (the answer format in Settings) shows as a JSON code block.
+// MicroLoRA; copy on each code block) and what the engine said about each answer (which adapter answered it, speeds).
+// An answer asked for as JSON (the answer format in Settings) shows as a JSON code block.
 import { renderJson, renderMarkdown } from './markdown.js';
 import { rate } from './format.js';
 import { icon } from './icons.js';
@@ -21,6 +21,29 @@ const FORMATS = { json_object: 'JSON object', json_schema: 'JSON Schema' };
 
 /** An answer's HTML: JSON (its answer format was one) or Markdown. */
 const answerHtml = (m) => (m.meta?.format ? renderJson(m.content) : renderMarkdown(m.content));
+
+/** Show answer `m` in `content`, with a Copy button on each code block (added here, after sanitizing: the sanitizer
+ * lets no button through). */
+function showAnswer(content, m) {
+  content.innerHTML = answerHtml(m);
+  for (const pre of content.querySelectorAll('pre')) {
+    if (!pre.textContent) continue; // nothing to copy (a JSON answer that failed)
+    const copy = button('Copy', () => copyCode(copy, pre.textContent), 'Copy code');
+    copy.className = 'copy-code';
+    const block = document.createElement('div');
+    block.className = 'code-block';
+    pre.replaceWith(block);
+    block.append(pre, copy);
+  }
+}
+
+/** Copy a code block's text; its button says how that went for a moment. */
+async function copyCode(b, text) {
+  const copied = await navigator.clipboard.writeText(text).then(() => true, () => false);
+  b.textContent = copied ? 'Copied' : 'Not allowed';
+  setTimeout(() => (b.textContent = 'Copy'), CODE_COPIED_SHOWN_MS);
+}
+const CODE_COPIED_SHOWN_MS = 2000;
 
 /** What the engine said about an answer: the adapter that answered, its format, tokens from memory, speeds, stopped. */
 export function metaText(meta) {
@@ -151,7 +174,7 @@ export class ChatView {
   fill(content, m) {
     if (m.role === 'assistant') {
       content.classList.add('markdown');
-      content.innerHTML = answerHtml(m);
+      showAnswer(content, m);
     } else content.textContent = m.content;
   }
 
@@ -197,7 +220,7 @@ export class ChatView {
     this.pending = null;
     const el = this.container.querySelector(`article[data-index="${i}"]`);
     if (!el) return;
-    el.querySelector('.content').innerHTML = answerHtml(m);
+    showAnswer(el.querySelector('.content'), m);
     el.querySelector('.meta').textContent = metaText(m.meta);
     this.scroll();
   }
