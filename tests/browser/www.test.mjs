@@ -8,13 +8,16 @@
 // in it across a reload; 👎 on an answer trains the model's MicroLoRA one step, "Answer with my adapter" makes the
 // next answer its (and says so), its steps come back from IndexedDB after a reload, and a damaged one is an error that
 // leaves the chat usable; the answer format JSON Schema (Settings) gives JSON of the schema, shown formatted, a schema
-// that is not JSON is not sent, and one the engine cannot make a grammar of is an E_GRAMMAR error;
-// axe-core finds no serious or critical violation; screenshots at phone and desktop width, light and dark, go to
-// target/www/.
+// that is not JSON is not sent, and one the engine cannot make a grammar of is an E_GRAMMAR error; conversations are
+// renamed, searched, exported (JSON, Markdown) and imported again (a bad file changes nothing), deleted with an Undo,
+// and have settings of their own (a preset's system prompt, max tokens); a code block's Copy button copies it, and TeX
+// in an answer is typeset by KaTeX; the page has its icon (no /favicon.ico 404) and SVG thumbs, and the status line a
+// short form at phone width; axe-core finds no serious or critical violation; screenshots at phone and desktop width,
+// light and dark, go to target/www/.
 // Run: node --test tests/browser/www.test.mjs   (after the package's build: scripts/build-wasm.sh, npm run build in npm/)
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -31,6 +34,7 @@ let page;
 let origin;
 const modelRequests = [];
 const pageErrors = [];
+const notFound = []; // URLs the page asked for and got a 404
 const stops = [];
 
 async function freePort() {
@@ -75,6 +79,7 @@ before(async () => {
   await page.setViewportSize({ width: 1280, height: 800 });
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   page.on('request', (r) => r.url().endsWith('.gguf') && modelRequests.push(r.url()));
+  page.on('response', (r) => r.status() === 404 && notFound.push(r.url()));
   await page.goto(origin);
 });
 
@@ -116,7 +121,7 @@ test('a first visit: the page says what to do, lists chat models only, and the f
   const options = await page.locator('#model-select option').allTextContents();
   assert.ok(options.every((o) => /· (Q\d\w*|I?Q\d\w*|F16|BF16|F32) · .*\d+k? context/.test(o)) && !options.some((o) => /MiniLM/i.test(o)), options.join(' | '));
   await openSettings();
-  await page.getByLabel('Temperature').fill('0');
+  await page.getByLabel('Temperature', { exact: true }).fill('0');
   await page.evaluate(() => {
     window.progressSeen = [];
     new MutationObserver(() => window.progressSeen.push(document.getElementById('progress-text').textContent)).observe(
@@ -138,8 +143,10 @@ test('a first visit: the page says what to do, lists chat models only, and the f
   const seen = await page.evaluate(() => window.progressSeen);
   // One pass: the download streams into the engine as it arrives (and into the package's model store).
   assert.ok(seen.some((t) => /^Downloading [\d.]+ [KMG]?B of 98(?:\.\d)? MB · [\d.]+ [KMG]?B\/s · \d+ s left$/.test(t)), `progress: ${seen.join(' | ')}`);
-  const engine = await page.locator('#engine').textContent();
-  assert.match(engine, /CPU, WebAssembly SIMD128 \(.+\) · 2 threads \(wasm-mt\)/);
+  // The status line in plain words; the build and SIMD in its tooltip. The header names the model by its file.
+  assert.match(await page.locator('#engine .long').textContent(), /^Ready · SmolLM2 135M Instruct · on the CPU \(.+\) · 2 threads$/);
+  assert.equal(await page.locator('#engine').getAttribute('title'), 'WebAssembly SIMD128, the wasm-mt build');
+  assert.match(await page.locator('#model-name').textContent(), /^SmolLM2 135M Instruct · 98(\.\d)? MB$/);
   // The download is kept, whole, by the package's model store.
   await page.locator('#cached li', { hasText: basename(MODEL_PATH) }).waitFor();
   assert.match(await page.locator('#cached li').first().textContent(), /98(\.\d)? MB/);
@@ -149,8 +156,8 @@ test('a first visit: the page says what to do, lists chat models only, and the f
   const streamed = await page.evaluate(() => window.streamed);
   assert.ok(streamed.length >= 2 && streamed[0].length < answer.length, `the answer came at once: ${JSON.stringify(streamed)}`);
   assert.match(await lastAnswer().locator('.meta').textContent(), /in prompt, \d+ generated · prefill [\d.]+ tok\/s, decode [\d.]+ tok\/s/);
-  assert.match(await page.locator('#speed').textContent(), /prefill [\d.]+ tok\/s · decode [\d.]+ tok\/s/);
-  assert.match(await page.locator('#context').textContent(), /context \d+ \/ 4096 tokens/);
+  assert.match(await page.locator('#speed .long').textContent(), /^prompt read at [\d.]+ tok\/s · answer at [\d.]+ tok\/s$/);
+  assert.match(await page.locator('#context .long').textContent(), /^context: \d+ of 4096 tokens$/);
 });
 
 test('Stop (the button, then Esc on a regenerated answer) ends a long answer mid-way', async () => {
@@ -191,9 +198,9 @@ test('after a reload: the conversation is listed, the model comes from the packa
   assert.match(await lastAnswer().locator('.content').textContent(), /Paris/);
   // Opened, the conversation is made ready from the persisted prefix cache before anything is asked.
   await waitCounter('prepared', prepared);
-  const ready = (await page.locator('#memory').textContent()).match(/ready: (\d+) of (\d+) tokens from memory/);
+  const ready = (await page.locator('#memory').textContent()).match(/(\d+) of (\d+) tokens from memory/);
   assert.ok(ready && Number(ready[1]) > 0, `not made ready from memory: ${await page.locator('#memory').textContent()}`);
-  assert.equal(await page.getByLabel('Temperature').inputValue(), '0', 'the settings were not kept');
+  assert.equal(await page.getByLabel('Temperature', { exact: true }).inputValue(), '0', 'the settings were not kept');
   await ask('And what is the capital of Germany?');
   const meta = await lastAnswer().locator('.meta').textContent();
   const fromMemory = Number(meta.match(/(\d+) tokens? from memory/)?.[1] ?? 0);
@@ -239,7 +246,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   await steps(0);
   assert.match(await stats.textContent(), new RegExp(`^MicroLoRA ${NAME} \\(0 steps\\) · \\d+ weights \\(rank \\d+, last \\d+ layers\\) · off: the base model answers$`));
   await openSettings();
-  await page.getByLabel('Max tokens').fill('32'); // short answers: this test is about what is done with them
+  await page.getByLabel('Max tokens', { exact: true }).fill('32'); // short answers: this test is about what is done with them
   await page.getByRole('button', { name: 'New chat' }).click();
   await ask('Name a colour.');
   const answer = page.locator('article.msg.assistant').first();
@@ -251,7 +258,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   await answer.getByRole('button', { name: 'Bad answer' }).click();
   await waitCounter('feedbacks', feedbacks);
   assert.equal(await page.evaluate(() => window.trainingSeen), true, 'the thumbs were not disabled with progress');
-  assert.match(await answer.locator('.feedback .learned').textContent(), /^👎 taught: step 1 · loss \d+\.\d{3} · \d+\.\d{2} s$/);
+  assert.match(await answer.locator('.feedback .learned').textContent(), /^Taught as a bad answer: step 1 · loss \d+\.\d{3} · \d+\.\d{2} s$/);
   assert.equal(await answer.getByRole('button', { name: 'Good answer' }).isDisabled(), false);
   assert.equal(await stats.getAttribute('data-steps'), '1');
   assert.equal(await page.locator('#error').isHidden(), true);
@@ -276,7 +283,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   assert.equal(await learning.getByLabel('Answer with my adapter').isChecked(), true);
   await page.getByRole('button', { name: 'Name a colour.', exact: true }).click();
   assert.match(await answer.locator('.meta').textContent(), /^base model · /);
-  assert.equal(await answer.locator('.feedback .learned').textContent(), '👎 taught: step 1');
+  assert.equal(await answer.locator('.feedback .learned').textContent(), 'Taught as a bad answer: step 1');
   assert.match(await lastAnswer().locator('.meta').textContent(), new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
 
   // A damaged record: an E_ADAPTER error, the base model answers, the thumbs are disabled and say why; "Start a new
@@ -319,7 +326,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
 
   await learning.getByLabel('Answer with my adapter').uncheck(); // the base model for the tests after this one
   await openSettings();
-  await page.getByLabel('Max tokens').fill('512');
+  await page.getByLabel('Max tokens', { exact: true }).fill('512');
   await page.locator('#error').evaluate((e) => (e.hidden = true));
 });
 
@@ -373,7 +380,7 @@ test('WebGPU asked for where there is none: the model runs on the CPU, and the p
   await page.getByRole('button', { name: 'Load', exact: true }).click();
   await waitReady();
   assert.match(await page.locator('#notice').textContent(), /WebGPU could not run the model \(This browser offers no WebGPU\..*\): it runs on the CPU instead/);
-  assert.match(await page.locator('#engine').textContent(), /^CPU/);
+  assert.match(await page.locator('#engine .long').textContent(), /^Ready · .+ · on the CPU/);
   await page.getByLabel('Backend').selectOption('auto');
 });
 
@@ -419,6 +426,36 @@ test('Cancel stops a download, and nothing is cached', async () => {
   await pending?.abort();
 });
 
+/** The page's stored conversation `id` (IndexedDB "ruvllm-chat"), or `record` stored as it (then `undefined`). */
+function storedConversation(id, record) {
+  return page.evaluate(
+    async ([id, record]) => {
+      const db = await new Promise((resolve, reject) => {
+        const req = indexedDB.open('ruvllm-chat', 1);
+        req.onsuccess = () => resolve(req.result);
+        req.onerror = () => reject(req.error);
+      });
+      try {
+        return await new Promise((resolve, reject) => {
+          const tx = db.transaction('conversations', record ? 'readwrite' : 'readonly');
+          const req = record ? tx.objectStore('conversations').put(record) : tx.objectStore('conversations').get(id);
+          tx.oncomplete = () => resolve(record ? undefined : req.result);
+          tx.onerror = () => reject(tx.error);
+        });
+      } finally {
+        db.close();
+      }
+    },
+    [id, record ?? null],
+  );
+}
+
+/** A stored conversation of one question and the answer `content` (model output of an earlier visit). */
+const storedAnswer = (id, title, content) => {
+  const now = Date.now();
+  return storedConversation(id, { id, title, createdAt: now, updatedAt: now, messages: [{ role: 'user', content: title }, { role: 'assistant', content, meta: {} }] });
+};
+
 test('HTML in the model\'s output shows as text and runs nothing (the stored conversation is rendered again)', async () => {
   // Model output from an earlier visit, as the page stored it: raw HTML, a javascript: link, and Markdown.
   const output = [
@@ -432,21 +469,7 @@ test('HTML in the model\'s output shows as text and runs nothing (the stored con
     'const answer = 42; // code',
     '```',
   ].join('\n');
-  await page.evaluate(async (content) => {
-    const db = await new Promise((resolve, reject) => {
-      const req = indexedDB.open('ruvllm-chat', 1);
-      req.onsuccess = () => resolve(req.result);
-      req.onerror = () => reject(req.error);
-    });
-    await new Promise((resolve, reject) => {
-      const tx = db.transaction('conversations', 'readwrite');
-      const now = Date.now();
-      tx.objectStore('conversations').put({ id: 'xss', title: 'Show me HTML', createdAt: now, updatedAt: now, messages: [{ role: 'user', content: 'Show me HTML' }, { role: 'assistant', content, meta: {} }] });
-      tx.oncomplete = resolve;
-      tx.onerror = () => reject(tx.error);
-    });
-    db.close();
-  }, output);
+  await storedAnswer('xss', 'Show me HTML', output);
   await page.reload();
   await page.getByRole('button', { name: 'Show me HTML', exact: true }).click();
   const content = lastAnswer().locator('.content');
@@ -472,7 +495,7 @@ test('memory & routing: a message is routed, another conversation recalls it; ro
   assert.equal(await panel.getByLabel('Use long-term memory').isChecked(), false);
   await panel.getByLabel('Use long-term memory').check();
   await openSettings();
-  await page.getByLabel('Max tokens').fill('48'); // short answers: this test is about what comes before and after them
+  await page.getByLabel('Max tokens', { exact: true }).fill('48'); // short answers: this test is about what comes before and after them
   await page.getByRole('button', { name: 'New chat' }).click();
   // The panel says what it did once the change is stored in IndexedDB.
   const said = (text) => panel.locator('#mem-status', { hasText: text }).waitFor({ timeout: 120_000 });
@@ -522,7 +545,7 @@ test('memory & routing: a message is routed, another conversation recalls it; ro
   assert.ok((await recalled.count()) >= 1);
   assert.equal(await panel.locator('#mem-stats').getAttribute('data-turns'), String(left));
   await openSettings();
-  await page.getByLabel('Max tokens').fill('512');
+  await page.getByLabel('Max tokens', { exact: true }).fill('512');
 });
 
 test('answer format: JSON Schema gives JSON of the schema, formatted; a schema not JSON is not sent; a bad one is E_GRAMMAR', async () => {
@@ -573,6 +596,188 @@ test('answer format: JSON Schema gives JSON of the schema, formatted; a schema n
   await page.getByLabel('Answer format').selectOption('text'); // text for the tests after this one
   assert.equal(await schemaBox.isHidden(), true);
   await page.locator('#error').evaluate((e) => (e.hidden = true));
+});
+
+// ---- the conversation tools (sidebar, "This conversation"), answers' code and math, icons, the status line --------
+
+const conversationList = () => page.locator('#conversations');
+const listed = (title) => conversationList().getByRole('button', { name: title, exact: true });
+
+/** Open the conversation listed as `title`; resolves once it is open (the list marks it). */
+async function openListed(title) {
+  await listed(title).click();
+  await page.waitForFunction((t) => document.querySelector('#conversations li[aria-current] .open')?.textContent === t, title);
+}
+
+/** The titles listed once the search `query` has been typed (the list is drawn again from the store). */
+async function search(query) {
+  await page.getByLabel('Search conversations').fill(query);
+  await page.waitForFunction((q) => document.getElementById('conversations').dataset.query === q, query);
+  return conversationList().locator('.open').allTextContents();
+}
+
+/** The text of the file that `button`'s click downloads. */
+async function downloaded(button) {
+  const [file] = await Promise.all([page.waitForEvent('download'), button.click()]);
+  return { name: file.suggestedFilename(), text: readFileSync(await file.path(), 'utf8') };
+}
+
+/** Open the <details> `selector` (a sidebar panel) when it is closed. */
+async function openPanel(selector) {
+  if (!(await page.locator(selector).evaluate((d) => d.open))) await page.locator(`${selector} > summary`).click();
+}
+
+test('conversations: rename one; the search finds conversations by title and by message text', async () => {
+  await conversationList().getByRole('button', { name: 'Rename conversation Name a colour.' }).click();
+  const box = page.getByLabel('New title of Name a colour.');
+  await box.fill('Colour quiz');
+  await box.press('Enter');
+  await listed('Colour quiz').waitFor();
+  assert.equal(await listed('Name a colour.').count(), 0);
+  assert.deepEqual(await search('QUIZ'), ['Colour quiz']);
+  assert.deepEqual(await search('ITALY'), ['What is the capital of France?']); // in a question of that one only
+  assert.deepEqual(await search('no such words'), []);
+  assert.equal(await conversationList().textContent(), 'No conversation has “no such words”.');
+  assert.ok((await search('')).length > 3);
+});
+
+test('conversations: exported as JSON and Markdown; deleted, then imported: back with its messages; a bad file changes nothing', async () => {
+  await openListed('Colour quiz');
+  const messages = await page.locator('article.msg .content').allTextContents();
+  await openPanel('#conversation-panel');
+  const json = await downloaded(page.getByRole('button', { name: 'Export as JSON' }));
+  assert.equal(json.name, 'colour-quiz.json');
+  const file = JSON.parse(json.text);
+  assert.equal(file.format, 'ruvllm-chat');
+  assert.equal(file.version, 1);
+  assert.equal(file.conversations.length, 1);
+  const [exported] = file.conversations;
+  assert.equal(exported.title, 'Colour quiz');
+  assert.equal(exported.messages.length, messages.length);
+  assert.equal(exported.messages[0].content, 'Name a colour.');
+  const md = await downloaded(page.getByRole('button', { name: 'Export as Markdown' }));
+  assert.ok(md.text.startsWith('# Colour quiz\n\n## You\n\nName a colour.\n\n## Assistant\n\n'), md.text);
+  assert.ok(md.text.includes(exported.messages[1].content), md.text);
+  await openPanel('.conv-tools');
+  const all = await downloaded(page.getByRole('button', { name: 'Export all as Markdown' }));
+  assert.ok(all.text.includes('# What is the capital of France?') && all.text.includes('# Colour quiz'), all.text);
+
+  const count = await conversationList().locator('li').count();
+  await conversationList().getByRole('button', { name: 'Delete conversation Colour quiz' }).click();
+  await listed('Colour quiz').waitFor({ state: 'detached' });
+  const importFile = (name, text) => page.locator('#import-file').setInputFiles({ name, mimeType: 'application/json', buffer: Buffer.from(text) });
+  await importFile('colour-quiz.json', json.text);
+  await page.locator('#notice', { hasText: 'Imported 1 conversation.' }).waitFor();
+  await openListed('Colour quiz');
+  assert.deepEqual(await page.locator('article.msg .content').allTextContents(), messages);
+  assert.deepEqual(await storedConversation(exported.id), exported);
+
+  // Files with something wrong in them: said, and nothing changes.
+  const bad = { ...file, conversations: [exported, { ...exported, id: 'other', title: 'Bad', messages: [{ role: 'robot', content: 'hi' }] }] };
+  await importFile('bad.json', JSON.stringify(bad));
+  await page.locator('#notice', { hasText: 'Not imported: conversation 2 (“Bad”)\'s message 1 has the role "robot" (user or assistant). Nothing was changed.' }).waitFor();
+  await importFile('notes.json', 'These are notes.');
+  await page.locator('#notice', { hasText: /^Not imported: the file is not JSON/ }).waitFor();
+  await importFile('newer.json', JSON.stringify({ ...file, version: 2 }));
+  await page.locator('#notice', { hasText: 'Not imported: the file is of version 2, newer than this page reads (1).' }).waitFor();
+  assert.equal(await conversationList().locator('li').count(), count);
+  assert.equal(await storedConversation('other'), undefined);
+});
+
+test('delete has an Undo: the conversation stays stored until its few seconds pass (or the next deletion)', async () => {
+  const undo = page.locator('#undo');
+  await conversationList().getByRole('button', { name: 'Delete conversation Show me HTML' }).click();
+  await listed('Show me HTML').waitFor({ state: 'detached' });
+  assert.equal(await undo.locator('.text').textContent(), 'Deleted “Show me HTML”.');
+  assert.equal((await storedConversation('xss'))?.title, 'Show me HTML', 'deleted before the Undo went');
+  await undo.getByRole('button', { name: 'Undo' }).click();
+  await listed('Show me HTML').waitFor();
+  assert.equal(await undo.isHidden(), true);
+
+  // Deleted for good once the next deletion comes (or its time passes); that one is undone.
+  await conversationList().getByRole('button', { name: 'Delete conversation Show me HTML' }).click();
+  const plants = 'What are good plants for a balcony garden?';
+  await conversationList().getByRole('button', { name: `Delete conversation ${plants}` }).click();
+  for (let tries = 0; (await storedConversation('xss')) !== undefined; tries++) {
+    assert.ok(tries < 50, 'still stored after the next deletion');
+    await page.waitForTimeout(100);
+  }
+  await undo.getByRole('button', { name: 'Undo' }).click();
+  await listed(plants).waitFor();
+  assert.equal(await listed('Show me HTML').count(), 0);
+
+  // Delete all, once confirmed; undone as one.
+  const count = await conversationList().locator('li').count();
+  await openPanel('.conv-tools');
+  await page.getByRole('button', { name: 'Delete all…' }).click();
+  await page.locator('#delete-all-question', { hasText: `Delete all ${count} conversations? You can undo it for a few seconds.` }).waitFor();
+  await page.getByRole('button', { name: 'Delete all', exact: true }).click();
+  await page.waitForFunction(() => document.getElementById('conversations').children.length === 0);
+  assert.equal(await undo.locator('.text').textContent(), `Deleted all ${count} conversations.`);
+  await undo.getByRole('button', { name: 'Undo' }).click();
+  await page.waitForFunction((n) => document.getElementById('conversations').children.length === n, count);
+});
+
+test('this conversation\'s own settings: a preset\'s system prompt and max tokens, kept with it', async () => {
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await openPanel('#conversation-panel');
+  const panel = page.locator('#conversation-panel');
+  await panel.getByLabel('Preset').selectOption({ label: 'Concise' });
+  assert.match(await panel.getByLabel('Its system prompt').inputValue(), /^Answer as briefly as/);
+  await panel.getByLabel('Its max tokens').fill('8');
+  assert.equal(await panel.getByLabel('Its temperature').getAttribute('placeholder'), '0 (Settings\')');
+  await ask('Write a poem about the sea.');
+  assert.match(await lastAnswer().locator('.meta').textContent(), / 8 generated · .*cut at max tokens/);
+  const id = await page.locator('#conversations li[aria-current]').getAttribute('data-id');
+  const { settings } = await storedConversation(id);
+  assert.deepEqual(Object.keys(settings).sort(), ['maxTokens', 'systemPrompt']);
+  assert.equal(settings.maxTokens, 8);
+  // Another conversation has its own (none: the placeholders say Settings'), and this one's come back with it.
+  await openListed('What is the capital of France?');
+  assert.equal(await panel.getByLabel('Its max tokens').inputValue(), '');
+  assert.equal(await panel.getByLabel('Preset').inputValue(), '');
+  await openListed('Write a poem about the sea.');
+  assert.equal(await panel.getByLabel('Its max tokens').inputValue(), '8');
+  assert.equal(await panel.locator('#c-preset option:checked').textContent(), 'Concise');
+  await panel.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-conversation.png') });
+  await panel.locator('summary').click(); // closed again
+});
+
+test('answers: a code block\'s Copy button copies its code; TeX ($x^2$, $$…$$) is typeset by KaTeX, prices stay text', async () => {
+  const output = ['The area is $x^2$, and $$\\int_0^1 x\\,dx = \\frac{1}{2}$$', '', 'It costs $5 and $10.', '', '```python', 'print("hi")', '```'].join('\n');
+  await storedAnswer('math', 'Math and code', output);
+  assert.deepEqual(await search('Math and code'), ['Math and code']); // the list is read again from the store
+  await openListed('Math and code');
+  await search('');
+  const content = lastAnswer().locator('.content');
+  assert.equal(await content.locator('.katex-mathml annotation').first().textContent(), 'x^2');
+  assert.equal(await content.locator('.katex-display').count(), 1);
+  assert.equal(await content.locator('.katex-error').count(), 0);
+  assert.ok((await content.textContent()).includes('It costs $5 and $10.'));
+  await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  const copy = content.getByRole('button', { name: 'Copy code' });
+  await copy.click();
+  await page.waitForFunction(() => document.querySelector('.copy-code')?.textContent === 'Copied');
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), 'print("hi")');
+  await page.screenshot({ path: join(SHOTS, 'www-1280x800-light-math.png') });
+});
+
+test('icons: the page\'s own (no /favicon.ico 404) and SVG thumbs; the status line is short at phone width', async () => {
+  const icon = await page.evaluate(async () => {
+    const res = await fetch(document.querySelector('link[rel="icon"]').href);
+    return { status: res.status, type: res.headers.get('content-type') };
+  });
+  assert.deepEqual(icon, { status: 200, type: 'image/svg+xml' });
+  assert.deepEqual(notFound.filter((url) => new URL(url).pathname === '/favicon.ico'), []);
+  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  await page.waitForFunction(() => document.querySelector('#conversations li[aria-current] .open')?.textContent === 'What is the capital of France?');
+  const thumb = lastAnswer().getByRole('button', { name: 'Good answer' });
+  assert.equal((await thumb.textContent()).trim(), ''); // no emoji: an SVG
+  assert.equal(await thumb.locator('svg').count(), 1);
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await page.locator('#engine').innerText(), 'Ready · SmolLM2 135M · 2 threads');
+  await page.setViewportSize({ width: 1280, height: 800 });
 });
 
 test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {
@@ -633,10 +838,11 @@ test('the dev server (vite) serves the same page, cross-origin isolated: the mod
   await dev.goto(await startVite('dev'));
   assert.equal(await dev.evaluate(() => crossOriginIsolated), true);
   await dev.getByText('Settings', { exact: true }).click();
-  await dev.getByLabel('Temperature').fill('0');
+  await dev.getByLabel('Temperature', { exact: true }).fill('0');
   await dev.getByRole('button', { name: 'Load', exact: true }).click();
   await dev.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 });
-  assert.match(await dev.locator('#engine').textContent(), /2 threads \(wasm-mt\)/);
+  assert.match(await dev.locator('#engine .long').textContent(), / · 2 threads$/);
+  assert.match(await dev.locator('#engine').getAttribute('title'), /the wasm-mt build/);
   await dev.getByLabel('Message', { exact: true }).fill('What is the capital of France?');
   await dev.getByRole('button', { name: 'Send', exact: true }).click();
   await dev.waitForFunction(() => Number(document.body.dataset.replies ?? 0) > 0, null, { timeout: 180_000 });

@@ -1,15 +1,17 @@
 // The conversation on the page: one <article> per message, the assistant's as sanitized Markdown, with their
-// actions (copy; edit and resend a question; regenerate the last answer; 👍 / 👎, which train the model's MicroLoRA)
-// and what the engine said about each answer (which adapter answered it, speeds). An answer asked for as JSON (the
-// answer format in Settings) shows as a JSON code block.
+// actions (copy; edit and resend a question; regenerate the last answer; thumbs up and down, which train the model's
+// MicroLoRA; copy on each code block) and what the engine said about each answer (which adapter answered it, speeds).
+// An answer asked for as JSON (the answer format in Settings) shows as a JSON code block.
 import { renderJson, renderMarkdown } from './markdown.js';
 import { rate } from './format.js';
+import { icon } from './icons.js';
 import { adapterLabel } from './learning-panel.js';
 
-function button(text, onClick, label) {
+/** A button showing `content` (text or an icon), named `label` when given. */
+function button(content, onClick, label) {
   const b = document.createElement('button');
   b.type = 'button';
-  b.textContent = text;
+  b.append(content);
   if (label) b.setAttribute('aria-label', label);
   b.addEventListener('click', onClick);
   return b;
@@ -19,6 +21,29 @@ const FORMATS = { json_object: 'JSON object', json_schema: 'JSON Schema' };
 
 /** An answer's HTML: JSON (its answer format was one) or Markdown. */
 const answerHtml = (m) => (m.meta?.format ? renderJson(m.content) : renderMarkdown(m.content));
+
+/** Show answer `m` in `content`, with a Copy button on each code block (added here, after sanitizing: the sanitizer
+ * lets no button through). */
+function showAnswer(content, m) {
+  content.innerHTML = answerHtml(m);
+  for (const pre of content.querySelectorAll('pre')) {
+    if (!pre.textContent) continue; // nothing to copy (a JSON answer that failed)
+    const copy = button('Copy', () => copyCode(copy, pre.textContent), 'Copy code');
+    copy.className = 'copy-code';
+    const block = document.createElement('div');
+    block.className = 'code-block';
+    pre.replaceWith(block);
+    block.append(pre, copy);
+  }
+}
+
+/** Copy a code block's text; its button says how that went for a moment. */
+async function copyCode(b, text) {
+  const copied = await navigator.clipboard.writeText(text).then(() => true, () => false);
+  b.textContent = copied ? 'Copied' : 'Not allowed';
+  setTimeout(() => (b.textContent = 'Copy'), CODE_COPIED_SHOWN_MS);
+}
+const CODE_COPIED_SHOWN_MS = 2000;
 
 /** What the engine said about an answer: the adapter that answered, its format, tokens from memory, speeds, stopped. */
 export function metaText(meta) {
@@ -92,12 +117,12 @@ export class ChatView {
     return el;
   }
 
-  /** 👍 and 👎 of answer `m`, and what the last of them did. */
+  /** The thumbs up and down of answer `m`, and what the last of them did. */
   feedbackBox(m) {
     const box = document.createElement('span');
     box.className = 'feedback';
-    const up = button('👍', () => this.actions.feedback(m, true), 'Good answer');
-    const down = button('👎', () => this.actions.feedback(m, false), 'Bad answer');
+    const up = button(icon('good'), () => this.actions.feedback(m, true), 'Good answer');
+    const down = button(icon('bad'), () => this.actions.feedback(m, false), 'Bad answer');
     const said = document.createElement('span');
     said.className = 'learned';
     box.append(up, down, said);
@@ -127,7 +152,7 @@ export class ChatView {
     }
     const given = m.meta?.feedback;
     const parts = [];
-    if (given) parts.push(`${given.accepted ? '👍' : '👎'} taught: step ${given.steps}`);
+    if (given) parts.push(`Taught as a ${given.accepted ? 'good' : 'bad'} answer: step ${given.steps}`);
     if (state?.said) parts.push(state.said);
     said.textContent = parts.join(' · ');
   }
@@ -151,7 +176,7 @@ export class ChatView {
   fill(content, m) {
     if (m.role === 'assistant') {
       content.classList.add('markdown');
-      content.innerHTML = answerHtml(m);
+      showAnswer(content, m);
     } else content.textContent = m.content;
   }
 
@@ -197,7 +222,7 @@ export class ChatView {
     this.pending = null;
     const el = this.container.querySelector(`article[data-index="${i}"]`);
     if (!el) return;
-    el.querySelector('.content').innerHTML = answerHtml(m);
+    showAnswer(el.querySelector('.content'), m);
     el.querySelector('.meta').textContent = metaText(m.meta);
     this.scroll();
   }

@@ -2,6 +2,8 @@
 import { LLM } from '@ruvector/ruvllm';
 import './style.css';
 import { ChatView } from './chat-view.js';
+import { conversationsJson, conversationsMarkdown, download, fileName, parseConversations } from './conversation-file.js';
+import { ConversationSettingsForm, effectiveSettings } from './conversation-settings.js';
 import { explain, notCached } from './errors.js';
 import { bytes } from './format.js';
 import { LearningPanel } from './learning-panel.js';
@@ -10,13 +12,15 @@ import { modelContent } from './recall.js';
 import { DEFAULT_MODEL, KNOWN_MODELS, cachedModels, deleteCached, isCached, localModels, progressReporter, storageEstimate } from './models.js';
 import { answerGrammar, bindSettingsForm, loadSettings, saveSettings, schemaProblem } from './settings.js';
 import { onFileDrop, renderCachedModels, renderConversationList, renderModelOptions } from './sidebar.js';
-import { deleteConversation, getConversation, listConversations, newConversation, saveConversation, titleOf } from './store.js';
-import { describeContext, describeEngine, describeSpeed } from './status.js';
+import { deleteConversations, getConversation, listConversations, newConversation, putConversations, saveConversation, titleOf } from './store.js';
+import { describeContext, describeMemory, describeSpeed, describeStatus, modelTitle, showStatus } from './status.js';
+import { UndoToast } from './undo.js';
 
 const $ = (id) => document.getElementById(id);
 const settings = loadSettings();
 
 let llm = null; // the loaded model
+let modelFile = null; // its file name
 let conversation = newConversation(); // saved once it has a message
 let generation = null; // AbortController of the reply being generated
 let loading = null; // AbortController of the model being downloaded or loaded
@@ -35,6 +39,7 @@ function setState(state) {
   // Without a model Send stays on: the first message loads the model chosen (the default one on a first visit).
   $('send').disabled = generating || state === 'loading';
   $('stop').disabled = !generating;
+  showStatus($('engine'), describeStatus(state, llm && { info: llm.info(), file: modelFile }));
   showHint();
 }
 
@@ -138,8 +143,8 @@ async function loadModel({ url, file }) {
     llm = await loadEngine(file ?? url, signal);
     if (signal.aborted) throw signal.reason;
     const info = llm.info();
-    $('model-name').textContent = `${info.name ?? label} · ${bytes(info.fileBytes)}`;
-    $('engine').textContent = describeEngine(info);
+    $('model-name').textContent = `${modelTitle(label)} · ${bytes(info.fileBytes)}`; // the file's name: GGUF names are often internal
+    modelFile = label;
     showLastReply();
     $('progress-box').hidden = true;
     $('model-name').title = label;
@@ -210,6 +215,8 @@ $('model-file').onchange = () => {
 };
 $('cancel').onclick = () => loading?.abort();
 
+$('open-file').onclick = () => $('model-file').click();
+
 // Drag and drop a .gguf anywhere on the page.
 onFileDrop($('drop'), (file) => loadModel({ file }));
 
@@ -230,9 +237,11 @@ const view = new ChatView(
     },
     edit: async (i, text) => {
       if (!llm || generation || !text.trim() || !formatReady()) return;
+      // A conversation named after its first question takes the new one's name; a renamed one keeps its name.
+      const named = i === 0 && conversation.title === titleOf(conversation.messages[0].content);
       conversation.messages.splice(i);
       conversation.messages.push({ role: 'user', content: text.trim() });
-      if (i === 0) conversation.title = titleOf(text);
+      if (named) conversation.title = titleOf(text);
       await reply();
     },
     feedback: giveFeedback,
@@ -241,23 +250,124 @@ const view = new ChatView(
   () => learning.why,
 );
 
+// A deleted conversation stays stored, hidden from the list, while its Undo is offered (undo.js).
+const deleting = new Set();
+const undo = new UndoToast($('undo'));
+
+/** The stored conversations less those being deleted, the most recently used first. */
+const storedConversations = async () => (await listConversations()).filter((c) => !deleting.has(c.id));
+
 async function refreshConversations() {
-  const conversations = await listConversations();
+  const conversations = await storedConversations();
   conversationTitles = new Map(conversations.map((c) => [c.id, c.title]));
-  renderConversationList($('conversations'), conversations, conversation.id, {
+  renderConversationList($('conversations'), conversations, conversation.id, $('conv-search').value, {
     open: openConversation,
-    remove: async (id) => {
-      await deleteConversation(id);
-      panel.forget(id); // its turns go from the long-term memory too
-      if (id === conversation.id) startNew();
+    rename: renameConversation,
+    remove: (id) => removeConversations([id], `Deleted “${conversationTitles.get(id)}”.`),
+  });
+}
+$('conv-search').addEventListener('input', refreshConversations);
+
+/** Rename conversation `id` (the open one in place: it is saved again after each answer). */
+async function renameConversation(id, title) {
+  const c = id === conversation.id ? conversation : await getConversation(id);
+  if (!c) return;
+  c.title = title;
+  await saveConversation(c);
+  await refreshConversations();
+  $('conversations').querySelector(`li[data-id="${CSS.escape(id)}"] .open`)?.focus();
+}
+
+/** Delete the conversations `ids`, saying `said` with an Undo: until its few seconds have passed they stay stored
+ * (hidden from the list), and so do their turns in the long-term memory. */
+function removeConversations(ids, said) {
+  if (generation && ids.includes(conversation.id)) return notice('Stop the answer first: it is being written into that conversation.');
+  const wasOpen = ids.includes(conversation.id) ? conversation.id : null;
+  for (const id of ids) deleting.add(id);
+  if (wasOpen) startNew();
+  else refreshConversations();
+  undo.offer(said, {
+    undo: () => {
+      for (const id of ids) deleting.delete(id);
+      if (wasOpen && !generation && conversation.messages.length === 0) openConversation(wasOpen);
       else refreshConversations();
     },
+    commit: async () => {
+      await deleteConversations(ids);
+      for (const id of ids) {
+        deleting.delete(id);
+        panel.forget(id); // its turns go from the long-term memory too
+      }
+    },
   });
+}
+
+// Delete all, once confirmed (and undoable as one).
+$('delete-all').onclick = async () => {
+  const n = (await storedConversations()).length;
+  if (n === 0) return notice('There are no conversations to delete.');
+  $('delete-all-question').textContent = `Delete all ${n} conversation${n === 1 ? '' : 's'}? You can undo it for a few seconds.`;
+  $('delete-all-confirm').hidden = false;
+  $('delete-all-no').focus();
+};
+$('delete-all-no').onclick = () => {
+  $('delete-all-confirm').hidden = true;
+  $('delete-all').focus();
+};
+$('delete-all-yes').onclick = async () => {
+  $('delete-all-confirm').hidden = true;
+  const ids = (await storedConversations()).map((c) => c.id);
+  removeConversations(ids, `Deleted all ${ids.length} conversation${ids.length === 1 ? '' : 's'}.`);
+};
+
+// ---- conversation files (conversation-file.js): export as JSON or Markdown, import JSON -------------------------
+const FILE_TYPES = { json: 'application/json', md: 'text/markdown' };
+
+/** Download `conversations` as `ext` (json or md) in the file `name`. */
+function exportConversations(conversations, name, ext) {
+  if (conversations.length === 0) return notice('There is nothing to export yet.');
+  download(name, ext === 'json' ? conversationsJson(conversations) : conversationsMarkdown(conversations), FILE_TYPES[ext]);
+}
+for (const ext of ['json', 'md']) {
+  $(`export-all-${ext}`).onclick = async () => exportConversations(await storedConversations(), `ruvllm-chat-conversations.${ext}`, ext);
+  $(`export-${ext}`).onclick = () => exportConversations(conversation.messages.length ? [conversation] : [], fileName(conversation.title, ext), ext);
+}
+
+$('import').onclick = () => $('import-file').click();
+$('import-file').onchange = () => {
+  const file = $('import-file').files[0];
+  $('import-file').value = '';
+  if (file) importConversations(file);
+};
+
+/** Import a JSON export's conversations: all of them, or none when anything in the file is wrong (the notice says
+ * what). One with the id of a stored conversation replaces it: it is the same conversation, exported before. */
+async function importConversations(file) {
+  let imported;
+  try {
+    imported = parseConversations(await file.text());
+  } catch (e) {
+    return notice(`Not imported: ${e.message}. Nothing was changed.`);
+  }
+  const current = imported.some((c) => c.id === conversation.id);
+  if (current && generation) return notice('Not imported: the file has the conversation being answered. Stop the answer first.');
+  await undo.settle(); // a deletion still undoable is carried out first, so that it cannot delete what comes in now
+  const stored = new Set((await listConversations()).map((c) => c.id));
+  try {
+    await putConversations(imported);
+  } catch (e) {
+    return showError(e);
+  }
+  const replaced = imported.filter((c) => stored.has(c.id)).length;
+  notice(`Imported ${imported.length} conversation${imported.length === 1 ? '' : 's'}${replaced ? `; ${replaced} replaced the stored one of the same id` : ''}.`);
+  if (current) openConversation(conversation.id);
+  else refreshConversations();
 }
 
 async function openConversation(id) {
   if (generation) return;
   conversation = (await getConversation(id)) ?? newConversation();
+  conversationForm.show(conversation);
   view.render(conversation);
   showLastReply();
   panel.show(lastQuestion());
@@ -267,11 +377,12 @@ async function openConversation(id) {
   prepare();
 }
 
-/** The conversation (or its messages `list`) as the model sees it: the system prompt, then every message with text
- * (a question with the turns of earlier conversations recalled for it before its text). */
-function chatMessages(list = conversation.messages) {
+/** The conversation `c` (or its messages `list`) as the model sees it: the system prompt (its own, or Settings'),
+ * then every message with text (a question with the turns of earlier conversations recalled for it before its text). */
+function chatMessages(list = conversation.messages, c = conversation) {
   const messages = [];
-  if (settings.systemPrompt.trim()) messages.push({ role: 'system', content: settings.systemPrompt.trim() });
+  const systemPrompt = effectiveSettings(settings, c).systemPrompt.trim();
+  if (systemPrompt) messages.push({ role: 'system', content: systemPrompt });
   for (const m of list) if (m.content) messages.push({ role: m.role, content: modelContent(m) });
   return messages;
 }
@@ -285,7 +396,7 @@ const lastQuestion = () => conversation.messages.findLast((m) => m.role === 'use
  */
 async function prepare() {
   const messages = chatMessages();
-  $('memory').textContent = '';
+  showStatus($('memory'), null);
   if (!llm || generation || messages.at(-1)?.role !== 'assistant') return;
   const [model, id] = [llm, conversation.id];
   try {
@@ -293,7 +404,7 @@ async function prepare() {
     const options = { maxTokens: 0, ...learning.options() };
     const { usage } = await model.complete(model.tokenizeChat(messages, { addGenerationPrompt: false }), options);
     if (model !== llm || id !== conversation.id) return;
-    $('memory').textContent = `ready: ${usage.cachedTokens} of ${usage.promptTokens} tokens from memory`;
+    showStatus($('memory'), describeMemory(usage.cachedTokens, usage.promptTokens));
     document.body.dataset.prepared = String(++prepared);
   } catch {
     // Nothing is lost: the next message evaluates whatever the model lacks.
@@ -303,14 +414,15 @@ async function prepare() {
 /** The speeds and context use of the conversation's last answer. */
 function showLastReply() {
   const meta = conversation.messages.findLast((m) => m.meta?.promptTokens !== undefined)?.meta;
-  $('speed').textContent = describeSpeed(meta);
+  showStatus($('speed'), describeSpeed(meta));
   const size = llm?.info().contextSize ?? settings.contextSize;
-  $('context').textContent = describeContext(meta ? meta.promptTokens + meta.completionTokens : 0, size);
+  showStatus($('context'), describeContext(meta ? meta.promptTokens + meta.completionTokens : 0, size));
 }
 
 function startNew() {
   if (generation) return;
   conversation = newConversation();
+  conversationForm.show(conversation);
   view.render(conversation);
   showLastReply();
   panel.show(null);
@@ -319,6 +431,10 @@ function startNew() {
   $('message').focus();
 }
 $('new-chat').onclick = startNew;
+
+// ---- this conversation's own settings (conversation-settings.js) ----------------------------------------------
+// Stored with the conversation; a new one is stored with its first message.
+const conversationForm = new ConversationSettingsForm($('conversation-settings'), settings, (c) => c.messages.length && saveConversation(c));
 
 // ---- answer format (Settings): Text, JSON object or JSON Schema, the chat request's response_format -------------
 /** The schema box for JSON Schema only, with what is wrong with its text; whether the answer format can be sent. */
@@ -358,7 +474,7 @@ async function send() {
 /** Generate the assistant's answer to the conversation as it stands, streaming it into the page. */
 async function reply() {
   clearMessages();
-  $('memory').textContent = '';
+  showStatus($('memory'), null);
   const question = lastQuestion();
   const answer = { role: 'assistant', content: '', meta: {} };
   conversation.messages.push(answer);
@@ -390,12 +506,13 @@ async function reply() {
       answer.content += text;
       view.update(index, answer);
     };
-    const sampling = { temperature: settings.temperature, topP: settings.topP, maxTokens: settings.maxTokens, ...adapterOptions };
+    const { temperature, maxTokens } = effectiveSettings(settings, conversation); // the conversation's own, or Settings'
+    const sampling = { temperature, topP: settings.topP, maxTokens, ...adapterOptions };
     const options = { ...sampling, ...(grammar && { grammar }) };
     const { usage, timings, finishReason } = await generateAnswer(model, messages, options, controller.signal, onText);
     answer.meta = { adapter, ...(grammar && { format: grammar.type }), cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
-    $('speed').textContent = describeSpeed(answer.meta);
-    $('context').textContent = describeContext(usage.totalTokens, model.info().contextSize);
+    showStatus($('speed'), describeSpeed(answer.meta));
+    showStatus($('context'), describeContext(usage.totalTokens, model.info().contextSize));
   } catch (e) {
     if (e?.code === 'E_ABORTED') answer.meta.stopped = true;
     else {
@@ -462,7 +579,7 @@ async function giveFeedback(m, accepted) {
   view.setTraining(m, { busy: true });
   let said = null;
   try {
-    const { loss, steps, timings } = await learning.feedback(chatMessages(conv.messages.slice(0, i)), m.content, accepted);
+    const { loss, steps, timings } = await learning.feedback(chatMessages(conv.messages.slice(0, i), conv), m.content, accepted);
     const ms = timings.frozenMs + timings.forwardMs + timings.backwardMs + timings.updateMs;
     said = `loss ${loss.toFixed(3)} · ${(ms / 1000).toFixed(2)} s`;
     m.meta = { ...m.meta, feedback: { accepted, steps } };
@@ -497,9 +614,13 @@ $('message').addEventListener('input', () => panel.draft($('message').value));
 const learning = new LearningPanel({ settings, saveSettings, showError, onChange: () => view.refreshFeedback() });
 
 // ---- start -------------------------------------------------------------------------------------------------------
-bindSettingsForm($('settings'), settings, (name) => ['answerFormat', 'jsonSchema'].includes(name) && checkAnswerFormat());
+bindSettingsForm($('settings'), settings, (name) => {
+  if (['answerFormat', 'jsonSchema'].includes(name)) checkAnswerFormat();
+  else conversationForm.show(conversation); // Settings' values are the placeholders of the conversation's own
+});
 checkAnswerFormat();
 setState('idle');
+conversationForm.show(conversation);
 view.render(conversation);
 $('model-select').onchange = showHint;
 await Promise.all([fillModelList(), refreshConversations(), refreshCached()]);

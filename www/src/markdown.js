@@ -1,8 +1,10 @@
-// The model's output as Markdown. It is untrusted: raw HTML in it is shown as text (never parsed), and the HTML that
-// marked produces is sanitized by DOMPurify before it reaches the page, so no script or event handler from it runs.
+// The model's output as Markdown, with TeX math (math.js). It is untrusted: raw HTML in it is shown as text (never
+// parsed), and the HTML that marked and KaTeX produce is sanitized by DOMPurify before it reaches the page, so no script
+// or event handler from it runs.
 import DOMPurify from 'dompurify';
 import hljs from 'highlight.js/lib/common';
 import { Marked } from 'marked';
+import { mathExtension } from './math.js';
 
 const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
@@ -18,7 +20,7 @@ const marked = new Marked({
       return `<pre><code class="hljs${language ? ` language-${escapeHtml(language)}` : ''}">${html}</code></pre>\n`;
     },
   },
-});
+}).use(mathExtension);
 
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
   if (node.tagName === 'A') {
@@ -27,7 +29,14 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
   }
 });
 
-const sanitize = (html) => DOMPurify.sanitize(html, { USE_PROFILES: { html: true }, FORBID_TAGS: ['style', 'form', 'input', 'button'] });
+// HTML, and the SVG and MathML that KaTeX makes (its MathML's <semantics> and <annotation>, the TeX source that screen
+// readers may read, are not in DOMPurify's MathML profile; <annotation-xml>, which could hold HTML, stays out).
+const sanitize = (html) =>
+  DOMPurify.sanitize(html, {
+    USE_PROFILES: { html: true, svg: true, mathMl: true },
+    ADD_TAGS: ['semantics', 'annotation'],
+    FORBID_TAGS: ['style', 'form', 'input', 'button'],
+  });
 
 /** Sanitized HTML for a message's Markdown text (complete, or still streaming). */
 export function renderMarkdown(text) {

@@ -1,25 +1,75 @@
-// The sidebar's lists (conversations, models, cached models) and the page-wide drop zone for a .gguf file.
+// The sidebar's lists (conversations, with their search and rename; models, cached models) and the page-wide drop
+// zone for a .gguf file.
 import { bytes } from './format.js';
+import { icon } from './icons.js';
 
-function button(text, label, onClick, className) {
+/** A button showing `content` (text or an icon), named `label` when given. */
+function button(content, label, onClick, className) {
   const b = document.createElement('button');
   b.type = 'button';
-  b.textContent = text;
+  b.append(content);
   if (label) b.setAttribute('aria-label', label);
   if (className) b.className = className;
   b.onclick = onClick;
   return b;
 }
 
-/** The conversations, the current one marked; `open(id)` and `remove(id)` act on one. */
-export function renderConversationList(list, conversations, currentId, { open, remove }) {
+/** Whether conversation `c` is found by the search `query`: each of its words is in the title or in a message. */
+function matchesSearch(c, query) {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  if (words.length === 0) return true;
+  const text = [c.title, ...c.messages.map((m) => m.content)].join('\n').toLowerCase();
+  return words.every((w) => text.includes(w));
+}
+
+/** The conversations that `query` finds, the current one marked; `open(id)`, `rename(id, title)` and `remove(id)` act
+ * on one. */
+export function renderConversationList(list, conversations, currentId, query, { open, rename, remove }) {
   list.replaceChildren();
-  for (const c of conversations) {
+  for (const c of conversations.filter((c) => matchesSearch(c, query))) {
     const li = document.createElement('li');
+    li.dataset.id = c.id;
     if (c.id === currentId) li.setAttribute('aria-current', 'true');
-    li.append(button(c.title, null, () => open(c.id), 'open'), button('×', `Delete conversation ${c.title}`, () => remove(c.id), 'delete'));
+    const title = button(c.title, null, () => open(c.id), 'open');
+    const edit = button(icon('rename'), `Rename conversation ${c.title}`, () => startRename(title, c, rename), 'rename');
+    li.append(title, edit, button('×', `Delete conversation ${c.title}`, () => remove(c.id), 'delete'));
     list.append(li);
   }
+  if (list.children.length === 0 && query.trim()) {
+    const li = document.createElement('li');
+    li.className = 'hint';
+    li.textContent = `No conversation has “${query.trim()}”.`;
+    list.append(li);
+  }
+  list.dataset.query = query; // what the list shows, for tests
+}
+
+/** Rename `c` in place: its title button becomes a text box; Enter (or leaving it) renames, Esc cancels. */
+function startRename(title, c, rename) {
+  const box = document.createElement('input');
+  box.value = c.title;
+  box.maxLength = 120;
+  box.className = 'title-box';
+  box.setAttribute('aria-label', `New title of ${c.title}`);
+  let done = false;
+  const end = (keep) => {
+    if (done) return;
+    done = true;
+    const text = box.value.trim();
+    box.replaceWith(title);
+    if (keep && text && text !== c.title) rename(c.id, text);
+    else title.focus();
+  };
+  box.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') end(true);
+    else if (e.key === 'Escape') {
+      e.stopPropagation(); // the page's Esc closes the menu
+      end(false);
+    }
+  });
+  box.addEventListener('blur', () => end(true));
+  title.replaceWith(box);
+  box.select();
 }
 
 /** The model list: `models` ({ url, label }) without duplicates, `selected` chosen when it is there. */

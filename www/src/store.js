@@ -1,5 +1,7 @@
 // Conversations, kept in IndexedDB (database "ruvllm-chat", store "conversations", one record per conversation):
-// { id, title, createdAt, updatedAt, messages: [{ role: 'user' | 'assistant', content, meta? }] }
+// { id, title, createdAt, updatedAt, messages: [{ role: 'user' | 'assistant', content, meta? }], settings? }
+// (settings: the conversation's own, over the global ones: conversation-settings.js). conversation-file.js exports and
+// imports these records as they are.
 const DB = 'ruvllm-chat';
 const STORE = 'conversations';
 
@@ -33,7 +35,10 @@ export async function listConversations() {
 
 export const getConversation = (id) => run('readonly', (s) => s.get(id));
 export const saveConversation = (c) => run('readwrite', (s) => s.put(structuredClone(c)));
-export const deleteConversation = (id) => run('readwrite', (s) => s.delete(id));
+/** Store `conversations` (an import), all or none: one transaction. */
+export const putConversations = (conversations) => run('readwrite', (s) => void conversations.forEach((c) => s.put(structuredClone(c))));
+/** Delete the conversations of `ids`, all or none. */
+export const deleteConversations = (ids) => run('readwrite', (s) => void ids.forEach((id) => s.delete(id)));
 
 export function newConversation() {
   const now = Date.now();
