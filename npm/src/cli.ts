@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // `ruvllm` for Node: the native CLI's commands, flags and JSON output (cli/src/main.rs), on the wasm engine.
 import { readFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import { createInterface } from 'node:readline';
 import { LLM, RuvllmError, Tokenizer, type Backend, type ChatMessage, type GenerateOptions, type GenerateResult, type Grammar, type KvCacheType } from './node.js';
+import { serve } from './serve.js';
 
 /** One option a command takes: a boolean flag when it has no `value` (what the value is called in the usage). */
 interface Opt {
@@ -56,6 +58,12 @@ const COMMANDS: Command[] = [
   },
   { name: 'score', run: score, options: [required('ids', '1,2,3'), value('top-k', 'K')] },
   { name: 'bench', run: bench, options: [value('prompt-tokens', 'N'), value('gen-tokens', 'N'), repeated('lora', 'FILE[:SCALE]')] },
+  {
+    name: 'serve',
+    run: serveModel,
+    options: [value('host', 'ADDR'), value('port', 'N'), value('api-key', 'KEY'), value('cors', 'ORIGIN|*'), value('max-queue', 'N'), value('embed-model', 'E')],
+    about: 'an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health',
+  },
 ];
 
 /** Options every command takes. */
@@ -77,6 +85,11 @@ tier; the CPU runs it). --kv-hot: positions the hot window keeps in f16, a multi
 --seed (generate): the sampler's seed; default a fresh random one, which --json prints.
 --json-schema, --grammar, --regex (generate, one of them): the output is JSON valid under the schema in FILE, follows
 the grammar in FILE (llama.cpp's GBNF; llguidance's Lark when FILE ends in .lark), or matches RX.
+serve: listens on --host (default 127.0.0.1: this machine only) and --port (default 8080; 0 picks a free one) and
+prints \`listening on http://HOST:PORT\`; OpenAI's clients take http://HOST:PORT/v1 as their base URL. --api-key (or
+$RUVLLM_API_KEY): /v1 requests need \`Authorization: Bearer KEY\`. --cors: send Access-Control-Allow-Origin ORIGIN (none
+without it). --max-queue: most requests waiting or running (default 8), more get 429. --embed-model: answer
+/v1/embeddings with this model (default --model). Ctrl+C or SIGTERM stops it.
 \`--name=value\` is \`--name value\`. \`--\` ends the options: what follows is TEXT even if it begins with \`-\`.`;
 
 /** `head` and the words after it, wrapped at 100 columns; continuation lines are indented under the first word. */
@@ -396,6 +409,39 @@ async function bench(args: Args): Promise<void> {
     peak_rss_mb: (process.resourceUsage().maxRSS / 1024) * 1.048576, model_mb: info.fileBytes / 1e6, kv_cache_mb: info.kvCacheBytes / 1e6,
     kv_cache: info.kvCache.cold, adapters: set.length,
   });
+}
+
+/** \`ruvllm serve\`: serve the model (and --embed-model) over HTTP until SIGINT or SIGTERM. */
+async function serveModel(args: Args): Promise<void> {
+  const port = args.num('port', 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: ${port} is not a port (0 to 65535)`);
+  const maxQueue = args.num('max-queue', 8);
+  if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new Error(`--max-queue: ${maxQueue} is not an integer >= 1`);
+  const apiKey = args.opt('api-key') ?? process.env.RUVLLM_API_KEY;
+  if (apiKey !== undefined && apiKey.trim() === '') throw new Error('--api-key is empty');
+  const { llm } = await load(args);
+  const embedPath = args.opt('embed-model');
+  let embed;
+  if (embedPath !== undefined) {
+    const embedLlm = await LLM.load(embedPath, { threads: args.num('threads', 0) || undefined }).catch((e) => {
+      throw new Error(`${embedPath}: ${(e as Error).message}`, { cause: e });
+    });
+    embed = { llm: embedLlm, id: basename(embedPath) };
+  }
+  const server = await serve({
+    model: { llm, id: basename(modelPath(args)) }, embed,
+    host: args.opt('host') ?? '127.0.0.1', port, apiKey, cors: args.opt('cors'), maxQueue,
+    log: (line) => process.stderr.write(`${line}\n`),
+  });
+  console.log(`listening on ${server.url}`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await server.close();
+  llm.dispose();
+  embed?.llm.dispose();
+  process.stderr.write('closed\n');
 }
 
 /** Exit status of a command line that is wrong (as opposed to one that fails while it runs: 1). */

@@ -291,7 +291,7 @@ test('--help anywhere prints the command\'s own usage and exits 0, as natively',
   assert.equal(chat.status, 0, chat.stderr);
   assert.match(chat.stdout, /^usage: ruvllm chat \[--system TEXT\]/);
   const all = bothRaw('--help')[0];
-  for (const cmd of ['tokenize', 'generate', 'chat', 'score', 'bench']) assert.match(all.stdout, new RegExp(`\\n  ruvllm ${cmd} `));
+  for (const cmd of ['tokenize', 'generate', 'chat', 'score', 'bench', 'serve']) assert.match(all.stdout, new RegExp(`\\n  ruvllm ${cmd} `));
 });
 
 test('a wrong command line exits 2 with a message naming what is wrong, as natively', () => {
