@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine, build the npm package (@ruvector/ruvllm, the wasm engine), then either
+# Set up what the demo needs on a fresh machine (scripts/setup.sh demo: not the test tools), build the npm package
+# (@ruvector/ruvllm, the wasm engine), then either
 # - chat with the default model in Node: the reply streams token by token, then tok/s are printed; or
 # - `web`: build the in-browser chat demo (www/) and serve it cross-origin isolated with `vite preview`
 #   (`web --dev`: the Vite dev server instead), with the default model served from the local model cache.
@@ -7,7 +8,7 @@
 #        scripts/demo.sh web [--dev] [--port N] (then open the URL it prints)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh demo
 model="$(scripts/fetch-model.sh)"
 echo "== building the npm package (wasm engine + TypeScript)" >&2
 scripts/build-wasm.sh
