@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian 12 machine, by need. Each step is skipped when its result is already present.
-# Usage: scripts/setup.sh [demo|test]      (default: test)
-#   demo: what scripts/demo.sh needs, for the Node chat and the web demo alike: the wasm32 targets (a nightly with
-#         rust-src for the threaded build), wasm-bindgen, the npm package's tools (npm ci in npm/), the default model.
-#         (The web demo adds only www/'s npm packages, which scripts/www.sh installs itself.)
-#   test: demo, plus what only the tests, benches and fuzzing need: the aarch64 target, its cross linker and qemu,
-#         Mesa's lavapipe, the Python venv that writes the test models, Chromium and chromedriver.
+# Usage: scripts/setup.sh [demo|test|wasm-bindgen]      (default: test)
+#   demo:  what scripts/demo.sh needs, for the Node chat and the web demo alike: the wasm32 targets (a nightly with
+#          rust-src for the threaded build), the npm package's tools (npm ci in npm/), the default model; and
+#          wasm-bindgen, which scripts/build-wasm.sh installs (`wasm-bindgen` below) while cargo builds the engine.
+#          (The web demo adds only www/'s npm packages, which scripts/www.sh installs itself.)
+#   test:  demo and wasm-bindgen, plus what only the tests, benches and fuzzing need: the aarch64 target, its cross
+#          linker and qemu, Mesa's lavapipe, the Python venv that writes the test models, Chromium and chromedriver.
+#   wasm-bindgen: only wasm-bindgen-cli (wasm-bindgen and the wasm32 tests' runner).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WASM_BINDGEN_VERSION=0.2.130
@@ -50,11 +52,12 @@ nightly_with_rust_src() {
 
 # wasm-bindgen (the builds' glue) and wasm-bindgen-test-runner (the wasm32 tests' runner) come from one crate, which
 # must be the crate's `wasm-bindgen = "=0.2.130"`. Without --locked: its lockfile pins a crate the registry lacks.
-# Built from source (the largest step of the demo's set-up): its prebuilt releases are not reachable from here.
+# Built from source (the largest step of the demo's set-up): its prebuilt releases are not reachable from here. In
+# cargo's own temporary folder, not $CARGO_TARGET_DIR, which would make it wait for (or hold up) the engine's build.
 wasm_bindgen_cli() {
   if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
     step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (about 5 minutes)"
-    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
+    env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
   fi
 }
 
@@ -106,19 +109,21 @@ demo() {
   # Both toolchains: nightly for the threaded build, stable for the one-thread and WebGPU builds.
   rust_target stable wasm32-unknown-unknown "the wasm builds"
   rust_target "$NIGHTLY" wasm32-unknown-unknown "the threaded wasm build"
-  wasm_bindgen_cli
   npm_tools
   scripts/fetch-model.sh >/dev/null
 }
 
 case "${1:-test}" in
   demo) demo ;;
+  wasm-bindgen) wasm_bindgen_cli ;;
   test)
     demo
+    # Up front, not left to scripts/build-wasm.sh: the wasm32 test suites run in its test runner before any build.
+    wasm_bindgen_cli
     aarch64_cross
     lavapipe
     python_venv
     chromium
     ;;
-  *) echo "usage: $0 [demo|test]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|test|wasm-bindgen]" >&2; exit 2 ;;
 esac
