@@ -28,9 +28,16 @@ set -m
 scripts/setup.sh wasm-bindgen 2> >(tee "$installing_log" | grep --line-buffered '^== setup' >&2) &
 installing=$!
 set +m
-trap '[ -z "$installing" ] || kill -- -"$installing" 2>/dev/null || true' EXIT
+stop_installing() {
+  [ -z "$installing" ] || kill -- -"$installing" 2>/dev/null || true
+  rm -f "$installing_log"
+}
+trap stop_installing EXIT
 wait_for_wasm_bindgen() {
   [ -n "$installing" ] || return 0
+  if kill -0 "$installing" 2>/dev/null; then
+    echo "build-wasm: waiting for scripts/setup.sh wasm-bindgen (cargo's output: $installing_log)" >&2
+  fi
   if ! wait "$installing"; then
     installing=""
     cat "$installing_log" >&2
@@ -38,7 +45,6 @@ wait_for_wasm_bindgen() {
     exit 1
   fi
   installing=""
-  rm -f "$installing_log"
 }
 
 # The features rustc enables for wasm32 by default, plus simd128; wasm-opt must not emit anything beyond them.
