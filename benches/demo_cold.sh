@@ -4,7 +4,8 @@
 # target folder, npm cache and model cache, on a PATH without the wasm-bindgen installed here.
 # Not emulated: rustup's toolchains and targets (Rust stable and a nightly with rust-src come with the machine; a wasm32
 # target takes seconds, ../shared/TOOLCHAIN.md) and Debian's packages (the demo installs none).
-# Prints the demo's progress lines with the seconds since the start, then when the answer's first text came.
+# Prints the demo's progress lines with the seconds since the start, then when the answer's first text came (and, for
+# the Node chat, the CPU time it took).
 # Usage: benches/demo_cold.sh          scripts/demo.sh: the Node chat
 #        benches/demo_cold.sh web      scripts/demo.sh web: until `vite preview` serves the page, then the page's first
 #                                      answer in headless Chromium (benches/demo_cold_page.mjs; needs scripts/setup.sh)
@@ -36,14 +37,18 @@ stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$SECONDS" "$line"; 
 SECONDS=0
 echo "[   0 s] $mode demo in a fresh clone: $cold/repo ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
 if [ "$mode" = node ]; then
-  "$cold/repo/scripts/demo.sh" 2> >(stamp >&2) | {
-    IFS= read -r -n 1 first
-    printf '[%4d s] the first text of the answer\n' "$SECONDS" >&2
-    printf '%s' "$first"
-    cat
+  # Its CPU time too (every process it waited for): unlike the seconds, it hardly depends on what else runs here.
+  TIMEFORMAT='CPU time: %U s user, %S s system'
+  time {
+    "$cold/repo/scripts/demo.sh" 2> >(stamp >&2) | {
+      IFS= read -r -n 1 first
+      printf '[%4d s] the first text of the answer\n' "$SECONDS" >&2
+      printf '%s' "$first"
+      cat
+    }
+    sleep 0.2 # the last stamped lines
+    printf '[%4d s] done\n' "$SECONDS"
   }
-  sleep 0.2 # the last stamped lines
-  printf '[%4d s] done\n' "$SECONDS"
 elif [ "$mode" = web ]; then
   port=4199
   "$cold/repo/scripts/demo.sh" web --port "$port" 2> >(stamp >&2) &
