@@ -18,6 +18,35 @@ target_dir=${CARGO_TARGET_DIR:-target}
 # The nightly the threaded build was made with (rustc 1.97.0-nightly e50aa6fba 2026-05-19); any recent one works.
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
 
+# wasm-bindgen, where it is missing (a fresh machine's `scripts/demo.sh`), compiles from source for minutes, as the
+# engine does: one such cargo run leaves much of a 2-core machine idle (measured: both at once took as long as either
+# alone), so scripts/setup.sh installs it while cargo builds the engine (a no-op where it is there), and the first glue
+# step waits for it. Its "== setup" lines show; the rest goes to a log, printed if it fails. Job control (set -m)
+# gives the install a process group of its own, which is stopped with its cargo if this script ends first.
+installing_log=$(mktemp -t ruvllm-setup-wasm-bindgen.XXXXXX)
+set -m
+scripts/setup.sh wasm-bindgen 2> >(tee "$installing_log" | grep --line-buffered '^== setup' >&2) &
+installing=$!
+set +m
+stop_installing() {
+  [ -z "$installing" ] || kill -- -"$installing" 2>/dev/null || true
+  rm -f "$installing_log"
+}
+trap stop_installing EXIT
+wait_for_wasm_bindgen() {
+  [ -n "$installing" ] || return 0
+  if kill -0 "$installing" 2>/dev/null; then
+    echo "build-wasm: waiting for scripts/setup.sh wasm-bindgen (cargo's output: $installing_log)" >&2
+  fi
+  if ! wait "$installing"; then
+    installing=""
+    cat "$installing_log" >&2
+    echo "build-wasm: scripts/setup.sh wasm-bindgen failed (above)" >&2
+    exit 1
+  fi
+  installing=""
+}
+
 # The features rustc enables for wasm32 by default, plus simd128; wasm-opt must not emit anything beyond them.
 WASM_OPT_FEATURES=(--enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
   --enable-mutable-globals --enable-multivalue --enable-reference-types)
@@ -26,6 +55,7 @@ WASM_OPT_FEATURES=(--enable-simd --enable-bulk-memory --enable-nontrapping-float
 bindgen_and_opt() {
   local wasm=$1 out=$2
   shift 2
+  wait_for_wasm_bindgen
   rm -rf "$out" && mkdir -p "$out"
   wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "$wasm"
   rm -f "$out/ruvllm_bg.wasm.d.ts"

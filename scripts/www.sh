@@ -10,10 +10,13 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   echo "== www: npm ci" >&2
   npm ci --no-audit --no-fund >&2
 fi
-if [ ! -f ../npm/dist/browser.js ]; then
-  echo "www: the package is not built: run scripts/build-wasm.sh, then (cd npm && npm run build)" >&2
-  exit 1
-fi
+# A page loads any of the three wasm builds (scripts/demo.sh builds only the one Node uses for its chat).
+for file in dist/browser.js wasm/ruvllm_bg.wasm wasm-mt/ruvllm_bg.wasm wasm-gpu/ruvllm_bg.wasm; do
+  if [ ! -f "../npm/$file" ]; then
+    echo "www: the package is not built (no npm/$file): run scripts/build-wasm.sh, then (cd npm && npm run build)" >&2
+    exit 1
+  fi
+done
 command="${1:-build}"
 shift || true
 exec node node_modules/vite/bin/vite.js "$([ "$command" = dev ] && echo serve || echo "$command")" "$@"
