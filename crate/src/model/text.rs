@@ -41,16 +41,17 @@ pub struct WeightsSummary {
 }
 
 impl WeightsSummary {
+    /// Sums saturate: a header read from a prefix (its file's length unknown) may claim tensors of any size.
     fn of(g: &Gguf) -> WeightsSummary {
         let mut bytes_by_type: Vec<(&'static str, usize)> = Vec::new();
         for t in g.tensors.iter().filter(|t| t.dims.len() >= 2) {
             match bytes_by_type.iter_mut().find(|(name, _)| *name == t.ty.name()) {
-                Some((_, bytes)) => *bytes += t.size,
+                Some((_, bytes)) => *bytes = bytes.saturating_add(t.size),
                 None => bytes_by_type.push((t.ty.name(), t.size)),
             }
         }
         WeightsSummary {
-            parameters: g.tensors.iter().map(|t| t.n_elements() as u64).sum(),
+            parameters: g.tensors.iter().fold(0u64, |n, t| n.saturating_add(t.n_elements() as u64)),
             quantization: bytes_by_type.iter().max_by_key(|(_, bytes)| *bytes).map(|(name, _)| *name),
         }
     }

@@ -171,10 +171,9 @@ export class RemoteModel implements MicroLoraLink {
     }
     connection.users++;
     try {
-      // A shared host keeps nothing of the page's: the bytes are copied, not transferred, so that the model can be
-      // loaded again on a new leader.
-      const transfer = kind === 'shared' ? [] : wire.transfer;
-      const { value, info } = await connection.call((id) => ({ op: 'load', id, source: wire.value, options }), signal, transfer, { progress: onProgress });
+      // A leader's channel transfers nothing (links.ts): the page keeps the bytes, to load the model again on a new
+      // leader; elsewhere they move.
+      const { value, info } = await connection.call((id) => ({ op: 'load', id, source: wire.value, options }), signal, wire.transfer, { progress: onProgress });
       const { handle, header } = value as { handle: number; header: Uint8Array };
       return { model: new RemoteModel(connection, wire, options, handle, info!), header };
     } catch (e) {

@@ -88,6 +88,7 @@ function leaderLink(events: LinkEvents): Link {
   let host: string | null = null;
   const lifetime = holdLifetimeLock();
   // Every message waits for the lifetime lock, as `hello` does: a new host hears this page's `hello` before its calls.
+  // A channel clones and transfers nothing, so what a page sends stays its own (client.ts loads a model again from it).
   const send = (request: Request) => void lifetime.name.then(() => channel.postMessage({ to: 'host', from: me, request } satisfies ChannelMessage));
   const hello = () => void lifetime.name.then((lock) => channel.postMessage({ to: 'host', from: me, request: { op: 'hello', lock } } satisfies ChannelMessage));
   channel.onmessage = ({ data }: MessageEvent<ChannelMessage>) => {
