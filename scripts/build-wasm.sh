@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Build the wasm engine for the npm package, as three builds of the same crate:
+# Build the wasm engine for the npm package, as five builds of the same crate:
 #   npm/wasm/      single-thread CPU engine (stable Rust, simd128; kept small: no wgpu): for every page, and the fallback
 #   npm/wasm-mt/   threaded (feature `threads`: rayon on Web Workers over shared memory; nightly Rust with
 #                  build-std, since std itself must be compiled with atomics): for Node, and for pages that are
 #                  cross-origin isolated (COOP/COEP), where SharedArrayBuffer is allowed
+#   npm/wasm-relaxed/, npm/wasm-mt-relaxed/
+#                  the same two with relaxed SIMD (`+relaxed-simd`: the quantized kernels' one-instruction byte dots),
+#                  for runtimes that validate it (Chromium 114+, Node 22+); the plain ones everywhere else
 #   npm/wasm-gpu/  single-thread CPU engine plus the WebGPU engine (feature `gpu`), loaded only for backend
 #                  "webgpu"/"auto" where the browser has a GPU adapter
 # npm/src/backend.ts and builds.ts pick one at run time. Each: cargo (release) -> wasm-bindgen 0.2.130 --target web ->
 # wasm-opt (npm binaryen@132; -O3, and -O2 for the threaded build, see below). wasm-pack is not used: it would only
-# run these same steps (and costs ~400 s to install in CI). `scripts/build-wasm.sh st|mt|gpu` builds only one of them;
-# `mt-bench` builds the threaded one with the `bench` feature into target/bench/wasm-mt-bench (benches/matmul_scaling.mjs).
+# run these same steps (and costs ~400 s to install in CI). `scripts/build-wasm.sh st|mt|st-relaxed|mt-relaxed|gpu`
+# builds only one of them; `cpu` the four CPU builds; `mt-bench` builds the threaded one with the `bench` feature into
+# target/bench/wasm-mt-bench (benches/matmul_scaling.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wasm_opt=npm/node_modules/.bin/wasm-opt
@@ -63,27 +67,45 @@ bindgen_and_opt() {
   echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
 }
 
+# The relaxed builds' target feature, and the target folders that keep their differently compiled dependencies apart.
+RELAXED=+relaxed-simd
+
+# build_single_thread [relaxed]
 build_single_thread() {
-  cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
-  bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
+  if [ "${1:-}" = relaxed ]; then
+    # RUSTFLAGS replaces .cargo/config.toml's flags (simd128), so they are repeated.
+    RUSTFLAGS="-C target-feature=+simd128,$RELAXED" cargo build --locked --release --target wasm32-unknown-unknown \
+      -p ruvllm --target-dir "$target_dir/wasm-relaxed"
+    bindgen_and_opt "$target_dir/wasm-relaxed/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-relaxed -O3 \
+      --enable-relaxed-simd
+  else
+    cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
+    bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
+  fi
 }
 
-# build_threaded [FEATURES OUT_DIR]: the npm package's threaded build, or (mt-bench) the same with other features.
+# build_threaded [FEATURES OUT_DIR [relaxed]]: the npm package's threaded build, or (mt-bench) the same with other
+# features, or (relaxed) with relaxed SIMD.
 build_threaded() {
-  local features=${1:-threads} out=${2:-npm/wasm-mt}
+  local features=${1:-threads} out=${2:-npm/wasm-mt} relaxed=${3:-} dir=$target_dir/wasm-threads opt_relaxed=()
   # Set here, not in .cargo/config.toml, so the stable build and the tests stay as they are. Current
   # nightlies no longer make memory shared from +atomics alone: the link args ask for shared, imported
   # memory (up to wasm32's 4 GiB) and export the TLS symbols wasm-bindgen's thread glue uses.
   local flags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  if [ "$relaxed" = relaxed ]; then
+    flags+=",$RELAXED"
+    dir=$target_dir/wasm-threads-relaxed
+    opt_relaxed=(--enable-relaxed-simd)
+  fi
   for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     flags+=" -C link-arg=$arg"
   done
   RUSTFLAGS="$flags" cargo "+$NIGHTLY" build --locked --release --target wasm32-unknown-unknown -p ruvllm \
-    --features "$features" -Z build-std=panic_abort,std --target-dir "$target_dir/wasm-threads"
+    --features "$features" -Z build-std=panic_abort,std --target-dir "$dir"
   # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
   # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
-  bindgen_and_opt "$target_dir/wasm-threads/wasm32-unknown-unknown/release/ruvllm.wasm" "$out" -O2 --enable-threads
+  bindgen_and_opt "$dir/wasm32-unknown-unknown/release/ruvllm.wasm" "$out" -O2 --enable-threads "${opt_relaxed[@]}"
   # The glue imports wasm-bindgen-rayon's worker start-up from its snippet; ours (npm/threads/workerHelpers.js)
   # takes its place: it starts workers from a real URL under bundlers' dev servers and fails instead of hanging
   # when a worker cannot start. The glue must still import exactly `startWorkers` from it.
@@ -102,8 +124,12 @@ build_gpu() {
 case "${1:-all}" in
   st) build_single_thread ;;
   mt) build_threaded ;;
+  st-relaxed) build_single_thread relaxed ;;
+  mt-relaxed) build_threaded threads npm/wasm-mt-relaxed relaxed ;;
   mt-bench) build_threaded threads,bench "$target_dir/bench/wasm-mt-bench" ;;
   gpu) build_gpu ;;
-  all) build_single_thread && build_threaded && build_gpu ;;
-  *) echo "usage: $0 [st|mt|gpu|all|mt-bench]" >&2; exit 2 ;;
+  cpu) build_single_thread && build_threaded && build_single_thread relaxed && build_threaded threads npm/wasm-mt-relaxed relaxed ;;
+  all) build_single_thread && build_threaded && build_single_thread relaxed && build_threaded threads npm/wasm-mt-relaxed relaxed &&
+    build_gpu ;;
+  *) echo "usage: $0 [st|mt|st-relaxed|mt-relaxed|gpu|cpu|all|mt-bench]" >&2; exit 2 ;;
 esac

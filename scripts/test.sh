@@ -41,6 +41,21 @@ section "wasm32 unit tests (Node)"
 # in Node took ~8 minutes more. The package's own Node tests (npm test) load its wasm build in Node.
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib
 
+section "wasm32 unit tests with relaxed SIMD (Node; the quantized kernels in headless Chromium too)"
+# The crate as the npm package's relaxed builds compile it: every unit test in Node (Node 20 validates relaxed SIMD
+# only with --experimental-wasm-relaxed-simd; Node 22+ has it on and refuses the flag), and the kernels' checks
+# against their references in Chromium. RUSTFLAGS replaces .cargo/config.toml's (simd128), hence repeated; the
+# target folder keeps the dependencies compiled with these flags apart (scripts/build-wasm.sh st-relaxed uses it).
+relaxed=(env RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR=target/wasm-relaxed)
+node_args=""
+node --experimental-wasm-relaxed-simd -e 0 2>/dev/null && node_args=--experimental-wasm-relaxed-simd
+NODE_ARGS="$node_args" "${relaxed[@]}" cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib
+WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
+  "${relaxed[@]}" cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib -- quant:: 2>&1 |
+  tee target/wasm32-chromium-relaxed.log
+grep -q '^Running headless tests in Chrome' target/wasm32-chromium-relaxed.log ||
+  { echo "the relaxed-SIMD kernel tests did not run in headless Chromium" >&2; exit 1; }
+
 section "wasm32 tests (headless Chromium)"
 # The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.
 # A page has no file system: tests/rust/support fetches the model, the llama.cpp reference data and the fixtures from

@@ -5,6 +5,11 @@ import { RuvllmError, invalid } from './errors.js';
  * `wasm-gpu`: `wasm` plus the WebGPU engine (chosen by the `backend` option, see backend.ts). */
 export type BuildName = 'wasm' | 'wasm-mt' | 'wasm-gpu';
 
+/** A CPU build's instruction set: plain SIMD128, or with relaxed SIMD (`wasm-relaxed/`, `wasm-mt-relaxed/`). */
+export type Simd = 'simd128' | 'relaxed';
+/** `LoadOptions.simd`. */
+export type SimdOption = 'auto' | Simd;
+
 /**
  * What the package uses of a build's wasm-bindgen glue module (the same in every build). Declared here
  * rather than imported, so that the published types do not pull in the glue's DOM-typed declarations;
@@ -176,12 +181,55 @@ interface BuildFiles {
   wasm: URL;
 }
 
-// One row per build; literal paths so that bundlers find every file.
-const FILES: Record<BuildName, BuildFiles> = {
+/** A build's folder: its name, with `-relaxed` for the relaxed-SIMD form of a CPU build. */
+type Folder = BuildName | 'wasm-relaxed' | 'wasm-mt-relaxed';
+
+// One row per folder; literal paths so that bundlers find every file.
+const FILES: Record<Folder, BuildFiles> = {
   wasm: { glue: () => import('../wasm/ruvllm.js'), wasm: new URL('../wasm/ruvllm_bg.wasm', import.meta.url) },
   'wasm-mt': { glue: () => import('../wasm-mt/ruvllm.js'), wasm: new URL('../wasm-mt/ruvllm_bg.wasm', import.meta.url) },
+  'wasm-relaxed': { glue: () => import('../wasm-relaxed/ruvllm.js'), wasm: new URL('../wasm-relaxed/ruvllm_bg.wasm', import.meta.url) },
+  'wasm-mt-relaxed': { glue: () => import('../wasm-mt-relaxed/ruvllm.js'), wasm: new URL('../wasm-mt-relaxed/ruvllm_bg.wasm', import.meta.url) },
   'wasm-gpu': { glue: () => import('../wasm-gpu/ruvllm.js'), wasm: new URL('../wasm-gpu/ruvllm_bg.wasm', import.meta.url) },
 };
+
+function folder(build: BuildName, simd: Simd): Folder {
+  if (simd === 'simd128') return build;
+  if (build === 'wasm-gpu') throw new Error('the WebGPU build has no relaxed-SIMD form');
+  return `${build}-relaxed`;
+}
+
+/** A module whose one function uses `i16x8.relaxed_dot_i8x16_i7x16_s`, the relaxed instruction the kernels rely on
+ * most: a runtime that validates it runs the relaxed builds (engines ship relaxed SIMD as one feature). */
+const RELAXED_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // types: () -> v128
+  0x03, 0x02, 0x01, 0x00, // one function of type 0
+  0x0a, 0x0f, 0x01, 0x0d, 0x00, // code: one body of 13 bytes, no locals
+  0x41, 0x01, 0xfd, 0x0f, 0x41, 0x02, 0xfd, 0x0f, // i8x16.splat(1), i8x16.splat(2)
+  0xfd, 0x92, 0x02, 0x0b, // i16x8.relaxed_dot_i8x16_i7x16_s, end
+]);
+
+let relaxedValidates: boolean | undefined;
+
+/** Whether this runtime has relaxed SIMD (checked once). */
+export function hasRelaxedSimd(): boolean {
+  relaxedValidates ??= WebAssembly.validate(RELAXED_PROBE);
+  return relaxedValidates;
+}
+
+export function checkSimd(simd: unknown): SimdOption {
+  if (simd === 'auto' || simd === 'relaxed' || simd === 'simd128') return simd;
+  throw invalid(`simd must be one of auto, relaxed, simd128, got ${String(simd)}`);
+}
+
+/** The instruction set of CPU build `build` for the option `simd` (the WebGPU build: SIMD128, whatever asked). */
+export function chooseSimd(simd: SimdOption, build: BuildName): Simd {
+  if (build === 'wasm-gpu' || simd === 'simd128') return 'simd128';
+  if (hasRelaxedSimd()) return 'relaxed';
+  if (simd === 'relaxed') throw new RuvllmError('E_UNSUPPORTED', 'simd: relaxed: this runtime has no relaxed SIMD (Chromium 114+ and Node 22+ have it)');
+  return 'simd128';
+}
 
 /** Why a load runs on fewer threads than it asked for (or, by default, than the cores): `info().threadFallback`. */
 export interface ThreadFallback {
@@ -204,18 +252,29 @@ export function chooseBuild(host: Host, threads: number | undefined): { build: B
   return { build: 'wasm-mt', threads: wanted, fallback: null };
 }
 
-const started = new Map<BuildName, Promise<Wasm>>();
+const started = new Map<Folder, Promise<Wasm>>();
 
-/** Start `build` once. A failed fetch is retried by the next load; a thread pool that failed to start
- * (E_THREADS) is not, since the build's instance is left half made. The pool is made at the first start,
- * so a later load asking for another thread count is refused. */
-export async function startBuild(host: Host, build: BuildName, threads: number): Promise<Wasm> {
-  let wasm = started.get(build);
+/** Start `build` in the instruction set `simd` chose (`chooseSimd`) once. A failed fetch is retried by the next load; a
+ * thread pool that failed to start (E_THREADS) is not, since the build's instance is left half made. The pool is made
+ * at the first start, so a later load asking for another thread count is refused. Under `auto`, a relaxed build that
+ * cannot be fetched (a checkout that built only the plain ones) gives way to the plain one. */
+export async function startBuild(host: Host, build: BuildName, threads: number, simd: SimdOption = 'auto'): Promise<Wasm> {
+  const set = chooseSimd(simd, build);
+  try {
+    return await startFolder(host, build, folder(build, set), threads);
+  } catch (e) {
+    if (set === 'simd128' || simd !== 'auto' || (e as RuvllmError).code !== 'E_FETCH') throw e;
+    return startFolder(host, build, build, threads);
+  }
+}
+
+async function startFolder(host: Host, build: BuildName, at: Folder, threads: number): Promise<Wasm> {
+  let wasm = started.get(at);
   if (!wasm) {
-    wasm = start(host, build, threads);
-    started.set(build, wasm);
+    wasm = start(host, build, at, threads);
+    started.set(at, wasm);
     wasm.catch((e) => {
-      if ((e as RuvllmError).code !== 'E_THREADS') started.delete(build);
+      if ((e as RuvllmError).code !== 'E_THREADS') started.delete(at);
     });
   }
   const w = await wasm;
@@ -225,8 +284,8 @@ export async function startBuild(host: Host, build: BuildName, threads: number):
   return w;
 }
 
-async function start(host: Host, build: BuildName, threads: number): Promise<Wasm> {
-  const files = FILES[build];
+async function start(host: Host, build: BuildName, at: Folder, threads: number): Promise<Wasm> {
+  const files = FILES[at];
   let glue!: Glue;
   let instantiated = false;
   const run = async () => {
@@ -240,7 +299,7 @@ async function start(host: Host, build: BuildName, threads: number): Promise<Was
   } catch (e) {
     const message = (e as Error)?.message ?? String(e);
     if (instantiated) throw new RuvllmError('E_THREADS', `the thread pool could not start: ${message}`, { cause: e });
-    throw new RuvllmError('E_FETCH', `cannot load the wasm engine (${build}): ${message}`, { cause: e });
+    throw new RuvllmError('E_FETCH', `cannot load the wasm engine (${at}): ${message}`, { cause: e });
   }
   const settle = <T>(result: T | Promise<T>) => (result instanceof Promise ? host.keepAlive(result) : Promise.resolve(result));
   return { build, threads, glue, settle };

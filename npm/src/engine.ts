@@ -346,6 +346,7 @@ export function parseInfo(
     kvCache: { cold: i.kv_cache.cold, hotTokens: i.kv_cache.hot_tokens ?? null },
     wasmMemoryBytes: i.wasm_memory_bytes,
     simd128: i.simd128,
+    relaxedSimd: i.relaxed_simd ?? false,
     hasChatTemplate: i.has_chat_template,
     threads: i.threads,
     backend: i.backend,

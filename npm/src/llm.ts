@@ -6,7 +6,7 @@
 // (worker/client.ts's `RemoteModel`): each compute call below then goes there, and the text side runs in the page on
 // a `TextEngine` of the model's header, which the worker sends back.
 import { checkBackend, type Backend, type BackendFallback } from './backend.js';
-import type { Engine, ThreadFallback } from './builds.js';
+import { checkSimd, type Engine, type ThreadFallback } from './builds.js';
 import { createChat, type Chat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
@@ -125,7 +125,7 @@ export class LLM extends TextSide {
     }
     const modelStore: ModelStore | null = cache === false ? null : await openModelStore(cache);
     throwIfAborted(signal);
-    const build = await initWasm(backend, Boolean(gpuAllowSoftware), threads);
+    const build = await initWasm(backend, Boolean(gpuAllowSoftware), threads, checkSimd(options.simd ?? 'auto'));
     try {
       const engine = await loadEngine(build, source, {
         onProgress,

@@ -1,7 +1,7 @@
 // The platform: what differs between Node and browsers (registered by the entry points, node.ts and browser.ts),
 // starting a wasm build for a load (the backend and thread count chosen), opening model sources and stores.
 import { chooseBackend, type Backend, type BackendFallback } from './backend.js';
-import { chooseBuild, startBuild, type Host, type ThreadFallback, type Wasm } from './builds.js';
+import { chooseBuild, startBuild, type Host, type SimdOption, type ThreadFallback, type Wasm } from './builds.js';
 import { invalid, type RuvllmError } from './errors.js';
 import { CacheApiModelStore } from './models/cache-api.js';
 import type { ModelCacheOption } from './models/cache.js';
@@ -48,10 +48,11 @@ export interface StartedWasm {
 
 /**
  * The platform and the started wasm build for a load: the WebGPU build when `backend` chooses the GPU
- * (backend.ts), else a CPU build for `threads` (builds.ts); with the reasons the CPU runs where the GPU was
- * asked for, and one thread where more were wanted (a threaded build that cannot start falls back to one thread).
+ * (backend.ts), else a CPU build for `threads` in the instruction set `simd` chooses (builds.ts); with the reasons the
+ * CPU runs where the GPU was asked for, and one thread where more were wanted (a threaded build that cannot start falls
+ * back to one thread).
  */
-export async function initWasm(backend: Backend, allowSoftware: boolean, threads: number | undefined): Promise<StartedWasm> {
+export async function initWasm(backend: Backend, allowSoftware: boolean, threads: number | undefined, simd: SimdOption): Promise<StartedWasm> {
   const host = getPlatform();
   const choice = await chooseBackend(backend, allowSoftware);
   let fallback = choice.build === 'cpu' ? choice.fallback : null;
@@ -66,15 +67,15 @@ export async function initWasm(backend: Backend, allowSoftware: boolean, threads
   const { build, threads: n, fallback: threadFallback } = chooseBuild(host, threads);
   if (build === 'wasm-mt') {
     try {
-      return { host, wasm: await startBuild(host, build, n), fallback, threadFallback };
+      return { host, wasm: await startBuild(host, build, n, simd), fallback, threadFallback };
     } catch (e) {
       const code = (e as RuvllmError).code;
       if (code !== 'E_THREADS' && code !== 'E_FETCH') throw e;
       const why = { code: 'E_THREADS' as const, message: `one thread runs: ${(e as Error).message}` };
-      return { host, wasm: await startBuild(host, 'wasm', 1), fallback, threadFallback: why };
+      return { host, wasm: await startBuild(host, 'wasm', 1, simd), fallback, threadFallback: why };
     }
   }
-  return { host, wasm: await startBuild(host, build, n), fallback, threadFallback };
+  return { host, wasm: await startBuild(host, build, n, simd), fallback, threadFallback };
 }
 
 /** The one-thread build, which the vector indexes and tokenizers run in (started once, shared with models that use

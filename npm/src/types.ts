@@ -2,7 +2,7 @@
 // options. Below every module that uses them (llm.ts, chat.ts, embeddings.ts, engine.ts): this module imports only
 // types, and none from those.
 import type { Backend, BackendFallback } from './backend.js';
-import type { BuildName, ThreadFallback } from './builds.js';
+import type { BuildName, SimdOption, ThreadFallback } from './builds.js';
 import type { ModelCacheOption } from './models/cache.js';
 import type { LoadProgress } from './source.js';
 import type { StoreError, StoreLoad } from './store/persistence.js';
@@ -33,6 +33,13 @@ export interface LoadOptions {
    * the single-thread build runs. The first threaded load fixes the count for the process or page.
    */
   threads?: number;
+  /**
+   * The CPU build's instruction set: `auto` (default) runs the relaxed-SIMD build where the runtime validates it
+   * (Chromium 114+, Node 22+), else the plain SIMD128 one; `relaxed` requires it (`E_UNSUPPORTED` where missing);
+   * `simd128` the plain build everywhere. Both give the same tokens: the relaxed instructions are used only where
+   * every engine computes them alike. The WebGPU build is SIMD128. `info().relaxedSimd` says which runs.
+   */
+  simd?: SimdOption;
   signal?: AbortSignal;
   /**
    * Browsers: where the engine runs. By default in a dedicated Worker, so forward passes never block the page;
@@ -144,8 +151,11 @@ export interface ModelInfo {
   /** The wasm instance's memory now (shared by every model loaded in it). */
   wasmMemoryBytes: number;
   simd128: boolean;
+  /** Whether the build has relaxed SIMD (`LoadOptions.simd`): the quantized kernels' one-instruction byte dots. */
+  relaxedSimd: boolean;
   hasChatTemplate: boolean;
-  /** The wasm build running this model: `wasm` (single thread) or `wasm-mt` (threads on Web Workers). */
+  /** The wasm build running this model: `wasm` (single thread), `wasm-mt` (threads on Web Workers) or `wasm-gpu`;
+   * each CPU one in a relaxed-SIMD form too (`relaxedSimd`). */
   build: BuildName;
   /** Where forward passes run now: 'webgpu', or 'cpu' (also after a fallback). */
   backend: 'webgpu' | 'cpu';

@@ -23,7 +23,7 @@ before(() => {
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 test('the tarball holds the built package and nothing else', () => {
-  for (const f of ['package.json', 'README.md', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/bench_prompt.txt', 'wasm/ruvllm.js', 'wasm/ruvllm.d.ts', 'wasm/ruvllm_bg.wasm', 'wasm-mt/ruvllm.js', 'wasm-mt/ruvllm.d.ts', 'wasm-mt/ruvllm_bg.wasm', 'wasm-gpu/ruvllm.js', 'wasm-gpu/ruvllm.d.ts', 'wasm-gpu/ruvllm_bg.wasm', 'dist/backend.js', 'dist/worker/entry.js', 'dist/worker/host.js', 'dist/worker/client.js']) {
+  for (const f of ['package.json', 'README.md', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/bench_prompt.txt', 'wasm/ruvllm.js', 'wasm/ruvllm.d.ts', 'wasm/ruvllm_bg.wasm', 'wasm-mt/ruvllm.js', 'wasm-mt/ruvllm.d.ts', 'wasm-mt/ruvllm_bg.wasm', 'wasm-relaxed/ruvllm.js', 'wasm-relaxed/ruvllm_bg.wasm', 'wasm-mt-relaxed/ruvllm.js', 'wasm-mt-relaxed/ruvllm_bg.wasm', 'wasm-gpu/ruvllm.js', 'wasm-gpu/ruvllm.d.ts', 'wasm-gpu/ruvllm_bg.wasm', 'dist/backend.js', 'dist/worker/entry.js', 'dist/worker/host.js', 'dist/worker/client.js']) {
     assert.ok(files.includes(f), `${f} is missing`);
   }
   assert.deepEqual(files.filter((f) => /^(src|test|examples|node_modules)\//.test(f)), []);

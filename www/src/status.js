@@ -47,7 +47,7 @@ export function describeStatus(state, model) {
   return {
     long: `${said} · ${title} · on the CPU${whyCpu(info)} · ${threads(info.threads)}${oneThread}`,
     short: `${said} · ${shortTitle(title)} · ${threads(info.threads)}`,
-    detail: `WebAssembly${info.simd128 ? ' SIMD128' : ''}, the ${info.build} build`,
+    detail: `WebAssembly${info.relaxedSimd ? ' relaxed SIMD' : info.simd128 ? ' SIMD128' : ''}, the ${info.build} build`,
   };
 }
 

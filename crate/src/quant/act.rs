@@ -269,10 +269,10 @@ mod fast {
                 let away = f32x4_ge(f32x4_abs(f32x4_sub(p, t)), half);
                 let sign_one = v128_or(v128_and(p, sign), one);
                 let r = f32x4_add(t, v128_and(away, sign_one));
-                // Saturate as `as i8` does (`pmin(r, c)` is `c < r ? c : r`, so NaN stays NaN), then
-                // trunc_sat maps NaN to 0.
-                let r = f32x4_pmax(f32x4_pmin(r, top), bottom);
-                i32x4_trunc_sat_f32x4(r)
+                // NaN to 0 first, then saturate as `as i8` does: with NaN gone, every min/max agrees (the
+                // relaxed-SIMD build's LLVM may turn pmin/pmax into relaxed ones, whose NaN is the engine's).
+                let r = v128_and(r, f32x4_eq(r, r));
+                i32x4_trunc_sat_f32x4(f32x4_pmax(f32x4_pmin(r, top), bottom))
             });
             let sum = ints.iter().fold(i32x4_splat(0), |s, &i| i32x4_add(s, i));
             let sum = i32x4_extract_lane::<0>(sum)
@@ -424,8 +424,11 @@ impl Activations {
             }
             Some(ActKind::Q8_1) => {
                 self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
-                #[cfg(target_arch = "wasm32")]
+                // The relaxed-SIMD build dots the types against Q8_1 (Q4_1, Q5_1) with the quants' bytes.
+                #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
                 widen(&self.q8_1, self.rows, &mut self.wide);
+                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+                self.wide.clear();
             }
             _ => {
                 #[cfg(target_arch = "wasm32")]

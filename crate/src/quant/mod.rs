@@ -33,6 +33,12 @@
 //! so they run in two chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types
 //! eight activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
 //!
+//! wasm32 has a second form of the simd128 kernels, compiled where `target_feature = "relaxed-simd"` is on (the
+//! npm package's relaxed builds): the K-quants and the legacy types whose quants fit in seven bits multiply bytes
+//! with `relaxed_dot_i8x16_i7x16` instead of widening to i16. Weights stay in 0..=127 and no i16 pair can
+//! overflow, so every engine computes the same exact integers, the float operations after them are the plain
+//! kernels', and the relaxed build passes the same tests (run in Node and Chromium by scripts/test.sh).
+//!
 //! The simd128 kernels take their vector constants as values made once per call (`simd128::Consts`), because V8
 //! rebuilds a `v128.const` at every use inside a loop.
 //!
@@ -371,8 +377,7 @@ pub fn dot_rows<const A: usize>(
     if ty == GgmlType::Q4_1 && A == 4 && a_rows[0].is_multiple_of(4) && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
         // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
         let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
-        let a4 = std::array::from_fn(|j| acts.row_wide(a_rows[j]));
-        simd128::q4_1_rows4(as_blocks(w), row_blocks, a4, acts.group_scales(a_rows[0] / 4), out4);
+        simd128::q4_1_rows4(as_blocks(w), row_blocks, acts, std::array::from_fn(|j| a_rows[j]), out4);
         return true;
     }
     match ty {
@@ -427,6 +432,7 @@ fn legacy_rows<B: SimdLegacy, const A: usize>(
     a_rows: [usize; A],
     out: &mut [[f32; A]],
 ) -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     let scales = || a_rows.map(|r| acts.row_scales(r));
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
@@ -442,7 +448,7 @@ fn legacy_rows<B: SimdLegacy, const A: usize>(
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        simd128::legacy_rows(w, row_blocks, a_rows.map(|r| acts.row_wide(r)), scales(), out);
+        simd128::legacy_rows(w, row_blocks, acts, a_rows, out);
         return true;
     }
     #[cfg(target_arch = "aarch64")]
@@ -452,7 +458,7 @@ fn legacy_rows<B: SimdLegacy, const A: usize>(
     }
     #[allow(unreachable_code)]
     {
-        let _ = (w, row_blocks, scales, out);
+        let _ = (w, row_blocks, acts, a_rows, out);
         false
     }
 }

@@ -3,10 +3,19 @@
 //! The quantized dots unpack a block's 32 weights to signed bytes, widen weights and activations to
 //! i16 and multiply-add pairs with `i32x4_dot_i16x8`. The block's integer sums are converted to f32
 //! and scaled into an f32x4 accumulator (simd128 has no fused multiply-add).
+//!
+//! The relaxed-SIMD build (`target_feature = "relaxed-simd"`) dots the types whose quants fit in seven
+//! bits (Q4_0, Q4_1, Q5_0, Q5_1: [`Unpack::quants_u7`]) byte by byte instead, with
+//! `i16x8.relaxed_dot_i8x16_i7x16_s` against the activations' own bytes (no widening): with the weights
+//! in 0..=127 and at most 2 * 31 * 127 in a pair, every engine gives the same exact sums. An offset type's
+//! values are `q - offset`: the same dot against the offset comes off in i16. Q8_0 and IQ4_NL, whose
+//! quants take all of i8, keep the widening kernels.
 
 use core::arch::wasm32::*;
 
-use super::act::{f16_to_f32, BlockQ8K, BlockQ8_0, Q8Block};
+#[cfg(target_feature = "relaxed-simd")]
+use super::act::BlockQ8_1;
+use super::act::{f16_to_f32, Activations, BlockQ8K, BlockQ8_0, Q8Block};
 use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
@@ -150,6 +159,17 @@ pub(crate) trait Unpack: LegacyBlock {
     fn quants_wide(&self, c: &Consts) -> [v128; 4] {
         widen(self.quants(c))
     }
+    /// For the types whose quants fit in seven bits (the relaxed-SIMD kernels' byte dots), the offset their values
+    /// are less (`value = q - offset`, `q` as [`Unpack::quants_u7`] gives it); `None` for the others. (The plain
+    /// build reads neither.)
+    #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+    const U7_OFFSET: Option<i8> = None;
+    /// The quants as bytes in 0..=127, where `U7_OFFSET` is some.
+    #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+    #[inline(always)]
+    fn quants_u7(&self, c: &Consts) -> (v128, v128) {
+        self.quants(c)
+    }
 }
 
 impl Unpack for BlockQ4_0 {
@@ -157,6 +177,11 @@ impl Unpack for BlockQ4_0 {
     fn quants(&self, c: &Consts) -> (v128, v128) {
         let (lo, hi) = nibbles(&self.qs, c);
         (i8x16_sub(lo, c.eight), i8x16_sub(hi, c.eight))
+    }
+    const U7_OFFSET: Option<i8> = Some(8);
+    #[inline(always)]
+    fn quants_u7(&self, c: &Consts) -> (v128, v128) {
+        nibbles(&self.qs, c)
     }
 }
 
@@ -169,6 +194,7 @@ impl Unpack for BlockQ4_1 {
     fn quants_wide(&self, c: &Consts) -> [v128; 4] {
         nibbles_wide(&self.qs, c)
     }
+    const U7_OFFSET: Option<i8> = Some(0);
 }
 
 /// A Q5 block's quants: each nibble OR `high(mask)`, `mask` 0xFF where the element's fifth bit is set.
@@ -184,6 +210,11 @@ impl Unpack for BlockQ5_0 {
         // q - 16 as a byte: the nibble when the fifth bit is set, else the nibble with 0xF0 on top.
         q5_quants(&self.qs, self.qh, c, |set| v128_andnot(c.q5_0_high, set))
     }
+    const U7_OFFSET: Option<i8> = Some(16);
+    #[inline(always)]
+    fn quants_u7(&self, c: &Consts) -> (v128, v128) {
+        q5_quants(&self.qs, self.qh, c, |set| v128_and(set, c.q5_1_high))
+    }
 }
 
 impl Unpack for BlockQ5_1 {
@@ -191,6 +222,7 @@ impl Unpack for BlockQ5_1 {
     fn quants(&self, c: &Consts) -> (v128, v128) {
         q5_quants(&self.qs, self.qh, c, |set| v128_and(set, c.q5_1_high))
     }
+    const U7_OFFSET: Option<i8> = Some(0);
 }
 
 impl Unpack for BlockQ8_0 {
@@ -231,15 +263,62 @@ pub(crate) fn vec_dot_iq4_xs(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
+/// The relaxed-SIMD build's byte dots of the seven-bit types ([`Unpack::U7_OFFSET`]): how a kernel call dots them.
+/// (The plain build never makes one.)
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+struct U7 {
+    /// The offset in every byte, where the type has one.
+    offset: Option<v128>,
+}
+
+/// The byte dots for `B`, in the relaxed-SIMD build where its quants fit in seven bits; else `None` (widening).
+#[inline(always)]
+fn u7<B: Unpack>() -> Option<U7> {
+    #[cfg(target_feature = "relaxed-simd")]
+    if let Some(offset) = B::U7_OFFSET {
+        return Some(U7 { offset: (offset != 0).then(|| std::hint::black_box(i8x16_splat(offset))) });
+    }
+    None
+}
+
+/// A block's four i32 sums of `(q - offset) * y` (the relaxed-SIMD build): quants `q` in 0..=127 as bytes,
+/// activations `y` as bytes. A lane's four products and the offset's four stay within i16 (at most
+/// 4 * 31 * 127), so the pairs add there before one widening.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn dot32_u7((q0, q1): (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
+    let (a0, a1) = load32(y);
+    let dot =
+        |w: (v128, v128)| i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(a0, w.0), i16x8_relaxed_dot_i8x16_i7x16(a1, w.1));
+    let sums = match u7.offset {
+        Some(o) => i16x8_sub(dot((q0, q1)), dot((o, o))),
+        None => dot((q0, q1)),
+    };
+    i32x4_extadd_pairwise_i16x8(sums)
+}
+
+/// A block's integer sums against activation quants `y`, as f32: byte dots where `u7` says so, else widened.
+#[inline(always)]
+fn block_dot<B: Unpack>(x: &B, y: &[i8; 32], c: &Consts, u7: Option<U7>) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    if let Some(u7) = u7 {
+        return f32x4_convert_i32x4(dot32_u7(x.quants_u7(c), u7, y));
+    }
+    let _ = u7;
+    dot32(x.quants(c), y)
+}
+
 /// A legacy weight row · its activation row (`vec_dot` of every legacy type): per block, `d * sums`
 /// into `acc` and `m * s` into lane 1 of `mins` (0 for the types without a min).
 pub(crate) fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
     let c = Consts::new();
+    let u7 = u7::<B>();
     let mut acc = f32x4_splat(0.0);
     let mut mins = f32x4_splat(0.0);
     for (x, y) in w.iter().zip(a) {
         let scales = f16_products(x.d(), x.m(), y.d(), y.s(), &c); // [d * d, m * s, ..]
-        let sums = dot32(x.quants(&c), y.qs());
+        let sums = block_dot(x, y.qs(), &c, u7);
         acc = f32x4_add(acc, f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(scales, scales), sums));
         mins = f32x4_add(mins, scales);
     }
@@ -302,30 +381,59 @@ fn load_wide(q: &[i16; 32]) -> [v128; 4] {
     std::array::from_fn(|k| unsafe { v128_load(q.as_ptr().add(8 * k) as *const v128) })
 }
 
-/// Legacy weight rows (each `row_blocks` blocks) · `A` activation rows, into `out[row][j]`: each weight
-/// block is unpacked once for the `A` rows. `a[j][i]` is activation block `i`'s quants widened to i16,
-/// `a_scales[j][i]` its `(d, s)` as f32 (`s` is 0 for Q8_0). Every output has its own accumulators and
-/// sees the same float operations in block order, so the result does not depend on `A`.
+/// Legacy weight rows (each `row_blocks` blocks) · activation rows `a_rows` of `acts`, into `out[row][j]`: each
+/// weight block is unpacked once for the `A` rows, and dotted with each row's quants widened to i16
+/// (`Activations::row_wide`), or in the relaxed-SIMD build for the seven-bit types with its bytes. Every output has
+/// its own accumulators and sees the same float operations in block order as [`legacy_dot`], so the result does not
+/// depend on `A`.
 pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     w: &[B],
     row_blocks: usize,
-    a: [&[[i16; 32]]; A],
-    a_scales: [&[[f32; 2]]; A],
+    acts: &Activations,
+    a_rows: [usize; A],
     out: &mut [[f32; A]],
 ) {
-    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
     let c = Consts::new();
+    let a_scales = a_rows.map(|r| acts.row_scales(r));
+    match u7::<B>() {
+        #[cfg(target_feature = "relaxed-simd")]
+        Some(u7) => {
+            let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
+            let dot = |q: &(v128, v128), y: &B::Act| f32x4_convert_i32x4(dot32_u7(*q, u7, y.qs()));
+            rows_with(w, row_blocks, a, a_scales, out, &c, |x| x.quants_u7(&c), dot);
+        }
+        _ => {
+            let a = a_rows.map(|r| acts.row_wide(r));
+            rows_with(w, row_blocks, a, a_scales, out, &c, |x| x.quants_wide(&c), |q, y| dot_wide(q, &load_wide(y)));
+        }
+    }
+}
+
+/// [`legacy_rows`] once a block's quants are unpacked by `unpack` and dotted with an activation block by `dot`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // legacy_rows's own, plus how its two forms unpack and dot
+fn rows_with<B: Unpack, Y, Q, const A: usize>(
+    w: &[B],
+    row_blocks: usize,
+    a: [&[Y]; A],
+    a_scales: [&[[f32; 2]]; A],
+    out: &mut [[f32; A]],
+    c: &Consts,
+    unpack: impl Fn(&B) -> Q,
+    dot: impl Fn(&Q, &Y) -> v128,
+) {
+    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); A];
         let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
-        each_block(w, &c, |i, x, dm| {
-            let q = x.quants_wide(&c);
+        each_block(w, c, |i, x, dm| {
+            let q = unpack(x);
             for j in 0..A {
                 // SAFETY: i < row_blocks <= the row's length (check_rows).
                 let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
                 let scales = f32x4_mul(dm, ys); // [d * d, m * s, ..]
                 let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
-                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot_wide(&q, &load_wide(y))));
+                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot(&q, y)));
                 if B::WITH_MIN {
                     mins[j] = f32x4_add(mins[j], scales);
                 }
@@ -338,36 +446,67 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     }
 }
 
-/// [`legacy_rows`] of Q4_1 for four activation rows `4g..4g+4`, with their scales side by side
-/// (`scales4[i]` is block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
-/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are
-/// identical.
+/// [`legacy_rows`] of Q4_1 for four activation rows `4g..4g+4` of `acts` (`a_rows[0] = 4g`), with their scales side by
+/// side (`Activations::group_scales`: block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
+/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are identical.
 pub(crate) fn q4_1_rows4(
     w: &[BlockQ4_1],
     row_blocks: usize,
-    a: [&[[i16; 32]]; 4],
-    scales4: &[[[f32; 4]; 2]],
+    acts: &Activations,
+    a_rows: [usize; 4],
     out: &mut [[f32; 4]],
 ) {
-    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
-    assert!(a.iter().all(|a| a.len() >= row_blocks) && scales4.len() >= row_blocks, "activation rows too short");
     let c = Consts::new();
+    let scales4 = acts.group_scales(a_rows[0] / 4);
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    assert!(scales4.len() >= row_blocks, "activation rows too short");
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        let u7 = u7::<BlockQ4_1>().expect("Q4_1's quants fit in seven bits");
+        let a = a_rows.map(|r| acts.row(r).blocks::<BlockQ8_1>());
+        assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+        // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
+        let dot = |q: &(v128, v128), j: usize, i: usize| {
+            f32x4_convert_i32x4(dot32_u7(*q, u7, unsafe { a[j].get_unchecked(i) }.qs()))
+        };
+        rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_u7(&c), dot);
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        let a = a_rows.map(|r| acts.row_wide(r));
+        assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+        // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
+        let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+        rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_wide(&c), dot);
+    }
+}
+
+/// [`q4_1_rows4`] once a block's quants are unpacked by `unpack` and dotted with activation row `j`'s block `i` by `dot`.
+#[inline(always)]
+fn rows4_with<Q>(
+    w: &[BlockQ4_1],
+    row_blocks: usize,
+    scales4: &[[[f32; 4]; 2]],
+    out: &mut [[f32; 4]],
+    c: &Consts,
+    unpack: impl Fn(&BlockQ4_1) -> Q,
+    dot: impl Fn(&Q, usize, usize) -> v128,
+) {
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); 4];
         let mut mins = f32x4_splat(0.0); // lane j sums row j's m * s terms
-        each_block(w, &c, |i, x, dm| {
-            let q = x.quants_wide(&c);
-            // SAFETY: i < row_blocks <= every row's length (checked above).
+        each_block(w, c, |i, x, dm| {
+            let q = unpack(x);
+            // SAFETY: i < row_blocks <= scales4.len() (checked by the caller).
             let [d4, s4] = unsafe { scales4.get_unchecked(i) };
             // SAFETY: 16 bytes each, in bounds; no alignment requirement.
             let (d4, s4) = unsafe { (v128_load(d4.as_ptr() as *const v128), v128_load(s4.as_ptr() as *const v128)) };
             let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), d4);
             mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
-            let dot = |j: usize| dot_wide(&q, &load_wide(unsafe { a[j].get_unchecked(i) }));
-            acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(0)));
-            acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(1)));
-            acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(2)));
-            acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(3)));
+            acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(&q, 0, i)));
+            acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(&q, 1, i)));
+            acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(&q, 2, i)));
+            acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(&q, 3, i)));
         });
         let m = [
             f32x4_extract_lane::<0>(mins),

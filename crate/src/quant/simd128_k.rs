@@ -1,11 +1,14 @@
 //! WebAssembly SIMD128 dot products of the K-quants with Q8_K activations.
 //!
-//! One shape for every type: unpack 16 quants into signed bytes, multiply with 16 Q8 bytes into
-//! i16 (`extmul`), fold the two halves together (|q| <= 32 keeps sums of up to four products
-//! within i16), then `i32x4.dot_i16x8` against the sub-block scale splatted to i16. The integer
-//! sum of a super-block is exact; it is scaled by `d` once, like ggml's reference. The masks each
-//! kernel makes before its loop pass through `black_box` so that V8 keeps them in registers instead of
-//! rebuilding each at every use (see `simd128::Consts`).
+//! One shape for every type: unpack 16 quants into bytes, multiply with 16 Q8 bytes into i16 sums of
+//! two products ([`mul16_u7`]), then `i32x4.dot_i16x8` against the sub-block scale splatted to i16.
+//! Quants are kept unsigned where a type allows (Q2_K, Q4_K, Q5_K, Q6_K: Q6_K's offset of 32 comes
+//! off as 32 times the scaled activation sums, from Q8_K's `bsums`), so that in the relaxed-SIMD build
+//! the multiply is one `i16x8.relaxed_dot_i8x16_i7x16_s`: with weights in 0..=127 it gives the same
+//! exact sums on every engine (no pair of products reaches i16's limits). The integer sum of a
+//! super-block is exact; it is scaled by `d` once, like ggml's reference, so both builds give the same
+//! bits. The masks each kernel makes before its loop pass through `black_box` so that V8 keeps them in
+//! registers instead of rebuilding each at every use (see `simd128::Consts`).
 
 use core::arch::wasm32::*;
 use std::hint::black_box;
@@ -21,10 +24,22 @@ fn load<T: Copy>(s: &[T]) -> v128 {
     unsafe { v128_load(s.as_ptr().cast()) }
 }
 
-/// Eight i16 sums of two products `w[l] * q[l]` each.
+/// Eight i16 sums of two products `w[l] * q[l]` each (signed `w`, |w| small enough for i16).
 #[inline]
 fn mul16(w: v128, q: v128) -> v128 {
     i16x8_add(i16x8_extmul_low_i8x16(w, q), i16x8_extmul_high_i8x16(w, q))
+}
+
+/// [`mul16`] for weights `w` in 0..=127 (as unsigned quants are): in the relaxed-SIMD build one
+/// relaxed dot, exact there since neither a weight's top bit nor a pair's sum (at most 2 * 127 * 128)
+/// leaves the range every engine agrees on. Which products share a lane differs; callers sum all
+/// eight lanes of a sub-block under one scale, so the sums are the same.
+#[inline]
+fn mul16_u7(w: v128, q: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    return i16x8_relaxed_dot_i8x16_i7x16(q, w);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    mul16(w, q)
 }
 
 /// `acc + scale * Σ lanes of p` as four i32 lanes.
@@ -60,7 +75,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
                     let q = v128_and(u8x16_shr(bits, 2 * k as u32), m3);
                     let q8 = load(&y.qs[128 * j + 32 * k + 16 * h..]);
                     let is = 8 * j + 2 * k + h;
-                    isum = add_scaled(isum, mul16(q, q8), (x.scales[is] & 0xF) as i16);
+                    isum = add_scaled(isum, mul16_u7(q, q8), (x.scales[is] & 0xF) as i16);
                 }
             }
         }
@@ -97,127 +112,166 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// The Q4_K/Q5_K block sum once the 64 quants of each pair of sub-blocks are in four vectors.
-#[inline]
-fn k4_block(x_scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
-    let sm = scales_mins_k4(x_scales);
+/// A Q4_K/Q5_K block's scales: its sub-block scales and mins (`scales_mins_k4`), the mins also as two
+/// i16x8 for [`bsums_dot`], and its `d` and `dmin`.
+struct K4Scales {
+    sm: [u8; 16],
+    mins: [v128; 2],
+    d: f32,
+    dmin: f32,
+}
+
+#[inline(always)]
+fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
+    let sm = scales_mins_k4(scales);
     let m = |j: usize| sm[8 + j] as i16;
     let mins_lo = i16x8(m(0), m(0), m(1), m(1), m(2), m(2), m(3), m(3));
     let mins_hi = i16x8(m(4), m(4), m(5), m(5), m(6), m(6), m(7), m(7));
-    let summs = bsums_dot(y, mins_lo, mins_hi);
+    K4Scales { sm, mins: [mins_lo, mins_hi], d: f16_to_f32(d), dmin: f16_to_f32(dmin) }
+}
 
+/// A Q4_K/Q5_K block · its Q8_K block, `quants(j)` the 64 quants of sub-blocks `2j` and `2j + 1` in four
+/// vectors (unpacked here, or once for several activation rows).
+#[inline(always)]
+fn k4_block(s: &K4Scales, y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
+    let summs = bsums_dot(y, s.mins[0], s.mins[1]);
     let mut isum = i32x4_splat(0);
     for j in 0..QK_K / 64 {
         let q = quants(j);
         let q8 = &y.qs[64 * j..];
-        let lo = i16x8_add(mul16(q[0], load(q8)), mul16(q[1], load(&q8[16..])));
-        let hi = i16x8_add(mul16(q[2], load(&q8[32..])), mul16(q[3], load(&q8[48..])));
-        isum = add_scaled(isum, lo, sm[2 * j] as i16);
-        isum = add_scaled(isum, hi, sm[2 * j + 1] as i16);
+        let lo = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
+        let hi = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
+        isum = add_scaled(isum, lo, s.sm[2 * j] as i16);
+        isum = add_scaled(isum, hi, s.sm[2 * j + 1] as i16);
     }
-    y.d * f16_to_f32(d) * hsum_i32(isum) as f32 - y.d * f16_to_f32(dmin) * summs as f32
+    y.d * s.d * hsum_i32(isum) as f32 - y.d * s.dmin * summs as f32
+}
+
+/// A Q4_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them.
+#[inline(always)]
+fn q4k_quants(x: &BlockQ4K, j: usize, m4: v128) -> [v128; 4] {
+    let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
+    [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
+}
+
+/// A Q5_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them: each nibble OR 16
+/// where its fifth bit (bit `2j` or `2j + 1` of its byte of `qh`) is set.
+#[inline(always)]
+fn q5k_quants(x: &BlockQ5K, j: usize, [m4, m16]: [v128; 2]) -> [v128; 4] {
+    let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
+    let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
+    let high = |h: usize, bit: usize| {
+        let m = u8x16_splat(1 << bit);
+        v128_and(i8x16_eq(v128_and(qh[h], m), m), m16)
+    };
+    [
+        v128_or(v128_and(b0, m4), high(0, 2 * j)),
+        v128_or(v128_and(b1, m4), high(1, 2 * j)),
+        v128_or(u8x16_shr(b0, 4), high(0, 2 * j + 1)),
+        v128_or(u8x16_shr(b1, 4), high(1, 2 * j + 1)),
+    ]
 }
 
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     let m4 = black_box(u8x16_splat(0xF));
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        sumf += k4_block(&x.scales, x.d, x.dmin, y, |j| {
-            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-            [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
-        });
+        sumf += k4_block(&k4_scales(&x.scales, x.d, x.dmin), y, |j| q4k_quants(x, j, m4));
     }
     sumf
 }
 
 pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    let [m4, m16] = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
+    let masks = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
-        // 16 where bit `bit` of the high-bit bytes is set.
-        let high = |h: usize, bit: usize| {
-            let m = u8x16_splat(1 << bit);
-            v128_and(i8x16_eq(v128_and(qh[h], m), m), m16)
-        };
-        sumf += k4_block(&x.scales, x.d, x.dmin, y, |j| {
-            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-            [
-                v128_or(v128_and(b0, m4), high(0, 2 * j)),
-                v128_or(v128_and(b1, m4), high(1, 2 * j)),
-                v128_or(u8x16_shr(b0, 4), high(0, 2 * j + 1)),
-                v128_or(u8x16_shr(b1, 4), high(1, 2 * j + 1)),
-            ]
-        });
+        sumf += k4_block(&k4_scales(&x.scales, x.d, x.dmin), y, |j| q5k_quants(x, j, masks));
     }
     sumf
+}
+
+/// Σ scales[s] * bsums[s] over the 16 sub-blocks: what Q6_K's offset of 32 takes off a block's sum, over 32.
+#[inline]
+fn scaled_bsums(y: &BlockQ8K, scales: &[i8; QK_K / 16]) -> i32 {
+    let sc = load(scales);
+    bsums_dot(y, i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc))
+}
+
+/// A Q6_K block's quants for elements `128j + 32k + 16h + (0..16)` as `[k]` (for half `h` of the 128
+/// values `j`): unsigned, 0..=63 (the offset is taken off by [`scaled_bsums`]).
+#[inline(always)]
+fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 4] {
+    let l0 = load(&x.ql[64 * j + 16 * h..]);
+    let l1 = load(&x.ql[64 * j + 32 + 16 * h..]);
+    let qh = load(&x.qh[32 * j + 16 * h..]);
+    [
+        v128_or(v128_and(l0, m4), v128_and(i8x16_shl(qh, 4), m30)),
+        v128_or(v128_and(l1, m4), v128_and(i8x16_shl(qh, 2), m30)),
+        v128_or(u8x16_shr(l0, 4), v128_and(qh, m30)),
+        v128_or(u8x16_shr(l1, 4), v128_and(u8x16_shr(qh, 2), m30)),
+    ]
+}
+
+/// One Q6_K block · its Q8_K block as it unpacks: the exact integer sum `Σ scale * (q - 32) * a`, as
+/// `q * a` sums less `32 * Σ scale * bsum`.
+#[inline(always)]
+fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
+    let mut isum = i32x4_splat(0);
+    for j in 0..QK_K / 128 {
+        for h in 0..2 {
+            for (k, q) in q6k_quants(x, j, h, masks).into_iter().enumerate() {
+                let is = 8 * j + 2 * k + h;
+                isum = add_scaled(isum, mul16_u7(q, load(&y.qs[16 * is..])), x.scales[is] as i16);
+            }
+        }
+    }
+    hsum_i32(isum) - 32 * scaled_bsums(y, &x.scales)
+}
+
+/// [`q6k_block_sum`] of a block unpacked beforehand, `q[is]` the quants of sub-block `is` (the same sum).
+#[inline(always)]
+fn q6k_unpacked_sum(x: &BlockQ6K, q: &[v128; QK_K / 16], y: &BlockQ8K) -> i32 {
+    let mut isum = i32x4_splat(0);
+    for (is, &q) in q.iter().enumerate() {
+        isum = add_scaled(isum, mul16_u7(q, load(&y.qs[16 * is..])), x.scales[is] as i16);
+    }
+    hsum_i32(isum) - 32 * scaled_bsums(y, &x.scales)
 }
 
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let [m4, m30, m32] = black_box([u8x16_splat(0xF), u8x16_splat(0x30), i8x16_splat(32)]);
+    let masks = black_box([u8x16_splat(0xF), u8x16_splat(0x30)]);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut isum = i32x4_splat(0);
-        for j in 0..QK_K / 128 {
-            for h in 0..2 {
-                let l0 = load(&x.ql[64 * j + 16 * h..]);
-                let l1 = load(&x.ql[64 * j + 32 + 16 * h..]);
-                let qh = load(&x.qh[32 * j + 16 * h..]);
-                // Elements 32k + 16h + (0..16) of this 128-value half, as q - 32.
-                let q = [
-                    v128_or(v128_and(l0, m4), v128_and(i8x16_shl(qh, 4), m30)),
-                    v128_or(v128_and(l1, m4), v128_and(i8x16_shl(qh, 2), m30)),
-                    v128_or(u8x16_shr(l0, 4), v128_and(qh, m30)),
-                    v128_or(u8x16_shr(l1, 4), v128_and(u8x16_shr(qh, 2), m30)),
-                ];
-                for (k, &q) in q.iter().enumerate() {
-                    let q8 = load(&y.qs[128 * j + 32 * k + 16 * h..]);
-                    let is = 8 * j + 2 * k + h;
-                    isum = add_scaled(isum, mul16(i8x16_sub(q, m32), q8), x.scales[is] as i16);
-                }
-            }
-        }
-        sumf += f16_to_f32(x.d) * y.d * hsum_i32(isum) as f32;
+        sumf += f16_to_f32(x.d) * y.d * q6k_block_sum(x, y, masks) as f32;
     }
     sumf
 }
 
-/// The Q4_K/Q5_K row kernel once a block's 256 quants are unpacked (`quants(x)`: four vectors per pair of
-/// sub-blocks, as [`k4_block`] takes them): every weight row of `w` (rows of `row_blocks` blocks) · `A`
-/// activation rows, into `out[row][j]`, each block unpacked once for the `A` rows. Per output the same
+/// The Q4_K/Q5_K row kernel: every weight row of `w` (rows of `row_blocks` blocks) · `A` activation rows,
+/// into `out[row][j]`. With several rows each block's quants are unpacked once for them (decode's one row
+/// unpacks as it goes: 16 vectors held across the loop would not stay in registers). Per output the same
 /// integer sums and float operations as `vec_dot`, so the results equal its bits, whatever `A`.
-#[inline]
+#[inline(always)]
 fn k4_rows<X, const A: usize>(
     w: &[X],
     row_blocks: usize,
     a: [&[BlockQ8K]; A],
     out: &mut [[f32; A]],
-    fields: impl Fn(&X) -> (&[u8; 12], [u8; 2], [u8; 2]),
-    quants: impl Fn(&X) -> [[v128; 4]; QK_K / 64],
+    scales: impl Fn(&X) -> K4Scales,
+    quants: impl Fn(&X, usize) -> [v128; 4],
 ) {
     check_k_rows(w, row_blocks, &a, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut sumf = [0f32; A];
         for (i, x) in w.iter().enumerate() {
-            let (scales, d, dmin) = fields(x);
-            let sm = scales_mins_k4(scales);
-            let m = |j: usize| sm[8 + j] as i16;
-            let mins_lo = i16x8(m(0), m(0), m(1), m(1), m(2), m(2), m(3), m(3));
-            let mins_hi = i16x8(m(4), m(4), m(5), m(5), m(6), m(6), m(7), m(7));
-            let q = quants(x);
-            let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+            let s = scales(x);
+            if A == 1 {
+                sumf[0] += k4_block(&s, &a[0][i], |j| quants(x, j));
+                continue;
+            }
+            let q: [[v128; 4]; QK_K / 64] = std::array::from_fn(|j| quants(x, j));
             for (sumf, a) in sumf.iter_mut().zip(&a) {
-                let y = &a[i];
-                let summs = bsums_dot(y, mins_lo, mins_hi);
-                let mut isum = i32x4_splat(0);
-                for (j, q) in q.iter().enumerate() {
-                    let q8 = &y.qs[64 * j..];
-                    let lo = i16x8_add(mul16(q[0], load(q8)), mul16(q[1], load(&q8[16..])));
-                    let hi = i16x8_add(mul16(q[2], load(&q8[32..])), mul16(q[3], load(&q8[48..])));
-                    isum = add_scaled(isum, lo, sm[2 * j] as i16);
-                    isum = add_scaled(isum, hi, sm[2 * j + 1] as i16);
-                }
-                *sumf += y.d * d * hsum_i32(isum) as f32 - y.d * dmin * summs as f32;
+                *sumf += k4_block(&s, &a[i], |j| q[j]);
             }
         }
         *out = sumf;
@@ -227,74 +281,42 @@ fn k4_rows<X, const A: usize>(
 /// Q4_K rows · `A` activation rows (see [`k4_rows`]).
 pub(crate) fn q4k_rows<const A: usize>(w: &[BlockQ4K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
     let m4 = black_box(u8x16_splat(0xF));
-    let quants = |x: &BlockQ4K| {
-        std::array::from_fn(|j| {
-            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-            [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
-        })
-    };
-    k4_rows(w, row_blocks, a, out, |x| (&x.scales, x.d, x.dmin), quants);
+    k4_rows(w, row_blocks, a, out, |x| k4_scales(&x.scales, x.d, x.dmin), |x, j| q4k_quants(x, j, m4));
 }
 
 /// Q5_K rows · `A` activation rows (see [`k4_rows`]).
 pub(crate) fn q5k_rows<const A: usize>(w: &[BlockQ5K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
-    let [m4, m16] = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
-    let quants = |x: &BlockQ5K| {
-        let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
-        // 16 where bit `bit` of the high-bit bytes is set.
-        let high = |h: usize, bit: usize| {
-            let m = u8x16_splat(1 << bit);
-            v128_and(i8x16_eq(v128_and(qh[h], m), m), m16)
-        };
-        std::array::from_fn(|j| {
-            let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-            [
-                v128_or(v128_and(b0, m4), high(0, 2 * j)),
-                v128_or(v128_and(b1, m4), high(1, 2 * j)),
-                v128_or(u8x16_shr(b0, 4), high(0, 2 * j + 1)),
-                v128_or(u8x16_shr(b1, 4), high(1, 2 * j + 1)),
-            ]
-        })
-    };
-    k4_rows(w, row_blocks, a, out, |x| (&x.scales, x.d, x.dmin), quants);
+    let masks = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
+    k4_rows(w, row_blocks, a, out, |x| k4_scales(&x.scales, x.d, x.dmin), |x, j| q5k_quants(x, j, masks));
 }
 
-/// Q6_K rows · `A` activation rows: each block's quants (as `q - 32`) unpacked once for the `A` rows, then
-/// per output `vec_dot_q6k`'s integer sums and float operations, so the results equal its bits, whatever `A`.
+/// Q6_K rows · `A` activation rows: with several rows each block's quants are unpacked once for them
+/// (decode's one row unpacks as it goes: 16 vectors held across the loop would not stay in registers),
+/// then per output `vec_dot_q6k`'s integer sums and float operations, so the results equal its bits,
+/// whatever `A`.
 pub(crate) fn q6k_rows<const A: usize>(w: &[BlockQ6K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
-    let [m4, m30, m32] = black_box([u8x16_splat(0xF), u8x16_splat(0x30), i8x16_splat(32)]);
+    let masks = black_box([u8x16_splat(0xF), u8x16_splat(0x30)]);
     check_k_rows(w, row_blocks, &a, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut sumf = [0f32; A];
         for (i, x) in w.iter().enumerate() {
-            // q[j][h][k]: elements 128j + 32k + 16h + (0..16), as q - 32.
-            let q: [[[v128; 4]; 2]; QK_K / 128] = std::array::from_fn(|j| {
-                std::array::from_fn(|h| {
-                    let l0 = load(&x.ql[64 * j + 16 * h..]);
-                    let l1 = load(&x.ql[64 * j + 32 + 16 * h..]);
-                    let qh = load(&x.qh[32 * j + 16 * h..]);
-                    [
-                        v128_or(v128_and(l0, m4), v128_and(i8x16_shl(qh, 4), m30)),
-                        v128_or(v128_and(l1, m4), v128_and(i8x16_shl(qh, 2), m30)),
-                        v128_or(u8x16_shr(l0, 4), v128_and(qh, m30)),
-                        v128_or(u8x16_shr(l1, 4), v128_and(u8x16_shr(qh, 2), m30)),
-                    ]
-                    .map(|q| i8x16_sub(q, m32))
-                })
-            });
             let d = f16_to_f32(x.d);
-            for (sumf, a) in sumf.iter_mut().zip(&a) {
-                let y = &a[i];
-                let mut isum = i32x4_splat(0);
-                for (j, q) in q.iter().enumerate() {
-                    for (h, q) in q.iter().enumerate() {
-                        for (l, &q) in q.iter().enumerate() {
-                            let q8 = load(&y.qs[128 * j + 32 * l + 16 * h..]);
-                            isum = add_scaled(isum, mul16(q, q8), x.scales[8 * j + 2 * l + h] as i16);
-                        }
+            if A == 1 {
+                let y = &a[0][i];
+                sumf[0] += d * y.d * q6k_block_sum(x, y, masks) as f32;
+                continue;
+            }
+            let mut q = [i32x4_splat(0); QK_K / 16];
+            for j in 0..QK_K / 128 {
+                for h in 0..2 {
+                    for (k, v) in q6k_quants(x, j, h, masks).into_iter().enumerate() {
+                        q[8 * j + 2 * k + h] = v;
                     }
                 }
-                *sumf += d * y.d * hsum_i32(isum) as f32;
+            }
+            for (sumf, a) in sumf.iter_mut().zip(&a) {
+                let y = &a[i];
+                *sumf += d * y.d * q6k_unpacked_sum(x, &q, y) as f32;
             }
         }
         *out = sumf;

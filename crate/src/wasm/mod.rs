@@ -632,6 +632,7 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
         "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
         "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
+        "relaxed_simd": cfg!(target_feature = "relaxed-simd"),
         "kv_cache": kv_cache_info(model.kv_cache()),
         "threads": crate::parallel::threads(),
         "prefix_cache": prefix_cache_info(model),
