@@ -48,6 +48,24 @@ fn add_scaled(acc: v128, p: v128, scale: i16) -> v128 {
     i32x4_add(acc, i32x4_dot_i16x8(p, i16x8_splat(scale)))
 }
 
+/// `acc + Σ lanes of p[k] * lane k of the i16x8 `scales`, for eight sub-blocks' pair sums `p`: each scale is
+/// spread over a vector by a shuffle, not taken out to a scalar and splatted (several instructions in V8).
+#[inline(always)]
+fn add_scaled8(acc: v128, p: [v128; 8], scales: v128) -> v128 {
+    #[inline(always)]
+    fn lane<const K: usize>(acc: v128, p: v128, scales: v128) -> v128 {
+        i32x4_add(acc, i32x4_dot_i16x8(p, i16x8_shuffle::<K, K, K, K, K, K, K, K>(scales, scales)))
+    }
+    let acc = lane::<0>(acc, p[0], scales);
+    let acc = lane::<1>(acc, p[1], scales);
+    let acc = lane::<2>(acc, p[2], scales);
+    let acc = lane::<3>(acc, p[3], scales);
+    let acc = lane::<4>(acc, p[4], scales);
+    let acc = lane::<5>(acc, p[5], scales);
+    let acc = lane::<6>(acc, p[6], scales);
+    lane::<7>(acc, p[7], scales)
+}
+
 #[inline]
 fn hsum_i32(v: v128) -> i32 {
     i32x4_extract_lane::<0>(v) + i32x4_extract_lane::<1>(v) + i32x4_extract_lane::<2>(v) + i32x4_extract_lane::<3>(v)
@@ -112,10 +130,10 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// A Q4_K/Q5_K block's scales: its sub-block scales and mins (`scales_mins_k4`), the mins also as two
-/// i16x8 for [`bsums_dot`], and its `d` and `dmin`.
+/// A Q4_K/Q5_K block's scales: its eight sub-block scales as an i16x8, its mins as two i16x8 each twice (for
+/// [`bsums_dot`]: a min covers two bsums), and its `d` and `dmin`.
 struct K4Scales {
-    sm: [u8; 16],
+    scales: v128,
     mins: [v128; 2],
     d: f32,
     dmin: f32,
@@ -123,11 +141,12 @@ struct K4Scales {
 
 #[inline(always)]
 fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
-    let sm = scales_mins_k4(scales);
-    let m = |j: usize| sm[8 + j] as i16;
-    let mins_lo = i16x8(m(0), m(0), m(1), m(1), m(2), m(2), m(3), m(3));
-    let mins_hi = i16x8(m(4), m(4), m(5), m(5), m(6), m(6), m(7), m(7));
-    K4Scales { sm, mins: [mins_lo, mins_hi], d: f16_to_f32(d), dmin: f16_to_f32(dmin) }
+    let sm = load(&scales_mins_k4(scales)); // 8 scales, then 8 mins, as bytes
+                                            // Byte 16 is the zero vector's: each min widened to i16, twice.
+    let zero = i8x16_splat(0);
+    let mins_lo = i8x16_shuffle::<8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16>(sm, zero);
+    let mins_hi = i8x16_shuffle::<12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16>(sm, zero);
+    K4Scales { scales: u16x8_extend_low_u8x16(sm), mins: [mins_lo, mins_hi], d: f16_to_f32(d), dmin: f16_to_f32(dmin) }
 }
 
 /// A Q4_K/Q5_K block · its Q8_K block, `quants(j)` the 64 quants of sub-blocks `2j` and `2j + 1` in four
@@ -135,15 +154,15 @@ fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
 #[inline(always)]
 fn k4_block(s: &K4Scales, y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
     let summs = bsums_dot(y, s.mins[0], s.mins[1]);
-    let mut isum = i32x4_splat(0);
+    // p[2j], p[2j + 1]: sub-blocks 2j and 2j + 1, each 32 products in i16 pairs.
+    let mut p = [i16x8_splat(0); 8];
     for j in 0..QK_K / 64 {
         let q = quants(j);
         let q8 = &y.qs[64 * j..];
-        let lo = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
-        let hi = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
-        isum = add_scaled(isum, lo, s.sm[2 * j] as i16);
-        isum = add_scaled(isum, hi, s.sm[2 * j + 1] as i16);
+        p[2 * j] = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
+        p[2 * j + 1] = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
     }
+    let isum = add_scaled8(i32x4_splat(0), p, s.scales);
     y.d * s.d * hsum_i32(isum) as f32 - y.d * s.dmin * summs as f32
 }
 
@@ -216,14 +235,18 @@ fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 
 /// `q * a` sums less `32 * Σ scale * bsum`.
 #[inline(always)]
 fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
+    let sc = load(&x.scales);
     let mut isum = i32x4_splat(0);
     for j in 0..QK_K / 128 {
+        // p[2k + h]: sub-block 8j + 2k + h.
+        let mut p = [i16x8_splat(0); 8];
         for h in 0..2 {
             for (k, q) in q6k_quants(x, j, h, masks).into_iter().enumerate() {
-                let is = 8 * j + 2 * k + h;
-                isum = add_scaled(isum, mul16_u7(q, load(&y.qs[16 * is..])), x.scales[is] as i16);
+                p[2 * k + h] = mul16_u7(q, load(&y.qs[16 * (8 * j + 2 * k + h)..]));
             }
         }
+        let sc = if j == 0 { i16x8_extend_low_i8x16(sc) } else { i16x8_extend_high_i8x16(sc) };
+        isum = add_scaled8(isum, p, sc);
     }
     hsum_i32(isum) - 32 * scaled_bsums(y, &x.scales)
 }
@@ -231,6 +254,8 @@ fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
 /// [`q6k_block_sum`] of a block unpacked beforehand, `q[is]` the quants of sub-block `is` (the same sum).
 #[inline(always)]
 fn q6k_unpacked_sum(x: &BlockQ6K, q: &[v128; QK_K / 16], y: &BlockQ8K) -> i32 {
+    // Scalar splats here, not add_scaled8: with the sixteen unpacked sub-blocks already live, its eight products
+    // at a time spill (slower in Node 20 with several activation rows).
     let mut isum = i32x4_splat(0);
     for (is, &q) in q.iter().enumerate() {
         isum = add_scaled(isum, mul16_u7(q, load(&y.qs[16 * is..])), x.scales[is] as i16);
