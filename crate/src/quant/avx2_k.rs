@@ -225,7 +225,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
-/// Q4_K and Q5_K, which the kernels here and `vnni_k`'s tiles read alike: d, dmin and the 12 packed bytes of 6-bit
+/// Q4_K and Q5_K, which the kernels here and `avx2_k_tiles`'s tiles read alike: d, dmin and the 12 packed bytes of 6-bit
 /// scales and mins ([`scales_mins_k4`]) first, then 4-bit quants in the same layout, plus (Q5_K) a fifth bit per
 /// value in `qh`. The fifth bits are the one difference: see [`unpack_k4`].
 pub(crate) trait K4Block: Sized {
@@ -289,7 +289,7 @@ impl K4Block for BlockQ5K {
 /// A block's fifth bits loaded for [`unpack_k4`], once per block: `None` for Q4_K.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::manual_map)] // no closure: vector-valued closures were not inlined into these kernels (see `vnni_k`)
+#[allow(clippy::manual_map)] // no closure: vector-valued closures were not inlined into these kernels (see `avx2_k_tiles`)
 fn load_qh<B: K4Block>(x: &B) -> Option<__m256i> {
     match x.qh() {
         Some(qh) => Some(load256(qh)),
@@ -375,7 +375,7 @@ fn k4_dot<B: K4Block, const EXACT: bool>(w: &[B], a: &[BlockQ8K]) -> f32 {
 }
 
 /// A dot's running sum over blocks of `d` times a block's integer sums (8 i32 lanes), in one of two orders:
-/// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `vnni_k`'s tiles,
+/// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `avx2_k_tiles`'s tiles,
 ///   so on a CPU with AVX512-VNNI (where `dot_rows` uses them) `vec_dot` and the per-row kernels take it too and
 ///   every path gives the same bits, at the cost of a horizontal sum per block in the per-row kernels.
 /// - otherwise: lane by lane in f32 (`fma(d, lanes, acc)`), summed across lanes at the end: the cheaper order, for
@@ -424,7 +424,7 @@ fn hsum_i32_8(x: __m256i) -> f32 {
 }
 
 /// One Q4_K or Q5_K block's part of a dot: its sums of scaled quants (`sumi`'s lanes) times `d` into `acc`, and its
-/// four sums of mins times activation sums (`mins`) times `dmin` into `acc_m`'s lanes (as `vnni_k` adds them).
+/// four sums of mins times activation sums (`mins`) times `dmin` into `acc_m`'s lanes (as `avx2_k_tiles` adds them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k4_block_sum<const EXACT: bool>(
@@ -649,11 +649,11 @@ k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, true,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::vnni_k::k4_rows_tiled;
+    use crate::quant::avx2_k_tiles::k4_rows_tiled;
     use crate::quant::{ActKind, Activations, QuantBlock};
     use crate::test_support::Rng;
 
-    /// Both stampings of each row kernel (and `vnni_k`'s tiles) against `vec_dot` in the same order (`DotSum`; the
+    /// Both stampings of each row kernel (and `avx2_k_tiles`'s tiles) against `vec_dot` in the same order (`DotSum`; the
     /// exact one for the VNNI stamping of Q4_K and Q5_K), bit for bit, with 1 and 4 activation rows (4: the fewest
     /// the tiles take), on quantized rows whose quant and scale bytes are then made random (every value the kernels
     /// can meet).
@@ -665,7 +665,7 @@ mod tests {
         }
         let vnni = crate::simd::cpu::has_vnni();
         let mut rng = Rng::new(5);
-        // Rows: a tile of eight for `vnni_k` and four more.
+        // Rows: a tile of eight for `avx2_k_tiles` and four more.
         let (rows, row_blocks) = (11, 5);
         let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
         let x = values(rows * row_blocks * QK_K);

@@ -51,7 +51,7 @@ pub(crate) fn dot_rows<const A: usize>(
     if crate::simd::cpu::has_avx2() {
         use super::as_blocks;
         use super::avx2_k::*;
-        use super::vnni_k::k4_rows_tiled;
+        use super::avx2_k_tiles::k4_rows_tiled;
         let vnni = crate::simd::cpu::has_vnni();
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
         unsafe {

@@ -18,6 +18,7 @@ use core::arch::x86_64::*;
 
 use super::act::{BlockQ8K, QK_K};
 use super::avx2_k::{fifth_bit, k4_rows_vnni, load256, K4Block};
+use super::avx2_tiles::transpose_words;
 use super::check_k_rows;
 
 /// Rows per tile: one per 32-bit lane of a 256-bit vector.
@@ -66,34 +67,6 @@ pub(crate) fn k4_rows_tiled<B: K4Block, const A: usize>(
 
 // No vector-valued closures below (`array::from_fn(|c| ...)` and the like): such helpers were not inlined into
 // these `target_feature` functions, and every vector then went through memory. Plain loops over arrays instead.
-
-/// Word `c` (0..4) of the 16 bytes at `offset` in row r's block, in lane r of vector c.
-/// # Safety
-/// `offset + 16` bytes are readable at each of `rows`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn transpose_words(rows: &[*const u8; ROWS], offset: usize) -> [__m256i; 4] {
-    // SAFETY: the caller's promise.
-    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows.map(|r| unsafe { r.add(offset) }.cast::<__m128i>());
-    // SAFETY: as above; unaligned loads.
-    let (v04, v15, v26, v37) = unsafe {
-        (
-            _mm256_loadu2_m128i(r4, r0),
-            _mm256_loadu2_m128i(r5, r1),
-            _mm256_loadu2_m128i(r6, r2),
-            _mm256_loadu2_m128i(r7, r3),
-        )
-    };
-    // [r0w0 r1w0 r0w1 r1w1 | r4w0 r5w0 r4w1 r5w1] and so on.
-    let (t0, t1) = (_mm256_unpacklo_epi32(v04, v15), _mm256_unpackhi_epi32(v04, v15));
-    let (t2, t3) = (_mm256_unpacklo_epi32(v26, v37), _mm256_unpackhi_epi32(v26, v37));
-    [
-        _mm256_unpacklo_epi64(t0, t2),
-        _mm256_unpackhi_epi64(t0, t2),
-        _mm256_unpacklo_epi64(t1, t3),
-        _mm256_unpackhi_epi64(t1, t3),
-    ]
-}
 
 /// The top two bits of each byte of `u`, as bits 4 and 5 (how Q4_K packs the high bits of scales 4..8).
 #[inline]
