@@ -538,10 +538,8 @@ mod tests {
                     (true, true) => per_row_vnni(w, row_blocks, a, scales, sums, &mut out),
                 }
             }
-            for (r, o) in out.iter().enumerate() {
-                for j in 0..A {
-                    all[r][t0 + j] = o[j];
-                }
+            for (all, o) in all.iter_mut().zip(&out) {
+                all[t0..t0 + A].copy_from_slice(o);
             }
         }
         all

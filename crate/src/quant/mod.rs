@@ -30,13 +30,14 @@
 //! Q4_K, Q5_K and Q6_K have row kernels of their own (`q4k_rows` and so on in `simd128_k.rs`; in `avx2_k.rs` Q4_K and
 //! Q5_K share `k4_rows`, `K4Block` saying where a type's fifth bits are, if any): each unpacks a block's quants and
 //! sub-block scales once for the activation rows, then does per output exactly its `vec_dot`'s integer sums and float
-//! operations, so the results equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). With
-//! AVX512-VNNI, prefill of Q4_K and Q5_K takes weight rows eight at a time (`avx2_k_tiles.rs`): the eight rows' quant bytes
-//! are transposed so that each 32-bit lane holds one row, one `_mm256_dpbusd_epi32` against four broadcast activation
-//! bytes adds 32 products, and a sub-block's scale is one multiply for all eight rows. The tiles sum each block's
-//! integers exactly before any float operation; on such a CPU these types' `vec_dot` and per-row kernels add in that
-//! same order, so all give the same bits (`avx2_k::DotSum`; without VNNI they keep the cheaper lane-by-lane order,
-//! since there are no tiles to match). Decode (one activation row) keeps the per-row kernels, for which the
+//! operations, so the results equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). On
+//! x86_64, prefill of Q4_K and Q5_K takes weight rows eight at a time (`avx2_k_tiles.rs`, stamped for AVX2 and
+//! AVX512-VNNI): the eight rows' quant bytes are transposed so that each 32-bit lane holds one row, one
+//! `_mm256_dpbusd_epi32` (or, without VNNI, `maddubs` with the 16-bit sums of four added before one `madd`) against four
+//! broadcast activation bytes adds 32 products, and a sub-block's scale is one multiply for all eight rows. The tiles
+//! sum each block's integers exactly before any float operation; these types' `vec_dot` and per-row kernels add in that
+//! same order, so all give the same bits (`avx2_k::DotSum`; Q6_K, which has no tile, keeps the cheaper lane-by-lane
+//! order). Decode (one activation row) keeps the per-row kernels, for which the
 //! transposition costs more than it saves; with one activation row a kernel's multiply-adds would wait on each other,
 //! so they run in two chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types
 //! eight activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
@@ -400,12 +401,12 @@ pub fn dot_rows<const A: usize>(
 }
 
 /// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the tiles,
-/// which share a transposition of eight weight rows among all of them (the K-quants' with AVX512-VNNI, `avx2_k_tiles`;
-/// Q4_0's and Q8_0's with AVX2, `avx2_tiles`); 4 elsewhere (what the row kernels keep in registers).
+/// which share a transposition of eight weight rows among all of them (the K-quants', `avx2_k_tiles`, Q6_K's per-row
+/// kernel too; Q4_0's and Q8_0's, `avx2_tiles`: all with AVX2); 4 elsewhere (what the row kernels keep in registers).
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
-    let tiles = has_avx2() && (has_vnni() && k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0));
+    let tiles = has_avx2() && (k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0));
     #[cfg(not(target_arch = "x86_64"))]
     let tiles = false;
     if tiles {
