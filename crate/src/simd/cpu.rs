@@ -1,5 +1,5 @@
 //! What this CPU can run, for every kernel that picks an instruction set at run time: on x86_64 AVX2+FMA+F16C
-//! (`has_avx2`, the features of every x86_64 kernel) and AVX512-VNNI (`has_vnni`, the quantized kernels' tiles),
+//! (`has_avx2`, the features of every x86_64 kernel) and AVX512-VNNI (`has_vnni`, the quantized kernels' `vpdpbusd`),
 //! on aarch64 the dotprod extension (`has_dotprod`, the quantized NEON kernels' `sdot`). NEON itself (aarch64's
 //! baseline) and wasm32's simd128 are compile-time features: nothing to detect.
 //!
