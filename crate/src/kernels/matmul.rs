@@ -246,6 +246,8 @@ mod timing {
             (GgmlType::Q4_1, 1536, 576, 64),
             (GgmlType::Q4_1, 1536, 576, 1),
             (GgmlType::Q8_0, 49152, 576, 1),
+            (GgmlType::Q4_0, 49152, 576, 1),
+            (GgmlType::Q4_0, 1536, 576, 64),
             (GgmlType::Q4_K, 2048, 2048, 64),
             (GgmlType::Q4_K, 2048, 2048, 1),
             (GgmlType::Q6_K, 2048, 2048, 1),

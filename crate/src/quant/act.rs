@@ -350,6 +350,10 @@ pub struct Activations {
     q8k: Vec<BlockQ8K>,
     /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile kernels.
     scales: Vec<[f32; 2]>,
+    /// Per Q8_0 block on x86_64: the sum of its quants, for the tiles of Q4_0 and Q8_0 weights (`avx2_tiles`),
+    /// which multiply offset (unsigned) weight quants and take the offset times this sum off.
+    #[cfg(target_arch = "x86_64")]
+    sums: Vec<i32>,
     /// Per Q8_0/Q8_1 block on wasm32: the quants widened to i16 once, since simd128 multiplies i16 pairs
     /// and widening is several instructions there (the tile kernels would redo it for every weight row).
     #[cfg(target_arch = "wasm32")]
@@ -416,9 +420,13 @@ impl Activations {
     /// wasm32, its quants widened to i16 and the scales of each group of four rows side by side.
     fn prepare_tiles(&mut self) {
         self.scales.clear();
+        #[cfg(target_arch = "x86_64")]
+        self.sums.clear();
         match self.kind {
             Some(ActKind::Q8_0) => {
                 self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
+                #[cfg(target_arch = "x86_64")]
+                self.sums.extend(self.q8_0.iter().map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()));
                 #[cfg(target_arch = "wasm32")]
                 widen(&self.q8_0, self.rows, &mut self.wide);
             }
@@ -456,6 +464,14 @@ impl Activations {
         assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
         let per = self.scales.len() / self.rows;
         &self.scales[r * per..(r + 1) * per]
+    }
+
+    /// Row `r`'s per-block sums of quants, for Q8_0 rows (x86_64).
+    #[cfg(target_arch = "x86_64")]
+    pub fn row_sums(&self, r: usize) -> &[i32] {
+        assert!(r < self.rows && self.kind == Some(ActKind::Q8_0));
+        let per = self.sums.len() / self.rows;
+        &self.sums[r * per..(r + 1) * per]
     }
 
     #[cfg(target_arch = "wasm32")]

@@ -38,7 +38,7 @@ unsafe fn f16_product(x: [u8; 2], y: [u8; 2]) -> __m256 {
 /// 16 bytes of packed nibbles -> 32 bytes in element order: low nibbles, then high nibbles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+pub(super) unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
     let b = _mm_loadu_si128(qs.as_ptr().cast());
     _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F))
 }
@@ -58,7 +58,7 @@ unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load32(q: &[i8; 32]) -> __m256i {
+pub(super) unsafe fn load32(q: &[i8; 32]) -> __m256i {
     _mm256_loadu_si256(q.as_ptr().cast())
 }
 

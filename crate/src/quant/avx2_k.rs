@@ -225,7 +225,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
-/// Q4_K and Q5_K, which the kernels here and `vnni_k`'s tiles read alike: d, dmin and the 12 packed bytes of 6-bit
+/// Q4_K and Q5_K, which the kernels here and `avx2_k_tiles`'s tiles read alike: d, dmin and the 12 packed bytes of 6-bit
 /// scales and mins ([`scales_mins_k4`]) first, then 4-bit quants in the same layout, plus (Q5_K) a fifth bit per
 /// value in `qh`. The fifth bits are the one difference: see [`unpack_k4`].
 pub(crate) trait K4Block: Sized {
@@ -289,7 +289,7 @@ impl K4Block for BlockQ5K {
 /// A block's fifth bits loaded for [`unpack_k4`], once per block: `None` for Q4_K.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::manual_map)] // no closure: vector-valued closures were not inlined into these kernels (see `vnni_k`)
+#[allow(clippy::manual_map)] // no closure: vector-valued closures were not inlined into these kernels (see `avx2_k_tiles`)
 fn load_qh<B: K4Block>(x: &B) -> Option<__m256i> {
     match x.qh() {
         Some(qh) => Some(load256(qh)),
@@ -336,15 +336,11 @@ pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     vec_dot_k4(w, a)
 }
 
-/// A Q4_K or Q5_K `vec_dot` in the order of this CPU's row kernels (see [`DotSum`]).
+/// A Q4_K or Q5_K `vec_dot` in the order of the row kernels and tiles (see [`DotSum`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn vec_dot_k4<B: K4Block>(w: &[B], a: &[BlockQ8K]) -> f32 {
-    if crate::simd::cpu::has_vnni() {
-        k4_dot::<B, true>(w, a)
-    } else {
-        k4_dot::<B, false>(w, a)
-    }
+    k4_dot::<B, true>(w, a)
 }
 
 #[inline]
@@ -375,11 +371,11 @@ fn k4_dot<B: K4Block, const EXACT: bool>(w: &[B], a: &[BlockQ8K]) -> f32 {
 }
 
 /// A dot's running sum over blocks of `d` times a block's integer sums (8 i32 lanes), in one of two orders:
-/// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `vnni_k`'s tiles,
-///   so on a CPU with AVX512-VNNI (where `dot_rows` uses them) `vec_dot` and the per-row kernels take it too and
-///   every path gives the same bits, at the cost of a horizontal sum per block in the per-row kernels.
+/// - `EXACT`: each block's lanes summed exactly, then `acc = fma(d, total, acc)`. The order of `avx2_k_tiles`'s tiles
+///   (Q4_K, Q5_K), so `vec_dot` and the per-row kernels of those types take it too and every path gives the same
+///   bits, at the cost of a horizontal sum per block in the per-row kernels.
 /// - otherwise: lane by lane in f32 (`fma(d, lanes, acc)`), summed across lanes at the end: the cheaper order, for
-///   CPUs without the tiles.
+///   Q6_K, which has no tile.
 #[derive(Clone, Copy)]
 struct DotSum<const EXACT: bool> {
     exact: f32,
@@ -424,7 +420,7 @@ fn hsum_i32_8(x: __m256i) -> f32 {
 }
 
 /// One Q4_K or Q5_K block's part of a dot: its sums of scaled quants (`sumi`'s lanes) times `d` into `acc`, and its
-/// four sums of mins times activation sums (`mins`) times `dmin` into `acc_m`'s lanes (as `vnni_k` adds them).
+/// four sums of mins times activation sums (`mins`) times `dmin` into `acc_m`'s lanes (as `avx2_k_tiles` adds them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k4_block_sum<const EXACT: bool>(
@@ -532,12 +528,12 @@ fn madd_add_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 }
 
 /// The K-quants' row kernels, stamped out for AVX2 and for AVX512-VNNI (`$madd_add` scales and adds the
-/// i16 products; `$exact` is the [`DotSum`] order, the one `vec_dot` takes on such a CPU). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
+/// i16 products). Each dots every weight row of `w` (rows of `row_blocks` blocks) with `A` Q8_K activation
 /// rows, into `out[row][j]`, unpacking each weight block (quants and sub-block scales) once for the `A`
 /// rows. Per output they compute the same exact integer sums and then the same float operations, in the
 /// same order, as the type's `vec_dot` kernel above: results equal `vec_dot`'s bit for bit, whatever `A`.
 macro_rules! k_row_kernels {
-    ($features:literal, $madd_add:ident, $exact:literal, $k4:ident, $q6k:ident) => {
+    ($features:literal, $madd_add:ident, $k4:ident, $q6k:ident) => {
         /// Q4_K or Q5_K rows · `A` activation rows (see [`k_row_kernels!`]).
         #[target_feature(enable = $features)]
         pub(crate) fn $k4<B: K4Block, const A: usize>(
@@ -549,7 +545,7 @@ macro_rules! k_row_kernels {
             check_k_rows(w, row_blocks, &a, out.len());
             let zero = _mm256_setzero_si256();
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-                let (mut acc, mut acc_m) = ([DotSum::<$exact>::new(); A], [_mm_setzero_ps(); A]);
+                let (mut acc, mut acc_m) = ([DotSum::<true>::new(); A], [_mm_setzero_ps(); A]);
                 for (i, x) in w.iter().enumerate() {
                     let y: [&BlockQ8K; A] = std::array::from_fn(|k| &a[k][i]);
                     let (scales, mins16) = scales_mins_i16_k4(x.scales());
@@ -643,20 +639,19 @@ macro_rules! k_row_kernels {
     };
 }
 
-k_row_kernels!("avx2,fma,f16c", madd_add, false, k4_rows, q6k_rows);
-k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, true, k4_rows_vnni, q6k_rows_vnni);
+k_row_kernels!("avx2,fma,f16c", madd_add, k4_rows, q6k_rows);
+k_row_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", madd_add_vnni, k4_rows_vnni, q6k_rows_vnni);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::vnni_k::k4_rows_tiled;
+    use crate::quant::avx2_k_tiles::{k4_rows_tiled, k4_rows_tiled_vnni};
     use crate::quant::{ActKind, Activations, QuantBlock};
     use crate::test_support::Rng;
 
-    /// Both stampings of each row kernel (and `vnni_k`'s tiles) against `vec_dot` in the same order (`DotSum`; the
-    /// exact one for the VNNI stamping of Q4_K and Q5_K), bit for bit, with 1 and 4 activation rows (4: the fewest
-    /// the tiles take), on quantized rows whose quant and scale bytes are then made random (every value the kernels
-    /// can meet).
+    /// Both stampings of each row kernel and of `avx2_k_tiles`'s tiles against `vec_dot` in the same order (`DotSum`;
+    /// the exact one for Q4_K and Q5_K), bit for bit, with 1 and 4 activation rows (4: the fewest the tiles take), on
+    /// quantized rows whose quant and scale bytes are then made random (every value the kernels can meet).
     /// `quant::tests` checks the stamping `dot_rows` runs; this one also reaches the other.
     #[test]
     fn row_kernels_equal_vec_dot() {
@@ -665,7 +660,7 @@ mod tests {
         }
         let vnni = crate::simd::cpu::has_vnni();
         let mut rng = Rng::new(5);
-        // Rows: a tile of eight for `vnni_k` and four more.
+        // Rows: a tile of eight for `avx2_k_tiles` and four more.
         let (rows, row_blocks) = (11, 5);
         let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
         let x = values(rows * row_blocks * QK_K);
@@ -674,60 +669,51 @@ mod tests {
         let a: [&[BlockQ8K]; 4] = std::array::from_fn(|t| acts.row(t).blocks());
         let mut rng = Rng::new(6);
         macro_rules! check {
-            ($B:ty, [$dot:expr, $dot_exact:expr], $vnni_exact:literal, $plain:ident, [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
+            ($B:ty, $dot:expr, [$($plain:path),+], [$($vnni:path),+], |$blk:ident| $randomize:expr) => {{
                 let mut stored = vec![0u8; rows * row_blocks * std::mem::size_of::<$B>()];
                 let w = crate::quant::as_blocks_mut::<$B>(&mut stored);
                 <$B>::quantize(&x, w);
                 for $blk in w.iter_mut().skip(row_blocks) {
                     $randomize;
                 }
-                // `vec_dot` in each stamping's order (the machine's `vec_dot` takes the one `dot_rows` runs).
                 // SAFETY: as below.
-                let want_in = |exact: bool| -> Vec<[u32; 4]> {
-                    let dot = |wr: &[$B], a: &[BlockQ8K]| unsafe {
-                        if exact { $dot_exact(wr, a) } else { $dot(wr, a) }
-                    };
-                    (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| dot(wr, a).to_bits())).collect()
-                };
-                let (want, want_vnni) = (want_in(false), want_in($vnni_exact));
+                let want: Vec<[u32; 4]> =
+                    (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| unsafe { $dot(wr, a) }.to_bits())).collect();
                 let machine: Vec<[u32; 4]> =
                     (w.chunks_exact(row_blocks)).map(|wr| a.map(|a| <$B>::vec_dot(wr, a).to_bits())).collect();
-                assert_eq!(&machine, if vnni { &want_vnni } else { &want }, "vec_dot's order");
+                assert_eq!(machine, want, "vec_dot's order");
                 let (mut one, mut four) = (vec![[0f32; 1]; rows], vec![[0f32; 4]; rows]);
                 let bits = |o: &[[f32; 4]]| o.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>();
+                macro_rules! kernel {
+                    ($k:path) => {
+                        let w = &*w;
+                        $k(w, row_blocks, a, &mut four);
+                        assert_eq!(bits(&four), want, "{}", stringify!($k));
+                        for t in 0..4 {
+                            $k(w, row_blocks, [a[t]], &mut one);
+                            assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($k));
+                        }
+                    };
+                }
                 // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
                 unsafe {
-                    let w = &*w;
-                    $plain(w, row_blocks, a, &mut four);
-                    assert_eq!(bits(&four), want, "{}", stringify!($plain));
-                    for t in 0..4 {
-                        $plain(w, row_blocks, [a[t]], &mut one);
-                        assert!(one.iter().zip(&want).all(|(o, w)| o[0].to_bits() == w[t]), "{}", stringify!($plain));
-                    }
+                    $(kernel!($plain);)+
                     if vnni {
-                        $(
-                            $vnni(w, row_blocks, a, &mut four);
-                            assert_eq!(bits(&four), want_vnni, "{}", stringify!($vnni));
-                            for t in 0..4 {
-                                $vnni(w, row_blocks, [a[t]], &mut one);
-                                let same = one.iter().zip(&want_vnni).all(|(o, w)| o[0].to_bits() == w[t]);
-                                assert!(same, "{}", stringify!($vnni));
-                            }
-                        )+
+                        $(kernel!($vnni);)+
                     }
                 }
             }};
         }
-        check!(BlockQ4K, [k4_dot::<_, false>, k4_dot::<_, true>], true, k4_rows, [k4_rows_vnni, k4_rows_tiled], |b| {
+        check!(BlockQ4K, k4_dot::<_, true>, [k4_rows, k4_rows_tiled], [k4_rows_vnni, k4_rows_tiled_vnni], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ5K, [k4_dot::<_, false>, k4_dot::<_, true>], true, k4_rows, [k4_rows_vnni, k4_rows_tiled], |b| {
+        check!(BlockQ5K, k4_dot::<_, true>, [k4_rows, k4_rows_tiled], [k4_rows_vnni, k4_rows_tiled_vnni], |b| {
             rng.fill(&mut b.scales);
             rng.fill(&mut b.qh);
             rng.fill(&mut b.qs)
         });
-        check!(BlockQ6K, [q6k_dot::<false>, q6k_dot::<true>], false, q6k_rows, [q6k_rows_vnni], |b| {
+        check!(BlockQ6K, q6k_dot::<false>, [q6k_rows], [q6k_rows_vnni], |b| {
             rng.fill(&mut b.ql);
             rng.fill(&mut b.qh);
             let r = [rng.next_u64(), rng.next_u64()];

@@ -19,16 +19,25 @@
 //! legacy types share one generic dot (`legacy_dot`) and row kernel (`legacy_rows`) per ISA: `LegacyBlock` says what a
 //! type's scales are, the ISA's `Unpack` how its quants unpack.
 //!
+//! On x86_64, Q4_0 and Q8_0 take weight rows eight at a time (`avx2_tiles.rs`, stamped for AVX2 and AVX512-VNNI),
+//! prefill and decode alike: the eight rows' quants transposed so that each 32-bit lane holds one row and one multiply
+//! against four broadcast activation bytes adds 32 products; weight quants made unsigned (Q4_0's nibbles, Q8_0's
+//! `q + 128` with VNNI) with the offset times the activation block's sum of quants (`Activations::row_sums`) taken off
+//! the exact integer sum. Every output adds block i's exact sum times its scales into partial sum `i % 8` and the
+//! eight partial sums as a vector's lanes: the tiles, the per-row kernel for the rows left over, and both stampings
+//! give the same bits (their `vec_dot` keeps its own order: `dot_rows` does not use it).
+//!
 //! Q4_K, Q5_K and Q6_K have row kernels of their own (`q4k_rows` and so on in `simd128_k.rs`; in `avx2_k.rs` Q4_K and
 //! Q5_K share `k4_rows`, `K4Block` saying where a type's fifth bits are, if any): each unpacks a block's quants and
 //! sub-block scales once for the activation rows, then does per output exactly its `vec_dot`'s integer sums and float
-//! operations, so the results equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). With
-//! AVX512-VNNI, prefill of Q4_K and Q5_K takes weight rows eight at a time (`vnni_k.rs`): the eight rows' quant bytes
-//! are transposed so that each 32-bit lane holds one row, one `_mm256_dpbusd_epi32` against four broadcast activation
-//! bytes adds 32 products, and a sub-block's scale is one multiply for all eight rows. The tiles sum each block's
-//! integers exactly before any float operation; on such a CPU these types' `vec_dot` and per-row kernels add in that
-//! same order, so all give the same bits (`avx2_k::DotSum`; without VNNI they keep the cheaper lane-by-lane order,
-//! since there are no tiles to match). Decode (one activation row) keeps the per-row kernels, for which the
+//! operations, so the results equal `vec_dot`'s bits (aarch64 has none yet: there they go through `vec_dot`). On
+//! x86_64, prefill of Q4_K and Q5_K takes weight rows eight at a time (`avx2_k_tiles.rs`, stamped for AVX2 and
+//! AVX512-VNNI): the eight rows' quant bytes are transposed so that each 32-bit lane holds one row, one
+//! `_mm256_dpbusd_epi32` (or, without VNNI, `maddubs` with the 16-bit sums of four added before one `madd`) against four
+//! broadcast activation bytes adds 32 products, and a sub-block's scale is one multiply for all eight rows. The tiles
+//! sum each block's integers exactly before any float operation; these types' `vec_dot` and per-row kernels add in that
+//! same order, so all give the same bits (`avx2_k::DotSum`; Q6_K, which has no tile, keeps the cheaper lane-by-lane
+//! order). Decode (one activation row) keeps the per-row kernels, for which the
 //! transposition costs more than it saves; with one activation row a kernel's multiply-adds would wait on each other,
 //! so they run in two chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types
 //! eight activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
@@ -104,7 +113,11 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k_tiles;
+#[cfg(target_arch = "x86_64")]
 mod avx2_kv;
+#[cfg(target_arch = "x86_64")]
+mod avx2_tiles;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -117,8 +130,6 @@ pub(crate) mod simd128;
 mod simd128_k;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128_kv;
-#[cfg(target_arch = "x86_64")]
-mod vnni_k;
 
 #[cfg(test)]
 mod tests;
@@ -381,11 +392,11 @@ pub fn dot_rows<const A: usize>(
         return true;
     }
     match ty {
-        GgmlType::Q4_0 => legacy_rows::<BlockQ4_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q4_0 => tile_rows::<BlockQ4_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q4_1 => legacy_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q5_0 => legacy_rows::<BlockQ5_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q5_1 => legacy_rows::<BlockQ5_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
-        GgmlType::Q8_0 => legacy_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q8_0 => tile_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::IQ4_NL => legacy_rows::<BlockIQ4NL, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
             k_quants::dot_rows(ty, w, row_blocks, a_rows.map(|r| acts.row(r).blocks()), out)
@@ -394,18 +405,19 @@ pub fn dot_rows<const A: usize>(
     }
 }
 
-/// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the
-/// K-quants' tiles with AVX512-VNNI (`vnni_k`), which share a transposition of eight weight rows among all of
-/// them; 4 elsewhere (what the row kernels keep in registers).
+/// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the tiles,
+/// which share a transposition of eight weight rows among all of them (the K-quants', `avx2_k_tiles`, Q6_K's per-row
+/// kernel too; Q4_0's and Q8_0's, `avx2_tiles`: all with AVX2); 4 elsewhere (what the row kernels keep in registers).
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
-    let tiles = has_avx2() && has_vnni();
+    let tiles = has_avx2() && (k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0));
     #[cfg(not(target_arch = "x86_64"))]
     let tiles = false;
-    if k_quant && tiles {
+    if tiles {
         8
     } else {
+        let _ = k_quant;
         4
     }
 }
@@ -423,6 +435,36 @@ use legacy::LegacyBlock as SimdLegacy;
 use neon::Unpack as SimdLegacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use simd128::Unpack as SimdLegacy;
+
+/// [`dot_rows`] for Q4_0 and Q8_0: the tiles on x86_64 (`avx2_tiles`), the legacy row kernel elsewhere.
+fn tile_rows<B: TileRows, const A: usize>(
+    w: &[B],
+    row_blocks: usize,
+    acts: &Activations,
+    a_rows: [usize; A],
+    out: &mut [[f32; A]],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        let a = a_rows.map(|r| acts.row(r).blocks());
+        let (scales, sums) = (a_rows.map(|r| acts.row_scales(r)), a_rows.map(|r| acts.row_sums(r)));
+        // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `has_vnni`.
+        unsafe {
+            match has_vnni() {
+                true => avx2_tiles::tile_rows_vnni(w, row_blocks, a, scales, sums, out),
+                false => avx2_tiles::tile_rows(w, row_blocks, a, scales, sums, out),
+            }
+        }
+        return true;
+    }
+    legacy_rows(w, row_blocks, acts, a_rows, out)
+}
+
+/// The blocks of [`tile_rows`]: Q4_0 and Q8_0.
+#[cfg(target_arch = "x86_64")]
+use avx2_tiles::TileBlock as TileRows;
+#[cfg(not(target_arch = "x86_64"))]
+use SimdLegacy as TileRows;
 
 /// [`dot_rows`] for a legacy type: this machine's row kernel, or `false` where there is none.
 fn legacy_rows<B: SimdLegacy, const A: usize>(

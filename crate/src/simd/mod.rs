@@ -10,7 +10,7 @@
 //! `quant/`: `simd/avx2.rs` (AVX2+FMA, on x86_64 when `cpu::has_avx2`), `simd/simd128.rs` (wasm32, at compile time) and
 //! `simd/neon.rs` (aarch64, at compile time); elsewhere the reference runs. Each file's `hsum` sums a vector's lanes in
 //! a fixed order of pairs (the AVX2 one serves `quant`'s kernels too). `cpu.rs` is the one place where the CPU's
-//! features are detected: `has_avx2` (AVX2+FMA+F16C, once), `has_vnni` (AVX512-VNNI, for `quant`'s tiles) and
+//! features are detected: `has_avx2` (AVX2+FMA+F16C, once), `has_vnni` (AVX512-VNNI, for `quant`'s `vpdpbusd`) and
 //! `has_dotprod` (aarch64's `sdot`).
 //!
 //! A kernel differs from its reference only in the order of its float additions and, on x86_64 and aarch64, in fused

@@ -51,15 +51,15 @@ pub(crate) fn dot_rows<const A: usize>(
     if crate::simd::cpu::has_avx2() {
         use super::as_blocks;
         use super::avx2_k::*;
-        use super::vnni_k::k4_rows_tiled;
+        use super::avx2_k_tiles::{k4_rows_tiled, k4_rows_tiled_vnni};
         let vnni = crate::simd::cpu::has_vnni();
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `vnni`.
         unsafe {
             match (ty, vnni) {
-                (GgmlType::Q4_K, false) => k4_rows::<BlockQ4K, A>(as_blocks(w), row_blocks, a, out),
-                (GgmlType::Q4_K, true) => k4_rows_tiled::<BlockQ4K, A>(as_blocks(w), row_blocks, a, out),
-                (GgmlType::Q5_K, false) => k4_rows::<BlockQ5K, A>(as_blocks(w), row_blocks, a, out),
-                (GgmlType::Q5_K, true) => k4_rows_tiled::<BlockQ5K, A>(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q4_K, false) => k4_rows_tiled::<BlockQ4K, A>(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q4_K, true) => k4_rows_tiled_vnni::<BlockQ4K, A>(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q5_K, false) => k4_rows_tiled::<BlockQ5K, A>(as_blocks(w), row_blocks, a, out),
+                (GgmlType::Q5_K, true) => k4_rows_tiled_vnni::<BlockQ5K, A>(as_blocks(w), row_blocks, a, out),
                 (GgmlType::Q6_K, false) => q6k_rows(as_blocks(w), row_blocks, a, out),
                 (GgmlType::Q6_K, true) => q6k_rows_vnni(as_blocks(w), row_blocks, a, out),
                 _ => return false,

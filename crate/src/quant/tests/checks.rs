@@ -14,7 +14,7 @@ use crate::test_support::Rng;
 
 /// Random trials per row length, alternately with quantized and raw activations.
 const TRIALS: usize = 20;
-/// Weight rows per trial: on x86_64 a tile of eight for the row kernels that take eight at a time (`vnni_k`)
+/// Weight rows per trial: on x86_64 a tile of eight for the row kernels that take eight at a time (`avx2_tiles`, `avx2_k_tiles`)
 /// and one more; elsewhere (slower test targets: wasm32 in a browser, aarch64 under qemu) two.
 const W_ROWS: usize = if cfg!(target_arch = "x86_64") { 9 } else { 2 };
 /// Activation rows per trial: the row kernels take them one at a time, and four at a time from rows 0
