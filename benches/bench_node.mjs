@@ -44,7 +44,8 @@ const b = await benchEngine(engine, promptIds, { genTokens: Number(args['gen-tok
 clearInterval(keepAlive);
 console.log(JSON.stringify(result({
   engine: 'ruvllm',
-  runtime: `wasm32 in Node ${process.versions.node.split('.')[0]}`,
+  // The relaxed-SIMD builds' rows are their own (compare.mjs's labels): the engine says which build it is.
+  runtime: `wasm32 in Node ${process.versions.node.split('.')[0]}${b.info.relaxed_simd ? ', relaxed SIMD' : ''}`,
   threads: b.info.threads,
   model: args.model,
   promptTokens: b.promptTokens,

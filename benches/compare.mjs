@@ -3,21 +3,27 @@
 // JSON line; those lines are also saved to target/bench/compare-<time>.jsonl. Use benches/compare.sh, which builds
 // everything and makes the models first; see benches/README.md.
 //
-// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0,OTHER.gguf] [--reps 3] [--rounds 1]
-//          [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
-//          [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--nodes NODE,...] [--only ENGINE_SUBSTRING]
+// Usage: node benches/compare.mjs --base-model PATH.Q4_1.gguf [--models q4_1,q8_0,q4_0,q4_k_m,1b,OTHER.gguf] [--reps 3]
+//          [--rounds 1] [--prompt-tokens 128] [--gen-tokens 64] [--ctx 1024] [--threads 1,2] [--wasm-threads 1,2]
+//          [--simd auto|simd128] [--wasm-pkg npm/wasm] [--wasm-mt-pkg npm/wasm-mt] [--wasm-relaxed-pkg npm/wasm-relaxed]
+//          [--wasm-mt-relaxed-pkg npm/wasm-mt-relaxed] [--nodes NODE,...] [--only ENGINE_SUBSTRING]
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { readGgufFileInfo, GgmlType, GgufFileType } from 'node-llama-cpp';
 import { BENCHES, ROOT, parseArgs, loadavg1m, median } from './lib/common.mjs';
 
 const args = parseArgs({
-  models: 'q4_1,q8_0,q4_0', reps: '3', rounds: '1', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
+  models: 'q4_1,q8_0,q4_0,q4_k_m', reps: '3', rounds: '1', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
   // Threads for our wasm (Node and Chromium): 1 runs the single-thread build (--wasm-pkg), more the threaded
-  // one (--wasm-mt-pkg, which starts that many workers). Both are scripts/build-wasm.sh's output.
-  'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'node-pkg': 'target/wasm-node', only: '',
+  // one (--wasm-mt-pkg, which starts that many workers). With --simd auto, as the npm package does by default, a
+  // runtime that validates relaxed SIMD runs the relaxed builds instead (--wasm-relaxed-pkg,
+  // --wasm-mt-relaxed-pkg); --simd simd128 runs the plain ones everywhere. All are scripts/build-wasm.sh's output.
+  'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'wasm-relaxed-pkg': 'npm/wasm-relaxed',
+  'wasm-mt-relaxed-pkg': 'npm/wasm-mt-relaxed', simd: 'auto', 'node-pkg': 'target/wasm-node', only: '',
   // Node binaries for the "wasm32 in Node N" rows (each its own rows); the first one also runs everything else.
   nodes: process.execPath,
 });
@@ -30,11 +36,23 @@ const jsonl = path.join(outDir, `compare-${stamp}.jsonl`);
 
 /**
  * The model file for an entry of --models: a quant name is the base model's copy in that type (the Q8_0 / Q4_0
- * copies sit next to the Q4_1 file, see requantize.py); an entry ending in .gguf is a model file of its own.
+ * copies sit next to the Q4_1 file, see requantize.py, the Q4_K_M one too, see requantize_k.rs); `1b` is the
+ * 1B-shaped Q4_K_M model with random weights beside them (random_model.rs); an entry ending in .gguf is a model
+ * file of its own. compare.sh makes the files that are missing.
  */
 const modelPath = (quant) => quant.endsWith('.gguf')
   ? path.resolve(quant.replace(/^~(?=\/)/, os.homedir()))
+  : quant === '1b' ? path.join(path.dirname(args['base-model']), 'Llama-3.2-1B-shape.random.Q4_K_M.gguf')
   : args['base-model'].replace(/Q4_1(?=\.gguf$)/, quant.toUpperCase());
+
+/** A model's file type and its tensors per type from the GGUF header, e.g. "Q4_K_M: Q5_0 x 166, Q4_K x 16, ...". */
+async function typeMix(model) {
+  const { metadata, tensorInfo } = await readGgufFileInfo(model, { logWarnings: false });
+  const counts = new Map();
+  for (const t of tensorInfo) counts.set(GgmlType[t.ggmlType], (counts.get(GgmlType[t.ggmlType]) ?? 0) + 1);
+  const fileType = GgufFileType[metadata.general?.file_type]?.replace(/^MOSTLY_/, '') ?? 'file type unknown';
+  return `${fileType}: ${[...counts].sort((a, b) => b[1] - a[1]).map(([ty, n]) => `${ty} x ${n}`).join(', ')}`;
+}
 
 /**
  * The benchmark prompt: the CLI bench's text cut to prompt-tokens tokens by our tokenizer (what `ruvllm bench`
@@ -55,13 +73,25 @@ function writePrompt(model) {
   return file;
 }
 
-const wasmPkg = (t) => (Number(t) > 1 ? args['wasm-mt-pkg'] : args['wasm-pkg']);
+if (!['auto', 'simd128'].includes(args.simd)) throw new Error('--simd must be auto or simd128');
+/** Our wasm build for `t` threads, with relaxed SIMD or without. */
+const wasmPkg = (t, relaxed) => args[`wasm${Number(t) > 1 ? '-mt' : ''}${relaxed ? '-relaxed' : ''}-pkg`];
+/** A wasm runtime's label: the relaxed builds' rows say so, so that no table mixes them with the plain builds'. */
+const wasmRuntime = (name, relaxed) => (relaxed ? `${name}, relaxed SIMD` : name);
+// Whether a Node validates relaxed SIMD, asked of the package's own probe (npm/src/builds.ts) in that Node: Node 22+
+// does, Node 20 does not. Chromium 114+ does, so its rows take the relaxed builds under --simd auto.
 const nodes = list(args.nodes).map((given) => {
   const bin = given.includes('/') ? path.resolve(given) : given; // the engines run with benches/ as their directory
-  const p = spawnSync(bin, ['-p', 'process.versions.node'], { encoding: 'utf8' });
-  if (p.status !== 0) throw new Error(`--nodes: ${bin} does not run`);
-  return { bin, major: p.stdout.trim().split('.')[0] };
+  const builds = pathToFileURL(path.join(ROOT, 'npm/dist/builds.js')).href;
+  const p = spawnSync(bin, ['--input-type=module', '-e',
+    `const { hasRelaxedSimd } = await import(${JSON.stringify(builds)});
+     console.log(JSON.stringify({ major: process.versions.node.split('.')[0], relaxed: hasRelaxedSimd() }));`],
+  { encoding: 'utf8' });
+  if (p.status !== 0) throw new Error(`--nodes: ${bin} does not run the relaxed-SIMD probe: ${p.stderr.trim()}`);
+  const { major, relaxed } = JSON.parse(p.stdout);
+  return { bin, major, relaxed: relaxed && args.simd === 'auto' };
 });
+const chromiumRelaxed = args.simd === 'auto';
 
 function runs(model, prompt) {
   const common = ['--model', model, '--gen-tokens', args['gen-tokens'], '--reps', args.reps, '--ctx', args.ctx];
@@ -69,10 +99,14 @@ function runs(model, prompt) {
   return [
     ...threads.map((t) => [label('ruvllm', 'native', t),
       ['engines/ruvllm_native.mjs', ...common, '--threads', t, '--prompt-tokens', args['prompt-tokens']]]),
-    ...nodes.flatMap((node) => list(args['wasm-threads']).map((t) => [label('ruvllm', `wasm32 in Node ${node.major}`, t),
-      ['bench_node.mjs', ...common, '--threads', t, '--pkg', path.resolve(ROOT, wasmPkg(t)), '--prompt', prompt], node.bin])),
-    ...list(args['wasm-threads']).map((t) => [label('ruvllm', 'wasm in Chromium', t),
-      ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt, '--ruvllm-pkg', wasmPkg(t)]]),
+    ...nodes.flatMap((node) => list(args['wasm-threads']).map((t) => [
+      label('ruvllm', wasmRuntime(`wasm32 in Node ${node.major}`, node.relaxed), t),
+      ['bench_node.mjs', ...common, '--threads', t, '--pkg', path.resolve(ROOT, wasmPkg(t, node.relaxed)), '--prompt', prompt],
+      node.bin])),
+    ...list(args['wasm-threads']).map((t) => [
+      label('ruvllm', wasmRuntime('wasm in Chromium', chromiumRelaxed), t),
+      ['engines/browser.mjs', '--engine', 'ruvllm', ...common, '--threads', t, '--prompt', prompt,
+        '--ruvllm-pkg', wasmPkg(t, chromiumRelaxed)]]),
     ...threads.map((t) => [label('llama.cpp', 'native (node-llama-cpp)', t),
       ['engines/llama_node.mjs', ...common, '--threads', t, '--prompt', prompt]]),
     ...threads.map((t) => [label('wllama', 'wasm in Chromium', t),
@@ -96,12 +130,14 @@ const rounds = Number(args.rounds);
 const raw = [];
 const ceilings = [];
 const answers = [];
+const mixes = [];
 for (const entry of list(args.models)) {
   const model = modelPath(entry);
   const quant = entry.endsWith('.gguf') ? path.basename(model, '.gguf') : entry;
   const prompt = writePrompt(model);
+  mixes.push([quant, path.basename(model), await typeMix(model)]);
   answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
-  console.error(`\n== ${quant}: ${path.basename(model)} answers ${answers.at(-1)[2]}`);
+  console.error(`\n== ${quant}: ${path.basename(model)}, ${mixes.at(-1)[2]}; answers ${answers.at(-1)[2]}`);
   for (let round = 0; round < rounds; round++) for (const [label, argv, node = nodes[0].bin] of runs(model, prompt)) {
     console.error(`\n== ${quant}: ${label.engine}, ${label.runtime}, ${label.threads} thread(s), round ${round + 1} of ${rounds} (load average ${loadavg1m()})`);
     const p = spawnSync(node, argv, {
@@ -114,6 +150,8 @@ for (const entry of list(args.models)) {
     try {
       if (p.status !== 0) throw new Error(`exit status ${p.status}`);
       r = JSON.parse(p.stdout.trim().split('\n').pop());
+      // The drivers name the runtime from the engine's own report (our wasm: relaxed SIMD or not): it must be the row's.
+      if (r.runtime !== label.runtime) throw new Error(`the engine ran as "${r.runtime}", the row is "${label.runtime}"`);
     } catch (e) {
       r = { ...label, model: path.basename(model), error: `${e.message} (its stderr is above)` };
     }
@@ -126,7 +164,7 @@ for (const entry of list(args.models)) {
     // single-thread runs at once against one alone), the ceiling to read those rows' thread scaling against.
     if (label.runtime.startsWith('wasm32 in Node') && label.threads > 1 && !ceilings.some((c) => c.quant === quant && c.round === round)) {
       console.error(`\n== ${quant}: two single-thread runs at once, round ${round + 1} of ${rounds}`);
-      const c = spawnSync(nodes[0].bin, ['two_cores.mjs', '--model', model, '--pkg', path.resolve(ROOT, args['wasm-pkg']), '--reps', '2'],
+      const c = spawnSync(nodes[0].bin, ['two_cores.mjs', '--model', model, '--pkg', path.resolve(ROOT, wasmPkg(1, nodes[0].relaxed)), '--reps', '2'],
         { cwd: BENCHES, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
       if (c.status === 0) {
         const line = { engine: 'two cores', quant, round, ...JSON.parse(c.stdout.trim().split('\n').pop()) };
@@ -194,6 +232,10 @@ const report = [
   `Prompt ${args['prompt-tokens']} tokens (prefill), then ${args['gen-tokens']} greedy decode steps; median of ${args.reps} reps` +
     (rounds > 1 ? ` in each of ${rounds} rounds, then the median over the rounds.` : '.'),
   'Peak RSS: whole process for native and Node engines, the Chromium renderer process for browser engines.',
+  '',
+  'The models: their file type and tensors per type (GGUF header).',
+  '',
+  table(['model', 'file', 'types'], mixes),
   '',
   table(['model', 'engine, runtime, threads', 'prefill tok/s', 'decode tok/s', 'load ms', 'peak RSS MB', 'load avg (1 min)', 'note'], resultRows),
   '',

@@ -14,7 +14,7 @@
 //! * llama.cpp's Q4_K_M mix for this shape: every matrix Q4_K except `token_embd` (which is also the output
 //!   head, so it gets Q4_K_M's output type) and `attn_v` / `ffn_down` in the layers llama.cpp's
 //!   `use_more_bits` picks (0, 1, 4, 7, 10, 13, 14, 15 of 16), which are Q6_K; norms F32. `--mix q5_k_m`:
-//!   Q5_K_M's, the same with Q5_K for Q4_K.
+//!   Q5_K_M's, the same with Q5_K for Q4_K. The rules are `model_writer.rs`'s, shared with `requantize_k.rs`.
 //! * Weights normal with std 0.02 (norm weights 1), quantized with our reference quantizers (ggml's).
 //! * The tokenizer, its metadata and the chat template of `--tokenizer-from` (SmolLM2's byte-level BPE,
 //!   49,152 tokens), its token list padded to 128,256 with `<|pad_N|>` tokens of type UNUSED (5), which no
@@ -24,13 +24,14 @@
 #[allow(dead_code)] // the writer's other metadata variants are for the tests
 #[path = "../tests/rust/support/gguf_writer.rs"]
 mod gguf_writer;
+#[path = "model_writer.rs"]
+mod model_writer;
 
 use gguf_writer::{GgufWriter, Meta};
+use model_writer::{write_checked, Mix};
 use rayon::prelude::*;
 use ruvllm::gguf::{Gguf, Value};
 use ruvllm::quant::{quantize_row, GgmlType};
-use ruvllm::{Model, Session};
-use std::sync::Arc;
 
 const D_MODEL: usize = 2048;
 const N_HEADS: usize = 32;
@@ -55,19 +56,14 @@ fn run() -> Result<(), String> {
     let out = opt("--out").ok_or("--out OUT.gguf")?;
     let layers: usize = opt("--layers").map_or(Ok(16), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
     let seed: u64 = opt("--seed").map_or(Ok(1), |v| v.parse().map_err(|_| format!("--seed {v}")))?;
-    // The mix's main type and llama.cpp's LLAMA_FTYPE for it.
-    let (q4, file_type) = match opt("--mix").as_deref().unwrap_or("q4_k_m") {
-        "q4_k_m" => (GgmlType::Q4_K, 15),
-        "q5_k_m" => (GgmlType::Q5_K, 17),
-        m => return Err(format!("--mix {m}: q4_k_m or q5_k_m")),
-    };
+    let mix = Mix::parse(opt("--mix").as_deref().unwrap_or("q4_k_m"))?;
 
     let src_bytes = std::fs::read(&src).map_err(|e| format!("{src}: {e}"))?;
     let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
     let mut w = GgufWriter::new()
         .meta("general.architecture", Meta::Str("llama".into()))
         .meta("general.name", Meta::Str(format!("Llama-3.2-1B shapes, random weights (seed {seed})")))
-        .meta("general.file_type", Meta::U32(file_type))
+        .meta("general.file_type", Meta::U32(mix.file_type()))
         .meta("llama.block_count", Meta::U32(layers as u32))
         .meta("llama.context_length", Meta::U32(131_072))
         .meta("llama.embedding_length", Meta::U32(D_MODEL as u32))
@@ -102,26 +98,27 @@ fn run() -> Result<(), String> {
     }
 
     w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
-    let q6 = GgmlType::Q6_K;
     let t0 = std::time::Instant::now();
     let mut id = 0u64;
-    let mut matrix = |name: &str, ty: GgmlType, cols: usize, rows: usize| {
+    // Every matrix in the mix's type for its name and shape (the embedding is the output head too: no output.weight).
+    let mut matrix = |name: String, cols: usize, rows: usize| {
+        let ty = mix.tensor_type(&name, &[cols, rows], layers, true).expect("a matrix is quantized");
         id += 1;
         eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
-        (name.to_string(), vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
+        let data = random_matrix(ty, cols, rows, seed, id);
+        (name, vec![cols as u64, rows as u64], ty as u32, data)
     };
-    let mut tensors = vec![matrix("token_embd.weight", q6, D_MODEL, VOCAB)];
+    let mut tensors = vec![matrix("token_embd.weight".into(), D_MODEL, VOCAB)];
     let ones = f32_bytes(&[1.0; D_MODEL]);
     for l in 0..layers {
-        let more = use_more_bits(l, layers);
         let p = |s: &str| format!("blk.{l}.{s}");
-        tensors.push(matrix(&p("attn_q.weight"), q4, D_MODEL, N_HEADS * HEAD_DIM));
-        tensors.push(matrix(&p("attn_k.weight"), q4, D_MODEL, N_KV_HEADS * HEAD_DIM));
-        tensors.push(matrix(&p("attn_v.weight"), if more { q6 } else { q4 }, D_MODEL, N_KV_HEADS * HEAD_DIM));
-        tensors.push(matrix(&p("attn_output.weight"), q4, N_HEADS * HEAD_DIM, D_MODEL));
-        tensors.push(matrix(&p("ffn_gate.weight"), q4, D_MODEL, FFN));
-        tensors.push(matrix(&p("ffn_up.weight"), q4, D_MODEL, FFN));
-        tensors.push(matrix(&p("ffn_down.weight"), if more { q6 } else { q4 }, FFN, D_MODEL));
+        tensors.push(matrix(p("attn_q.weight"), D_MODEL, N_HEADS * HEAD_DIM));
+        tensors.push(matrix(p("attn_k.weight"), D_MODEL, N_KV_HEADS * HEAD_DIM));
+        tensors.push(matrix(p("attn_v.weight"), D_MODEL, N_KV_HEADS * HEAD_DIM));
+        tensors.push(matrix(p("attn_output.weight"), N_HEADS * HEAD_DIM, D_MODEL));
+        tensors.push(matrix(p("ffn_gate.weight"), D_MODEL, FFN));
+        tensors.push(matrix(p("ffn_up.weight"), D_MODEL, FFN));
+        tensors.push(matrix(p("ffn_down.weight"), FFN, D_MODEL));
         tensors.push((p("attn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
         tensors.push((p("ffn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
     }
@@ -131,32 +128,16 @@ fn run() -> Result<(), String> {
     }
     let bytes = w.bytes();
     drop(w);
-    let tmp = format!("{out}.tmp");
-    std::fs::write(&tmp, &bytes).map_err(|e| format!("{tmp}: {e}"))?;
     let n_bytes = bytes.len();
-    drop(bytes);
     // What was written must load and give finite logits before it is kept.
-    let model = Arc::new(Model::from_file(&tmp).map_err(|e| format!("the written model does not load: {e}"))?);
-    let ids = model.tokenizer().encode_with_special("The capital of France is", true).map_err(|e| e.to_string())?;
-    let logits = Session::new(model.clone()).eval(&ids, false).map_err(|e| e.to_string())?.to_vec();
-    if !logits.iter().all(|x| x.is_finite()) {
-        return Err("the written model's logits are not all finite".into());
-    }
-    let (lo, hi) = logits.iter().fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-    std::fs::rename(&tmp, &out).map_err(|e| format!("{out}: {e}"))?;
+    let (model, lo, hi) = write_checked(&out, bytes)?;
     eprintln!(
-        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits of {} prompt tokens in [{lo:.3}, {hi:.3}], in {:.1} s",
+        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
         model.config.n_layers,
         model.config.vocab_size,
-        ids.len(),
         t0.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// llama.cpp's `use_more_bits`: the layers Q4_K_M gives Q6_K `attn_v` and `ffn_down`.
-fn use_more_bits(i: usize, n: usize) -> bool {
-    i < n / 8 || i >= 7 * n / 8 || (i as isize - (n / 8) as isize).rem_euclid(3) == 2
 }
 
 /// Llama 3's RoPE frequency divisors, as llama.cpp's converter writes `rope_freqs.weight` for Llama 3.2

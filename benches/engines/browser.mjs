@@ -59,7 +59,8 @@ try {
   const version = args.engine === 'wllama' ? `wllama ${pkgVersion('@wllama/wllama')}` : 'ruvllm (wasm-bindgen --target web)';
   console.log(JSON.stringify(result({
     engine: args.engine === 'wllama' ? 'wllama' : 'ruvllm',
-    runtime: 'wasm in Chromium',
+    // Our relaxed-SIMD builds' rows are their own (compare.mjs's labels): the engine says which build it is.
+    runtime: `wasm in Chromium${r.extra.relaxed_simd ? ', relaxed SIMD' : ''}`,
     threads: r.threads,
     model: args.model,
     promptTokens: r.promptTokens,

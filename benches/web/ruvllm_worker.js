@@ -33,6 +33,7 @@ self.onmessage = async ({ data: cfg }) => {
         extra: {
           load_fetch_ms: Math.round(fetchMs),
           simd128: b.info.simd128,
+          relaxed_simd: b.info.relaxed_simd,
           engine_threads: b.info.threads,
           cross_origin_isolated: self.crossOriginIsolated,
           wasm_memory_mb: Math.round(b.info.wasm_memory_bytes / 1e5) / 10,
