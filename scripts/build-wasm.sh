@@ -32,8 +32,12 @@ set -m
 scripts/setup.sh wasm-bindgen 2> >(tee "$installing_log" | grep --line-buffered '^== setup' >&2) &
 installing=$!
 set +m
+# wasm-opt is about 45 s of one core per build: each runs in the background while the next build compiles, and
+# the script waits for them all at its end (finish_opts).
+opt_pids=()
 stop_installing() {
   [ -z "$installing" ] || kill -- -"$installing" 2>/dev/null || true
+  [ ${#opt_pids[@]} -eq 0 ] || kill "${opt_pids[@]}" 2>/dev/null || true
   rm -f "$installing_log"
 }
 trap stop_installing EXIT
@@ -63,8 +67,18 @@ bindgen_and_opt() {
   rm -rf "$out" && mkdir -p "$out"
   wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "$wasm"
   rm -f "$out/ruvllm_bg.wasm.d.ts"
-  "$wasm_opt" "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
-  echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
+  {
+    "$wasm_opt" "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
+    echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
+  } &
+  opt_pids+=($!)
+}
+
+finish_opts() {
+  local pid failed=0
+  for pid in "${opt_pids[@]}"; do wait "$pid" || failed=1; done
+  opt_pids=()
+  [ $failed -eq 0 ] || { echo "build-wasm: wasm-opt failed (above)" >&2; exit 1; }
 }
 
 # The relaxed builds' target feature, and the target folders that keep their differently compiled dependencies apart.
@@ -133,3 +147,4 @@ case "${1:-all}" in
     build_gpu ;;
   *) echo "usage: $0 [st|mt|st-relaxed|mt-relaxed|gpu|cpu|all|mt-bench]" >&2; exit 2 ;;
 esac
+finish_opts

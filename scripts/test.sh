@@ -32,9 +32,9 @@ section "LoRA adapters for the tiny models and the default model (tests/rust/lor
 section "native tests"
 cargo test --workspace --locked
 
-section "fuzz targets, 10 s each (scripts/fuzz.sh; a crash fails the run)"
+section "fuzz targets, 5 s each (scripts/fuzz.sh; a crash fails the run)"
 # A smoke run from the seeds in CI (thousands of inputs per target); longer campaigns are scripts/fuzz.sh's default.
-scripts/fuzz.sh 10
+scripts/fuzz.sh 5
 
 section "wasm32 unit tests (Node)"
 # The integration suites run once, in Chromium below: the same wasm binaries on the same engine (V8), where a run
