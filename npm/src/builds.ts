@@ -225,10 +225,12 @@ export function checkSimd(simd: unknown): SimdOption {
 
 /** The instruction set of CPU build `build` for the option `simd` (the WebGPU build: SIMD128, whatever asked). */
 export function chooseSimd(simd: SimdOption, build: BuildName): Simd {
-  if (build === 'wasm-gpu' || simd === 'simd128') return 'simd128';
+  // `auto` takes the plain builds for now: the relaxed builds pass the kernels' checks and answer the raw France
+  // prompt, but their distributions differ from the plain builds' by up to 0.03 from the first position, and the
+  // chat API's France answer goes wrong (issue 41: the cause is not found yet). They run only when asked for.
+  if (build === 'wasm-gpu' || simd !== 'relaxed') return 'simd128';
   if (hasRelaxedSimd()) return 'relaxed';
-  if (simd === 'relaxed') throw new RuvllmError('E_UNSUPPORTED', 'simd: relaxed: this runtime has no relaxed SIMD (Chromium 114+ and Node 22+ have it)');
-  return 'simd128';
+  throw new RuvllmError('E_UNSUPPORTED', 'simd: relaxed: this runtime has no relaxed SIMD (Chromium 114+ and Node 22+ have it)');
 }
 
 /** Why a load runs on fewer threads than it asked for (or, by default, than the cores): `info().threadFallback`. */

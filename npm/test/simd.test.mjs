@@ -1,5 +1,6 @@
-// The relaxed-SIMD builds (npm/wasm-relaxed, npm/wasm-mt-relaxed): chosen by default where the runtime validates relaxed
-// SIMD, the plain builds elsewhere and with `simd: 'simd128'`; every build gives the reference answer. Node 20 (this
+// The relaxed-SIMD builds (npm/wasm-relaxed, npm/wasm-mt-relaxed): run with `simd: 'relaxed'` where the runtime validates
+// relaxed SIMD (not by default for now: see builds.ts's chooseSimd), the plain builds by default and with
+// `simd: 'simd128'`; every build gives the reference answer to the raw France prompt. Node 20 (this
 // repository's CI) has relaxed SIMD only behind `--experimental-wasm-relaxed-simd`: this process runs without it (the
 // runtime without relaxed SIMD) and a child with it (the runtime with); Node 22+ has it on, and the child runs as is.
 import assert from 'node:assert/strict';
@@ -17,7 +18,7 @@ const here = WebAssembly.validate(PROBE);
 function inChild(flags) {
   const script = `import { LLM } from '@ruvector/ruvllm';
 const out = [];
-for (const simd of [undefined, 'simd128']) {
+for (const simd of [undefined, 'relaxed', 'simd128']) {
   for (const threads of [2, 1]) {
     const llm = await LLM.load(${JSON.stringify(MODEL_PATH)}, { threads, simd });
     const { build, relaxedSimd } = llm.info();
@@ -31,11 +32,13 @@ console.log(JSON.stringify(out));`;
   return JSON.parse(execFileSync(process.execPath, args, { cwd: PACKAGE_DIR, encoding: 'utf8', timeout: 240_000 }));
 }
 
-test('with relaxed SIMD, both CPU builds run their relaxed form by default and simd128 their plain one, all with the reference answer', () => {
+test('with relaxed SIMD, both CPU builds run their relaxed form when asked, their plain one by default and with simd128, all with the reference answer', () => {
   const runs = inChild(here ? [] : ['--experimental-wasm-relaxed-simd']);
   assert.deepEqual(runs.map(({ ids: _, ...r }) => r), [
-    { simd: 'auto', build: 'wasm-mt', relaxedSimd: true },
-    { simd: 'auto', build: 'wasm', relaxedSimd: true },
+    { simd: 'auto', build: 'wasm-mt', relaxedSimd: false },
+    { simd: 'auto', build: 'wasm', relaxedSimd: false },
+    { simd: 'relaxed', build: 'wasm-mt', relaxedSimd: true },
+    { simd: 'relaxed', build: 'wasm', relaxedSimd: true },
     { simd: 'simd128', build: 'wasm-mt', relaxedSimd: false },
     { simd: 'simd128', build: 'wasm', relaxedSimd: false },
   ]);
