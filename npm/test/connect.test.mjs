@@ -8,13 +8,14 @@ import { after, before, test } from 'node:test';
 import { LLM, RemoteError, RemoteLLM } from '@ruvector/ruvllm';
 import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, health, rejectsWith, startServe, until } from './helpers.mjs';
 import { serve as serveFiles } from './server.mjs';
+import { sseData } from '../dist/remote.js';
 
 const KEY = 'connect-key-7f2e';
 const MODEL = basename(MODEL_PATH);
 const FRANCE_MESSAGES = [{ role: 'user', content: 'What is the capital of France?' }];
 /** Far more tokens than a test waits for: a generation this long that ends at once was stopped. */
 const LONG_CHAT = { messages: [{ role: 'user', content: 'Tell me a very long story.' }], max_tokens: 4000, temperature: 0 };
-const SERVE_ARGS = ['--api-key', KEY, '--embed-model', EMBED_MODEL_PATH];
+const SERVE_ARGS = ['--api-key', KEY, '--embed-model', EMBED_MODEL_PATH, '--max-queue', '2'];
 
 let server;
 let baseURL;
@@ -152,12 +153,42 @@ test('an abort or a loop left early stops the server\'s generation: the next req
 
 test('timeoutMs: an answer that does not come in time is E_REMOTE_TIMEOUT, and the server stops generating it', async () => {
   const before = await health(server.url);
-  const impatient = await LLM.connect({ baseURL, apiKey: KEY, timeoutMs: 300, maxRetries: 3 });
+  let fetches = 0;
+  const impatient = await LLM.connect({ baseURL, apiKey: KEY, timeoutMs: 300, maxRetries: 3, fetch: (...args) => (fetches++, fetch(...args)) });
   const e = await rejectsWith(impatient.chat.completions.create(LONG_CHAT), 'E_REMOTE_TIMEOUT');
   assert.match(e.message, /within 300 ms/);
-  await until(server.url, (h) => h.requests === 0 && h.aborted === before.aborted + 1); // one attempt: timeouts are not retried
+  assert.equal(fetches, 2, 'the models list, then one attempt: a timeout is not retried');
+  await until(server.url, (h) => h.requests === 0 && h.aborted === before.aborted + 1);
   impatient.dispose();
   await rejectsWith(impatient.complete('Hi'), 'E_DISPOSED');
+});
+
+test('past --max-queue a request is E_REMOTE_RATE_LIMIT; with retries it waits the Retry-After and is answered', async () => {
+  const controllers = [new AbortController(), new AbortController()];
+  // Two long generations fill the queue: one runs, one waits for the model.
+  const long = controllers.map((c) => remote.chat.completions.create({ ...LONG_CHAT, stream: true }, { signal: c.signal }).then(async (stream) => {
+    for await (const _ of stream);
+  }).catch((e) => e));
+  await until(server.url, (h) => h.requests === 2);
+  const full = await rejectsWith(remote.complete('Hi', { maxTokens: 1 }), 'E_REMOTE_RATE_LIMIT');
+  assert.equal(full.status, 429);
+  assert.equal(full.remoteCode, 'queue_full');
+
+  const answers = []; // each attempt's status and when it came
+  const patient = await LLM.connect({ baseURL, apiKey: KEY, maxRetries: 2, fetch: async (...args) => {
+    const res = await fetch(...args);
+    answers.push({ status: res.status, at: performance.now() });
+    return res;
+  } });
+  const pending = patient.complete('Hi', { maxTokens: 1, temperature: 0 });
+  while (answers.length < 2) await new Promise((r) => setTimeout(r, 10));
+  for (const c of controllers) c.abort();
+  for (const e of await Promise.all(long)) assert.equal(e?.code, 'E_ABORTED');
+  const r = await pending;
+  assert.equal(r.usage.completionTokens, 1);
+  assert.deepEqual(answers.map((a) => a.status), [200, 429, 200]);
+  assert.ok(answers[2].at - answers[1].at >= 1900, 'the Retry-After (2 s) was waited'); // not the 0.5 s backoff
+  patient.dispose();
 });
 
 test('errors keep the server\'s status, code and message: a wrong key is E_REMOTE_AUTH, a 400 E_REMOTE_HTTP', async () => {
@@ -179,6 +210,20 @@ test('errors keep the server\'s status, code and message: a wrong key is E_REMOT
   assert.match(field.message, /unsupported completion field 'grammar'/);
   // The package's own checks run before any request.
   await rejectsWith(remote.complete('Hi', { topK: -1 }), 'E_INVALID_ARGUMENT');
+});
+
+test('the event reader takes CR, LF and CR LF line ends and UTF-8 split anywhere across chunks', async () => {
+  const bytes = new TextEncoder().encode('data: a\r\ndata: b\n\n: a comment\nevent: x\r\ndata:c\r\rid: 1\ndata: caf\u00e9\n\ndata: [DONE]');
+  const expected = ['a\nb', 'c', 'caf\u00e9', '[DONE]']; // the last event ends with the body, without an empty line
+  // Every way of cutting the body in two, then one byte at a time: a CR LF and the two bytes of the é cut too.
+  const cuts = [...Array.from({ length: bytes.length - 1 }, (_, i) => [bytes.subarray(0, i + 1), bytes.subarray(i + 1)]), Array.from(bytes, (b) => Uint8Array.of(b))];
+  for (const chunks of cuts) {
+    let i = 0;
+    const read = async () => (i < chunks.length ? { done: false, value: chunks[i++] } : { done: true, value: undefined });
+    const events = [];
+    for await (const data of sseData(read)) events.push(data);
+    assert.deepEqual(events, expected, `cut into ${chunks.map((c) => c.length)}`);
+  }
 });
 
 test('what needs an engine in this process is E_UNSUPPORTED, and so is tokenize on a server without /tokenize', async () => {
