@@ -37,7 +37,8 @@ const loadMs = nowMs() - t0;
 
 const promptIds = args.prompt
   ? readPrompt(args.prompt).ids
-  : Array.from(engine.tokenize(readFileSync(path.join(ROOT, 'cli/src/bench_prompt.txt'), 'utf8').repeat(8), false))
+  : Array.from(engine.tokenize(readFileSync(path.join(ROOT, 'cli/src/bench_prompt.txt'), 'utf8')
+    .repeat(Math.max(8, Math.floor(Number(args['prompt-tokens']) / 64) + 1)), false))
       .slice(0, Number(args['prompt-tokens']));
 
 const b = await benchEngine(engine, promptIds, { genTokens: Number(args['gen-tokens']), reps: Number(args.reps) });

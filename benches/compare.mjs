@@ -45,13 +45,34 @@ const modelPath = (quant) => quant.endsWith('.gguf')
   : quant === '1b' ? path.join(path.dirname(args['base-model']), 'Llama-3.2-1B-shape.random.Q4_K_M.gguf')
   : args['base-model'].replace(/Q4_1(?=\.gguf$)/, quant.toUpperCase());
 
-/** A model's file type and its tensors per type from the GGUF header, e.g. "Q4_K_M: Q5_0 x 166, Q4_K x 16, ...". */
-async function typeMix(model) {
+/** Elements per block and bytes per block of the tensor types these models hold (ggml's). */
+const BLOCKS = {
+  F32: [1, 4], F16: [1, 2], BF16: [1, 2], Q4_0: [32, 18], Q4_1: [32, 20], Q5_0: [32, 22], Q5_1: [32, 24], Q8_0: [32, 34],
+  Q2_K: [256, 84], Q3_K: [256, 110], Q4_K: [256, 144], Q5_K: [256, 176], Q6_K: [256, 210], IQ4_NL: [32, 18], IQ4_XS: [256, 136],
+};
+
+/**
+ * A model's file type and its tensors per type from the GGUF header ("Q4_K_M: Q5_0 x 166, Q4_K x 16, ..."), and the
+ * bytes of weights one decode step reads: every tensor but the token embedding, which it reads whole only where it
+ * is the output head too (no `output.weight`), else one row.
+ */
+async function modelInfo(model) {
   const { metadata, tensorInfo } = await readGgufFileInfo(model, { logWarnings: false });
   const counts = new Map();
-  for (const t of tensorInfo) counts.set(GgmlType[t.ggmlType], (counts.get(GgmlType[t.ggmlType]) ?? 0) + 1);
+  let stepBytes = 0;
+  const tied = !tensorInfo.some((t) => t.name === 'output.weight');
+  for (const t of tensorInfo) {
+    const ty = GgmlType[t.ggmlType];
+    counts.set(ty, (counts.get(ty) ?? 0) + 1);
+    if (!(ty in BLOCKS)) throw new Error(`${model}: ${t.name} has type ${ty}, which BLOCKS lacks`);
+    const [elements, bytes] = BLOCKS[ty];
+    const dims = t.dimensions.map(Number);
+    const size = (dims.reduce((a, b) => a * b, 1) / elements) * bytes;
+    stepBytes += t.name === 'token_embd.weight' && !tied ? size / dims[1] : size;
+  }
   const fileType = GgufFileType[metadata.general?.file_type]?.replace(/^MOSTLY_/, '') ?? 'file type unknown';
-  return `${fileType}: ${[...counts].sort((a, b) => b[1] - a[1]).map(([ty, n]) => `${ty} x ${n}`).join(', ')}`;
+  const mix = `${fileType}: ${[...counts].sort((a, b) => b[1] - a[1]).map(([ty, n]) => `${ty} x ${n}`).join(', ')}`;
+  return { mix, stepBytes };
 }
 
 /**
@@ -61,8 +82,11 @@ async function typeMix(model) {
 function writePrompt(model) {
   const { Engine } = createRequire(import.meta.url)(path.resolve(ROOT, args['node-pkg'], 'ruvllm.js'));
   const engine = new Engine(fs.readFileSync(model), 0);
-  const source = fs.readFileSync(path.join(ROOT, 'cli/src/bench_prompt.txt'), 'utf8').repeat(8);
+  // As the CLI's bench cuts it (cli/src/main.rs): the text (over 100 tokens) repeated past the prompt's length.
+  const copies = Math.max(8, Math.floor(Number(args['prompt-tokens']) / 64) + 1);
+  const source = fs.readFileSync(path.join(ROOT, 'cli/src/bench_prompt.txt'), 'utf8').repeat(copies);
   const ids = Array.from(engine.tokenize(source, false)).slice(0, Number(args['prompt-tokens']));
+  if (ids.length < Number(args['prompt-tokens'])) throw new Error(`the bench text gives only ${ids.length} tokens`);
   const text = engine.detokenize(Uint32Array.from(ids));
   if (JSON.stringify(Array.from(engine.tokenize(text, false))) !== JSON.stringify(ids)) {
     throw new Error('the cut prompt does not tokenize back to the same ids');
@@ -131,11 +155,23 @@ const raw = [];
 const ceilings = [];
 const answers = [];
 const mixes = [];
+const stepBytes = new Map(); // model -> bytes of weights a decode step reads
+// The machine's copy bandwidth at 1 and 2 threads (membw.mjs), before the engines run: the decode ceiling's divisor.
+const membw = (() => {
+  const p = spawnSync(nodes[0].bin, ['membw.mjs', '--threads', [...new Set(threads.concat(list(args['wasm-threads'])))].join(',')],
+    { cwd: BENCHES, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  if (p.status !== 0) return null;
+  const line = JSON.parse(p.stdout.trim().split('\n').pop());
+  fs.appendFileSync(jsonl, JSON.stringify({ engine: 'membw', ...line }) + '\n');
+  return line;
+})();
 for (const entry of list(args.models)) {
   const model = modelPath(entry);
   const quant = entry.endsWith('.gguf') ? path.basename(model, '.gguf') : entry;
   const prompt = writePrompt(model);
-  mixes.push([quant, path.basename(model), await typeMix(model)]);
+  const info = await modelInfo(model);
+  stepBytes.set(quant, info.stepBytes);
+  mixes.push([quant, path.basename(model), info.mix, (info.stepBytes / 1e6).toFixed(1)]);
   answers.push([quant, path.basename(model), JSON.stringify(franceAnswer(model))]);
   console.error(`\n== ${quant}: ${path.basename(model)}, ${mixes.at(-1)[2]}; answers ${answers.at(-1)[2]}`);
   for (let round = 0; round < rounds; round++) for (const [label, argv, node = nodes[0].bin] of runs(model, prompt)) {
@@ -201,14 +237,21 @@ const resultRows = results.map((r) => r.error
 
 // Our ratio to the peer of the same kind: native to llama.cpp native, our wasm (Node or Chromium) to wllama, at the
 // same thread count. Speed ratios > 1 and load/memory ratios < 1 mean we are better.
-const peerOf = (r) => results.find((p) => !p.error && p.quant === r.quant && p.threads === r.threads &&
-  p.engine === (r.runtime === 'native' ? 'llama.cpp' : 'wllama'));
+// Our wasm rows are also set against native llama.cpp (the issue's goals for the browser are in both).
+const peersOf = (r) => results.filter((p) => !p.error && p.quant === r.quant && p.threads === r.threads &&
+  (p.engine === 'llama.cpp' || (p.engine === 'wllama' && r.runtime !== 'native')));
 const ratio = (a, b) => (typeof a === 'number' && typeof b === 'number' && b > 0 ? `${(a / b).toFixed(2)}×` : '–');
-const ratioRows = results.filter((r) => r.engine === 'ruvllm' && !r.error && peerOf(r)).map((r) => {
-  const p = peerOf(r);
-  return [r.quant, name(r), name(p), ratio(r.prefill_tok_s, p.prefill_tok_s), ratio(r.decode_tok_s, p.decode_tok_s),
-    ratio(r.load_ms, p.load_ms), ratio(r.peak_rss_mb, p.peak_rss_mb)];
-});
+const ratioRows = results.filter((r) => r.engine === 'ruvllm' && !r.error).flatMap((r) => peersOf(r).map((p) =>
+  [r.quant, name(r), name(p), ratio(r.prefill_tok_s, p.prefill_tok_s), ratio(r.decode_tok_s, p.decode_tok_s),
+    ratio(r.load_ms, p.load_ms), ratio(r.peak_rss_mb, p.peak_rss_mb)]));
+
+// Decode against the memory's limit: the copy bandwidth at the row's thread count over the bytes of weights a step
+// reads is the most steps per second that memory can feed; each row's decode as a share of it.
+const ceilingRows = membw ? results.filter((r) => !r.error && membw.copy_gb_s[r.threads]).map((r) => {
+  const ceiling = (membw.copy_gb_s[r.threads] * 1e9) / stepBytes.get(r.quant);
+  return [r.quant, name(r), fmt(stepBytes.get(r.quant) / 1e6), fmt(membw.copy_gb_s[r.threads]), fmt(ceiling), fmt(r.decode_tok_s),
+    `${fmt((100 * r.decode_tok_s) / ceiling, 0)}%`];
+}) : [];
 
 // Our wasm's thread scaling: each multi-thread row over the 1-thread row of the same runtime and model, round by
 // round (the median of the rounds' ratios).
@@ -235,13 +278,19 @@ const report = [
   '',
   'The models: their file type and tensors per type (GGUF header).',
   '',
-  table(['model', 'file', 'types'], mixes),
+  table(['model', 'file', 'types', 'weights read per decode step, MB'], mixes),
   '',
   table(['model', 'engine, runtime, threads', 'prefill tok/s', 'decode tok/s', 'load ms', 'peak RSS MB', 'load avg (1 min)', 'note'], resultRows),
   '',
   'Our ratio to each peer (ours / peer): speed > 1 = we are faster; load and memory < 1 = we are lighter.',
   '',
   table(['model', 'ours', 'peer', 'prefill', 'decode', 'load ms', 'peak RSS'], ratioRows),
+  '',
+  'Decode against memory bandwidth: copy bandwidth (membw.mjs: read + written bytes per second, that many threads',
+  'copying at once) over the weights a decode step reads = the most tok/s memory can feed.',
+  '',
+  membw ? table(['model', 'engine, runtime, threads', 'MB per step', 'copy GB/s', 'ceiling tok/s', 'decode tok/s', 'of ceiling'], ceilingRows)
+    : 'membw.mjs failed (its stderr is above).',
   '',
   'Our wasm with threads (threaded build) over one thread (single-thread build), per round (2T and 1T run back to back).',
   'The last column is the ceiling at the same time: two single-thread runs at once (two_cores.mjs) over one alone.',

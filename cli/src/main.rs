@@ -328,8 +328,8 @@ fn bench(args: &Args) -> CliResult {
     let n_prompt: usize = args.num("prompt-tokens", 128)?;
     let n_gen: usize = args.num("gen-tokens", 64)?;
     let file_size = model.file_size();
-    // A fixed, real-text prompt cut to exactly n_prompt tokens.
-    let text = include_str!("bench_prompt.txt").repeat(8);
+    // A fixed, real-text prompt cut to exactly n_prompt tokens: the text (over 100 tokens) repeated past that.
+    let text = include_str!("bench_prompt.txt").repeat(8.max(n_prompt / 64 + 1));
     let mut ids = model.tokenizer().encode(&text, false).map_err(|e| e.to_string())?;
     ids.truncate(n_prompt);
     let set = adapters(args, &model)?;

@@ -393,8 +393,8 @@ async function bench(args: Args): Promise<void> {
   const { llm, loadMs } = await load(args);
   const nPrompt = args.num('prompt-tokens', 128);
   const nGen = args.num('gen-tokens', 64);
-  // The native bench's fixed, real-text prompt, cut to exactly nPrompt tokens.
-  const text = readFileSync(new URL('./bench_prompt.txt', import.meta.url), 'utf8').repeat(8);
+  // The native bench's fixed, real-text prompt (over 100 tokens), repeated past nPrompt tokens and cut there.
+  const text = readFileSync(new URL('./bench_prompt.txt', import.meta.url), 'utf8').repeat(Math.max(8, Math.floor(nPrompt / 64) + 1));
   const ids = llm.tokenize(text).slice(0, nPrompt);
   const set = await adapters(args, llm);
   // Warm-up, not measured (as the native bench), then forget it so the prompt is evaluated in full.

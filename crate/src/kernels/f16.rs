@@ -179,7 +179,7 @@ mod simd128 {
     use super::Rows;
     // The quantized kernels' exact f16 conversion, with their vector constants made once per call (why: `Consts`).
     use crate::quant::simd128::{f16x4_to_f32, Consts};
-    use crate::simd::simd128::hsum;
+    use crate::simd::simd128::{hsum, madd};
 
     pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
         let n = dst.len();
@@ -235,8 +235,8 @@ mod simd128 {
                     let kv = k.load8(i, c, &consts);
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let qp = q.as_ptr().add(g * d + c);
-                        acc[0] = f32x4_add(acc[0], f32x4_mul(v128_load(qp as *const v128), kv[0]));
-                        acc[1] = f32x4_add(acc[1], f32x4_mul(v128_load(qp.add(4) as *const v128), kv[1]));
+                        acc[0] = madd(v128_load(qp as *const v128), kv[0], acc[0]);
+                        acc[1] = madd(v128_load(qp.add(4) as *const v128), kv[1], acc[1]);
                     }
                 }
             }
@@ -298,8 +298,8 @@ mod simd128 {
                     let x = v.load8(i, c, &consts);
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let wv = f32x4_splat(*w.get_unchecked(g * w_stride + i));
-                        acc[0] = f32x4_add(acc[0], f32x4_mul(wv, x[0]));
-                        acc[1] = f32x4_add(acc[1], f32x4_mul(wv, x[1]));
+                        acc[0] = madd(wv, x[0], acc[0]);
+                        acc[1] = madd(wv, x[1], acc[1]);
                     }
                 }
                 for (g, acc) in acc.iter().enumerate() {

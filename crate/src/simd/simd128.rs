@@ -1,5 +1,7 @@
 //! wasm32 kernels of the f32 primitives, using simd128 (built when it is enabled). simd128 has no fused
-//! multiply-add: a product and a sum round apart, as in the references.
+//! multiply-add: a product and a sum round apart, as in the references. The relaxed-SIMD build's [`madd`] is
+//! `f32x4.relaxed_madd`, which the engine fuses or not (fused on every x86_64 with FMA and on aarch64): the
+//! kernels then differ from the references as the x86_64 and aarch64 ones do, by the fused rounding.
 //!
 //! `kernels::f16`'s fused attention kernels (`scores`, `weighted_sums` over rows of a multiple of 8) repeat
 //! `dot`'s and `axpy`'s operations in the same order, so that they give the same bits: change them together.
@@ -13,6 +15,15 @@ pub(crate) fn hsum(v: v128) -> f32 {
         + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
 }
 
+/// `a * b + c`: fused where the relaxed-SIMD build's engine fuses it, else the product rounded first.
+#[inline(always)]
+pub(crate) fn madd(a: v128, b: v128, c: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    return f32x4_relaxed_madd(a, b, c);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    f32x4_add(c, f32x4_mul(a, b))
+}
+
 /// Two accumulators over 8 elements a step (lanes 0-3 and 4-7), then 4 more into the first, then the lane
 /// sum of the two, plus the scalar tail.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -23,12 +34,12 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (mut acc0, mut acc1) = (f32x4_splat(0.0), f32x4_splat(0.0));
     let mut i = 0;
     while i + 8 <= n {
-        acc0 = f32x4_add(acc0, f32x4_mul(load(ap, i), load(bp, i)));
-        acc1 = f32x4_add(acc1, f32x4_mul(load(ap, i + 4), load(bp, i + 4)));
+        acc0 = madd(load(ap, i), load(bp, i), acc0);
+        acc1 = madd(load(ap, i + 4), load(bp, i + 4), acc1);
         i += 8;
     }
     if i + 4 <= n {
-        acc0 = f32x4_add(acc0, f32x4_mul(load(ap, i), load(bp, i)));
+        acc0 = madd(load(ap, i), load(bp, i), acc0);
         i += 4;
     }
     hsum(f32x4_add(acc0, acc1)) + super::dot_ref(&a[i..], &b[i..])
@@ -47,19 +58,19 @@ pub(crate) fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
     while i + 16 <= n {
         for (j, acc) in acc.iter_mut().enumerate() {
             let d = diff(i + 4 * j);
-            *acc = f32x4_add(*acc, f32x4_mul(d, d));
+            *acc = madd(d, d, *acc);
         }
         i += 16;
     }
     while i + 4 <= n {
         let d = diff(i);
-        acc[0] = f32x4_add(acc[0], f32x4_mul(d, d));
+        acc[0] = madd(d, d, acc[0]);
         i += 4;
     }
     hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]))) + super::l2_squared_ref(&a[i..], &b[i..])
 }
 
-/// 4 elements a step, each `y + a * x` (the product rounded first), then the scalar tail.
+/// 4 elements a step, each `y + a * x` ([`madd`]), then the scalar tail.
 pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     let n = y.len().min(x.len());
     let (yp, xp) = (y.as_mut_ptr(), x.as_ptr());
@@ -69,7 +80,7 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
         // SAFETY: elements i..i + 4 are in bounds of both slices; no alignment requirement.
         unsafe {
             let yv = v128_load(yp.add(i) as *const v128);
-            v128_store(yp.add(i) as *mut v128, f32x4_add(yv, f32x4_mul(av, v128_load(xp.add(i) as *const v128))));
+            v128_store(yp.add(i) as *mut v128, madd(av, v128_load(xp.add(i) as *const v128), yv));
         }
         i += 4;
     }
