@@ -359,7 +359,8 @@ function backoffMs(retry: number): number {
  * EventSource standard reads them: lines end in CR LF, LF or CR; an empty line ends an event; `:` starts a comment;
  * fields other than `data` are skipped. An event the body ends without an empty line after is still given.
  */
-export async function* sseData(read: () => Promise<ReadableStreamReadResult<Uint8Array>>): AsyncGenerator<string, void, undefined> {
+// `read`'s result is spelled out rather than the DOM's ReadableStreamReadResult: the published types need no DOM lib.
+export async function* sseData(read: () => Promise<{ done: boolean; value?: Uint8Array }>): AsyncGenerator<string, void, undefined> {
   const decoder = new TextDecoder();
   let rest = '';
   let data: string[] = [];
