@@ -79,7 +79,7 @@ fi
 section "WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
 cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
-cargo check --locked --target wasm32-unknown-unknown -p ruvllm --features gpu
+# (The WebGPU engine for wasm32 is compiled below, as the npm package's wasm-gpu build.)
 
 section "WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
 # (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)

@@ -1,4 +1,5 @@
-/** Stable, machine-readable error codes. The first group comes from the engine (`Error::code` in Rust). */
+/** Stable, machine-readable error codes. The first group comes from the engine (`Error::code` in Rust); the `E_REMOTE_`
+ * group from a server `LLM.connect` reached (remote.ts). */
 export type ErrorCode =
   | 'E_GGUF'
   | 'E_UNSUPPORTED_TENSOR_TYPE'
@@ -31,7 +32,12 @@ export type ErrorCode =
   | 'E_DISPOSED'
   | 'E_WORKER'
   | 'E_UNSUPPORTED'
-  | 'E_ENGINE_CRASHED';
+  | 'E_ENGINE_CRASHED'
+  | 'E_REMOTE_HTTP'
+  | 'E_REMOTE_AUTH'
+  | 'E_REMOTE_RATE_LIMIT'
+  | 'E_REMOTE_UNAVAILABLE'
+  | 'E_REMOTE_TIMEOUT';
 
 /** Every error this package throws or rejects with. */
 export class RuvllmError extends Error {
@@ -41,6 +47,20 @@ export class RuvllmError extends Error {
     super(message, options);
     this.name = 'RuvllmError';
     this.code = code;
+  }
+}
+
+/** An error a server answered (or a failure to reach it): `status` is the HTTP status (null: no answer came), and
+ * `remoteCode` the `error.code` of the server's body (`ruvllm serve` sends the package's codes there, OpenAI its own). */
+export class RemoteError extends RuvllmError {
+  readonly status: number | null;
+  readonly remoteCode: string | null;
+
+  constructor(code: ErrorCode, message: string, status: number | null, remoteCode: string | null, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.name = 'RemoteError';
+    this.status = status;
+    this.remoteCode = remoteCode;
   }
 }
 

@@ -1,5 +1,7 @@
 // The API shared by the Node and browser entry points (which pick how the wasm module is loaded).
-export { LLM } from './llm.js';
+export { CANNOT_RUN_HERE, LLM } from './llm.js';
+export { RemoteLLM } from './remote.js';
+export type { ConnectOptions, RemoteGenerateChunk, RemoteGenerateResult, RemoteModelInfo, RemoteUsage } from './remote.js';
 export { Tokenizer } from './tokenizer.js';
 export type { TokenizerInfo, TokenizerLoadOptions } from './tokenizer.js';
 export type { TextSide } from './text.js';
@@ -31,7 +33,7 @@ export type {
   ToolCallReader,
   ToolFormat,
 } from './chat.js';
-export { AbortError, RuvllmError } from './errors.js';
+export { AbortError, RemoteError, RuvllmError } from './errors.js';
 export type { PrefixStore, Store, StoredRecord } from './store/store.js';
 export { MAX_RECORD_BYTES, RefusedRecords } from './store/store.js';
 export { IndexedDbStore } from './store/indexeddb.js';

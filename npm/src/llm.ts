@@ -4,13 +4,14 @@
 // API (chat.ts), the embeddings API (embeddings.ts) and MicroLoRAs (microlora.ts), which see it through their narrow
 // host interfaces and do not import this module. With `worker: true` in a browser the engine runs in a worker
 // (worker/client.ts's `RemoteModel`): each compute call below then goes there, and the text side runs in the page on
-// a `TextEngine` of the model's header, which the worker sends back.
+// a `TextEngine` of the model's header, which the worker sends back. `LLM.connect` hands out remote.ts's `RemoteLLM` (a
+// model behind an OpenAI-compatible server), and `LLM.loadOrConnect` one of the two.
 import { checkBackend, type Backend, type BackendFallback } from './backend.js';
 import { checkSimd, type Engine, type ThreadFallback } from './builds.js';
 import { createChat, type Chat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
-import { AbortError, RuvllmError, invalid, throwIfAborted } from './errors.js';
+import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
 import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions } from './options.js';
 import { modelCache, type ModelCache } from './models/cache.js';
@@ -21,6 +22,7 @@ import { textEngine } from './tokenizer.js';
 import { canUseSharedWorker, canUseWorker, RemoteModel, wireSource, workerDidNotStart } from './worker/client.js';
 import type { LinkKind } from './worker/links.js';
 import type { ModelSource } from './source.js';
+import { RemoteLLM, connectedInstead, type ConnectOptions } from './remote.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
 import type { Store } from './store/store.js';
@@ -144,6 +146,25 @@ export class LLM extends TextSide {
     } catch (e) {
       if (signal?.aborted && !(e instanceof AbortError)) throw new AbortError(signal.reason);
       throw e;
+    }
+  }
+
+  /** A model behind an OpenAI-compatible server (`ruvllm serve`, llama.cpp's llama-server, OpenAI): the chat API,
+   * `generate`, embeddings and `info()` over HTTP (remote.ts). */
+  static connect(options: ConnectOptions): Promise<RemoteLLM> {
+    return RemoteLLM.connect(options);
+  }
+
+  /** Local first: `LLM.load(source, loadOptions)`, and where the model cannot run here (a load error of
+   * `CANNOT_RUN_HERE`: too large for wasm32 memory, out of memory, no usable WebGPU for `backend: 'webgpu'`, an
+   * architecture or tensor type the engine lacks), `LLM.connect(remote)` instead; its `info().localError` says why.
+   * Any other load error (a missing file, a bad option, an abort) is thrown: the server is not a cover for those. */
+  static async loadOrConnect(source: ModelSource, loadOptions: LoadOptions, remote: ConnectOptions): Promise<LLM | RemoteLLM> {
+    try {
+      return await LLM.load(source, loadOptions);
+    } catch (e) {
+      if (!(e instanceof RuvllmError) || !CANNOT_RUN_HERE.includes(e.code)) throw e;
+      return connectedInstead(await RemoteLLM.connect({ signal: loadOptions.signal, ...remote }), e);
     }
   }
 
@@ -447,6 +468,19 @@ export class LLM extends TextSide {
     this.#text.dispose();
   }
 }
+
+/** The load errors that mean the model cannot run in this runtime (rather than that the source or the options are
+ * wrong): those `LLM.loadOrConnect` answers by connecting to the server. */
+export const CANNOT_RUN_HERE: readonly ErrorCode[] = [
+  'E_MODEL_TOO_LARGE',
+  'E_OUT_OF_MEMORY',
+  'E_GPU_NO_ADAPTER',
+  'E_GPU_LIMITS',
+  'E_GPU_UNSUPPORTED',
+  'E_GPU_OUT_OF_MEMORY',
+  'E_UNSUPPORTED_ARCH',
+  'E_UNSUPPORTED_TENSOR_TYPE',
+];
 
 /** The loads whose GGUF header goes to a sink (`loadWithHeader`), by their options object: not a `LoadOptions` field,
  * which callers would see. */

@@ -1,4 +1,5 @@
 // Shared by the node:test suites: where the model and the llama.cpp reference live, and one loaded model.
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -56,4 +57,49 @@ export function seededRandom(seed) {
     t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/**
+ * `ruvllm serve` (the built CLI) on the default model as a child process, on one thread (the tests share two cores) and
+ * on a free port unless `args` give a `--port`; resolves once it prints the URL it listens on.
+ */
+export async function startServe(...args) {
+  const port = args.includes('--port') ? [] : ['--port', '0'];
+  const cli = join(PACKAGE_DIR, 'dist', 'cli.js');
+  const child = spawn(process.execPath, [cli, 'serve', '--model', MODEL_PATH, ...port, '--threads', '1', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    exited.then(({ code }) => reject(new Error(`serve exited with ${code}: ${stderr}`)));
+  });
+  return {
+    url,
+    stderr: () => stderr,
+    /** SIGTERM; resolves with how it exited. */
+    async stop() {
+      child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
+
+/** A server's `/health` answer. */
+export const health = async (url) => (await fetch(`${url}/health`)).json();
+
+/** Poll a server's `/health` until `check` holds (or fail after `ms`). */
+export async function until(url, check, ms = 10000) {
+  const t0 = Date.now();
+  for (;;) {
+    const h = await health(url);
+    if (check(h)) return h;
+    if (Date.now() - t0 > ms) throw new Error(`/health never got there: ${JSON.stringify(h)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

@@ -1,58 +1,17 @@
 // `ruvllm serve` through OpenAI's own client (the `openai` package): chat (streamed, structured, tools), completions,
 // embeddings, models, auth, the bounded queue (429) and client aborts, against the CLI run as a child process.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { basename, join } from 'node:path';
+import { basename } from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import { LLM } from '../dist/node.js';
-import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, PACKAGE_DIR } from './helpers.mjs';
+import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, health, startServe as start, until } from './helpers.mjs';
 
-const CLI = join(PACKAGE_DIR, 'dist', 'cli.js');
 const KEY = 'test-key-5c1d';
 const MODEL = basename(MODEL_PATH);
 const FRANCE_MESSAGES = [{ role: 'user', content: 'What is the capital of France?' }];
 /** Far more tokens than a test waits for: a generation this long that ends at once was aborted. */
 const LONG = { prompt: 'Once upon a time', max_tokens: 4000, ignore_eos: true, temperature: 0 };
-
-/** `ruvllm serve` on a free port; resolves with its URL once it prints it. One thread: the tests share two cores. */
-async function start(...args) {
-  const child = spawn(process.execPath, [CLI, 'serve', '--model', MODEL_PATH, '--port', '0', '--threads', '1', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (d) => (stderr += d));
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  const url = await new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve(m[1]);
-    });
-    exited.then(({ code }) => reject(new Error(`serve exited with ${code}: ${stderr}`)));
-  });
-  return {
-    url,
-    stderr: () => stderr,
-    /** SIGTERM; resolves with how it exited. */
-    async stop() {
-      child.kill('SIGTERM');
-      return exited;
-    },
-  };
-}
-
-const health = async (url) => (await fetch(`${url}/health`)).json();
-
-/** Poll `/health` until `check` holds (or fail after `ms`). */
-async function until(url, check, ms = 10000) {
-  const t0 = Date.now();
-  for (;;) {
-    const h = await health(url);
-    if (check(h)) return h;
-    if (Date.now() - t0 > ms) throw new Error(`/health never got there: ${JSON.stringify(h)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 let server; // --api-key, --max-queue 2, --embed-model, --cors
 let client;
