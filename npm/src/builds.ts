@@ -258,16 +258,10 @@ const started = new Map<Folder, Promise<Wasm>>();
 
 /** Start `build` in the instruction set `simd` chose (`chooseSimd`) once. A failed fetch is retried by the next load; a
  * thread pool that failed to start (E_THREADS) is not, since the build's instance is left half made. The pool is made
- * at the first start, so a later load asking for another thread count is refused. Under `auto`, a relaxed build that
- * cannot be fetched (a checkout that built only the plain ones) gives way to the plain one. */
+ * at the first start, so a later load asking for another thread count is refused. (`auto` takes the plain builds, so
+ * only an explicit `relaxed` fetches a relaxed one, and its failure is the load's.) */
 export async function startBuild(host: Host, build: BuildName, threads: number, simd: SimdOption = 'auto'): Promise<Wasm> {
-  const set = chooseSimd(simd, build);
-  try {
-    return await startFolder(host, build, folder(build, set), threads);
-  } catch (e) {
-    if (set === 'simd128' || simd !== 'auto' || (e as RuvllmError).code !== 'E_FETCH') throw e;
-    return startFolder(host, build, build, threads);
-  }
+  return startFolder(host, build, folder(build, chooseSimd(simd, build)), threads);
 }
 
 async function startFolder(host: Host, build: BuildName, at: Folder, threads: number): Promise<Wasm> {

@@ -441,7 +441,8 @@ use neon::Unpack as SimdLegacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use simd128::Unpack as SimdLegacy;
 
-/// [`dot_rows`] for Q4_0 and Q8_0: the tiles on x86_64 (`avx2_tiles`), the legacy row kernel elsewhere.
+/// [`dot_rows`] for Q4_0 (and, once dispatched, Q8_0): the tiles on x86_64 (`avx2_tiles`), the legacy row kernel
+/// elsewhere.
 fn tile_rows<B: TileRows, const A: usize>(
     w: &[B],
     row_blocks: usize,
