@@ -19,12 +19,11 @@ import { BENCHES, ROOT, parseArgs, loadavg1m, median } from './lib/common.mjs';
 const args = parseArgs({
   models: 'q4_1,q8_0,q4_0,q4_k_m', reps: '3', rounds: '1', 'prompt-tokens': '128', 'gen-tokens': '64', ctx: '1024', threads: '1,2',
   // Threads for our wasm (Node and Chromium): 1 runs the single-thread build (--wasm-pkg), more the threaded
-  // one (--wasm-mt-pkg, which starts that many workers). With --simd auto (not the default while the package itself
-  // runs the relaxed builds only when asked: see npm/src/builds.ts), a
+  // one (--wasm-mt-pkg, which starts that many workers). With --simd auto, as the npm package does by default, a
   // runtime that validates relaxed SIMD runs the relaxed builds instead (--wasm-relaxed-pkg,
   // --wasm-mt-relaxed-pkg); --simd simd128 runs the plain ones everywhere. All are scripts/build-wasm.sh's output.
   'wasm-threads': '1,2', 'wasm-pkg': 'npm/wasm', 'wasm-mt-pkg': 'npm/wasm-mt', 'wasm-relaxed-pkg': 'npm/wasm-relaxed',
-  'wasm-mt-relaxed-pkg': 'npm/wasm-mt-relaxed', simd: 'simd128', 'node-pkg': 'target/wasm-node', only: '',
+  'wasm-mt-relaxed-pkg': 'npm/wasm-mt-relaxed', simd: 'auto', 'node-pkg': 'target/wasm-node', only: '',
   // Node binaries for the "wasm32 in Node N" rows (each its own rows); the first one also runs everything else.
   nodes: process.execPath,
 });

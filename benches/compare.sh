@@ -2,14 +2,14 @@
 # The comparison benchmark in one command: ruvllm (native 1/2 threads, wasm32 in Node, wasm in headless Chromium)
 # against llama.cpp (node-llama-cpp, native 1/2 threads) and wllama (Chromium, 1/2 threads), on the default model
 # and its Q8_0 / Q4_0 / Q4_K_M copies (`1b`: the 1B-shaped Q4_K_M model, random weights; slow, not by default).
-# Our wasm rows run the plain SIMD128 builds, as the npm package does by default (--simd auto: the relaxed-SIMD builds
-# where the runtime has relaxed SIMD). Prints a markdown table of prefill/decode tok/s, load ms and peak memory per
+# Our wasm rows run the relaxed-SIMD builds where the runtime has relaxed SIMD, as the npm package does (--simd
+# simd128: the plain builds everywhere). Prints a markdown table of prefill/decode tok/s, load ms and peak memory per
 # engine, each model's tensor types, then our ratio to each peer. Everything after the script name goes to
 # compare.mjs, e.g.
 #   benches/compare.sh --models q4_1 --reps 1
 #   benches/compare.sh --models 1b --prompt-tokens 64 --gen-tokens 32 --reps 2
 # Options: --models q4_1,q8_0,q4_0,q4_k_m  --reps 3  --rounds 1  --prompt-tokens 128  --gen-tokens 64  --ctx 1024
-#          --threads 1,2  --wasm-threads 1,2  --simd simd128  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt
+#          --threads 1,2  --wasm-threads 1,2  --simd auto  --wasm-pkg npm/wasm  --wasm-mt-pkg npm/wasm-mt
 #          --wasm-relaxed-pkg npm/wasm-relaxed  --wasm-mt-relaxed-pkg npm/wasm-mt-relaxed  --nodes NODE,...
 #          --only "wllama"  (see benches/README.md)
 set -euo pipefail

@@ -225,12 +225,10 @@ export function checkSimd(simd: unknown): SimdOption {
 
 /** The instruction set of CPU build `build` for the option `simd` (the WebGPU build: SIMD128, whatever asked). */
 export function chooseSimd(simd: SimdOption, build: BuildName): Simd {
-  // `auto` takes the plain builds for now: the relaxed builds pass the kernels' checks and answer the raw France
-  // prompt, but their distributions differ from the plain builds' by up to 0.03 from the first position, and the
-  // chat API's France answer goes wrong (issue 41: the cause is not found yet). They run only when asked for.
-  if (build === 'wasm-gpu' || simd !== 'relaxed') return 'simd128';
+  if (build === 'wasm-gpu' || simd === 'simd128') return 'simd128';
   if (hasRelaxedSimd()) return 'relaxed';
-  throw new RuvllmError('E_UNSUPPORTED', 'simd: relaxed: this runtime has no relaxed SIMD (Chromium 114+ and Node 22+ have it)');
+  if (simd === 'relaxed') throw new RuvllmError('E_UNSUPPORTED', 'simd: relaxed: this runtime has no relaxed SIMD (Chromium 114+ and Node 22+ have it)');
+  return 'simd128';
 }
 
 /** Why a load runs on fewer threads than it asked for (or, by default, than the cores): `info().threadFallback`. */
@@ -258,10 +256,16 @@ const started = new Map<Folder, Promise<Wasm>>();
 
 /** Start `build` in the instruction set `simd` chose (`chooseSimd`) once. A failed fetch is retried by the next load; a
  * thread pool that failed to start (E_THREADS) is not, since the build's instance is left half made. The pool is made
- * at the first start, so a later load asking for another thread count is refused. (`auto` takes the plain builds, so
- * only an explicit `relaxed` fetches a relaxed one, and its failure is the load's.) */
+ * at the first start, so a later load asking for another thread count is refused. Under `auto`, a relaxed build that
+ * cannot be fetched (a checkout that built only the plain ones) gives way to the plain one. */
 export async function startBuild(host: Host, build: BuildName, threads: number, simd: SimdOption = 'auto'): Promise<Wasm> {
-  return startFolder(host, build, folder(build, chooseSimd(simd, build)), threads);
+  const set = chooseSimd(simd, build);
+  try {
+    return await startFolder(host, build, folder(build, set), threads);
+  } catch (e) {
+    if (set === 'simd128' || simd !== 'auto' || (e as RuvllmError).code !== 'E_FETCH') throw e;
+    return startFolder(host, build, build, threads);
+  }
 }
 
 async function startFolder(host: Host, build: BuildName, at: Folder, threads: number): Promise<Wasm> {

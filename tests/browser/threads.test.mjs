@@ -1,7 +1,7 @@
 // The build choice in headless Chromium: a page served with COOP/COEP (cross-origin isolated, so
 // SharedArrayBuffer is allowed) runs the threaded build on its Web Workers; the same page without
-// those headers falls back to the single-thread build. Each runs its plain SIMD128 form unless `simd: 'relaxed'` asks
-// for the relaxed one (Chromium has relaxed SIMD). All answer the France prompt.
+// those headers falls back to the single-thread build. Chromium has relaxed SIMD, so each runs its
+// relaxed form unless `simd: 'simd128'` asks for the plain one. All answer the France prompt.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -53,21 +53,21 @@ async function runPage(headers, threads, simd) {
 
 test('with COOP/COEP the page runs the threaded build on 2 threads and answers', async () => {
   const r = await runPage(ISOLATED, 2);
-  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm-mt', relaxedSimd: false, threads: 2, ids: FRANCE.ids });
+  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm-mt', relaxedSimd: true, threads: 2, ids: FRANCE.ids });
   assert.equal(r.threadFallback, null);
   console.log(`threaded build in Chromium: ${r.frames} frames painted during the answer`);
 });
 
 test('without COOP/COEP the page falls back to the single-thread build and still answers', async () => {
   const r = await runPage({}, 2);
-  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: false, build: 'wasm', relaxedSimd: false, threads: 1, ids: FRANCE.ids });
+  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: false, build: 'wasm', relaxedSimd: true, threads: 1, ids: FRANCE.ids });
   assert.equal(r.threadFallback.code, 'E_THREADS');
   assert.match(r.threadFallback.message, /not cross-origin isolated/);
 });
 
-test("with COOP/COEP, threads: 1 picks the single-thread build, and simd: 'relaxed' its relaxed form", async () => {
-  const r = await runPage(ISOLATED, 1, 'relaxed');
-  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm', relaxedSimd: true, threads: 1, ids: FRANCE.ids });
+test("with COOP/COEP, threads: 1 picks the single-thread build, and simd: 'simd128' its plain form", async () => {
+  const r = await runPage(ISOLATED, 1, 'simd128');
+  assert.deepEqual({ isolated: r.isolated, build: r.build, relaxedSimd: r.relaxedSimd, threads: r.threads, ids: r.ids }, { isolated: true, build: 'wasm', relaxedSimd: false, threads: 1, ids: FRANCE.ids });
   assert.equal(r.threadFallback, null, 'one thread was asked for');
 });
 

@@ -143,10 +143,10 @@ test('a first visit: the page says what to do, lists chat models only, and the f
   const seen = await page.evaluate(() => window.progressSeen);
   // One pass: the download streams into the engine as it arrives (and into the package's model store).
   assert.ok(seen.some((t) => /^Downloading [\d.]+ [KMG]?B of 98(?:\.\d)? MB · [\d.]+ [KMG]?B\/s · \d+ s left$/.test(t)), `progress: ${seen.join(' | ')}`);
-  // The status line in plain words; the build and SIMD in its tooltip (the plain SIMD128 build by default). The header names the
+  // The status line in plain words; the build and SIMD in its tooltip (Chromium has relaxed SIMD). The header names the
   // model by its file.
   assert.match(await page.locator('#engine .long').textContent(), /^Ready · SmolLM2 135M Instruct · on the CPU \(.+\) · 2 threads$/);
-  assert.equal(await page.locator('#engine').getAttribute('title'), 'WebAssembly SIMD128, the wasm-mt build');
+  assert.equal(await page.locator('#engine').getAttribute('title'), 'WebAssembly relaxed SIMD, the wasm-mt build');
   assert.match(await page.locator('#model-name').textContent(), /^SmolLM2 135M Instruct · 98(\.\d)? MB$/);
   // The download is kept, whole, by the package's model store.
   await page.locator('#cached li', { hasText: basename(MODEL_PATH) }).waitFor();

@@ -48,8 +48,10 @@
 //! wasm32 has a second form of the simd128 kernels, compiled where `target_feature = "relaxed-simd"` is on (the
 //! npm package's relaxed builds): the K-quants and the legacy types whose quants fit in seven bits multiply bytes
 //! with `relaxed_dot_i8x16_i7x16` instead of widening to i16. Weights stay in 0..=127 and no i16 pair can
-//! overflow, so every engine computes the same exact integers, the float operations after them are the plain
-//! kernels', and the relaxed build passes the same tests (run in Node and Chromium by scripts/test.sh).
+//! overflow, so every engine computes the same exact integers, and each float lane sums the same elements as the plain
+//! kernel's: the float operations after them are the plain kernels', so the relaxed build gives the plain build's
+//! bits (`simd128`'s test `byte_dots_give_the_widening_dots_bits`; npm/test/simd.test.mjs compares the builds' whole
+//! distributions) and passes the same tests (run in Node and Chromium by scripts/test.sh).
 //!
 //! The simd128 kernels take their vector constants as values made once per call (`simd128::Consts`), because V8
 //! rebuilds a `v128.const` at every use inside a loop.

@@ -284,7 +284,9 @@ fn u7<B: Unpack>() -> Option<U7> {
 
 /// A block's four i32 sums of `(q - offset) * y` (the relaxed-SIMD build): quants `q` in 0..=127 as bytes,
 /// activations `y` as bytes. A lane's four products and the offset's four stay within i16 (at most
-/// 4 * 31 * 127), so the pairs add there before one widening.
+/// 4 * 31 * 127), so the pairs add there before one widening. i32 lane `k` sums the same elements as the widening
+/// kernels' lane `k` ([`dot32`]: `2k`, `2k + 1` of each eight), i16 lanes `k` and `k + 4`, not two neighbours: the
+/// blocks' float sums then see the same values in both builds, and the relaxed build gives the plain build's bits.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 fn dot32_u7((q0, q1): (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
@@ -295,7 +297,7 @@ fn dot32_u7((q0, q1): (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
         Some(o) => i16x8_sub(dot((q0, q1)), dot((o, o))),
         None => dot((q0, q1)),
     };
-    i32x4_extadd_pairwise_i16x8(sums)
+    i32x4_add(i32x4_extend_low_i16x8(sums), i32x4_extend_high_i16x8(sums))
 }
 
 /// A block's integer sums against activation quants `y`, as f32: byte dots where `u7` says so, else widened.
@@ -312,8 +314,13 @@ fn block_dot<B: Unpack>(x: &B, y: &[i8; 32], c: &Consts, u7: Option<U7>) -> v128
 /// A legacy weight row · its activation row (`vec_dot` of every legacy type): per block, `d * sums`
 /// into `acc` and `m * s` into lane 1 of `mins` (0 for the types without a min).
 pub(crate) fn legacy_dot<B: Unpack>(w: &[B], a: &[B::Act]) -> f32 {
+    legacy_dot_by(w, a, u7::<B>())
+}
+
+/// [`legacy_dot`] with the block dots `u7` says (the tests compare the relaxed build's byte dots with widening).
+#[inline(always)]
+fn legacy_dot_by<B: Unpack>(w: &[B], a: &[B::Act], u7: Option<U7>) -> f32 {
     let c = Consts::new();
-    let u7 = u7::<B>();
     let mut acc = f32x4_splat(0.0);
     let mut mins = f32x4_splat(0.0);
     for (x, y) in w.iter().zip(a) {
@@ -589,6 +596,36 @@ mod tests {
             let got = f32x4_extract_lane::<0>(f16x4_to_f32(h, &c));
             let want = half::f16::from_bits(bits).to_f32();
             assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} != {want}");
+        }
+    }
+
+    /// The relaxed-SIMD build's byte dots give the widening kernels' bits: the two builds compute the same model.
+    #[cfg(target_feature = "relaxed-simd")]
+    #[test]
+    fn byte_dots_give_the_widening_dots_bits() {
+        use super::super::act::ActKind;
+        use crate::quant::{as_blocks, tests::data::random_row, GgmlType};
+        use crate::test_support::Rng;
+
+        fn check<B: Unpack + crate::quant::QuantBlock>(ty: GgmlType, kind: ActKind, rng: &mut Rng) {
+            assert!(u7::<B>().is_some(), "{ty:?} has byte dots");
+            for blocks in [1, 2, 7, 24] {
+                let w = random_row(ty, blocks, rng);
+                let x: Vec<f32> =
+                    (0..32 * blocks).map(|i| rng.normal() * if i % 16 == 0 { 8.0 } else { 1.0 }).collect();
+                let mut acts = Activations::new();
+                acts.quantize(kind, &x, 1);
+                let (w, a) = (as_blocks::<B>(&w), acts.row(0).blocks::<B::Act>());
+                let (bytes, wide) = (legacy_dot(w, a), legacy_dot_by(w, a, None));
+                assert_eq!(bytes.to_bits(), wide.to_bits(), "{ty:?}, {blocks} blocks: {bytes} != {wide}");
+            }
+        }
+        let mut rng = Rng::new(41);
+        for _ in 0..50 {
+            check::<BlockQ4_0>(GgmlType::Q4_0, ActKind::Q8_0, &mut rng);
+            check::<BlockQ4_1>(GgmlType::Q4_1, ActKind::Q8_1, &mut rng);
+            check::<BlockQ5_0>(GgmlType::Q5_0, ActKind::Q8_0, &mut rng);
+            check::<BlockQ5_1>(GgmlType::Q5_1, ActKind::Q8_1, &mut rng);
         }
     }
 }

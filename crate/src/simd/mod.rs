@@ -14,8 +14,8 @@
 //! `has_dotprod` (aarch64's `sdot`).
 //!
 //! A kernel differs from its reference only in the order of its float additions and, on x86_64 and aarch64, in fused
-//! multiply-adds (simd128 has none; the relaxed-SIMD build's `f32x4.relaxed_madd`, which engines fuse on FMA
-//! hardware, stands in for them there). That order is part of the results, so each kernel kept the one it had before
+//! multiply-adds (simd128 has none, and the relaxed-SIMD build does not use `f32x4.relaxed_madd`, which only some
+//! engines fuse: both wasm builds give the same bits). That order is part of the results, so each kernel kept the one it had before
 //! attention's and the index's kernels were merged here: `dot` adds in two accumulators on x86_64 and wasm32, as
 //! attention's did (`f16.rs`'s fused wasm32 kernels repeat `simd128::dot`'s and `simd128::axpy`'s operations bit for
 //! bit, and with the index's four accumulators the llama.cpp comparison of `tests/rust/lora.rs` left its bounds), and

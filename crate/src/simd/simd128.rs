@@ -1,7 +1,6 @@
 //! wasm32 kernels of the f32 primitives, using simd128 (built when it is enabled). simd128 has no fused
-//! multiply-add: a product and a sum round apart, as in the references. The relaxed-SIMD build's [`madd`] is
-//! `f32x4.relaxed_madd`, which the engine fuses or not (fused on every x86_64 with FMA and on aarch64): the
-//! kernels then differ from the references as the x86_64 and aarch64 ones do, by the fused rounding.
+//! multiply-add: a product and a sum round apart, as in the references, and the relaxed-SIMD build does the same
+//! (see [`madd`]): both wasm builds give the same bits.
 //!
 //! `kernels::f16`'s fused attention kernels (`scores`, `weighted_sums` over rows of a multiple of 8) repeat
 //! `dot`'s and `axpy`'s operations in the same order, so that they give the same bits: change them together.
@@ -15,12 +14,11 @@ pub(crate) fn hsum(v: v128) -> f32 {
         + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
 }
 
-/// `a * b + c`: fused where the relaxed-SIMD build's engine fuses it, else the product rounded first.
+/// `a * b + c`, the product rounded first, in the relaxed-SIMD build too: `f32x4.relaxed_madd` fuses on some
+/// engines and not on others, and attention and LoRA adapters (these primitives' callers in the forward pass) would
+/// then give other bits than the plain build, and another answer where the model is near a tie.
 #[inline(always)]
 pub(crate) fn madd(a: v128, b: v128, c: v128) -> v128 {
-    #[cfg(target_feature = "relaxed-simd")]
-    return f32x4_relaxed_madd(a, b, c);
-    #[cfg(not(target_feature = "relaxed-simd"))]
     f32x4_add(c, f32x4_mul(a, b))
 }
 

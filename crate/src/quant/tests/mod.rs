@@ -9,7 +9,7 @@
 
 mod bounds;
 mod checks;
-mod data;
+pub(super) mod data;
 mod known;
 
 use super::*;
