@@ -94,9 +94,10 @@ section "npm package: wasm build (cargo, wasm-bindgen, wasm-opt), TypeScript"
 scripts/build-wasm.sh
 (cd npm && npm run build)
 
-section "npm package tests in Node (against the native CLI: release build)"
-cargo build --locked --release -p ruvllm-cli
-(cd npm && npm test)
+section "npm package tests in Node (cli.test.mjs against the native CLI that the native tests built)"
+# target/debug/ruvllm is the test profile's (opt-level 3, with debug assertions): a release build would compile the
+# crate and its dependencies once more for nothing these tests see.
+(cd npm && RUVLLM_NATIVE_CLI="$PWD/../target/debug/ruvllm" npm test)
 
 section "browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
 # webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).

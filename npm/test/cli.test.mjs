@@ -1,4 +1,5 @@
-// The Node CLI: the native CLI's flags and JSON output, and the same tokens (target/release/ruvllm).
+// The Node CLI: the native CLI's flags and JSON output, and the same tokens (target/release/ruvllm, or
+// $RUVLLM_NATIVE_CLI: scripts/test.sh passes the test profile's target/debug/ruvllm).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
