@@ -86,12 +86,13 @@ lavapipe() {
   fi
 }
 
-# Python tools that write the small test models (llama.cpp's own `gguf` writer, real tokenizer trainers).
+# Python tools that write the small test models (llama.cpp's own `gguf` writer, real tokenizer trainers), and
+# OpenAI's official Python client, which npm/test/serve.test.mjs drives `ruvllm serve` with (tests/python/).
 python_venv() {
-  if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gguf, numpy, sentencepiece, tokenizers" 2>/dev/null; then
-    step "python venv with gguf, numpy, sentencepiece, tokenizers"
+  if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gguf, numpy, sentencepiece, tokenizers, openai" 2>/dev/null; then
+    step "python venv with gguf, numpy, sentencepiece, tokenizers, openai"
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check gguf==0.17.1 numpy sentencepiece tokenizers >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check gguf==0.17.1 numpy sentencepiece tokenizers openai==3.57.0 >&2
   fi
 }
 

@@ -81,6 +81,7 @@ export async function startServe(...args) {
   });
   return {
     url,
+    pid: child.pid,
     stderr: () => stderr,
     /** SIGTERM; resolves with how it exited. */
     async stop() {

@@ -1,11 +1,16 @@
 // `ruvllm serve` through OpenAI's own client (the `openai` package): chat (streamed, structured, tools), completions,
-// embeddings, models, auth, the bounded queue (429) and client aborts, against the CLI run as a child process.
+// embeddings, models, auth, the bounded queue (429) and client aborts, against the CLI run as a child process; and
+// through OpenAI's Python client (tests/python/openai_client.py), with 20 clients at once.
 import assert from 'node:assert/strict';
-import { basename } from 'node:path';
+import { execFile } from 'node:child_process';
+import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import { LLM } from '../dist/node.js';
-import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, health, startServe as start, until } from './helpers.mjs';
+import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, REPO_DIR, health, startServe as start, until } from './helpers.mjs';
+
+const run = promisify(execFile);
 
 const KEY = 'test-key-5c1d';
 const MODEL = basename(MODEL_PATH);
@@ -211,5 +216,26 @@ test('--cors answers preflights; a server without flags has no CORS headers, no 
   } finally {
     const { code } = await plain.stop();
     assert.equal(code, 0, plain.stderr());
+  }
+});
+
+test('OpenAI\'s Python client: chat whole and streamed, embeddings, a closed stream, a wrong key, 20 clients at once with flat memory', async () => {
+  // tests/python/openai_client.py makes the checks (a failed one exits non-zero) against a server of its own: a queue
+  // of 12 behind the running request, so that of 20 clients at once some are answered and some get 429.
+  const python = join(REPO_DIR, '.venv', 'bin', 'python');
+  const queued = await start('--api-key', KEY, '--max-queue', '12', '--embed-model', EMBED_MODEL_PATH);
+  try {
+    const { stdout } = await run(python, [join(REPO_DIR, 'tests', 'python', 'openai_client.py'), `${queued.url}/v1`, KEY, MODEL, String(queued.pid)], { timeout: 600_000 });
+    const summary = JSON.parse(stdout.trim().split('\n').at(-1));
+    console.log(JSON.stringify(summary));
+    // The same greedy answer as OpenAI's npm client gets from the same server.
+    const npmClient = new OpenAI({ baseURL: `${queued.url}/v1`, apiKey: KEY, maxRetries: 0 });
+    const reply = await npmClient.chat.completions.create({ model: MODEL, messages: FRANCE_MESSAGES, temperature: 0, max_tokens: 32 });
+    assert.equal(summary.chat, reply.choices[0].message.content);
+    assert.equal(summary.rounds.length, 3);
+    for (const r of summary.rounds) assert.equal(r.answered + r['429'], 20);
+  } finally {
+    const { code } = await queued.stop();
+    assert.equal(code, 0, queued.stderr());
   }
 });
