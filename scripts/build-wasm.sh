@@ -19,8 +19,6 @@ cd "$(dirname "$0")/.."
 wasm_opt=npm/node_modules/.bin/wasm-opt
 [ -x "$wasm_opt" ] || { echo "build-wasm: $wasm_opt missing (run: cd npm && npm ci)" >&2; exit 1; }
 target_dir=${CARGO_TARGET_DIR:-target}
-# The release profile's debug info (for native profiles) is compiled for nothing here: wasm-bindgen drops it.
-export CARGO_PROFILE_RELEASE_DEBUG=0
 # The nightly the threaded build was made with (rustc 1.97.0-nightly e50aa6fba 2026-05-19); any recent one works.
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
 
