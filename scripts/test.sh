@@ -14,9 +14,11 @@ export RUVLLM_EMBED_MODEL="$(scripts/fetch-embed-model.sh)"
 # Gemma 3 270M for tests/rust/gemma3.rs (253 MB from PyPI, once; in the same cache folder, so the file server has it).
 export RUVLLM_GEMMA3_MODEL="$(scripts/fetch-model.sh gemma3)"
 export RUVLLM_FIXTURES="$PWD/target/fixtures"
-# llama.cpp's example GBNF grammars for tests/rust/grammar.rs (from llama-cpp-python's sdist on PyPI, once; in the same
-# cache folder, so the file server has them) and real-world JSON Schemas for npm/test/grammar.test.mjs.
-export RUVLLM_LLAMA_GRAMMARS="$(scripts/fetch-llama-grammars.sh)"
+# llama.cpp's example GBNF grammars for tests/rust/grammar.rs and its tokenizer tests' vocabularies for
+# tests/rust/llama_vocabs.rs (from llama-cpp-python's sdist on PyPI, once; in the same cache folder, so the file server
+# has them) and real-world JSON Schemas for npm/test/grammar.test.mjs.
+export RUVLLM_LLAMA_GRAMMARS="$(scripts/fetch-llama-cpp.sh grammars)"
+export RUVLLM_LLAMA_VOCABS="$(scripts/fetch-llama-cpp.sh vocabs)"
 export RUVLLM_SCHEMAS="$(scripts/fetch-schemas.sh)"
 
 section "the docs name what exists; the crate's parts import one way (scripts/check-docs.py, scripts/check-layers.py)"

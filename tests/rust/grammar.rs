@@ -1,5 +1,5 @@
 //! llama.cpp's own GBNF grammars (its grammars/*.gbnf, from the llama-cpp-python release that
-//! scripts/fetch-llama-grammars.sh extracts into the directory $RUVLLM_LLAMA_GRAMMARS): each translates to
+//! `scripts/fetch-llama-cpp.sh grammars` extracts into the directory $RUVLLM_LLAMA_GRAMMARS): each translates to
 //! Lark, compiles in llguidance, takes a sample text and refuses a near miss. Skipped, with a notice, when
 //! the variable is unset.
 
@@ -49,8 +49,8 @@ fn accepts(lark: &str, text: &str) -> bool {
 fn llama_cpp_grammars_translate_compile_and_accept() {
     let Some(dir) = support::env("RUVLLM_LLAMA_GRAMMARS") else {
         eprintln!(
-            "skipped: RUVLLM_LLAMA_GRAMMARS is unset (set it to the directory that scripts/fetch-llama-grammars.sh \
-             prints)"
+            "skipped: RUVLLM_LLAMA_GRAMMARS is unset (set it to the directory that `scripts/fetch-llama-cpp.sh \
+             grammars` prints)"
         );
         return;
     };

@@ -1,7 +1,8 @@
-//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), as llama.cpp's llm_tokenizer_bpe_session.
+//! BPE by merge rank (`tokenizer.ggml.model = "gpt2"`, and `"gemma4"`), as llama.cpp's llm_tokenizer_bpe_session.
 //!
-//! Each pre-tokenized word is spelled in GPT-2's byte alphabet (every byte a printable char), then adjacent
-//! symbols are merged lowest merge rank first (ties: leftmost) until no ranked pair is left.
+//! Each pre-tokenized word is spelled as the vocabulary spells text ([`Spelling`]: GPT-2's byte alphabet, every
+//! byte a printable char; or Gemma 4's UTF-8 with spaces as "▁"), then adjacent symbols are merged lowest merge
+//! rank first (ties: leftmost) until no ranked pair is left.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -85,8 +86,20 @@ pub(crate) fn decoded_len(text: &str) -> usize {
     text.chars().fold(0usize, |n, c| n.saturating_add(if char_to_byte(c).is_some() { 1 } else { unknown(c) }))
 }
 
+/// How the vocabulary spells text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// GPT-2's byte alphabet; a piece outside the vocabulary falls back to its ASCII bytes' one-char tokens.
+    ByteLevel,
+    /// UTF-8 with each space as "▁" (llama.cpp's escape_whitespaces with byte_encode off: Gemma 4); a piece
+    /// outside the vocabulary falls back to `<0xXX>` byte tokens, and a word of newlines that is a token is taken
+    /// whole.
+    EscapedSpaces,
+}
+
 pub(crate) struct Bpe {
     pub(crate) pre: PreTokenizer,
+    pub(crate) spelling: Spelling,
     /// Llama-3 style: a word that is a token as a whole is taken as is, whatever the merges would do.
     pub(crate) ignore_merges: bool,
     /// The merges' texts `"left right"` (as stored in `tokenizer.ggml.merges`), in rank order: a merge's rank is
@@ -96,12 +109,12 @@ pub(crate) struct Bpe {
 }
 
 impl Bpe {
-    pub(crate) fn new(pre: PreTokenizer, ignore_merges: bool, merges: &[&str]) -> Bpe {
+    pub(crate) fn new(pre: PreTokenizer, spelling: Spelling, ignore_merges: bool, merges: &[&str]) -> Bpe {
         let mut table = StrTable::with_capacity(merges.len(), merges.iter().map(|m| m.len()).sum());
         for merge in merges {
             table.push(merge);
         }
-        Bpe { pre, ignore_merges, merges: table }
+        Bpe { pre, spelling, ignore_merges, merges: table }
     }
 
     /// Rank of merging `left` and `right`, keyed as the merge text. `key` is scratch space.
@@ -120,9 +133,26 @@ impl Bpe {
 
     pub(crate) fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
         let mut key = String::new();
+        let escaped;
+        let text = match self.spelling {
+            Spelling::ByteLevel => text,
+            // Before the split, as llama.cpp; the only pre-tokenizer used with it splits at newlines alone.
+            Spelling::EscapedSpaces => {
+                escaped = text.replace(' ', "\u{2581}");
+                &escaped
+            }
+        };
         for word in self.pre.split(text) {
-            let encoded: String = word.bytes().map(byte_to_char).collect();
-            if self.ignore_merges {
+            let encoded: String = match self.spelling {
+                Spelling::ByteLevel => word.bytes().map(byte_to_char).collect(),
+                Spelling::EscapedSpaces => word.to_owned(),
+            };
+            let whole = match self.spelling {
+                Spelling::ByteLevel => self.ignore_merges,
+                // llama.cpp's Gemma 4 fix: a run of newlines is one token where the vocabulary has it.
+                Spelling::EscapedSpaces => self.ignore_merges || encoded.bytes().all(|b| b == b'\n'),
+            };
+            if whole {
                 if let Some(id) = vocab.token_id(&encoded) {
                     out.push(id);
                     continue;
@@ -133,13 +163,21 @@ impl Bpe {
                 match vocab.token_id(piece) {
                     Some(id) => out.push(id),
                     // A merge produced text that is not in the vocabulary: llama.cpp looks up each byte of the
-                    // piece as a one-byte token and drops the bytes that are not one.
-                    None => {
-                        for b in piece.bytes().filter(u8::is_ascii) {
-                            let mut buf = [0u8; 4];
-                            out.extend(vocab.token_id(char::from(b).encode_utf8(&mut buf)));
+                    // piece as a byte token and drops the bytes that are not one (byte-level: the one-byte text,
+                    // which only an ASCII byte can be).
+                    None => match self.spelling {
+                        Spelling::ByteLevel => {
+                            for b in piece.bytes().filter(u8::is_ascii) {
+                                let mut buf = [0u8; 4];
+                                out.extend(vocab.token_id(char::from(b).encode_utf8(&mut buf)));
+                            }
                         }
-                    }
+                        Spelling::EscapedSpaces => {
+                            for b in piece.bytes() {
+                                out.extend(vocab.token_id(&format!("<0x{b:02X}>")));
+                            }
+                        }
+                    },
                 }
             }
         }

@@ -1,6 +1,8 @@
 //! Tokenizers built from GGUF metadata, token for token the same as llama.cpp (llama-vocab.cpp, unicode.cpp):
-//! byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer `tokenizer.ggml.pre` names, and
-//! SentencePiece BPE (`"llama"`) with scores, byte fallback and the space prefix, and BERT's WordPiece (`"bert"`).
+//! byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer `tokenizer.ggml.pre` names, Gemma 4's
+//! BPE on UTF-8 with spaces as "▁" (`"gemma4"`), SentencePiece BPE (`"llama"`) with scores, byte fallback and the
+//! space prefix, and BERT's WordPiece (`"bert"`). llama.cpp's own tokenizer tests (tests/rust/llama_vocabs.rs)
+//! check every vocabulary of its suite but the UGM one (`"t5"`), which is refused.
 //!
 //! Text flows: special-token split ([`Tokenizer::encode`] with `parse_special`) -> pre-tokenizer -> merges -> ids.
 //! Back: ids -> each token's bytes -> text ([`Tokenizer::decode`], or [`StreamDecoder`] while generating).
@@ -8,11 +10,11 @@
 //! # Design
 //!
 //! Token for token the same as llama.cpp. `vocab.rs` reads tokens, types, special ids, the end-of-generation set and
-//! the `TokenizerKind`; `bpe.rs` is byte-level BPE by merge rank, `spm.rs` SentencePiece by score with `<0xXX>` byte
+//! the `TokenizerKind`; `bpe.rs` is BPE by merge rank (byte-level, or Gemma 4's spelling), `spm.rs` SentencePiece by score with `<0xXX>` byte
 //! fallback, both over `symbols.rs`; `wordpiece.rs` is BERT's WordPiece (llama.cpp's basic tokenizer, then greedy
 //! longest match). `strings.rs`'s `StrTable` holds the token texts and the merges end to end, found by text through a
 //! hash table of their indexes (no heap allocation per string: a vocabulary has up to hundreds of thousands). `pretokenize.rs` holds hand-written splitters equal to llama.cpp's regexes (smollm,
-//! gpt-2, llama3, qwen2), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
+//! gpt-2, llama3, qwen2, qwen35, falcon, deepseek-llm, deepseek-coder, gemma4, default), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
 //! `gen_unicode_table.py`) hold the Unicode 15.1 classes and the NFD map llama.cpp uses. `stream.rs` decodes token by token without
 //! splitting a UTF-8 character. A new pre-tokenizer: `pretokenize.rs` and its name in `vocab.rs`.
 
@@ -45,9 +47,10 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.vocab.kind {
+        let kind = match &self.vocab.kind {
             TokenizerKind::Spm => "SentencePiece",
-            TokenizerKind::Bpe(_) => "byte-level BPE",
+            TokenizerKind::Bpe(b) if b.spelling == bpe::Spelling::ByteLevel => "byte-level BPE",
+            TokenizerKind::Bpe(_) => "BPE",
             TokenizerKind::WordPiece { .. } => "WordPiece",
         };
         f.debug_struct("Tokenizer").field("kind", &kind).field("vocab_size", &self.vocab_size()).finish()

@@ -2,9 +2,10 @@
 //! each `tokenizer.ggml.pre` (llama-vocab.cpp picks a list of regexes; unicode.cpp applies them in turn, each
 //! one splitting the pieces the previous one left).
 //!
-//! llama.cpp runs the GPT-2 and Llama-3 regexes through hand-written splitters and the others through
-//! std::regex. Here every stage is hand-written; the regex stages reproduce ECMAScript's leftmost-first
-//! semantics for the specific pattern, so no regex engine (and no large Unicode tables) end up in the wasm.
+//! llama.cpp runs the GPT-2, Llama-3, Qwen2 and Qwen3.5 regexes through hand-written splitters and the others
+//! through std::regex. Here every stage is hand-written; the regex stages reproduce ECMAScript's leftmost-first
+//! semantics for the specific pattern on the text as llama.cpp hands it to std::regex (see [`Class`]), so no
+//! regex engine (and no large Unicode tables) end up in the wasm.
 
 use std::ops::Range;
 
@@ -17,16 +18,98 @@ enum Stage {
     Gpt2,
     /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:
     /// llama.cpp's custom Llama-3 splitter (3 digits) and Qwen2's regex (1 digit), which matches identically.
-    Llama3 { max_digits: usize },
-    /// `\p{N}`: every number on its own.
-    IsolateNumbers,
-    /// `\p{N}+`: runs of numbers.
-    NumberRuns,
-    /// `[\p{P}\$\+<=>\^~\|]+`: runs of punctuation and a few ASCII symbols.
-    PunctuationRuns,
+    /// With `marks`, Qwen3.5's: `\p{L}+` is `[\p{L}\p{M}]+` and the punctuation run excludes `\p{M}` too
+    /// (llama.cpp's custom qwen35 splitter).
+    Llama3 { max_digits: usize, marks: bool },
+    /// `X`: every char of the class on its own.
+    Isolate(Class),
+    /// `X+`: maximal runs of the class.
+    Runs(Class),
+    /// `\s?X+`: runs of the class, each with the whitespace char before it.
+    SpaceThenRuns(Class),
+    /// `\s+$`: the whitespace at the end of the piece.
+    TrailingWhitespace,
     /// `[0-9][0-9][0-9]`: groups of three ASCII digits.
     DigitTriples,
 }
+
+/// A char class of a regex stage, as llama.cpp's std::regex sees it. Before matching, llama.cpp replaces every
+/// non-ASCII whitespace char by U+000B (so `\s` is [`is_whitespace`], and no class below takes such a char,
+/// not even U+3000 where a class's range spans it); with a `\p{..}` in the regex it also collapses each other
+/// non-ASCII char to its category's stand-in, so `\p{L}` is [`is_letter`] and so on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// `[\r\n]`.
+    Newline,
+    /// `\n`.
+    LineFeed,
+    /// `\p{N}`.
+    Number,
+    /// `\p{L}`.
+    Letter,
+    /// `\p{P}`: ASCII's punctuation (not its symbols `$+<=>^`|~`) and non-ASCII punctuation.
+    Punctuation,
+    /// `[\p{P}\$\+<=>\^~\|]`: the default pre-tokenizer's, every ASCII punctuation or symbol but the backtick.
+    DefaultPunctuation,
+    /// `[\p{P}\$\+<=>\^~\|`]`: Falcon's, the default's and the backtick.
+    FalconPunctuation,
+    /// DeepSeek LLM's letters: `[A-Za-zµÀ-ÖØ-öø-ƺ...𞤀-𞥃]` (cased letters of many scripts, not CJK).
+    DeepseekLetter,
+    /// DeepSeek LLM's punctuation: `[!-/:-~！-／：-～‘-‟　-。]` (ASCII's letters too, from `:-~`).
+    DeepseekPunctuation,
+    /// `[一-龥ࠀ-一가-퟿]`: U+0800..=U+9FA5 (CJK ideographs and every script between) and Hangul, U+AC00..=U+D7FF.
+    Cjk,
+}
+
+impl Class {
+    fn contains(self, c: char) -> bool {
+        if !c.is_ascii() && is_whitespace(c) {
+            return false; // U+000B to the regex
+        }
+        match self {
+            Class::Newline => c == '\r' || c == '\n',
+            Class::LineFeed => c == '\n',
+            Class::Number => is_number(c),
+            Class::Letter => is_letter(c),
+            Class::Punctuation => category(c) == Category::Punctuation,
+            Class::DefaultPunctuation => is_default_punctuation(c),
+            Class::FalconPunctuation => c == '`' || is_default_punctuation(c),
+            Class::DeepseekLetter => in_ranges(c, DEEPSEEK_LETTERS),
+            Class::DeepseekPunctuation => in_ranges(c, DEEPSEEK_PUNCTUATION),
+            Class::Cjk => matches!(c, '\u{0800}'..='\u{9FA5}' | '\u{AC00}'..='\u{D7FF}'),
+        }
+    }
+}
+
+/// Whether `c` is in one of `ranges` (inclusive, ascending, not overlapping).
+fn in_ranges(c: char, ranges: &[(u32, u32)]) -> bool {
+    let cp = c as u32;
+    let i = ranges.partition_point(|&(_, last)| last < cp);
+    ranges.get(i).is_some_and(|&(first, _)| first <= cp)
+}
+
+/// DeepSeek LLM's letter class, as llama-vocab.cpp writes it (adjacent single chars joined into ranges).
+#[rustfmt::skip]
+const DEEPSEEK_LETTERS: &[(u32, u32)] = &[
+    (0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA), (0x1BC, 0x1BF), (0x1C4, 0x293),
+    (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377), (0x37B, 0x37D), (0x37F, 0x37F), (0x386, 0x386), (0x388, 0x38A),
+    (0x38C, 0x38C), (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481), (0x48A, 0x52F), (0x531, 0x556), (0x10A0, 0x10C5),
+    (0x13A0, 0x13F5), (0x13F8, 0x13FD), (0x1C90, 0x1CBA), (0x1CBD, 0x1CBF), (0x1D00, 0x1D2B), (0x1D6B, 0x1D77),
+    (0x1D79, 0x1D9A), (0x1E00, 0x1F15), (0x1F18, 0x1F1D), (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57),
+    (0x1F59, 0x1F59), (0x1F5B, 0x1F5B), (0x1F5D, 0x1F5D), (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4), (0x1FB6, 0x1FBC),
+    (0x1FBE, 0x1FBE), (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC), (0x1FD0, 0x1FD3), (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC),
+    (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102), (0x2107, 0x2107), (0x210A, 0x2113), (0x2115, 0x2115),
+    (0x2119, 0x211D), (0x2124, 0x2124), (0x2126, 0x2126), (0x2128, 0x2128), (0x212A, 0x212D), (0x212F, 0x2134),
+    (0x2139, 0x2139), (0x213C, 0x213F), (0x2145, 0x2149), (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B),
+    (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE), (0x2CF2, 0x2CF3), (0xA640, 0xA66D), (0xA680, 0xA69B), (0xA722, 0xA76F),
+    (0xA771, 0xA787), (0xA78B, 0xA78E), (0xAB70, 0xABBF), (0xFB00, 0xFB06), (0xFB13, 0xFB17), (0xFF21, 0xFF3A),
+    (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3), (0x104D8, 0x104FB), (0x10C80, 0x10CB2),
+    (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943),
+];
+
+/// DeepSeek LLM's punctuation class, sorted: ASCII's `!-/` and `:-~`, `‘-‟`, `　-。`, fullwidth `！-／` and `：-～`.
+const DEEPSEEK_PUNCTUATION: &[(u32, u32)] =
+    &[(0x21, 0x2F), (0x3A, 0x7E), (0x2018, 0x201F), (0x3000, 0x3002), (0xFF01, 0xFF0F), (0xFF1A, 0xFF5E)];
 
 /// A pre-tokenizer: the stages llama.cpp applies for a `tokenizer.ggml.pre` value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,12 +121,41 @@ impl PreTokenizer {
     /// GPT-2 (`gpt-2`, `mpt`, `olmo`, ...).
     pub(crate) const GPT2: PreTokenizer = PreTokenizer { stages: &[Stage::Gpt2] };
     /// SmolLM, StarCoder, Command-R, ...: digits split one by one, then GPT-2.
-    pub(crate) const SMOLLM: PreTokenizer = PreTokenizer { stages: &[Stage::IsolateNumbers, Stage::Gpt2] };
-    pub(crate) const LLAMA3: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 3 }] };
-    pub(crate) const QWEN2: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1 }] };
+    pub(crate) const SMOLLM: PreTokenizer = PreTokenizer { stages: &[Stage::Isolate(Class::Number), Stage::Gpt2] };
+    pub(crate) const LLAMA3: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 3, marks: false }] };
+    pub(crate) const QWEN2: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1, marks: false }] };
+    pub(crate) const QWEN35: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1, marks: true }] };
+    /// Falcon: punctuation runs (with the backtick), then GPT-2, then digit triples.
+    pub(crate) const FALCON: PreTokenizer =
+        PreTokenizer { stages: &[Stage::Runs(Class::FalconPunctuation), Stage::Gpt2, Stage::DigitTriples] };
+    /// DeepSeek LLM: `[\r\n]`, `\s?[A-Za-zµÀ-ÖØ-öø-ƺ...]+`, `\s?[!-/:-~！-／：-～‘-‟　-。]+`, `\s+$`,
+    /// `[一-龥ࠀ-一가-퟿]+`, `\p{N}+`.
+    pub(crate) const DEEPSEEK_LLM: PreTokenizer = PreTokenizer {
+        stages: &[
+            Stage::Isolate(Class::Newline),
+            Stage::SpaceThenRuns(Class::DeepseekLetter),
+            Stage::SpaceThenRuns(Class::DeepseekPunctuation),
+            Stage::TrailingWhitespace,
+            Stage::Runs(Class::Cjk),
+            Stage::Runs(Class::Number),
+        ],
+    };
+    /// DeepSeek Coder: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}`.
+    pub(crate) const DEEPSEEK_CODER: PreTokenizer = PreTokenizer {
+        stages: &[
+            Stage::Isolate(Class::Newline),
+            Stage::SpaceThenRuns(Class::Letter),
+            Stage::SpaceThenRuns(Class::Punctuation),
+            Stage::Runs(Class::Cjk),
+            Stage::Isolate(Class::Number),
+        ],
+    };
+    /// Gemma 4: `[^\n]+|[\n]+`, the runs of newlines and the text between them (its BPE merges whole lines).
+    pub(crate) const GEMMA4: PreTokenizer = PreTokenizer { stages: &[Stage::Runs(Class::LineFeed)] };
     /// llama.cpp's fallback when `tokenizer.ggml.pre` is missing or `default`.
-    pub(crate) const DEFAULT: PreTokenizer =
-        PreTokenizer { stages: &[Stage::PunctuationRuns, Stage::Gpt2, Stage::NumberRuns, Stage::DigitTriples] };
+    pub(crate) const DEFAULT: PreTokenizer = PreTokenizer {
+        stages: &[Stage::Runs(Class::DefaultPunctuation), Stage::Gpt2, Stage::Runs(Class::Number), Stage::DigitTriples],
+    };
 
     /// Split `text` into words (slices of `text`, in order, covering all of it).
     pub(crate) fn split<'t>(&self, text: &'t str) -> Vec<&'t str> {
@@ -77,10 +189,11 @@ impl Splitter<'_> {
     fn run(mut self, stage: Stage, start: usize) {
         match stage {
             Stage::Gpt2 => self.gpt2(start),
-            Stage::Llama3 { max_digits } => self.llama3(start, max_digits),
-            Stage::IsolateNumbers => self.isolate(start, is_number),
-            Stage::NumberRuns => self.runs(start, is_number),
-            Stage::PunctuationRuns => self.runs(start, is_default_punctuation),
+            Stage::Llama3 { max_digits, marks } => self.llama3(start, max_digits, marks),
+            Stage::Isolate(class) => self.isolate(start, class),
+            Stage::Runs(class) => self.runs(start, class),
+            Stage::SpaceThenRuns(class) => self.space_then_runs(start, class),
+            Stage::TrailingWhitespace => self.trailing_whitespace(start),
             Stage::DigitTriples => self.digit_triples(start),
         }
         let end = self.end;
@@ -180,7 +293,12 @@ impl Splitter<'_> {
         end
     }
 
-    fn llama3(&mut self, start: usize, max_digits: usize) {
+    /// `\p{L}` (`[\p{L}\p{M}]` with `marks`).
+    fn word(&self, pos: usize, marks: bool) -> bool {
+        self.at(pos).is_some_and(|c| is_letter(c) || (marks && category(c) == Category::Mark))
+    }
+
+    fn llama3(&mut self, start: usize, max_digits: usize, marks: bool) {
         let mut pos = start;
         while pos < self.end {
             let c = self.chars[pos];
@@ -190,10 +308,10 @@ impl Splitter<'_> {
                 pos += self.emit(pos + n);
                 continue;
             }
-            // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(c == '\r' || c == '\n' || is_number(c)) && (is_letter(c) || self.letter(pos + 1)) {
+            // [^\r\n\p{L}\p{N}]?\p{L}+ (a leading mark is not \p{L}, so it may be the optional char)
+            if !(c == '\r' || c == '\n' || is_number(c)) && (self.word(pos, marks) || self.word(pos + 1, marks)) {
                 pos += 1;
-                while self.letter(pos) {
+                while self.word(pos, marks) {
                     pos += 1;
                 }
                 self.emit(pos);
@@ -216,9 +334,10 @@ impl Splitter<'_> {
             // the class of the char after the space, which is none); the regex would give the same single-space
             // piece through `\s+(?!\S)`.
             let first = if c == ' ' { pos + 1 } else { pos };
-            if self.other(first) || (c == ' ' && first == self.end) {
+            let other = |s: &Self, pos| s.other(pos) && !s.word(pos, marks);
+            if other(self, first) || (c == ' ' && first == self.end) {
                 pos = first;
-                while self.other(pos) {
+                while other(self, pos) {
                     pos += 1;
                 }
                 while matches!(self.at(pos), Some('\r' | '\n')) {
@@ -238,30 +357,66 @@ impl Splitter<'_> {
         }
     }
 
-    /// Each char matching `class` alone, the runs between them as pieces (a regex `X` with `X` one char).
-    fn isolate(&mut self, start: usize, class: fn(char) -> bool) {
+    /// Each char of `class` alone, the runs between them as pieces (a regex `X` with `X` one char).
+    fn isolate(&mut self, start: usize, class: Class) {
         for pos in start..self.end {
-            if class(self.chars[pos]) {
+            if class.contains(self.chars[pos]) {
                 self.emit(pos);
                 self.emit(pos + 1);
             }
         }
     }
 
-    /// Maximal runs of chars matching `class`, and the runs between them (a regex `X+`).
-    fn runs(&mut self, start: usize, class: fn(char) -> bool) {
+    /// The end of the run of `class` from `pos` (`pos` itself when there is none).
+    fn run_end(&self, mut pos: usize, class: Class) -> usize {
+        while self.at(pos).is_some_and(|c| class.contains(c)) {
+            pos += 1;
+        }
+        pos
+    }
+
+    /// Maximal runs of `class`, and the runs between them (a regex `X+`).
+    fn runs(&mut self, start: usize, class: Class) {
         let mut pos = start;
         while pos < self.end {
-            if class(self.chars[pos]) {
+            let end = self.run_end(pos, class);
+            if end > pos {
                 self.emit(pos);
-                while pos < self.end && class(self.chars[pos]) {
-                    pos += 1;
-                }
-                self.emit(pos);
+                self.emit(end);
+                pos = end;
             } else {
                 pos += 1;
             }
         }
+    }
+
+    /// `\s?X+`, leftmost first: a match starts at the first char of `class`, or at the whitespace char before it
+    /// (no whitespace char is in any class, so `\s?` never has to give its char back to `X+`).
+    fn space_then_runs(&mut self, start: usize, class: Class) {
+        let mut pos = start;
+        while pos < self.end {
+            let first = if self.space(pos) { pos + 1 } else { pos };
+            let end = self.run_end(first, class);
+            if end > first {
+                self.emit(pos);
+                self.emit(end);
+                pos = end;
+            } else {
+                pos += 1;
+            }
+        }
+    }
+
+    /// `\s+$`: `$` is the end of the piece (the regex runs on each piece alone, without multiline), so the match is
+    /// the piece's trailing whitespace, all of it.
+    fn trailing_whitespace(&mut self, start: usize) {
+        let mut first = self.end;
+        while first > start && self.space(first - 1) {
+            first -= 1;
+        }
+        self.emit(first);
+        let end = self.end;
+        self.emit(end);
     }
 
     /// Leftmost non-overlapping groups of three ASCII digits.
@@ -352,6 +507,70 @@ mod tests {
         // Non-ASCII whitespace (no-break space) acts as whitespace and as a word's leading char.
         assert_eq!(split(&p, "a\u{A0}\u{A0}b"), ["a", "\u{A0}", "\u{A0}b"]);
         assert_eq!(split(&p, "👍🏽ok"), ["👍🏽", "ok"]);
+    }
+
+    #[test]
+    fn qwen35_letters_take_marks() {
+        // A combining mark continues a word (Qwen2: it ends one, and leads the next).
+        assert_eq!(split(&PreTokenizer::QWEN2, "e\u{301}x"), ["e", "\u{301}x"]);
+        assert_eq!(split(&PreTokenizer::QWEN35, "e\u{301}x"), ["e\u{301}x"]);
+        // ... and is no punctuation: a space before it leads it as a word.
+        assert_eq!(split(&PreTokenizer::QWEN2, " \u{301}!"), [" \u{301}!"]);
+        assert_eq!(split(&PreTokenizer::QWEN35, " \u{301}!"), [" \u{301}", "!"]);
+        assert_eq!(split(&PreTokenizer::QWEN35, "नमस्ते 42"), ["नमस्ते", " ", "4", "2"]);
+    }
+
+    #[test]
+    fn falcon_punctuation_takes_the_backtick() {
+        let p = PreTokenizer::FALCON;
+        // The backtick is punctuation here (not in the default): a run of its own before GPT-2 sees the space.
+        assert_eq!(split(&p, "a `b`"), ["a", " ", "`", "b", "`"]);
+        assert_eq!(split(&PreTokenizer::DEFAULT, "a `b`"), ["a", " `", "b", "`"]);
+        assert_eq!(split(&p, "c+=1234"), ["c", "+=", "123", "4"]);
+    }
+
+    #[test]
+    fn deepseek_coder_stages() {
+        let p = PreTokenizer::DEEPSEEK_CODER;
+        assert_eq!(
+            split(&p, "Hello, world!\n123 中文"),
+            ["Hello", ",", " world", "!", "\n", "1", "2", "3", " ", "中文"]
+        );
+        // \s?: one whitespace char leads a run; a newline is always alone.
+        assert_eq!(split(&p, "a  b\n\nc"), ["a", " ", " b", "\n", "\n", "c"]);
+        // \p{P} is not ASCII's symbols: " +=" is what no stage matched.
+        assert_eq!(split(&p, "x += (y)"), ["x", " +=", " (", "y", ")"]);
+    }
+
+    #[test]
+    fn deepseek_llm_stages() {
+        let p = PreTokenizer::DEEPSEEK_LLM;
+        assert_eq!(
+            split(&p, "Hello, world!\n123 中文  "),
+            ["Hello", ",", " world", "!", "\n", "123", " ", "中文", "  "]
+        );
+        // é is in the letter class but not in the punctuation class, which splits the word again (its `:-~`
+        // takes ASCII letters).
+        assert_eq!(split(&p, "café"), ["caf", "é"]);
+        // U+3000 is whitespace to the regex, so not in the class range `　-。` that spans it.
+        assert_eq!(split(&p, "a。\u{3000}"), ["a", "。", "\u{3000}"]);
+        // The punctuation stage takes "\u{3000}。" (a whitespace char, then the class); the CJK stage's range
+        // U+0800..=U+9FA5 takes "。" and leaves the space.
+        assert_eq!(split(&p, "x\u{3000}。"), ["x", "\u{3000}", "。"]);
+    }
+
+    #[test]
+    fn gemma4_splits_at_newline_runs_only() {
+        let p = PreTokenizer::GEMMA4;
+        assert_eq!(split(&p, "a b\n\nc\r\n"), ["a b", "\n\n", "c\r", "\n"]);
+    }
+
+    #[test]
+    fn ascii_punctuation_is_the_collapsed_regex_list() {
+        // llama.cpp's `\p{P}` keeps ASCII as is and lists these chars for it: Unicode's ASCII punctuation.
+        for c in (0..0x80u8).map(char::from) {
+            assert_eq!(Class::Punctuation.contains(c), "!\"#%&'()*,-./:;?@[\\]_{}".contains(c), "{c:?}");
+        }
     }
 
     #[test]

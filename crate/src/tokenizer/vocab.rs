@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::bpe::{self, Bpe};
+use super::bpe::{self, Bpe, Spelling};
 use super::pretokenize::PreTokenizer;
 use super::strings::StrTable;
 use crate::error::{Error, Result};
@@ -39,7 +39,7 @@ fn attr_of_type(t: i64) -> u16 {
 pub(crate) enum TokenizerKind {
     /// SentencePiece (`llama`).
     Spm,
-    /// Byte-level BPE (`gpt2`).
+    /// BPE by merge rank: byte-level (`gpt2`), or on UTF-8 with spaces as "▁" (`gemma4`).
     Bpe(Bpe),
     /// BERT's WordPiece (`bert`); `max_token_len` is the longest token text in bytes.
     WordPiece { max_token_len: usize },
@@ -118,10 +118,15 @@ fn bpe_settings(pre: Option<&str>) -> Result<PreSettings> {
         "smollm" | "command-r" => s(PreTokenizer::SMOLLM, false),
         "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => s(PreTokenizer::QWEN2, false),
         "megrez" | "stablelm2" => s(PreTokenizer::QWEN2, true),
+        "qwen35" => s(PreTokenizer::QWEN35, false),
+        "falcon" => s(PreTokenizer::FALCON, true),
+        "deepseek-llm" => s(PreTokenizer::DEEPSEEK_LLM, false),
+        "deepseek-coder" => s(PreTokenizer::DEEPSEEK_CODER, false),
         other => {
             return Err(Error::Tokenizer(format!(
                 "unsupported pre-tokenizer '{other}' (tokenizer.ggml.pre); supported: default, gpt-2, smollm, \
-                 llama-bpe/llama3, qwen2 and the llama.cpp values that share their rules"
+                 llama-bpe/llama3, qwen2, qwen35, falcon, deepseek-llm, deepseek-coder and the llama.cpp values \
+                 that share their rules"
             )))
         }
     })
@@ -404,11 +409,19 @@ impl Vocab {
                 let merges = string_array(g, "tokenizer.ggml.merges")?
                     .ok_or_else(|| err("byte-level BPE vocabulary without tokenizer.ggml.merges"))?;
                 let s = bpe_settings(pre_name)?;
-                kind = TokenizerKind::Bpe(Bpe::new(s.pre, s.ignore_merges, &merges));
+                kind = TokenizerKind::Bpe(Bpe::new(s.pre, Spelling::ByteLevel, s.ignore_merges, &merges));
                 sp.eos = Some(11);
                 sp.bos = if s.no_bos { None } else { Some(11) };
                 (add_bos, add_eos, add_space_prefix, clean_spaces) =
                     (s.add_bos.unwrap_or(false), false, false, s.clean_spaces);
+            }
+            "gemma4" => {
+                // llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4, whatever tokenizer.ggml.pre says: no special ids by
+                // default, and BOS always added (its workaround for Gemma 4 files that say otherwise, below).
+                let merges = string_array(g, "tokenizer.ggml.merges")?
+                    .ok_or_else(|| err("gemma4 BPE vocabulary without tokenizer.ggml.merges"))?;
+                kind = TokenizerKind::Bpe(Bpe::new(PreTokenizer::GEMMA4, Spelling::EscapedSpaces, false, &merges));
+                (add_bos, add_eos, add_space_prefix, clean_spaces) = (true, false, false, true);
             }
             "bert" => {
                 let max_token_len = texts_in.iter().map(|t| t.len()).max().unwrap_or(0);
@@ -421,7 +434,7 @@ impl Vocab {
             other => {
                 return Err(err(format!(
                     "unsupported tokenizer model '{other}' (tokenizer.ggml.model); \
-                     supported: llama (SentencePiece), gpt2 (byte-level BPE), bert (WordPiece)"
+                     supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (BPE), bert (WordPiece)"
                 )))
             }
         }
@@ -436,6 +449,9 @@ impl Vocab {
         }
         if let Some(v) = bool_key(g, "tokenizer.ggml.add_eos_token")? {
             add_eos = v;
+        }
+        if kind_name == "gemma4" {
+            add_bos = true;
         }
         if add_bos && sp.bos.is_none() {
             return Err(err("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"));
@@ -526,7 +542,9 @@ impl Vocab {
     fn rendered_len(&self, id: usize) -> usize {
         let text = self.texts.get(id as u32).expect("id in range");
         match self.kind {
-            TokenizerKind::Bpe(_) if self.attrs[id] & attr::NORMAL != 0 => bpe::decoded_len(text),
+            TokenizerKind::Bpe(ref b) if b.spelling == Spelling::ByteLevel && self.attrs[id] & attr::NORMAL != 0 => {
+                bpe::decoded_len(text)
+            }
             _ => text.len().max(1),
         }
     }
@@ -539,8 +557,10 @@ impl Vocab {
         }
         if a & attr::NORMAL != 0 {
             return match self.kind {
-                TokenizerKind::Spm | TokenizerKind::WordPiece { .. } => text.replace('\u{2581}', " ").into_bytes(),
-                TokenizerKind::Bpe(_) => bpe::decode_text(text),
+                TokenizerKind::Bpe(ref b) if b.spelling == Spelling::ByteLevel => bpe::decode_text(text),
+                TokenizerKind::Spm | TokenizerKind::WordPiece { .. } | TokenizerKind::Bpe(_) => {
+                    text.replace('\u{2581}', " ").into_bytes()
+                }
             };
         }
         if a & attr::BYTE != 0 {

@@ -1,0 +1,133 @@
+//! llama.cpp's own tokenizer tests (test-tokenizer-0): the vocab-only GGUFs of its models/ folder, from the
+//! llama-cpp-python release that `scripts/fetch-llama-cpp.sh vocabs` extracts into the directory
+//! $RUVLLM_LLAMA_VOCABS. Each `ggml-vocab-NAME.gguf` loads through the public API; its `.inp` cases (joined by
+//! `\n__ggml_vocab_test__\n`) tokenize, without BOS and with special tokens left as text, to the ids of the
+//! same line of its `.out`, every one. The vocabularies this crate does not implement are listed in REFUSED and
+//! must be refused with a typed error. Natively, every vocabulary of the folder must be listed here.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use ruvllm::gguf::Gguf;
+use ruvllm::tokenizer::Tokenizer;
+use ruvllm::Error;
+use support::test;
+
+/// Every vocabulary of the pinned release that this crate tokenizes as llama.cpp does, with its number of
+/// test cases (0: a vocabulary without a .inp, which only has to load).
+const EXACT: &[(&str, usize)] = &[
+    ("aquila", 0),
+    ("baichuan", 0),
+    ("bert-bge", 46),
+    ("command-r", 46),
+    ("deepseek-coder", 46),
+    ("deepseek-llm", 46),
+    ("falcon", 46),
+    ("gemma-4", 46),
+    ("gpt-2", 46),
+    ("gpt-neox", 0),
+    ("llama-bpe", 46),
+    ("llama-spm", 46),
+    ("mpt", 46),
+    ("phi-3", 46),
+    ("qwen2", 46),
+    ("qwen35", 50),
+    ("refact", 46),
+    ("starcoder", 46),
+];
+
+/// The vocabularies refused, each with a text its error must contain and why it is not implemented.
+const REFUSED: &[(&str, &str)] = &[("nomic-bert-moe", "t5")];
+
+/// How many mismatching cases of one vocabulary a failure shows.
+const SHOWN_MISMATCHES: usize = 5;
+
+fn vocab_dir() -> String {
+    support::env("RUVLLM_LLAMA_VOCABS").unwrap_or_else(|| {
+        panic!(
+            "RUVLLM_LLAMA_VOCABS is unset: set it to the directory that `scripts/fetch-llama-cpp.sh vocabs` prints \
+             (scripts/test.sh does)"
+        )
+    })
+}
+
+fn load(dir: &str, name: &str) -> ruvllm::Result<Tokenizer> {
+    let path = format!("{dir}/ggml-vocab-{name}.gguf");
+    Tokenizer::from_gguf(&Gguf::parse(&support::read_file(&path)).unwrap_or_else(|e| panic!("{path}: {e}")))
+}
+
+/// The cases of `ggml-vocab-NAME.gguf.inp` with the ids of `.out`, split as test-tokenizer-0 does.
+fn cases(dir: &str, name: &str) -> Vec<(String, Vec<u32>)> {
+    let path = format!("{dir}/ggml-vocab-{name}.gguf");
+    let text = |ext: &str| {
+        let file = format!("{path}.{ext}");
+        String::from_utf8(support::read_file(&file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+    };
+    let (inp, out) = (text("inp"), text("out"));
+    // The input ends with the separator, so it leaves no empty last case (test-tokenizer-0's split).
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut texts: Vec<&str> = inp.split(sep).collect();
+    if texts.last() == Some(&"") {
+        texts.pop();
+    }
+    let ids: Vec<Vec<u32>> = out
+        .lines()
+        .map(|line| {
+            line.split_whitespace().map(|id| id.parse().unwrap_or_else(|e| panic!("{path}.out: {e}"))).collect()
+        })
+        .collect();
+    assert_eq!(texts.len(), ids.len(), "{path}: .inp and .out differ in their number of cases");
+    texts.into_iter().map(String::from).zip(ids).collect()
+}
+
+#[test]
+fn llama_cpp_vocabs_tokenize_as_llama_cpp_or_are_refused() {
+    let dir = vocab_dir();
+    // Natively, also check that no vocabulary there goes untested.
+    #[cfg(not(target_arch = "wasm32"))]
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let file = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(name) = file.strip_prefix("ggml-vocab-").and_then(|f| f.strip_suffix(".gguf")) {
+            let listed = EXACT.iter().any(|&(n, _)| n == name) || REFUSED.iter().any(|&(n, _)| n == name);
+            assert!(listed, "{dir}/{file} is neither in EXACT nor in REFUSED");
+        }
+    }
+    let mut failures = Vec::new();
+    for &(name, n_cases) in EXACT {
+        let tokenizer = match load(&dir, name) {
+            Ok(t) => t,
+            Err(e) => {
+                failures.push(format!("{name}: refused: {e}"));
+                continue;
+            }
+        };
+        if n_cases == 0 {
+            continue;
+        }
+        let cases = cases(&dir, name);
+        let mut mismatches = Vec::new();
+        for (text, want) in &cases {
+            let got = tokenizer.encode(text, false).unwrap_or_else(|e| panic!("{name}: {text:?}: {e}"));
+            if &got != want {
+                mismatches.push(format!("  {text:?}\n    got  {got:?}\n    want {want:?}"));
+            }
+        }
+        if cases.len() != n_cases || !mismatches.is_empty() {
+            let shown = mismatches.iter().take(SHOWN_MISMATCHES).cloned().collect::<Vec<_>>().join("\n");
+            failures.push(format!(
+                "{name}: {} of {} cases equal ({n_cases} expected){}{shown}",
+                cases.len() - mismatches.len(),
+                cases.len(),
+                if shown.is_empty() { "" } else { ":\n" }
+            ));
+        }
+    }
+    for &(name, why) in REFUSED {
+        match load(&dir, name) {
+            Err(Error::Tokenizer(e)) if e.contains(why) => {}
+            Err(e) => failures.push(format!("{name}: refused, but not by a tokenizer error naming {why:?}: {e}")),
+            Ok(_) => failures.push(format!("{name}: loads: move it from REFUSED to EXACT")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
