@@ -37,7 +37,8 @@ export interface LoadOptions {
    * The CPU build's instruction set: `auto` (default) runs the relaxed-SIMD build where the runtime validates it
    * (Chromium 114+, Node 22+), else the plain SIMD128 one; `relaxed` requires it (`E_UNSUPPORTED` where missing);
    * `simd128` the plain build everywhere. Both give the same probabilities to the last bit: the relaxed instructions
-   * are used only where every engine computes them alike, into the plain kernels' float sums. The WebGPU build is SIMD128. `info().relaxedSimd` says which runs.
+   * are used only where every engine computes them alike, into the plain kernels' float sums. The WebGPU build is
+   * SIMD128. `info().relaxedSimd` says which runs.
    */
   simd?: SimdOption;
   signal?: AbortSignal;

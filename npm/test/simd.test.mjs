@@ -28,8 +28,9 @@ for (const simd of [undefined, 'simd128']) {
     const llm = await LLM.load(${JSON.stringify(MODEL_PATH)}, { threads, simd });
     const { build, relaxedSimd } = llm.info();
     const r = await llm.complete(${JSON.stringify(FRANCE.prompt)}, { temperature: 0 });
-    const chat = await llm.complete(llm.applyChatTemplate(${JSON.stringify(CHAT)}, { addGenerationPrompt: true }), { temperature: 0, maxTokens: 12 });
-    const prompt = llm.tokenize(llm.applyChatTemplate(${JSON.stringify(CHAT)}, { addGenerationPrompt: true }), { special: true });
+    const text = llm.applyChatTemplate(${JSON.stringify(CHAT)}, { addGenerationPrompt: true });
+    const chat = await llm.complete(text, { temperature: 0, maxTokens: 12 });
+    const prompt = llm.tokenize(text, { special: true });
     const scores = await llm.score([...prompt, ...chat.ids]);
     out.push({ simd: simd ?? 'auto', build, relaxedSimd, ids: r.ids, chat: chat.text, scores });
     llm.dispose();

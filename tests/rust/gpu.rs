@@ -245,6 +245,14 @@ fn too_small_limits_are_a_typed_error() {
     .expect("256-byte bindings are too small");
     assert!(matches!(err, Error::Gpu { kind: GpuFault::Limits, .. }), "{err}");
     assert_eq!(err.code(), "E_GPU_LIMITS");
+    // A KV cache layer: bindings of one row of the tiny llama's logits hold its weights (split by rows, in moments),
+    // not its cache layers of 256 positions.
+    let (tiny, _) = tiny::load(tiny::LLAMA_SPM);
+    let row = 4 * tiny.config.vocab_size as u64;
+    let opts = GpuOptions { allow_software: true, max_binding_bytes: Some(row), ..GpuOptions::default() };
+    let gm = Arc::new(block_on(GpuModel::new(tiny, &opts)).expect("its weights fit"));
+    let err = block_on(GpuSession::new(gm, 256, 64)).err().expect("a KV cache layer does not fit");
+    assert!(matches!(err, Error::Gpu { kind: GpuFault::Limits, .. }) && err.to_string().contains("k cache"), "{err}");
 }
 
 #[test]

@@ -15,11 +15,11 @@
 //!
 //! A kernel differs from its reference only in the order of its float additions and, on x86_64 and aarch64, in fused
 //! multiply-adds (simd128 has none, and the relaxed-SIMD build does not use `f32x4.relaxed_madd`, which only some
-//! engines fuse: both wasm builds give the same bits). That order is part of the results, so each kernel kept the one it had before
-//! attention's and the index's kernels were merged here: `dot` adds in two accumulators on x86_64 and wasm32, as
-//! attention's did (`f16.rs`'s fused wasm32 kernels repeat `simd128::dot`'s and `simd128::axpy`'s operations bit for
-//! bit, and with the index's four accumulators the llama.cpp comparison of `tests/rust/lora.rs` left its bounds), and
-//! in four on aarch64, as the index's did (attention had no NEON kernel); `l2_squared` is the index's. `simd/tests.rs`
+//! engines fuse: both wasm builds give the same bits). That order is part of the results, so each kernel kept the one
+//! it had before attention's and the index's kernels were merged here: `dot` adds in two accumulators on x86_64 and
+//! wasm32, as attention's did (`f16.rs`'s fused wasm32 kernels repeat `simd128::dot`'s and `simd128::axpy`'s
+//! operations bit for bit, and with the index's four accumulators the llama.cpp comparison of `tests/rust/lora.rs`
+//! left its bounds), and in four on aarch64, as the index's did (attention had no NEON kernel); `l2_squared` is the index's. `simd/tests.rs`
 //! checks every kernel against its reference: exactly on values whose sums are exact in any order, within rounding on
 //! huge, tiny and subnormal values, and for the same infinities and NaNs. `quant`'s float weights (`BlockF32`,
 //! `BlockF16`, `BlockBF16`) keep a dot of their own (`float_dot`, generic over how a weight loads): one order for the
