@@ -81,17 +81,16 @@ finish_opts() {
   [ $failed -eq 0 ] || { echo "build-wasm: wasm-opt failed (above)" >&2; exit 1; }
 }
 
-# The relaxed builds' target feature, and the target folders that keep their differently compiled dependencies apart.
-RELAXED=+relaxed-simd
+# The relaxed builds compile our crate alone with relaxed SIMD (`cargo rustc`'s flags reach only the crate it builds):
+# the dependencies, and the threaded build's std, are the plain builds' own, already compiled in the same target
+# folders, and nothing in them uses relaxed instructions.
+RELAXED=(-- -C target-feature=+relaxed-simd)
 
 # build_single_thread [relaxed]
 build_single_thread() {
   if [ "${1:-}" = relaxed ]; then
-    # RUSTFLAGS replaces .cargo/config.toml's flags (simd128), so they are repeated.
-    RUSTFLAGS="-C target-feature=+simd128,$RELAXED" cargo build --locked --release --target wasm32-unknown-unknown \
-      -p ruvllm --target-dir "$target_dir/wasm-relaxed"
-    bindgen_and_opt "$target_dir/wasm-relaxed/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-relaxed -O3 \
-      --enable-relaxed-simd
+    cargo rustc --locked --release --target wasm32-unknown-unknown -p ruvllm --lib "${RELAXED[@]}"
+    bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm-relaxed -O3 --enable-relaxed-simd
   else
     cargo build --locked --release --target wasm32-unknown-unknown -p ruvllm
     bindgen_and_opt "$target_dir/wasm32-unknown-unknown/release/ruvllm.wasm" npm/wasm -O3
@@ -101,22 +100,23 @@ build_single_thread() {
 # build_threaded [FEATURES OUT_DIR [relaxed]]: the npm package's threaded build, or (mt-bench) the same with other
 # features, or (relaxed) with relaxed SIMD.
 build_threaded() {
-  local features=${1:-threads} out=${2:-npm/wasm-mt} relaxed=${3:-} dir=$target_dir/wasm-threads opt_relaxed=()
+  local features=${1:-threads} out=${2:-npm/wasm-mt} relaxed=${3:-} dir=$target_dir/wasm-threads
+  local command=(build) relaxed_flags=() opt_relaxed=()
+  if [ "$relaxed" = relaxed ]; then
+    command=(rustc --lib)
+    relaxed_flags=("${RELAXED[@]}")
+    opt_relaxed=(--enable-relaxed-simd)
+  fi
   # Set here, not in .cargo/config.toml, so the stable build and the tests stay as they are. Current
   # nightlies no longer make memory shared from +atomics alone: the link args ask for shared, imported
   # memory (up to wasm32's 4 GiB) and export the TLS symbols wasm-bindgen's thread glue uses.
   local flags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
-  if [ "$relaxed" = relaxed ]; then
-    flags+=",$RELAXED"
-    dir=$target_dir/wasm-threads-relaxed
-    opt_relaxed=(--enable-relaxed-simd)
-  fi
   for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     flags+=" -C link-arg=$arg"
   done
-  RUSTFLAGS="$flags" cargo "+$NIGHTLY" build --locked --release --target wasm32-unknown-unknown -p ruvllm \
-    --features "$features" -Z build-std=panic_abort,std --target-dir "$dir"
+  RUSTFLAGS="$flags" cargo "+$NIGHTLY" "${command[@]}" --locked --release --target wasm32-unknown-unknown -p ruvllm \
+    --features "$features" -Z build-std=panic_abort,std --target-dir "$dir" "${relaxed_flags[@]}"
   # -O2, not -O3: binaryen 132's -O3 output deadlocks in Node 20 while the pool starts (rayon's workers never
   # get going; the same file runs in Chromium, and -O1/-O2 output runs in both).
   bindgen_and_opt "$dir/wasm32-unknown-unknown/release/ruvllm.wasm" "$out" -O2 --enable-threads "${opt_relaxed[@]}"

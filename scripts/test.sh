@@ -43,21 +43,6 @@ section "wasm32 unit tests (Node)"
 # in Node took ~8 minutes more. The package's own Node tests (npm test) load its wasm build in Node.
 cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib
 
-section "wasm32 unit tests with relaxed SIMD (Node; the quantized kernels in headless Chromium too)"
-# The crate as the npm package's relaxed builds compile it: every unit test in Node (Node 20 validates relaxed SIMD
-# only with --experimental-wasm-relaxed-simd; Node 22+ has it on and refuses the flag), and the kernels' checks
-# against their references in Chromium. RUSTFLAGS replaces .cargo/config.toml's (simd128), hence repeated; the
-# target folder keeps the dependencies compiled with these flags apart (scripts/build-wasm.sh st-relaxed uses it).
-relaxed=(env RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR=target/wasm-relaxed)
-node_args=""
-node --experimental-wasm-relaxed-simd -e 0 2>/dev/null && node_args=--experimental-wasm-relaxed-simd
-NODE_ARGS="$node_args" "${relaxed[@]}" cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib
-WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
-  "${relaxed[@]}" cargo test --locked --target wasm32-unknown-unknown -p ruvllm --lib -- quant:: 2>&1 |
-  tee target/wasm32-chromium-relaxed.log
-grep -q '^Running headless tests in Chrome' target/wasm32-chromium-relaxed.log ||
-  { echo "the relaxed-SIMD kernel tests did not run in headless Chromium" >&2; exit 1; }
-
 section "wasm32 tests (headless Chromium)"
 # The same suites in a real browser page: wasm-bindgen-test-runner serves it and drives Chromium through chromedriver.
 # A page has no file system: tests/rust/support fetches the model, the llama.cpp reference data and the fixtures from
@@ -65,20 +50,44 @@ section "wasm32 tests (headless Chromium)"
 # webdriver.json raises chromedriver's script and page-load timeouts (30 s and 300 s by default) to the runner's 900 s:
 # the runner polls the page, which a test keeps busy while it runs (kv_tiers on the real model: minutes on a loaded
 # machine), and chromedriver gives up on a renderer that has not answered within the page-load timeout.
-chromium_log=target/wasm32-chromium-tests.log
+# The suites run two at a time (tests/browser/run-suites.sh), the longest first.
+wasm_suites=$(cargo test --locked --target wasm32-unknown-unknown -p ruvllm --tests --no-run --message-format=json |
+  python3 -c '
+import json, sys
+longest = ["gemma3", "kv_tiers", "constrained", "embed", "lora"]
+suites = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("executable")]
+name = lambda path: path.rsplit("/", 1)[-1].rsplit("-", 1)[0]
+print("\n".join(sorted(suites, key=lambda s: longest.index(name(s)) if name(s) in longest else len(longest))))')
+[ "$(wc -l <<<"$wasm_suites")" -ge 10 ] || { echo "cargo built only these wasm32 test suites: $wasm_suites" >&2; exit 1; }
 WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" WASM_BINDGEN_TEST_TIMEOUT=900 \
   node tests/browser/with-file-server.mjs 8739 "$(dirname "$RUVLLM_MODEL")" "$(dirname "$RUVLLM_EMBED_MODEL")" \
   "${RUVLLM_REFERENCE_DIR:-$PWD/../shared/reference}" "$RUVLLM_FIXTURES" \
-  -- cargo test --locked --target wasm32-unknown-unknown -p ruvllm --tests 2>&1 | tee "$chromium_log"
-# Proof that no suite quietly ran elsewhere: the runner names the browser once per test binary.
-suites=$(grep -cE '^ +Running ' "$chromium_log" || true)
-in_chrome=$(grep -c '^Running headless tests in Chrome' "$chromium_log" || true)
-if [ "$suites" -eq 0 ] || [ "$in_chrome" -ne "$suites" ]; then
-  echo "only $in_chrome of $suites wasm32 test suites ran in headless Chromium" >&2
-  exit 1
-fi
+  -- tests/browser/run-suites.sh 2 $wasm_suites
+
+section "wasm32 unit tests with relaxed SIMD (Node; the quantized kernels in headless Chromium too)"
+# The crate as the npm package's relaxed builds compile it (scripts/build-wasm.sh): our crate alone with relaxed SIMD,
+# on the dependencies compiled above. Every unit test in Node (Node 20 validates relaxed SIMD only with
+# --experimental-wasm-relaxed-simd; Node 22+ has it on and refuses the flag), and the kernels' checks against their
+# references in Chromium. After the Chromium suites: this build takes the place of their unit-test binary.
+relaxed_tests=$(cargo rustc --locked --target wasm32-unknown-unknown -p ruvllm --lib --profile test --message-format=json \
+  -- -C target-feature=+relaxed-simd | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+[ -n "$relaxed_tests" ] || { echo "cargo rustc built no relaxed-SIMD unit-test binary" >&2; exit 1; }
+node_args=""
+node --experimental-wasm-relaxed-simd -e 0 2>/dev/null && node_args=--experimental-wasm-relaxed-simd
+NODE_ARGS="$node_args" wasm-bindgen-test-runner "$relaxed_tests"
+WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
+  wasm-bindgen-test-runner "$relaxed_tests" quant:: 2>&1 | tee target/wasm32-chromium-relaxed.log
+grep -q '^Running headless tests in Chrome' target/wasm32-chromium-relaxed.log ||
+  { echo "the relaxed-SIMD kernel tests did not run in headless Chromium" >&2; exit 1; }
 
 section "WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
+# Both test binaries first, in one cargo run (the library's test build and gpu.rs's compile side by side).
+cargo test --locked -p ruvllm --features gpu --lib --test gpu --no-run
 cargo test --locked -p ruvllm --features gpu --lib gpu::
 cargo test --locked -p ruvllm --features gpu --test gpu
 # (The WebGPU engine for wasm32 is compiled below, as the npm package's wasm-gpu build.)
@@ -102,6 +111,14 @@ section "npm package tests in Node (cli.test.mjs against the native CLI that the
 (cd npm && RUVLLM_NATIVE_CLI="$PWD/../target/debug/ruvllm" npm test)
 
 section "browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
-# webgpu.test.mjs is slow: SwiftShader runs the model's shaders on the CPU (about a minute per token on 2 busy cores).
-node --test --test-timeout=900000 tests/browser/
+# webgpu.test.mjs is slow (SwiftShader compiles and runs the shaders on the CPU: most of a minute per page and per
+# token of the default model), so it runs beside the other files, which run one after another; its output follows.
+webgpu_log=target/browser-webgpu.log
+node --test --test-timeout=900000 tests/browser/webgpu.test.mjs >"$webgpu_log" 2>&1 &
+webgpu=$!
+failed=0
+node --test --test-timeout=900000 $(ls tests/browser/*.test.mjs | grep -v '/webgpu\.test\.mjs$') || failed=1
+wait "$webgpu" || failed=1
+cat "$webgpu_log"
+[ "$failed" -eq 0 ] || { echo "browser tests failed (above)" >&2; exit 1; }
 section "all tests passed"
