@@ -2,7 +2,7 @@
 // (`llm.chat.completions.create({ messages, stream })`), and the check of the messages a template is rendered with.
 import { invalid } from './errors.js';
 import { checkGrammar, writeJson, type GenerateOptions, type Grammar } from './options.js';
-import type { GenerateChunk, GenerateResult } from './types.js';
+import type { GenerateChunk, GenerateResult, WitnessNote } from './types.js';
 
 /** One turn, in OpenAI's shape. */
 export interface ChatMessage {
@@ -106,6 +106,10 @@ export interface ChatCompletionRequest {
   parallel_tool_calls?: boolean;
   /** More chat-template variables, as llama.cpp's server takes them (`{ enable_thinking: false }`). */
   chat_template_kwargs?: Record<string, unknown>;
+  /** The conversation, in the app's words, and what else the witness log (`llm.witness`) records of this request:
+   * `generate`'s `session` and `witness` options. The completion's `id` is the request's id there. */
+  session?: string;
+  witness?: WitnessNote;
 }
 
 export type ResponseFormat =
@@ -177,7 +181,7 @@ const FIELDS: Record<string, keyof GenerateOptions | null> = {
   response_format: null, grammar: null, tools: null, tool_choice: null, parallel_tool_calls: null, chat_template_kwargs: null,
   max_tokens: 'maxTokens', max_completion_tokens: 'maxTokens', temperature: 'temperature', top_p: 'topP',
   top_k: 'topK', min_p: 'minP', repeat_penalty: 'repeatPenalty', presence_penalty: 'presencePenalty',
-  frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters',
+  frequency_penalty: 'frequencyPenalty', seed: 'seed', stop: 'stop', adapters: 'adapters', session: 'session', witness: 'witness',
 };
 
 function generateOptions(body: ChatCompletionRequest, signal: AbortSignal | undefined): GenerateOptions {
@@ -316,15 +320,22 @@ export function createChat(llm: ChatHost): Chat {
       if (options.grammar) throw invalid('give tools or a response_format (or grammar), not both: tool calls have their own grammar');
       options.grammar = { type: 'lark', grammar: prompt.grammar };
     }
-    const generation = llm.generate(prompt.ids, options); // validates the options now
-    const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat);
-    const calls = new Calls(prompt.toolFormat ?? 'generic');
-    const finishReason = (r: GenerateResult): FinishReason => (calls.list.length > 0 && r.finishReason === 'stop' ? 'tool_calls' : r.finishReason);
     const head = {
       id: `chatcmpl-${Math.random().toString(36).slice(2, 14)}`,
       created: Math.floor(Date.now() / 1000),
       model: body.model ?? llm.info().name ?? 'ruvllm',
     };
+    options.requestId = head.id;
+    const question = [...body.messages].reverse().find((m) => m.role === 'user');
+    const query = typeof question?.content === 'string' ? question.content : question ? messageText(question, 'the last user message') : '';
+    // The app's own note on top (checked with the other options; one that is not an object is refused there).
+    if (options.witness === undefined || (typeof options.witness === 'object' && options.witness !== null)) {
+      options.witness = { kind: 'chat', query: query.slice(0, 2000), ...options.witness };
+    }
+    const generation = llm.generate(prompt.ids, options); // validates the options now
+    const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat);
+    const calls = new Calls(prompt.toolFormat ?? 'generic');
+    const finishReason = (r: GenerateResult): FinishReason => (calls.list.length > 0 && r.finishReason === 'stop' ? 'tool_calls' : r.finishReason);
     if (!body.stream) {
       let r;
       try {

@@ -365,8 +365,11 @@ export function parseInfo(
   };
 }
 
+/** A generation's result as the engine gives it: the package adds the request's id (llm.ts). */
+export type EngineResult = Omit<GenerateResult, 'requestId'>;
+
 /** `Engine.finish(false)`: the result of a generation sampled with `seed`. */
-export function parseResult(json: string | undefined, seed: number): GenerateResult {
+export function parseResult(json: string | undefined, seed: number): EngineResult {
   if (json === undefined) throw new RuvllmError('E_ENGINE_CRASHED', 'the engine lost the generation in progress');
   const o = JSON.parse(json);
   return {

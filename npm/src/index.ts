@@ -5,7 +5,7 @@ export type { ConnectOptions, RemoteGenerateChunk, RemoteGenerateResult, RemoteM
 export { Tokenizer } from './tokenizer.js';
 export type { TokenizerInfo, TokenizerLoadOptions } from './tokenizer.js';
 export type { TextSide } from './text.js';
-export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage, WorkerFallback } from './types.js';
+export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage, WitnessInput, WitnessNote, WitnessSink, WorkerFallback } from './types.js';
 export type { EmbeddingRequest, EmbeddingResponse, Embeddings } from './embeddings.js';
 export type { GenerateOptions, Grammar } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';
@@ -47,5 +47,7 @@ export { Memory } from './vectors/memory.js';
 export { MicroLora } from './microlora.js';
 export type { Feedback, FeedbackResult, MicroLoraInfo, MicroLoraOptions, Projection } from './microlora.js';
 export type { MemoryInfo, MemoryOptions, RecallOptions, RecalledTurn } from './vectors/memory.js';
+export { WitnessLog } from './vectors/witness.js';
+export type { WitnessEntry, WitnessFilter, WitnessHit, WitnessInfo, WitnessOptions } from './vectors/witness.js';
 export type { StoreError, StoreLoad } from './store/persistence.js';
 export type { ErrorCode } from './errors.js';

@@ -10,10 +10,10 @@ import { checkBackend, type Backend, type BackendFallback } from './backend.js';
 import { checkSimd, type Engine, type ThreadFallback } from './builds.js';
 import { createChat, type Chat } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
-import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineStep } from './engine.js';
+import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineResult, type EngineStep } from './engine.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
 import { MicroLora, type Feedback, type FeedbackResult, type MicroLoraHost, type MicroLoraOptions } from './microlora.js';
-import { checkKvCache, engineOptions, freshSeed, tokenIds, type GenerateOptions } from './options.js';
+import { checkKvCache, engineOptions, freshRequestId, freshSeed, tokenIds, type GenerateOptions } from './options.js';
 import { modelCache, type ModelCache } from './models/cache.js';
 import type { ModelStore } from './models/store.js';
 import { initWasm, openModelStore, openStore, type StartedWasm } from './platform.js';
@@ -26,7 +26,7 @@ import { RemoteLLM, connectedInstead, type ConnectOptions } from './remote.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
 import type { Store } from './store/store.js';
-import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, WorkerFallback } from './types.js';
+import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, WitnessInput, WitnessSink, WorkerFallback } from './types.js';
 
 /**
  * A loaded model and its conversation state (one KV cache). Generations run one at a time: a call
@@ -53,6 +53,9 @@ export class LLM extends TextSide {
   #persistence: Persistence | null = null;
   /** The MicroLoRA `feedback` trains: the last `microLora()` opened. */
   #microLora: MicroLora | null = null;
+  /** Where this model's requests are recorded (`WitnessLog.open`, or the app's own `WitnessSink`): each
+   * `generate`, `complete` and chat completion, when it ends or fails, after its answer. Null (the default): none. */
+  witness: WitnessSink | null = null;
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
@@ -246,11 +249,62 @@ export class LLM extends TextSide {
     const seed = options.seed ?? freshSeed();
     const json = engineOptions({ ...options, seed });
     const ids = typeof prompt === 'string' ? prompt : tokenIds(prompt, 'prompt');
+    const requestId = options.requestId ?? freshRequestId();
+    let run;
     if (this.#remote) {
       const { signal, ...rest } = options;
-      return this.#remote.generate(ids, { ...rest, seed }, signal);
+      run = this.#remote.generate(ids, { ...rest, seed }, signal);
+    } else {
+      run = this.#run(ids, json, seed, options.signal);
     }
-    return this.#run(ids, json, seed, options.signal);
+    return this.#recorded(run, requestId, ids, options);
+  }
+
+  /** `run` with its result's `requestId`, recorded in the witness log when it ends, fails or is left early. */
+  async *#recorded(run: AsyncGenerator<GenerateChunk, EngineResult, undefined>, requestId: string, prompt: string | Uint32Array, options: GenerateOptions): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
+    const time = Date.now();
+    const started = performance.now();
+    let result: GenerateResult | null = null;
+    let error: string | null = null;
+    try {
+      result = { ...(yield* run), requestId };
+      return result;
+    } catch (e) {
+      error = e instanceof RuvllmError ? e.code : e instanceof AbortError ? 'E_ABORTED' : 'E_INTERNAL';
+      throw e;
+    } finally {
+      const witness = this.witness;
+      if (witness) {
+        const note = options.witness ?? {};
+        let model = { name: null as string | null, architecture: '', backend: '' };
+        try {
+          const i = this.info();
+          model = { name: i.name, architecture: i.architecture, backend: i.backend };
+        } catch {
+          // a retired engine: the entry says what failed
+        }
+        const query = note.query ?? (typeof prompt === 'string' ? prompt.slice(0, 2000) : '');
+        recordQuietly(witness, {
+          requestId,
+          session: options.session ?? null,
+          time,
+          kind: note.kind ?? 'generate',
+          query,
+          route: note.route ?? null,
+          model,
+          adapters: (options.adapters ?? []).map((a) => a.id),
+          tokens: result ? { prompt: result.usage.promptTokens, cached: result.usage.cachedTokens, generated: result.usage.completionTokens } : undefined,
+          latencyMs: {
+            ...note.latencyMs,
+            prefill: result?.timings.prefillMs,
+            decode: result?.timings.decodeMs,
+            total: performance.now() - started,
+          },
+          finishReason: result?.finishReason ?? (error ? null : 'cancelled'),
+          error,
+        });
+      }
+    }
   }
 
   /** `generate` run to the end. */
@@ -271,7 +325,7 @@ export class LLM extends TextSide {
     return this.#engine.exclusive(options.signal, async () => JSON.parse((await this.#engine.callAsync((e) => e.score(checked, topK))) as string).positions);
   }
 
-  async *#run(prompt: string | Uint32Array, json: string, seed: number, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
+  async *#run(prompt: string | Uint32Array, json: string, seed: number, signal: AbortSignal | undefined): AsyncGenerator<GenerateChunk, EngineResult, undefined> {
     const handle = this.#engine;
     const release = await handle.lock(signal);
     let started = false;
@@ -409,7 +463,16 @@ export class LLM extends TextSide {
 
   /** Teach this model's MicroLoRA (the last `llm.microLora()` opened; the first call opens a default one, kept in
    * memory) from one answer: `accepted` or a `reward` in [-1, 1]. One gradient step; see `MicroLora.feedback`. */
-  async feedback(feedback: Feedback): Promise<FeedbackResult> {
+  async feedback(feedback: Feedback): Promise<FeedbackResult>;
+  /** Record a quality score for the request `requestId` (a result's `requestId`, a chat completion's `id`) in the
+   * witness log (`llm.witness`); returns at once, the log writes it in the background. */
+  async feedback(requestId: string, quality: { score: number }): Promise<void>;
+  async feedback(feedback: Feedback | string, quality?: { score: number }): Promise<FeedbackResult | void> {
+    if (typeof feedback === 'string') {
+      if (!this.witness) throw invalid('no witness log to record the score in: set llm.witness (WitnessLog.open) first');
+      if (typeof quality !== 'object' || quality === null) throw invalid('feedback(requestId, { score }): the score is missing');
+      return this.witness.score(feedback, quality.score);
+    }
     const lora = this.#microLora ?? (await this.microLora());
     return lora.feedback(feedback);
   }
@@ -471,6 +534,15 @@ export class LLM extends TextSide {
 
 /** The load errors that mean the model cannot run in this runtime (rather than that the source or the options are
  * wrong): those `LLM.loadOrConnect` answers by connecting to the server. */
+/** Record `entry` in `witness`: a sink that throws (the app's own) never fails the request it records. */
+function recordQuietly(witness: WitnessSink, entry: WitnessInput): void {
+  try {
+    witness.record(entry);
+  } catch (e) {
+    console.warn('ruvllm: the witness log refused an entry:', e);
+  }
+}
+
 export const CANNOT_RUN_HERE: readonly ErrorCode[] = [
   'E_MODEL_TOO_LARGE',
   'E_OUT_OF_MEMORY',

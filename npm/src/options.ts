@@ -1,5 +1,5 @@
 import { invalid, RuvllmError } from './errors.js';
-import type { KvCacheOptions, KvCacheType } from './types.js';
+import type { KvCacheOptions, KvCacheType, WitnessNote } from './types.js';
 
 /** Sampling and stopping options of `generate` (defaults are llama.cpp's, as in the native CLI). */
 export interface GenerateOptions {
@@ -39,6 +39,13 @@ export interface GenerateOptions {
   grammar?: Grammar;
   /** Stops generation (the iterator throws an `AbortError`); the model stays usable. */
   signal?: AbortSignal;
+  /** The conversation this request belongs to, in the app's words (at most 256 characters): the witness log
+   * (`llm.witness`) records it. */
+  session?: string;
+  /** The request's id (1 to 256 characters): the result's `requestId`; default a fresh one. */
+  requestId?: string;
+  /** What the witness log records of this request beyond what the engine measures. */
+  witness?: WitnessNote;
 }
 
 /** A constraint on the output. `json_schema`: JSON that validates against `schema` (drafts 4 to 2020-12, `$ref`s within
@@ -81,12 +88,18 @@ export function checkGrammar(grammar: unknown): Grammar {
 
 const INTEGERS = ['maxTokens', 'topK', 'penaltyLastN', 'seed'] as const;
 const NUMBERS = ['temperature', 'topP', 'minP', 'repeatPenalty', 'presencePenalty', 'frequencyPenalty'] as const;
-const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters', 'grammar']);
+// session, requestId and witness are the package's (the witness log's), checked here and not sent to the engine.
+const KNOWN = new Set<string>([...INTEGERS, ...NUMBERS, 'stop', 'ignoreEos', 'signal', 'adapters', 'grammar', 'session', 'requestId', 'witness']);
 
 /** A seed for a request that names none: random, within the integers `seed` takes. */
 export function freshSeed(): number {
   const [high, low] = crypto.getRandomValues(new Uint32Array(2));
   return (high & 0x1fffff) * 2 ** 32 + low;
+}
+
+/** An id for a request that names none: `req-` and 16 random hex digits. */
+export function freshRequestId(): string {
+  return `req-${Array.from(crypto.getRandomValues(new Uint32Array(2)), (v) => v.toString(16).padStart(8, '0')).join('')}`;
 }
 
 /** Check types and integer ranges here (the engine checks the float ranges) and build the engine's JSON. */
@@ -128,6 +141,7 @@ export function engineOptions(options: GenerateOptions): string {
   }
   if (options.grammar !== undefined) out.grammar = checkGrammar(options.grammar);
   if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) throw invalid('signal must be an AbortSignal');
+  checkRecordOptions(options);
   // The engine refuses a grammar over MAX_GRAMMAR_BYTES of text (crate/src/constraint), but only once the options are
   // copied into wasm memory: one that JSON's escapes (6 characters for one at most) and the object around it cannot
   // bring under that bound is refused here, before the copy.
@@ -135,6 +149,26 @@ export function engineOptions(options: GenerateOptions): string {
     throw new RuvllmError('E_GRAMMAR', `grammar: the grammar is more than the ${MAX_GRAMMAR_BYTES} bytes allowed`);
   }
   return writeJson(out);
+}
+
+/** The witness log's options of a request (`session`, `requestId`, `witness`) checked for shape. */
+function checkRecordOptions(options: GenerateOptions): void {
+  const id = (v: unknown, name: string) => {
+    if (v !== undefined && (typeof v !== 'string' || v === '' || v.length > 256)) throw invalid(`${name} must be a string of 1 to 256 characters`);
+  };
+  id(options.session, 'session');
+  id(options.requestId, 'requestId');
+  const w = options.witness;
+  if (w === undefined) return;
+  if (typeof w !== 'object' || w === null) throw invalid('witness must be an object { query?, route?, latencyMs? }');
+  if (w.query !== undefined && typeof w.query !== 'string') throw invalid('witness.query must be a string');
+  if (w.kind !== undefined && w.kind !== 'chat' && w.kind !== 'generate') throw invalid("witness.kind must be 'chat' or 'generate'");
+  if (w.route !== undefined && w.route !== null && (typeof w.route !== 'object' || typeof w.route.label !== 'string' || typeof w.route.score !== 'number')) {
+    throw invalid('witness.route must be { label, score } or null');
+  }
+  for (const [k, v] of Object.entries(w.latencyMs ?? {})) {
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw invalid(`witness.latencyMs.${k} must be a number of milliseconds >= 0`);
+  }
 }
 
 /** `value` as JSON; a value JSON cannot hold (a cycle, a string past the engine's limit) is E_INVALID_ARGUMENT. */

@@ -207,6 +207,9 @@ export interface Usage {
 }
 
 export interface GenerateResult {
+  /** The request's id: `options.requestId`, or a fresh one (a chat completion's own `id`); what a witness log
+   * (`llm.witness`) records the request under and `llm.feedback(requestId, ...)` names it by. */
+  requestId: string;
   ids: number[];
   text: string;
   finishReason: 'stop' | 'length';
@@ -238,4 +241,39 @@ export interface EmbedOptions {
   /** Scale each embedding to unit length (default true). */
   normalize?: boolean;
   signal?: AbortSignal;
+}
+
+/** What the app knows of a request beyond what the engine measures, for the witness log (`GenerateOptions.witness`,
+ * a chat request's `witness`): its text (default: a chat's last user message, or the prompt), the route it took, and
+ * the milliseconds spent embedding, retrieving and routing before it. */
+export interface WitnessNote {
+  /** Which API the request came through (the chat API says 'chat'; default 'generate'). */
+  kind?: 'chat' | 'generate';
+  query?: string;
+  route?: { label: string; score: number } | null;
+  latencyMs?: { embedding?: number; retrieval?: number; routing?: number };
+}
+
+/** One request as a witness log takes it (`WitnessLog.record`; the model records its own requests, `llm.witness`). */
+export interface WitnessInput {
+  requestId: string;
+  session?: string | null;
+  /** When it started (ms since the epoch; default now). */
+  time?: number;
+  kind?: 'chat' | 'generate';
+  query?: string;
+  route?: { label: string; score: number } | null;
+  model?: { name: string | null; architecture: string; backend: string };
+  adapters?: number[];
+  tokens?: { prompt: number; cached: number; generated: number };
+  latencyMs?: { embedding?: number | null; retrieval?: number | null; routing?: number | null; prefill?: number; decode?: number; total?: number };
+  finishReason?: string | null;
+  error?: string | null;
+}
+
+/** Where a model's requests are recorded: a `WitnessLog` (npm/src/vectors/witness.ts), or the app's own. Both calls
+ * return at once; the log writes in the background. */
+export interface WitnessSink {
+  record(entry: WitnessInput): void;
+  score(requestId: string, quality: number): void;
 }

@@ -1,10 +1,11 @@
 // The router and the long-term memory in Chromium's real IndexedDB, with all-MiniLM-L6-v2 as the embedder: built on
 // one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store;
-// two tabs writing one index lose nothing.
+// two tabs writing one index lose nothing; a witness log of the default model's requests survives a reload, answers
+// similarity queries and exports.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { EMBED_MODEL_PATH } from '../../npm/test/helpers.mjs';
+import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH } from '../../npm/test/helpers.mjs';
 import { examplePage } from './chromium.mjs';
 
 const ROUTES = [
@@ -24,7 +25,7 @@ const TURNS = {
   ],
 };
 
-const ex = examplePage({ '/embed.gguf': EMBED_MODEL_PATH });
+const ex = examplePage({ '/embed.gguf': EMBED_MODEL_PATH, '/model.gguf': MODEL_PATH });
 
 /** On the page: open the router and the memory in IndexedDB (`build`: with routes, a correction and turns), route
  * the queries and recall, and return what they answered. */
@@ -162,4 +163,53 @@ test('two tabs on one IndexedDB index: A adds, a stale B removes, and a reopen h
   await pageA.reload();
   assert.deepEqual(await step(pageA, 'open'), { entries: 349, removed: true, added: 50 });
   await step(pageA, 'close');
+});
+
+test('a witness log in IndexedDB: the model\'s requests and a score survive a reload, the nearest come first, JSON Lines', async () => {
+  /** On the page: the witness log in IndexedDB with all-MiniLM-L6-v2 as its embedder; `ask`: the default model (in
+   * its worker) answers a chat request and a generation with the log set, and one answer is scored. */
+  const visit = (ask) =>
+    ex.page.evaluate(
+      async ({ ask, prompt }) => {
+        const { LLM, WitnessLog } = await import('@ruvector/ruvllm');
+        const embedder = await LLM.load('/embed.gguf', { threads: 1 });
+        try {
+          const log = await WitnessLog.open({ embedder, store: 'indexeddb' });
+          let ids = [];
+          if (ask) {
+            const llm = await LLM.load('/model.gguf', { threads: 1 });
+            llm.witness = log;
+            const chat = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'Which river flows through Vienna?' }], max_tokens: 2, session: 'tab' });
+            const done = await llm.complete(prompt, { temperature: 0, maxTokens: 2, session: 'tab' });
+            await llm.feedback(done.requestId, { score: 1 });
+            ids = [chat.id, done.requestId];
+            await log.flush();
+            llm.dispose();
+          }
+          const nearest = await log.search('What is the capital city of France?', { k: 1 });
+          const out = { ids, entries: log.entries(), nearest: nearest.map((h) => h.requestId), lines: log.export().trimEnd().split('\n').length, info: log.info() };
+          await log.close();
+          return out;
+        } catch (e) {
+          return { error: { code: e.code, message: e.message } };
+        } finally {
+          embedder.dispose();
+        }
+      },
+      { ask, prompt: FRANCE.prompt },
+    );
+  const first = await visit(true);
+  assert.equal(first.error, undefined, JSON.stringify(first.error));
+  assert.deepEqual(first.entries.map((e) => e.requestId).sort(), [...first.ids].sort());
+  assert.deepEqual(first.nearest, [first.ids[1]]);
+  await ex.page.reload();
+  const second = await visit(false);
+  assert.equal(second.error, undefined, JSON.stringify(second.error));
+  assert.deepEqual(second.entries, first.entries);
+  assert.deepEqual(second.nearest, first.nearest);
+  assert.equal(second.lines, 2);
+  const scored = second.entries.find((e) => e.requestId === first.ids[1]);
+  assert.deepEqual([scored.kind, scored.session, scored.quality, scored.model.backend], ['generate', 'tab', 1, 'cpu']);
+  assert.equal(second.entries.find((e) => e.requestId === first.ids[0]).kind, 'chat');
+  assert.ok(second.info.bytes > 0 && second.info.storeError === null, JSON.stringify(second.info));
 });
