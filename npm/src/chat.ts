@@ -303,6 +303,10 @@ export interface ChatHost {
   info(): { name: string | null };
 }
 
+/** The messages of the chat requests in flight, by the options object chat hands `generate`: what the model keeps of
+ * a request to learn from feedback on it later (llm.ts, the instant loop). */
+export const chatMessages = new WeakMap<GenerateOptions, ChatMessage[]>();
+
 export function createChat(llm: ChatHost): Chat {
   async function create(body: ChatCompletionRequest, { signal }: { signal?: AbortSignal } = {}) {
     if (typeof body !== 'object' || body === null) throw invalid('the request must be an object');
@@ -332,6 +336,7 @@ export function createChat(llm: ChatHost): Chat {
     if (options.witness === undefined || (typeof options.witness === 'object' && options.witness !== null)) {
       options.witness = { kind: 'chat', query: query.slice(0, 2000), ...options.witness };
     }
+    chatMessages.set(options, body.messages);
     const generation = llm.generate(prompt.ids, options); // validates the options now
     const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat);
     const calls = new Calls(prompt.toolFormat ?? 'generic');

@@ -1,5 +1,6 @@
 // The API shared by the Node and browser entry points (which pick how the wasm module is loaded).
 export { CANNOT_RUN_HERE, LLM } from './llm.js';
+export type { RequestFeedback, RequestFeedbackResult } from './llm.js';
 export { RemoteLLM } from './remote.js';
 export type { ConnectOptions, RemoteGenerateChunk, RemoteGenerateResult, RemoteModelInfo, RemoteUsage } from './remote.js';
 export { Tokenizer } from './tokenizer.js';

@@ -8,7 +8,7 @@
 // model behind an OpenAI-compatible server), and `LLM.loadOrConnect` one of the two.
 import { checkBackend, type Backend, type BackendFallback } from './backend.js';
 import { checkSimd, type Engine, type ThreadFallback } from './builds.js';
-import { createChat, type Chat } from './chat.js';
+import { chatMessages, createChat, type Chat, type ChatMessage } from './chat.js';
 import { createEmbeddings, type Embeddings } from './embeddings.js';
 import { EngineHandle, engineError, loadEngine, nextTick, parseInfo, parseResult, readSource, type EngineResult, type EngineStep } from './engine.js';
 import { AbortError, RuvllmError, invalid, throwIfAborted, type ErrorCode } from './errors.js';
@@ -56,6 +56,13 @@ export class LLM extends TextSide {
   /** Where this model's requests are recorded (`WitnessLog.open`, or the app's own `WitnessSink`): each
    * `generate`, `complete` and chat completion, when it ends or fails, after its answer. Null (the default): none. */
   witness: WitnessSink | null = null;
+  /** The instant loop's MicroLoRA (`llm.microLora()`): feedback on a chat request (`feedback(requestId, { score })`)
+   * trains it one step, after the answer. Null (the default): none. */
+  learner: MicroLora | null = null;
+  /** The last chat requests answered while a learner was set, by request id: what feedback on them trains. */
+  readonly #trajectories = new Map<string, { messages: ChatMessage[]; response: string }>();
+  /** The instant loop's step in flight, if one is. */
+  #instantStep: Promise<unknown> | null = null;
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
@@ -260,6 +267,12 @@ export class LLM extends TextSide {
     return this.#recorded(run, requestId, ids, options);
   }
 
+  #keepTrajectory(requestId: string, trajectory: { messages: ChatMessage[]; response: string }): void {
+    // A copy: the app goes on with its own array.
+    this.#trajectories.set(requestId, { messages: trajectory.messages.map((m) => ({ ...m })), response: trajectory.response });
+    if (this.#trajectories.size > TRAJECTORIES) this.#trajectories.delete(this.#trajectories.keys().next().value!);
+  }
+
   /** `run` with its result's `requestId`, recorded in the witness log when it ends, fails or is left early. */
   async *#recorded(run: AsyncGenerator<GenerateChunk, EngineResult, undefined>, requestId: string, prompt: string | Uint32Array, options: GenerateOptions): AsyncGenerator<GenerateChunk, GenerateResult, undefined> {
     const time = Date.now();
@@ -268,6 +281,8 @@ export class LLM extends TextSide {
     let error: string | null = null;
     try {
       result = { ...(yield* run), requestId };
+      const messages = chatMessages.get(options);
+      if (messages && this.learner) this.#keepTrajectory(requestId, { messages, response: result.text });
       return result;
     } catch (e) {
       error = e instanceof RuvllmError ? e.code : e instanceof AbortError ? 'E_ABORTED' : 'E_INTERNAL';
@@ -464,17 +479,43 @@ export class LLM extends TextSide {
   /** Teach this model's MicroLoRA (the last `llm.microLora()` opened; the first call opens a default one, kept in
    * memory) from one answer: `accepted` or a `reward` in [-1, 1]. One gradient step; see `MicroLora.feedback`. */
   async feedback(feedback: Feedback): Promise<FeedbackResult>;
-  /** Record a quality score for the request `requestId` (a result's `requestId`, a chat completion's `id`) in the
-   * witness log (`llm.witness`); returns at once, the log writes it in the background. */
-  async feedback(requestId: string, quality: { score: number }): Promise<void>;
-  async feedback(feedback: Feedback | string, quality?: { score: number }): Promise<FeedbackResult | void> {
-    if (typeof feedback === 'string') {
-      if (!this.witness) throw invalid('no witness log to record the score in: set llm.witness (WitnessLog.open) first');
-      if (typeof quality !== 'object' || quality === null) throw invalid('feedback(requestId, { score }): the score is missing');
-      return this.witness.score(feedback, quality.score);
-    }
+  /** Feedback on the request `requestId` (a result's `requestId`, a chat completion's `id`): `score` in [-1, 1]
+   * (its quality), or an answer the user `preferred`. The witness log (`llm.witness`) records the score; the instant
+   * loop (`llm.learner`) trains one step on the request's conversation, after this call returns: toward `preferred`,
+   * else toward the answer given (score > 0) or away from it (score < 0). One step runs at a time: feedback that comes
+   * while one runs takes none (`step: 'skipped'`). Returns at once; `learned` settles when the step has run. */
+  async feedback(requestId: string, quality: RequestFeedback): Promise<RequestFeedbackResult>;
+  async feedback(feedback: Feedback | string, quality?: RequestFeedback): Promise<FeedbackResult | RequestFeedbackResult> {
+    if (typeof feedback === 'string') return this.#requestFeedback(feedback, quality);
     const lora = this.#microLora ?? (await this.microLora());
     return lora.feedback(feedback);
+  }
+
+  #requestFeedback(requestId: string, quality: RequestFeedback | undefined): RequestFeedbackResult {
+    if (typeof quality !== 'object' || quality === null) throw invalid('feedback(requestId, { score, preferred? }): the score is missing');
+    const { score, preferred } = quality;
+    if (typeof score !== 'number' || !Number.isFinite(score) || Math.abs(score) > 1) throw invalid(`score must be a number in [-1, 1], got ${score}`);
+    if (preferred !== undefined && (typeof preferred !== 'string' || preferred === '')) throw invalid('preferred must be a non-empty string');
+    if (!this.witness && !this.learner) throw invalid('nothing takes feedback on a request: set llm.witness (WitnessLog.open) or llm.learner (llm.microLora())');
+    this.witness?.score(requestId, score);
+    const none = (step: RequestFeedbackResult['step']) => ({ recorded: this.witness !== null, step, learned: Promise.resolve(null) });
+    const learner = this.learner;
+    if (!learner) return none('off');
+    const trajectory = this.#trajectories.get(requestId);
+    if (!trajectory) return none('unknown');
+    if (preferred === undefined && score === 0) return none('neutral');
+    if (this.#instantStep) return none('skipped');
+    const step = { messages: trajectory.messages, response: preferred ?? trajectory.response, reward: preferred === undefined ? score : 1 };
+    const learned = (async () => {
+      // After the caller's task: its answer goes out first.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      return learner.feedback(step);
+    })();
+    this.#instantStep = learned.then(
+      () => (this.#instantStep = null),
+      () => (this.#instantStep = null),
+    );
+    return { recorded: this.witness !== null, step: 'scheduled', learned };
   }
 
   // -------------------------------------------------------------------------------------------------------------
@@ -532,8 +573,24 @@ export class LLM extends TextSide {
   }
 }
 
-/** The load errors that mean the model cannot run in this runtime (rather than that the source or the options are
- * wrong): those `LLM.loadOrConnect` answers by connecting to the server. */
+/** How many chat requests' conversations the instant loop keeps for feedback on them. */
+const TRAJECTORIES = 64;
+
+/** Feedback on one request: `llm.feedback(requestId, { score, preferred? })`. */
+export interface RequestFeedback {
+  score: number;
+  preferred?: string;
+}
+
+/** What `llm.feedback(requestId, ...)` did: whether the witness log took the score, and the instant loop's step:
+ * `scheduled` (`learned` gives its result), `skipped` (a step was running), `off` (no `llm.learner`), `unknown` (not
+ * a chat request answered while a learner was set, or one of more than the last 64), `neutral` (a score of 0). */
+export interface RequestFeedbackResult {
+  recorded: boolean;
+  step: 'scheduled' | 'skipped' | 'off' | 'unknown' | 'neutral';
+  learned: Promise<FeedbackResult | null>;
+}
+
 /** Record `entry` in `witness`: a sink that throws (the app's own) never fails the request it records. */
 function recordQuietly(witness: WitnessSink, entry: WitnessInput): void {
   try {
@@ -543,6 +600,8 @@ function recordQuietly(witness: WitnessSink, entry: WitnessInput): void {
   }
 }
 
+/** The load errors that mean the model cannot run in this runtime (rather than that the source or the options are
+ * wrong): those `LLM.loadOrConnect` answers by connecting to the server. */
 export const CANNOT_RUN_HERE: readonly ErrorCode[] = [
   'E_MODEL_TOO_LARGE',
   'E_OUT_OF_MEMORY',

@@ -115,3 +115,30 @@ test('bad options, feedback and stored records are typed errors, and nothing is 
   // The model still answers.
   assert.ok((await answer([])).ids.length > 0);
 });
+
+test('the instant loop: feedback on a chat request trains the learner one step after the answer, one step at a time', async () => {
+  const lora = await llm.microLora({ name: 'instant', rank: 1 });
+  llm.learner = lora;
+  try {
+    const chat = await llm.chat.completions.create({ messages: QUESTION, max_tokens: 4, temperature: 0 });
+    const first = await llm.feedback(chat.id, { score: 1, preferred: ANSWER });
+    assert.deepEqual([first.step, first.recorded], ['scheduled', false]);
+    assert.equal(lora.info().steps, 0, 'no step on the caller\'s turn');
+    assert.equal((await llm.feedback(chat.id, { score: -1 })).step, 'skipped', 'a step is running');
+    const taught = await first.learned;
+    // The preferred answer's tokens (and the end of turn), not the four the model gave.
+    assert.ok(taught.steps === 1 && taught.tokens >= 8, JSON.stringify(taught));
+    const pushed = await llm.feedback(chat.id, { score: -0.5 });
+    assert.equal(pushed.step, 'scheduled');
+    const away = await pushed.learned;
+    assert.ok(away.steps === 2 && away.tokens <= 5, JSON.stringify(away));
+    assert.equal((await llm.feedback(chat.id, { score: 0 })).step, 'neutral');
+    const plain = await llm.complete('Hello', { maxTokens: 2 });
+    assert.equal((await llm.feedback(plain.requestId, { score: 1 })).step, 'unknown', 'not a chat request');
+    await rejectsWith(llm.feedback(chat.id, { score: 2 }), 'E_INVALID_ARGUMENT');
+    await rejectsWith(llm.feedback(chat.id, { score: 1, preferred: '' }), 'E_INVALID_ARGUMENT');
+  } finally {
+    llm.learner = null;
+  }
+  await rejectsWith(llm.feedback('req-0', { score: 1 }), 'E_INVALID_ARGUMENT');
+});
