@@ -109,7 +109,7 @@ export interface ChatCompletionRequest {
   /** The conversation, in the app's words, and what else the witness log (`llm.witness`) records of this request:
    * `generate`'s `session` and `witness` options. The completion's `id` is the request's id there. */
   session?: string;
-  witness?: WitnessNote;
+  witness?: WitnessNote | false;
 }
 
 export type ResponseFormat =

@@ -288,9 +288,9 @@ export class LLM extends TextSide {
       error = e instanceof RuvllmError ? e.code : e instanceof AbortError ? 'E_ABORTED' : 'E_INTERNAL';
       throw e;
     } finally {
-      const witness = this.witness;
+      const witness = options.witness === false ? null : this.witness;
       if (witness) {
-        const note = options.witness ?? {};
+        const note = options.witness || {};
         let model = { name: null as string | null, architecture: '', backend: '' };
         try {
           const i = this.info();

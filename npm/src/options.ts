@@ -44,8 +44,9 @@ export interface GenerateOptions {
   session?: string;
   /** The request's id (1 to 256 characters): the result's `requestId`; default a fresh one. */
   requestId?: string;
-  /** What the witness log records of this request beyond what the engine measures. */
-  witness?: WitnessNote;
+  /** What the witness log records of this request beyond what the engine measures; `false`: the request is not
+   * recorded (a call the app makes for itself, such as evaluating a conversation ahead with `maxTokens: 0`). */
+  witness?: WitnessNote | false;
 }
 
 /** A constraint on the output. `json_schema`: JSON that validates against `schema` (drafts 4 to 2020-12, `$ref`s within
@@ -159,7 +160,7 @@ function checkRecordOptions(options: GenerateOptions): void {
   id(options.session, 'session');
   id(options.requestId, 'requestId');
   const w = options.witness;
-  if (w === undefined) return;
+  if (w === undefined || w === false) return;
   if (typeof w !== 'object' || w === null) throw invalid('witness must be an object { query?, route?, latencyMs? }');
   if (w.query !== undefined && typeof w.query !== 'string') throw invalid('witness.query must be a string');
   if (w.kind !== undefined && w.kind !== 'chat' && w.kind !== 'generate') throw invalid("witness.kind must be 'chat' or 'generate'");

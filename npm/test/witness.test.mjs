@@ -40,8 +40,9 @@ test('every request is an entry after its answer; a score comes back into it; en
       for await (const _ of llm.generate('Tell me a long story.', { maxTokens: 64, signal: stop.signal, session: 'a' })) stop.abort();
     }, { name: 'AbortError' });
     await rejectsWith(llm.complete('x', { grammar: { type: 'gbnf', grammar: 'root ::= (' }, requestId: 'bad-grammar' }), 'E_GRAMMAR');
+    await llm.complete('x', { maxTokens: 1, witness: false });
     await log.flush();
-    assert.equal(log.entries().length, 4);
+    assert.equal(log.entries().length, 4, 'a request with witness: false is not recorded');
 
     const generated = entryOf(log, r.requestId);
     assert.equal(generated.kind, 'generate');

@@ -7,7 +7,8 @@
 // the "Memory & routing" panel routes each message, recalls a related conversation's turns, and keeps the routes added
 // in it across a reload; 👎 on an answer trains the model's MicroLoRA one step, "Answer with my adapter" makes the
 // next answer its (and says so), its steps come back from IndexedDB after a reload, and a damaged one is an error that
-// leaves the chat usable; the answer format JSON Schema (Settings) gives JSON of the schema, shown formatted, a schema
+// leaves the chat usable; the "Insights" panel's witness log lists the answers and the thumb after a reload and finds
+// the past requests like a text; the answer format JSON Schema (Settings) gives JSON of the schema, shown formatted, a schema
 // that is not JSON is not sent, and one the engine cannot make a grammar of is an E_GRAMMAR error; conversations are
 // renamed, searched, exported (JSON, Markdown) and imported again (a bad file changes nothing), deleted with an Undo,
 // and have settings of their own (a preset's system prompt, max tokens); a code block's Copy button copies it, and TeX
@@ -249,6 +250,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   await openSettings();
   await page.getByLabel('Max tokens', { exact: true }).fill('32'); // short answers: this test is about what is done with them
   await page.getByRole('button', { name: 'New chat' }).click();
+  await page.waitForFunction(() => document.body.dataset.witnessReady === '1', null, { timeout: 120_000 }); // Insights, below
   await ask('Name a colour.');
   const answer = page.locator('article.msg.assistant').first();
   assert.match(await answer.locator('.meta').textContent(), /^base model · /);
@@ -270,7 +272,9 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   // prefix cache holds the base model's only: nothing of the conversation comes from memory (the base model's next
   // answer in it would start from its first).
   await learning.getByLabel('Answer with my adapter').check();
+  const witnessed = await counter('witnessed');
   await ask('Name another colour.');
+  await waitCounter('witnessed', witnessed); // the witness log (Insights) holds the answer and the thumb
   const meta = await lastAnswer().locator('.meta').textContent();
   assert.match(meta, new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
   assert.doesNotMatch(meta, /from memory/);
@@ -286,6 +290,19 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   assert.match(await answer.locator('.meta').textContent(), /^base model · /);
   assert.equal(await answer.locator('.feedback .learned').textContent(), 'Taught as a bad answer: step 1');
   assert.match(await lastAnswer().locator('.meta').textContent(), new RegExp(`^MicroLoRA ${NAME} \\(1 step\\) · `));
+
+  // Insights: the witness log came back from IndexedDB with both answers, the first with its thumb down; the past
+  // requests most like a text are found.
+  await page.waitForFunction(() => document.body.dataset.witnessReady === '1', null, { timeout: 120_000 });
+  await page.locator('#insights-panel').evaluate((d) => (d.open = true));
+  const listed = (id) => page.locator(`#${id} li p.turn`).allTextContents();
+  assert.deepEqual((await listed('ins-recent')).slice(0, 2), ['Name another colour.', 'Name a colour.']);
+  assert.equal((await listed('ins-low'))[0], 'Name a colour.');
+  assert.match(await page.locator('#ins-stats').textContent(), /^\d+ requests recorded · \d+(\.\d)? [kM]?B in this browser$/);
+  await page.getByLabel('Past requests like').fill('Which colour?');
+  await page.getByRole('button', { name: 'Find', exact: true }).click();
+  await page.locator('#ins-found li p.turn').first().waitFor();
+  assert.match((await listed('ins-found'))[0], /^Name (another )?colour\.$/);
 
   // A damaged record: an E_ADAPTER error, the base model answers, the thumbs are disabled and say why; "Start a new
   // adapter" replaces it.

@@ -6,6 +6,7 @@ import { conversationsJson, conversationsMarkdown, download, fileName, parseConv
 import { ConversationSettingsForm, effectiveSettings } from './conversation-settings.js';
 import { explain, notCached } from './errors.js';
 import { bytes } from './format.js';
+import { InsightsPanel } from './insights-panel.js';
 import { LearningPanel } from './learning-panel.js';
 import { MemoryPanel } from './memory-panel.js';
 import { modelContent } from './recall.js';
@@ -132,6 +133,7 @@ async function loadModel({ url, file }) {
   const controller = (loading = new AbortController());
   const { signal } = controller;
   learning.close();
+  insights.attach(null);
   llm?.dispose();
   llm = null;
   clearMessages();
@@ -153,6 +155,7 @@ async function loadModel({ url, file }) {
     setState('ready');
     prepare();
     learning.open(llm, label); // this model's MicroLoRA, from IndexedDB
+    insights.attach(llm); // its requests recorded in the witness log
     if (url) refreshCached();
   } catch (e) {
     llm?.dispose();
@@ -401,7 +404,8 @@ async function prepare() {
   const [model, id] = [llm, conversation.id];
   try {
     // With the adapter the answer will have: the model's keys and values differ with it.
-    const options = { maxTokens: 0, ...learning.options() };
+    // Not a request of the user's: the witness log leaves it out.
+    const options = { maxTokens: 0, ...learning.options(), witness: false };
     const { usage } = await model.complete(model.tokenizeChat(messages, { addGenerationPrompt: false }), options);
     if (model !== llm || id !== conversation.id) return;
     showStatus($('memory'), describeMemory(usage.cachedTokens, usage.promptTokens));
@@ -508,9 +512,13 @@ async function reply() {
     };
     const { temperature, maxTokens } = effectiveSettings(settings, conversation); // the conversation's own, or Settings'
     const sampling = { temperature, topP: settings.topP, maxTokens, ...adapterOptions };
-    const options = { ...sampling, ...(grammar && { grammar }) };
-    const { usage, timings, finishReason } = await generateAnswer(model, messages, options, controller.signal, onText);
-    answer.meta = { adapter, ...(grammar && { format: grammar.type }), cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason };
+    // What the witness log records with the request (insights-panel.js): the conversation, the question as the user
+    // wrote it (the prompt goes as token ids) and the route it took.
+    const decision = question?.route;
+    const witness = { kind: 'chat', query: question?.content ?? '', route: decision?.route ? { label: decision.route, score: decision.score } : null };
+    const options = { ...sampling, ...(grammar && { grammar }), session: id, witness };
+    const { usage, timings, finishReason, requestId } = await generateAnswer(model, messages, options, controller.signal, onText);
+    answer.meta = { adapter, ...(grammar && { format: grammar.type }), cachedTokens: usage.cachedTokens, promptTokens: usage.promptTokens, completionTokens: usage.completionTokens, timings, finishReason, requestId };
     showStatus($('speed'), describeSpeed(answer.meta));
     showStatus($('context'), describeContext(usage.totalTokens, model.info().contextSize));
   } catch (e) {
@@ -530,6 +538,7 @@ async function reply() {
   if (storeError) notice(`What the model computed for conversations is kept for this visit only: ${storeError.message}`);
   document.body.dataset.replies = String(++replies);
   if (question && model === llm) panel.remember(id, question, answer);
+  insights.refresh();
   $('message').focus();
   // The prefix cache writes its pages to IndexedDB in the background; data-persisted says when they are there.
   model.flushPrefixCache?.().then(
@@ -577,6 +586,7 @@ async function giveFeedback(m, accepted) {
   const i = conv.messages.indexOf(m);
   if (i < 0 || view.training.get(m)?.busy) return;
   view.setTraining(m, { busy: true });
+  insights.score(m.meta?.requestId, accepted);
   let said = null;
   try {
     const { loss, steps, timings } = await learning.feedback(chatMessages(conv.messages.slice(0, i), conv), m.content, accepted);
@@ -607,6 +617,10 @@ $('menu').onclick = () => {
 // ---- memory & routing (memory-panel.js): on an embedding model of their own, loaded in the background ------------
 const panel = new MemoryPanel({ settings, saveSettings, titleOf: (id) => conversationTitles.get(id), currentId: () => conversation.id });
 panel.start();
+
+// ---- insights (insights-panel.js): the witness log of this browser's requests, on the same embedding model --------
+const insights = new InsightsPanel({ titleOf: (id) => conversationTitles.get(id) });
+panel.opening.then(() => panel.embedder && insights.open(panel.embedder));
 // The message is routed and its recall found while it is typed.
 $('message').addEventListener('input', () => panel.draft($('message').value));
 

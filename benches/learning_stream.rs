@@ -1,0 +1,275 @@
+//! The learning loops on a stream of requests (issue 43's goals), natively: the training calls the package's loops
+//! make, on a replayed stream of chat requests with a rater's feedback.
+//!
+//! - **The stream**: `--requests` questions (default 300) over four topics (geography, cooking, Python, health), each
+//!   from a template and a subject; the rater prefers one style of answer per topic ("Short answer: ..."), and each
+//!   request's feedback is that preferred answer (`llm.feedback(id, { score: 1, preferred })`).
+//! - **The instant loop**: one MicroLoRA step per request on the preferred answer (what `llm.learner` runs).
+//! - **The background loop**: every `--every` requests (default 50), `consolidate` (EWC++: the steps since folded into
+//!   what later steps are held toward, the importance estimate decayed by `fisherDecay`). Before the stream, the
+//!   adapter `protect`s the base model's own answers to everyday questions (as microlora.rs does).
+//! - **The router**: a semantic router (`index::Collection::route`) on all-MiniLM-L6-v2 embeddings, seeded with one
+//!   utterance per topic; a request routed to the wrong topic (or none) is a correction, added as an utterance of its
+//!   topic (what `router.add(text, route)` does).
+//! - **Measured at each checkpoint** (before the stream and after every `--every` requests): the perplexity of the
+//!   preferred answers to held-out questions (other subjects, never trained on), the perplexity of unrelated text (the
+//!   reference prompts' continuations, llama.cpp's greedy text: forgetting), and the router's accuracy on the held-out
+//!   questions.
+//!
+//! ```text
+//! cargo bench -p ruvllm --bench learning_stream -- --model M --embedder E [--requests 300] [--every 50]
+//!     [--rank 2] [--layers 4] [--lr 1e-2] [--ewc 1e7] [--threads 1]
+//! ```
+//!
+//! One JSON line per checkpoint, then the summary line.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ruvllm::index::{Collection, HnswParams, Metric};
+use ruvllm::model::lora::Proj;
+use ruvllm::training::{MicroLora, MicroLoraOptions};
+use ruvllm::{ChatMessage, EmbedOptions, GenerateOptions, Model, SamplerConfig, Session};
+use serde_json::{json, Value};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("learning_stream bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A topic: how its questions are asked, the answer the rater prefers (`{}`: the subject), the subjects the stream
+/// asks about, and the held-out ones.
+struct Topic {
+    name: &'static str,
+    question: &'static str,
+    preferred: &'static str,
+    subjects: &'static [&'static str],
+    held_out: &'static [&'static str],
+}
+
+const TOPICS: [Topic; 4] = [
+    Topic {
+        name: "geography",
+        question: "Where is {} and what is it known for?",
+        preferred: "Short answer: {} is a place worth finding on a map, and one line is all it needs.",
+        subjects: &["Peru", "Norway", "Kenya", "Vietnam", "Chile", "Iceland", "Morocco", "Nepal", "Portugal", "Ghana",
+            "Finland", "Laos", "Bolivia", "Latvia", "Oman", "Malta", "Cuba", "Fiji"],
+        held_out: &["Uruguay", "Bhutan", "Estonia", "Namibia", "Jordan", "Tonga", "Slovenia", "Panama"],
+    },
+    Topic {
+        name: "cooking",
+        question: "How should I cook {} for dinner?",
+        preferred: "Short answer: cook {} gently, season it well, and taste it before you serve.",
+        subjects: &["salmon", "lentils", "tofu", "chicken thighs", "broccoli", "rice", "mushrooms", "eggplant",
+            "pork chops", "chickpeas", "carrots", "shrimp", "polenta", "cabbage", "quinoa", "beef stew", "leeks", "cod"],
+        held_out: &["duck breast", "barley", "zucchini", "mussels", "tempeh", "parsnips", "lamb shanks", "spinach"],
+    },
+    Topic {
+        name: "python",
+        question: "How do I {} in Python?",
+        preferred: "Short answer: to {}, write a small function and test it on one example first.",
+        subjects: &["reverse a list", "read a file", "sort a dictionary", "parse JSON", "count words", "merge two lists",
+            "remove duplicates", "format a date", "find the maximum", "split a string", "copy a folder",
+            "zip two lists", "flatten a list", "round a number", "check a prefix", "join paths", "sum a column",
+            "time a loop"],
+        held_out: &["transpose a matrix", "read a CSV file", "rename a file", "filter a list", "encode base64",
+            "compare two sets", "pad a string", "shuffle a list"],
+    },
+    Topic {
+        name: "health",
+        question: "Is {} good for my health?",
+        preferred: "Short answer: {} is fine for most people in moderation; ask a doctor if unsure.",
+        subjects: &["coffee", "running", "dark chocolate", "fasting", "yoga", "red wine", "napping", "swimming",
+            "oatmeal", "cold showers", "cycling", "green tea", "walking", "sauna", "eggs", "stretching", "honey",
+            "hiking"],
+        held_out: &["rowing", "kimchi", "pilates", "almonds", "dancing", "black tea", "gardening", "yogurt"],
+    },
+];
+
+/// Everyday questions whose answers, the base model's own, the adapter keeps (`MicroLora::protect`).
+const PROTECT: [&str; 8] = [
+    "What causes the seasons on Earth?",
+    "Give me three tips for a good night's sleep.",
+    "How do I make a cup of tea?",
+    "Write a Python function that adds two numbers.",
+    "What is photosynthesis?",
+    "Tell me a short story about a cat.",
+    "Why is the sky blue?",
+    "How many legs does a spider have?",
+];
+
+fn fill(template: &str, subject: &str) -> String {
+    template.replacen("{}", subject, 1)
+}
+
+/// A chat example's tokens and where its answer starts (the answer's end-of-turn token is its last).
+fn example(model: &Model, question: &str, answer: &str) -> Result<(Vec<u32>, usize), String> {
+    let template = model.chat_template().map_err(|e| e.to_string())?;
+    let user = [ChatMessage::new("user", question)];
+    let prompt = template.render(&user, true).map_err(|e| e.to_string())?;
+    let whole =
+        template.render(&[user[0].clone(), ChatMessage::new("assistant", answer)], false).map_err(|e| e.to_string())?;
+    let tok = model.tokenizer();
+    let first = tok.encode(&prompt, true).map_err(|e| e.to_string())?.len();
+    let mut ids = tok.encode(&whole, true).map_err(|e| e.to_string())?;
+    let end = ids[first..].iter().position(|&t| tok.is_eog(t)).map_or(ids.len(), |i| first + i + 1);
+    ids.truncate(end);
+    Ok((ids, first))
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let num = |name: &str, default: f64| -> Result<f64, String> {
+        opt(name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: not a number: {v}")))
+    };
+    let path = opt("--model")
+        .or_else(|| std::env::var("RUVLLM_MODEL").ok())
+        .ok_or("--model M is required (or set RUVLLM_MODEL)")?;
+    let embedder_path = opt("--embedder")
+        .or_else(|| std::env::var("RUVLLM_EMBED_MODEL").ok())
+        .ok_or("--embedder E is required (or set RUVLLM_EMBED_MODEL)")?;
+    let threads = num("--threads", 1.0)? as usize;
+    ruvllm::parallel::set_threads(threads).map_err(|e| e.to_string())?;
+    let requests = num("--requests", 300.0)? as usize;
+    let every = (num("--every", 50.0)? as usize).max(1);
+    let model = Arc::new(Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?);
+    let embedder = Model::from_file(&embedder_path).map_err(|e| format!("{embedder_path}: {e}"))?;
+    let options = MicroLoraOptions {
+        rank: num("--rank", 2.0)? as usize,
+        layers: num("--layers", 4.0)? as usize,
+        projections: vec![Proj::Q, Proj::V],
+        learning_rate: num("--lr", 1e-2)? as f32,
+        ewc_lambda: num("--ewc", 1e7)? as f32,
+        ..MicroLoraOptions::default()
+    };
+
+    // The stream, and the held-out questions with their preferred answers.
+    let stream: Vec<(usize, String, String)> = (0..requests)
+        .map(|i| {
+            let (t, topic) = (i % TOPICS.len(), &TOPICS[i % TOPICS.len()]);
+            let subject = topic.subjects[(i / TOPICS.len()) % topic.subjects.len()];
+            (t, fill(topic.question, subject), fill(topic.preferred, subject))
+        })
+        .collect();
+    let held_out: Vec<(usize, String, String)> = TOPICS
+        .iter()
+        .enumerate()
+        .flat_map(|(t, topic)| topic.held_out.iter().map(move |s| (t, fill(topic.question, s), fill(topic.preferred, s))))
+        .collect();
+    let held_examples: Vec<(Vec<u32>, usize)> =
+        held_out.iter().map(|(_, q, a)| example(&model, q, a)).collect::<Result<_, _>>()?;
+    let unrelated: Vec<(Vec<u32>, usize)> = {
+        let dir = std::env::var("RUVLLM_REFERENCE_DIR").unwrap_or_else(|_| "../shared/reference".into());
+        let text =
+            std::fs::read_to_string(format!("{dir}/logits.json")).map_err(|e| format!("{dir}/logits.json: {e}"))?;
+        let reference: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let ids = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<u32>>();
+        reference["prompts"]
+            .as_array()
+            .ok_or("logits.json has no prompts")?
+            .iter()
+            .map(|p| {
+                let prompt = ids(&p["prompt_ids"]);
+                let first = prompt.len();
+                ([prompt, ids(&p["continuation"]["ids"])].concat(), first)
+            })
+            .collect()
+    };
+
+    // The adapter, protecting the base model's own answers to everyday questions.
+    let mut lora = MicroLora::new(&model, options.clone()).map_err(|e| e.to_string())?;
+    let mut own = Vec::new();
+    for question in PROTECT {
+        let template = model.chat_template().map_err(|e| e.to_string())?;
+        let prompt = template.render(&[ChatMessage::new("user", question)], true).map_err(|e| e.to_string())?;
+        let ids = model.tokenizer().encode(&prompt, true).map_err(|e| e.to_string())?;
+        let opts = GenerateOptions { max_tokens: 48, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
+        let out = Session::new(model.clone()).generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
+        own.push(([ids.clone(), out.ids].concat(), ids.len()));
+    }
+    lora.protect(&model, &own).map_err(|e| e.to_string())?;
+
+    // The router: one utterance per topic to start.
+    let embed = |texts: &[&str]| embedder.embed(texts, &EmbedOptions::default()).map_err(|e| e.to_string());
+    let dims = embedder.config.d_model;
+    let mut router = Collection::new(Metric::Cosine, dims, HnswParams::default()).map_err(|e| e.to_string())?;
+    for topic in &TOPICS {
+        let seed = fill(topic.question, topic.subjects[0]);
+        let v = embed(&[&seed])?.remove(0);
+        router.add(&v, &seed, topic.name, 0).map_err(|e| e.to_string())?;
+    }
+    let held_vectors = embed(&held_out.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
+    let stream_vectors = embed(&stream.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
+
+    let mean_loss = |lora: &mut MicroLora, set: &[(Vec<u32>, usize)]| -> Result<f64, String> {
+        let mut sum = 0.0;
+        for (ids, first) in set {
+            sum += lora.loss(&model, ids, *first).map_err(|e| e.to_string())? as f64;
+        }
+        Ok(sum / set.len() as f64)
+    };
+    let accuracy = |router: &Collection| -> Result<f64, String> {
+        let mut right = 0;
+        for ((t, _, _), v) in held_out.iter().zip(&held_vectors) {
+            let d = router.route(v, 10, 64).map_err(|e| e.to_string())?;
+            right += usize::from(d.route.is_some_and(|r| r.label == TOPICS[*t].name));
+        }
+        Ok(right as f64 / held_out.len() as f64)
+    };
+
+    let mut curve = Vec::new();
+    let mut corrections = 0;
+    let mut step_ms = Vec::new();
+    let mut checkpoint = |n: usize, lora: &mut MicroLora, router: &Collection, corrections: usize| -> Result<(), String> {
+        let (preferred, other) = (mean_loss(lora, &held_examples)?.exp(), mean_loss(lora, &unrelated)?.exp());
+        let acc = accuracy(router)?;
+        let point = json!({
+            "bench": "learning_stream", "requests": n, "held_out_preferred_ppl": round(preferred),
+            "unrelated_ppl": round(other), "router_accuracy": round(acc), "corrections": corrections,
+        });
+        println!("{point}");
+        curve.push((preferred, other, acc));
+        Ok(())
+    };
+    checkpoint(0, &mut lora, &router, 0)?;
+    for (i, ((t, question, preferred), v)) in stream.iter().zip(&stream_vectors).enumerate() {
+        // The router's decision, corrected when wrong.
+        let decision = router.route(v, 10, 64).map_err(|e| e.to_string())?;
+        if decision.route.is_none_or(|r| r.label != TOPICS[*t].name) {
+            router.add(v, question, TOPICS[*t].name, i as u64 + 1).map_err(|e| e.to_string())?;
+            corrections += 1;
+        }
+        // The instant loop: one step toward the preferred answer.
+        let (ids, first) = example(&model, question, preferred)?;
+        let started = Instant::now();
+        lora.train_step(&model, &ids, first, 1.0).map_err(|e| e.to_string())?;
+        step_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        // The background loop.
+        if (i + 1) % every == 0 {
+            lora.consolidate();
+            checkpoint(i + 1, &mut lora, &router, corrections)?;
+        }
+    }
+    step_ms.sort_by(f64::total_cmp);
+    let (first, last) = (curve[0], curve[curve.len() - 1]);
+    println!(
+        "{}",
+        json!({
+            "bench": "learning_stream_summary", "runtime": "native", "threads": threads, "requests": requests,
+            "rank": options.rank, "layers": options.layers, "learning_rate": options.learning_rate,
+            "ewc_lambda": options.ewc_lambda, "held_out_questions": held_out.len(),
+            "held_out_preferred_ppl_change": round(last.0 / first.0 - 1.0),
+            "unrelated_ppl_change": round(last.1 / first.1 - 1.0),
+            "router_accuracy": [round(first.2), round(last.2)], "corrections": corrections,
+            "median_step_ms": round(step_ms[step_ms.len() / 2]),
+        })
+    );
+    Ok(())
+}
