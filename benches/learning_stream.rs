@@ -9,7 +9,7 @@
 //!   what later steps are held toward, the importance estimate decayed by `fisherDecay`). Before the stream, the
 //!   adapter `protect`s the base model's own answers to everyday questions (as microlora.rs does).
 //! - **The router**: a semantic router (`index::Collection::route`) on all-MiniLM-L6-v2 embeddings, seeded with one
-//!   utterance per topic; a request routed to the wrong topic (or none) is a correction, added as an utterance of its
+//!   general utterance per topic ("A question about food."); a request routed to the wrong topic (or none) is a correction, added as an utterance of its
 //!   topic (what `router.add(text, route)` does).
 //! - **Measured at each checkpoint** (before the stream and after every `--every` requests): the perplexity of the
 //!   preferred answers to held-out questions (other subjects, never trained on), the perplexity of unrelated text (the
@@ -39,10 +39,11 @@ fn main() {
     }
 }
 
-/// A topic: how its questions are asked, the answer the rater prefers (`{}`: the subject), the subjects the stream
-/// asks about, and the held-out ones.
+/// A topic: the router's one utterance for it to start with, how its questions are asked, the answer the rater
+/// prefers (`{}`: the subject), the subjects the stream asks about, and the held-out ones.
 struct Topic {
     name: &'static str,
+    seed: &'static str,
     question: &'static str,
     preferred: &'static str,
     subjects: &'static [&'static str],
@@ -52,38 +53,103 @@ struct Topic {
 const TOPICS: [Topic; 4] = [
     Topic {
         name: "geography",
+        seed: "A question about travel and the world.",
         question: "Where is {} and what is it known for?",
         preferred: "Short answer: {} is a place worth finding on a map, and one line is all it needs.",
-        subjects: &["Peru", "Norway", "Kenya", "Vietnam", "Chile", "Iceland", "Morocco", "Nepal", "Portugal", "Ghana",
-            "Finland", "Laos", "Bolivia", "Latvia", "Oman", "Malta", "Cuba", "Fiji"],
+        subjects: &[
+            "Peru", "Norway", "Kenya", "Vietnam", "Chile", "Iceland", "Morocco", "Nepal", "Portugal", "Ghana",
+            "Finland", "Laos", "Bolivia", "Latvia", "Oman", "Malta", "Cuba", "Fiji",
+        ],
         held_out: &["Uruguay", "Bhutan", "Estonia", "Namibia", "Jordan", "Tonga", "Slovenia", "Panama"],
     },
     Topic {
         name: "cooking",
+        seed: "A question about food.",
         question: "How should I cook {} for dinner?",
         preferred: "Short answer: cook {} gently, season it well, and taste it before you serve.",
-        subjects: &["salmon", "lentils", "tofu", "chicken thighs", "broccoli", "rice", "mushrooms", "eggplant",
-            "pork chops", "chickpeas", "carrots", "shrimp", "polenta", "cabbage", "quinoa", "beef stew", "leeks", "cod"],
+        subjects: &[
+            "salmon",
+            "lentils",
+            "tofu",
+            "chicken thighs",
+            "broccoli",
+            "rice",
+            "mushrooms",
+            "eggplant",
+            "pork chops",
+            "chickpeas",
+            "carrots",
+            "shrimp",
+            "polenta",
+            "cabbage",
+            "quinoa",
+            "beef stew",
+            "leeks",
+            "cod",
+        ],
         held_out: &["duck breast", "barley", "zucchini", "mussels", "tempeh", "parsnips", "lamb shanks", "spinach"],
     },
     Topic {
         name: "python",
+        seed: "A question about programming.",
         question: "How do I {} in Python?",
         preferred: "Short answer: to {}, write a small function and test it on one example first.",
-        subjects: &["reverse a list", "read a file", "sort a dictionary", "parse JSON", "count words", "merge two lists",
-            "remove duplicates", "format a date", "find the maximum", "split a string", "copy a folder",
-            "zip two lists", "flatten a list", "round a number", "check a prefix", "join paths", "sum a column",
-            "time a loop"],
-        held_out: &["transpose a matrix", "read a CSV file", "rename a file", "filter a list", "encode base64",
-            "compare two sets", "pad a string", "shuffle a list"],
+        subjects: &[
+            "reverse a list",
+            "read a file",
+            "sort a dictionary",
+            "parse JSON",
+            "count words",
+            "merge two lists",
+            "remove duplicates",
+            "format a date",
+            "find the maximum",
+            "split a string",
+            "copy a folder",
+            "zip two lists",
+            "flatten a list",
+            "round a number",
+            "check a prefix",
+            "join paths",
+            "sum a column",
+            "time a loop",
+        ],
+        held_out: &[
+            "transpose a matrix",
+            "read a CSV file",
+            "rename a file",
+            "filter a list",
+            "encode base64",
+            "compare two sets",
+            "pad a string",
+            "shuffle a list",
+        ],
     },
     Topic {
         name: "health",
+        seed: "A question about staying well.",
         question: "Is {} good for my health?",
         preferred: "Short answer: {} is fine for most people in moderation; ask a doctor if unsure.",
-        subjects: &["coffee", "running", "dark chocolate", "fasting", "yoga", "red wine", "napping", "swimming",
-            "oatmeal", "cold showers", "cycling", "green tea", "walking", "sauna", "eggs", "stretching", "honey",
-            "hiking"],
+        subjects: &[
+            "coffee",
+            "running",
+            "dark chocolate",
+            "fasting",
+            "yoga",
+            "red wine",
+            "napping",
+            "swimming",
+            "oatmeal",
+            "cold showers",
+            "cycling",
+            "green tea",
+            "walking",
+            "sauna",
+            "eggs",
+            "stretching",
+            "honey",
+            "hiking",
+        ],
         held_out: &["rowing", "kimchi", "pilates", "almonds", "dancing", "black tea", "gardening", "yogurt"],
     },
 ];
@@ -161,7 +227,9 @@ fn run() -> Result<(), String> {
     let held_out: Vec<(usize, String, String)> = TOPICS
         .iter()
         .enumerate()
-        .flat_map(|(t, topic)| topic.held_out.iter().map(move |s| (t, fill(topic.question, s), fill(topic.preferred, s))))
+        .flat_map(|(t, topic)| {
+            topic.held_out.iter().map(move |s| (t, fill(topic.question, s), fill(topic.preferred, s)))
+        })
         .collect();
     let held_examples: Vec<(Vec<u32>, usize)> =
         held_out.iter().map(|(_, q, a)| example(&model, q, a)).collect::<Result<_, _>>()?;
@@ -201,9 +269,8 @@ fn run() -> Result<(), String> {
     let dims = embedder.config.d_model;
     let mut router = Collection::new(Metric::Cosine, dims, HnswParams::default()).map_err(|e| e.to_string())?;
     for topic in &TOPICS {
-        let seed = fill(topic.question, topic.subjects[0]);
-        let v = embed(&[&seed])?.remove(0);
-        router.add(&v, &seed, topic.name, 0).map_err(|e| e.to_string())?;
+        let v = embed(&[topic.seed])?.remove(0);
+        router.add(&v, topic.seed, topic.name, 0).map_err(|e| e.to_string())?;
     }
     let held_vectors = embed(&held_out.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
     let stream_vectors = embed(&stream.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
@@ -227,17 +294,18 @@ fn run() -> Result<(), String> {
     let mut curve = Vec::new();
     let mut corrections = 0;
     let mut step_ms = Vec::new();
-    let mut checkpoint = |n: usize, lora: &mut MicroLora, router: &Collection, corrections: usize| -> Result<(), String> {
-        let (preferred, other) = (mean_loss(lora, &held_examples)?.exp(), mean_loss(lora, &unrelated)?.exp());
-        let acc = accuracy(router)?;
-        let point = json!({
-            "bench": "learning_stream", "requests": n, "held_out_preferred_ppl": round(preferred),
-            "unrelated_ppl": round(other), "router_accuracy": round(acc), "corrections": corrections,
-        });
-        println!("{point}");
-        curve.push((preferred, other, acc));
-        Ok(())
-    };
+    let mut checkpoint =
+        |n: usize, lora: &mut MicroLora, router: &Collection, corrections: usize| -> Result<(), String> {
+            let (preferred, other) = (mean_loss(lora, &held_examples)?.exp(), mean_loss(lora, &unrelated)?.exp());
+            let acc = accuracy(router)?;
+            let point = json!({
+                "bench": "learning_stream", "requests": n, "held_out_preferred_ppl": round(preferred),
+                "unrelated_ppl": round(other), "router_accuracy": round(acc), "corrections": corrections,
+            });
+            println!("{point}");
+            curve.push((preferred, other, acc));
+            Ok(())
+        };
     checkpoint(0, &mut lora, &router, 0)?;
     for (i, ((t, question, preferred), v)) in stream.iter().zip(&stream_vectors).enumerate() {
         // The router's decision, corrected when wrong.
