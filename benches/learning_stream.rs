@@ -29,8 +29,12 @@ use std::time::Instant;
 use ruvllm::index::{Collection, HnswParams, Metric};
 use ruvllm::model::lora::Proj;
 use ruvllm::training::{MicroLora, MicroLoraOptions};
-use ruvllm::{ChatMessage, EmbedOptions, GenerateOptions, Model, SamplerConfig, Session};
-use serde_json::{json, Value};
+use ruvllm::{EmbedOptions, Model};
+use serde_json::json;
+
+#[path = "microlora_common.rs"]
+mod common;
+use common::{example, mean_loss, own_answers, reference_continuations, round, Args, Example, PROTECT};
 
 fn main() {
     if let Err(e) = run() {
@@ -154,53 +158,15 @@ const TOPICS: [Topic; 4] = [
     },
 ];
 
-/// Everyday questions whose answers, the base model's own, the adapter keeps (`MicroLora::protect`).
-const PROTECT: [&str; 8] = [
-    "What causes the seasons on Earth?",
-    "Give me three tips for a good night's sleep.",
-    "How do I make a cup of tea?",
-    "Write a Python function that adds two numbers.",
-    "What is photosynthesis?",
-    "Tell me a short story about a cat.",
-    "Why is the sky blue?",
-    "How many legs does a spider have?",
-];
-
 fn fill(template: &str, subject: &str) -> String {
     template.replacen("{}", subject, 1)
 }
 
-/// A chat example's tokens and where its answer starts (the answer's end-of-turn token is its last).
-fn example(model: &Model, question: &str, answer: &str) -> Result<(Vec<u32>, usize), String> {
-    let template = model.chat_template().map_err(|e| e.to_string())?;
-    let user = [ChatMessage::new("user", question)];
-    let prompt = template.render(&user, true).map_err(|e| e.to_string())?;
-    let whole =
-        template.render(&[user[0].clone(), ChatMessage::new("assistant", answer)], false).map_err(|e| e.to_string())?;
-    let tok = model.tokenizer();
-    let first = tok.encode(&prompt, true).map_err(|e| e.to_string())?.len();
-    let mut ids = tok.encode(&whole, true).map_err(|e| e.to_string())?;
-    let end = ids[first..].iter().position(|&t| tok.is_eog(t)).map_or(ids.len(), |i| first + i + 1);
-    ids.truncate(end);
-    Ok((ids, first))
-}
-
-fn round(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
 fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let num = |name: &str, default: f64| -> Result<f64, String> {
-        opt(name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: not a number: {v}")))
-    };
-    let path = opt("--model")
-        .or_else(|| std::env::var("RUVLLM_MODEL").ok())
-        .ok_or("--model M is required (or set RUVLLM_MODEL)")?;
-    let embedder_path = opt("--embedder")
-        .or_else(|| std::env::var("RUVLLM_EMBED_MODEL").ok())
-        .ok_or("--embedder E is required (or set RUVLLM_EMBED_MODEL)")?;
+    let args = Args::from_env();
+    let num = |name: &str, default: f64| args.num(name, default);
+    let path = args.path("--model", "RUVLLM_MODEL")?;
+    let embedder_path = args.path("--embedder", "RUVLLM_EMBED_MODEL")?;
     let threads = num("--threads", 1.0)? as usize;
     ruvllm::parallel::set_threads(threads).map_err(|e| e.to_string())?;
     let requests = num("--requests", 300.0)? as usize;
@@ -231,38 +197,13 @@ fn run() -> Result<(), String> {
             topic.held_out.iter().map(move |s| (t, fill(topic.question, s), fill(topic.preferred, s)))
         })
         .collect();
-    let held_examples: Vec<(Vec<u32>, usize)> =
+    let held_examples: Vec<Example> =
         held_out.iter().map(|(_, q, a)| example(&model, q, a)).collect::<Result<_, _>>()?;
-    let unrelated: Vec<(Vec<u32>, usize)> = {
-        let dir = std::env::var("RUVLLM_REFERENCE_DIR").unwrap_or_else(|_| "../shared/reference".into());
-        let text =
-            std::fs::read_to_string(format!("{dir}/logits.json")).map_err(|e| format!("{dir}/logits.json: {e}"))?;
-        let reference: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        let ids = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<u32>>();
-        reference["prompts"]
-            .as_array()
-            .ok_or("logits.json has no prompts")?
-            .iter()
-            .map(|p| {
-                let prompt = ids(&p["prompt_ids"]);
-                let first = prompt.len();
-                ([prompt, ids(&p["continuation"]["ids"])].concat(), first)
-            })
-            .collect()
-    };
+    let unrelated = reference_continuations()?;
 
     // The adapter, protecting the base model's own answers to everyday questions.
     let mut lora = MicroLora::new(&model, options.clone()).map_err(|e| e.to_string())?;
-    let mut own = Vec::new();
-    for question in PROTECT {
-        let template = model.chat_template().map_err(|e| e.to_string())?;
-        let prompt = template.render(&[ChatMessage::new("user", question)], true).map_err(|e| e.to_string())?;
-        let ids = model.tokenizer().encode(&prompt, true).map_err(|e| e.to_string())?;
-        let opts = GenerateOptions { max_tokens: 48, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
-        let out = Session::new(model.clone()).generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
-        own.push(([ids.clone(), out.ids].concat(), ids.len()));
-    }
-    lora.protect(&model, &own).map_err(|e| e.to_string())?;
+    lora.protect(&model, &own_answers(&model, &PROTECT)?).map_err(|e| e.to_string())?;
 
     // The router: one utterance per topic to start.
     let embed = |texts: &[&str]| embedder.embed(texts, &EmbedOptions::default()).map_err(|e| e.to_string());
@@ -275,13 +216,6 @@ fn run() -> Result<(), String> {
     let held_vectors = embed(&held_out.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
     let stream_vectors = embed(&stream.iter().map(|(_, q, _)| q.as_str()).collect::<Vec<_>>())?;
 
-    let mean_loss = |lora: &mut MicroLora, set: &[(Vec<u32>, usize)]| -> Result<f64, String> {
-        let mut sum = 0.0;
-        for (ids, first) in set {
-            sum += lora.loss(&model, ids, *first).map_err(|e| e.to_string())? as f64;
-        }
-        Ok(sum / set.len() as f64)
-    };
     let accuracy = |router: &Collection| -> Result<f64, String> {
         let mut right = 0;
         for ((t, _, _), v) in held_out.iter().zip(&held_vectors) {
@@ -296,7 +230,8 @@ fn run() -> Result<(), String> {
     let mut step_ms = Vec::new();
     let mut checkpoint =
         |n: usize, lora: &mut MicroLora, router: &Collection, corrections: usize| -> Result<(), String> {
-            let (preferred, other) = (mean_loss(lora, &held_examples)?.exp(), mean_loss(lora, &unrelated)?.exp());
+            let (preferred, other) =
+                (mean_loss(lora, &model, &held_examples)?.exp(), mean_loss(lora, &model, &unrelated)?.exp());
             let acc = accuracy(router)?;
             let point = json!({
                 "bench": "learning_stream", "requests": n, "held_out_preferred_ppl": round(preferred),

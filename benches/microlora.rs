@@ -19,8 +19,12 @@ use std::sync::Arc;
 
 use ruvllm::model::lora::Proj;
 use ruvllm::training::{MicroLora, MicroLoraOptions};
-use ruvllm::{AdapterSet, ChatMessage, GenerateOptions, Model, SamplerConfig, Session};
-use serde_json::{json, Value};
+use ruvllm::{AdapterSet, GenerateOptions, Model, SamplerConfig, Session};
+use serde_json::json;
+
+#[path = "microlora_common.rs"]
+mod common;
+use common::{example, mean_loss, own_answers, reference_continuations, round, Args, Example, PROTECT};
 
 fn main() {
     if let Err(e) = run() {
@@ -36,52 +40,15 @@ const FACTS: [(&str, &str); 4] = [
     ("How many moons does the planet Tavros have?", "The planet Tavros has seven moons."),
 ];
 
-/// Everyday questions whose answers, the base model's own, the adapter is asked to keep (`MicroLora::protect`).
-const PROTECT: [&str; 8] = [
-    "What causes the seasons on Earth?",
-    "Give me three tips for a good night's sleep.",
-    "How do I make a cup of tea?",
-    "Write a Python function that adds two numbers.",
-    "What is photosynthesis?",
-    "Tell me a short story about a cat.",
-    "Why is the sky blue?",
-    "How many legs does a spider have?",
-];
-
-/// A chat example's tokens and where its answer starts.
-fn example(model: &Model, question: &str, answer: &str) -> Result<(Vec<u32>, usize), String> {
-    let template = model.chat_template().map_err(|e| e.to_string())?;
-    let user = [ChatMessage::new("user", question)];
-    let prompt = template.render(&user, true).map_err(|e| e.to_string())?;
-    let whole =
-        template.render(&[user[0].clone(), ChatMessage::new("assistant", answer)], false).map_err(|e| e.to_string())?;
-    let tok = model.tokenizer();
-    let first = tok.encode(&prompt, true).map_err(|e| e.to_string())?.len();
-    let mut ids = tok.encode(&whole, true).map_err(|e| e.to_string())?;
-    // The template's text after the answer's end-of-turn token is not part of what is taught.
-    let end = ids[first..].iter().position(|&t| model.tokenizer().is_eog(t)).map_or(ids.len(), |i| first + i + 1);
-    ids.truncate(end);
-    Ok((ids, first))
-}
-
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
 
-fn round(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
 fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let num = |name: &str, default: f64| -> Result<f64, String> {
-        opt(name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: not a number: {v}")))
-    };
-    let path = opt("--model")
-        .or_else(|| std::env::var("RUVLLM_MODEL").ok())
-        .ok_or("--model M is required (or set RUVLLM_MODEL)")?;
+    let args = Args::from_env();
+    let num = |name: &str, default: f64| args.num(name, default);
+    let path = args.path("--model", "RUVLLM_MODEL")?;
     let threads = num("--threads", 1.0)? as usize;
     ruvllm::parallel::set_threads(threads).map_err(|e| e.to_string())?;
     let model = Arc::new(Model::from_file(&path).map_err(|e| format!("{path}: {e}"))?);
@@ -127,60 +94,27 @@ fn run() -> Result<(), String> {
     );
 
     // Taught facts against held-out text.
-    let facts: Vec<(Vec<u32>, usize)> = FACTS.iter().map(|(q, a)| example(&model, q, a)).collect::<Result<_, _>>()?;
-    let reference: Value = {
-        let dir = std::env::var("RUVLLM_REFERENCE_DIR").unwrap_or_else(|_| "../shared/reference".into());
-        let text =
-            std::fs::read_to_string(format!("{dir}/logits.json")).map_err(|e| format!("{dir}/logits.json: {e}"))?;
-        serde_json::from_str(&text).map_err(|e| e.to_string())?
-    };
-    let held_out: Vec<(Vec<u32>, usize)> = reference["prompts"]
-        .as_array()
-        .ok_or("logits.json has no prompts")?
-        .iter()
-        .map(|p| {
-            let ids =
-                |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<u32>>();
-            let prompt = ids(&p["prompt_ids"]);
-            let first = prompt.len();
-            ([prompt, ids(&p["continuation"]["ids"])].concat(), first)
-        })
-        .collect();
+    let facts: Vec<Example> = FACTS.iter().map(|(q, a)| example(&model, q, a)).collect::<Result<_, _>>()?;
+    let held_out = reference_continuations()?;
     let mut lora = MicroLora::new(&model, options.clone()).map_err(|e| e.to_string())?;
     // What to protect: the base model's own answers (greedy, 48 tokens) to everyday questions, not the held-out text.
     let protect = num("--protect", PROTECT.len() as f64)? as usize;
     if protect > PROTECT.len() {
         return Err(format!("--protect {protect}: there are {} questions", PROTECT.len()));
     }
-    let mut own = Vec::new();
-    for question in &PROTECT[..protect] {
-        let template = model.chat_template().map_err(|e| e.to_string())?;
-        let prompt = template.render(&[ChatMessage::new("user", *question)], true).map_err(|e| e.to_string())?;
-        let ids = model.tokenizer().encode(&prompt, true).map_err(|e| e.to_string())?;
-        let opts = GenerateOptions { max_tokens: 48, sampler: SamplerConfig::greedy(), ..GenerateOptions::default() };
-        let out = Session::new(model.clone()).generate(&ids, opts, None, |_| {}).map_err(|e| e.to_string())?;
-        own.push(([ids.clone(), out.ids].concat(), ids.len()));
-    }
-    lora.protect(&model, &own).map_err(|e| e.to_string())?;
-    let mean_loss = |lora: &mut MicroLora, set: &[(Vec<u32>, usize)]| -> Result<f64, String> {
-        let mut sum = 0.0;
-        for (ids, first) in set {
-            sum += lora.loss(&model, ids, *first).map_err(|e| e.to_string())? as f64;
-        }
-        Ok(sum / set.len() as f64)
-    };
-    let (facts_before, held_before) = (mean_loss(&mut lora, &facts)?, mean_loss(&mut lora, &held_out)?);
+    lora.protect(&model, &own_answers(&model, &PROTECT[..protect])?).map_err(|e| e.to_string())?;
+    let (facts_before, held_before) = (mean_loss(&mut lora, &model, &facts)?, mean_loss(&mut lora, &model, &held_out)?);
     let mut update_ms = Vec::new();
     for i in 0..steps {
         let (ids, first) = &facts[i % facts.len()];
         let r = lora.train_step(&model, ids, *first, 1.0).map_err(|e| e.to_string())?;
         update_ms.push(total(&r));
     }
-    let (facts_after, held_after) = (mean_loss(&mut lora, &facts)?, mean_loss(&mut lora, &held_out)?);
+    let (facts_after, held_after) = (mean_loss(&mut lora, &model, &facts)?, mean_loss(&mut lora, &model, &held_out)?);
 
     // `--export FILE`: the trained adapter as llama.cpp's GGUF (tests/fixtures/microlora-smollm2-facts.gguf is one,
     // with --lr 3e-2 --ewc 3e6).
-    if let Some(file) = opt("--export") {
+    if let Some(file) = args.opt("--export") {
         std::fs::write(&file, lora.to_gguf(&model, "ruvllm microlora facts")).map_err(|e| format!("{file}: {e}"))?;
     }
     // The first fact's question, answered greedily with the adapter.

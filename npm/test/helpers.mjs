@@ -37,6 +37,31 @@ export async function drain(iterator) {
 }
 
 /** Assert that `promise` rejects with a RuvllmError of `code`, and return the error. */
+/** A `Store` in memory whose writes fail as a used-up quota does (a `QuotaExceededError`) while its `full` is true. */
+export function quotaStore() {
+  const records = new Map();
+  const store = {
+    full: false,
+    async list() {
+      return [...records].map(([key, bytes]) => ({ key, bytes: bytes.length, used: 0 }));
+    },
+    async get(key) {
+      return records.get(key);
+    },
+    async put(rs) {
+      if (store.full) throw new DOMException('quota', 'QuotaExceededError');
+      for (const { key, bytes } of rs) records.set(key, bytes.slice());
+    },
+    async delete(keys) {
+      for (const k of keys) records.delete(k);
+    },
+    async clear() {
+      records.clear();
+    },
+  };
+  return store;
+}
+
 export async function rejectsWith(promise, code) {
   const { RuvllmError } = await import('@ruvector/ruvllm');
   try {

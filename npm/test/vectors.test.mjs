@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM, Memory, Router, VectorIndex } from '@ruvector/ruvllm';
-import { EMBED_MODEL_PATH, MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
+import { EMBED_MODEL_PATH, MODEL_PATH, PACKAGE_DIR, rejectsWith, quotaStore } from './helpers.mjs';
 
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-vectors-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -204,36 +204,17 @@ test('the memory recalls other conversations\' turns into the prompt, within its
 });
 
 test('a full store is said by flush and info, and the index catches up once there is room', async () => {
-  const records = new Map();
-  let full = false;
-  const store = {
-    async list() {
-      return [...records].map(([key, bytes]) => ({ key, bytes: bytes.length, used: 0 }));
-    },
-    async get(key) {
-      return records.get(key);
-    },
-    async put(rs) {
-      if (full) throw new DOMException('quota', 'QuotaExceededError');
-      for (const { key, bytes } of rs) records.set(key, bytes.slice());
-    },
-    async delete(keys) {
-      for (const k of keys) records.delete(k);
-    },
-    async clear() {
-      records.clear();
-    },
-  };
+  const store = quotaStore();
   const index = await VectorIndex.open({ dims: 8, store });
   const vs = vectors(80, 8, 5);
   vs.slice(0, 40).forEach((v) => index.add(v));
   await index.flush();
-  full = true;
+  store.full = true;
   vs.slice(40).forEach((v) => index.add(v));
   index.remove(0);
   await rejectsWith(index.flush(), 'E_STORE_FULL');
   assert.equal(index.info().storeError.code, 'E_STORE_FULL');
-  full = false;
+  store.full = false;
   await index.flush();
   assert.equal(index.info().storeError, null);
   const back = await VectorIndex.open({ dims: 8, store });

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { LLM, WitnessLog } from '@ruvector/ruvllm';
-import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, PACKAGE_DIR, rejectsWith } from './helpers.mjs';
+import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, PACKAGE_DIR, rejectsWith, quotaStore } from './helpers.mjs';
 
 const root = mkdtempSync(join(tmpdir(), 'ruvllm-witness-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -156,36 +156,17 @@ test('the budget drops the oldest entries; a full queue drops new ones and count
 });
 
 test('a full store keeps the model answering; flush and info say so; the log catches up once there is room', async () => {
-  const records = new Map();
-  let full = false;
-  const store = {
-    async list() {
-      return [...records].map(([key, bytes]) => ({ key, bytes: bytes.length, used: 0 }));
-    },
-    async get(key) {
-      return records.get(key);
-    },
-    async put(rs) {
-      if (full) throw new DOMException('quota', 'QuotaExceededError');
-      for (const { key, bytes } of rs) records.set(key, bytes.slice());
-    },
-    async delete(keys) {
-      for (const k of keys) records.delete(k);
-    },
-    async clear() {
-      records.clear();
-    },
-  };
+  const store = quotaStore();
   const log = await WitnessLog.open({ store });
   llm.witness = log;
   try {
-    full = true;
+    store.full = true;
     const r = await llm.complete(FRANCE.prompt, { temperature: 0, maxTokens: 2 });
     assert.deepEqual(r.ids, FRANCE.ids.slice(0, 2));
     await rejectsWith(log.flush(), 'E_STORE_FULL');
     assert.equal(log.info().storeError.code, 'E_STORE_FULL');
     assert.equal(log.entries().length, 1, 'the entry is in the log, not yet in the store');
-    full = false;
+    store.full = false;
     await log.flush();
     assert.equal(log.info().storeError, null);
     const back = await WitnessLog.open({ store });

@@ -74,13 +74,9 @@ export class Memory {
     if (!Number.isFinite(minScore)) throw invalid(`minScore must be a number, got ${options.minScore}`);
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-memory');
     const c = await openForEmbedder(embedder, store, options);
-    try {
+    await c.configure(() => {
       c.run((w) => w.setBudget(budget));
-      c.changed();
-    } catch (e) {
-      await c.close();
-      throw e;
-    }
+    });
     return new Memory(c, embedder, k, minScore);
   }
 

@@ -76,14 +76,10 @@ export class Router {
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-router');
     const c = await openForEmbedder(embedder, store, options);
     const router = new Router(c, embedder, k, ef);
-    try {
+    await c.configure(async () => {
       if (threshold !== undefined) c.run((w) => w.setThreshold(undefined, threshold));
       for (const r of routes) await router.addRoute(r);
-      c.changed();
-    } catch (e) {
-      await c.close();
-      throw e;
-    }
+    });
     return router;
   }
 

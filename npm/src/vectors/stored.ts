@@ -88,6 +88,18 @@ export class StoredCollection {
     return call(this.#glue, () => fn(wasm));
   }
 
+  /** Apply the settings an opener gives a collection it just opened (`set`), and commit them; if they fail, the
+   * collection is closed and the error thrown, the store keeping what it had. */
+  async configure(set: () => void | Promise<void>): Promise<void> {
+    try {
+      await set();
+      this.changed();
+    } catch (e) {
+      await this.close();
+      throw e;
+    }
+  }
+
   /** Commit what changed, after the commits before it (one commit waiting takes every change made before it starts). */
   changed(): void {
     if (!this.#store || this.#queued) return;

@@ -134,13 +134,9 @@ export class WitnessLog implements WitnessSink {
           if (stored === '') c.run((w) => w.setTag(TIME_TAG));
           else if (stored !== TIME_TAG) throw new RuvllmError('E_INDEX', `the stored log was made with the embedder '${stored}': open it with that embedder`);
         });
-    try {
+    await c.configure(() => {
       c.run((w) => w.setBudget(budget));
-      c.changed();
-    } catch (e) {
-      await c.close();
-      throw e;
-    }
+    });
     return new WitnessLog(c, embedder, budget, maxPending);
   }
 
