@@ -278,7 +278,7 @@ export class WitnessLog implements WitnessSink {
     for (const s of JSON.parse(this.#c.run((w) => w.entries(QUALITY))) as Array<{ text: string }>) {
       try {
         const q = JSON.parse(s.text);
-        if (typeof q.requestId === 'string' && typeof q.quality === 'number' && typeof q.time === 'number') scores.push(q);
+        if (typeof q.requestId === 'string' && Number.isFinite(q.quality) && Number.isFinite(q.time)) scores.push(q);
       } catch {
         // not a score this class wrote
       }
@@ -319,11 +319,13 @@ function entryOf(input: WitnessInput): WitnessEntry {
   };
 }
 
-/** A stored request entry with its quality, or null for text this class did not write. */
+/** A stored request entry with its quality, or null for text this class did not write. Read back through `entryOf`,
+ * as it was written: every field in the log's shape whatever the record holds. */
 function parseEntry(text: string, quality: Map<string, number>): WitnessEntry | null {
   try {
-    const e = JSON.parse(text) as WitnessEntry;
-    if (typeof e.requestId !== 'string' || typeof e.time !== 'number') return null;
+    const stored = JSON.parse(text);
+    if (typeof stored?.time !== 'number' || !Number.isFinite(stored.time)) return null;
+    const e = entryOf(stored);
     return { ...e, quality: quality.get(e.requestId) ?? null };
   } catch {
     return null;
