@@ -17,7 +17,7 @@ SRC = os.path.join(ROOT, 'crate', 'src')
 
 # Bottom first. A part may use the parts of its own layer and of the layers below.
 LAYERS = [
-    ['error', 'clock', 'parallel', 'test_support'],  # what every part may use
+    ['error', 'clock', 'parallel', 'splitmix', 'test_support'],  # what every part may use
     ['simd', 'record', 'quant'],  # f32 vector primitives, the persisted-record frame, weight formats and dot products
     ['gguf', 'kernels'],  # the file (header, bytes, model id); the CPU ops of the forward pass
     ['tokenizer', 'kv'],  # text <-> ids; keys and values (the cache, pages, prefix cache, saved states)

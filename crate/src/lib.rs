@@ -20,6 +20,7 @@ pub mod parallel;
 pub mod quant;
 pub(crate) mod record;
 pub mod simd;
+pub mod splitmix;
 #[cfg(test)]
 mod test_support;
 pub mod tokenizer;

@@ -51,10 +51,15 @@ export interface WasmCollection {
   setThreshold(label: string | undefined, threshold: number | undefined): void;
   setBudget(bytes: number | undefined): string;
   entry(id: number): string | undefined;
+  vector(id: number): Float32Array | undefined;
   entries(label: string | undefined): string;
   search(query: Float32Array, k: number, ef: number, label: string | undefined, exceptLabel: string | undefined): string;
   recall(query: Float32Array, k: number, ef: number, label: string | undefined, exceptLabel: string | undefined, minScore: number, now: number): string;
   route(query: Float32Array, k: number, ef: number): string;
+  /** JSON `[{members, medoid}]`: k-means++ clusters of `label`'s entries, largest first. */
+  clusters(label: string | undefined, k: number, seed: number): string;
+  /** JSON `[{a, b, score}]`: pairs of `label`'s entries scoring at least `minScore` against each other. */
+  nearPairs(label: string, minScore: number): string;
   tag(): string;
   setTag(tag: string): void;
   takeChanges(): { put: Array<[string, Uint8Array]>; delete: string[] };
@@ -128,6 +133,7 @@ export interface Engine extends TextCalls {
   trainMicroLora?(id: number, ids: Uint32Array, firstTarget: number, reward: number): unknown;
   protectMicroLora?(id: number, examplesJson: string): unknown;
   consolidateMicroLora?(id: number): number;
+  resetMicroLora?(id: number): void;
   saveMicroLora?(id: number): Uint8Array;
   exportMicroLora?(id: number, name: string): Uint8Array;
   microLoraInfo?(id: number): string;

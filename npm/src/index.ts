@@ -6,7 +6,7 @@ export type { ConnectOptions, RemoteGenerateChunk, RemoteGenerateResult, RemoteM
 export { Tokenizer } from './tokenizer.js';
 export type { TokenizerInfo, TokenizerLoadOptions } from './tokenizer.js';
 export type { TextSide } from './text.js';
-export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Usage, WitnessInput, WitnessNote, WitnessSink, WorkerFallback } from './types.js';
+export type { EmbedOptions, GenerateChunk, GenerateResult, KvCacheOptions, KvCacheType, LoadOptions, ModelInfo, Pooling, PrefixCacheInfo, ScorePositions, Trajectory, TrajectorySink, Usage, WitnessInput, WitnessNote, WitnessSink, WorkerFallback } from './types.js';
 export type { EmbeddingRequest, EmbeddingResponse, Embeddings } from './embeddings.js';
 export type { GenerateOptions, Grammar } from './options.js';
 export type { Backend, BackendFallback } from './backend.js';
@@ -50,5 +50,7 @@ export type { Feedback, FeedbackResult, MicroLoraInfo, MicroLoraOptions, Project
 export type { MemoryInfo, MemoryOptions, RecallOptions, RecalledTurn } from './vectors/memory.js';
 export { WitnessLog } from './vectors/witness.js';
 export type { WitnessEntry, WitnessFilter, WitnessHit, WitnessInfo, WitnessOptions } from './vectors/witness.js';
+export { LearningLoop } from './vectors/learning.js';
+export type { DeepOptions, DeepResult, LearnedPattern, LearningAdapterOptions, LearningInfo, LearningOptions, LearningRun } from './vectors/learning.js';
 export type { StoreError, StoreLoad } from './store/persistence.js';
 export type { ErrorCode } from './errors.js';

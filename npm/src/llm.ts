@@ -26,7 +26,7 @@ import { RemoteLLM, connectedInstead, type ConnectOptions } from './remote.js';
 import { IndexedDbStore } from './store/indexeddb.js';
 import { Persistence } from './store/persistence.js';
 import type { Store } from './store/store.js';
-import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, WitnessInput, WitnessSink, WorkerFallback } from './types.js';
+import type { EmbedOptions, GenerateChunk, GenerateResult, LoadOptions, ModelInfo, ScorePositions, TrajectorySink, WitnessInput, WitnessSink, WorkerFallback } from './types.js';
 
 /**
  * A loaded model and its conversation state (one KV cache). Generations run one at a time: a call
@@ -59,10 +59,17 @@ export class LLM extends TextSide {
   /** The instant loop's MicroLoRA (`llm.microLora()`): feedback on a chat request (`feedback(requestId, { score })`)
    * trains it one step, after the answer. Null (the default): none. */
   learner: MicroLora | null = null;
-  /** The last chat requests answered while a learner was set, by request id: what feedback on them trains. */
+  /** Where feedback on a chat request goes with its conversation and answer, for the background learning loop
+   * (`LearningLoop.open` sets it). Null (the default): nowhere. */
+  trajectories: TrajectorySink | null = null;
+  /** The last chat requests answered while a learner or a trajectory sink was set, by request id: what feedback on
+   * them trains. */
   readonly #trajectories = new Map<string, { messages: ChatMessage[]; response: string }>();
   /** The instant loop's step in flight, if one is. */
   #instantStep: Promise<unknown> | null = null;
+  /** Requests running now, and when the last one ended (`performance.now()`): `activity()`. */
+  #running = 0;
+  #lastEnded = performance.now();
   /** OpenAI-shaped chat completions: `llm.chat.completions.create({ messages, stream })`. */
   readonly chat: Chat;
   /** OpenAI-shaped embeddings: `llm.embeddings.create({ input })`. */
@@ -279,15 +286,18 @@ export class LLM extends TextSide {
     const started = performance.now();
     let result: GenerateResult | null = null;
     let error: string | null = null;
+    this.#running++;
     try {
       result = { ...(yield* run), requestId };
       const messages = chatMessages.get(options);
-      if (messages && this.learner) this.#keepTrajectory(requestId, { messages, response: result.text });
+      if (messages && (this.learner || this.trajectories)) this.#keepTrajectory(requestId, { messages, response: result.text });
       return result;
     } catch (e) {
       error = e instanceof RuvllmError ? e.code : e instanceof AbortError ? 'E_ABORTED' : 'E_INTERNAL';
       throw e;
     } finally {
+      this.#running--;
+      this.#lastEnded = performance.now();
       const witness = options.witness === false ? null : this.witness;
       if (witness) {
         const note = options.witness || {};
@@ -320,6 +330,12 @@ export class LLM extends TextSide {
         });
       }
     }
+  }
+
+  /** This model's requests (`generate`, `complete`, chat completions) running now, and how long since the last one
+   * ended (ms; 0 while one runs): what the background learning loop waits on to run when the model is idle. */
+  activity(): { running: number; idleMs: number } {
+    return { running: this.#running, idleMs: this.#running > 0 ? 0 : performance.now() - this.#lastEnded };
   }
 
   /** `generate` run to the end. */
@@ -493,15 +509,26 @@ export class LLM extends TextSide {
 
   #requestFeedback(requestId: string, quality: RequestFeedback | undefined): RequestFeedbackResult {
     if (typeof quality !== 'object' || quality === null) throw invalid('feedback(requestId, { score, preferred? }): the score is missing');
-    const { score, preferred } = quality;
+    const { score, preferred, route } = quality;
     if (typeof score !== 'number' || !Number.isFinite(score) || Math.abs(score) > 1) throw invalid(`score must be a number in [-1, 1], got ${score}`);
     if (preferred !== undefined && (typeof preferred !== 'string' || preferred === '')) throw invalid('preferred must be a non-empty string');
-    if (!this.witness && !this.learner) throw invalid('nothing takes feedback on a request: set llm.witness (WitnessLog.open) or llm.learner (llm.microLora())');
+    if (route !== undefined && (typeof route !== 'string' || route === '')) throw invalid('route must be a non-empty string');
+    if (!this.witness && !this.learner && !this.trajectories) {
+      throw invalid('nothing takes feedback on a request: set llm.witness (WitnessLog.open), llm.learner (llm.microLora()) or a learning loop (LearningLoop.open)');
+    }
     this.witness?.score(requestId, score);
+    const trajectory = this.#trajectories.get(requestId);
+    if (trajectory && this.trajectories) {
+      const taken = { requestId, ...trajectory, score, preferred: preferred ?? null, route: route ?? null, time: Date.now() };
+      try {
+        this.trajectories.take(taken);
+      } catch (e) {
+        console.warn('ruvllm: the learning loop refused a trajectory:', e);
+      }
+    }
     const none = (step: RequestFeedbackResult['step']) => ({ recorded: this.witness !== null, step, learned: Promise.resolve(null) });
     const learner = this.learner;
     if (!learner) return none('off');
-    const trajectory = this.#trajectories.get(requestId);
     if (!trajectory) return none('unknown');
     if (preferred === undefined && score === 0) return none('neutral');
     if (this.#instantStep) return none('skipped');
@@ -580,6 +607,8 @@ const TRAJECTORIES = 64;
 export interface RequestFeedback {
   score: number;
   preferred?: string;
+  /** The route the request should have taken: a correction the learning loop teaches the Router. */
+  route?: string;
 }
 
 /** What `llm.feedback(requestId, ...)` did: whether the witness log took the score, and the instant loop's step:

@@ -35,6 +35,9 @@ export interface MicroLoraOptions {
   fisherDecay?: number;
   /** Seed of the initial weights (default 0). */
   seed?: number;
+  /** Whether `feedback`, `protect`, `consolidate` and `reset` write it to its store (default true). False: only
+   * `save()` does, so the store holds a checkpoint the app chose (the background loop's base adapter). */
+  autosave?: boolean;
 }
 
 /** One piece of feedback: the conversation, the answer given to it, and whether it was good. */
@@ -66,6 +69,8 @@ export interface MicroLoraInfo {
   steps: number;
   /** Trainable weights. */
   params: number;
+  /** What a store keeps of it: its whole training state, in bytes. */
+  stateBytes: number;
   rank: number;
   layers: number;
   projections: Projection[];
@@ -95,7 +100,7 @@ export interface MicroLoraLink {
   microLora<T>(lora: number | null, method: MicroLoraMethod, args: unknown[], signal?: AbortSignal): Promise<{ value: T; state: MicroLoraState }>;
 }
 
-export type MicroLoraMethod = 'open' | 'feedback' | 'protect' | 'consolidate' | 'save' | 'state';
+export type MicroLoraMethod = 'open' | 'feedback' | 'protect' | 'consolidate' | 'reset' | 'save' | 'state';
 
 /** What the page keeps of a MicroLoRA in the worker, as its last answer sent it: `info()` and `exportGguf()`. */
 export interface MicroLoraState {
@@ -111,15 +116,17 @@ export class MicroLora {
   readonly name: string;
   readonly #host: MicroLoraHost;
   readonly #store: Store | null;
+  readonly #autosave: boolean;
   /** With the engine in a worker: the MicroLoRA there, and its state as the last answer from there sent it. */
   readonly #link: MicroLoraLink | null;
   #state: MicroLoraState | null;
 
-  private constructor(host: MicroLoraHost, id: number, name: string, store: Store | null, link: MicroLoraLink | null = null, state: MicroLoraState | null = null) {
+  private constructor(host: MicroLoraHost, id: number, name: string, store: Store | null, autosave: boolean, link: MicroLoraLink | null = null, state: MicroLoraState | null = null) {
     this.#host = host;
     this.id = id;
     this.name = name;
     this.#store = store;
+    this.#autosave = autosave;
     this.#link = link;
     this.#state = state;
   }
@@ -129,14 +136,16 @@ export class MicroLora {
   static async open(host: MicroLoraHost, store: Store | null, options: MicroLoraOptions): Promise<MicroLora> {
     const name = checkName(options.name ?? 'default');
     for (const key of Object.keys(options)) {
-      if (key !== 'store' && key !== 'name' && !(TRAINING_OPTIONS as readonly string[]).includes(key)) throw invalid(`unknown MicroLoRA option '${key}'`);
+      if (key !== 'store' && key !== 'name' && key !== 'autosave' && !(TRAINING_OPTIONS as readonly string[]).includes(key)) throw invalid(`unknown MicroLoRA option '${key}'`);
     }
+    if (options.autosave !== undefined && typeof options.autosave !== 'boolean') throw invalid('autosave must be a boolean');
+    const autosave = options.autosave ?? true;
     const maxBytes = host.call((e) => engine(e).microLoraMaxBytes());
     const saved = store ? await storeCall('read', () => store.get(recordKey(name), maxBytes)) : undefined;
     return host.exclusive(undefined, async () => {
-      if (saved) return new MicroLora(host, host.call((e) => engine(e).openMicroLora(saved)), name, store);
+      if (saved) return new MicroLora(host, host.call((e) => engine(e).openMicroLora(saved)), name, store, autosave);
       const training = Object.fromEntries(TRAINING_OPTIONS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
-      const lora = new MicroLora(host, host.call((e) => engine(e).createMicroLora(JSON.stringify(training))), name, store);
+      const lora = new MicroLora(host, host.call((e) => engine(e).createMicroLora(JSON.stringify(training))), name, store, autosave);
       await lora.#save();
       return lora;
     });
@@ -146,7 +155,7 @@ export class MicroLora {
    * `host` is the page's text side only (the worker's `MicroLora` tokenizes for itself). */
   static async openRemote(link: MicroLoraLink, host: MicroLoraHost, options: MicroLoraOptions): Promise<MicroLora> {
     const { value, state } = await link.microLora<{ id: number; name: string }>(null, 'open', [options]);
-    return new MicroLora(host, value.id, value.name, null, link, state);
+    return new MicroLora(host, value.id, value.name, null, options.autosave ?? true, link, state);
   }
 
   /** Delete the MicroLoRA `store` keeps under `name` (one that cannot be opened too); whether there was one. */
@@ -176,7 +185,7 @@ export class MicroLora {
       throwIfAborted(signal);
       const json = await this.#host.callAsync((e) => engine(e).trainMicroLora(this.id, Uint32Array.from(ids), first, weight));
       const r = JSON.parse(json as string);
-      await this.#save();
+      await this.#autosaved();
       return { loss: r.loss, tokens: r.tokens, steps: r.steps, timings: { frozenMs: r.frozenMs, forwardMs: r.forwardMs, backwardMs: r.backwardMs, updateMs: r.updateMs } };
     });
   }
@@ -194,7 +203,7 @@ export class MicroLora {
     });
     await this.#host.exclusive(undefined, async () => {
       await this.#host.callAsync((e) => engine(e).protectMicroLora(this.id, JSON.stringify(pairs)));
-      await this.#save();
+      await this.#autosaved();
     });
   }
 
@@ -204,8 +213,19 @@ export class MicroLora {
     if (this.#link) return this.#remote('consolidate', []);
     return this.#host.exclusive(undefined, async () => {
       const folded = this.#host.call((e) => engine(e).consolidateMicroLora(this.id));
-      await this.#save();
+      await this.#autosaved();
       return folded;
+    });
+  }
+
+  /** Start again as a fresh MicroLoRA of the same options (`B = 0`: the base model as it is), its steps and what it
+   * consolidated gone; then stored. The background loop resets the instant adapter once the base adapter has
+   * learned what it had. */
+  async reset(): Promise<void> {
+    if (this.#link) return this.#remote('reset', []);
+    await this.#host.exclusive(undefined, async () => {
+      this.#host.call((e) => engine(e).resetMicroLora(this.id));
+      await this.#autosaved();
     });
   }
 
@@ -234,7 +254,7 @@ export class MicroLora {
     return this.#host.call((e) => engine(e).exportMicroLora(this.id, `ruvllm microlora ${this.name}`));
   }
 
-  /** Write it to its store now (feedback and consolidate do); `E_STORE_FULL` or `E_STORE` if the store refuses,
+  /** Write it to its store now (feedback and consolidate do, unless `autosave: false`); `E_STORE_FULL` or `E_STORE` if the store refuses,
    * with the adapter kept as it is here. */
   async save(): Promise<void> {
     if (this.#link) return this.#remote('save', []);
@@ -253,6 +273,10 @@ export class MicroLora {
       await link.microLora(this.id, 'state', []).then(({ state }) => (this.#state = state), () => {});
       throw e;
     }
+  }
+
+  async #autosaved(): Promise<void> {
+    if (this.#autosave) await this.#save();
   }
 
   async #save(): Promise<void> {
@@ -301,6 +325,7 @@ type MicroLoraCall =
   | 'trainMicroLora'
   | 'protectMicroLora'
   | 'consolidateMicroLora'
+  | 'resetMicroLora'
   | 'saveMicroLora'
   | 'exportMicroLora'
   | 'microLoraInfo';

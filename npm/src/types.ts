@@ -277,3 +277,23 @@ export interface WitnessSink {
   record(entry: WitnessInput): void;
   score(requestId: string, quality: number): void;
 }
+
+/** A request the model answered and the feedback given on it (`llm.feedback(requestId, ...)`): what the background
+ * learning loop learns from (`LearningLoop`, npm/src/vectors/learning.ts). */
+export interface Trajectory {
+  requestId: string;
+  /** The conversation the request answered, and the answer it gave. */
+  messages: Array<{ role: string; content: unknown }>;
+  response: string;
+  score: number;
+  preferred: string | null;
+  /** The route the app says the request should have taken (a correction for the Router), or null. */
+  route: string | null;
+  /** When the feedback came (ms since the epoch). */
+  time: number;
+}
+
+/** Where feedback on requests goes besides the instant loop (`llm.trajectories`): returns at once. */
+export interface TrajectorySink {
+  take(trajectory: Trajectory): void;
+}

@@ -83,6 +83,7 @@ test('bad options, feedback and stored records are typed errors, and nothing is 
   await rejectsWith(llm.microLora({ layers: 1000 }), 'E_INVALID_ARGUMENT');
   await rejectsWith(llm.microLora({ name: 'Not A Key' }), 'E_INVALID_ARGUMENT');
   await rejectsWith(llm.microLora({ lr: 1 }), 'E_INVALID_ARGUMENT');
+  await rejectsWith(llm.microLora({ autosave: 'yes' }), 'E_INVALID_ARGUMENT');
   const lora = await llm.microLora({ store: dir, name: 'checked' });
   for (const bad of [
     { messages: QUESTION, response: '' },

@@ -30,6 +30,24 @@ export async function launchChromium() {
   };
 }
 
+/** A fresh browser whose page at `origin`'s example page has a storage quota of `bytes`; `close()` ends it. Chromium
+ * applies a quota override only to an origin whose storage it has not opened yet (so a fresh profile), and only
+ * spelled with its trailing slash, as its storage keys are. It enforces the override on writes, but
+ * `navigator.storage.estimate()` still reports the profile's quota. */
+export async function quotaPage(origin, bytes) {
+  const browser = await launchChromium();
+  try {
+    const page = browser.context.pages()[0] ?? (await browser.context.newPage());
+    const cdp = await browser.context.newCDPSession(page);
+    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${origin}/`, quotaSize: bytes });
+    await page.goto(`${origin}/examples/browser/index.html`);
+    return { page, close: browser.close };
+  } catch (e) {
+    await browser.close();
+    throw e;
+  }
+}
+
 /** The package's example page (npm/examples/browser/index.html) with `files` served beside it (and `serveOptions`, see
  * npm/test/server.mjs), in a Chromium of its own, for the tests of one file: opened before them, closed after them.
  * Its `page`, `server` and `browser` are there once the tests run. */

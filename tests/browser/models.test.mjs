@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REPO_DIR } from '../../npm/test/helpers.mjs';
-import { examplePage, launchChromium } from './chromium.mjs';
+import { examplePage, quotaPage } from './chromium.mjs';
 
 const TINY = join(process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtures'), 'tiny-llama3.gguf');
 const BYTES = readFileSync(TINY).length;
@@ -128,16 +128,11 @@ test('the Cache API store keeps a model across a reload too', async () => {
 });
 
 test('a quota too small for the model is E_STORE_FULL with the sizes, and nothing is kept', async () => {
-  // A fresh browser: Chromium applies a quota override to an origin whose storage it has not opened yet (the origin
-  // with its trailing slash, as its storage keys spell it). It enforces the override on writes, but its
-  // `navigator.storage.estimate()` still reports the profile's quota: so the first write fails, not the check before
-  // the download (which npm/test/models.test.mjs tests against a disk's free space).
-  const small = await launchChromium();
+  // The first write fails, not the check before the download (quotaPage: the page's estimate still reports the
+  // profile's quota), which npm/test/models.test.mjs tests against a disk's free space.
+  const small = await quotaPage(ex.server.origin, 64 * 1024);
   try {
-    const page = small.context.pages()[0] ?? (await small.context.newPage());
-    const cdp = await small.context.newCDPSession(page);
-    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${ex.server.origin}/`, quotaSize: 64 * 1024 });
-    await page.goto(`${ex.server.origin}/examples/browser/index.html`);
+    const { page } = small;
     const r = await load(page, '/tiny.gguf', { cache: 'opfs' });
     assert.equal(r.error?.code, 'E_STORE_FULL', JSON.stringify(r));
     assert.equal(r.error.needed, BYTES, r.error.message);

@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { MODEL_PATH } from '../../npm/test/helpers.mjs';
-import { examplePage, launchChromium } from './chromium.mjs';
+import { examplePage, quotaPage } from './chromium.mjs';
 
 const SYSTEM = { role: 'system', content: 'You are a concise assistant. Answer in one short sentence.' };
 const A1 = { role: 'user', content: 'What is the capital of France?' };
@@ -393,14 +393,9 @@ test('a record over maxBytes is refused unread, naming it, and the others read',
 });
 
 test('a page with a tiny storage quota still answers and says it could not persist', async () => {
-  // A fresh browser: Chromium applies a quota override to an origin whose storage it has not opened yet. (The origin
-  // with its trailing slash, as Chromium's storage keys spell it: without it the override is ignored.)
-  const small = await launchChromium();
+  const small = await quotaPage(ex.server.origin, 64 * 1024);
   try {
-    ex.page = small.context.pages()[0] ?? (await small.context.newPage());
-    const cdp = await small.context.newCDPSession(ex.page);
-    await cdp.send('Storage.overrideQuotaForOrigin', { origin: `${ex.server.origin}/`, quotaSize: 64 * 1024 });
-    await ex.page.goto(`${ex.server.origin}/examples/browser/index.html`);
+    ex.page = small.page;
     const r = await chat([SYSTEM, A1], { store: 'indexeddb' });
     const cold = await chat([SYSTEM, A1], { budgetBytes: 0 });
     assert.deepEqual(r.message, cold.message);

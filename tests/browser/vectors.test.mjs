@@ -1,12 +1,13 @@
 // The router and the long-term memory in Chromium's real IndexedDB, with all-MiniLM-L6-v2 as the embedder: built on
 // one page load, they route and recall the same after a reload; a damaged record is E_INDEX and stays in the store;
 // two tabs writing one index lose nothing; a witness log of the default model's requests survives a reload, answers
-// similarity queries and exports.
+// similarity queries and exports; a learning loop's checkpoint survives a reload in the middle of a run; a full
+// IndexedDB quota keeps the model answering while the witness log and the learning loop say they cannot store.
 // Run: node --test tests/browser/   (after `npm ci && npm run build` in npm/ and scripts/build-wasm.sh)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH } from '../../npm/test/helpers.mjs';
-import { examplePage } from './chromium.mjs';
+import { examplePage, quotaPage } from './chromium.mjs';
 
 const ROUTES = [
   { name: 'weather', utterances: ['What is the weather like today?', 'Will it rain tomorrow?', 'How hot is it outside?'] },
@@ -212,4 +213,80 @@ test('a witness log in IndexedDB: the model\'s requests and a score survive a re
   assert.deepEqual([scored.kind, scored.session, scored.quality, scored.model.backend], ['generate', 'tab', 1, 'cpu']);
   assert.equal(second.entries.find((e) => e.requestId === first.ids[0]).kind, 'chat');
   assert.ok(second.info.bytes > 0 && second.info.storeError === null, JSON.stringify(second.info));
+});
+
+test('the learning loop in IndexedDB: a run checkpoints the base adapter; a reload mid-run loses that run only', async () => {
+  /** On the page: the default model (in its worker) with a learning loop kept in IndexedDB; `questions` are asked
+   * and scored well (each trains the instant adapter); `run`: 'await' a background run, 'start' one and return after
+   * its first step (the test reloads the page then), or none. */
+  const visit = (questions, run) =>
+    ex.page.evaluate(
+      async ({ questions, run }) => {
+        const { LLM, LearningLoop } = await import('@ruvector/ruvllm');
+        const llm = await LLM.load('/model.gguf', { threads: 1 });
+        try {
+          const loop = await LearningLoop.open(llm, { store: 'indexeddb', intervalMs: 0, epochs: 2 });
+          const opened = loop.info();
+          for (const q of questions) {
+            const c = await llm.chat.completions.create({ messages: [{ role: 'user', content: q }], max_tokens: 3, adapters: loop.adapters() });
+            await (await llm.feedback(c.id, { score: 1 })).learned;
+          }
+          await loop.flush();
+          let ran = null;
+          if (run === 'await') ran = await loop.run();
+          if (run === 'start') {
+            const steps = loop.base.info().steps;
+            loop.run();
+            while (loop.base.info().steps === steps) await new Promise((r) => setTimeout(r, 5));
+          }
+          return { opened, ran, info: loop.info() };
+        } catch (e) {
+          return { error: { code: e.code, message: e.message } };
+        }
+      },
+      { questions, run },
+    );
+  const first = await visit(['Name a red fruit.', 'Name a blue bird.'], 'await');
+  assert.equal(first.error, undefined, JSON.stringify(first.error));
+  assert.deepEqual([first.opened.baseSteps, first.opened.pending], [0, 0]);
+  assert.deepEqual([first.ran.trajectories, first.ran.steps], [2, 4]);
+  assert.deepEqual([first.info.learned, first.info.baseSteps, first.info.instantSteps], [2, 4, 0]);
+  const cut = await visit(['Name a green vegetable.', 'Name a yellow flower.'], 'start');
+  assert.equal(cut.error, undefined, JSON.stringify(cut.error));
+  assert.equal(cut.info.running, true);
+  assert.ok(cut.info.baseSteps > 4);
+  await ex.page.reload();
+  const back = await visit([], 'await');
+  assert.equal(back.error, undefined, JSON.stringify(back.error));
+  assert.deepEqual([back.opened.baseSteps, back.opened.learned, back.opened.pending], [4, 2, 2], 'the checkpoint before the cut run');
+  assert.deepEqual([back.ran.trajectories, back.ran.steps], [2, 4]);
+  assert.deepEqual([back.info.learned, back.info.pending, back.info.baseSteps, back.info.instantSteps], [4, 0, 8, 0]);
+});
+
+test('a full IndexedDB quota: the model answers, the witness log keeps its entries in memory and says so, a loop cannot open', async () => {
+  const small = await quotaPage(ex.server.origin, 64 * 1024);
+  try {
+    const { page } = small;
+    const r = await page.evaluate(async (prompt) => {
+      const { LLM, LearningLoop, WitnessLog } = await import('@ruvector/ruvllm');
+      const llm = await LLM.load('/model.gguf', { threads: 1 });
+      const log = await WitnessLog.open({ store: 'indexeddb' });
+      llm.witness = log;
+      const answers = [];
+      // Three requests of the model, and 40 entries of 2,000-character queries: more than the quota holds.
+      for (let i = 0; i < 3; i++) answers.push((await llm.complete(prompt, { temperature: 0, maxTokens: 4 + i })).text);
+      for (let i = 0; i < 40; i++) log.record({ requestId: `big${i}`, query: `${i} `.repeat(1000) });
+      const flushed = await log.flush().then(() => null, (e) => e.code);
+      const loop = await LearningLoop.open(llm, { store: 'indexeddb' }).then(() => null, (e) => e.code);
+      const after = (await llm.complete(prompt, { temperature: 0, maxTokens: 4 })).text;
+      return { answers, flushed, info: log.info(), entries: log.entries().length, loop, after };
+    }, FRANCE.prompt);
+    assert.equal(r.flushed, 'E_STORE_FULL', JSON.stringify(r));
+    assert.equal(r.info.storeError?.code, 'E_STORE_FULL');
+    assert.equal(r.entries, 43, 'the entries stay in memory');
+    assert.equal(r.loop, 'E_STORE_FULL');
+    assert.ok(r.answers.every((a) => a.length > 0) && r.after.length > 0, JSON.stringify(r));
+  } finally {
+    await small.close();
+  }
 });

@@ -34,6 +34,7 @@ use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
 use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};
+use crate::splitmix::SplitMix64;
 
 /// The weight types the GPU reads.
 const TYPES: [GgmlType; 15] = [
@@ -92,21 +93,13 @@ async fn subgroup_min() -> Option<u32> {
     gpu().await.summary.subgroups.filter(|_| !FALLBACK.get()).map(|(min, _)| min)
 }
 
-/// splitmix64 with normal and uniform draws: deterministic test data. Not `test_support::Rng`: these
+/// `SplitMix64` with normal and uniform draws: deterministic test data. Not `test_support::Rng`: these
 /// checks are also compiled outside `cfg(test)`, for the browser suite (tests/rust/gpu_browser.rs).
-struct SplitMix(u64);
+struct SplitMix(SplitMix64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+        self.0.f32()
     }
 
     fn normal(&mut self) -> f32 {
@@ -339,7 +332,7 @@ fn test_cols(ty: GgmlType) -> usize {
 
 pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = SplitMix(100 + i as u64);
+        let mut rng = SplitMix(SplitMix64(100 + i as u64));
         let cols = test_cols(ty);
         let seg_rows = [13, 9, 15];
         let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
@@ -392,7 +385,7 @@ pub async fn matvec_norm_segments_and_bias_match_cpu_for_every_type() {
 pub async fn matvec_residual_add_swiglu_and_geglu_match_cpu_for_every_type() {
     const MODES: [OutMode; 3] = [OutMode::Add, OutMode::Swiglu, OutMode::Geglu];
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = SplitMix(200 + i as u64);
+        let mut rng = SplitMix(SplitMix64(200 + i as u64));
         let cols = test_cols(ty);
         let rows = 21;
         let gate = random_matrix(ty, rows, cols, &mut rng);
@@ -481,7 +474,7 @@ impl OutRows<'_> {
 pub async fn matmul_tiles_match_cpu_for_every_type() {
     for tiles in matmul_variants().await {
         for (i, ty) in TYPES.into_iter().enumerate() {
-            let mut rng = SplitMix(300 + i as u64);
+            let mut rng = SplitMix(SplitMix64(300 + i as u64));
             let cols = if ty.block_size() == 256 { 512 } else { 96 };
             let seg_rows = [50, 21, 80]; // 151 rows: several row tiles of either variant
             let n = 70; // several token tiles
@@ -524,7 +517,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
 pub async fn split_matmul_partials_sum_to_the_product() {
     for tiles in matmul_variants().await {
         for ty in [GgmlType::Q4_1, GgmlType::F32] {
-            let mut rng = SplitMix(350);
+            let mut rng = SplitMix(SplitMix64(350));
             let (rows, cols, n, splits) = (151, 320, 70, 3);
             let k_len = 128; // splits of 128, 128 and 64 columns
             let m = random_matrix(ty, rows, cols, &mut rng);
@@ -567,7 +560,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
 
 pub async fn embedding_rows_match_dequantize_for_every_type() {
     for (i, ty) in TYPES.into_iter().enumerate() {
-        let mut rng = SplitMix(400 + i as u64);
+        let mut rng = SplitMix(SplitMix64(400 + i as u64));
         let cols = test_cols(ty);
         let rows = 50;
         let table = random_matrix(ty, rows, cols, &mut rng);
@@ -613,7 +606,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
             false => rope,
         };
         let (n, pos0, n_ctx) = (3, 5, 16);
-        let mut rng = SplitMix(500 + rope_dims as u64);
+        let mut rng = SplitMix(SplitMix64(500 + rope_dims as u64));
         let qkv = rng.normals(n * (qd + 2 * kvd));
         let input: Vec<f32> = (0..splits).flat_map(|_| qkv.iter().map(|v| v / splits as f32)).collect();
         let data = vec![
@@ -706,7 +699,7 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     let n_chunks = kv_len.div_ceil(chunk);
     assert!(n_chunks <= attn_decode::max_chunks(heads));
     let pos = kv_len - 1;
-    let mut rng = SplitMix(600 + chunk as u64);
+    let mut rng = SplitMix(SplitMix64(600 + chunk as u64));
     // The cache holds positions 0..pos; the new token's q, k, v come unrotated in its qkv row.
     let (mut cache, mut kb, mut vb) = random_cache(c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
@@ -807,7 +800,7 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     if qd % 256 == 0 {
         for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             let rows = 11;
-            let w = random_matrix(ty, rows, qd, &mut SplitMix(qd as u64));
+            let w = random_matrix(ty, rows, qd, &mut SplitMix(SplitMix64(qd as u64)));
             let kernel = Kernel::Matvec(Matvec { ty, input, mode, bias: false, rows: 8, cols });
             let data = vec![
                 (Slot::Weights, Data::Storage(w.clone())),
@@ -844,7 +837,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     for (c, windowed) in cases {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (40, 5, 48);
-        let mut rng = SplitMix(700 + c.head_dim as u64 + c.sliding_window as u64);
+        let mut rng = SplitMix(SplitMix64(700 + c.head_dim as u64 + c.sliding_window as u64));
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0, windowed);
@@ -904,7 +897,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
 pub async fn norms_and_gated_activations_match_cpu() {
     let c = config(64, 4, 2, 64, false);
     let (d, ff, n) = (c.d_model, c.ffn_dim, 3);
-    let mut rng = SplitMix(800);
+    let mut rng = SplitMix(SplitMix64(800));
     let x = rng.normals(n * d);
     let w: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
     let data = vec![
@@ -1015,7 +1008,7 @@ pub async fn norms_and_gated_activations_match_cpu() {
 /// past one workgroup. (The attention-merge input stage is the matvec's, checked there and in the models.)
 pub async fn lora_adds_its_adapters_to_the_output() {
     let (cols, rows, rank, n) = (1096, 300, 5, 3);
-    let mut rng = SplitMix(900);
+    let mut rng = SplitMix(SplitMix64(900));
     let x = rng.normals(n * cols);
     let norm_w: Vec<f32> = (0..cols).map(|_| 0.5 + rng.uniform()).collect();
     let (a, bt) = (rng.normals(rank * cols), rng.normals(rank * rows));
@@ -1063,7 +1056,7 @@ pub async fn lora_adds_its_adapters_to_the_output() {
 
 pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
-    let mut rng = SplitMix(900);
+    let mut rng = SplitMix(SplitMix64(900));
     let mut logits = rng.normals(3 * vocab);
     // Row 1: a tie between ids 300 and 700, NaN elsewhere.
     logits[vocab + 700] = 9.0;

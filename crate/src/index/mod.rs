@@ -62,12 +62,17 @@
 //! entry is an error. `wasm/index.rs` binds it for the package (`npm/src/vectors/`), and copies records in only after
 //! checking each against `max_record_bytes` (its largest valid size) and allocating fallibly; the `hnsw_index` fuzz target
 //! edits collection records too.
+//!
+//! `clusters.rs` groups a label's entries for the deep learning loop's pattern bank: k-means seeded by k-means++
+//! (`Collection::clusters`) and the pairs so alike that one is redundant (`Collection::near_pairs`).
 
+mod clusters;
 mod collection;
 pub mod distance;
 mod hnsw;
 mod records;
 
+pub use clusters::{kmeans, Cluster, NearPair};
 pub use collection::{
     max_record_bytes, Changes, Collection, Decision, Entry, Found, LabelScore, MAX_LABEL_BYTES, MAX_TEXT_BYTES,
 };

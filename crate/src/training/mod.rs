@@ -50,6 +50,7 @@ use crate::model::forward::{residual_after, RunState};
 use crate::model::lora::{LoraAdapter, Proj, Site};
 use crate::model::Model;
 use crate::parallel::in_pool;
+use crate::splitmix::SplitMix64;
 
 use backward::{Pass, Transposed};
 use optimizer::Optimizer;
@@ -175,11 +176,11 @@ impl MicroLora {
         }
         // A: uniform in ±1/sqrt(n_in) (PyTorch's LoRA default, Kaiming-uniform with a = sqrt(5)).
         let mut theta = vec![0.0; len];
-        let mut state = options.seed ^ 0x9e37_79b9_7f4a_7c15;
+        let mut rng = SplitMix64(options.seed ^ 0x9e37_79b9_7f4a_7c15);
         for s in &sites {
             let bound = 1.0 / (s.n_in as f32).sqrt();
             for v in &mut theta[s.a..s.a + r * s.n_in] {
-                *v = (uniform(&mut state) * 2.0 - 1.0) * bound;
+                *v = (rng.f32() * 2.0 - 1.0) * bound;
             }
         }
         Ok(MicroLora {
@@ -292,6 +293,14 @@ impl MicroLora {
         self.optimizer.consolidate(&self.theta, self.options.fisher_decay)
     }
 
+    /// Start again as its options make a fresh one (`B = 0`: the base model): the steps, Adam's state and what
+    /// the EWC penalty holds to are gone. The background loop does this to the instant adapter once the base
+    /// adapter has learned what it had.
+    pub fn reset(&mut self, model: &Model) -> Result<()> {
+        *self = MicroLora::new(model, self.options.clone())?;
+        Ok(())
+    }
+
     /// The adapter as it is now, for generation (its digest is that of its weights, so a changed adapter is
     /// another adapter to the session's cache).
     pub fn adapter(&self, model: &Model, name: &str) -> LoraAdapter {
@@ -400,15 +409,6 @@ fn weight_name(p: Proj) -> &'static str {
     }
 }
 
-/// splitmix64, as a float in [0, 1).
-fn uniform(state: &mut u64) -> f32 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
-}
-
 /// A projection's input and output widths: the shape of its weight, `n_out` rows of `n_in`.
 fn proj_shape(c: &Config, proj: Proj) -> (usize, usize) {
     let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
@@ -457,6 +457,20 @@ mod tests {
         assert!(live.pair(Site::Layer(model.config.n_layers - 5, Proj::Q)).is_none());
         lora.train_step(&model, &tokens, 8, 1.0).unwrap();
         assert_ne!(lora.adapter(&model, "live").digest(), live.digest());
+    }
+
+    #[test]
+    fn a_reset_adapter_is_a_fresh_one() {
+        let model = tiny("tiny-llama-spm.gguf");
+        let fresh = MicroLora::new(&model, MicroLoraOptions::default()).unwrap();
+        let mut lora = MicroLora::new(&model, MicroLoraOptions::default()).unwrap();
+        let tokens: Vec<u32> = (1..20).collect();
+        lora.train_step(&model, &tokens, 8, 1.0).unwrap();
+        lora.consolidate();
+        assert_ne!(lora.theta, fresh.theta);
+        lora.reset(&model).unwrap();
+        assert_eq!((lora.steps(), &lora.theta), (0, &fresh.theta));
+        assert_eq!(lora.to_bytes(&model), fresh.to_bytes(&model));
     }
 
     #[test]

@@ -47,6 +47,11 @@ impl MicroLora {
         seal(out)
     }
 
+    /// How many bytes [`MicroLora::to_bytes`] writes for this adapter: what a store keeps of it.
+    pub fn state_bytes(&self) -> usize {
+        self.theta.len() * 6 * 4 + STATE_HEADER_BYTES + 4
+    }
+
     /// The largest state [`MicroLora::to_bytes`] writes for `model` (the largest rank on every projection of
     /// every layer): longer bytes are refused before they are read.
     pub fn largest_state_bytes(model: &Model) -> usize {
@@ -118,6 +123,7 @@ mod tests {
         lora.consolidate();
         lora.train_step(&model, &tokens, 8, -1.0).unwrap();
         let bytes = lora.to_bytes(&model);
+        assert_eq!(bytes.len(), lora.state_bytes());
         let mut back = MicroLora::from_bytes(&model, &bytes).unwrap();
         assert_eq!(back.options, lora.options);
         let (o, p) = (&back.optimizer, &lora.optimizer);

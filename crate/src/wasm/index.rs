@@ -191,6 +191,11 @@ impl Collection {
         Some(json(&Hit::of(id, 1.0, e)))
     }
 
+    /// Entry `id`'s vector as the index holds it (normalized under cosine), or undefined.
+    pub fn vector(&self, id: f64) -> Option<Vec<f32>> {
+        Some(self.inner.index().vector(whole(id)?)?.to_vec())
+    }
+
     /// JSON of every entry (of `label` only, if given), by id; `score` is 1.
     pub fn entries(&self, label: Option<String>) -> String {
         let all = self.inner.entries().filter(|(_, e)| label.as_ref().is_none_or(|l| e.label == *l));
@@ -211,6 +216,21 @@ impl Collection {
         let filter = label_filter(&label, &except_label);
         let found = self.inner.search(query, k as usize, ef as usize, filter.as_deref()).map_err(js_error)?;
         Ok(self.hits(&found))
+    }
+
+    /// JSON `[{members, medoid}]`: `label`'s entries (every entry's without one) in at most `k` clusters by
+    /// k-means++ seeded with `seed`, largest first.
+    pub fn clusters(&self, label: Option<String>, k: u32, seed: f64) -> Result<String, JsValue> {
+        let clusters = self.inner.clusters(label.as_deref(), k as usize, seed as u64).map_err(js_error)?;
+        let out: Vec<_> =
+            clusters.iter().map(|c| serde_json::json!({ "members": c.members, "medoid": c.medoid })).collect();
+        Ok(json(&out))
+    }
+
+    /// JSON `[{a, b, score}]`: pairs of `label`'s entries scoring at least `min_score` against each other.
+    #[wasm_bindgen(js_name = nearPairs)]
+    pub fn near_pairs(&self, label: &str, min_score: f32) -> Result<String, JsValue> {
+        Ok(json(&self.inner.near_pairs(label, min_score, 8).map_err(js_error)?))
     }
 
     /// `search` keeping entries scoring at least `min_score`, marked used at `now`.

@@ -157,6 +157,14 @@ impl Engine {
         Ok(folded)
     }
 
+    /// Start MicroLoRA `id` again as a fresh one of its options (`B = 0`), its training state gone.
+    #[wasm_bindgen(js_name = resetMicroLora)]
+    pub fn reset_micro_lora(&self, id: u32) -> Result<(), JsValue> {
+        let lora = self.trained(id)?;
+        let mut lora = idle(&lora).map_err(js_error)?;
+        lora.reset(&self.model).map_err(js_error)
+    }
+
     /// MicroLoRA `id`'s whole training state, for `openMicroLora`.
     #[wasm_bindgen(js_name = saveMicroLora)]
     pub fn save_micro_lora(&self, id: u32) -> Result<Vec<u8>, JsValue> {
@@ -173,15 +181,15 @@ impl Engine {
         Ok(bytes)
     }
 
-    /// MicroLoRA `id` as JSON: `{steps, params, rank, layers, projections, alpha, learningRate, ewcLambda,
-    /// fisherDecay}`.
+    /// MicroLoRA `id` as JSON: `{steps, params, stateBytes, rank, layers, projections, alpha, learningRate,
+    /// ewcLambda, fisherDecay}`.
     #[wasm_bindgen(js_name = microLoraInfo)]
     pub fn micro_lora_info(&self, id: u32) -> Result<String, JsValue> {
         let lora = self.trained(id)?;
         let lora = idle(&lora).map_err(js_error)?;
         let o = lora.options();
         Ok(json(&serde_json::json!({
-            "steps": lora.steps(), "params": lora.n_params(), "rank": o.rank, "layers": o.layers,
+            "steps": lora.steps(), "params": lora.n_params(), "stateBytes": lora.state_bytes(), "rank": o.rank, "layers": o.layers,
             "projections": o.projections.iter().map(|&p| name(p)).collect::<Vec<_>>(), "alpha": o.alpha,
             "learningRate": o.learning_rate, "ewcLambda": o.ewc_lambda, "fisherDecay": o.fisher_decay,
         })))

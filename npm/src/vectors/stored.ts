@@ -296,6 +296,26 @@ export async function openForEmbedder(embedder: Embedder, store: Store | null, g
   });
 }
 
+/** A collection without an embedder is ordered by time: one dimension, the time in hours, compared by distance. */
+const TIME_TAG = 'time 1';
+const HOUR_MS = 3_600_000;
+
+/** The collection `store` holds for `embedder`'s vectors (`openForEmbedder`), or without an embedder one whose
+ * vectors are times (`timeVector`): a log searched by field, not meaning. A store of the other kind is `E_INDEX`. */
+export async function openForEmbedderOrTime(embedder: Embedder | null, store: Store | null, graph: GraphOptions): Promise<StoredCollection> {
+  if (embedder) return openForEmbedder(embedder, store, graph);
+  return StoredCollection.open(store, 1, { ...graph, metric: 'l2' }, (c) => {
+    const stored = c.run((w) => w.tag());
+    if (stored === '') c.run((w) => w.setTag(TIME_TAG));
+    else if (stored !== TIME_TAG) throw new RuvllmError('E_INDEX', `the store was made with the embedder '${stored}': open it with that embedder`);
+  });
+}
+
+/** The vector of an entry at `time` (ms since the epoch) in a collection without an embedder. */
+export function timeVector(time: number): Float32Array {
+  return Float32Array.of(time / HOUR_MS);
+}
+
 /** An entry's text and label, checked before they are copied into wasm: strings, the text at most 1 MiB of UTF-8
  * (one code unit takes a byte at least), the label at most 1 KiB. */
 export function checkEntry(text: unknown, label: unknown): void {

@@ -10,11 +10,11 @@
 // request's path: `record` and `score` queue their entry and return; a background task embeds and adds them, one at
 // a time, and the collection commits in the background too. A queue longer than `maxPending` drops what comes next,
 // and `info()` counts it, so the log never holds up or fails a request. The budget drops the oldest entries first.
-import { invalid, RuvllmError } from '../errors.js';
+import { invalid } from '../errors.js';
 import type { LLM } from '../llm.js';
 import { openStore } from '../platform.js';
 import type { WitnessInput, WitnessSink } from '../types.js';
-import { checkEntry, openForEmbedder, StoredCollection, type GraphOptions } from './stored.js';
+import { checkEntry, openForEmbedderOrTime, timeVector, type GraphOptions, type StoredCollection } from './stored.js';
 import { count, type IndexInfo, type StoreSpec } from './vector-index.js';
 
 export interface WitnessOptions extends GraphOptions {
@@ -93,9 +93,6 @@ export interface WitnessInfo {
 const REQUEST = 'request';
 const QUALITY = 'quality';
 const MAX_QUERY = 2000;
-/** A log without an embedder: one dimension, the time in hours, compared by distance. */
-const TIME_TAG = 'time 1';
-const HOUR_MS = 3_600_000;
 /** How many recent requests' vectors are kept for their quality entries (older ones are computed again). */
 const RECENT_VECTORS = 512;
 
@@ -127,13 +124,7 @@ export class WitnessLog implements WitnessSink {
     const budget = count(options.budgetBytes, 8 << 20, 'budgetBytes', 1024);
     const maxPending = count(options.maxPending, 256, 'maxPending');
     const store = options.store === undefined ? null : openStore(options.store, 'store', options.database ?? 'ruvllm-witness');
-    const c = embedder
-      ? await openForEmbedder(embedder, store, options)
-      : await StoredCollection.open(store, 1, { ...options, metric: 'l2' }, (c) => {
-          const stored = c.run((w) => w.tag());
-          if (stored === '') c.run((w) => w.setTag(TIME_TAG));
-          else if (stored !== TIME_TAG) throw new RuvllmError('E_INDEX', `the stored log was made with the embedder '${stored}': open it with that embedder`);
-        });
+    const c = await openForEmbedderOrTime(embedder, store, options);
     await c.configure(() => {
       c.run((w) => w.setBudget(budget));
     });
@@ -186,6 +177,42 @@ export class WitnessLog implements WitnessSink {
   /** The entries `filter` asks for as JSON Lines, one entry per line, oldest first. */
   export(filter: WitnessFilter = {}): string {
     return this.entries(filter).map((e) => `${JSON.stringify(e)}\n`).join('');
+  }
+
+  /** Take the oldest entries out of the log (with their scores) until it holds at most `keepBytes`: the deep
+   * learning loop's archiving. They are returned as JSON Lines, oldest first, for the app to keep where it archives;
+   * the store drops them at the log's next commit. */
+  archive(keepBytes: number): { entries: number; jsonl: string } {
+    const keep = count(keepBytes, 0, 'keepBytes', 0);
+    const bytes = () => (JSON.parse(this.#c.run((w) => w.info())) as IndexInfo).bytes;
+    if (bytes() <= keep) return { entries: 0, jsonl: '' };
+    const quality = this.#qualities();
+    const scores = new Map<string, number[]>();
+    for (const s of JSON.parse(this.#c.run((w) => w.entries(QUALITY))) as Array<{ id: number; text: string }>) {
+      let requestId: unknown;
+      try {
+        ({ requestId } = JSON.parse(s.text));
+      } catch {
+        continue; // not a score this class wrote
+      }
+      if (typeof requestId === 'string') scores.set(requestId, [...(scores.get(requestId) ?? []), s.id]);
+    }
+    const stored: Array<{ id: number; text: string }> = JSON.parse(this.#c.run((w) => w.entries(REQUEST)));
+    const oldest = stored.flatMap((s) => {
+      const e = parseEntry(s.text, quality);
+      return e ? [{ id: s.id, e }] : [];
+    });
+    oldest.sort((a, b) => a.e.time - b.e.time);
+    const taken: WitnessEntry[] = [];
+    for (const { id, e } of oldest) {
+      if (bytes() <= keep) break;
+      this.#c.run((w) => w.remove(id));
+      for (const q of scores.get(e.requestId) ?? []) this.#c.run((w) => w.remove(q));
+      this.#vectors.delete(e.requestId);
+      taken.push(e);
+    }
+    this.#c.changed();
+    return { entries: taken.length, jsonl: taken.map((e) => `${JSON.stringify(e)}\n`).join('') };
   }
 
   info(): WitnessInfo {
@@ -255,7 +282,7 @@ export class WitnessLog implements WitnessSink {
       const held = this.#requests().find((e) => e.requestId === job.requestId);
       job = { ...job, query: held?.query ?? '', time: held?.time ?? job.time };
     }
-    if (!this.#embedder) return Float32Array.of(job.time / HOUR_MS);
+    if (!this.#embedder) return timeVector(job.time);
     const [v] = await this.#embedder.embed(job.query === '' ? ' ' : job.query);
     const vector = Float32Array.from(v);
     if (job.label === REQUEST) {
