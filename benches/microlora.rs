@@ -24,7 +24,7 @@ use serde_json::json;
 
 #[path = "microlora_common.rs"]
 mod common;
-use common::{example, mean_loss, own_answers, reference_continuations, round, Args, Example, PROTECT};
+use common::{example, own_answers, reference_continuations, round, Args, Example, PROTECT};
 
 fn main() {
     if let Err(e) = run() {
@@ -144,4 +144,13 @@ fn run() -> Result<(), String> {
         })
     );
     Ok(())
+}
+
+/// The mean loss (cross-entropy per answer token) of `lora` over `set`.
+pub fn mean_loss(lora: &mut MicroLora, model: &Model, set: &[Example]) -> Result<f64, String> {
+    let mut sum = 0.0;
+    for (ids, first) in set {
+        sum += lora.loss(model, ids, *first).map_err(|e| e.to_string())? as f64;
+    }
+    Ok(sum / set.len() as f64)
 }

@@ -1,10 +1,9 @@
 //! What the MicroLoRA benches share (`microlora.rs`, `learning_stream.rs`, each including this file with `#[path]`):
 //! their command-line options, chat examples as training takes them, the everyday questions whose own answers an
-//! adapter protects, the unrelated text forgetting is measured on, and mean losses.
+//! adapter protects, and the unrelated text forgetting is measured on.
 
 use std::sync::Arc;
 
-use ruvllm::training::MicroLora;
 use ruvllm::{ChatMessage, GenerateOptions, Model, SamplerConfig, Session};
 use serde_json::Value;
 
@@ -92,15 +91,6 @@ pub fn reference_continuations() -> Result<Vec<Example>, String> {
             ([prompt, ids(&p["continuation"]["ids"])].concat(), first)
         })
         .collect())
-}
-
-/// The mean loss (cross-entropy per answer token) of `lora` over `set`.
-pub fn mean_loss(lora: &mut MicroLora, model: &Model, set: &[Example]) -> Result<f64, String> {
-    let mut sum = 0.0;
-    for (ids, first) in set {
-        sum += lora.loss(model, ids, *first).map_err(|e| e.to_string())? as f64;
-    }
-    Ok(sum / set.len() as f64)
 }
 
 pub fn round(x: f64) -> f64 {

@@ -44,7 +44,7 @@ test('the background loop runs when the model is idle: good answers into the bas
       { name: 'cooking', utterances: ['How do I bake bread?', 'What goes into a pesto?'] },
     ],
   });
-  const loop = await LearningLoop.open(llm, { store: join(root, 'a'), embedder, router, idleMs: 3000, intervalMs: 200, epochs: 8, base: { learningRate: 0.01 } });
+  const loop = await LearningLoop.open(llm, { store: join(root, 'a'), embedder, router, idleMs: 3000, intervalMs: 200, epochs: 8, base: { learningRate: 0.01, ewcLambda: 1e6 }, instant: { learningRate: 0.01 } });
   assert.equal(llm.learner, loop.instant);
   assert.equal(llm.trajectories, loop);
   assert.deepEqual(loop.adapters(), [{ id: loop.base.id, scale: 1 }, { id: loop.instant.id, scale: 1 }]);
@@ -92,7 +92,7 @@ test('the background loop runs when the model is idle: good answers into the bas
 });
 
 test('a request during a run waits at most one step, and the run waits for it', async () => {
-  const loop = await LearningLoop.open(llm, { intervalMs: 0, epochs: 2, instant: false });
+  const loop = await LearningLoop.open(llm, { intervalMs: 0, epochs: 2, instant: false, protect: false });
   assert.equal(loop.instant, null);
   for (const [i, q] of ['Name a red fruit.', 'Name a blue bird.', 'Name a green vegetable.'].entries()) {
     loop.take({ requestId: `r${i}`, messages: [{ role: 'user', content: q }], response: `Answer ${i}.`, score: 1, preferred: null, route: null, time: Date.now() + i });
@@ -114,7 +114,7 @@ test('a process killed mid-run loses that run only; the checkpoint is the same i
     const script = `
       import { LearningLoop, LLM } from '@ruvector/ruvllm';
       const llm = await LLM.load(${JSON.stringify(MODEL_PATH)}, { threads: 1 });
-      const loop = await LearningLoop.open(llm, { store: ${JSON.stringify(dir)}, intervalMs: 0, epochs: 2 });
+      const loop = await LearningLoop.open(llm, { store: ${JSON.stringify(dir)}, intervalMs: 0, epochs: 2, protect: false });
       const say = (v) => console.log(JSON.stringify(v));
       ${body}`;
     return spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: PACKAGE_DIR, encoding: 'utf8' });
@@ -133,7 +133,7 @@ test('a process killed mid-run loses that run only; the checkpoint is the same i
   const taken = JSON.parse(killed.stdout.trim().split('\n')[0]);
   assert.deepEqual([taken.pending, taken.instantSteps, taken.baseSteps], [3, 3, 0]);
 
-  const loop = await LearningLoop.open(llm, { store: dir, intervalMs: 0, epochs: 2 });
+  const loop = await LearningLoop.open(llm, { store: dir, intervalMs: 0, epochs: 2, protect: false });
   assert.deepEqual([loop.info().pending, loop.info().learned, loop.info().baseSteps, loop.info().instantSteps], [3, 0, 0, 3], 'the killed run left nothing half-done');
   const run = await loop.run();
   assert.deepEqual([run.trajectories, run.steps], [3, 6]);
@@ -148,7 +148,7 @@ test('a process killed mid-run loses that run only; the checkpoint is the same i
 });
 
 test('the deep loop: a near-duplicate pruned, the rest clustered into a pattern bank that memory recalls, the witness log archived', async () => {
-  const loop = await LearningLoop.open(llm, { embedder, intervalMs: 0, epochs: 1, instant: false });
+  const loop = await LearningLoop.open(llm, { embedder, intervalMs: 0, epochs: 1, instant: false, protect: false });
   const pairs = [
     ['How do I bake sourdough bread?', 'Feed the starter, knead, proof overnight, bake hot.', 0.9],
     ['What temperature bakes bread best?', 'Around 230 degrees Celsius.', 0.8],
@@ -189,7 +189,7 @@ test('the deep loop: a near-duplicate pruned, the rest clustered into a pattern 
 
 test('a full store: the run says so and keeps its work in memory, the model answers, the next run writes the checkpoint', async () => {
   const [trajectories, adapters] = [quotaStore(), quotaStore()];
-  const loop = await LearningLoop.open(llm, { store: { trajectories, adapters }, intervalMs: 0, epochs: 1 });
+  const loop = await LearningLoop.open(llm, { store: { trajectories, adapters }, intervalMs: 0, epochs: 1, protect: false });
   loop.take({ requestId: 'q', messages: ZORBANIA, response: TAUGHT, score: 1, preferred: null, route: null, time: Date.now() });
   await loop.flush();
   trajectories.full = adapters.full = true;
@@ -201,7 +201,7 @@ test('a full store: the run says so and keeps its work in memory, the model answ
   const run = await loop.run();
   assert.deepEqual([run.trajectories, loop.info().lastError], [0, null]);
   await loop.close();
-  const again = await LearningLoop.open(llm, { store: { trajectories, adapters }, intervalMs: 0 });
+  const again = await LearningLoop.open(llm, { store: { trajectories, adapters }, intervalMs: 0, protect: false });
   assert.deepEqual([again.info().pending, again.info().learned, again.info().baseSteps, again.info().instantSteps], [0, 1, 1, 0], 'the checkpoint, written late');
   await again.close();
 });
@@ -212,7 +212,8 @@ test('bad options and calls are typed errors', async () => {
   await rejectsWith(LearningLoop.open(llm, { store: {} }), 'E_INVALID_ARGUMENT');
   await rejectsWith(LearningLoop.open(llm, { epochs: 0 }), 'E_INVALID_ARGUMENT');
   await rejectsWith(LearningLoop.open({}), 'E_INVALID_ARGUMENT');
-  const loop = await LearningLoop.open(llm, { intervalMs: 0 });
+  await rejectsWith(LearningLoop.open(llm, { protect: [{ messages: ZORBANIA, response: '' }] }), 'E_INVALID_ARGUMENT');
+  const loop = await LearningLoop.open(llm, { intervalMs: 0, protect: false });
   await rejectsWith(loop.deep(), 'E_INVALID_ARGUMENT');
   const chat = await llm.chat.completions.create({ messages: ZORBANIA, max_tokens: 2 });
   await rejectsWith(llm.feedback(chat.id, { score: 1, route: '' }), 'E_INVALID_ARGUMENT');

@@ -225,7 +225,7 @@ test('the learning loop in IndexedDB: a run checkpoints the base adapter; a relo
         const { LLM, LearningLoop } = await import('@ruvector/ruvllm');
         const llm = await LLM.load('/model.gguf', { threads: 1 });
         try {
-          const loop = await LearningLoop.open(llm, { store: 'indexeddb', intervalMs: 0, epochs: 2 });
+          const loop = await LearningLoop.open(llm, { store: 'indexeddb', intervalMs: 0, epochs: 2, protect: false });
           const opened = loop.info();
           for (const q of questions) {
             const c = await llm.chat.completions.create({ messages: [{ role: 'user', content: q }], max_tokens: 3, adapters: loop.adapters() });

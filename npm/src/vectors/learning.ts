@@ -60,13 +60,30 @@ export interface LearningOptions {
   intervalMs?: number;
   /** Steps the base adapter takes on each trajectory (default 2). */
   epochs?: number;
-  /** The base adapter (default rank 8, alpha 8, learning rate 3e-3) and the instant one (default rank 2), or `instant: false`
-   * for no instant loop. */
+  /** The base adapter (default rank 8, alpha 8, learning rate 3e-4, EWC lambda 1e8) and the instant one (default
+   * rank 2, learning rate 1e-4), or `instant: false` for no instant loop: gentle steps, so that text the loops were not taught
+   * changes little (benches/learning_stream.rs). */
   base?: LearningAdapterOptions;
   instant?: LearningAdapterOptions | false;
   /** The most the trajectories may take, in bytes (default 4 MiB): the oldest go first. */
   budgetBytes?: number;
+  /** What the base adapter is to keep answering as the model does, so that what it learns disturbs the rest least
+   * (its EWC penalty, `MicroLora.protect`): `'own'` (the default), the model's own greedy answers to eight everyday
+   * questions, made when the base adapter is new (some seconds); your own examples; or `false`. */
+  protect?: 'own' | Array<{ messages: ChatMessage[]; response: string }> | false;
 }
+
+/** Everyday questions whose answers, the model's own, the base adapter keeps by default (`protect: 'own'`). */
+const EVERYDAY = [
+  'What causes the seasons on Earth?',
+  "Give me three tips for a good night's sleep.",
+  'How do I make a cup of tea?',
+  'Write a Python function that adds two numbers.',
+  'What is photosynthesis?',
+  'Tell me a short story about a cat.',
+  'Why is the sky blue?',
+  'How many legs does a spider have?',
+];
 
 /** What one background run did. */
 export interface LearningRun {
@@ -225,9 +242,11 @@ export class LearningLoop implements TrajectorySink {
       const adapter = (which: 'base' | 'instant', o: LearningAdapterOptions, autosave: boolean) =>
         llm.microLora({ ...o, ...(adapters === undefined ? {} : { store: adapters }), name: `${name}${which}`, autosave });
       // The instant adapter opened last: it is what `llm.feedback({ messages, response })` trains too.
-      const base = await adapter('base', { rank: 8, alpha: 8, learningRate: 3e-3, ...options.base }, false);
+      const base = await adapter('base', { rank: 8, alpha: 8, learningRate: 3e-4, ewcLambda: 1e8, ...options.base }, false);
+      const protect = options.protect ?? 'own';
+      if (protect !== false && base.info().steps === 0) await base.protect(protect === 'own' ? await ownAnswers(llm) : protect);
       const instantOptions = options.instant;
-      const instant = instantOptions === false ? null : await adapter('instant', { rank: 2, ...instantOptions }, true);
+      const instant = instantOptions === false ? null : await adapter('instant', { rank: 2, learningRate: 1e-4, ...instantOptions }, true);
       const loop = new LearningLoop(llm, c, base, instant, { minScore, idleMs, intervalMs, epochs, budgetBytes, embedder, router });
       llm.learner = instant;
       llm.trajectories = loop;
@@ -499,6 +518,18 @@ export class LearningLoop implements TrajectorySink {
   #entries(label: string): Stored[] {
     return JSON.parse(this.#c.run((w) => w.entries(label)));
   }
+}
+
+/** The model's own greedy answers (48 tokens) to the everyday questions, as examples to protect; not recorded. */
+async function ownAnswers(llm: LLM): Promise<Array<{ messages: ChatMessage[]; response: string }>> {
+  const out = [];
+  for (const question of EVERYDAY) {
+    const messages = [{ role: 'user', content: question }];
+    const answer = await llm.chat.completions.create({ messages, max_tokens: 48, temperature: 0, witness: false });
+    const response = answer.choices[0].message.content ?? '';
+    if (response !== '') out.push({ messages, response });
+  }
+  return out;
 }
 
 /** The stores of a loop's trajectories and of its adapters (a MicroLoRA's `store` option: a name reaches an engine in
