@@ -83,7 +83,7 @@ test('the exports map gives browsers the browser build and Node the Node build',
   assert.match(resolved, /node_modules\/@ruvector\/ruvllm\/dist\/node\.js$/);
   assert.match(
     run(process.execPath, ['--input-type=module', '-e', "import('@ruvector/ruvllm').then((m) => console.log(Object.keys(m).sort().join()))"]).trim(),
-    /^AbortError,CANNOT_RUN_HERE,FileStore,IndexedDbStore,LLM,MAX_MODEL_BYTES,MAX_RECORD_BYTES,Memory,MicroLora,RefusedRecords,RemoteError,RemoteLLM,Router,RuvllmError,StoreFullError,Tokenizer,VectorIndex,WitnessLog$/,
+    /^AbortError,CANNOT_RUN_HERE,FileStore,IndexedDbStore,LLM,LearningLoop,MAX_MODEL_BYTES,MAX_RECORD_BYTES,Memory,MicroLora,RefusedRecords,RemoteError,RemoteLLM,Router,RuvllmError,StoreFullError,Tokenizer,VectorIndex,WitnessLog$/,
   );
   // Bundlers targeting browsers pick "browser" (Node itself lists "node" first, so ask for the browser file directly).
   const pkg = JSON.parse(run(process.execPath, ['-p', "JSON.stringify(require('./node_modules/@ruvector/ruvllm/package.json').exports)"]));
