@@ -330,8 +330,7 @@ export function createChat(llm: ChatHost): Chat {
       model: body.model ?? llm.info().name ?? 'ruvllm',
     };
     options.requestId = head.id;
-    const question = [...body.messages].reverse().find((m) => m.role === 'user');
-    const query = typeof question?.content === 'string' ? question.content : question ? messageText(question, 'the last user message') : '';
+    const query = lastUserText(body.messages) ?? '';
     // The app's own note on top (checked with the other options; one that is not an object is refused there).
     if (options.witness === undefined || (typeof options.witness === 'object' && options.witness !== null)) {
       options.witness = { kind: 'chat', query: query.slice(0, 2000), ...options.witness };
@@ -439,6 +438,12 @@ export function chatRequestJson(messages: ChatMessage[], options: ChatTemplateOp
 
 /** A message's text: a string, OpenAI's text parts joined, or empty for null (an assistant turn of calls only).
  * `at` names the message in the error a malformed one gets. */
+/** The text of the last user message of `messages`, or null when there is none. */
+export function lastUserText(messages: ChatMessage[]): string | null {
+  const last = [...messages].reverse().find((m) => m.role === 'user');
+  return last ? messageText(last, 'the last user message') : null;
+}
+
 export function messageText(m: ChatMessage, at: string): string {
   const content = m.content as unknown;
   if (typeof content === 'string') return content;

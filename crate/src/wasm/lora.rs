@@ -189,8 +189,8 @@ impl Engine {
         let lora = idle(&lora).map_err(js_error)?;
         let o = lora.options();
         Ok(json(&serde_json::json!({
-            "steps": lora.steps(), "params": lora.n_params(), "stateBytes": lora.state_bytes(), "rank": o.rank, "layers": o.layers,
-            "projections": o.projections.iter().map(|&p| name(p)).collect::<Vec<_>>(), "alpha": o.alpha,
+            "steps": lora.steps(), "params": lora.n_params(), "stateBytes": lora.state_bytes(), "rank": o.rank,
+            "layers": o.layers, "projections": o.projections.iter().map(|&p| name(p)).collect::<Vec<_>>(), "alpha": o.alpha,
             "learningRate": o.learning_rate, "ewcLambda": o.ewc_lambda, "fisherDecay": o.fisher_decay,
         })))
     }

@@ -22,7 +22,7 @@
 //
 // Trajectories live in a collection (stored.ts: checksummed records, commits shared by tabs and processes, a byte
 // budget dropping the oldest); the adapters in a MicroLoRA store. Nothing is on unless the app opens a loop.
-import { messageText, type ChatMessage } from '../chat.js';
+import { lastUserText, type ChatMessage } from '../chat.js';
 import { invalid, RuvllmError } from '../errors.js';
 import type { LLM } from '../llm.js';
 import type { MicroLora, MicroLoraOptions } from '../microlora.js';
@@ -398,14 +398,16 @@ export class LearningLoop implements TrajectorySink {
       if (this.#checkpointDue) await this.#checkpoint();
       // Epoch by epoch over the batch, oldest first: each answer's steps spread among the others', so that the last
       // one does not crowd out the first. A stop comes between steps; what has taken a step is learned.
-      const batch = this.#entries(PENDING).sort((a, b) => a.used - b.used).map((t) => ({ t, kept: parseKept(t.text) }));
-      const done = new Set<Stored>(batch.filter((b) => !b.kept).map((b) => b.t)); // text this class did not write leaves the queue too
+      const batch = this.#entries(PENDING)
+        .sort((a, b) => a.used - b.used)
+        .map((t) => ({ ...t, kept: parseKept(t.text) }));
+      const done = new Set(batch.filter((t) => !t.kept)); // text this class did not write leaves the queue too
       for (let epoch = 0; epoch < this.#epochs && !stopped(); epoch++) {
-        for (const { t, kept } of batch) {
-          if (!kept) continue;
+        for (const t of batch) {
+          if (!t.kept) continue;
           if (await this.#waitForRequests(scheduled, stopped)) run.interrupted++;
           if (stopped()) break;
-          await this.base.feedback({ messages: kept.messages, response: kept.response, reward: 1 });
+          await this.base.feedback({ messages: t.kept.messages, response: t.kept.response, reward: 1 });
           run.steps++;
           done.add(t);
         }
@@ -416,7 +418,7 @@ export class LearningLoop implements TrajectorySink {
         if (k && this.#router && !this.#router.utterances(k.route).includes(k.query)) await this.#router.add(k.query, k.route);
       }
       run.stopped = stopped();
-      run.trajectories = [...done].filter((t) => parseKept(t.text)).length;
+      run.trajectories = [...done].filter((t) => t.kept).length;
       run.corrections = corrections.length;
       if (done.size > 0) {
         // The checkpoint, in the order the top of this file gives: first in memory, then written. Should a write
@@ -425,7 +427,7 @@ export class LearningLoop implements TrajectorySink {
         for (const t of done) {
           const vector = this.#c.run((w) => w.vector(t.id));
           this.#c.run((w) => w.remove(t.id));
-          if (vector && parseKept(t.text)) this.#c.run((w) => w.add(vector, t.text, LEARNED, Date.now()));
+          if (vector && t.kept) this.#c.run((w) => w.add(vector, t.text, LEARNED, Date.now()));
         }
         this.#checkpointDue = true;
         await this.instant?.reset();
@@ -481,7 +483,8 @@ export class LearningLoop implements TrajectorySink {
     try {
       for (let t = this.#queue.shift(); t; t = this.#queue.shift()) {
         try {
-          this.#add(t, await this.#vector(t));
+          const query = queryOf(t);
+          this.#add(t, query, await this.#vector(t, query));
         } catch {
           this.#dropped++; // an embedding that failed, or a conversation too long to keep
         }
@@ -491,8 +494,7 @@ export class LearningLoop implements TrajectorySink {
     }
   }
 
-  #add(t: Trajectory, vector: Float32Array): void {
-    const query = lastUserText(t.messages as ChatMessage[]);
+  #add(t: Trajectory, query: string, vector: Float32Array): void {
     if (t.route !== null) {
       const correction: Correction = { requestId: t.requestId, query, route: t.route, time: t.time };
       const text = JSON.stringify(correction);
@@ -508,9 +510,8 @@ export class LearningLoop implements TrajectorySink {
     this.#c.changed();
   }
 
-  async #vector(t: Trajectory): Promise<Float32Array> {
+  async #vector(t: Trajectory, query: string): Promise<Float32Array> {
     if (!this.#embedder) return timeVector(t.time);
-    const query = lastUserText(t.messages as ChatMessage[]);
     const [v] = await this.#embedder.embed(query === '' ? ' ' : query);
     return Float32Array.from(v);
   }
@@ -547,10 +548,10 @@ function stores(spec: LearningOptions['store'], database: string): { trajectorie
   throw invalid("store must be 'indexeddb', a directory path (Node) or { trajectories: Store, adapters: Store }");
 }
 
-function lastUserText(messages: ChatMessage[]): string {
-  const last = [...messages].reverse().find((m) => m.role === 'user');
+/** A trajectory's query: its last user message, at most 2,000 characters ('' if it has none that is text). */
+function queryOf(t: Trajectory): string {
   try {
-    return last ? messageText(last, 'the last user message').slice(0, 2000) : '';
+    return (lastUserText(t.messages as ChatMessage[]) ?? '').slice(0, 2000);
   } catch {
     return '';
   }

@@ -2,7 +2,7 @@
 // index under its conversation; before a new message, the turns of other conversations nearest it are recalled and
 // put in the prompt. The memory keeps within a byte budget, dropping the turns least recently remembered or
 // recalled first, and lives in a store, so a page or process that reopens it recalls the same turns.
-import { messageText, type ChatMessage } from '../chat.js';
+import { lastUserText, messageText, type ChatMessage } from '../chat.js';
 import { invalid } from '../errors.js';
 import type { LLM } from '../llm.js';
 import { openStore } from '../platform.js';
@@ -119,9 +119,8 @@ export class Memory {
    * (one is put first if there is none), and the turns recalled. */
   async augment(messages: ChatMessage[], options: RecallOptions & { conversation?: string } = {}): Promise<{ messages: ChatMessage[]; recalled: RecalledTurn[] }> {
     if (!Array.isArray(messages)) throw invalid('messages must be an array');
-    const last = [...messages].reverse().find((m) => m.role === 'user');
-    if (!last) return { messages, recalled: [] };
-    const question = messageText(last, 'the last user message');
+    const question = lastUserText(messages);
+    if (question === null) return { messages, recalled: [] };
     const recalled = await this.recall(question, { ...options, exceptConversation: options.exceptConversation ?? options.conversation });
     if (recalled.length === 0) return { messages, recalled };
     const note = ['Relevant turns from earlier conversations (most relevant first):', ...recalled.map((t) => `- ${t.role}: ${t.content}`)].join('\n');

@@ -176,7 +176,7 @@ export class WitnessLog implements WitnessSink {
 
   /** The entries `filter` asks for as JSON Lines, one entry per line, oldest first. */
   export(filter: WitnessFilter = {}): string {
-    return this.entries(filter).map((e) => `${JSON.stringify(e)}\n`).join('');
+    return jsonLines(this.entries(filter));
   }
 
   /** Take the oldest entries out of the log (with their scores) until it holds at most `keepBytes`: the deep
@@ -188,15 +188,7 @@ export class WitnessLog implements WitnessSink {
     if (bytes() <= keep) return { entries: 0, jsonl: '' };
     const quality = this.#qualities();
     const scores = new Map<string, number[]>();
-    for (const s of JSON.parse(this.#c.run((w) => w.entries(QUALITY))) as Array<{ id: number; text: string }>) {
-      let requestId: unknown;
-      try {
-        ({ requestId } = JSON.parse(s.text));
-      } catch {
-        continue; // not a score this class wrote
-      }
-      if (typeof requestId === 'string') scores.set(requestId, [...(scores.get(requestId) ?? []), s.id]);
-    }
+    for (const q of this.#scores()) scores.set(q.requestId, [...(scores.get(q.requestId) ?? []), q.id]);
     const stored: Array<{ id: number; text: string }> = JSON.parse(this.#c.run((w) => w.entries(REQUEST)));
     const oldest = stored.flatMap((s) => {
       const e = parseEntry(s.text, quality);
@@ -212,7 +204,7 @@ export class WitnessLog implements WitnessSink {
       taken.push(e);
     }
     this.#c.changed();
-    return { entries: taken.length, jsonl: taken.map((e) => `${JSON.stringify(e)}\n`).join('') };
+    return { entries: taken.length, jsonl: jsonLines(taken) };
   }
 
   info(): WitnessInfo {
@@ -301,18 +293,28 @@ export class WitnessLog implements WitnessSink {
 
   /** The last quality score given per request id. */
   #qualities(): Map<string, number> {
-    const scores: Array<{ requestId: string; quality: number; time: number }> = [];
-    for (const s of JSON.parse(this.#c.run((w) => w.entries(QUALITY))) as Array<{ text: string }>) {
-      try {
-        const q = JSON.parse(s.text);
-        if (typeof q.requestId === 'string' && Number.isFinite(q.quality) && Number.isFinite(q.time)) scores.push(q);
-      } catch {
-        // not a score this class wrote
-      }
-    }
+    const scores = this.#scores().filter((q): q is { id: number; requestId: string; quality: number; time: number } => Number.isFinite(q.quality) && Number.isFinite(q.time));
     scores.sort((a, b) => a.time - b.time);
     return new Map(scores.map((q) => [q.requestId, q.quality]));
   }
+
+  /** The score entries this class wrote, by their request id: each one's id, score and time as stored. */
+  #scores(): Array<{ id: number; requestId: string; quality: unknown; time: unknown }> {
+    return (JSON.parse(this.#c.run((w) => w.entries(QUALITY))) as Array<{ id: number; text: string }>).flatMap((s) => {
+      try {
+        const q = JSON.parse(s.text);
+        return typeof q?.requestId === 'string' ? [{ id: s.id, requestId: q.requestId, quality: q.quality, time: q.time }] : [];
+      } catch {
+        return []; // not a score this class wrote
+      }
+    });
+  }
+
+}
+
+/** Entries as JSON Lines: one entry per line, each line ended. */
+function jsonLines(entries: WitnessEntry[]): string {
+  return entries.map((e) => `${JSON.stringify(e)}\n`).join('');
 }
 
 /** The entry `input` describes, checked and in the log's shape. */
