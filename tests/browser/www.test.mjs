@@ -96,6 +96,14 @@ const waitCounter = (name, above, timeout = 180_000) =>
 const waitReady = (timeout = 180_000) => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout });
 const lastAnswer = () => page.locator('article.msg.assistant').last();
 
+/** Wait until the memory panel has opened the router and the memory (the embedding model loads beside the chat model,
+ * slowly on a loaded machine); if they do not open, the error says what the panel says. */
+async function memoryOpened() {
+  await page.waitForFunction(() => document.body.dataset.memoryReady === '1', null, { timeout: 300_000 }).catch(async (e) => {
+    throw new Error(`the routes and the memory did not open: "${await page.locator('#mem-status').textContent()}" (${e.message})`);
+  });
+}
+
 async function openSettings() {
   if (!(await page.locator('#settings-panel').evaluate((d) => d.open))) await page.getByText('Settings', { exact: true }).click();
 }
@@ -508,7 +516,8 @@ test('memory & routing: a message is routed, another conversation recalls it; ro
   const panel = page.locator('#memory-panel');
   const routes = panel.locator('#mem-routes');
   // The router (with its default routes) and the memory open on the embedding model, loaded when the page opened.
-  await routes.locator('li[data-route="code"]').waitFor({ timeout: 120_000 });
+  await memoryOpened();
+  await routes.locator('li[data-route="code"]').waitFor();
   // Long-term memory is off by default: on, a message recalls earlier turns that score high enough.
   assert.equal(await panel.getByLabel('Use long-term memory').isChecked(), false);
   await panel.getByLabel('Use long-term memory').check();
@@ -555,7 +564,8 @@ test('memory & routing: a message is routed, another conversation recalls it; ro
   // After a reload the routes are the same (the one added and corrected too), and the conversation shows its decision.
   await page.reload();
   await waitReady();
-  await routes.locator('li[data-route="gardening"]').waitFor({ timeout: 120_000 });
+  await memoryOpened();
+  assert.equal(await routes.locator('li[data-route="gardening"]').count(), 1, `the routes after a reload: ${await routes.textContent()}`);
   assert.match(await routes.locator('li[data-route="gardening"]').textContent(), /^gardening · 4 utterances/);
   for (const name of ['code', 'math', 'chit-chat']) assert.equal(await routes.locator(`li[data-route="${name}"]`).count(), 1, name);
   await page.getByRole('button', { name: 'What are good plants for a small balcony garden?', exact: true }).click();
