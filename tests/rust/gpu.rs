@@ -39,8 +39,8 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 /// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
 /// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
-/// 256, sliding window, post-norms and GeGLU, within the CPU's bounds of the float64 reference, whole (prefill) and a
-/// few tokens at a time (decode steps among them).
+/// 256, sliding window, post-norms and GeGLU, and SmolLM3's layers without RoPE, within the CPU's bounds of the float64
+/// reference, whole (prefill) and a few tokens at a time (decode steps among them); SmolLM3's greedy ids are llama.cpp's.
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
@@ -49,9 +49,15 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         assert!(s.on_gpu(), "the tiny model runs on the GPU");
         s
     };
-    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3, tiny::GEMMA3] {
+    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3, tiny::GEMMA3, tiny::SMOLLM3] {
         tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
+    }
+    let (smollm3, _) = tiny::load(tiny::SMOLLM3);
+    for (prompt, want) in tiny::greedy_reference(tiny::SMOLLM3) {
+        let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };
+        let out = on_gpu(&smollm3, &SessionOptions::default()).generate(&prompt, opts, None, |_| {}).unwrap();
+        assert_eq!(out.ids, want, "greedy ids on the GPU after {prompt:?}");
     }
 }
 

@@ -3,7 +3,8 @@
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
 //! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer, and
 //! a phi3 (fused q/k/v and gate/up, LongRoPE) and a gemma3 (heads of 256, QK-norm, post-norms, GeGLU, a sliding
-//! window of 8 positions) with the SentencePiece one.
+//! window of 8 positions) with the SentencePiece one, and a smollm3 (no RoPE in its fourth layer) with the BPE one,
+//! whose greedy ids are also llama.cpp's.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -25,7 +26,9 @@ use ruvllm::{FinishReason, GenerateOptions, Model, SamplerConfig, Session, Sessi
 use serde_json::Value;
 
 use support::test;
-use support::tiny::{check_logits, fixtures_dir, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3};
+use support::tiny::{
+    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3, SMOLLM3,
+};
 
 fn check_tokenizer(file: &str) {
     let (model, entry) = load(file);
@@ -167,6 +170,24 @@ fn gemma3_sliding_window_and_post_norms_match_reference() {
     let c = &model.config;
     assert_eq!((c.head_dim, c.sliding_window), (256, 8));
     assert_eq!((0..6).map(|l| c.layer_window(l)).collect::<Vec<_>>(), [8, 8, 8, 8, 8, 0]);
+}
+
+/// SmolLM3: a llama whose fourth layer has no RoPE (NoPE), GQA 4, tied embedding; whole and in batches, and llama.cpp's
+/// 32 greedy tokens after each reference sequence (tests/fixtures/tiny-greedy-reference.json).
+#[test]
+fn smollm3_nope_layers_match_reference_and_llama_cpp_greedy() {
+    check_tokenizer(SMOLLM3);
+    check_logits(SMOLLM3, &SessionOptions::default(), None);
+    check_logits(SMOLLM3, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[2, 5, 1]));
+    let (model, _) = load(SMOLLM3);
+    assert_eq!(
+        (0..8).map(|l| model.config.layer_uses_rope(l)).collect::<Vec<_>>(),
+        [true, true, true, false].repeat(2)
+    );
+    for (prompt, want) in greedy_reference(SMOLLM3) {
+        let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
+        assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
+    }
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.

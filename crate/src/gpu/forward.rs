@@ -103,9 +103,11 @@ impl<'a> Forward<'a> {
 
     /// Whether layer `l` attends within a sliding window, and its RoPE table (as `model::forward` picks them).
     fn attention_of(&self, l: usize) -> (bool, &'a wgpu::Buffer) {
-        let windowed = self.m.model.config.layer_window(l) > 0;
-        match &self.b.rope_local {
-            Some(local) if windowed => (true, local),
+        let c = &self.m.model.config;
+        let windowed = c.layer_window(l) > 0;
+        match (&self.b.rope_local, &self.b.rope_none) {
+            (_, Some(none)) if !c.layer_uses_rope(l) => (windowed, none),
+            (Some(local), _) if windowed => (true, local),
             _ => (windowed, &self.b.rope),
         }
     }

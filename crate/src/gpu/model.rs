@@ -214,7 +214,7 @@ fn check_supported(model: &Model) -> Result<()> {
         ));
     }
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
-    if !matches!(c.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3) {
+    if !matches!(c.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3) {
         return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {

@@ -73,6 +73,8 @@ pub(super) struct Buffers {
     pub rope: wgpu::Buffer,
     /// The RoPE table of the layers with a base of their own (Gemma 3's windowed layers; `Model::local_rope`).
     pub rope_local: Option<wgpu::Buffer>,
+    /// The table of the layers without RoPE (`Config::layer_uses_rope`: SmolLM3's NoPE layers), which rotates by 0.
+    pub rope_none: Option<wgpu::Buffer>,
     pub kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
     pub logits_staging: wgpu::Buffer,
     /// Two, taken by the parity of the call's last position: a step's ids can be read while the
@@ -167,6 +169,13 @@ impl GpuSession {
             Some(r) => Some(gpu.buffer_with("rope local", &rope_store::rope_table(&r, n_ctx), U::STORAGE).await?),
             None => None,
         };
+        let rope_none = match (0..c.n_layers).all(|l| c.layer_uses_rope(l)) {
+            true => None,
+            false => {
+                let table = rope_store::identity_table(c.rope_dims / 2, n_ctx);
+                Some(gpu.buffer_with("rope none", &table, U::STORAGE).await?)
+            }
+        };
         let kv_layer = (n_ctx * c.kv_dim() * 2) as u64;
         let mut kv = Vec::with_capacity(c.n_layers);
         for _ in 0..c.n_layers {
@@ -206,6 +215,7 @@ impl GpuSession {
             ids: gpu.buffer("ids", f32s(MAX_RUN_AHEAD), storage).await?,
             rope: gpu.buffer_with("rope", &rope, U::STORAGE).await?,
             rope_local,
+            rope_none,
             kv,
             logits_staging: gpu
                 .buffer("logits staging", f32s(logit_rows * c.vocab_size), U::MAP_READ | U::COPY_DST)

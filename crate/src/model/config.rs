@@ -20,6 +20,9 @@ pub enum Arch {
     /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
     /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
     Phi3,
+    /// SmolLM3: a llama whose every fourth layer has no RoPE (NoPE; llama.cpp fixes the step at 4 for the arch,
+    /// no GGUF key says it).
+    SmolLM3,
     /// BERT (all-MiniLM, bge, ...): an encoder with absolute position and token-type embeddings, LayerNorm
     /// after each block, biases everywhere, GELU, attention over the whole sequence. No RoPE, no KV cache.
     Bert,
@@ -33,6 +36,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
+            Arch::SmolLM3 => "smollm3",
             Arch::Bert => "bert",
         }
     }
@@ -102,6 +106,7 @@ impl Config {
             "phi3" => Arch::Phi3,
             "bert" => Arch::Bert,
             "gemma3" => Arch::Gemma3,
+            "smollm3" => Arch::SmolLM3,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -179,7 +184,7 @@ impl Config {
             context_length,
             rms_eps: match arch {
                 Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
-                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 => {
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 => {
                     g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
                 }
             },
@@ -210,6 +215,11 @@ impl Config {
             Arch::Gemma3 if l % 6 < 5 => self.sliding_window,
             _ => 0,
         }
+    }
+
+    /// Whether layer `l` rotates its queries and keys: SmolLM3's every fourth layer (3, 7, ...) does not.
+    pub fn layer_uses_rope(&self, l: usize) -> bool {
+        !(self.arch == Arch::SmolLM3 && (l + 1).is_multiple_of(4))
     }
 
     /// Layer `l`'s RoPE base: Gemma 3's windowed layers use 10000 whatever the model's base.

@@ -227,10 +227,12 @@ fn forward_layers(
                 norm_in_place(&mut buf[..n * dim], w, c.rms_eps);
             }
         }
-        // A windowed layer (Gemma 3) sees the last `window` positions, with its own RoPE base.
+        // A windowed layer (Gemma 3) sees the last `window` positions, with its own RoPE base; a NoPE layer
+        // (SmolLM3) rotates nothing.
         let window = c.layer_window(l);
         let shape = AttentionShape { window, ..c.attention_shape() };
-        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)] {
+        let rotates = c.layer_uses_rope(l);
+        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates) {
             let (rope, angles) = match &s.local {
                 Some((rope, angles)) if window > 0 => (rope, angles),
                 _ => (&s.rope, &s.angles),

@@ -95,11 +95,11 @@ impl Weights {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
                 Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
                 // A bert model has no decoder layers (`encoder_only`): it never comes here.
-                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::Bert => Ok(None),
+                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 | Arch::Bert => Ok(None),
             };
             let head_norm = |s: &str| match c.arch {
                 Arch::Qwen3 | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
-                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => Ok(None),
+                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::SmolLM3 | Arch::Bert => Ok(None),
             };
             let post_norm = |s: &str| match c.arch {
                 Arch::Gemma3 => vector(&p(s), d).map(Some),

@@ -12,6 +12,10 @@ pub const QWEN3: &str = "tiny-qwen3.gguf";
 pub const LLAMA3: &str = "tiny-llama3.gguf";
 pub const PHI3: &str = "tiny-phi3.gguf";
 pub const GEMMA3: &str = "tiny-gemma3.gguf";
+pub const SMOLLM3: &str = "tiny-smollm3.gguf";
+
+/// llama.cpp's greedy continuations of the tiny models of new architectures (tests/fixtures/greedy_reference.mjs).
+const GREEDY_REFERENCE: &str = include_str!("../../fixtures/tiny-greedy-reference.json");
 
 /// Allowed deviation from the float64 reference, as a multiple of the ggml-like simulation's.
 pub const TOLERANCE_FACTOR: f64 = 2.0;
@@ -36,6 +40,31 @@ pub fn load(file: &str) -> (Arc<Model>, Value) {
         .unwrap_or_else(|e| panic!("{file} does not load: {e}"));
     assert_eq!(model.config.vocab_size as u64, entry["vocab_size"].as_u64().unwrap(), "{file}: vocabulary size");
     (Arc::new(model), entry)
+}
+
+/// llama.cpp's greedy continuation of `file`'s reference sequences: (prompt, the 32 ids after it) for each whose
+/// two best logits were never closer than 0.1 along the way: random weights make near ties (0.02 apart), where two
+/// engines within the logits' bounds may part. The fixture must be the bytes llama.cpp ran (the generator is seeded;
+/// other library versions may write others).
+pub fn greedy_reference(file: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
+    use sha2::{Digest, Sha256};
+    let reference: Value = serde_json::from_str(GREEDY_REFERENCE).expect("tiny-greedy-reference.json");
+    let entry = &reference["models"][file];
+    let bytes = super::read_file(&format!("{}/{file}", fixtures_dir()));
+    let sha: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        entry["sha256"].as_str(),
+        Some(sha.as_str()),
+        "{file} is not the file llama.cpp's greedy ids were made from: run tests/fixtures/greedy_reference.mjs again"
+    );
+    let runs = entry["runs"].as_array().expect("runs");
+    let clear: Vec<_> = runs
+        .iter()
+        .filter(|r| r["min_top2_gap"].as_f64().unwrap() >= 0.1)
+        .map(|r| (ids(&r["prompt"]), ids(&r["greedy"])))
+        .collect();
+    assert!(clear.len() >= 2, "{file}: only {} of the greedy runs are clear of near ties", clear.len());
+    clear
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {

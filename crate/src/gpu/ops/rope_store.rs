@@ -61,6 +61,12 @@ pub(crate) async fn op(
     b.op("rope_store", kernel, RopeStore::grid(&b.m.model.config), entries).await
 }
 
+/// The RoPE table of a layer without RoPE (SmolLM3's NoPE layers): every angle 0, (cos, sin) = (1, 0), which
+/// the kernels' rotation leaves every value as it is, exactly.
+pub(crate) fn identity_table(pairs: usize, n_ctx: usize) -> Vec<u8> {
+    [1f32.to_le_bytes(), 0f32.to_le_bytes()].concat().repeat(n_ctx * pairs)
+}
+
 /// The RoPE table (rope.wgsl `rope`): (cos, sin) per position and rotated pair, `rope`'s own angles (the CPU's).
 pub(crate) fn rope_table(rope: &Rope, n_ctx: usize) -> Vec<u8> {
     let mut angles = vec![(0f32, 0f32); rope.pairs()];
