@@ -45,7 +45,9 @@ head -c 65536 "$RUVLLM_MODEL" >"$seeds/smollm2-first-64k.gguf"
 head -c 65536 "$RUVLLM_EMBED_MODEL" >"$seeds/minilm-first-64k.gguf"
 # Gemma 3 270M's metadata and the start of its 262,144-piece vocabulary, the same way.
 head -c 65536 "$(scripts/fetch-model.sh gemma3)" >"$seeds/gemma3-first-64k.gguf"
-fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3}.gguf)
+# The tiny mixture of experts (700 KB, past the others' largest) as its first 64 KiB: the expert keys and 3-D tensors.
+head -c 65536 "$RUVLLM_FIXTURES/tiny-qwen3moe.gguf" >"$seeds/qwen3moe-first-64k.gguf"
+fixtures=("$RUVLLM_FIXTURES"/{tiny,micro}-{llama-spm,qwen2}.gguf "$RUVLLM_FIXTURES"/tiny-{qwen3,llama3,phi3,smollm3}.gguf)
 # A split model's shards laid end to end, as gguf_parse cuts its input into shards (before each "GGUF").
 cat "$RUVLLM_FIXTURES"/tiny-llama3-split-0000{1,2,3}-of-00003.gguf >"$seeds/tiny-llama3-split-end-to-end.gguf" || true
 # The tokenizer target reads: a vocabulary number, then token ids (a 0 byte: none), then the text.
@@ -65,8 +67,8 @@ seed() { # seed TARGET FILE...: copy the files that exist into the target's corp
     if [ -f "$f" ]; then cp "$f" "$corpus/$t/seed-$(basename "$f")"; else echo "fuzz: no seed $f" >&2; fi
   done
 }
-seed gguf_parse "${fixtures[@]}" "$seeds/tiny-llama3-split-end-to-end.gguf" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
-seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf"
+seed gguf_parse "${fixtures[@]}" "$seeds/tiny-llama3-split-end-to-end.gguf" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf" "$seeds/qwen3moe-first-64k.gguf"
+seed model_load "${fixtures[@]}" "$seeds/smollm2-first-64k.gguf" "$seeds/minilm-first-64k.gguf" "$seeds/gemma3-first-64k.gguf" "$seeds/qwen3moe-first-64k.gguf"
 seed load_chat_generate "${fixtures[@]}"
 seed gguf_structured
 seed tokenizer "$seeds"/tokenizer-*

@@ -57,9 +57,10 @@ impl Model {
         let mut out = match (c.arch, &self.encoder) {
             (Arch::Bert, Some(weights)) => self.encoder_embeddings(weights, texts, pooling),
             (Arch::Bert, None) => unreachable!("a bert model loads with its encoder weights"),
-            (Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3, _) => {
-                texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect()
-            }
+            (
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3,
+                _,
+            ) => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
         };
         if opts.normalize {
             out.iter_mut().for_each(|e| normalize(e));

@@ -155,14 +155,38 @@ fn load_error(bytes: Vec<u8>) -> Error {
 /// A llama header with a token embedding of 32 tokens × 64 (no layers, no tokenizer): enough to reach
 /// the checks of the config and of the weights.
 fn llama(d_model: u32, n_heads: u32, block_count: u32) -> GgufWriter {
+    decoder("llama", d_model, n_heads, block_count)
+}
+
+/// [`llama`]'s header for architecture `arch`.
+fn decoder(arch: &str, d_model: u32, n_heads: u32, block_count: u32) -> GgufWriter {
     GgufWriter::new()
-        .meta("general.architecture", Meta::Str("llama".into()))
-        .meta("llama.block_count", Meta::U32(block_count))
-        .meta("llama.embedding_length", Meta::U32(d_model))
-        .meta("llama.attention.head_count", Meta::U32(n_heads))
-        .meta("llama.feed_forward_length", Meta::U32(64))
-        .meta("llama.context_length", Meta::U32(128))
+        .meta("general.architecture", Meta::Str(arch.into()))
+        .meta(&format!("{arch}.block_count"), Meta::U32(block_count))
+        .meta(&format!("{arch}.embedding_length"), Meta::U32(d_model))
+        .meta(&format!("{arch}.attention.head_count"), Meta::U32(n_heads))
+        .meta(&format!("{arch}.feed_forward_length"), Meta::U32(64))
+        .meta(&format!("{arch}.context_length"), Meta::U32(128))
         .tensor("token_embd.weight", &[64, 32], 0, vec![0u8; 64 * 32 * 4])
+}
+
+#[test]
+fn expert_counts_that_cannot_work_are_model_errors() {
+    let moe = |count: u32, used: u32| {
+        decoder("qwen3moe", 64, 4, 1)
+            .meta("qwen3moe.expert_count", Meta::U32(count))
+            .meta("qwen3moe.expert_used_count", Meta::U32(used))
+            .meta("qwen3moe.expert_feed_forward_length", Meta::U32(32))
+    };
+    for (count, used) in [(4, 5), (100_000, 2), (4, 0), (0, 0)] {
+        let e = load_error(moe(count, used).bytes());
+        assert_eq!(e.code(), "E_MODEL", "{count} experts, {used} used: {e}");
+    }
+    // Without its expert keys: named. With sound ones the config is read, and the missing layers are the error.
+    let e = load_error(decoder("qwen3moe", 64, 4, 1).bytes());
+    assert!(e.to_string().contains("qwen3moe.expert_count is missing"), "{e}");
+    let e = load_error(moe(4, 2).bytes());
+    assert!(e.to_string().contains("block_count 1 needs at least"), "{e}");
 }
 
 #[test]

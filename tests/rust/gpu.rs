@@ -858,9 +858,19 @@ fn tiny_gemma3_continues_past_its_window_from_the_prefix_cache_on_the_gpu() {
     assert_eq!(want.ids, cpu.ids, "the GPU's greedy ids are the CPU's");
 }
 
-/// An architecture the GPU's forward pass does not know (an encoder) is refused with a typed error, not run wrong.
+/// An architecture the GPU's forward pass does not know (an encoder; a mixture of experts) is refused with a typed
+/// error, not run wrong; under "auto" the mixture of experts runs on the CPU.
 #[test]
-fn an_encoder_is_unsupported_on_the_gpu() {
+fn an_encoder_and_a_mixture_of_experts_are_unsupported_on_the_gpu() {
+    let (moe, _) = tiny::load(tiny::QWEN3MOE);
+    match block_on(GpuModel::new(moe.clone(), &software())) {
+        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("qwen3moe"), "{message}"),
+        Err(e) => panic!("not the typed error: {e}"),
+        Ok(_) => panic!("a mixture of experts went on the GPU"),
+    }
+    let auto = Session::with_gpu_options(moe, &SessionOptions::default(), Backend::Auto, &software()).unwrap();
+    assert!(!auto.on_gpu(), "auto runs the mixture of experts on the CPU");
+
     // As tests/rust/embed.rs finds it (scripts/fetch-embed-model.sh).
     let path = support::env("RUVLLM_EMBED_MODEL").unwrap_or_else(|| {
         let cache = support::env("RUVLLM_CACHE")

@@ -3,8 +3,8 @@
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
 //! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer, and
 //! a phi3 (fused q/k/v and gate/up, LongRoPE) and a gemma3 (heads of 256, QK-norm, post-norms, GeGLU, a sliding
-//! window of 8 positions) with the SentencePiece one, and a smollm3 (no RoPE in its fourth layer) with the BPE one,
-//! whose greedy ids are also llama.cpp's.
+//! window of 8 positions) with the SentencePiece one, and a smollm3 (no RoPE in its fourth layer) and a qwen3moe (4
+//! experts, 2 a token) with the BPE one, whose greedy ids are also llama.cpp's.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -27,7 +27,8 @@ use serde_json::Value;
 
 use support::test;
 use support::tiny::{
-    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3, SMOLLM3,
+    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3, QWEN3MOE,
+    SMOLLM3,
 };
 
 fn check_tokenizer(file: &str) {
@@ -185,6 +186,28 @@ fn smollm3_nope_layers_match_reference_and_llama_cpp_greedy() {
         [true, true, true, false].repeat(2)
     );
     for (prompt, want) in greedy_reference(SMOLLM3) {
+        let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
+        assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
+    }
+}
+
+/// Qwen3-MoE: Qwen3's attention and, in each layer, 4 experts of which each token takes the 2 its router scores
+/// highest, weighted by their renormalized softmax; whole and in batches (an expert's tokens gathered from a batch),
+/// and llama.cpp's 32 greedy tokens. One token taking another expert at one position moves the logits by 0.65 of
+/// their std, weights left unnormalized by 0.33 (tests/fixtures/README.md); the bound is 0.094.
+#[test]
+fn qwen3moe_experts_match_reference_and_llama_cpp_greedy() {
+    check_tokenizer(QWEN3MOE);
+    check_logits(QWEN3MOE, &SessionOptions::default(), None);
+    check_logits(QWEN3MOE, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[3, 1, 2]));
+    let (model, entry) = load(QWEN3MOE);
+    let c = &model.config;
+    // Each expert's width is its own key (expert_feed_forward_length), not feed_forward_length (512 in the file).
+    assert_eq!((c.experts.map(|e| (e.count, e.used)), c.ffn_dim), (Some((4, 2)), 256));
+    for seq in entry["forward"].as_array().unwrap() {
+        assert!(seq["min_router_gap"].as_f64().unwrap() >= 0.05, "a near tie between experts in the fixture");
+    }
+    for (prompt, want) in greedy_reference(QWEN3MOE) {
         let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
         assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
     }

@@ -267,6 +267,9 @@ fn target(model: &Model, name: &str) -> Option<Target> {
     let one =
         |p: Proj, n_in: usize, n_out: usize| Some(Target { n_in, n_out, sites: vec![(Site::Layer(l, p), 0..n_out)] });
     let fused = c.arch == Arch::Phi3;
+    if c.experts.is_some() && weight.starts_with("ffn_") {
+        return None; // a mixture of experts has no one FFN matrix to adapt
+    }
     match (weight, fused) {
         ("attn_q.weight", false) => one(Proj::Q, d, q),
         ("attn_k.weight", false) => one(Proj::K, d, kv),

@@ -13,6 +13,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: no biases, an RMSNorm of each query and key head before RoPE (QK-norm), NeoX-style RoPE.
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, and in every layer a mixture of experts instead of one feed-forward block
+    /// ([`Experts`]).
+    Qwen3Moe,
     /// Gemma 3: embeddings scaled by `sqrt(d_model)`, QK-norm, norms after attention and after the feed-forward
     /// block too, GeGLU, NeoX-style RoPE; five of every six layers attend within a sliding window, with RoPE base
     /// 10000 (the others: the model's base).
@@ -34,6 +37,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::SmolLM3 => "smollm3",
@@ -65,6 +69,18 @@ impl Pooling {
     }
 }
 
+/// A mixture of experts' shape (`<arch>.expert_count`, `expert_used_count`): each token's feed-forward block is the
+/// sum of the `used` experts its router scores highest, weighted by the router's softmax renormalized over them
+/// (`experts.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub used: usize,
+}
+
+/// More experts than llama.cpp's own limit (LLAMA_MAX_EXPERTS) is a hostile file.
+pub const MAX_EXPERTS: usize = 512;
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub arch: Arch,
@@ -73,7 +89,9 @@ pub struct Config {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// The feed-forward block's width: each expert's with [`Config::experts`] (`expert_feed_forward_length`).
     pub ffn_dim: usize,
+    pub experts: Option<Experts>,
     pub vocab_size: usize,
     /// Training context length: the largest context a session may use.
     pub context_length: usize,
@@ -103,6 +121,7 @@ impl Config {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
             "phi3" => Arch::Phi3,
             "bert" => Arch::Bert,
             "gemma3" => Arch::Gemma3,
@@ -168,6 +187,20 @@ impl Config {
             (Arch::Gemma3, Some(_)) => req("attention.sliding_window")?,
             _ => 0,
         };
+        let experts = match arch {
+            Arch::Qwen3Moe => {
+                let (count, used) = (req("expert_count")?, req("expert_used_count")?);
+                if count > MAX_EXPERTS || used > count {
+                    return Err(Error::Model(format!("{used} of {count} experts (at most {MAX_EXPERTS})")));
+                }
+                Some(Experts { count, used })
+            }
+            _ => None,
+        };
+        let ffn_dim = match experts {
+            Some(_) => req("expert_feed_forward_length")?,
+            None => req("feed_forward_length")?,
+        };
         let vocab_size = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
@@ -179,19 +212,24 @@ impl Config {
             n_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: req("feed_forward_length")?,
+            ffn_dim,
+            experts,
             vocab_size,
             context_length,
             rms_eps: match arch {
                 Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
-                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 => {
-                    g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
-                }
+                Arch::Llama
+                | Arch::Qwen2
+                | Arch::Qwen3
+                | Arch::Qwen3Moe
+                | Arch::Phi3
+                | Arch::Gemma3
+                | Arch::SmolLM3 => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
             rope_dims,
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3),
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3),
             sliding_window,
             rope_attn_factor,
             rope_orig_context,

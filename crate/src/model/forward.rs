@@ -11,6 +11,7 @@ use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
+use crate::model::experts::{self, ExpertScratch};
 use crate::model::lora::{AdapterSet, Proj, Site};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
@@ -28,6 +29,7 @@ pub struct RunState {
     proj: LineBuf, // [n × d_model] block output before the residual add
     gate: LineBuf, // [n × ffn_dim]
     up: LineBuf,   // [n × ffn_dim]
+    experts: ExpertScratch,
     att_scratch: AttentionScratch,
     acts: Activations,
     rope: Rope,
@@ -57,6 +59,7 @@ impl RunState {
             proj: LineBuf::zeros(n * c.d_model),
             gate: LineBuf::zeros(n * c.ffn_dim),
             up: LineBuf::zeros(n * c.ffn_dim),
+            experts: ExpertScratch::new(c.experts, n, c.d_model),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
             acts: Activations::new(),
             rope: model.rope(n_ctx),
@@ -78,6 +81,7 @@ impl RunState {
         let tables = if (0..c.n_layers).any(|l| c.layer_rope_base(l) != c.rope_base) { 2 } else { 1 };
         rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_batch, n_ctx))
             .saturating_add(angles.saturating_mul(tables))
+            .saturating_add(ExpertScratch::bytes(c.experts, n_batch, c.d_model))
     }
 }
 
@@ -254,28 +258,33 @@ fn forward_layers(
         add(&mut s.x[..n * d], &s.proj[..n * d], d);
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x)), GELU for Gemma, whose block
-        // output is normed again before the add.
+        // output is normed again before the add; or the same of each token's experts, weighted (qwen3moe).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.ffn_norm, c.rms_eps);
-        project(
-            &mut s.acts,
-            &s.xb[..n * d],
-            n,
-            &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
-        );
-        for (p, out) in [(Proj::Gate, &mut s.gate[..n * ff]), (Proj::Up, &mut s.up[..n * ff])] {
-            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
-        }
-        let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
-        for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
-            let u = &up[t0 * ff..][..g.len()];
-            if gelu {
-                geglu(g, u)
-            } else {
-                swiglu(g, u)
+        if let Some(e) = c.experts {
+            let (gate, up, out) = (&mut s.gate[..n * ff], &mut s.up[..n * ff], &mut s.proj[..n * d]);
+            experts::ffn(e, lw, file, &s.xb[..n * d], n, &mut s.experts, &mut s.acts, gate, up, out);
+        } else {
+            project(
+                &mut s.acts,
+                &s.xb[..n * d],
+                n,
+                &mut [(lw.w_gate.view(file), &mut s.gate[..n * ff]), (lw.w_up.view(file), &mut s.up[..n * ff])],
+            );
+            for (p, out) in [(Proj::Gate, &mut s.gate[..n * ff]), (Proj::Up, &mut s.up[..n * ff])] {
+                lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
             }
-        });
-        project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
-        lora.add_to(Site::Layer(l, Proj::Down), &s.gate[..n * ff], n, &mut s.proj[..n * d]);
+            let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
+            for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
+                let u = &up[t0 * ff..][..g.len()];
+                if gelu {
+                    geglu(g, u)
+                } else {
+                    swiglu(g, u)
+                }
+            });
+            project(&mut s.acts, &s.gate[..n * ff], n, &mut [(lw.w_down.view(file), &mut s.proj[..n * d])]);
+            lora.add_to(Site::Layer(l, Proj::Down), &s.gate[..n * ff], n, &mut s.proj[..n * d]);
+        }
         if let Some(w) = &lw.post_ffn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //!
-//! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma3`, `smollm3`: `Arch` lists
+//! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma3`, `smollm3`: `Arch` lists
 //! what differs, and `Config::layer_window` / `layer_rope_base` say which layers attend within a sliding window; Phi-3's fused q/k/v and gate/up tensors become `MatrixRef` row ranges, so the forward pass never sees them); `weights.rs` holds `MatrixRef`s
 //! (type, shape, byte offset) viewed as `QuantMatrix`es of the file, and norms/biases as small f32 vectors; `mod.rs` is
 //! `Model`: the bytes (memory-mapped natively), config, weights, the text side and the prefix cache. `text.rs` is
@@ -29,6 +29,7 @@ pub mod adapter;
 pub mod bert;
 pub mod config;
 pub(crate) mod eval;
+pub mod experts;
 pub mod forward;
 pub mod lora;
 pub mod text;
@@ -104,7 +105,7 @@ impl Model {
                 let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
                 (Weights::encoder_only(encoder.token_embd), Some(encoder))
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 => {
                 (Weights::from_gguf(&gguf, &bytes, &config)?, None)
             }
         };

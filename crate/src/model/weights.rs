@@ -54,9 +54,13 @@ pub struct LayerWeights {
     pub post_ffn_norm: Option<Vec<f32>>,  // [d_model] (gemma3: the feed-forward block's output)
     pub wo: MatrixRef,                    // [d_model × q_dim]
     pub ffn_norm: Vec<f32>,               // [d_model]
-    pub w_gate: MatrixRef,                // [ffn_dim × d_model]
-    pub w_up: MatrixRef,                  // [ffn_dim × d_model]
-    pub w_down: MatrixRef,                // [d_model × ffn_dim]
+    /// With experts (`Config::experts`), the router: [n_experts × d_model] (`ffn_gate_inp`), and each of w_gate,
+    /// w_up and w_down every expert's matrix one after another (expert e's: rows e·ffn_dim.. of w_gate and w_up,
+    /// e·d_model.. of w_down; `experts.rs`).
+    pub router: Option<MatrixRef>,
+    pub w_gate: MatrixRef, // [ffn_dim × d_model]           (experts: [n_experts·ffn_dim × d_model])
+    pub w_up: MatrixRef,   // [ffn_dim × d_model]           (experts: [n_experts·ffn_dim × d_model])
+    pub w_down: MatrixRef, // [d_model × ffn_dim]           (experts: [n_experts·d_model × ffn_dim])
 }
 
 pub struct Weights {
@@ -95,10 +99,12 @@ impl Weights {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
                 Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
                 // A bert model has no decoder layers (`encoder_only`): it never comes here.
-                Arch::Llama | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 | Arch::Bert => Ok(None),
+                Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 | Arch::Bert => {
+                    Ok(None)
+                }
             };
             let head_norm = |s: &str| match c.arch {
-                Arch::Qwen3 | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
+                Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
                 Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::SmolLM3 | Arch::Bert => Ok(None),
             };
             let post_norm = |s: &str| match c.arch {
@@ -117,12 +123,24 @@ impl Weights {
                     matrix(&p("attn_v.weight"), kv, d)?,
                 ),
             };
-            let (w_gate, w_up) = match c.arch {
-                Arch::Phi3 => {
+            let (router, w_gate, w_up, w_down) = match (c.arch, c.experts) {
+                (_, Some(e)) => (
+                    Some(matrix(&p("ffn_gate_inp.weight"), e.count, d)?),
+                    read_experts(g, &p("ffn_gate_exps.weight"), e.count, ff, d)?,
+                    read_experts(g, &p("ffn_up_exps.weight"), e.count, ff, d)?,
+                    read_experts(g, &p("ffn_down_exps.weight"), e.count, d, ff)?,
+                ),
+                (Arch::Phi3, None) => {
                     let gate_up = matrix(&p("ffn_up.weight"), 2 * ff, d)?;
-                    (gate_up.row_range(0..ff), gate_up.row_range(ff..2 * ff))
+                    let down = matrix(&p("ffn_down.weight"), d, ff)?;
+                    (None, gate_up.row_range(0..ff), gate_up.row_range(ff..2 * ff), down)
                 }
-                _ => (matrix(&p("ffn_gate.weight"), ff, d)?, matrix(&p("ffn_up.weight"), ff, d)?),
+                _ => (
+                    None,
+                    matrix(&p("ffn_gate.weight"), ff, d)?,
+                    matrix(&p("ffn_up.weight"), ff, d)?,
+                    matrix(&p("ffn_down.weight"), d, ff)?,
+                ),
             };
             layers.push(LayerWeights {
                 attn_norm: vector(&p("attn_norm.weight"), d)?,
@@ -138,9 +156,10 @@ impl Weights {
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 wo: matrix(&p("attn_output.weight"), d, q)?,
                 ffn_norm: vector(&p("ffn_norm.weight"), d)?,
+                router,
                 w_gate,
                 w_up,
-                w_down: matrix(&p("ffn_down.weight"), d, ff)?,
+                w_down,
             });
         }
         let output = match g.tensor("output.weight") {
@@ -190,6 +209,19 @@ pub(crate) fn read_matrix(g: &Gguf, name: &str, rows: usize, cols: usize) -> Res
     if t.dims != [cols, rows] {
         return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
     }
+    Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
+}
+
+/// The 3-D tensor `name` of `count` experts' [rows × cols] matrices (GGUF dims [cols, rows, count]), as one matrix of
+/// their rows one expert after another.
+fn read_experts(g: &Gguf, name: &str, count: usize, rows: usize, cols: usize) -> Result<MatrixRef> {
+    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+    if t.dims != [cols, rows, count] {
+        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}, {count}]", t.dims)));
+    }
+    let rows = rows
+        .checked_mul(count)
+        .ok_or_else(|| Error::Model(format!("tensor {name}: {count} experts of {rows} rows overflow")))?;
     Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
 }
 
