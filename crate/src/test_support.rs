@@ -67,3 +67,14 @@ pub fn lark_rule_chain(n: usize) -> String {
     let rules: String = (0..n).map(|i| format!("r{i}: r{} \"x\"\n", i + 1)).collect();
     format!("{rules}r{n}: \"y\"\nstart: r0\n")
 }
+
+/// The names in backticks of the README's "Supported" list item `label` ("- Architectures: ..." up to the next item
+/// or blank line), in order: what each code table's test holds the README to.
+pub fn readme_supported(label: &str) -> Vec<&'static str> {
+    const README: &str = include_str!("../../README.md");
+    let head = format!("- {label}:");
+    let start = README.find(&head).unwrap_or_else(|| panic!("README.md has no '{head}' item"));
+    let item = &README[start + head.len()..];
+    let end = ["\n- ", "\n\n"].iter().filter_map(|e| item.find(e)).min().unwrap_or(item.len());
+    item[..end].split('`').skip(1).step_by(2).collect()
+}

@@ -32,6 +32,10 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Every architecture, in the README's order ("Supported").
+    pub const ALL: [Arch; 8] =
+        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Gemma3, Arch::SmolLM3, Arch::Qwen3Moe, Arch::Bert];
+
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
@@ -117,17 +121,10 @@ pub struct Config {
 impl Config {
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
         let arch_name = g.architecture()?;
-        let arch = match arch_name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "qwen3moe" => Arch::Qwen3Moe,
-            "phi3" => Arch::Phi3,
-            "bert" => Arch::Bert,
-            "gemma3" => Arch::Gemma3,
-            "smollm3" => Arch::SmolLM3,
-            other => return Err(Error::UnsupportedArchitecture(other.to_string())),
-        };
+        let arch = Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == arch_name)
+            .ok_or_else(|| Error::UnsupportedArchitecture(arch_name.to_string()))?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize> {
             let v = g.get_u64(&key(k)).ok_or_else(|| Error::Model(format!("metadata key {} is missing", key(k))))?;
@@ -283,5 +280,17 @@ impl Config {
 
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arch;
+    use crate::test_support::{readme_supported, test};
+
+    #[test]
+    fn the_readme_lists_every_architecture_and_no_other() {
+        let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(readme_supported("Architectures"), names, "README.md's architectures (in backticks), in order");
     }
 }

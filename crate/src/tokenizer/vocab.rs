@@ -98,6 +98,9 @@ struct PreSettings {
     no_bos: bool,
 }
 
+/// The tokenizer models (`tokenizer.ggml.model`) the loader below knows, in the README's order ("Supported").
+const TOKENIZER_MODELS: [&str; 4] = ["llama", "gpt2", "gemma4", "bert"];
+
 fn bpe_settings(pre: Option<&str>) -> Result<PreSettings> {
     let s = |pre, clean_spaces| PreSettings { pre, ignore_merges: false, clean_spaces, add_bos: None, no_bos: false };
     let Some(name) = pre else {
@@ -433,8 +436,8 @@ impl Vocab {
             }
             other => {
                 return Err(err(format!(
-                    "unsupported tokenizer model '{other}' (tokenizer.ggml.model); \
-                     supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (BPE), bert (WordPiece)"
+                    "unsupported tokenizer model '{other}' (tokenizer.ggml.model); supported: {}",
+                    TOKENIZER_MODELS.join(", ")
                 )))
             }
         }
@@ -607,4 +610,36 @@ fn parse_byte_token(text: &str) -> u8 {
     let hex = text.get(3..5).or_else(|| text.get(3..)).unwrap_or("");
     let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
     u8::from_str_radix(&digits, 16).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bpe_settings, TOKENIZER_MODELS};
+    use crate::test_support::{readme_supported, test};
+    use crate::tokenizer::pretokenize::PreTokenizer;
+
+    #[test]
+    fn the_readme_lists_every_tokenizer_model_and_pre_tokenizer_family() {
+        let listed = readme_supported("Tokenizers");
+        let (models, pres): (Vec<&str>, Vec<&str>) = listed.iter().partition(|n| TOKENIZER_MODELS.contains(n));
+        assert_eq!(models, TOKENIZER_MODELS, "README.md's tokenizer models, in order");
+        let reached: Vec<PreTokenizer> = pres
+            .iter()
+            .map(|&name| bpe_settings(Some(name)).unwrap_or_else(|e| panic!("README.md lists '{name}': {e}")).pre)
+            .collect();
+        let families = [
+            PreTokenizer::DEFAULT,
+            PreTokenizer::GPT2,
+            PreTokenizer::SMOLLM,
+            PreTokenizer::LLAMA3,
+            PreTokenizer::QWEN2,
+            PreTokenizer::QWEN35,
+            PreTokenizer::FALCON,
+            PreTokenizer::DEEPSEEK_LLM,
+            PreTokenizer::DEEPSEEK_CODER,
+        ];
+        for family in families {
+            assert!(reached.contains(&family), "README.md names no pre-tokenizer of {family:?}");
+        }
+    }
 }

@@ -132,3 +132,9 @@ fn timing_k_rows() {
         println!("{ty:?}: 8 activation rows {eight:.1}, 4 activation rows {four:.1} MAC/ns, 1 row {one:.1} MAC/ns");
     }
 }
+
+#[test]
+fn the_readme_lists_every_tensor_type_in_order() {
+    let names: Vec<&str> = GgmlType::ALL.iter().map(|t| t.name()).collect();
+    assert_eq!(crate::test_support::readme_supported("Tensor types"), names, "README.md's tensor types");
+}
