@@ -291,7 +291,7 @@ export class MicroLora {
     if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty array');
     const prompt = this.#host.applyChatTemplate(messages, { addGenerationPrompt: true });
     const whole = this.#host.applyChatTemplate([...messages, { role: 'assistant', content: response }], { addGenerationPrompt: false });
-    if (!whole.startsWith(prompt)) throw new RuvllmError('E_ADAPTER', "the chat template renders the answer's turn in a way that does not continue the prompt");
+    if (!whole.startsWith(prompt)) throw new RuvllmError('E_CHAT_TEMPLATE', "the chat template renders the answer's turn in a way that does not continue the prompt");
     const promptIds = this.#host.tokenizeChat(messages, { addGenerationPrompt: true });
     // The answer's tokens and one more: the end-of-turn token that follows it (what generation stops on).
     const answer = this.#host.tokenize(response, {});

@@ -5,7 +5,7 @@
 // killed mid-run loses that run's work only, and the checkpoint is the same in a new process; a full store keeps the
 // run in memory and the model answering, and the next run writes the checkpoint; the deep loop prunes a
 // near-duplicate, clusters the rest into a pattern bank that long-term memory recalls, and archives the witness log;
-// bad options and calls are typed errors.
+// a conversation too long to train on leaves the queue; bad options and calls are typed errors.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
@@ -105,6 +105,21 @@ test('a request during a run waits at most one step, and the run waits for it', 
   const run = await running;
   assert.ok(run.interrupted >= 1, JSON.stringify(run));
   assert.deepEqual([run.trajectories, run.steps, loop.info().learned], [3, 6, 3]);
+  await loop.close();
+});
+
+test('a conversation the model cannot take as an example (past its 1,024 tokens) leaves the queue; the rest are learned', async () => {
+  const loop = await LearningLoop.open(llm, { intervalMs: 0, epochs: 1, instant: false, protect: false });
+  // A long conversation answers (the context is the model's 8,192 positions) but is too long an example to train on.
+  const long = [{ role: 'user', content: `${'word '.repeat(1100)}How many words?` }];
+  loop.take({ requestId: 'long', messages: long, response: 'Many.', score: 1, preferred: null, route: null, time: Date.now() });
+  loop.take({ requestId: 'short', messages: ZORBANIA, response: TAUGHT, score: 1, preferred: null, route: null, time: Date.now() + 1 });
+  await loop.flush();
+  const run = await loop.run();
+  assert.deepEqual([run.dropped, run.trajectories, run.steps], [1, 1, 1], JSON.stringify(run));
+  assert.deepEqual([loop.info().pending, loop.info().learned, loop.info().lastError], [0, 1, null]);
+  const next = await loop.run(); // once failed every run
+  assert.deepEqual([next.dropped, next.trajectories, loop.info().lastError], [0, 0, null]);
   await loop.close();
 });
 

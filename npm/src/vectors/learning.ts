@@ -97,6 +97,8 @@ export interface LearningRun {
   corrections: number;
   /** Times it waited for a request before a step. */
   interrupted: number;
+  /** Trajectories it could not learn (the chat template, the tokenizer or the context refuses them), removed. */
+  dropped: number;
   /** Steps the consolidation folded. */
   consolidated: number;
   /** Whether it ended early (`close()`, or `run`'s signal): the trajectories that took a step are checkpointed as learned. */
@@ -392,7 +394,7 @@ export class LearningLoop implements TrajectorySink {
   async #run(scheduled: boolean, signal: AbortSignal | undefined): Promise<LearningRun> {
     const time = Date.now();
     const started = performance.now();
-    const run: LearningRun = { time, ms: 0, trajectories: 0, steps: 0, corrections: 0, interrupted: 0, consolidated: 0, stopped: false };
+    const run: LearningRun = { time, ms: 0, trajectories: 0, steps: 0, corrections: 0, interrupted: 0, dropped: 0, consolidated: 0, stopped: false };
     const stopped = () => this.#stop || signal?.aborted === true;
     try {
       if (this.#checkpointDue) await this.#checkpoint();
@@ -407,7 +409,16 @@ export class LearningLoop implements TrajectorySink {
           if (!t.kept) continue;
           if (await this.#waitForRequests(scheduled, stopped)) run.interrupted++;
           if (stopped()) break;
-          await this.base.feedback({ messages: t.kept.messages, response: t.kept.response, reward: 1 });
+          try {
+            await this.base.feedback({ messages: t.kept.messages, response: t.kept.response, reward: 1 });
+          } catch (e) {
+            // A conversation the model cannot take as an example would fail every run: it leaves the queue.
+            if (!(e instanceof RuvllmError && UNLEARNABLE.has(e.code))) throw e;
+            t.kept = null;
+            done.add(t);
+            run.dropped++;
+            continue;
+          }
           run.steps++;
           done.add(t);
         }
@@ -547,6 +558,9 @@ function stores(spec: LearningOptions['store'], database: string): { trajectorie
   }
   throw invalid("store must be 'indexeddb', a directory path (Node) or { trajectories: Store, adapters: Store }");
 }
+
+/** What `MicroLora.feedback` throws for a conversation it can never take as an example. */
+const UNLEARNABLE = new Set(['E_CHAT_TEMPLATE', 'E_TOKENIZER', 'E_CONTEXT_OVERFLOW', 'E_INVALID_ARGUMENT']);
 
 /** A trajectory's query: its last user message, at most 2,000 characters ('' if it has none that is text). */
 function queryOf(t: Trajectory): string {
