@@ -6,14 +6,13 @@
 //! Renormalized over the chosen experts, the softmax's denominator cancels: a chosen expert's weight is the softmax of
 //! the chosen logits alone, and the ranking is the logits'.
 
+use crate::gguf::bytes::ModelBytes;
 use crate::kernels::swiglu::swiglu;
 use crate::model::config::Experts;
 use crate::model::forward::project;
 use crate::model::weights::LayerWeights;
 use crate::parallel::{for_each_row_chunk, LineBuf};
 use crate::quant::Activations;
-
-use crate::gguf::bytes::ModelBytes;
 
 /// Scratch of one forward call of up to `n_batch` tokens (in `RunState`).
 pub(crate) struct ExpertScratch {
@@ -53,7 +52,7 @@ impl ExpertScratch {
 
 /// The `chosen.len()` experts of one token's router `logits` that score highest, best first (ties to the lower
 /// index), each with its weight: the softmax over the chosen logits.
-pub fn route(logits: &[f32], chosen: &mut [(u32, f32)]) {
+pub(crate) fn route(logits: &[f32], chosen: &mut [(u32, f32)]) {
     for k in 0..chosen.len() {
         let taken = &chosen[..k];
         let best = (0..logits.len())

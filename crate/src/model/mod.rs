@@ -12,7 +12,9 @@
 //! page whose weights live in a worker.
 //! `forward.rs` is one top-to-bottom `forward()` over a batch of tokens into a preallocated `RunState`, and
 //! `batches`, the one rule that splits an eval into forward calls (also used by the GPU). A new architecture starts
-//! in `config.rs` and `forward.rs`.
+//! in `config.rs` and `forward.rs`. `experts.rs` is a mixture of experts' feed-forward block (`Config::experts`:
+//! qwen3moe): the router's top-k choice per token, each expert's block on the batch's tokens that chose it, whose
+//! matrices are row ranges of the 3-D expert tensors (`Weights` holds every expert's rows in w_gate/w_up/w_down).
 //!
 //! `bert.rs` is the encoder (llama.cpp's `bert` architecture: all-MiniLM, bge): `BertWeights` (a model's `encoder`;
 //! its decoder `weights` are empty and `Evaluator::open` refuses it, since an encoder does not generate) and `encode()`,
@@ -29,7 +31,7 @@ pub mod adapter;
 pub mod bert;
 pub mod config;
 pub(crate) mod eval;
-pub mod experts;
+pub(crate) mod experts;
 pub mod forward;
 pub mod lora;
 pub mod text;
