@@ -25,7 +25,7 @@ section "the docs name what exists; the crate's parts import one way (scripts/ch
 python3 scripts/check-docs.py
 python3 scripts/check-layers.py
 
-section "tiny test models (SentencePiece llama, qwen2) -> $RUVLLM_FIXTURES"
+section "tiny test models (tests/fixtures/make_tiny_models.py: one per architecture, real tokenizers and quantization) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES"
 section "LoRA adapters for the tiny models and the default model (tests/rust/lora.rs) -> $RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_lora_adapters.py "$RUVLLM_FIXTURES"
