@@ -14,7 +14,7 @@
 //! fallback, both over `symbols.rs`; `wordpiece.rs` is BERT's WordPiece (llama.cpp's basic tokenizer, then greedy
 //! longest match). `strings.rs`'s `StrTable` holds the token texts and the merges end to end, found by text through a
 //! hash table of their indexes (no heap allocation per string: a vocabulary has up to hundreds of thousands). `pretokenize.rs` holds hand-written splitters equal to llama.cpp's regexes (smollm,
-//! gpt-2, llama3, qwen2, qwen35, falcon, deepseek-llm, deepseek-coder, gemma4, default), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
+//! gpt-2, llama3, qwen2, qwen35, tekken, gpt-4o, falcon, deepseek-llm, deepseek-coder, gemma4, default), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
 //! `gen_unicode_table.py`) hold the Unicode 15.1 classes and the NFD map llama.cpp uses. `stream.rs` decodes token by token without
 //! splitting a UTF-8 character. A new pre-tokenizer: `pretokenize.rs` and its name in `vocab.rs`.
 

@@ -21,6 +21,11 @@ enum Stage {
     /// With `marks`, Qwen3.5's: `\p{L}+` is `[\p{L}\p{M}]+` and the punctuation run excludes `\p{M}` too
     /// (llama.cpp's custom qwen35 splitter).
     Llama3 { max_digits: usize, marks: bool },
+    /// Tekken's (Mistral Nemo) and GPT-4o's (Phi-4-mini) regex as llama.cpp rewrites it for std::regex:
+    /// `[^\r\n\p{L}\p{N}]?U*L+C|[^\r\n\p{L}\p{N}]?U+L*C|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+    /// where U is a letter not in `a-z`, L one not in `A-Z` (`(?=[\p{L}])([^a-z])`: a non-ASCII letter, collapsed to
+    /// one stand-in, is both) and C, with `contractions` (GPT-4o), an optional `'s|'t|'re|'ve|'m|'ll|'d` in any case.
+    Cased { max_digits: usize, contractions: bool },
     /// `X`: every char of the class on its own.
     Isolate(Class),
     /// `X+`: maximal runs of the class.
@@ -125,6 +130,12 @@ impl PreTokenizer {
     pub(crate) const LLAMA3: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 3, marks: false }] };
     pub(crate) const QWEN2: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1, marks: false }] };
     pub(crate) const QWEN35: PreTokenizer = PreTokenizer { stages: &[Stage::Llama3 { max_digits: 1, marks: true }] };
+    /// Tekken (Mistral Nemo, Mistral Small 3): words split where a lowercase letter meets an uppercase one.
+    pub(crate) const TEKKEN: PreTokenizer =
+        PreTokenizer { stages: &[Stage::Cased { max_digits: 1, contractions: false }] };
+    /// GPT-4o's (Phi-4-mini): Tekken's words with their contractions, digits three at a time.
+    pub(crate) const GPT4O: PreTokenizer =
+        PreTokenizer { stages: &[Stage::Cased { max_digits: 3, contractions: true }] };
     /// Falcon: punctuation runs (with the backtick), then GPT-2, then digit triples.
     pub(crate) const FALCON: PreTokenizer =
         PreTokenizer { stages: &[Stage::Runs(Class::FalconPunctuation), Stage::Gpt2, Stage::DigitTriples] };
@@ -190,6 +201,7 @@ impl Splitter<'_> {
         match stage {
             Stage::Gpt2 => self.gpt2(start),
             Stage::Llama3 { max_digits, marks } => self.llama3(start, max_digits, marks),
+            Stage::Cased { max_digits, contractions } => self.cased(start, max_digits, contractions),
             Stage::Isolate(class) => self.isolate(start, class),
             Stage::Runs(class) => self.runs(start, class),
             Stage::SpaceThenRuns(class) => self.space_then_runs(start, class),
@@ -354,6 +366,66 @@ impl Splitter<'_> {
                 continue;
             }
             pos = self.whitespace_or_char(pos);
+        }
+    }
+
+    fn cased(&mut self, start: usize, max_digits: usize, contractions: bool) {
+        let mut pos = start;
+        while pos < self.end {
+            let c = self.chars[pos];
+            // [^\r\n\p{L}\p{N}]?U*L+ | [^\r\n\p{L}\p{N}]?U+L*: with a letter after the optional char, one of them
+            // matches with it.
+            let first = if !(c == '\r' || c == '\n' || is_letter(c) || is_number(c)) { pos + 1 } else { pos };
+            if self.letter(first) {
+                pos = self.cased_word(first);
+                if contractions {
+                    pos += self.contraction(pos, |c| c.to_ascii_lowercase()).unwrap_or(0);
+                }
+                self.emit(pos);
+                continue;
+            }
+            // \p{N}{1,max_digits}
+            if is_number(c) {
+                let run_end = (pos..self.end).take_while(|&p| self.number(p)).count() + pos;
+                while pos < run_end {
+                    pos = (pos + max_digits).min(run_end);
+                    self.emit(pos);
+                }
+                continue;
+            }
+            // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+            let first = if c == ' ' { pos + 1 } else { pos };
+            if self.other(first) {
+                pos = first;
+                while self.other(pos) {
+                    pos += 1;
+                }
+                while matches!(self.at(pos), Some('\r' | '\n' | '/')) {
+                    pos += 1;
+                }
+                self.emit(pos);
+                continue;
+            }
+            // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n.
+            let n = (pos..self.end).take_while(|&p| self.space(p)).count();
+            if let Some(last_newline) = (pos..pos + n).rev().find(|&p| matches!(self.chars[p], '\r' | '\n')) {
+                pos = last_newline + 1;
+                self.emit(pos);
+                continue;
+            }
+            pos = self.whitespace_or_char(pos);
+        }
+    }
+
+    /// The end of `U*L+|U+L*` from the letter at `first`, as the regex backtracks: the longest run of U (letters not
+    /// in a-z) that an L (a letter not in A-Z) follows, then the run of L; else the run of U alone.
+    fn cased_word(&self, first: usize) -> usize {
+        let upper = |p: usize| self.at(p).is_some_and(|c| is_letter(c) && !c.is_ascii_lowercase());
+        let lower = |p: usize| self.at(p).is_some_and(|c| is_letter(c) && !c.is_ascii_uppercase());
+        let u_end = (first..self.end).take_while(|&p| upper(p)).count() + first;
+        match (first..=u_end).rev().find(|&q| lower(q)) {
+            Some(q) => (q..self.end).take_while(|&p| lower(p)).count() + q,
+            None => u_end,
         }
     }
 

@@ -122,14 +122,16 @@ fn bpe_settings(pre: Option<&str>) -> Result<PreSettings> {
         "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => s(PreTokenizer::QWEN2, false),
         "megrez" | "stablelm2" => s(PreTokenizer::QWEN2, true),
         "qwen35" => s(PreTokenizer::QWEN35, false),
+        "tekken" => PreSettings { ignore_merges: true, add_bos: Some(true), ..s(PreTokenizer::TEKKEN, false) },
+        "gpt-4o" | "llama4" => s(PreTokenizer::GPT4O, false),
         "falcon" => s(PreTokenizer::FALCON, true),
         "deepseek-llm" => s(PreTokenizer::DEEPSEEK_LLM, false),
         "deepseek-coder" => s(PreTokenizer::DEEPSEEK_CODER, false),
         other => {
             return Err(Error::Tokenizer(format!(
                 "unsupported pre-tokenizer '{other}' (tokenizer.ggml.pre); supported: default, gpt-2, smollm, \
-                 llama-bpe/llama3, qwen2, qwen35, falcon, deepseek-llm, deepseek-coder and the llama.cpp values \
-                 that share their rules"
+                 llama-bpe/llama3, qwen2, qwen35, tekken, gpt-4o, falcon, deepseek-llm, deepseek-coder and the \
+                 llama.cpp values that share their rules"
             )))
         }
     })
@@ -634,6 +636,8 @@ mod tests {
             PreTokenizer::LLAMA3,
             PreTokenizer::QWEN2,
             PreTokenizer::QWEN35,
+            PreTokenizer::TEKKEN,
+            PreTokenizer::GPT4O,
             PreTokenizer::FALCON,
             PreTokenizer::DEEPSEEK_LLM,
             PreTokenizer::DEEPSEEK_CODER,
