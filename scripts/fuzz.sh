@@ -54,7 +54,7 @@ cat "$RUVLLM_FIXTURES"/tiny-llama3-split-0000{1,2,3}-of-00003.gguf >"$seeds/tiny
 i=0
 for text in "Hello, world! 123 héllo wörld" $'<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n' \
   "東京は日本の首都です。 서울 北京 😀🎉" $'  tabs\tand\n\nnewlines   ' "<s> </s> <unk> <0x41> ▁x [PAD0]"; do
-  for vocab in 0 1 2; do
+  for vocab in 0 1 2 3 4; do
     printf "\\x$vocab\\x00%s" "$text" >"$seeds/tokenizer-$i-$vocab"
   done
   i=$((i + 1))

@@ -1,6 +1,7 @@
 #![no_main]
-//! The tokenizers of real vocabularies: the default model's (byte-level BPE, SmolLM2) and the two tiny test
-//! models' (SentencePiece llama, byte-level BPE qwen2), loaded once. The input picks a vocabulary, encodes a
+//! The tokenizers of real vocabularies: the default model's (byte-level BPE, SmolLM2), the two tiny test
+//! models' (SentencePiece llama, byte-level BPE qwen2) and tiny-qwen2's under the tekken and gpt-4o pre-tokenizers
+//! (vocab-*.gguf), loaded once. The input picks a vocabulary, encodes a
 //! text with and without special-token parsing, and decodes arbitrary ids, whole and streamed.
 //!
 //! Files: $RUVLLM_MODEL (default ~/.cache/ruvllm/SmolLM2-135M-Instruct.Q4_1.gguf) and $RUVLLM_FIXTURES (default
@@ -37,6 +38,8 @@ fn vocabs() -> &'static [Vocab] {
             (model, true),
             (format!("{fixtures}/tiny-llama-spm.gguf"), false),
             (format!("{fixtures}/tiny-qwen2.gguf"), true),
+            (format!("{fixtures}/vocab-tekken.gguf"), true),
+            (format!("{fixtures}/vocab-gpt-4o.gguf"), true),
         ];
         let mut vocabs = Vec::new();
         for (path, round_trip) in files {
