@@ -331,41 +331,15 @@ impl Splitter<'_> {
             }
             // \p{N}{1,max_digits}
             if is_number(c) {
-                let mut run_start = pos;
-                while self.number(pos) {
-                    pos += 1;
-                    if pos - run_start >= max_digits {
-                        self.emit(pos);
-                        run_start = pos;
-                    }
-                }
-                self.emit(pos);
+                pos = self.digit_groups(pos, max_digits);
                 continue;
             }
-            // ` ?[^\s\p{L}\p{N}]+[\r\n]*`. A lone space at the end of the piece also lands here (llama.cpp tests
-            // the class of the char after the space, which is none); the regex would give the same single-space
-            // piece through `\s+(?!\S)`.
-            let first = if c == ' ' { pos + 1 } else { pos };
-            let other = |s: &Self, pos| s.other(pos) && !s.word(pos, marks);
-            if other(self, first) || (c == ' ' && first == self.end) {
-                pos = first;
-                while other(self, pos) {
-                    pos += 1;
-                }
-                while matches!(self.at(pos), Some('\r' | '\n')) {
-                    pos += 1;
-                }
-                self.emit(pos);
+            // ` ?[^\s\p{L}\p{N}]+[\r\n]*`, `[\p{M}]` not among them with `marks`.
+            if let Some(end) = self.punctuation(pos, |s, p| s.other(p) && !s.word(p, marks), &['\r', '\n']) {
+                pos = end;
                 continue;
             }
-            // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n.
-            let n = (pos..self.end).take_while(|&p| self.space(p)).count();
-            if let Some(last_newline) = (pos..pos + n).rev().find(|&p| matches!(self.chars[p], '\r' | '\n')) {
-                pos = last_newline + 1;
-                self.emit(pos);
-                continue;
-            }
-            pos = self.whitespace_or_char(pos);
+            pos = self.newlines_or_whitespace(pos);
         }
     }
 
@@ -386,34 +360,58 @@ impl Splitter<'_> {
             }
             // \p{N}{1,max_digits}
             if is_number(c) {
-                let run_end = (pos..self.end).take_while(|&p| self.number(p)).count() + pos;
-                while pos < run_end {
-                    pos = (pos + max_digits).min(run_end);
-                    self.emit(pos);
-                }
+                pos = self.digit_groups(pos, max_digits);
                 continue;
             }
             // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
-            let first = if c == ' ' { pos + 1 } else { pos };
-            if self.other(first) {
-                pos = first;
-                while self.other(pos) {
-                    pos += 1;
-                }
-                while matches!(self.at(pos), Some('\r' | '\n' | '/')) {
-                    pos += 1;
-                }
-                self.emit(pos);
+            if let Some(end) = self.punctuation(pos, Self::other, &['\r', '\n', '/']) {
+                pos = end;
                 continue;
             }
-            // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n.
-            let n = (pos..self.end).take_while(|&p| self.space(p)).count();
-            if let Some(last_newline) = (pos..pos + n).rev().find(|&p| matches!(self.chars[p], '\r' | '\n')) {
-                pos = last_newline + 1;
-                self.emit(pos);
-                continue;
+            pos = self.newlines_or_whitespace(pos);
+        }
+    }
+
+    /// `\p{N}{1,max_digits}` from the number at `pos`, each group a piece; returns the run's end.
+    fn digit_groups(&mut self, mut pos: usize, max_digits: usize) -> usize {
+        let run_end = (pos..self.end).take_while(|&p| self.number(p)).count() + pos;
+        while pos < run_end {
+            pos = (pos + max_digits).min(run_end);
+            self.emit(pos);
+        }
+        pos
+    }
+
+    /// ` ?X+[T]*` at `pos`, X the chars `other` takes and T `trailing`: the piece's end, or None when no X follows
+    /// (the optional space). A lone space at the end of the piece also lands here (llama.cpp's splitters test the
+    /// class of the char after the space, which is none); the regex would give the same single-space piece through
+    /// `\s+(?!\S)`.
+    fn punctuation(&mut self, pos: usize, other: impl Fn(&Self, usize) -> bool, trailing: &[char]) -> Option<usize> {
+        let space = self.at(pos) == Some(' ');
+        let mut end = if space { pos + 1 } else { pos };
+        if !(other(self, end) || (space && end == self.end)) {
+            return None;
+        }
+        while other(self, end) {
+            end += 1;
+        }
+        while self.at(end).is_some_and(|c| trailing.contains(&c)) {
+            end += 1;
+        }
+        self.emit(end);
+        Some(end)
+    }
+
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at `pos`: the whitespace run up to and including its last `\r` or `\n`, else
+    /// [`Self::whitespace_or_char`]. Returns where the next piece starts.
+    fn newlines_or_whitespace(&mut self, pos: usize) -> usize {
+        let n = (pos..self.end).take_while(|&p| self.space(p)).count();
+        match (pos..pos + n).rev().find(|&p| matches!(self.chars[p], '\r' | '\n')) {
+            Some(last_newline) => {
+                self.emit(last_newline + 1);
+                last_newline + 1
             }
-            pos = self.whitespace_or_char(pos);
+            None => self.whitespace_or_char(pos),
         }
     }
 
