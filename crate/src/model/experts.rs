@@ -41,11 +41,12 @@ impl ExpertScratch {
     /// The bytes [`ExpertScratch::new`] allocates, saturating.
     pub(crate) fn bytes(experts: Option<Experts>, n_batch: usize, d_model: usize) -> usize {
         let Some(e) = experts else { return 0 };
-        let floats = n_batch.saturating_mul(e.count);
-        let pairs = n_batch.saturating_mul(e.used + 1);
-        floats
-            .saturating_mul(4)
-            .saturating_add(pairs.saturating_mul(std::mem::size_of::<(usize, f32)>()))
+        let logits = n_batch.saturating_mul(e.count).saturating_mul(std::mem::size_of::<f32>());
+        let chosen = n_batch.saturating_mul(e.used).saturating_mul(std::mem::size_of::<(u32, f32)>());
+        let rows = n_batch.saturating_mul(std::mem::size_of::<(usize, f32)>());
+        logits
+            .saturating_add(chosen)
+            .saturating_add(rows)
             .saturating_add(LineBuf::bytes(n_batch.saturating_mul(d_model)).saturating_mul(2))
     }
 }

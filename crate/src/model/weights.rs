@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
 use crate::model::config::{Arch, Config};
 use crate::quant::{dequantize_row, GgmlType, QuantMatrix};
 
@@ -203,22 +203,25 @@ impl Weights {
     }
 }
 
+/// The tensor `name`, which must have the GGUF dims `dims` (innermost first).
+fn shaped<'g>(g: &'g Gguf, name: &str, dims: &[usize]) -> Result<&'g TensorInfo> {
+    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
+    if t.dims != dims {
+        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected {dims:?}", t.dims)));
+    }
+    Ok(t)
+}
+
 /// The 2-D tensor `name`, which must be `rows` rows of `cols` (GGUF dims `[cols, rows]`).
 pub(crate) fn read_matrix(g: &Gguf, name: &str, rows: usize, cols: usize) -> Result<MatrixRef> {
-    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
-    if t.dims != [cols, rows] {
-        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}]", t.dims)));
-    }
+    let t = shaped(g, name, &[cols, rows])?;
     Ok(MatrixRef { ty: t.ty, rows, cols, offset: t.offset })
 }
 
 /// The 3-D tensor `name` of `count` experts' [rows × cols] matrices (GGUF dims [cols, rows, count]), as one matrix of
 /// their rows one expert after another.
 fn read_experts(g: &Gguf, name: &str, count: usize, rows: usize, cols: usize) -> Result<MatrixRef> {
-    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
-    if t.dims != [cols, rows, count] {
-        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{cols}, {rows}, {count}]", t.dims)));
-    }
+    let t = shaped(g, name, &[cols, rows, count])?;
     let rows = rows
         .checked_mul(count)
         .ok_or_else(|| Error::Model(format!("tensor {name}: {count} experts of {rows} rows overflow")))?;
@@ -227,10 +230,7 @@ fn read_experts(g: &Gguf, name: &str, count: usize, rows: usize, cols: usize) ->
 
 /// The 1-D tensor `name` of `n` elements, converted to f32.
 pub(crate) fn read_vector(g: &Gguf, file: &ModelBytes, name: &str, n: usize) -> Result<Vec<f32>> {
-    let t = g.tensor(name).ok_or_else(|| Error::Model(format!("tensor {name} is missing")))?;
-    if t.dims != [n] {
-        return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.dims)));
-    }
+    let t = shaped(g, name, &[n])?;
     let mut v = vec![0f32; n];
     dequantize_row(t.ty, file.get(t.offset..t.offset + t.size), &mut v);
     Ok(v)

@@ -48,16 +48,9 @@ pub fn load(file: &str) -> (Arc<Model>, Value) {
 /// engines within the logits' bounds may part. The fixture must be the bytes llama.cpp ran (the generator is seeded;
 /// other library versions may write others).
 pub fn greedy_reference(file: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
-    use sha2::{Digest, Sha256};
     let reference: Value = serde_json::from_str(GREEDY_REFERENCE).expect("tiny-greedy-reference.json");
     let entry = &reference["models"][file];
-    let bytes = super::read_file(&format!("{}/{file}", fixtures_dir()));
-    let sha: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(
-        entry["sha256"].as_str(),
-        Some(sha.as_str()),
-        "{file} is not the file llama.cpp's greedy ids were made from: run tests/fixtures/greedy_reference.mjs again"
-    );
+    read_fixture_made_for(file, &entry["sha256"], "greedy_reference.mjs");
     let runs = entry["runs"].as_array().expect("runs");
     let clear: Vec<_> = runs
         .iter()
@@ -66,6 +59,20 @@ pub fn greedy_reference(file: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect();
     assert!(clear.len() >= 2, "{file}: only {} of the greedy runs are clear of near ties", clear.len());
     clear
+}
+
+/// The fixture `file`'s bytes, which must be those whose SHA-256 (`sha256`) a committed llama.cpp reference was made
+/// from by tests/fixtures/`script` (the generator is seeded; other library versions may write other bytes).
+pub fn read_fixture_made_for(file: &str, sha256: &Value, script: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let bytes = super::read_file(&format!("{}/{file}", fixtures_dir()));
+    let sha: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        sha256.as_str(),
+        Some(sha.as_str()),
+        "{file} is not the file the reference was made from: run {script} again"
+    );
+    bytes
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {
