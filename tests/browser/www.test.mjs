@@ -104,6 +104,14 @@ async function memoryOpened() {
   });
 }
 
+/** Wait until the Insights panel has opened the witness log, on the memory panel's embedding model (memoryOpened). */
+async function witnessOpened() {
+  await memoryOpened();
+  await page.waitForFunction(() => document.body.dataset.witnessReady === '1', null, { timeout: 60_000 }).catch(async (e) => {
+    throw new Error(`the witness log did not open: "${await page.locator('#ins-status').textContent()}" (${e.message})`);
+  });
+}
+
 async function openSettings() {
   if (!(await page.locator('#settings-panel').evaluate((d) => d.open))) await page.getByText('Settings', { exact: true }).click();
 }
@@ -258,7 +266,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
   await openSettings();
   await page.getByLabel('Max tokens', { exact: true }).fill('32'); // short answers: this test is about what is done with them
   await page.getByRole('button', { name: 'New chat' }).click();
-  await page.waitForFunction(() => document.body.dataset.witnessReady === '1', null, { timeout: 120_000 }); // Insights, below
+  await witnessOpened(); // Insights, below
   await ask('Name a colour.');
   const answer = page.locator('article.msg.assistant').first();
   assert.match(await answer.locator('.meta').textContent(), /^base model · /);
@@ -301,7 +309,7 @@ test('learning: 👎 trains the MicroLoRA a step; "Answer with my adapter" answe
 
   // Insights: the witness log came back from IndexedDB with both answers, the first with its thumb down; the past
   // requests most like a text are found.
-  await page.waitForFunction(() => document.body.dataset.witnessReady === '1', null, { timeout: 120_000 });
+  await witnessOpened();
   await page.locator('#insights-panel').evaluate((d) => (d.open = true));
   const listed = (id) => page.locator(`#${id} li p.turn`).allTextContents();
   assert.deepEqual((await listed('ins-recent')).slice(0, 2), ['Name another colour.', 'Name a colour.']);
