@@ -57,7 +57,7 @@ impl Mix {
         };
         let ty = if name == "output.weight" || (tied && name == "token_embd.weight") {
             // The output head: Q8_0 where the main type's blocks do not fit its rows, else Q6_K.
-            if dims[0] % self.base().block_size() != 0 {
+            if !dims[0].is_multiple_of(self.base().block_size()) {
                 GgmlType::Q8_0
             } else {
                 GgmlType::Q6_K
@@ -80,7 +80,7 @@ pub fn use_more_bits(i: usize, n: usize) -> bool {
 /// llama.cpp's `tensor_type_fallback`: a K-quant's 256-element blocks must tile the rows (`ncols`, ggml's ne[0]);
 /// where they do not, a 32-element type of about the same bits takes its place, and F16 where not even those fit.
 fn fallback(ty: GgmlType, ncols: usize) -> GgmlType {
-    if ncols % ty.block_size() == 0 {
+    if ncols.is_multiple_of(ty.block_size()) {
         return ty;
     }
     let to = match ty {
@@ -89,7 +89,7 @@ fn fallback(ty: GgmlType, ncols: usize) -> GgmlType {
         GgmlType::Q6_K => GgmlType::Q8_0,
         t => panic!("no fallback for {t:?}"),
     };
-    if ncols % to.block_size() == 0 {
+    if ncols.is_multiple_of(to.block_size()) {
         to
     } else {
         GgmlType::F16

@@ -39,8 +39,9 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 /// The tiny models on the GPU: every weight type the loader takes (the llama's `ffn_down` is Q4_K, Q6_K, Q5_K, Q3_K and
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
 /// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
-/// 256, sliding window, post-norms and GeGLU, and SmolLM3's layers without RoPE, within the CPU's bounds of the float64
-/// reference, whole (prefill) and a few tokens at a time (decode steps among them); SmolLM3's greedy ids are llama.cpp's.
+/// 256, sliding window, post-norms and GeGLU, SmolLM3's layers without RoPE and Qwen3-MoE's experts (dense on the GPU:
+/// every expert computed, the chosen ones weighted), within the CPU's bounds of the float64 reference, whole (prefill)
+/// and a few tokens at a time (decode steps among them); SmolLM3's and Qwen3-MoE's greedy ids are llama.cpp's.
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
@@ -49,15 +50,27 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         assert!(s.on_gpu(), "the tiny model runs on the GPU");
         s
     };
-    for file in [tiny::LLAMA_SPM, tiny::QWEN2, tiny::QWEN3, tiny::LLAMA3, tiny::PHI3, tiny::GEMMA3, tiny::SMOLLM3] {
+    let files = [
+        tiny::LLAMA_SPM,
+        tiny::QWEN2,
+        tiny::QWEN3,
+        tiny::LLAMA3,
+        tiny::PHI3,
+        tiny::GEMMA3,
+        tiny::SMOLLM3,
+        tiny::QWEN3MOE,
+    ];
+    for file in files {
         tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
     }
-    let (smollm3, _) = tiny::load(tiny::SMOLLM3);
-    for (prompt, want) in tiny::greedy_reference(tiny::SMOLLM3) {
-        let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };
-        let out = on_gpu(&smollm3, &SessionOptions::default()).generate(&prompt, opts, None, |_| {}).unwrap();
-        assert_eq!(out.ids, want, "greedy ids on the GPU after {prompt:?}");
+    for file in [tiny::SMOLLM3, tiny::QWEN3MOE] {
+        let (model, _) = tiny::load(file);
+        for (prompt, want) in tiny::greedy_reference(file) {
+            let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };
+            let out = on_gpu(&model, &SessionOptions::default()).generate(&prompt, opts, None, |_| {}).unwrap();
+            assert_eq!(out.ids, want, "{file}: greedy ids on the GPU after {prompt:?}");
+        }
     }
 }
 
@@ -858,19 +871,9 @@ fn tiny_gemma3_continues_past_its_window_from_the_prefix_cache_on_the_gpu() {
     assert_eq!(want.ids, cpu.ids, "the GPU's greedy ids are the CPU's");
 }
 
-/// An architecture the GPU's forward pass does not know (an encoder; a mixture of experts) is refused with a typed
-/// error, not run wrong; under "auto" the mixture of experts runs on the CPU.
+/// An architecture the GPU's forward pass does not know (an encoder) is refused with a typed error, not run wrong.
 #[test]
-fn an_encoder_and_a_mixture_of_experts_are_unsupported_on_the_gpu() {
-    let (moe, _) = tiny::load(tiny::QWEN3MOE);
-    match block_on(GpuModel::new(moe.clone(), &software())) {
-        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("qwen3moe"), "{message}"),
-        Err(e) => panic!("not the typed error: {e}"),
-        Ok(_) => panic!("a mixture of experts went on the GPU"),
-    }
-    let auto = Session::with_gpu_options(moe, &SessionOptions::default(), Backend::Auto, &software()).unwrap();
-    assert!(!auto.on_gpu(), "auto runs the mixture of experts on the CPU");
-
+fn an_encoder_is_unsupported_on_the_gpu() {
     // As tests/rust/embed.rs finds it (scripts/fetch-embed-model.sh).
     let path = support::env("RUVLLM_EMBED_MODEL").unwrap_or_else(|| {
         let cache = support::env("RUVLLM_CACHE")

@@ -12,17 +12,21 @@
 //! `xb`, or left as a split matmul's partials) and a `norm_add` adds their post-norm to the residual,
 //! where the other models' matrix ops add to it themselves; the gate's activation is GELU.
 //!
+//! A mixture of experts (qwen3moe) runs dense (`model.rs`): the router's matrix op on the feed-forward block's
+//! normed input, every expert's gate/up rows and activation as one wide feed-forward block, the `route` op scaling
+//! each expert's hidden values by its weight, and the down product of the experts side by side.
+//!
 //! Under LoRA adapters (`ops/lora.rs`) a session builds a second set of ops for its adapter set: a LoRA op
 //! after each adapted group's matrix op, reading the input that op reads. Decode then stores gate and up
 //! before SwiGLU (the adapters add to them), and the output head's logits before greedy argmax (which
 //! then scans the logits); prefill keeps the reduce of a split qkv or gate/up matmul where the group is
 //! adapted, so that the adapters add to stored rows. The base model's ops are built without any of this.
 
-use super::model::{GpuModel, MatLoc};
+use super::model::{ffn_width, GpuModel, MatLoc};
 use super::ops::lora::{self, Group, LoraIn, LoraWeights};
 use super::ops::mat::{self, to, MatIn, OutMode, Splits};
 use super::ops::rope_store::KvBuffers;
-use super::ops::{argmax, attn_decode, attn_prefill, embed, glu, norm, rope_store, Op, OpBuilder};
+use super::ops::{argmax, attn_decode, attn_prefill, embed, glu, norm, rope_store, route, Op, OpBuilder};
 use super::session::Buffers;
 use crate::error::Result;
 
@@ -185,11 +189,31 @@ impl<'a> Forward<'a> {
         }
     }
 
+    /// A mixture's router logits of the feed-forward block's `input` (none without experts).
+    async fn router(&mut self, l: usize, label: &'static str, input: MatIn<'_>) -> Result<Vec<Op>> {
+        let (lw, c) = (&self.m.layers[l], &self.m.model.config);
+        match (&lw.router, &self.b.route, c.experts) {
+            (Some(router), Some(logits), Some(e)) => {
+                let out = to(logits, e.count, OutMode::Store, None);
+                mat::ops(&mut self.ops, label, &[(router, 0)], input, out, &self.splits).await
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// A mixture's `route` op, scaling the experts' hidden values in `h` (none without experts).
+    async fn route(&mut self) -> Result<Option<Op>> {
+        match (&self.b.route, self.m.model.config.experts) {
+            (Some(logits), Some(e)) => Ok(Some(route::op(&self.ops, e, logits, &self.b.h).await?)),
+            _ => Ok(None),
+        }
+    }
+
     async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), ffn_width(c));
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut ops =
@@ -207,6 +231,7 @@ impl<'a> Forward<'a> {
                 .await?,
         );
 
+        ops.extend(self.router(l, "matvec_router", MatIn::Norm(&b.x, &lw.ffn_norm)).await?);
         // The gated activation fused into one matvec when gate and up can share a dispatch and no adapter adds to
         // them.
         let (g, u) = (&lw.w_gate, &lw.w_up);
@@ -225,6 +250,7 @@ impl<'a> Forward<'a> {
             ops.extend(self.lora(Group::GateUp(l), LoraIn::Norm(&b.x, &lw.ffn_norm), &b.gu).await?);
             ops.push(glu::op(&self.ops, 1, &b.gu, &b.h).await?);
         }
+        ops.extend(self.route().await?);
         let post = lw.post_ffn_norm.as_ref();
         ops.extend(
             self.decode_block_out(
@@ -244,7 +270,7 @@ impl<'a> Forward<'a> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), ffn_width(c));
         let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
@@ -269,6 +295,7 @@ impl<'a> Forward<'a> {
         let post = lw.post_attn_norm.as_ref();
         ops.extend(self.prefill_block_out("matmul_wo", &lw.wo, &b.att, Group::O(l), post, true).await?);
         ops.push(self.prefill_norm(&lw.ffn_norm).await?);
+        ops.extend(self.router(l, "matmul_router", MatIn::Rows(&b.xb)).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
         let mut gu_ops =
@@ -282,6 +309,7 @@ impl<'a> Forward<'a> {
             Some(splits) => glu::op(&self.ops, splits, &b.split, &b.h).await?,
             None => glu::op(&self.ops, 1, &b.gu, &b.h).await?,
         });
+        ops.extend(self.route().await?);
         // The next layer's attention norm adds the partials; the output layer's norm reads x itself.
         let post = lw.post_ffn_norm.as_ref();
         let pending = l + 1 < c.n_layers;

@@ -4,6 +4,12 @@
 //! Weights are packed into "arenas": storage buffers of at most one binding's size, filled in the
 //! order the forward pass reads them, so a layer's q/k/v (and gate/up) usually share an arena and
 //! one dispatch. A matrix larger than an arena is split by rows into several.
+//!
+//! A mixture of experts (qwen3moe) runs dense on the GPU: every expert's gate and up rows on every token (the stacked
+//! tensors as they are), each expert's hidden values scaled by the token's routing weight (0 for the experts it did
+//! not choose; `ops/route.rs`), and one down product over the experts' down matrices laid side by side
+//! ([`experts_side_by_side`]), which sums the chosen experts' outputs by their weights. It computes all the experts
+//! where the CPU computes the chosen ones: exact, and `count / used` times the work.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +18,8 @@ use super::device::Gpu;
 use super::ops::{self, Kernel};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{GpuFault, Result};
-use crate::model::config::Arch;
+use crate::gguf::bytes::ModelBytes;
+use crate::model::config::{Arch, Config};
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
 use crate::quant::GgmlType;
@@ -41,6 +48,9 @@ pub(crate) struct LayerLocs {
     pub wo: MatLoc,
     pub w_gate: MatLoc,
     pub w_up: MatLoc,
+    /// With experts: `w_gate` and `w_up` hold every expert's rows ([n_experts·ffn_dim × d_model]), `w_down` their
+    /// down matrices side by side ([d_model × n_experts·ffn_dim]), and this is the router ([n_experts × d_model]).
+    pub router: Option<MatLoc>,
     pub w_down: MatLoc,
     pub attn_norm: wgpu::Buffer,
     pub ffn_norm: wgpu::Buffer,
@@ -77,24 +87,35 @@ impl GpuModel {
         let mut plan = ArenaPlan::new(gpu.max_binding);
         let token_embd = plan.place(&w.token_embd)?;
         let mut placed = Vec::new();
+        let file = model.file();
         for lw in &w.layers {
             let mut locs = Vec::with_capacity(7);
-            for m in [&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down] {
+            for m in [&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up] {
                 locs.push(plan.place(m)?);
             }
-            placed.push(locs);
+            locs.push(match model.config.experts {
+                Some(e) => plan.place_made(experts_side_by_side(&lw.w_down, e.count, file))?,
+                None => plan.place(&lw.w_down)?,
+            });
+            let router = match &lw.router {
+                Some(r) => Some(plan.place(r)?),
+                None => None,
+            };
+            placed.push((locs, router));
         }
         let tied = w.output.offset == w.token_embd.offset;
         let output = if tied { token_embd.clone() } else { plan.place(&w.output)? };
 
-        // Upload: each arena is filled from the file's bytes in one write.
-        let file = model.file();
+        // Upload: each arena is filled from the file's bytes (or the rows laid out here) in one write.
         let mut arenas = Vec::with_capacity(plan.sizes.len());
         for (a, &size) in plan.sizes.iter().enumerate() {
             let mut bytes = vec![0u8; size as usize];
-            for (m, chunk) in plan.placed.iter().filter(|(_, c)| c.arena == a) {
-                let rb = m.row_bytes();
-                let src = &m.bytes(file)[chunk.row0 * rb..(chunk.row0 + chunk.rows) * rb];
+            for (source, chunk) in plan.placed.iter().filter(|(_, c)| c.arena == a) {
+                let (all, rb) = match source {
+                    Source::File(m) => (m.bytes(file), m.row_bytes()),
+                    Source::Made(i) => (&plan.made[*i].bytes[..], plan.made[*i].row_bytes),
+                };
+                let src = &all[chunk.row0 * rb..(chunk.row0 + chunk.rows) * rb];
                 bytes[chunk.offset as usize..chunk.offset as usize + src.len()].copy_from_slice(src);
             }
             arenas.push(gpu.buffer_with(&format!("weights {a}"), &bytes, wgpu::BufferUsages::STORAGE).await?);
@@ -102,7 +123,7 @@ impl GpuModel {
 
         let vector = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let mut layers = Vec::with_capacity(w.layers.len());
-        for (lw, locs) in w.layers.iter().zip(placed) {
+        for (lw, (locs, router)) in w.layers.iter().zip(placed) {
             let mut locs = locs.into_iter();
             let mut next = || locs.next().expect("seven matrices were placed per layer");
             let (wq, wk, wv, wo, w_gate, w_up, w_down) = (next(), next(), next(), next(), next(), next(), next());
@@ -137,6 +158,7 @@ impl GpuModel {
                 wo,
                 w_gate,
                 w_up,
+                router,
                 w_down,
                 attn_norm: gpu.buffer_with("attn_norm", &vector(&lw.attn_norm), wgpu::BufferUsages::STORAGE).await?,
                 ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
@@ -214,7 +236,10 @@ fn check_supported(model: &Model) -> Result<()> {
         ));
     }
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
-    if !matches!(c.arch, Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3) {
+    if !matches!(
+        c.arch,
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3
+    ) {
         return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
@@ -223,20 +248,69 @@ fn check_supported(model: &Model) -> Result<()> {
     Ok(())
 }
 
+/// The width of the feed-forward rows on the GPU: `ffn_dim`, or every expert's together (the dense mixture).
+pub(crate) fn ffn_width(c: &Config) -> usize {
+    c.ffn_dim * c.experts.map_or(1, |e| e.count)
+}
+
+/// A matrix laid out here rather than read from the file in place.
+struct MadeMatrix {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    bytes: Vec<u8>,
+}
+
+/// The `count` experts' down matrices of `w_down` ([count·d_model × ffn_dim], each expert's d_model rows in turn) side
+/// by side, [d_model × count·ffn_dim]: row i is each expert's row i, one after another. Each expert's row is whole
+/// quantization blocks (a row of a GGUF tensor), so the joined row is a row of the same type.
+fn experts_side_by_side(w_down: &MatrixRef, count: usize, file: &ModelBytes) -> MadeMatrix {
+    let (d, rb) = (w_down.rows / count, w_down.row_bytes());
+    let stacked = w_down.bytes(file);
+    let mut bytes = Vec::with_capacity(stacked.len());
+    for i in 0..d {
+        for e in 0..count {
+            bytes.extend_from_slice(&stacked[(e * d + i) * rb..][..rb]);
+        }
+    }
+    MadeMatrix { ty: w_down.ty, rows: d, cols: count * w_down.cols, row_bytes: count * rb, bytes }
+}
+
+/// Where a placed matrix's rows come from.
+#[derive(Clone)]
+enum Source {
+    File(MatrixRef),
+    /// `ArenaPlan::made[i]`.
+    Made(usize),
+}
+
 /// Packing of matrices into arenas of at most `max` bytes (each matrix 4-byte aligned).
 struct ArenaPlan {
     max: u64,
     sizes: Vec<u64>,
-    placed: Vec<(MatrixRef, Chunk)>,
+    placed: Vec<(Source, Chunk)>,
+    made: Vec<MadeMatrix>,
 }
 
 impl ArenaPlan {
     fn new(max: u64) -> Self {
-        ArenaPlan { max, sizes: Vec::new(), placed: Vec::new() }
+        ArenaPlan { max, sizes: Vec::new(), placed: Vec::new(), made: Vec::new() }
     }
 
     fn place(&mut self, m: &MatrixRef) -> Result<MatLoc> {
-        let rb = m.row_bytes() as u64;
+        self.place_rows(Source::File(*m), m.ty, m.rows, m.cols, m.row_bytes())
+    }
+
+    fn place_made(&mut self, m: MadeMatrix) -> Result<MatLoc> {
+        debug_assert_eq!(m.ty.row_bytes(m.cols), m.row_bytes);
+        let (ty, rows, cols, rb) = (m.ty, m.rows, m.cols, m.row_bytes);
+        self.made.push(m);
+        self.place_rows(Source::Made(self.made.len() - 1), ty, rows, cols, rb)
+    }
+
+    fn place_rows(&mut self, source: Source, ty: GgmlType, n_rows: usize, cols: usize, rb: usize) -> Result<MatLoc> {
+        let rb = rb as u64;
         if rb > self.max {
             return Err(gpu_error(
                 GpuFault::Limits,
@@ -246,8 +320,8 @@ impl ArenaPlan {
         let rows_per_arena = (self.max / rb) as usize;
         let mut chunks = Vec::new();
         let mut row0 = 0;
-        while row0 < m.rows {
-            let rows = (m.rows - row0).min(rows_per_arena);
+        while row0 < n_rows {
+            let rows = (n_rows - row0).min(rows_per_arena);
             let bytes = rows as u64 * rb;
             let fits = self.sizes.last().is_some_and(|&used| used + bytes <= self.max);
             if !fits {
@@ -257,10 +331,10 @@ impl ArenaPlan {
             let offset = self.sizes[arena];
             self.sizes[arena] = (offset + bytes).div_ceil(4) * 4;
             let chunk = Chunk { arena, offset, row0, rows };
-            self.placed.push((*m, chunk));
+            self.placed.push((source.clone(), chunk));
             chunks.push(chunk);
             row0 += rows;
         }
-        Ok(MatLoc { ty: m.ty, cols: m.cols, chunks })
+        Ok(MatLoc { ty, cols, chunks })
     }
 }

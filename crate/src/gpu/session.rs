@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::forward::{self, ForwardOps};
 use super::gpu_error;
-use super::model::GpuModel;
+use super::model::{ffn_width, GpuModel};
 use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
@@ -66,6 +66,8 @@ pub(super) struct Buffers {
     pub split: wgpu::Buffer,
     pub gu: wgpu::Buffer,
     pub h: wgpu::Buffer,
+    /// With experts: the router's logits, [n × n_experts].
+    pub route: Option<wgpu::Buffer>,
     pub logits: wgpu::Buffer,
     /// The best (value, id) of each output-layer matvec workgroup, for argmax.
     pub best: wgpu::Buffer,
@@ -185,6 +187,7 @@ impl GpuSession {
             ));
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
+        let ff = ffn_width(&c);
         let b = Buffers {
             call: gpu.buffer("call", size_of::<CallParams>() as u64, U::UNIFORM | U::COPY_DST).await?,
             params: gpu.buffer("params", ops::PARAM_SLOT * MAX_PARAMS, U::UNIFORM | U::COPY_DST).await?,
@@ -199,11 +202,15 @@ impl GpuSession {
                 .await?,
             att_parts: gpu.buffer("prefill attention partials", f32s(attn_prefill::parts_len(&c, nb)), storage).await?,
             split: {
-                let rows = qkv_dim.max(2 * c.ffn_dim).max(c.d_model);
+                let rows = qkv_dim.max(2 * ff).max(c.d_model);
                 gpu.buffer("split partials", f32s(mat::MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
             },
-            gu: gpu.buffer("gate_up", f32s(nb * 2 * c.ffn_dim), storage).await?,
-            h: gpu.buffer("ffn hidden", f32s(nb * c.ffn_dim), storage).await?,
+            gu: gpu.buffer("gate_up", f32s(nb * 2 * ff), storage).await?,
+            h: gpu.buffer("ffn hidden", f32s(nb * ff), storage).await?,
+            route: match c.experts {
+                Some(e) => Some(gpu.buffer("router logits", f32s(nb * e.count), storage).await?),
+                None => None,
+            },
             logits: gpu.buffer("logits", f32s(logit_rows * c.vocab_size), storage).await?,
             best: gpu
                 .buffer(

@@ -65,5 +65,5 @@ pub(crate) async fn op(b: &OpBuilder<'_>, splits: u32, gu: &wgpu::Buffer, h: &wg
     ];
     let c = &b.m.model.config;
     let kernel = Kernel::Glu(Glu { splits, act: Act::of(c) });
-    b.op("glu", kernel, Glu::grid(c.ffn_dim), entries).await
+    b.op("glu", kernel, Glu::grid(crate::gpu::model::ffn_width(c)), entries).await
 }

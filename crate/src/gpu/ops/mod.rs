@@ -15,6 +15,7 @@ pub(crate) mod mat;
 pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod rope_store;
+pub(crate) mod route;
 mod shader;
 
 use std::sync::Arc;
@@ -86,6 +87,7 @@ pub(crate) enum Kernel {
     Glu(glu::Glu),
     Argmax(argmax::Argmax),
     Lora(lora::Lora),
+    Route(route::Route),
 }
 
 impl Kernel {
@@ -109,6 +111,7 @@ impl Kernel {
             Kernel::Glu(k) => k.source(&mut m),
             Kernel::Argmax(k) => k.source(&mut m),
             Kernel::Lora(k) => k.source(&mut m),
+            Kernel::Route(k) => k.source(&mut m),
         }
         m.finish()
     }
@@ -131,6 +134,7 @@ impl Kernel {
             Kernel::Glu(_) => glu::BINDINGS,
             Kernel::Argmax(_) => argmax::BINDINGS,
             Kernel::Lora(k) => k.bindings(),
+            Kernel::Route(_) => route::BINDINGS,
         }
     }
 }

@@ -63,7 +63,7 @@ pub(crate) fn model_header(c: &Config) -> String {
         c.head_dim,
         c.q_dim(),
         c.kv_dim(),
-        c.ffn_dim,
+        crate::gpu::model::ffn_width(c),
         c.vocab_size,
         c.rope_dims,
         c.rope_neox,
