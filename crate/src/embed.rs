@@ -58,7 +58,14 @@ impl Model {
             (Arch::Bert, Some(weights)) => self.encoder_embeddings(weights, texts, pooling),
             (Arch::Bert, None) => unreachable!("a bert model loads with its encoder weights"),
             (
-                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3,
+                Arch::Llama
+                | Arch::Qwen2
+                | Arch::Qwen3
+                | Arch::Qwen3Moe
+                | Arch::Phi3
+                | Arch::Gemma3
+                | Arch::SmolLM3
+                | Arch::GraniteMoe,
                 _,
             ) => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
         };

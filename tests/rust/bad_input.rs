@@ -190,6 +190,28 @@ fn expert_counts_that_cannot_work_are_model_errors() {
 }
 
 #[test]
+fn granite_multipliers_that_are_not_positive_numbers_and_a_shared_expert_are_model_errors() {
+    let granite = || {
+        decoder("granitemoe", 64, 4, 1)
+            .meta("granitemoe.expert_count", Meta::U32(4))
+            .meta("granitemoe.expert_used_count", Meta::U32(2))
+    };
+    for key in ["embedding_scale", "residual_scale", "attention.scale", "logit_scale"] {
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let e = load_error(granite().meta(&format!("granitemoe.{key}"), Meta::F32(bad)).bytes());
+            assert_eq!(e.code(), "E_MODEL", "{key} = {bad}: {e}");
+            assert!(e.to_string().contains(&format!("granitemoe.{key} is {bad}")), "{e}");
+        }
+    }
+    // Granite 4's shared expert is a block this engine does not run: refused, not left out.
+    let e = load_error(granite().meta("granitemoe.expert_shared_feed_forward_length", Meta::U32(64)).bytes());
+    assert!(e.to_string().contains("shared expert is not supported"), "{e}");
+    // Sound multipliers: the config is read, and the missing layers are the error.
+    let e = load_error(granite().meta("granitemoe.logit_scale", Meta::F32(6.0)).bytes());
+    assert!(e.to_string().contains("block_count 1 needs at least"), "{e}");
+}
+
+#[test]
 fn block_counts_beyond_the_tensors_present_reserve_nothing() {
     // 2^31 - 1 layers once reserved ~738 GB up front; a layer needs 9 tensors, so the count is checked first.
     for block_count in [i32::MAX as u32, 100_000_000, 1] {

@@ -3,8 +3,9 @@
 //! RoPE, GQA 3, tied head) with a byte-level BPE tokenizer and ChatML control tokens, and a qwen3 (QK-norm, heads
 //! wider than d_model / n_head) and a llama with Llama 3.1's RoPE frequency factors, both with the same tokenizer, and
 //! a phi3 (fused q/k/v and gate/up, LongRoPE) and a gemma3 (heads of 256, QK-norm, post-norms, GeGLU, a sliding
-//! window of 8 positions) with the SentencePiece one, and a smollm3 (no RoPE in its fourth layer) and a qwen3moe (4
-//! experts, 2 a token) with the BPE one, whose greedy ids are also llama.cpp's.
+//! window of 8 positions) with the SentencePiece one, and a smollm3 (no RoPE in its fourth layer), a qwen3moe (4
+//! experts, 2 a token) and a granitemoe (Granite's multipliers and 4 experts) with the BPE one, whose greedy ids are
+//! also llama.cpp's.
 //!
 //! Token ids must equal those of the real libraries (sentencepiece, HF tokenizers) exactly, and decode back to the text.
 //! Logits at every position must match a float64 NumPy forward over the dequantized weights. The engine, like ggml,
@@ -27,8 +28,8 @@ use serde_json::Value;
 
 use support::test;
 use support::tiny::{
-    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3, QWEN3MOE,
-    SMOLLM3,
+    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, GRANITEMOE, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3,
+    QWEN3MOE, SMOLLM3,
 };
 
 fn check_tokenizer(file: &str) {
@@ -208,6 +209,29 @@ fn qwen3moe_experts_match_reference_and_llama_cpp_greedy() {
         assert!(seq["min_router_gap"].as_f64().unwrap() >= 0.05, "a near tie between experts in the fixture");
     }
     for (prompt, want) in greedy_reference(QWEN3MOE) {
+        let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
+        assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
+    }
+}
+
+/// Granite-MoE: a llama whose embeddings, residual branches, attention scores and logits are scaled by the file's four
+/// multipliers (3, 0.5, 0.09, 1/2.5 here), with qwen3moe's mixture of experts (the width is `feed_forward_length`);
+/// whole and in batches, and llama.cpp's 32 greedy tokens. Leaving any multiplier out moves the logits by 0.56-12.8 of
+/// their std (tests/fixtures/README.md); the bound is 0.056.
+#[test]
+fn granitemoe_multipliers_and_experts_match_reference_and_llama_cpp_greedy() {
+    check_tokenizer(GRANITEMOE);
+    check_logits(GRANITEMOE, &SessionOptions::default(), None);
+    check_logits(GRANITEMOE, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[3, 1, 2]));
+    let (model, entry) = load(GRANITEMOE);
+    let c = &model.config;
+    assert_eq!((c.experts.map(|e| (e.count, e.used)), c.ffn_dim), (Some((4, 2)), 256));
+    let s = c.scales;
+    assert_eq!((s.embedding, s.residual, s.attention, s.logit_divisor), (3.0, 0.5, 0.09, 2.5));
+    for seq in entry["forward"].as_array().unwrap() {
+        assert!(seq["min_router_gap"].as_f64().unwrap() >= 0.05, "a near tie between experts in the fixture");
+    }
+    for (prompt, want) in greedy_reference(GRANITEMOE) {
         let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
         assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
     }

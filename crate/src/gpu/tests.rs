@@ -31,7 +31,7 @@ use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
 use crate::kernels::swiglu::swiglu;
 use crate::kv::cache::KvCache;
-use crate::model::config::{Arch, Config};
+use crate::model::config::{Arch, Config, Scales};
 use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{dequantize_row, quantize_row, GgmlType};
 use crate::splitmix::SplitMix64;
@@ -218,6 +218,7 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rope_dims,
         rope_neox: neox,
         pooling: None,
+        scales: Scales::plain(head_dim),
     }
 }
 

@@ -32,6 +32,8 @@ pub struct AttentionShape {
     pub head_dim: usize,
     /// Positions a query sees, itself included: 0 for all of them.
     pub window: usize,
+    /// What the scores `q·k` are multiplied by: `1 / sqrt(head_dim)` but for Granite's `attention.scale`.
+    pub scale: f32,
 }
 
 impl AttentionShape {
@@ -157,7 +159,7 @@ pub fn attention(
     let (group, part) = (shape.group(), shape.part_len());
     assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
     assert!(kv.positions(shape) >= span, "cache too short");
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = shape.scale;
     let out_ptr = SharedMut::new(out);
     let scores_len = scratch.scores.len();
     let scores = SharedMut::new(&mut scratch.scores);
@@ -530,7 +532,7 @@ mod tests {
             (4, 2, 20, 10, 5, 100),
         ];
         for (n_heads, n_kv_heads, head_dim, pos0, n_tokens, window) in cases {
-            let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window };
+            let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window, scale: 1.0 / (head_dim as f32).sqrt() };
             let n = (pos0 + n_tokens) * shape.kv_dim();
             let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
             let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
@@ -551,7 +553,8 @@ mod tests {
             for ((n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens), window) in
                 cases.into_iter().flat_map(|c| [(c, 0), (c, 70)])
             {
-                let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window };
+                let shape =
+                    AttentionShape { n_heads, n_kv_heads, head_dim, window, scale: 1.0 / (head_dim as f32).sqrt() };
                 let kv_dim = shape.kv_dim();
                 let span = pos0 + n_tokens;
                 // Cold rows, and their exact values; then the hot rows as f16.

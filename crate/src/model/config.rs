@@ -26,6 +26,9 @@ pub enum Arch {
     /// SmolLM3: a llama whose every fourth layer has no RoPE (NoPE; llama.cpp fixes the step at 4 for the arch,
     /// no GGUF key says it).
     SmolLM3,
+    /// Granite-MoE (granite-3.x-1b-a400m, 3b-a800m): a llama with Granite's multipliers ([`Scales`]) and in every
+    /// layer a mixture of experts as Qwen3-MoE's, whose width is `feed_forward_length`.
+    GraniteMoe,
     /// BERT (all-MiniLM, bge, ...): an encoder with absolute position and token-type embeddings, LayerNorm
     /// after each block, biases everywhere, GELU, attention over the whole sequence. No RoPE, no KV cache.
     Bert,
@@ -33,8 +36,17 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, in the README's order ("Supported").
-    pub const ALL: [Arch; 8] =
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Gemma3, Arch::SmolLM3, Arch::Qwen3Moe, Arch::Bert];
+    pub const ALL: [Arch; 9] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Phi3,
+        Arch::Gemma3,
+        Arch::SmolLM3,
+        Arch::Qwen3Moe,
+        Arch::GraniteMoe,
+        Arch::Bert,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -45,6 +57,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::SmolLM3 => "smollm3",
+            Arch::GraniteMoe => "granitemoe",
             Arch::Bert => "bert",
         }
     }
@@ -82,6 +95,27 @@ pub struct Experts {
     pub used: usize,
 }
 
+/// Granite's multipliers (`embedding_scale`, `residual_scale`, `attention.scale`, `logit_scale`), and what the other
+/// architectures do in their place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scales {
+    /// What the token embeddings are multiplied by (Gemma: `sqrt(d_model)`; 1 elsewhere).
+    pub embedding: f32,
+    /// What each block's output is multiplied by before its residual add.
+    pub residual: f32,
+    /// What the attention scores `q·k` are multiplied by (`1 / sqrt(head_dim)` elsewhere).
+    pub attention: f32,
+    /// What the logits are divided by.
+    pub logit_divisor: f32,
+}
+
+impl Scales {
+    /// A llama's: none, and scores scaled by `1 / sqrt(head_dim)`.
+    pub fn plain(head_dim: usize) -> Scales {
+        Scales { embedding: 1.0, residual: 1.0, attention: 1.0 / (head_dim as f32).sqrt(), logit_divisor: 1.0 }
+    }
+}
+
 /// More experts than llama.cpp's own limit (LLAMA_MAX_EXPERTS) is a hostile file.
 pub const MAX_EXPERTS: usize = 512;
 
@@ -116,6 +150,7 @@ pub struct Config {
     pub rope_neox: bool,
     /// The pooling the GGUF asks for (`<arch>.pooling_type`), if any: embeddings default to it.
     pub pooling: Option<Pooling>,
+    pub scales: Scales,
 }
 
 impl Config {
@@ -185,7 +220,7 @@ impl Config {
             _ => 0,
         };
         let experts = match arch {
-            Arch::Qwen3Moe => {
+            Arch::Qwen3Moe | Arch::GraniteMoe => {
                 let (count, used) = (req("expert_count")?, req("expert_used_count")?);
                 if count > MAX_EXPERTS || used > count {
                     return Err(Error::Model(format!("{used} of {count} experts (at most {MAX_EXPERTS})")));
@@ -194,9 +229,34 @@ impl Config {
             }
             _ => None,
         };
-        let ffn_dim = match experts {
-            Some(_) => req("expert_feed_forward_length")?,
-            None => req("feed_forward_length")?,
+        let ffn_dim = match arch {
+            Arch::Qwen3Moe => req("expert_feed_forward_length")?,
+            _ => req("feed_forward_length")?,
+        };
+        let scale = |k: &str, default: f32| -> Result<f32> {
+            match g.get_f32(&key(k)) {
+                None => Ok(default),
+                Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+                Some(v) => Err(Error::Model(format!("metadata key {} is {v}, not a positive number", key(k)))),
+            }
+        };
+        let plain = Scales::plain(head_dim);
+        let scales = match arch {
+            Arch::Gemma3 => Scales { embedding: (d_model as f32).sqrt(), ..plain },
+            Arch::GraniteMoe => {
+                // Granite 4's shared expert (`expert_shared_feed_forward_length`) is a block this forward pass does
+                // not have.
+                if g.get_u64(&key("expert_shared_feed_forward_length")).is_some_and(|n| n > 0) {
+                    return Err(Error::Model("granitemoe with a shared expert is not supported".into()));
+                }
+                Scales {
+                    embedding: scale("embedding_scale", 1.0)?,
+                    residual: scale("residual_scale", 1.0)?,
+                    attention: scale("attention.scale", plain.attention)?,
+                    logit_divisor: scale("logit_scale", 1.0)?,
+                }
+            }
+            _ => plain,
         };
         let vocab_size = g
             .tensor("token_embd.weight")
@@ -221,7 +281,8 @@ impl Config {
                 | Arch::Qwen3Moe
                 | Arch::Phi3
                 | Arch::Gemma3
-                | Arch::SmolLM3 => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+                | Arch::SmolLM3
+                | Arch::GraniteMoe => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,
@@ -231,6 +292,7 @@ impl Config {
             rope_attn_factor,
             rope_orig_context,
             pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
+            scales,
         })
     }
 
@@ -240,6 +302,7 @@ impl Config {
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
             window: 0,
+            scale: self.scales.attention,
         }
     }
 
@@ -266,12 +329,9 @@ impl Config {
         }
     }
 
-    /// What the token embeddings are multiplied by (Gemma: `sqrt(d_model)`).
+    /// What the token embeddings are multiplied by ([`Scales::embedding`]).
     pub fn embedding_scale(&self) -> f32 {
-        match self.arch {
-            Arch::Gemma3 => (self.d_model as f32).sqrt(),
-            _ => 1.0,
-        }
+        self.scales.embedding
     }
 
     pub fn q_dim(&self) -> usize {

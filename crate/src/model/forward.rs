@@ -255,7 +255,7 @@ fn forward_layers(
         if let Some(w) = &lw.post_attn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
-        add(&mut s.x[..n * d], &s.proj[..n * d], d);
+        add_residual(&mut s.x[..n * d], &s.proj[..n * d], d, c.scales.residual);
 
         // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x)), GELU for Gemma, whose block
         // output is normed again before the add; or the same of each token's experts, weighted (qwen3moe).
@@ -288,7 +288,7 @@ fn forward_layers(
         if let Some(w) = &lw.post_ffn_norm {
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
-        add(&mut s.x[..n * d], &s.proj[..n * d], d);
+        add_residual(&mut s.x[..n * d], &s.proj[..n * d], d, c.scales.residual);
     }
 }
 
@@ -306,6 +306,10 @@ fn output_head(model: &Model, lora: &AdapterSet, s: &mut RunState, n: usize, wan
     s.logits.resize(rows * c.vocab_size, 0.0);
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(w.output.view(file), &mut s.logits[..])]);
     lora.add_to(Site::Output, &s.xb[..rows * d], rows, &mut s.logits[..]);
+    let divisor = c.scales.logit_divisor;
+    if divisor != 1.0 {
+        s.logits.iter_mut().for_each(|v| *v /= divisor);
+    }
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format
@@ -325,6 +329,14 @@ pub(crate) fn project(acts: &mut Activations, x: &[f32], n: usize, outs: &mut [(
 /// `x += y`, row by row (rows of `d`).
 pub(crate) fn add(x: &mut [f32], y: &[f32], d: usize) {
     for_each_row_chunk(x, d, |t0, x| x.iter_mut().zip(&y[t0 * d..]).for_each(|(a, b)| *a += b));
+}
+
+/// A block's output `y` added to the residual stream `x`, times `scale` (Granite's `residual_scale`; 1 elsewhere).
+fn add_residual(x: &mut [f32], y: &[f32], d: usize, scale: f32) {
+    if scale == 1.0 {
+        return add(x, y, d);
+    }
+    for_each_row_chunk(x, d, |t0, x| x.iter_mut().zip(&y[t0 * d..]).for_each(|(a, b)| *a += scale * b));
 }
 
 /// RMSNorm of each row of `x` (rows of `weight.len()`) into `out`.

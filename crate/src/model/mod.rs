@@ -107,9 +107,14 @@ impl Model {
                 let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
                 (Weights::encoder_only(encoder.token_embd), Some(encoder))
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 => {
-                (Weights::from_gguf(&gguf, &bytes, &config)?, None)
-            }
+            Arch::Llama
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Phi3
+            | Arch::Gemma3
+            | Arch::SmolLM3
+            | Arch::GraniteMoe => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
         };
         let text = TextModel::from_gguf(&gguf)?;
         if text.tokenizer().vocab_size() != config.vocab_size {

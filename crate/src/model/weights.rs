@@ -97,15 +97,27 @@ impl Weights {
             let p = |s: &str| format!("blk.{i}.{s}");
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
-                Arch::Llama if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
+                Arch::Llama | Arch::GraniteMoe if g.tensor(&p(s)).is_some() => vector(&p(s), n).map(Some),
                 // A bert model has no decoder layers (`encoder_only`): it never comes here.
-                Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3 | Arch::Bert => {
-                    Ok(None)
-                }
+                Arch::Llama
+                | Arch::Qwen3
+                | Arch::Qwen3Moe
+                | Arch::Phi3
+                | Arch::Gemma3
+                | Arch::SmolLM3
+                | Arch::GraniteMoe
+                | Arch::Bert => Ok(None),
             };
+            // Granite's optional output bias is a term this forward pass does not have: refused, not dropped.
+            if c.arch == Arch::GraniteMoe && g.tensor(&p("attn_output.bias")).is_some() {
+                return Err(Error::Model(format!(
+                    "{} (an attention output bias) is not supported",
+                    p("attn_output.bias")
+                )));
+            }
             let head_norm = |s: &str| match c.arch {
                 Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
-                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::SmolLM3 | Arch::Bert => Ok(None),
+                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::SmolLM3 | Arch::GraniteMoe | Arch::Bert => Ok(None),
             };
             let post_norm = |s: &str| match c.arch {
                 Arch::Gemma3 => vector(&p(s), d).map(Some),
