@@ -40,8 +40,9 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
 /// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
 /// 256, sliding window, post-norms and GeGLU, SmolLM3's layers without RoPE and Qwen3-MoE's experts (dense on the GPU:
-/// every expert computed, the chosen ones weighted), within the CPU's bounds of the float64 reference, whole (prefill)
-/// and a few tokens at a time (decode steps among them); SmolLM3's and Qwen3-MoE's greedy ids are llama.cpp's.
+/// every expert computed, the chosen ones weighted) and Granite-MoE's multipliers, within the CPU's bounds of the float64
+/// reference, whole (prefill) and a few tokens at a time (decode steps among them); the greedy ids of the last three are
+/// llama.cpp's.
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let on_gpu = |model: &Arc<Model>, opts: &SessionOptions| {
@@ -59,12 +60,13 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         tiny::GEMMA3,
         tiny::SMOLLM3,
         tiny::QWEN3MOE,
+        tiny::GRANITEMOE,
     ];
     for file in files {
         tiny::check_logits_with(file, &SessionOptions::default(), None, on_gpu);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), on_gpu);
     }
-    for file in [tiny::SMOLLM3, tiny::QWEN3MOE] {
+    for file in [tiny::SMOLLM3, tiny::QWEN3MOE, tiny::GRANITEMOE] {
         let (model, _) = tiny::load(file);
         for (prompt, want) in tiny::greedy_reference(file) {
             let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };

@@ -12,7 +12,11 @@
 //! `xb`, or left as a split matmul's partials) and a `norm_add` adds their post-norm to the residual,
 //! where the other models' matrix ops add to it themselves; the gate's activation is GELU.
 //!
-//! A mixture of experts (qwen3moe) runs dense (`model.rs`): the router's matrix op on the feed-forward block's
+//! Granite's multipliers are constants of every kernel's header (`ops/shader.rs`): the matrix ops and LoRA adapters
+//! that add to the residual stream scale what they add, attention scales its scores; the logits are divided where
+//! they are read (`session.rs`).
+//!
+//! A mixture of experts (qwen3moe, granitemoe) runs dense (`model.rs`): the router's matrix op on the feed-forward block's
 //! normed input, every expert's gate/up rows and activation as one wide feed-forward block, the `route` op scaling
 //! each expert's hidden values by its weight, and the down product of the experts side by side.
 //!
@@ -94,8 +98,9 @@ impl<'a> Forward<'a> {
 
     /// The LoRA ops adding to `group`'s output `out` from `input` (none without adapters there).
     async fn lora(&mut self, group: Group, input: LoraIn<'_>, out: &wgpu::Buffer) -> Result<Vec<Op>> {
+        let residual = std::ptr::eq(out, &self.b.x);
         match self.lora {
-            Some(w) => lora::ops(&mut self.ops, w, group, input, out).await,
+            Some(w) => lora::ops(&mut self.ops, w, group, input, out, residual).await,
             None => Ok(Vec::new()),
         }
     }

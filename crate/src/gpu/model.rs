@@ -238,7 +238,14 @@ fn check_supported(model: &Model) -> Result<()> {
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
     if !matches!(
         c.arch,
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::SmolLM3
+        Arch::Llama
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Phi3
+            | Arch::Gemma3
+            | Arch::SmolLM3
+            | Arch::GraniteMoe
     ) {
         return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }

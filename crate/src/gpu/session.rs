@@ -467,7 +467,9 @@ impl GpuSession {
             if logits != LogitsFor::None && argmax_slot.is_none() {
                 let rows = if logits == LogitsFor::All { n } else { 1 };
                 let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
-                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+                // Granite's logit multiplier, here rather than in a kernel: greedy argmax on the GPU does not need it.
+                let divisor = self.m.model.config.scales.logit_divisor;
+                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) / divisor));
             }
         }
         Ok(match want {

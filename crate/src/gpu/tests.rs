@@ -1029,7 +1029,7 @@ pub async fn lora_adds_its_adapters_to_the_output() {
             data.push((Slot::In1, Data::Storage(f32_bytes(&norm_w))));
         }
         let tokens = if input == LoraInput::Rows { n } else { 1 };
-        let kernel = Kernel::Lora(Lora { input, cols: cols as u32 });
+        let kernel = Kernel::Lora(Lora { input, cols: cols as u32, residual: false });
         let grid = [(rows as u32).div_ceil(256), tokens as u32, 1];
         let out = to_f32(&run(kernel, &header(), data, grid, &[Slot::Out]).await[0]);
         for t in 0..tokens {

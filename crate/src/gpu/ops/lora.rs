@@ -44,6 +44,9 @@ pub(crate) struct Lora {
     pub input: LoraInput,
     /// Input width (`A`'s rows).
     pub cols: u32,
+    /// Whether the output is the residual stream (o and down without a post-norm), whose additions are scaled by the
+    /// model's `residual` multiplier (Granite's).
+    pub residual: bool,
 }
 
 uniform! {
@@ -76,6 +79,7 @@ impl Lora {
         debug_assert!(self.cols.is_multiple_of(4));
         m.constant("COLS", self.cols);
         m.constant("MAX_RANK", MAX_RANK as u32);
+        m.flag("RESIDUAL", self.residual);
         m.uniform::<LoraParams>();
         m.reduce();
         match self.input {
@@ -238,6 +242,7 @@ pub(crate) async fn ops(
     group: Group,
     input: LoraIn<'_>,
     out: &wgpu::Buffer,
+    residual: bool,
 ) -> Result<Vec<Op>> {
     let Some(p) = &w.groups[group.index(b.m.model.config.n_layers)] else { return Ok(Vec::new()) };
     let (kind, x, norm) = match input {
@@ -246,7 +251,7 @@ pub(crate) async fn ops(
         LoraIn::Attn(part) => (LoraInput::Attn, part, None),
         LoraIn::Rows(x) => (LoraInput::Rows, x, None),
     };
-    let kernel = Kernel::Lora(Lora { input: kind, cols: p.n_in as u32 });
+    let kernel = Kernel::Lora(Lora { input: kind, cols: p.n_in as u32, residual });
     let tokens = if kind == LoraInput::Rows { Count::Tokens { per: 1 } } else { Count::Fixed(1) };
     let groups = (p.rows as u32).div_ceil(256);
     debug_assert!(groups <= 65535);

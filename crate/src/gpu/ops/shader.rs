@@ -45,7 +45,8 @@ fn dequant_source(ty: GgmlType) -> &'static str {
 }
 
 /// The header every kernel of this model starts with: the model's shape (with Gemma 3's sliding
-/// window, 0 without, and embedding scale, 1 elsewhere), the op tiles that depend on it, the binding
+/// window, 0 without, and its multipliers: the embeddings', the attention scores' and the residual
+/// branches', `Config::scales`), the op tiles that depend on it, the binding
 /// slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
 /// declaration.
 pub(crate) fn model_header(c: &Config) -> String {
@@ -55,7 +56,8 @@ pub(crate) fn model_header(c: &Config) -> String {
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
          const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
          const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
-         const WINDOW: u32 = {}u;\nconst EMBED_SCALE: f32 = {:e};\n\
+         const WINDOW: u32 = {}u;\nconst EMBED_SCALE: f32 = {:e};\nconst ATTN_SCALE: f32 = {:e};\n\
+         const RESIDUAL_SCALE: f32 = {:e};\n\
          const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst Q_TEAM: u32 = {team}u;\nconst Q_CHUNKS: u32 = {ch}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
         c.d_model,
         c.n_heads,
@@ -70,6 +72,8 @@ pub(crate) fn model_header(c: &Config) -> String {
         c.rms_eps,
         c.sliding_window,
         c.embedding_scale(),
+        c.scales.attention,
+        c.scales.residual,
     );
     for slot in Slot::ALL {
         h += &format!("const {}: u32 = {}u;\n", slot.wgsl_name(), slot as u32);

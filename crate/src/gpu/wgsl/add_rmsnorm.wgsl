@@ -1,5 +1,5 @@
-// Needs: the header (BIND_*, CallParams, D_MODEL), row_rms.wgsl (row_rms_scale), the variant's SPLITS.
-// A split matmul's residual add folded into the RMSNorm after it (prefill): x += the sum of the
+// Needs: the header (BIND_*, CallParams, D_MODEL, RESIDUAL_SCALE), row_rms.wgsl (row_rms_scale), the variant's SPLITS.
+// A split matmul's residual add folded into the RMSNorm after it (prefill): x += RESIDUAL_SCALE * the sum of the
 // SPLITS partial products ([split][token][D_MODEL], matmul.wgsl OUT_PARTIAL, summed in
 // split_reduce.wgsl's order), then out = x / sqrt(mean(x^2) + eps) * w. One workgroup per row:
 // one dispatch instead of a reduce and a norm.
@@ -19,7 +19,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         for (var z = 0u; z < SPLITS; z++) {
             v += part[(z * call.n + wg.x) * D_MODEL + i];
         }
-        let r = x[base + i] + v;
+        let r = x[base + i] + RESIDUAL_SCALE * v;
         x[base + i] = r;
         ss += r * r;
     }

@@ -1,4 +1,4 @@
-// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW), common.wgsl (NEG_BIG), rope.wgsl (qkv,
+// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, ATTN_SCALE), common.wgsl (NEG_BIG), rope.wgsl (qkv,
 // QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS), the variant's WINDOWED.
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
@@ -31,7 +31,7 @@ const SLICES: u32 = HEAD_DIM / 8u;    // 16-byte slices of a head's key or value
 const ROW: u32 = KV_DIM / 8u;        // slices per cached position
 const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
 const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
-const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
+const SCALE: f32 = ATTN_SCALE;
 // The invocations that pack the new key and value (after the HD4 that rotate the query; HEAD_DIM <= 256).
 const K_AT: u32 = max(32u, HD4);
 const V_AT: u32 = K_AT + max(32u, SLICES);

@@ -1,4 +1,4 @@
-// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl
+// Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, ATTN_SCALE, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl
 // (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), attn_prefill_parts.wgsl (HD4,
 // part_record, part_stats), the variant's WINDOWED.
 // Prefill attention: causal, tiled, an online softmax per query. A workgroup takes BQ consecutive query
@@ -25,7 +25,7 @@
 @group(0) @binding(BIND_IN1) var<storage, read> k_cache: array<u32>;
 @group(0) @binding(BIND_IN2) var<storage, read> v_cache: array<u32>;
 
-const SCALE: f32 = 1.0 / sqrt(f32(HEAD_DIM));
+const SCALE: f32 = ATTN_SCALE;
 
 var<workgroup> ks: array<vec4<f32>, BK * HD4>;
 var<workgroup> vs: array<vec4<f32>, BK * HD4>;

@@ -1,7 +1,8 @@
-// Needs: the header (BIND_WEIGHTS, BIND_PARAMS, BIND_CALL, BIND_OUT, CallParams), `LoraParams`, declared
-// from its Rust struct (ops/lora.rs), a reduce_*.wgsl (team_sum2), an input stage (input_prepare,
+// Needs: the header (BIND_WEIGHTS, BIND_PARAMS, BIND_CALL, BIND_OUT, CallParams, RESIDUAL_SCALE), `LoraParams`,
+// declared from its Rust struct (ops/lora.rs), a reduce_*.wgsl (team_sum2), an input stage (input_prepare,
 // input_load4: in_norm.wgsl, in_plain.wgsl or in_attn.wgsl for the last token's row, in_rows.wgsl for
-// every token row), the variant's COLS and MAX_RANK. Provides: call, in_row.
+// every token row), the variant's COLS, MAX_RANK and RESIDUAL (the output is the residual stream, whose
+// additions are scaled by RESIDUAL_SCALE). Provides: call, in_row.
 // LoRA adapters of one projection group (q/k/v, o, gate/up, down or the output head), added to its
 // output after the matrix op: out[t][i] += sum_j Bt[j][i] * (A[j] . x_t) over the op's `rank` rows of
 // A (COLS wide) and of Bt (`rows` wide: the group's outputs; each adapter's rows of B transposed, times
@@ -53,6 +54,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         for (var r = 0u; r < lora.rank; r++) {
             acc += ax[r] * lw[lora.bt_off + r * lora.rows + row];
         }
-        out[wg.y * lora.rows + row] += acc;
+        out[wg.y * lora.rows + row] += select(1.0, RESIDUAL_SCALE, RESIDUAL) * acc;
     }
 }

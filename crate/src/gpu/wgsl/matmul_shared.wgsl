@@ -1,11 +1,11 @@
-// Needs: the header (BIND_IN0, OUT_*), weights.wgsl and a quant/*.wgsl (dequant8, Deq8, QK,
+// Needs: the header (BIND_IN0, OUT_*, RESIDUAL_SCALE), weights.wgsl and a quant/*.wgsl (dequant8, Deq8, QK,
 // BLOCK_BYTES), mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl, the variant's
 // OUT_MODE.
 // Provides x_in, op_rows, load_row, load_w, load_x and store to the prefill kernels, matmul.wgsl
 // and matmul_coop.wgsl: what they read and write is the same; they differ in how a tile is
 // multiplied.
 //
-// OUT_MODE: OUT_STORE, OUT_ADD (residual), OUT_PARTIAL: the workgroup's columns are split z of
+// OUT_MODE: OUT_STORE, OUT_ADD (to the residual, times RESIDUAL_SCALE), OUT_PARTIAL: the workgroup's columns are split z of
 // op.k_len each, and it stores its partial product at [z][token][row] (rows packed) for
 // split_reduce.wgsl to sum. A short prompt has few tiles, each a long serial walk over the
 // columns: splitting the columns puts more workgroups to work.
@@ -65,7 +65,7 @@ fn store(t: u32, r0: u32, n: u32, n_rows: u32, wg_z: u32, acc: vec4<f32>) {
             } else if (OUT_MODE == OUT_STORE) {
                 out[o] = acc[i] + bias(r);
             } else {
-                out[o] += acc[i] + bias(r);
+                out[o] += RESIDUAL_SCALE * (acc[i] + bias(r));
             }
         }
     }

@@ -1,10 +1,10 @@
-// Needs: the header (OUT_*), common.wgsl (NEG_BIG, better), a quant/*.wgsl (QK, BLOCK_BYTES),
+// Needs: the header (OUT_*, RESIDUAL_SCALE), common.wgsl (NEG_BIG, better), a quant/*.wgsl (QK, BLOCK_BYTES),
 // mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl, a reduce_*.wgsl (team_sum2),
 // best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl or glu_gelu.wgsl (glu), the variant's
 // OUT_MODE, ROWS and COLS.
 // What the decode matrix-vector kernels (matvec.wgsl, matvec_q8.wgsl) share: a workgroup of ROWS
 // output rows, a team of TEAM = 256 / ROWS invocations per row, and how a row's sum is written.
-// OUT_MODE: OUT_STORE, OUT_ADD to out (residual), OUT_SWIGLU or OUT_GEGLU (glu) of segment 0 (gate)
+// OUT_MODE: OUT_STORE, OUT_ADD to out (the residual, times RESIDUAL_SCALE), OUT_SWIGLU or OUT_GEGLU (glu) of segment 0 (gate)
 // and 1 (up) row pairs, OUT_ARGMAX: store, and the workgroup's best row for argmax.wgsl (put_best:
 // the output head of greedy decoding).
 
@@ -55,7 +55,7 @@ fn finish_rows(lid: u32, t: TeamRow, acc: vec2<f32>) {
         if (OUT_MODE == OUT_STORE || OUT_MODE == OUT_ARGMAX) {
             out[o] = v + bias(row);
         } else if (OUT_MODE == OUT_ADD) {
-            out[o] += v + bias(row);
+            out[o] += RESIDUAL_SCALE * (v + bias(row));
         } else {
             out[o] = glu(v, sum.y);
         }

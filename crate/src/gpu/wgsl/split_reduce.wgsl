@@ -1,4 +1,4 @@
-// Needs: the header (BIND_IN0, OUT_*), mat_common.wgsl (op, call, out), bias.wgsl or no_bias.wgsl,
+// Needs: the header (BIND_IN0, OUT_*, RESIDUAL_SCALE), mat_common.wgsl (op, call, out), bias.wgsl or no_bias.wgsl,
 // the variant's OUT_MODE.
 // The sum of a split matmul's partial products ([split][token][row], rows packed; matmul.wgsl
 // OUT_PARTIAL), stored or added to the output like an unsplit matmul (OUT_STORE or OUT_ADD), with
@@ -23,6 +23,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (OUT_MODE == OUT_STORE) {
         out[o] = v + bias(r);
     } else {
-        out[o] += v + bias(r);
+        out[o] += RESIDUAL_SCALE * (v + bias(r));
     }
 }
