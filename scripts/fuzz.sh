@@ -26,6 +26,7 @@ fi
 export RUVLLM_MODEL=${RUVLLM_MODEL:-$(scripts/fetch-model.sh)}
 export RUVLLM_EMBED_MODEL=${RUVLLM_EMBED_MODEL:-$(scripts/fetch-embed-model.sh)}
 export RUVLLM_FIXTURES=${RUVLLM_FIXTURES:-$PWD/target/fixtures}
+export RUVLLM_LLAMA_VOCABS=${RUVLLM_LLAMA_VOCABS:-$(scripts/fetch-llama-cpp.sh vocabs)}
 if [ ! -f "$RUVLLM_FIXTURES/tiny-phi3.gguf" ] && [ -x .venv/bin/python ]; then
   .venv/bin/python tests/fixtures/make_tiny_models.py "$RUVLLM_FIXTURES" >&2
 fi

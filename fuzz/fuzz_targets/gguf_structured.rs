@@ -52,6 +52,14 @@ enum TokenizerKind {
         byte_chars: bool,
         pre: Pre,
     },
+    /// SentencePiece's unigram model (`t5`): <pad> </s> <unk> first, and a precompiled character map of these XCDA
+    /// entries and replacement bytes (its size header consistent with them unless `size_off` says otherwise).
+    Ugm {
+        xcda: Vec<u32>,
+        replacements: Vec<u8>,
+        size_off: i8,
+        remove_extra_whitespaces: bool,
+    },
     Other(String),
 }
 
@@ -139,6 +147,8 @@ const KEYS: &[&str] = &[
     "tokenizer.ggml.token_type",
     "tokenizer.ggml.merges",
     "tokenizer.ggml.add_space_prefix",
+    "tokenizer.ggml.remove_extra_whitespaces",
+    "tokenizer.ggml.precompiled_charsmap",
     "tokenizer.ggml.add_bos_token",
     "tokenizer.ggml.add_eos_token",
     "tokenizer.ggml.bos_token_id",
@@ -335,6 +345,12 @@ fn build(input: &Input) -> Vec<u8> {
             }
             "gpt2".to_string()
         }
+        TokenizerKind::Ugm { .. } => {
+            for (t, ty) in [("<pad>", 3), ("</s>", 3), ("<unk>", 2)] {
+                push(t.into(), ty, 0.0, &mut texts);
+            }
+            "t5".to_string()
+        }
         TokenizerKind::Other(name) => name.clone(),
     };
     for t in &v.tokens {
@@ -385,6 +401,15 @@ fn build(input: &Input) -> Vec<u8> {
         if let Some(id) = id {
             w = w.meta(key, Meta::U32(id as u32 % n_vocab as u32));
         }
+    }
+    if let TokenizerKind::Ugm { xcda, replacements, size_off, remove_extra_whitespaces } = &v.kind {
+        let size = (xcda.len() as u32 * 4).wrapping_add(*size_off as i32 as u32);
+        let mut map = size.to_le_bytes().to_vec();
+        xcda.iter().for_each(|e| map.extend_from_slice(&e.to_le_bytes()));
+        map.extend_from_slice(replacements);
+        w = w
+            .meta("tokenizer.ggml.precompiled_charsmap", Meta::U8Array(map))
+            .meta("tokenizer.ggml.remove_extra_whitespaces", Meta::Bool(*remove_extra_whitespaces));
     }
     if let Some(b) = v.add_bos {
         w = w.meta("tokenizer.ggml.add_bos_token", Meta::Bool(b));

@@ -1,11 +1,13 @@
 #![no_main]
 //! The tokenizers of real vocabularies: the default model's (byte-level BPE, SmolLM2), the two tiny test
-//! models' (SentencePiece llama, byte-level BPE qwen2) and tiny-qwen2's under the tekken and gpt-4o pre-tokenizers
-//! (vocab-*.gguf), loaded once. The input picks a vocabulary, encodes a
+//! models' (SentencePiece llama, byte-level BPE qwen2), tiny-qwen2's under the tekken and gpt-4o pre-tokenizers
+//! (vocab-*.gguf) and the unigram one of llama.cpp's suite (nomic-bert-moe's: XLM-RoBERTa's pieces and precompiled
+//! character map), loaded once. The input picks a vocabulary, encodes a
 //! text with and without special-token parsing, and decodes arbitrary ids, whole and streamed.
 //!
-//! Files: $RUVLLM_MODEL (default ~/.cache/ruvllm/SmolLM2-135M-Instruct.Q4_1.gguf) and $RUVLLM_FIXTURES (default
-//! target/fixtures, where scripts/test.sh writes the tiny models). Missing files are skipped; none at all panics.
+//! Files: $RUVLLM_MODEL (default ~/.cache/ruvllm/SmolLM2-135M-Instruct.Q4_1.gguf), $RUVLLM_FIXTURES (default
+//! target/fixtures, where scripts/test.sh writes the tiny models) and $RUVLLM_LLAMA_VOCABS (what
+//! `scripts/fetch-llama-cpp.sh vocabs` prints). Missing files are skipped; none at all panics.
 
 use std::sync::OnceLock;
 
@@ -40,6 +42,10 @@ fn vocabs() -> &'static [Vocab] {
             (format!("{fixtures}/tiny-qwen2.gguf"), true),
             (format!("{fixtures}/vocab-tekken.gguf"), true),
             (format!("{fixtures}/vocab-gpt-4o.gguf"), true),
+            (
+                format!("{}/ggml-vocab-nomic-bert-moe.gguf", std::env::var("RUVLLM_LLAMA_VOCABS").unwrap_or_default()),
+                false,
+            ),
         ];
         let mut vocabs = Vec::new();
         for (path, round_trip) in files {

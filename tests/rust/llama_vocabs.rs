@@ -29,6 +29,7 @@ const EXACT: &[(&str, usize)] = &[
     ("llama-bpe", 46),
     ("llama-spm", 46),
     ("mpt", 46),
+    ("nomic-bert-moe", 0), // the unigram (t5) one: its cases are llama.cpp's own, in ugm-reference.json (below)
     ("phi-3", 46),
     ("qwen2", 46),
     ("qwen35", 50),
@@ -37,7 +38,7 @@ const EXACT: &[(&str, usize)] = &[
 ];
 
 /// The vocabularies refused, each with a text its error must contain and why it is not implemented.
-const REFUSED: &[(&str, &str)] = &[("nomic-bert-moe", "t5")];
+const REFUSED: &[(&str, &str)] = &[];
 
 /// How many mismatching cases of one vocabulary a failure shows.
 const SHOWN_MISMATCHES: usize = 5;
@@ -130,6 +131,42 @@ fn llama_cpp_vocabs_tokenize_as_llama_cpp_or_are_refused() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// llama.cpp's tokenizations with its suite's unigram (`t5`) vocabulary, nomic-bert-moe's (XLM-RoBERTa's pieces and
+/// SentencePiece's precompiled character map), which the suite ships without cases (tests/fixtures/ugm-reference.json,
+/// written by ugm_reference.mjs): the llama-bpe inputs and texts the map rewrites, tokenized with and without special
+/// tokens parsed, and decoded; and the BOS and EOS the file asks for.
+#[test]
+fn the_unigram_vocabulary_tokenizes_and_decodes_as_llama_cpp() {
+    let reference: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/ugm-reference.json")).expect("ugm-reference.json");
+    let dir = vocab_dir();
+    let path = format!("{dir}/{}", reference["file"].as_str().unwrap());
+    let bytes = support::read_file_made_for(&path, &reference["sha256"], "ugm_reference.mjs");
+    let tokenizer = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).expect("the unigram vocabulary loads");
+    let cases = reference["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 50, "{} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        for (key, special) in [("ids", false), ("special", true)] {
+            let want: Vec<u32> = serde_json::from_value(case[key].clone()).unwrap();
+            let got = tokenizer.encode(text, special).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            if got != want {
+                failures.push(format!("{text:?} ({key})\n    got  {got:?}\n    want {want:?}"));
+            }
+        }
+        let ids: Vec<u32> = serde_json::from_value(case["special"].clone()).unwrap();
+        let decoded = tokenizer.decode(&ids).unwrap();
+        if decoded != case["decoded"].as_str().unwrap() {
+            failures.push(format!("{text:?} decoded\n    got  {decoded:?}\n    want {:?}", case["decoded"]));
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    // The file asks for BOS (<s>, 0) and EOS (</s>, 2); unknown is <unk> (3).
+    assert_eq!(tokenizer.encode_with_special("x", false).unwrap(), [0, 1022, 2]);
+    assert_eq!(tokenizer.encode("\u{1F9FF}\u{1F9FF}", false).unwrap(), [6, 3], "one unknown for a run of them");
 }
 
 /// llama.cpp's tokenizations through the pre-tokenizers its suite has no vocabulary for, Tekken's and GPT-4o's

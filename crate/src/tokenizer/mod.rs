@@ -1,8 +1,8 @@
 //! Tokenizers built from GGUF metadata, token for token the same as llama.cpp (llama-vocab.cpp, unicode.cpp):
 //! byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer `tokenizer.ggml.pre` names, Gemma 4's
 //! BPE on UTF-8 with spaces as "▁" (`"gemma4"`), SentencePiece BPE (`"llama"`) with scores, byte fallback and the
-//! space prefix, and BERT's WordPiece (`"bert"`). llama.cpp's own tokenizer tests (tests/rust/llama_vocabs.rs)
-//! check every vocabulary of its suite but the UGM one (`"t5"`), which is refused.
+//! space prefix, BERT's WordPiece (`"bert"`) and SentencePiece's unigram model (`"t5"`). llama.cpp's own tokenizer
+//! tests (tests/rust/llama_vocabs.rs) check every vocabulary of its suite.
 //!
 //! Text flows: special-token split ([`Tokenizer::encode`] with `parse_special`) -> pre-tokenizer -> merges -> ids.
 //! Back: ids -> each token's bytes -> text ([`Tokenizer::decode`], or [`StreamDecoder`] while generating).
@@ -12,7 +12,7 @@
 //! Token for token the same as llama.cpp. `vocab.rs` reads tokens, types, special ids, the end-of-generation set and
 //! the `TokenizerKind`; `bpe.rs` is BPE by merge rank (byte-level, or Gemma 4's spelling), `spm.rs` SentencePiece by score with `<0xXX>` byte
 //! fallback, both over `symbols.rs`; `wordpiece.rs` is BERT's WordPiece (llama.cpp's basic tokenizer, then greedy
-//! longest match). `strings.rs`'s `StrTable` holds the token texts and the merges end to end, found by text through a
+//! longest match); `ugm.rs` the unigram model (the precompiled character map, then a Viterbi search by score). `strings.rs`'s `StrTable` holds the token texts and the merges end to end, found by text through a
 //! hash table of their indexes (no heap allocation per string: a vocabulary has up to hundreds of thousands). `pretokenize.rs` holds hand-written splitters equal to llama.cpp's regexes (smollm,
 //! gpt-2, llama3, qwen2, qwen35, tekken, gpt-4o, falcon, deepseek-llm, deepseek-coder, gemma4, default), so no regex engine lands in the wasm; `unicode.rs` and `unicode_table.rs` (written by
 //! `gen_unicode_table.py`) hold the Unicode 15.1 classes and the NFD map llama.cpp uses. `stream.rs` decodes token by token without
@@ -24,6 +24,7 @@ mod spm;
 mod stream;
 mod strings;
 mod symbols;
+mod ugm;
 mod unicode;
 mod vocab;
 mod wordpiece;
@@ -52,6 +53,7 @@ impl std::fmt::Debug for Tokenizer {
             TokenizerKind::Bpe(b) if b.spelling == bpe::Spelling::ByteLevel => "byte-level BPE",
             TokenizerKind::Bpe(_) => "BPE",
             TokenizerKind::WordPiece { .. } => "WordPiece",
+            TokenizerKind::Ugm(_) => "unigram",
         };
         f.debug_struct("Tokenizer").field("kind", &kind).field("vocab_size", &self.vocab_size()).finish()
     }
@@ -233,6 +235,15 @@ impl Tokenizer {
                 for f in fragments {
                     match f {
                         Fragment::Text(t) => wordpiece::tokenize(v, t, max_token_len, &mut out),
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
+            TokenizerKind::Ugm(ugm) => {
+                let unk = v.unk().expect("from_gguf checked that a unigram vocabulary has an unknown token");
+                for f in fragments {
+                    match f {
+                        Fragment::Text(t) => ugm.tokenize(v, t, unk, &mut out)?,
                         Fragment::Token(id) => out.push(id),
                     }
                 }

@@ -216,8 +216,8 @@ fn bad_metadata_is_a_typed_error() {
     g.metadata.remove("tokenizer.ggml.merges");
     assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(_))));
     let mut g = bpe_vocab("gpt-2", &[], &[], &[]);
-    g.metadata.insert("tokenizer.ggml.model".into(), Value::String("t5".into()));
-    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("t5")));
+    g.metadata.insert("tokenizer.ggml.model".into(), Value::String("rwkv".into()));
+    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("rwkv")));
     let g = gguf(vec![
         ("tokenizer.ggml.model", Value::String("llama".into())),
         ("tokenizer.ggml.tokens", strings(&["a", "a"])),
@@ -282,3 +282,85 @@ fn decode_cleans_spaces_where_the_vocabulary_asks() {
 
 // Tests on the real default model (llama.cpp reference ids, its specials, streaming real emoji tokens)
 // live in tests/rust/reference.rs, which runs natively and on wasm32.
+
+/// A unigram (t5) vocabulary: <pad> </s> <unk> (llama.cpp's default ids 0, 1, 2), then scored pieces; with a
+/// precompiled character map of `xcda` entries and `replacements` when given.
+fn ugm_vocab(pieces: &[(&str, f32)], charsmap: Option<(&[u32], &[u8])>, extra: Vec<(&str, Value)>) -> Gguf {
+    let mut texts = vec!["<pad>", "</s>", "<unk>"];
+    let (mut types, mut scores) = (vec![3, 3, 2], vec![0.0f32; 3]);
+    for &(t, s) in pieces {
+        texts.push(t);
+        types.push(1);
+        scores.push(s);
+    }
+    let mut entries = vec![
+        ("tokenizer.ggml.model", Value::String("t5".into())),
+        ("tokenizer.ggml.tokens", strings(&texts)),
+        ("tokenizer.ggml.scores", Value::Array(scores.into_iter().map(Value::F32).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        ("tokenizer.ggml.add_space_prefix", Value::Bool(true)),
+    ];
+    if let Some((xcda, replacements)) = charsmap {
+        let mut map = ((xcda.len() * 4) as u32).to_le_bytes().to_vec();
+        xcda.iter().for_each(|e| map.extend_from_slice(&e.to_le_bytes()));
+        map.extend_from_slice(replacements);
+        entries.push(("tokenizer.ggml.precompiled_charsmap", Value::Array(map.into_iter().map(Value::U8).collect())));
+    }
+    entries.extend(extra);
+    gguf(entries)
+}
+
+/// A character map with one rule, "x" -> "y": the root's BASE 0 leads to entry 'x' (LCHECK 'x', LEAF, BASE 1), whose
+/// BASE leads to entry 'x' ^ 1, holding the replacement's offset (0).
+fn x_to_y() -> Vec<u32> {
+    let x = b'x' as u32;
+    let mut xcda = vec![0u32; x as usize + 2];
+    xcda[x as usize] = (1 << 10) | (1 << 8) | x;
+    xcda
+}
+
+#[test]
+fn unigram_takes_the_best_scoring_path_and_one_unknown_for_a_run() {
+    let t = Tokenizer::from_gguf(&ugm_vocab(&[("▁a", -1.0), ("▁ab", -5.0), ("b", -1.0), ("▁", -2.0)], None, vec![]))
+        .unwrap();
+    // "▁a" + "b" (-2) beats "▁ab" (-5); the space prefix is added, and EOS (</s>) with add_special.
+    assert_eq!(t.encode("ab", false).unwrap(), [3, 5]);
+    assert_eq!(t.encode_with_special("ab", false).unwrap(), [3, 5, 1]);
+    // Chars no piece covers: one <unk> for the run, scored 10 below the lowest piece.
+    assert_eq!(t.encode("a zzz b", false).unwrap(), [3, 6, 2, 6, 5]);
+    assert_eq!(t.decode(&[3, 5]).unwrap(), "ab");
+}
+
+#[test]
+fn unigram_applies_the_precompiled_character_map_and_refuses_a_damaged_one() {
+    let pieces = [("▁y", -1.0), ("▁x", -1.0), ("▁", -5.0), ("y", -3.0), ("x", -3.0)];
+    let t = Tokenizer::from_gguf(&ugm_vocab(&pieces, Some((&x_to_y(), b"y\0")), vec![])).unwrap();
+    assert_eq!(t.encode("x", false).unwrap(), [3], "x is written y before the search");
+    // Damage the map: a size past its end, a table pointing past its end, a replacement past the map's end or
+    // without its NUL: typed errors, when loaded or when a text reaches the damage, never a panic.
+    let mut g = ugm_vocab(&pieces, Some((&x_to_y(), b"y\0")), vec![]);
+    if let Some(Value::Array(map)) = g.metadata.get_mut("tokenizer.ggml.precompiled_charsmap") {
+        map[0] = Value::U8(0xff);
+        map[1] = Value::U8(0xff);
+    }
+    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("charsmap")));
+    let mut far = x_to_y();
+    far[0] = 1000 << 10;
+    let t = Tokenizer::from_gguf(&ugm_vocab(&pieces, Some((&far, b"y\0")), vec![])).unwrap();
+    assert!(matches!(t.encode("x", false), Err(Error::Tokenizer(ref m)) if m.contains("charsmap")));
+    let t = Tokenizer::from_gguf(&ugm_vocab(&pieces, Some((&x_to_y(), b"y")), vec![])).unwrap();
+    assert!(matches!(t.encode("x", false), Err(Error::Tokenizer(ref m)) if m.contains("not terminated")));
+    let mut past = x_to_y();
+    past[b'x' as usize ^ 1] = 7; // the replacement's offset, past the replacements
+    let t = Tokenizer::from_gguf(&ugm_vocab(&pieces, Some((&past, b"y\0")), vec![])).unwrap();
+    assert!(matches!(t.encode("x", false), Err(Error::Tokenizer(ref m)) if m.contains("past the map's end")));
+    // No unknown token (the default id 2 is out of range): refused when loaded.
+    let g = gguf(vec![
+        ("tokenizer.ggml.model", Value::String("t5".into())),
+        ("tokenizer.ggml.tokens", strings(&["<pad>", "</s>"])),
+    ]);
+    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("unknown_token_id")));
+    let mut g = ugm_vocab(&pieces, None, vec![]);
+    g.metadata.insert("tokenizer.ggml.precompiled_charsmap".into(), strings(&["not", "bytes"]));
+    assert!(matches!(Tokenizer::from_gguf(&g), Err(Error::Tokenizer(ref m)) if m.contains("array of bytes")));
+}

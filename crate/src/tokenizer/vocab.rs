@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use super::bpe::{self, Bpe, Spelling};
 use super::pretokenize::PreTokenizer;
 use super::strings::StrTable;
+use super::ugm::Ugm;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
 
@@ -43,6 +44,8 @@ pub(crate) enum TokenizerKind {
     Bpe(Bpe),
     /// BERT's WordPiece (`bert`); `max_token_len` is the longest token text in bytes.
     WordPiece { max_token_len: usize },
+    /// SentencePiece's unigram model (`t5`), its tables built once the tokens' attributes are final.
+    Ugm(Box<Ugm>),
 }
 
 /// Special token ids. None is llama.cpp's LLAMA_TOKEN_NULL.
@@ -99,7 +102,7 @@ struct PreSettings {
 }
 
 /// The tokenizer models (`tokenizer.ggml.model`) the loader below knows, in the README's order ("Supported").
-const TOKENIZER_MODELS: [&str; 4] = ["llama", "gpt2", "gemma4", "bert"];
+const TOKENIZER_MODELS: [&str; 5] = ["llama", "gpt2", "gemma4", "bert", "t5"];
 
 fn bpe_settings(pre: Option<&str>) -> Result<PreSettings> {
     let s = |pre, clean_spaces| PreSettings { pre, ignore_merges: false, clean_spaces, add_bos: None, no_bos: false };
@@ -404,6 +407,8 @@ impl Vocab {
         let mut sp = Specials::default();
         let (kind, mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces);
         let mut add_sep = false;
+        // The unigram model's precompiled character map and whitespace setting, for its tables below.
+        let mut ugm = None;
         match kind_name {
             "llama" => {
                 kind = TokenizerKind::Spm;
@@ -436,6 +441,26 @@ impl Vocab {
                 (add_bos, add_eos, add_space_prefix, clean_spaces) = (true, false, false, true);
                 add_sep = true;
             }
+            "t5" => {
+                kind = TokenizerKind::Ugm(Box::default());
+                (sp.eos, sp.unk, sp.pad) = (Some(1), Some(2), Some(0));
+                (add_bos, add_eos, add_space_prefix, clean_spaces) = (false, true, false, false);
+                let charsmap = match array(g, "tokenizer.ggml.precompiled_charsmap")? {
+                    None => None,
+                    Some(a) => Some(
+                        a.iter()
+                            .map(|v| match *v {
+                                Value::U8(b) => Some(b),
+                                Value::I8(b) => Some(b as u8),
+                                _ => None,
+                            })
+                            .collect::<Option<Vec<u8>>>()
+                            .ok_or_else(|| err("tokenizer.ggml.precompiled_charsmap is not an array of bytes"))?,
+                    ),
+                };
+                let remove_extra_whitespaces = bool_key(g, "tokenizer.ggml.remove_extra_whitespaces")?.unwrap_or(false);
+                ugm = Some((charsmap, remove_extra_whitespaces));
+            }
             other => {
                 return Err(err(format!(
                     "unsupported tokenizer model '{other}' (tokenizer.ggml.model); supported: {}",
@@ -466,6 +491,9 @@ impl Vocab {
         }
         if add_sep && sp.sep.is_none() {
             return Err(err("a WordPiece vocabulary needs tokenizer.ggml.seperator_token_id"));
+        }
+        if ugm.is_some() && sp.unk.is_none() {
+            return Err(err("a unigram (t5) vocabulary needs tokenizer.ggml.unknown_token_id"));
         }
         detect_specials_by_text(&mut tokens, &mut sp);
         let eog = end_of_generation_set(&mut tokens, &sp);
@@ -511,6 +539,11 @@ impl Vocab {
             vocab.piece_ends.push(vocab.pieces.len());
         }
         vocab.set_model_specific_attrs(g, pre_name.unwrap_or(""));
+        if let Some((charsmap, remove_extra_whitespaces)) = ugm {
+            let lens = vocab.texts.iter().map(str::len);
+            let tables = Ugm::new(lens, &vocab.attrs, &vocab.scores, charsmap.as_deref(), remove_extra_whitespaces)?;
+            vocab.kind = TokenizerKind::Ugm(Box::new(tables));
+        }
         Ok(vocab)
     }
 
@@ -563,9 +596,10 @@ impl Vocab {
         if a & attr::NORMAL != 0 {
             return match self.kind {
                 TokenizerKind::Bpe(ref b) if b.spelling == Spelling::ByteLevel => bpe::decode_text(text),
-                TokenizerKind::Spm | TokenizerKind::WordPiece { .. } | TokenizerKind::Bpe(_) => {
-                    text.replace('\u{2581}', " ").into_bytes()
-                }
+                TokenizerKind::Spm
+                | TokenizerKind::Ugm(_)
+                | TokenizerKind::WordPiece { .. }
+                | TokenizerKind::Bpe(_) => text.replace('\u{2581}', " ").into_bytes(),
             };
         }
         if a & attr::BYTE != 0 {

@@ -108,6 +108,20 @@ pub fn read_file(path: &str) -> Vec<u8> {
     r.unwrap_or_else(|e| panic!("cannot read {path}: {e} (run scripts/setup.sh first)"))
 }
 
+/// The file at `path`, which must be the one whose SHA-256 a reference recorded (`sha256`, a hex string): else the
+/// reference needs `script` run again.
+pub fn read_file_made_for(path: &str, sha256: &serde_json::Value, script: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let bytes = read_file(path);
+    let sha: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        sha256.as_str(),
+        Some(sha.as_str()),
+        "{path} is not the file the reference was made from: run {script} again"
+    );
+    bytes
+}
+
 /// The default model: $RUVLLM_MODEL, else the cache path scripts/fetch-model.sh uses.
 pub fn model_path() -> String {
     env("RUVLLM_MODEL").unwrap_or_else(|| {

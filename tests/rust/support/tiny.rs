@@ -65,15 +65,7 @@ pub fn greedy_reference(file: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
 /// The fixture `file`'s bytes, which must be those whose SHA-256 (`sha256`) a committed llama.cpp reference was made
 /// from by tests/fixtures/`script` (the generator is seeded; other library versions may write other bytes).
 pub fn read_fixture_made_for(file: &str, sha256: &Value, script: &str) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let bytes = super::read_file(&format!("{}/{file}", fixtures_dir()));
-    let sha: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(
-        sha256.as_str(),
-        Some(sha.as_str()),
-        "{file} is not the file the reference was made from: run {script} again"
-    );
-    bytes
+    super::read_file_made_for(&format!("{}/{file}", fixtures_dir()), sha256, script)
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {
