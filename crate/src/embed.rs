@@ -12,7 +12,7 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::kv::cache::KvCache;
 use crate::model::bert;
-use crate::model::config::{Arch, Pooling};
+use crate::model::config::Pooling;
 use crate::model::forward::{self, LogitsFor, RunState};
 use crate::model::Model;
 
@@ -54,20 +54,10 @@ impl Model {
             }
         }
         let pooling = opts.pooling.or(c.pooling).unwrap_or(Pooling::Mean);
-        let mut out = match (c.arch, &self.encoder) {
-            (Arch::Bert, Some(weights)) => self.encoder_embeddings(weights, texts, pooling),
-            (Arch::Bert, None) => unreachable!("a bert model loads with its encoder weights"),
-            (
-                Arch::Llama
-                | Arch::Qwen2
-                | Arch::Qwen3
-                | Arch::Qwen3Moe
-                | Arch::Phi3
-                | Arch::Gemma3
-                | Arch::SmolLM3
-                | Arch::GraniteMoe,
-                _,
-            ) => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
+        // An encoder loads with its encoder weights (`Model::load`); a decoder has none.
+        let mut out = match &self.encoder {
+            Some(weights) => self.encoder_embeddings(weights, texts, pooling),
+            None => texts.iter().map(|ids| self.decoder_embedding(ids, pooling)).collect(),
         };
         if opts.normalize {
             out.iter_mut().for_each(|e| normalize(e));

@@ -19,7 +19,7 @@ use super::ops::{self, Kernel};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{GpuFault, Result};
 use crate::gguf::bytes::ModelBytes;
-use crate::model::config::{Arch, Config};
+use crate::model::config::Config;
 use crate::model::weights::MatrixRef;
 use crate::model::Model;
 use crate::quant::GgmlType;
@@ -236,17 +236,7 @@ fn check_supported(model: &Model) -> Result<()> {
         ));
     }
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
-    if !matches!(
-        c.arch,
-        Arch::Llama
-            | Arch::Qwen2
-            | Arch::Qwen3
-            | Arch::Qwen3Moe
-            | Arch::Phi3
-            | Arch::Gemma3
-            | Arch::SmolLM3
-            | Arch::GraniteMoe
-    ) {
+    if !c.arch.is_decoder() {
         return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {

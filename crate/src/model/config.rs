@@ -61,6 +61,22 @@ impl Arch {
             Arch::Bert => "bert",
         }
     }
+
+    /// Whether it is a decoder, run by the one forward pass (`forward.rs`, and the GPU's); the other is the encoder
+    /// `bert` (`bert.rs`), which computes embeddings only. A new architecture decides here, once.
+    pub fn is_decoder(self) -> bool {
+        match self {
+            Arch::Llama
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Phi3
+            | Arch::Gemma3
+            | Arch::SmolLM3
+            | Arch::GraniteMoe => true,
+            Arch::Bert => false,
+        }
+    }
 }
 
 /// How a sequence's hidden states become one embedding (llama.cpp's `--pooling`, `<arch>.pooling_type`).
@@ -273,16 +289,9 @@ impl Config {
             experts,
             vocab_size,
             context_length,
-            rms_eps: match arch {
-                Arch::Bert => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
-                Arch::Llama
-                | Arch::Qwen2
-                | Arch::Qwen3
-                | Arch::Qwen3Moe
-                | Arch::Phi3
-                | Arch::Gemma3
-                | Arch::SmolLM3
-                | Arch::GraniteMoe => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rms_eps: match arch.is_decoder() {
+                true => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+                false => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,

@@ -51,7 +51,7 @@ use crate::kv::PrefixCache;
 use crate::model::lora::AdapterSet;
 use crate::tokenizer::Tokenizer;
 use bert::BertWeights;
-use config::{Arch, Config};
+use config::Config;
 use text::TextModel;
 use weights::Weights;
 
@@ -102,19 +102,12 @@ impl Model {
     fn load(bytes: ModelBytes, t0: f64) -> Result<Model> {
         let gguf = bytes.gguf()?;
         let config = Config::from_gguf(&gguf)?;
-        let (weights, encoder) = match config.arch {
-            Arch::Bert => {
+        let (weights, encoder) = match config.arch.is_decoder() {
+            true => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
+            false => {
                 let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
                 (Weights::encoder_only(encoder.token_embd), Some(encoder))
             }
-            Arch::Llama
-            | Arch::Qwen2
-            | Arch::Qwen3
-            | Arch::Qwen3Moe
-            | Arch::Phi3
-            | Arch::Gemma3
-            | Arch::SmolLM3
-            | Arch::GraniteMoe => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
         };
         let text = TextModel::from_gguf(&gguf)?;
         if text.tokenizer().vocab_size() != config.vocab_size {
