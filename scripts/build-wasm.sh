@@ -19,6 +19,9 @@ cd "$(dirname "$0")/.."
 wasm_opt=npm/node_modules/.bin/wasm-opt
 [ -x "$wasm_opt" ] || { echo "build-wasm: $wasm_opt missing (run: cd npm && npm ci)" >&2; exit 1; }
 target_dir=${CARGO_TARGET_DIR:-target}
+# No debug info in these builds (the release profile's `debug = 1` is for native profiling): wasm-bindgen drops the
+# DWARF sections anyway, and generating them only slows every compile.
+export CARGO_PROFILE_RELEASE_DEBUG=false
 # The nightly the threaded build was made with (rustc 1.97.0-nightly e50aa6fba 2026-05-19); any recent one works.
 NIGHTLY=${RUVLLM_NIGHTLY:-nightly}
 
