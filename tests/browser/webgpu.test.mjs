@@ -70,7 +70,7 @@ function recordDevices() {
 }
 
 test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { timeout: 1_200_000 }, async () => {
-  // A SwiftShader decode step of the default model takes over a minute on CI's busy two cores, so the GPU answers the
+  // A SwiftShader decode step of the default model took ~80 s on a busy two-core machine, so the GPU answers the
   // reference answer's first token (the prompt's prefill), and each turn below one token: the same prefill kernels,
   // from what the GPU holds and from what the prefix cache restores. The decode kernels run through the browser's
   // WebGPU on the tiny models below (and every shader against the CPU's in tests/rust/gpu_browser.rs);

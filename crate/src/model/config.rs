@@ -289,9 +289,10 @@ impl Config {
             experts,
             vocab_size,
             context_length,
-            rms_eps: match arch.is_decoder() {
-                true => g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-                false => g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12),
+            rms_eps: if arch.is_decoder() {
+                g.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5)
+            } else {
+                g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12)
             },
             rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale,

@@ -102,12 +102,11 @@ impl Model {
     fn load(bytes: ModelBytes, t0: f64) -> Result<Model> {
         let gguf = bytes.gguf()?;
         let config = Config::from_gguf(&gguf)?;
-        let (weights, encoder) = match config.arch.is_decoder() {
-            true => (Weights::from_gguf(&gguf, &bytes, &config)?, None),
-            false => {
-                let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
-                (Weights::encoder_only(encoder.token_embd), Some(encoder))
-            }
+        let (weights, encoder) = if config.arch.is_decoder() {
+            (Weights::from_gguf(&gguf, &bytes, &config)?, None)
+        } else {
+            let encoder = BertWeights::from_gguf(&gguf, &bytes, &config)?;
+            (Weights::encoder_only(encoder.token_embd), Some(encoder))
         };
         let text = TextModel::from_gguf(&gguf)?;
         if text.tokenizer().vocab_size() != config.vocab_size {
