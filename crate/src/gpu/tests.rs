@@ -670,7 +670,7 @@ fn cpu_attention(c: &Config, q: &[f32], cache: &KvCache, pos0: usize, windowed: 
     let shape = crate::kernels::attention::AttentionShape { window, ..c.attention_shape() };
     let n = q.len() / c.q_dim();
     let mut out = vec![0f32; q.len()];
-    attention(&shape, q, &cache.layers[0].view(), pos0, &mut out, &mut AttentionScratch::new(&shape, n, pos0 + n));
+    attention(&shape, q, &cache.layers[0].view(), pos0, &mut out, &mut AttentionScratch::new(&shape, pos0 + n));
     out
 }
 

@@ -22,9 +22,10 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// on how the blocks are spread over tasks.
 const BLOCK: usize = 32;
 
-/// Query rows of a batch that share each block of cached keys and values (an f16 block is converted to f32 once
-/// for all of them).
-const GROUP_TOKENS: usize = 4;
+/// Tokens of a batch whose query rows share each block of cached keys and values: the block is converted to f32
+/// once for all of them, and their rows (`GROUP_TOKENS` times the heads of a KV head) are scored against it as one
+/// matrix product. Any size gives the same bits (rows do not depend on each other).
+const GROUP_TOKENS: usize = 16;
 
 pub struct AttentionShape {
     pub n_heads: usize,
@@ -101,29 +102,29 @@ impl<'a> KvRows<'a> {
     }
 }
 
-/// Scratch of [`attention`] for up to `n_tokens` query rows over up to `n_ctx` cached positions.
+/// Scratch of [`attention`]'s decode row over up to `n_ctx` cached positions: every block's scores and parts, one
+/// block a task (a batch's tasks keep a block's of their own).
 pub struct AttentionScratch {
-    scores: LineBuf, // one row (decode): [n_heads × blocks × BLOCK]; a batch's tasks keep a block's scores of their own
-    parts: LineBuf,  // per-row tasks: [n_tokens × n_heads × 2 × part]; one row: [n_heads × blocks × part]
+    scores: LineBuf, // [n_heads × blocks × BLOCK]
+    parts: LineBuf,  // [n_heads × blocks × part]
 }
 
 impl AttentionScratch {
-    pub fn new(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> AttentionScratch {
-        let [scores, parts] = Self::lens(shape, n_tokens, n_ctx);
+    pub fn new(shape: &AttentionShape, n_ctx: usize) -> AttentionScratch {
+        let [scores, parts] = Self::lens(shape, n_ctx);
         AttentionScratch { scores: LineBuf::zeros(scores), parts: LineBuf::zeros(parts) }
     }
 
     /// The bytes [`AttentionScratch::new`] allocates (saturating, for the memory probe of a hostile file's shapes).
-    pub fn bytes(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> usize {
-        Self::lens(shape, n_tokens, n_ctx).iter().fold(0usize, |a, &n| a.saturating_add(LineBuf::bytes(n)))
+    pub fn bytes(shape: &AttentionShape, n_ctx: usize) -> usize {
+        Self::lens(shape, n_ctx).iter().fold(0usize, |a, &n| a.saturating_add(LineBuf::bytes(n)))
     }
 
     /// The floats of `scores` and `parts`.
-    fn lens(shape: &AttentionShape, n_tokens: usize, n_ctx: usize) -> [usize; 2] {
+    fn lens(shape: &AttentionShape, n_ctx: usize) -> [usize; 2] {
         let blocks = n_ctx.div_ceil(BLOCK);
         let scores = blocks.saturating_mul(BLOCK).saturating_mul(shape.n_heads);
-        let parts =
-            n_tokens.saturating_mul(2).max(blocks).saturating_mul(shape.n_heads).saturating_mul(shape.part_len());
+        let parts = blocks.saturating_mul(shape.n_heads).saturating_mul(shape.part_len());
         [scores, parts]
     }
 }
@@ -135,10 +136,11 @@ impl AttentionScratch {
 /// part folded into the previous ones in order (the "online softmax" of flash attention); the
 /// query heads that share a KV head are handled together, so each cached key and value is converted
 /// (from f16, or unpacked from its blocks) once for all of them. A block of positions lies in one tier. A
-/// batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): it converts each hot block's f16 keys
-/// and values to f32 once for its tokens (at long contexts, re-reading and converting the cache for every
-/// token was most of a prefill's time), and does each token's blocks in order; a cold block's rows are
-/// unpacked from their blocks by the quantized kernels as each token reads them (`quant::kv`). A single row
+/// batch of rows runs one task per ([`GROUP_TOKENS`] tokens, KV head): for each block any of its tokens sees, it
+/// converts the hot block's f16 keys and values to f32 once (at long contexts, re-reading and converting the
+/// cache for every token was most of a prefill's time), and scores the rows of all the tokens that see the block
+/// against it at once, each row's positions then picked out by its token's range (`attend_block`); a cold block's
+/// rows are unpacked from their blocks by the quantized kernels as they are read (`quant::kv`). A single row
 /// (decode) would be only `n_kv_heads` tasks, 3 for 2 threads with the
 /// default model, so there each task is one block of one KV head, and the calling thread folds the
 /// parts after the loop. Both do the same float operations in the same order (a block's f16 rows give the
@@ -191,7 +193,8 @@ pub fn attention(
                 let p = unsafe { parts.slice(slot(kvh, b), group * part) };
                 let qg = &q[first(0, kvh) * head_dim..][..group * head_dim];
                 let js = (b * BLOCK).max(seen)..((b + 1) * BLOCK).min(n_ctx);
-                attend_cached(shape, kv, kvh, js, None, qg, scale, sc, BLOCK, p);
+                let seen_in_block = js.start - b * BLOCK..js.end - b * BLOCK;
+                attend_cached(shape, kv, kvh, js, None, qg, std::slice::from_ref(&seen_in_block), scale, sc, p);
             }
         });
         // SAFETY: the loop is over; this thread alone uses the buffers now.
@@ -209,54 +212,65 @@ pub fn attention(
         return;
     }
 
-    assert!(parts_len >= n_tokens * n_heads * 2 * part, "attention scratch too small");
     let groups = n_tokens.div_ceil(GROUP_TOKENS);
     let n_tasks = groups * n_kv_heads;
     for_each_chunk(n_tasks, chunk_size(n_tasks, 1, 8), |tasks| {
-        // A hot block's keys and values, converted once for every token of the group, and one token's scores of
-        // the block (its part is folded into the token's parts before the next block: no row of n_ctx scores).
+        // Per task: its query rows back to back (token-major, a KV head's `group` heads per token), a hot block's
+        // keys and values converted once for all of them, the rows' scores of the block, their parts of the block
+        // and their parts so far (folded block by block: no row of n_ctx scores).
+        let rows_max = GROUP_TOKENS * group;
         let (mut k32, mut v32) = (vec![0f32; BLOCK * head_dim], vec![0f32; BLOCK * head_dim]);
-        let mut sc = vec![0f32; group * BLOCK];
+        let mut qt = vec![0f32; rows_max * head_dim];
+        let mut sc = vec![0f32; rows_max * BLOCK];
+        let (mut acc, mut next) = (vec![0f32; rows_max * part], vec![0f32; rows_max * part]);
+        let mut ranges: [Range<usize>; GROUP_TOKENS] = std::array::from_fn(|_| 0..0);
         for task in tasks {
             // Later tokens attend to more positions: the longest tasks go first, so the loop ends evenly.
             let task = n_tasks - 1 - task;
             let (tg, kvh) = (task / n_kv_heads, task % n_kv_heads);
             let tokens = tg * GROUP_TOKENS..(n_tokens).min((tg + 1) * GROUP_TOKENS);
-            let last_ctx = pos0 + tokens.end; // positions the group's last token sees
-                                              // Blocks from the one where the group's first token's window starts (block 0 without a window).
+            for (i, t) in tokens.clone().enumerate() {
+                let rows = group * head_dim;
+                qt[i * rows..][..rows].copy_from_slice(&q[first(t, kvh) * head_dim..][..rows]);
+            }
+            // The positions the group's last token sees, in blocks from the one where the group's first token's
+            // window starts (block 0 without a window).
+            let last_ctx = pos0 + tokens.end;
             let first_block = shape.first_seen(pos0 + tokens.start) / BLOCK * BLOCK;
             for j0 in (first_block..last_ctx).step_by(BLOCK) {
-                let js = j0..last_ctx.min(j0 + BLOCK);
+                // The tokens that see the block (those before `ta` end before it; windows start after it from
+                // `tb` on), and the positions any of them sees: the rows are read once for all of them.
+                let ta = tokens.start.max(j0.saturating_sub(pos0));
+                let tb = tokens.clone().rev().find(|&t| shape.first_seen(pos0 + t) < j0 + BLOCK).map_or(ta, |t| t + 1);
+                if ta >= tb {
+                    continue;
+                }
+                let js = j0.max(shape.first_seen(pos0 + ta))..(j0 + BLOCK).min(pos0 + tb);
                 let hot = js.start >= kv.n_cold;
                 if hot {
                     f16::rows_to_f32(&hot_rows(shape, kv.keys, kv, kvh, &js), &mut k32);
                     f16::rows_to_f32(&hot_rows(shape, kv.values, kv, kvh, &js), &mut v32);
                 }
-                for t in tokens.clone() {
-                    let (n_ctx, seen) = (pos0 + t + 1, shape.first_seen(pos0 + t));
-                    if j0 >= n_ctx || j0 + BLOCK <= seen {
-                        continue;
-                    }
-                    // The token's part of the block: from its window's start, if that lies in the block.
-                    let rows = j0.max(seen)..n_ctx.min(j0 + BLOCK);
-                    let qg = &q[first(t, kvh) * head_dim..][..group * head_dim];
-                    // SAFETY: each task owns its tokens' two parts per head of its KV head.
-                    let (acc, next) =
-                        unsafe { parts.slice(first(t, kvh) * 2 * part, 2 * group * part) }.split_at_mut(group * part);
-                    let skip = (rows.start - j0) * head_dim;
-                    let hot32 = hot.then_some((&k32[skip..], &v32[skip..]));
-                    if rows.start == seen {
-                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, &mut sc, BLOCK, acc);
+                // Each token's positions in the block, from `j0`.
+                for (range, t) in ranges.iter_mut().zip(ta..tb) {
+                    *range = j0.max(shape.first_seen(pos0 + t)) - j0..(pos0 + t + 1).min(j0 + BLOCK) - j0;
+                }
+                let rows = (ta - tokens.start) * group..(tb - tokens.start) * group;
+                let hot32 = hot.then_some((&k32[..], &v32[..]));
+                let (qr, nr) = (&qt[rows.start * head_dim..rows.end * head_dim], &mut next[..rows.len() * part]);
+                attend_cached(shape, kv, kvh, js.clone(), hot32, qr, &ranges[..tb - ta], scale, &mut sc, nr);
+                for (t, parts) in (ta..tb).zip(nr.chunks_exact(group * part)) {
+                    let acc = &mut acc[(t - tokens.start) * group * part..][..group * part];
+                    if j0 <= shape.first_seen(pos0 + t) {
+                        acc.copy_from_slice(parts); // the token's first block
                     } else {
-                        attend_cached(shape, kv, kvh, rows, hot32, qg, scale, &mut sc, BLOCK, next);
-                        acc.chunks_exact_mut(part).zip(next.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
+                        acc.chunks_exact_mut(part).zip(parts.chunks_exact(part)).for_each(|(a, p)| fold(a, p));
                     }
                 }
             }
-            for t in tokens {
-                // SAFETY: as above.
+            for (t, acc) in tokens.zip(acc.chunks_exact(group * part)) {
+                // SAFETY: each task owns its tokens' output rows of its KV head.
                 let og = unsafe { out_ptr.slice(first(t, kvh) * head_dim, group * head_dim) };
-                let acc = unsafe { parts.slice(first(t, kvh) * 2 * part, group * part) };
                 for (a, o) in acc.chunks_exact(part).zip(og.chunks_exact_mut(head_dim)) {
                     finish(a, o);
                 }
@@ -265,10 +279,10 @@ pub fn attention(
     });
 }
 
-/// Positions `js` of one block of KV head `kvh` (all in one tier) for the query heads `qg`: [`attend_block`] over
-/// their rows where they are. Cold rows are read from their quantized blocks; hot ones from `hot32`, keys and values
-/// converted to f32 before (from `js.start` on: a batch's group of tokens shares a block's conversion), else from
-/// the f16 rows, converted as they are read.
+/// Positions `js` of one block of KV head `kvh` (all in one tier) for the query rows `q`: [`attend_block`] over
+/// their keys and values where they are. Cold rows are read from their quantized blocks; hot ones from `hot32`, keys
+/// and values of `js` converted to f32 before (a batch's group of tokens shares a block's conversion), else from the
+/// f16 rows, converted as they are read. `ranges`: each token's positions, counted from the block's start.
 #[allow(clippy::too_many_arguments)]
 fn attend_cached(
     shape: &AttentionShape,
@@ -276,33 +290,34 @@ fn attend_cached(
     kvh: usize,
     js: Range<usize>,
     hot32: Option<(&[f32], &[f32])>,
-    qg: &[f32],
+    q: &[f32],
+    ranges: &[Range<usize>],
     scale: f32,
     sc: &mut [f32],
-    stride: usize,
     parts: &mut [f32],
 ) {
     let cold = js.start < kv.n_cold;
     debug_assert!(!cold || js.end <= kv.n_cold, "a block lies in one tier");
+    let offset = js.start % BLOCK;
     match (cold, kv.cold) {
         (false, _) => match hot32 {
             Some((k, v)) => {
                 let (d, n) = (shape.head_dim, js.len());
                 let (k, v) = (F32Rows { data: &k[..n * d], d }, F32Rows { data: &v[..n * d], d });
-                attend_block(shape, qg, &Hot(&k), &Hot(&v), scale, sc, stride, parts)
+                attend_block(shape, q, ranges, offset, &Hot(&k), &Hot(&v), scale, sc, parts)
             }
             None => {
                 let (k, v) = (hot_rows(shape, kv.keys, kv, kvh, &js), hot_rows(shape, kv.values, kv, kvh, &js));
-                attend_block(shape, qg, &Hot(&*k), &Hot(&*v), scale, sc, stride, parts)
+                attend_block(shape, q, ranges, offset, &Hot(&*k), &Hot(&*v), scale, sc, parts)
             }
         },
         (true, ColdRows::Q8_0 { keys, values }) => {
             let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
-            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+            attend_block(shape, q, ranges, offset, &Cold(&k), &Cold(&v), scale, sc, parts)
         }
         (true, ColdRows::Q4_0 { keys, values }) => {
             let (k, v) = (cold_rows(shape, keys, kvh, &js), cold_rows(shape, values, kvh, &js));
-            attend_block(shape, qg, &Cold(&k), &Cold(&v), scale, sc, stride, parts)
+            attend_block(shape, q, ranges, offset, &Cold(&k), &Cold(&v), scale, sc, parts)
         }
         (true, ColdRows::None) => unreachable!("cold positions without a cold tier"),
     }
@@ -347,36 +362,69 @@ impl<B: KvBlock> BlockRows for Cold<'_, '_, B> {
     }
 }
 
-/// Each head of a group (queries `qg`, back to back) over the cached keys `k` and values `v` of one block of
-/// positions of one KV head (so of one tier): `[m, l, o..]` per head into `parts`, with `m` the largest score,
-/// `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v`. Head `g`'s score of the block's position `i` goes to
-/// `sc[g * stride + i]`.
+/// Query rows `q` (back to back, the same number per token) over the cached keys `k` and values `v` of positions
+/// `offset..offset + k.count()` of one block (so of one tier) of one KV head: `[m, l, o..]` per row into `parts`, with
+/// `m` the largest score, `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v` over the positions `ranges[token]` of the block
+/// that the row's token sees. A row's scores sit at `sc[r * BLOCK..]` by position in the block, so `l` is summed over
+/// the block's slots in one order (`block_sum`) whichever positions the row sees. Every row is scored against every
+/// position of `k`, and its sums run over all of them, a position it does not see weighing 0: `o + 0 · v` is `o`
+/// exactly (`o` starts at +0 and never becomes -0), so each row gets the bits it would get alone over its own
+/// positions, as a decode row does.
 #[allow(clippy::too_many_arguments)]
 fn attend_block<K: BlockRows>(
     shape: &AttentionShape,
-    qg: &[f32],
+    q: &[f32],
+    ranges: &[Range<usize>],
+    offset: usize,
     k: &K,
     v: &K,
     scale: f32,
     sc: &mut [f32],
-    stride: usize,
     parts: &mut [f32],
 ) {
     let mut row = [0f32; MAX_HEAD_DIM];
     let row = &mut row[..shape.head_dim]; // scratch: one cached f16 key or value as f32
     let n = k.count();
-    assert!(n <= BLOCK && v.count() == n, "a block has at most {BLOCK} positions");
-    k.scores(qg, scale, sc, stride, row);
+    let rows = q.len() / shape.head_dim;
+    let per_token = rows / ranges.len();
+    assert!(offset + n <= BLOCK && v.count() == n, "positions in one block of {BLOCK}");
+    assert!(rows == per_token * ranges.len() && parts.len() == rows * shape.part_len() && sc.len() >= rows * BLOCK);
+    k.scores(q, scale, &mut sc[offset..], BLOCK, row);
     let e = Exp::new();
-    for (g, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
-        let s = &mut sc[g * stride..][..n];
-        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        s.iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized; the sum below is not
+    for (r, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
+        let seen = ranges[r / per_token].clone();
+        debug_assert!(offset <= seen.start && seen.end <= offset + n);
+        let s: &mut [f32; BLOCK] = (&mut sc[r * BLOCK..][..BLOCK]).try_into().unwrap();
+        s[..seen.start].fill(f32::NEG_INFINITY);
+        s[seen.end..].fill(f32::NEG_INFINITY);
+        let max = block_max(s);
+        s[seen.clone()].iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized
+        s[..seen.start].fill(0.0);
+        s[seen.end..].fill(0.0);
         p[0] = max;
-        p[1] = s.iter().sum();
+        p[1] = block_sum(s);
         p[2..].fill(0.0);
     }
-    v.weighted_sums(sc, stride, &mut parts[2..], shape.part_len(), row);
+    v.weighted_sums(&sc[offset..], BLOCK, &mut parts[2..], shape.part_len(), row);
+}
+
+/// The largest of a block's scores (exact in any order), in eight lanes.
+fn block_max(s: &[f32; BLOCK]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    for c in s.chunks_exact(8) {
+        m.iter_mut().zip(c).for_each(|(m, &x)| *m = m.max(x));
+    }
+    m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+}
+
+/// `Σ s` over a block's slots, lane `j` over slots `j, j + 8, ...`, then `((l0 + l1) + (l2 + l3)) + ((l4 + l5) +
+/// (l6 + l7))`: one order for every row (in eight lanes, which vectorize, where a sum in order is a chain of adds).
+fn block_sum(s: &[f32; BLOCK]) -> f32 {
+    let mut l = [0f32; 8];
+    for c in s.chunks_exact(8) {
+        l.iter_mut().zip(c).for_each(|(l, &x)| *l += x);
+    }
+    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
 }
 
 /// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
@@ -476,11 +524,11 @@ mod tests {
         );
         let q: Vec<f32> = values(n_tokens * q_dim, 3).iter().map(|v| v * 4.0).collect();
         let mut out = vec![0f32; n_tokens * q_dim];
-        attention(shape, &q, kv, pos0, &mut out, &mut AttentionScratch::new(shape, n_tokens, span));
+        attention(shape, &q, kv, pos0, &mut out, &mut AttentionScratch::new(shape, span));
         for t in 0..n_tokens {
             let mut one = vec![0f32; q_dim];
             let q_t = &q[t * q_dim..(t + 1) * q_dim];
-            attention(shape, q_t, kv, pos0 + t, &mut one, &mut AttentionScratch::new(shape, 1, span));
+            attention(shape, q_t, kv, pos0 + t, &mut one, &mut AttentionScratch::new(shape, span));
             let batched = &out[t * q_dim..(t + 1) * q_dim];
             assert!(
                 one.iter().zip(batched).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -530,6 +578,9 @@ mod tests {
             (4, 2, 20, 70, 13, 32),
             (9, 3, 64, 25, 11, 40),
             (4, 2, 20, 10, 5, 100),
+            (9, 3, 64, 25, 40, 0),
+            (9, 3, 64, 50, 37, 20),
+            (4, 2, 32, 70, 35, 32),
         ];
         for (n_heads, n_kv_heads, head_dim, pos0, n_tokens, window) in cases {
             let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window, scale: 1.0 / (head_dim as f32).sqrt() };

@@ -14,14 +14,15 @@
 //! and values, within a sliding window where the layer has one (Gemma 3: the blocks before it are not read, the block it
 //! starts in is read from there, so a batch and one row still agree bit for bit), softmax over
 //! blocks of 32 positions folded as in flash attention; the query heads of a KV head go together so each cached row is
-//! converted once (`f16.rs`, fused in registers on wasm32). A layer's cache is a `KvRows`: positions before `n_cold`
+//! converted once (`f16/`: fused kernels that keep a tile of rows' sums in registers on x86_64 and wasm32). A layer's cache is a `KvRows`: positions before `n_cold`
 //! in the cold tier (`ColdRows`: Q8_0 or Q4_0 rows, read by `quant::kv`), the others f16 rows; the boundary is a
 //! multiple of 32, so each block lies in one tier and `attend_cached` picks its kernels once per block. A decode row runs
-//! one task per (KV head, block), a batch one per (`GROUP_TOKENS` = 4 tokens, KV head), which converts each hot block's
+//! one task per (KV head, block), a batch one per (`GROUP_TOKENS` = 16 tokens, KV head), which converts each hot block's
 //! f16 keys and values to f32 once for its tokens (`f16::F32Rows`; re-reading and converting the cache for every token
-//! was most of a long prefill's time) while a cold block's rows are unpacked by `quant::kv` as each token reads them:
-//! both orders do the same float operations (a row converted before or as it is read gives the same bits), so results
-//! depend neither on the batch nor on the threads. `exp` is ggml's `expf` approximation in plain f32 code that vectorizes (libm's does not).
+//! was most of a long prefill's time) and scores all their rows against it together, while a cold block's rows are
+//! unpacked by `quant::kv` as they are read: both do the same float operations per row (a row converted before or as it
+//! is read gives the same bits; a row's scores and sums do not depend on the rows beside it, and positions a row does
+//! not see weigh exactly 0), so results depend neither on the batch nor on the threads. `exp` is ggml's `expf` approximation in plain f32 code that vectorizes (libm's does not).
 
 pub mod attention;
 pub mod exp;

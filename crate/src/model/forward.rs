@@ -60,7 +60,7 @@ impl RunState {
             gate: LineBuf::zeros(n * c.ffn_dim),
             up: LineBuf::zeros(n * c.ffn_dim),
             experts: ExpertScratch::new(c.experts, n, c.d_model),
-            att_scratch: AttentionScratch::new(&c.attention_shape(), n, n_ctx),
+            att_scratch: AttentionScratch::new(&c.attention_shape(), n_ctx),
             acts: Activations::new(),
             rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
@@ -79,7 +79,7 @@ impl RunState {
         let rows = widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n_batch.saturating_mul(w))));
         let angles = n_batch.saturating_mul(c.rope_dims / 2).saturating_mul(std::mem::size_of::<(f32, f32)>());
         let tables = if (0..c.n_layers).any(|l| c.layer_rope_base(l) != c.rope_base) { 2 } else { 1 };
-        rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_batch, n_ctx))
+        rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_ctx))
             .saturating_add(angles.saturating_mul(tables))
             .saturating_add(ExpertScratch::bytes(c.experts, n_batch, c.d_model))
     }

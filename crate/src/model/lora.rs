@@ -22,7 +22,7 @@
 //! every pair names a weight the forward pass adapts, shapes, a rank no larger than the weight's larger side, finite
 //! factors), so a bad file is an `Error::Adapter` (`E_ADAPTER`), or an `Error::Gguf` when it is not a whole GGUF; memory
 //! for its f32 factors is asked for (`Error::OutOfMemory`, never a trap); its matrices are converted to f32 at load (they are small), `B`
-//! transposed, and applied a token at a time with the f32 vector kernels of `kernels/f16.rs` (`A·x` is `rank` dot
+//! transposed, and applied a token at a time with the f32 vector kernels of `crate::simd` (`A·x` is `rank` dot
 //! products; `B·(A·x)` is `rank` scaled rows of `Bᵀ` added to the output): no activation quantization and no thread-pool
 //! tasks for `rank`-row matrices, which cost more than the arithmetic as two thin matmuls did (a prefill batch shares
 //! its rows among the threads). Phi-3's fused `attn_qkv` and `ffn_up` pairs are split into the projections' row ranges

@@ -5,7 +5,7 @@
 //!
 //! # Design
 //!
-//! Callers: `kernels/f16.rs` (attention), `model/lora.rs` (adapters) and `index/distance.rs` (metrics). Each primitive
+//! Callers: `kernels/f16/` (attention), `model/lora.rs` (adapters) and `index/distance.rs` (metrics). Each primitive
 //! has a scalar reference (`dot_ref`, `axpy_ref`, `l2_squared_ref`) and a kernel per ISA in its own file, as in
 //! `quant/`: `simd/avx2.rs` (AVX2+FMA, on x86_64 when `cpu::has_avx2`), `simd/simd128.rs` (wasm32, at compile time) and
 //! `simd/neon.rs` (aarch64, at compile time); elsewhere the reference runs. Each file's `hsum` sums a vector's lanes in
@@ -17,7 +17,7 @@
 //! multiply-adds (simd128 has none, and the relaxed-SIMD build does not use `f32x4.relaxed_madd`, which only some
 //! engines fuse: both wasm builds give the same bits). That order is part of the results, so each kernel kept the one
 //! it had before attention's and the index's kernels were merged here: `dot` adds in two accumulators on x86_64 and
-//! wasm32, as attention's did (`f16.rs`'s fused wasm32 kernels repeat `simd128::dot`'s and `simd128::axpy`'s
+//! wasm32, as attention's did (`kernels/f16/simd128.rs`'s fused kernels repeat `simd128::dot`'s and `simd128::axpy`'s
 //! operations bit for bit, and with the index's four accumulators the llama.cpp comparison of `tests/rust/lora.rs`
 //! left its bounds), and in four on aarch64, as the index's did (attention had no NEON kernel); `l2_squared` is the index's. `simd/tests.rs`
 //! checks every kernel against its reference: exactly on values whose sums are exact in any order, within rounding on

@@ -1,13 +1,21 @@
 //! The vector ops of attention over the f16 KV cache: convert a cached row (raw little-endian f16 bits)
-//! to f32 once ([`to_f32`]), then `q · k` and `out += w * v` in f32 ([`crate::simd`]'s `dot` and `axpy`)
-//! for every query head that shares it.
+//! to f32 ([`to_f32`]), then the scores `q · k` ([`scores`]) and the weighted sums `out += w * v`
+//! ([`weighted_sums`]) in f32, for a group of query rows at once (the heads that share a KV head, and in a
+//! prefill the tokens of a group) so that each cached row is read and converted once for all of them.
 //!
-//! The conversion has a scalar reference (`to_f32_ref`) and a SIMD version picked as the quantized kernels
-//! are: AVX2+F16C on x86_64 at run time, simd128 on wasm32 at compile time; elsewhere the reference. Attention
-//! calls the ops through [`scores`] and [`weighted_sums`], which take a group of heads at once: on wasm32 these
-//! are fused kernels that convert each cached row in registers and keep the heads' sums there (the float
-//! operations of `simd::simd128::dot` and `axpy` in the same order, so the same bits as the ops one by one,
-//! which run elsewhere).
+//! # Design
+//!
+//! Each op has one order of float operations per instruction set, the same for any number of rows and keys and
+//! whether the rows are f16 (converted as read) or f32 (converted before, `F32Rows`): a row's scores and sums never
+//! depend on the rows beside it, so a batch and a decode row agree bit for bit (`attention`'s invariant).
+//! - x86_64 with AVX2 (`avx2.rs`, picked at run time) and wasm32 (`simd128.rs`), for `d` a multiple of 8: fused
+//!   kernels that keep a tile of sums in registers (AVX2: two rows by two keys for scores, eight rows for sums;
+//!   wasm32: four rows), with the float operations of `simd`'s `dot` and `axpy` for that instruction set in the same
+//!   order, so the same bits as the ops one by one. (A score summed in eight lanes as a tree, cheaper to reduce,
+//!   moved Gemma 3 270M's llama.cpp comparison past its bound: `tests/rust/gemma3.rs`, max |dp1| 0.146 -> 0.27.)
+//! - Elsewhere (NEON, or `d` not a multiple of 8): [`crate::simd`]'s `dot` and `axpy`, one row at a time.
+//!
+//! The conversion has a scalar reference (`to_f32_ref`) and a SIMD version picked as the quantized kernels are.
 
 use crate::quant::act::f16_to_f32;
 use crate::simd::{axpy, dot};
@@ -26,6 +34,9 @@ pub(crate) trait Rows {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     unsafe fn load8(&self, i: usize, c: usize, consts: &crate::quant::simd128::Consts)
         -> [core::arch::wasm32::v128; 2];
+    /// Columns `c..c + 8` of row `i` as f32x8. SAFETY: AVX2, FMA and F16C; `i < count()` and `c + 8 <= width()`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256;
 }
 
 impl Rows for [&[[u8; 2]]] {
@@ -49,6 +60,12 @@ impl Rows for [&[[u8; 2]]] {
         consts: &crate::quant::simd128::Consts,
     ) -> [core::arch::wasm32::v128; 2] {
         simd128::load8(self.get_unchecked(i).as_ptr().add(c), consts)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256 {
+        avx2::load8_f16(self.get_unchecked(i), c)
     }
 }
 
@@ -76,6 +93,12 @@ impl Rows for F32Rows<'_> {
         let p = self.data.as_ptr().add(i * self.d + c);
         [v128_load(p as *const v128), v128_load(p.add(4) as *const v128)]
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256 {
+        core::arch::x86_64::_mm256_loadu_ps(self.data.as_ptr().add(i * self.d + c))
+    }
 }
 
 /// Rows `rows` (f16, each of `d` values) as f32, back to back into `out`.
@@ -97,6 +120,11 @@ pub(crate) fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if d.is_multiple_of(8) {
         return simd128::scores(q, k, scale, out, stride);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if d.is_multiple_of(8) && crate::simd::cpu::has_avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C; the shapes are checked above.
+        return unsafe { avx2::scores(q, k, scale, out, stride) };
     }
     for i in 0..n {
         let ki = k.row(i, row);
@@ -126,6 +154,11 @@ pub(crate) fn weighted_sums<R: Rows + ?Sized>(
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if d.is_multiple_of(8) {
         return simd128::weighted_sums(v, w, w_stride, o, o_stride, heads);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if d.is_multiple_of(8) && crate::simd::cpu::has_avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C; the shapes are checked above.
+        return unsafe { avx2::weighted_sums(v, w, w_stride, o, o_stride, heads) };
     }
     for i in 0..n {
         let vi = v.row(i, row);
@@ -157,160 +190,9 @@ pub fn to_f32_ref(src: &[[u8; 2]], dst: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
-        let n = dst.len();
-        let mut i = 0;
-        while i + 8 <= n {
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().add(i).cast())));
-            i += 8;
-        }
-        super::to_f32_ref(&src[i..], &mut dst[i..]);
-    }
-}
-
+mod avx2;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd128 {
-    use core::arch::wasm32::*;
-
-    use super::Rows;
-    // The quantized kernels' exact f16 conversion, with their vector constants made once per call (why: `Consts`).
-    use crate::quant::simd128::{f16x4_to_f32, Consts};
-    use crate::simd::simd128::{hsum, madd};
-
-    pub fn to_f32(src: &[[u8; 2]], dst: &mut [f32]) {
-        let n = dst.len();
-        let c = Consts::new();
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: elements i..i + 8 are in bounds of both slices; no alignment requirement.
-            unsafe {
-                let [lo, hi] = load8(src.as_ptr().add(i), &c);
-                let d = dst.as_mut_ptr().add(i);
-                v128_store(d as *mut v128, lo);
-                v128_store(d.add(4) as *mut v128, hi);
-            }
-            i += 8;
-        }
-        super::to_f32_ref(&src[i..], &mut dst[i..]);
-    }
-
-    /// Eight f16 at `p` (unaligned) as two f32x4.
-    #[inline(always)]
-    pub(super) unsafe fn load8(p: *const [u8; 2], c: &Consts) -> [v128; 2] {
-        let h = v128_load(p as *const v128);
-        [f16x4_to_f32(u32x4_extend_low_u16x8(h), c), f16x4_to_f32(u32x4_extend_high_u16x8(h), c)]
-    }
-
-    /// [`super::scores`] for `d` a multiple of 8: up to four heads at a time share each converted piece
-    /// of a key, each head summing as `simd::simd128::dot` does (two accumulators, lanes 0-3 and 4-7 of each 8).
-    pub fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [f32], stride: usize) {
-        if k.count() == 0 {
-            return;
-        }
-        let d = k.width();
-        for (c, qs) in q.chunks(4 * d).enumerate() {
-            let out = &mut out[4 * c * stride..];
-            match qs.len() / d {
-                1 => scores_of::<1, R>(qs, k, scale, out, stride),
-                2 => scores_of::<2, R>(qs, k, scale, out, stride),
-                3 => scores_of::<3, R>(qs, k, scale, out, stride),
-                _ => scores_of::<4, R>(qs, k, scale, out, stride),
-            }
-        }
-    }
-
-    fn scores_of<const G: usize, R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [f32], stride: usize) {
-        let (d, n) = (q.len() / G, k.count());
-        assert!(d.is_multiple_of(8) && k.width() == d && out.len() >= (G - 1) * stride + n);
-        let consts = Consts::new();
-        for i in 0..n {
-            let mut acc = [[f32x4_splat(0.0); 2]; G];
-            for c in (0..d).step_by(8) {
-                // SAFETY: i < n and c + 8 <= d: in bounds of `k` and of each head's row of `q` (asserted above).
-                unsafe {
-                    let kv = k.load8(i, c, &consts);
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        let qp = q.as_ptr().add(g * d + c);
-                        acc[0] = madd(v128_load(qp as *const v128), kv[0], acc[0]);
-                        acc[1] = madd(v128_load(qp.add(4) as *const v128), kv[1], acc[1]);
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                // `dot` adds its (empty) tail's sum.
-                let sum = hsum(f32x4_add(acc[0], acc[1])) + crate::simd::dot_ref(&[], &[]);
-                out[g * stride + i] = sum * scale;
-            }
-        }
-    }
-
-    /// [`super::weighted_sums`] for `d` a multiple of 8: for each 8 columns, up to four heads' sums stay in
-    /// registers over all the rows (each row's piece converted once for them), adding `w * v` as
-    /// `simd::simd128::axpy` does.
-    pub fn weighted_sums<R: Rows + ?Sized>(
-        v: &R,
-        w: &[f32],
-        w_stride: usize,
-        o: &mut [f32],
-        o_stride: usize,
-        heads: usize,
-    ) {
-        for g0 in (0..heads).step_by(4) {
-            let (w, o) = (&w[g0 * w_stride..], &mut o[g0 * o_stride..]);
-            match heads - g0 {
-                1 => weighted_sums_of::<1, R>(v, w, w_stride, o, o_stride),
-                2 => weighted_sums_of::<2, R>(v, w, w_stride, o, o_stride),
-                3 => weighted_sums_of::<3, R>(v, w, w_stride, o, o_stride),
-                _ => weighted_sums_of::<4, R>(v, w, w_stride, o, o_stride),
-            }
-        }
-    }
-
-    fn weighted_sums_of<const G: usize, R: Rows + ?Sized>(
-        v: &R,
-        w: &[f32],
-        w_stride: usize,
-        o: &mut [f32],
-        o_stride: usize,
-    ) {
-        let n = v.count();
-        if n == 0 {
-            return;
-        }
-        let d = v.width();
-        assert!(d.is_multiple_of(8));
-        assert!(w.len() >= (G - 1) * w_stride + n && o.len() >= (G - 1) * o_stride + d);
-        let op = o.as_mut_ptr();
-        let consts = Consts::new();
-        for c in (0..d).step_by(8) {
-            // SAFETY: head g's columns c..c + 8 of `o` and weights 0..n of `w` are in bounds (asserted above),
-            // and so are columns c..c + 8 of every row of `v`.
-            unsafe {
-                let mut acc: [[v128; 2]; G] = std::array::from_fn(|g| {
-                    let p = op.add(g * o_stride + c);
-                    [v128_load(p as *const v128), v128_load(p.add(4) as *const v128)]
-                });
-                for i in 0..n {
-                    let x = v.load8(i, c, &consts);
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        let wv = f32x4_splat(*w.get_unchecked(g * w_stride + i));
-                        acc[0] = madd(wv, x[0], acc[0]);
-                        acc[1] = madd(wv, x[1], acc[1]);
-                    }
-                }
-                for (g, acc) in acc.iter().enumerate() {
-                    let p = op.add(g * o_stride + c);
-                    v128_store(p as *mut v128, acc[0]);
-                    v128_store(p.add(4) as *mut v128, acc[1]);
-                }
-            }
-        }
-    }
-}
+mod simd128;
 
 #[cfg(test)]
 mod tests {
@@ -346,12 +228,14 @@ mod tests {
         }
     }
 
-    /// `scores` and `weighted_sums` (fused kernels on wasm32) give the bits of the ops one by one, from f16 rows and
-    /// from the same rows converted to f32 first.
+    /// `scores` and `weighted_sums` (fused kernels on x86_64 and wasm32) give the bits of the ops one by one, from
+    /// f16 rows and from the same rows converted to f32 first.
     #[test]
     fn group_ops_equal_the_ops_one_by_one() {
         let half = |v: &[f32]| v.iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
-        for (d, heads, n) in [(8, 1, 1), (64, 3, 32), (64, 5, 7), (16, 8, 33), (20, 3, 5), (128, 2, 17)] {
+        for (d, heads, n) in
+            [(8, 1, 1), (64, 3, 32), (64, 5, 7), (16, 8, 33), (20, 3, 5), (128, 2, 17), (64, 24, 32), (32, 9, 6)]
+        {
             let stride = n + 3; // scores of head g at g * stride, as attention lays them out
             let q = data(heads * d, d as u64);
             let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u64))).collect();
