@@ -365,8 +365,8 @@ impl<B: KvBlock> BlockRows for Cold<'_, '_, B> {
 /// Query rows `q` (back to back, the same number per token) over the cached keys `k` and values `v` of positions
 /// `offset..offset + k.count()` of one block (so of one tier) of one KV head: `[m, l, o..]` per row into `parts`, with
 /// `m` the largest score, `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v` over the positions `ranges[token]` of the block
-/// that the row's token sees. A row's scores sit at `sc[r * BLOCK..]` by position in the block, so `l` is summed over
-/// the block's slots in one order (`block_sum`) whichever positions the row sees. Every row is scored against every
+/// that the row's token sees (`l` added in order). A row's scores sit at `sc[r * BLOCK..]` by position in the block.
+/// Every row is scored against every
 /// position of `k`, and its sums run over all of them, a position it does not see weighing 0: `o + 0 · v` is `o`
 /// exactly (`o` starts at +0 and never becomes -0), so each row gets the bits it would get alone over its own
 /// positions, as a decode row does.
@@ -402,7 +402,7 @@ fn attend_block<K: BlockRows>(
         s[..seen.start].fill(0.0);
         s[seen.end..].fill(0.0);
         p[0] = max;
-        p[1] = block_sum(s);
+        p[1] = s[seen.clone()].iter().sum(); // in order: the sum's bits are part of the results (see `kernels::f16`)
         p[2..].fill(0.0);
     }
     v.weighted_sums(&sc[offset..], BLOCK, &mut parts[2..], shape.part_len(), row);
@@ -415,16 +415,6 @@ fn block_max(s: &[f32; BLOCK]) -> f32 {
         m.iter_mut().zip(c).for_each(|(m, &x)| *m = m.max(x));
     }
     m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
-}
-
-/// `Σ s` over a block's slots, lane `j` over slots `j, j + 8, ...`, then `((l0 + l1) + (l2 + l3)) + ((l4 + l5) +
-/// (l6 + l7))`: one order for every row (in eight lanes, which vectorize, where a sum in order is a chain of adds).
-fn block_sum(s: &[f32; BLOCK]) -> f32 {
-    let mut l = [0f32; 8];
-    for c in s.chunks_exact(8) {
-        l.iter_mut().zip(c).for_each(|(l, &x)| *l += x);
-    }
-    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
 }
 
 /// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
