@@ -366,10 +366,9 @@ impl<B: KvBlock> BlockRows for Cold<'_, '_, B> {
 /// `offset..offset + k.count()` of one block (so of one tier) of one KV head: `[m, l, o..]` per row into `parts`, with
 /// `m` the largest score, `l = Σ e^(s - m)` and `o = Σ e^(s - m) · v` over the positions `ranges[token]` of the block
 /// that the row's token sees (`l` added in order). A row's scores sit at `sc[r * BLOCK..]` by position in the block.
-/// Every row is scored against every
-/// position of `k`, and its sums run over all of them, a position it does not see weighing 0: `o + 0 · v` is `o`
-/// exactly (`o` starts at +0 and never becomes -0), so each row gets the bits it would get alone over its own
-/// positions, as a decode row does.
+/// Every row is scored against every position of `k`, and its sums run over all of them, a position it does not see
+/// weighing 0: `o + 0 · v` is `o` exactly (`o` starts at +0 and never becomes -0), so each row gets the bits it would
+/// get alone over its own positions, as a decode row does.
 #[allow(clippy::too_many_arguments)]
 fn attend_block<K: BlockRows>(
     shape: &AttentionShape,
@@ -394,10 +393,8 @@ fn attend_block<K: BlockRows>(
     for (r, p) in parts.chunks_exact_mut(shape.part_len()).enumerate() {
         let seen = ranges[r / per_token].clone();
         debug_assert!(offset <= seen.start && seen.end <= offset + n);
-        let s: &mut [f32; BLOCK] = (&mut sc[r * BLOCK..][..BLOCK]).try_into().unwrap();
-        s[..seen.start].fill(f32::NEG_INFINITY);
-        s[seen.end..].fill(f32::NEG_INFINITY);
-        let max = block_max(s);
+        let s = &mut sc[r * BLOCK..][..BLOCK];
+        let max = max_of(&s[seen.clone()]);
         s[seen.clone()].iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized
         s[..seen.start].fill(0.0);
         s[seen.end..].fill(0.0);
@@ -408,13 +405,16 @@ fn attend_block<K: BlockRows>(
     v.weighted_sums(&sc[offset..], BLOCK, &mut parts[2..], shape.part_len(), row);
 }
 
-/// The largest of a block's scores (exact in any order), in eight lanes.
-fn block_max(s: &[f32; BLOCK]) -> f32 {
+/// The largest of `s` (exact in any order), in eight lanes and then the rest: a chain of `max` is as slow as the
+/// in-order sum beside it.
+fn max_of(s: &[f32]) -> f32 {
     let mut m = [f32::NEG_INFINITY; 8];
-    for c in s.chunks_exact(8) {
+    let chunks = s.chunks_exact(8);
+    let rest = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    for c in chunks {
         m.iter_mut().zip(c).for_each(|(m, &x)| *m = m.max(x));
     }
-    m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+    m.iter().fold(rest, |a, &b| a.max(b))
 }
 
 /// KV head `kvh`'s f16 rows of hot positions `js` in `cached` (the hot tier's keys or values).
