@@ -1,7 +1,7 @@
 //! The WebGPU backend natively through wgpu (Mesa lavapipe on a machine without a GPU). On the real default model
 //! (SmolLM2-135M-Instruct Q4_1): llama.cpp's next-token distributions, the greedy France answer, a JSON Schema's
-//! answer. On tiny models (lavapipe runs the default model at a few tokens a second, and what these test does not
-//! depend on a model's size): every architecture and weight type against the float64 reference, steps submitted
+//! answer. On tiny models (lavapipe takes seconds for each of the default model's tokens, and what these cases check
+//! does not depend on a model's size): every architecture and weight type against the float64 reference, steps submitted
 //! ahead, the fallbacks (no hardware adapter, lost device, too-small limits), the prefix cache and saved states,
 //! whose keys and values go up to and come down from the GPU, and LoRA adapters (against the float64 reference, the
 //! CPU, and switched per request). Two cases on the default model take minutes there and are `#[ignore]`d: run them
