@@ -128,13 +128,16 @@ section "npm package tests in Node (cli.test.mjs against the native CLI that the
 (cd npm && RUVLLM_NATIVE_CLI="$PWD/../target/debug/ruvllm" npm test)
 
 section "browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
+# www.test.mjs runs first, alone: beside SwiftShader on two cores the demo's embedding model took more than the
+# memory case's 5 minutes to open (11 s alone; stops 52 and 54's host).
+failed=0
+node --test --test-timeout=900000 tests/browser/www.test.mjs || failed=1
 # webgpu.test.mjs is slow (SwiftShader compiles and runs the shaders on the CPU: most of a minute per page and per
 # token of the default model), so it runs beside the other files, which run one after another; its output follows.
 webgpu_log=target/browser-webgpu.log
 node --test --test-timeout=900000 tests/browser/webgpu.test.mjs >"$webgpu_log" 2>&1 &
 webgpu=$!
-failed=0
-node --test --test-timeout=900000 $(ls tests/browser/*.test.mjs | grep -v '/webgpu\.test\.mjs$') || failed=1
+node --test --test-timeout=900000 $(ls tests/browser/*.test.mjs | grep -v '/\(webgpu\|www\)\.test\.mjs$') || failed=1
 wait "$webgpu" || failed=1
 cat "$webgpu_log"
 [ "$failed" -eq 0 ] || { echo "browser tests failed (above)" >&2; exit 1; }
