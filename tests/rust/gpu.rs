@@ -1,11 +1,11 @@
 //! The WebGPU backend natively through wgpu (Mesa lavapipe on a machine without a GPU). On the real default model
-//! (SmolLM2-135M-Instruct Q4_1): llama.cpp's next-token distributions, the greedy France answer, a JSON Schema's
-//! answer. On tiny models (lavapipe takes seconds for each of the default model's tokens, and what these cases check
-//! does not depend on a model's size): every architecture and weight type against the float64 reference, steps submitted
-//! ahead, the fallbacks (no hardware adapter, lost device, too-small limits), the prefix cache and saved states,
-//! whose keys and values go up to and come down from the GPU, and LoRA adapters (against the float64 reference, the
-//! CPU, and switched per request). Two cases on the default model take minutes there and are `#[ignore]`d: run them
-//! with `-- --ignored` (on a real GPU, the device machine).
+//! (SmolLM2-135M-Instruct Q4_1): the greedy France answer, a JSON Schema's answer, llama.cpp's next-token
+//! distributions (ignored, below). On tiny models (lavapipe takes seconds for each of the default model's tokens, and
+//! what these cases check does not depend on a model's size): every architecture and weight type against the float64
+//! reference, steps submitted ahead, the fallbacks (no hardware adapter, lost device, too-small limits), the prefix
+//! cache and saved states, whose keys and values go up to and come down from the GPU, and LoRA adapters (against the
+//! float64 reference, the CPU, and switched per request). Three cases on the default model take minutes there and are
+//! `#[ignore]`d: run them with `-- --ignored` (on a real GPU, the device machine).
 //! Native only: the synchronous Session cannot wait for WebGPU inside a browser or Node.
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -208,7 +208,10 @@ fn real_world_schemas_hold_on_the_gpu() {
     assert!(finished * 10 >= n * 8, "only {finished} of {n} answers finished");
 }
 
+/// Ignored: 284 positions of the default model take 4-5 minutes of lavapipe on CI's AVX2-only hosts, past what CI
+/// can give (the default model's greedy France answer and JSON Schema answer stay in).
 #[test]
+#[ignore = "minutes on lavapipe: run with --ignored on a real GPU"]
 fn teacher_forced_distributions_match_llama_cpp_on_the_gpu() {
     let model = model();
     support::logits::assert_matches_llama_cpp(model.config.vocab_size, |ids| {
