@@ -46,8 +46,11 @@ section "LoRA adapters for the tiny models and the default model (tests/rust/lor
 .venv/bin/python tests/fixtures/make_lora_adapters.py "$RUVLLM_FIXTURES"
 .venv/bin/python tests/fixtures/make_lora_adapters.py --model "$RUVLLM_MODEL" "$RUVLLM_FIXTURES/lora-smollm2-r8.gguf"
 
-section "native tests"
-cargo test --workspace --locked
+section "native tests, the WebGPU backend's among them (Mesa lavapipe through wgpu/Vulkan: every shader against the CPU kernels, the models vs llama.cpp)"
+# One build, with the `gpu` feature: the library's gpu:: shader checks and tests/rust/gpu.rs run on lavapipe beside
+# the CPU's tests, and the crate is compiled once for both. Sessions stay on the CPU unless a test asks for the GPU
+# (Backend::Cpu is the default; Auto skips software adapters such as lavapipe).
+cargo test --workspace --locked --features ruvllm/gpu
 
 section "fuzz targets compile (cargo check of fuzz/; scripts/fuzz.sh runs them)"
 # Only checked here: libFuzzer's build (nightly, AddressSanitizer, every dependency instrumented, cargo-fuzz itself
@@ -102,13 +105,6 @@ WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/
 grep -q '^Running headless tests in Chrome' target/wasm32-chromium-relaxed.log ||
   { echo "the relaxed-SIMD kernel tests did not run in headless Chromium" >&2; exit 1; }
 
-section "WebGPU backend on Mesa lavapipe (wgpu/Vulkan): every shader against the CPU kernels, the models vs llama.cpp"
-# Both test binaries first, in one cargo run (the library's test build and gpu.rs's compile side by side).
-cargo test --locked -p ruvllm --features gpu --lib --test gpu --no-run
-cargo test --locked -p ruvllm --features gpu --lib gpu::
-cargo test --locked -p ruvllm --features gpu --test gpu
-# (The WebGPU engine for wasm32 is compiled below, as the npm package's wasm-gpu build.)
-
 section "WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
 # (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)
 WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
@@ -124,7 +120,7 @@ scripts/build-wasm.sh
 
 section "npm package tests in Node (cli.test.mjs against the native CLI that the native tests built)"
 # target/debug/ruvllm is the test profile's (opt-level 3, with debug assertions): a release build would compile the
-# crate and its dependencies once more for nothing these tests see.
+# crate and its dependencies once more for nothing these tests see. `npm test` runs two files at a time.
 (cd npm && RUVLLM_NATIVE_CLI="$PWD/../target/debug/ruvllm" npm test)
 
 section "browser tests (headless Chromium; bundlers.test.mjs: the packed package in Vite and webpack apps; webgpu.test.mjs: the package's WebGPU backend on SwiftShader, the CPU fallbacks; www.test.mjs: the chat demo in www/, which scripts/www.sh installs and builds)"
