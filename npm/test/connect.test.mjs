@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { basename } from 'node:path';
 import { after, before, test } from 'node:test';
 import { LLM, RemoteError, RemoteLLM } from '@ruvector/ruvllm';
-import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, health, rejectsWith, startServe, until } from './helpers.mjs';
+import { EMBED_MODEL_PATH, FRANCE, MODEL_PATH, abortAfter, health, rejectsWith, startServe, until } from './helpers.mjs';
 import { serve as serveFiles } from './server.mjs';
 import { sseData } from '../dist/remote.js';
 
@@ -134,11 +134,7 @@ test('an abort or a loop left early stops the server\'s generation: the next req
   const before = await health(server.url);
   const controller = new AbortController();
   const stream = await remote.chat.completions.create({ ...LONG_CHAT, stream: true }, { signal: controller.signal });
-  let n = 0;
-  await rejectsWith((async () => {
-    for await (const _ of stream) if (++n === 5) controller.abort();
-  })(), 'E_ABORTED');
-  assert.equal(n, 5);
+  await abortAfter(5, stream, controller);
   await until(server.url, (h) => h.requests === 0 && h.aborted === before.aborted + 1);
 
   let pieces = 0;

@@ -1,6 +1,7 @@
 // Shared by the node:test suites: where the model and the llama.cpp reference live, and one loaded model.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -73,6 +74,24 @@ export async function rejectsWith(promise, code) {
     return e;
   }
   throw new Error(`expected a rejection with ${code}`);
+}
+
+/** A port on 127.0.0.1 that nothing listens on now (for a server that must be told its port). */
+export async function freePort() {
+  const probe = createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+/** Read `stream` to its `n`th chunk, then abort `controller`: the loop must end in E_ABORTED after exactly `n` chunks. */
+export async function abortAfter(n, stream, controller) {
+  let seen = 0;
+  await rejectsWith((async () => {
+    for await (const _ of stream) if (++seen === n) controller.abort();
+  })(), 'E_ABORTED');
+  if (seen !== n) throw new Error(`the stream ended after ${seen} chunks, not ${n}`);
 }
 
 /** A seeded generator of numbers in [0, 1) (mulberry32): the same kill points and delays on every run. */

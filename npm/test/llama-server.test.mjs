@@ -7,11 +7,10 @@
 // request retries until it is back on the same port.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { LLM, RemoteError, RemoteLLM } from '@ruvector/ruvllm';
-import { FRANCE, MODEL_PATH, REPO_DIR, rejectsWith } from './helpers.mjs';
+import { FRANCE, MODEL_PATH, REPO_DIR, abortAfter, freePort, rejectsWith } from './helpers.mjs';
 
 const SERVER_DIR =
   process.env.RUVLLM_LLAMA_SERVER ??
@@ -20,14 +19,6 @@ const KEY = 'llama-key-3c9d';
 const FRANCE_MESSAGES = [{ role: 'user', content: 'What is the capital of France?' }];
 /** Far more tokens than a test waits for: a generation this long that ends at once was stopped. */
 const LONG_CHAT = { messages: [{ role: 'user', content: 'Tell me a very long story.' }], max_tokens: 4000, temperature: 0 };
-
-async function freePort() {
-  const probe = createServer();
-  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address();
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
 
 /** llama-server on `port`; resolves once its /health answers 200 (it answers 503 while the model loads). */
 async function startLlamaServer(port) {
@@ -134,11 +125,7 @@ test('tokenize and detokenize go to the server\'s /tokenize and /detokenize: lla
 test('an abort mid-stream frees the server\'s slot at once: the next request is answered', async () => {
   const controller = new AbortController();
   const stream = await remote.chat.completions.create({ ...LONG_CHAT, stream: true }, { signal: controller.signal });
-  let n = 0;
-  await rejectsWith((async () => {
-    for await (const _ of stream) if (++n === 5) controller.abort();
-  })(), 'E_ABORTED');
-  assert.equal(n, 5);
+  await abortAfter(5, stream, controller);
   // One slot, one thread: a generation of 4,000 tokens that went on would hold the slot for minutes.
   const t0 = performance.now();
   for (;;) {

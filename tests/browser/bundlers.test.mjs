@@ -7,10 +7,9 @@
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { copyFileSync, cpSync, mkdirSync, rmSync, statSync, symlinkSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { MODEL_PATH, PACKAGE_DIR, REPO_DIR } from '../../npm/test/helpers.mjs';
+import { MODEL_PATH, PACKAGE_DIR, REPO_DIR, freePort } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 import { ISOLATED, launchChromium } from './chromium.mjs';
 
@@ -56,14 +55,6 @@ after(async () => {
   await browser?.close();
   for (const stop of stops) await stop();
 });
-
-async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** Start `vite` (the dev server) or `vite preview` in the Vite app; resolves to its origin once it listens. */
 async function startVite(command, isolated) {

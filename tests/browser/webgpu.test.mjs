@@ -130,7 +130,7 @@ test('a LoRA adapter on the GPU gives the CPU engine\'s tokens under it', { time
       const llm = window.tiny;
       options.adapters[0].id = await llm.loadAdapter('/adapter.gguf');
       const adapted = await llm.complete(prompt, options);
-      await llm.unloadAdapter(options.adapters[0].id);
+      llm.unloadAdapter(options.adapters[0].id);
       return { info: llm.info(), ids: adapted.ids };
     },
     { prompt: TINY_PROMPT, options },

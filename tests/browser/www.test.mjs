@@ -19,10 +19,9 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { basename, join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { MODEL_PATH, REPO_DIR } from '../../npm/test/helpers.mjs';
+import { MODEL_PATH, REPO_DIR, freePort } from '../../npm/test/helpers.mjs';
 import { serve } from '../../npm/test/server.mjs';
 import { launchChromium } from './chromium.mjs';
 
@@ -37,14 +36,6 @@ const modelRequests = [];
 const pageErrors = [];
 const notFound = []; // URLs the page asked for and got a 404
 const stops = [];
-
-async function freePort() {
-  const s = createServer();
-  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
-  const { port } = s.address();
-  await new Promise((resolve) => s.close(resolve));
-  return port;
-}
 
 /** Start `vite preview` or the dev server (`vite`) in www/; resolves to its origin once it listens. */
 async function startVite(command) {
