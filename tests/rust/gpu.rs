@@ -912,3 +912,15 @@ fn an_encoder_is_unsupported_on_the_gpu() {
         Ok(_) => panic!("a bert model went on the GPU"),
     }
 }
+
+/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) have no GPU forward pass yet: refused
+/// with a typed error, where the CPU runs the same file (tests/rust/tiny_models.rs).
+#[test]
+fn gemma4_is_unsupported_on_the_gpu() {
+    let (model, _) = tiny::load(tiny::GEMMA4);
+    match block_on(GpuModel::new(model, &software())) {
+        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("gemma4"), "{message}"),
+        Err(e) => panic!("not the typed error: {e}"),
+        Ok(_) => panic!("a gemma4 model went on the GPU"),
+    }
+}

@@ -282,7 +282,7 @@ impl Evaluator {
             Some(gpu) => gpu.kv_cache_bytes(),
             None => {
                 let c = &self.model.config;
-                self.model.kv_cache().bytes(c.n_layers, c.kv_dim(), self.n_ctx)
+                self.model.kv_cache().bytes(c.kv_layers(), c.kv_dim(), self.n_ctx)
             }
         }
     }
@@ -393,7 +393,7 @@ impl Evaluator {
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
             let n = self.tokens.len();
-            let mut kv = KvCache::new(c.n_layers, c.kv_dim(), n);
+            let mut kv = KvCache::new(c.kv_layers(), c.kv_dim(), n);
             match gpu.download_kv(&mut kv, 0..n).await {
                 Ok(()) => return Ok(crate::kv::state::encode(&id, &self.tokens, &kv)),
                 Err(e) => self.gpu_failed(e)?,
@@ -411,7 +411,8 @@ impl Evaluator {
         let id = self.model.id();
         if let Some(gpu) = &self.gpu {
             let c = &self.model.config;
-            let (tokens, kv) = crate::kv::state::decode(bytes, &id, c.vocab_size, c.n_layers, c.kv_dim(), self.n_ctx)?;
+            let (tokens, kv) =
+                crate::kv::state::decode(bytes, &id, c.vocab_size, c.kv_layers(), c.kv_dim(), self.n_ctx)?;
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
@@ -501,7 +502,7 @@ impl Evaluator {
         let (model, n_ctx, n_batch) = (&self.model, self.n_ctx, self.n_batch);
         let (kv, state) = self.cpu.get_or_insert_with(|| {
             let (c, format) = (&model.config, model.kv_cache());
-            (KvCache::with_options(c.n_layers, c.kv_dim(), n_ctx, format), RunState::new(model, n_batch, n_ctx))
+            (KvCache::with_options(c.kv_layers(), c.kv_dim(), n_ctx, format), RunState::new(model, n_batch, n_ctx))
         });
         (model, kv, state)
     }
@@ -540,7 +541,7 @@ const STAGING_BYTES: usize = 8 << 20;
 
 /// Positions of one transfer window: whole pages within `STAGING_BYTES` (at least one).
 fn window_positions(c: &Config) -> usize {
-    let per_position = 2 * c.n_layers * c.kv_dim() * 2;
+    let per_position = 2 * c.kv_layers() * c.kv_dim() * 2;
     (STAGING_BYTES / per_position / PAGE_TOKENS).max(1) * PAGE_TOKENS
 }
 
@@ -555,7 +556,7 @@ fn upload_prefix(gpu: &GpuRunner, model: &Model, cache: &PrefixCache, tokens: &[
         // `restore` writes from the page holding position `n` on.
         let start = n / PAGE_TOKENS * PAGE_TOKENS;
         let end = (start + step).min(tokens.len());
-        let mut window = KvCache::window(c.n_layers, c.kv_dim(), start..end);
+        let mut window = KvCache::window(c.kv_layers(), c.kv_dim(), start..end);
         let got = cache.restore(&tokens[..end], n, &mut window);
         if got > n {
             gpu.upload_kv(&window, start..got)?;
@@ -576,7 +577,7 @@ async fn download_new_pages(gpu: &GpuRunner, model: &Model, cache: &PrefixCache,
     let mut start = missing.start;
     while start < missing.end {
         let end = (start + step).min(missing.end);
-        let mut window = KvCache::window(c.n_layers, c.kv_dim(), start..end);
+        let mut window = KvCache::window(c.kv_layers(), c.kv_dim(), start..end);
         gpu.download_kv(&mut window, start..end).await?;
         cache.insert(&tokens[..end], &window);
         // The cache took fewer pages (every page in use by other sessions), or lost some before

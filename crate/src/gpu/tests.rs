@@ -219,6 +219,8 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         rope_neox: neox,
         pooling: None,
         scales: Scales::plain(head_dim),
+        layer_shapes: None,
+        logit_softcap: None,
     }
 }
 
@@ -655,7 +657,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
 fn random_cache(c: &Config, n_ctx: usize, len: usize, rng: &mut SplitMix) -> (KvCache, Vec<u8>, Vec<u8>) {
     let kvd = c.kv_dim();
     let (k, v) = (rng.normals(len * kvd), rng.normals(len * kvd));
-    let mut cache = KvCache::new(c.n_layers, c.kv_dim(), n_ctx);
+    let mut cache = KvCache::new(c.kv_layers(), c.kv_dim(), n_ctx);
     cache.layers[0].store(0, &k, &v);
     let mut kb = f16_bytes(&k);
     let mut vb = f16_bytes(&v);

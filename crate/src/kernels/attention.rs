@@ -33,8 +33,11 @@ pub struct AttentionShape {
     pub head_dim: usize,
     /// Positions a query sees, itself included: 0 for all of them.
     pub window: usize,
-    /// What the scores `q·k` are multiplied by: `1 / sqrt(head_dim)` but for Granite's `attention.scale`.
+    /// What the scores `q·k` are multiplied by: `1 / sqrt(head_dim)` but for Granite's `attention.scale` and Gemma 4's 1.
     pub scale: f32,
+    /// Values of a position's row in the cache: `n_kv_heads × head_dim`, or more where the cache's rows are wider
+    /// than this layer's (Gemma 4's windowed layers; the rest of a row is not read).
+    pub row: usize,
 }
 
 impl AttentionShape {
@@ -49,10 +52,6 @@ impl AttentionShape {
 
     fn group(&self) -> usize {
         self.n_heads / self.n_kv_heads
-    }
-    /// Width of one position's cached keys (or values): every KV head's row, side by side.
-    fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
     }
     /// Floats of one head's softmax part: `[m, l, o[head_dim]]`.
     fn part_len(&self) -> usize {
@@ -87,10 +86,10 @@ impl<'a> KvRows<'a> {
 
     /// Positions held, checked against the shape.
     fn positions(&self, shape: &AttentionShape) -> usize {
-        let kv_dim = shape.kv_dim();
+        let row = shape.row;
         let cold_rows = |blocks: usize| {
             assert!(shape.head_dim.is_multiple_of(KV_BLOCK), "a cold tier needs whole blocks per head");
-            blocks / (kv_dim / KV_BLOCK)
+            blocks / (row / KV_BLOCK)
         };
         let cold = match self.cold {
             ColdRows::None => 0,
@@ -98,7 +97,7 @@ impl<'a> KvRows<'a> {
             ColdRows::Q4_0 { keys, values } => cold_rows(keys.len().min(values.len())),
         };
         assert!(cold >= self.n_cold && self.n_cold.is_multiple_of(BLOCK), "the cold tier holds whole blocks");
-        self.n_cold + self.keys.len().min(self.values.len()) / kv_dim
+        self.n_cold + self.keys.len().min(self.values.len()) / row
     }
 }
 
@@ -159,7 +158,7 @@ pub fn attention(
     let n_tokens = q.len() / q_dim;
     let span = pos0 + n_tokens; // cached positions visible to the last token
     let (group, part) = (shape.group(), shape.part_len());
-    assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len());
+    assert!(head_dim <= MAX_HEAD_DIM && out.len() == q.len() && shape.row >= n_kv_heads * head_dim);
     assert!(kv.positions(shape) >= span, "cache too short");
     let scale = shape.scale;
     let out_ptr = SharedMut::new(out);
@@ -425,8 +424,8 @@ fn hot_rows<'a>(
     kvh: usize,
     js: &Range<usize>,
 ) -> ArrayRows<'a, [u8; 2]> {
-    let (head_dim, kv_dim) = (shape.head_dim, shape.kv_dim());
-    let rows = js.clone().map(|j| &cached[(j - kv.n_cold) * kv_dim + kvh * head_dim..][..head_dim]);
+    let (head_dim, row) = (shape.head_dim, shape.row);
+    let rows = js.clone().map(|j| &cached[(j - kv.n_cold) * row + kvh * head_dim..][..head_dim]);
     ArrayRows::new(rows)
 }
 
@@ -437,7 +436,7 @@ fn cold_rows<'a, B: KvBlock>(
     kvh: usize,
     js: &Range<usize>,
 ) -> ArrayRows<'a, B> {
-    let (head_blocks, row_blocks) = (shape.head_dim / KV_BLOCK, shape.kv_dim() / KV_BLOCK);
+    let (head_blocks, row_blocks) = (shape.head_dim / KV_BLOCK, shape.row / KV_BLOCK);
     ArrayRows::new(js.clone().map(|j| &cached[j * row_blocks + kvh * head_blocks..][..head_blocks]))
 }
 
@@ -506,7 +505,7 @@ mod tests {
     /// a batch as for one row at a time (whose blocks are tasks folded after the loop).
     fn check(shape: &AttentionShape, kv: &KvRows, keys: &[f32], vals: &[f32], pos0: usize, n_tokens: usize) {
         let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
-        let (q_dim, kv_dim) = (n_heads * head_dim, shape.kv_dim());
+        let (q_dim, kv_dim) = (n_heads * head_dim, shape.row);
         let span = pos0 + n_tokens;
         let at = format!(
             "heads {n_heads}/{}, head_dim {head_dim}, {} cold, window {}",
@@ -572,9 +571,13 @@ mod tests {
             (9, 3, 64, 50, 37, 20),
             (4, 2, 32, 70, 35, 32),
         ];
-        for (n_heads, n_kv_heads, head_dim, pos0, n_tokens, window) in cases {
-            let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window, scale: 1.0 / (head_dim as f32).sqrt() };
-            let n = (pos0 + n_tokens) * shape.kv_dim();
+        // Rows as wide as the layer's heads, and wider (a cache shared with wider layers: Gemma 4).
+        for ((n_heads, n_kv_heads, head_dim, pos0, n_tokens, window), pad) in
+            cases.into_iter().flat_map(|c| [(c, 0), (c, 12)])
+        {
+            let (scale, row) = (1.0 / (head_dim as f32).sqrt(), n_kv_heads * head_dim + pad);
+            let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window, scale, row };
+            let n = (pos0 + n_tokens) * shape.row;
             let k_cache: Vec<[u8; 2]> = values(n, 1).into_iter().map(f32_to_f16).collect();
             let v_cache: Vec<[u8; 2]> = values(n, 2).into_iter().map(f32_to_f16).collect();
             let f32s = |c: &[[u8; 2]]| c.iter().map(|&h| f16_to_f32(h)).collect::<Vec<f32>>();
@@ -590,13 +593,14 @@ mod tests {
     fn reads_the_cold_and_the_hot_tier() {
         let cases = [(9, 3, 64, 64, 100, 7), (4, 2, 32, 96, 100, 7), (2, 2, 96, 32, 100, 7), (4, 2, 32, 64, 20, 90)];
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
-            // Without a window, and with one that starts in the cold tier for some tokens and in the hot one for others.
-            for ((n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens), window) in
-                cases.into_iter().flat_map(|c| [(c, 0), (c, 70)])
+            // Rows as wide as the heads, or a block wider; without a window, and with one that starts in the cold tier
+            // for some tokens and in the hot one for others.
+            for ((n_heads, n_kv_heads, head_dim, n_cold, pos0, n_tokens), window, pad) in
+                cases.into_iter().flat_map(|c| [(c, 0, 0), (c, 70, 0), (c, 70, 32)])
             {
-                let shape =
-                    AttentionShape { n_heads, n_kv_heads, head_dim, window, scale: 1.0 / (head_dim as f32).sqrt() };
-                let kv_dim = shape.kv_dim();
+                let (scale, row) = (1.0 / (head_dim as f32).sqrt(), n_kv_heads * head_dim + pad);
+                let shape = AttentionShape { n_heads, n_kv_heads, head_dim, window, scale, row };
+                let kv_dim = shape.row;
                 let span = pos0 + n_tokens;
                 // Cold rows, and their exact values; then the hot rows as f16.
                 let (k, v) = (values(span * kv_dim, 1), values(span * kv_dim, 2));

@@ -253,7 +253,7 @@ struct Target {
 /// pass applies no adapter to it.
 fn target(model: &Model, name: &str) -> Option<Target> {
     let c = &model.config;
-    let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let d = c.d_model;
     if name == "output.weight" {
         // A model whose output head is its token embedding has no `output.weight` (llama.cpp refuses it too).
         let w = &model.weights;
@@ -264,6 +264,10 @@ fn target(model: &Model, name: &str) -> Option<Target> {
     let rest = name.strip_prefix("blk.")?;
     let (layer, weight) = rest.split_once('.')?;
     let l = layer.parse::<usize>().ok().filter(|&l| l < c.n_layers && layer == l.to_string())?;
+    let (q, kv, ff) = (c.layer_q_dim(l), c.layer_kv_dim(l), c.layer_ffn_dim(l));
+    if l >= c.kv_layers() && matches!(weight, "attn_k.weight" | "attn_v.weight") {
+        return None; // Gemma 4's last layers compute no keys or values of their own
+    }
     let one =
         |p: Proj, n_in: usize, n_out: usize| Some(Target { n_in, n_out, sites: vec![(Site::Layer(l, p), 0..n_out)] });
     let fused = c.arch == Arch::Phi3;

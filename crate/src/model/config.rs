@@ -20,6 +20,12 @@ pub enum Arch {
     /// block too, GeGLU, NeoX-style RoPE; five of every six layers attend within a sliding window, with RoPE base
     /// 10000 (the others: the model's base).
     Gemma3,
+    /// Gemma 4 (E2B, E4B, 31B): Gemma 3's blocks with layers of two shapes ([`LayerShapes`]: windowed ones with
+    /// narrower heads, their own RoPE base and rotated width; global ones with Gemma 4's "proportional" RoPE as
+    /// frequency factors), scores not scaled, values RMS-normed without a weight (and equal to the keys where a
+    /// layer has no `attn_v`), the last layers reading an earlier layer's keys and values, a per-layer input from
+    /// a second embedding (`per_layer_token_embd`), each layer's output scaled, and the logits soft-capped.
+    Gemma4,
     /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
     /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
     Phi3,
@@ -36,12 +42,13 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, in the README's order ("Supported").
-    pub const ALL: [Arch; 9] = [
+    pub const ALL: [Arch; 10] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Phi3,
         Arch::Gemma3,
+        Arch::Gemma4,
         Arch::SmolLM3,
         Arch::Qwen3Moe,
         Arch::GraniteMoe,
@@ -56,6 +63,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
             Arch::SmolLM3 => "smollm3",
             Arch::GraniteMoe => "granitemoe",
             Arch::Bert => "bert",
@@ -72,6 +80,7 @@ impl Arch {
             | Arch::Qwen3Moe
             | Arch::Phi3
             | Arch::Gemma3
+            | Arch::Gemma4
             | Arch::SmolLM3
             | Arch::GraniteMoe => true,
             Arch::Bert => false,
@@ -132,6 +141,29 @@ impl Scales {
     }
 }
 
+/// The shapes of layers that differ from one another (Gemma 4): which attend within the sliding window, each one's
+/// KV heads and feed-forward width, the windowed layers' heads, and which layers keep keys and values of their own.
+/// The config's own `head_dim`, `rope_dims` and `rope_base` are the global layers'.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerShapes {
+    /// Each layer's: whether it attends within the window (`attention.sliding_window_pattern`).
+    pub windowed: Vec<bool>,
+    /// Each layer's KV heads (`attention.head_count_kv`, a number or one per layer).
+    pub n_kv_heads: Vec<usize>,
+    /// Each layer's feed-forward width (`feed_forward_length`, a number or one per layer).
+    pub ffn_dims: Vec<usize>,
+    /// The windowed layers' head size, rotated dimensions and RoPE base (`attention.key_length_swa`,
+    /// `rope.dimension_count_swa`, `rope.freq_base_swa`); they take no frequency factors.
+    pub local_head_dim: usize,
+    pub local_rope_dims: usize,
+    pub local_rope_base: f32,
+    /// Layers `0..kv_layers` store keys and values; each later one attends to those of the last of them of its kind
+    /// (`attention.shared_kv_layers`, llama.cpp's `n_layer_kv_from_start`).
+    pub kv_layers: usize,
+    /// The width of each layer's input from the per-layer embedding (`embedding_length_per_layer_input`; 0: none).
+    pub per_layer_input: usize,
+}
+
 /// More experts than llama.cpp's own limit (LLAMA_MAX_EXPERTS) is a hostile file.
 pub const MAX_EXPERTS: usize = 512;
 
@@ -167,6 +199,10 @@ pub struct Config {
     /// The pooling the GGUF asks for (`<arch>.pooling_type`), if any: embeddings default to it.
     pub pooling: Option<Pooling>,
     pub scales: Scales,
+    /// Layers of different shapes (Gemma 4); None where every layer has the config's.
+    pub layer_shapes: Option<LayerShapes>,
+    /// `final_logit_softcapping`: the logits become `cap · tanh(logits / cap)` (Gemma 4).
+    pub logit_softcap: Option<f32>,
 }
 
 impl Config {
@@ -227,12 +263,14 @@ impl Config {
             return Err(Error::Model(format!("rope.scaling.attn_factor {rope_attn_factor} is not a positive number")));
         }
         let context_length = req("context_length")?;
+        let rope_base = g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
         let rope_orig_context = match g.get_u64(&key("rope.scaling.original_context_length")) {
             Some(_) => req("rope.scaling.original_context_length")?,
             None => context_length,
         };
         let sliding_window = match (arch, g.get_u64(&key("attention.sliding_window"))) {
             (Arch::Gemma3, Some(_)) => req("attention.sliding_window")?,
+            (Arch::Gemma4, _) => req("attention.sliding_window")?,
             _ => 0,
         };
         let experts = match arch {
@@ -245,9 +283,19 @@ impl Config {
             }
             _ => None,
         };
-        let ffn_dim = match arch {
-            Arch::Qwen3Moe => req("expert_feed_forward_length")?,
+        let n_layers = req("block_count")?;
+        let layer_shapes = match arch {
+            Arch::Gemma4 => Some(gemma4_layers(g, n_layers, n_heads, head_dim, rope_dims, rope_base)?),
+            _ => None,
+        };
+        let ffn_dim = match (arch, &layer_shapes) {
+            (Arch::Qwen3Moe, _) => req("expert_feed_forward_length")?,
+            (_, Some(shapes)) => shapes.ffn_dims.iter().copied().max().unwrap_or(0),
             _ => req("feed_forward_length")?,
+        };
+        let n_kv_heads = match &layer_shapes {
+            Some(shapes) => shapes.n_kv_heads.iter().copied().max().unwrap_or(n_kv_heads),
+            None => n_kv_heads,
         };
         let scale = |k: &str, default: f32| -> Result<f32> {
             match g.get_f32(&key(k)) {
@@ -259,6 +307,8 @@ impl Config {
         let plain = Scales::plain(head_dim);
         let scales = match arch {
             Arch::Gemma3 => Scales { embedding: (d_model as f32).sqrt(), ..plain },
+            // Gemma 4's queries and keys are RMS-normed, and its scores not scaled (llama.cpp's `f_attention_scale`).
+            Arch::Gemma4 => Scales { embedding: (d_model as f32).sqrt(), attention: 1.0, ..plain },
             Arch::GraniteMoe => {
                 // Granite 4's shared expert (`expert_shared_feed_forward_length`) is a block this forward pass does
                 // not have.
@@ -278,9 +328,16 @@ impl Config {
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
             .ok_or_else(|| Error::Model("tensor token_embd.weight is missing or not 2-D".into()))?;
+        let logit_softcap = match (arch, g.get_f32(&key("final_logit_softcapping"))) {
+            (Arch::Gemma4, Some(cap)) if cap.is_finite() && cap > 0.0 => Some(cap),
+            (Arch::Gemma4, Some(cap)) if cap != 0.0 => {
+                return Err(Error::Model(format!("final_logit_softcapping {cap} is not a positive number")))
+            }
+            _ => None,
+        };
         Ok(Config {
             arch,
-            n_layers: req("block_count")?,
+            n_layers,
             d_model,
             n_heads,
             n_kv_heads,
@@ -294,33 +351,51 @@ impl Config {
             } else {
                 g.get_f32(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12)
             },
-            rope_base: g.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_base,
             rope_freq_scale,
             rope_dims,
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3),
+            rope_neox: matches!(
+                arch,
+                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::Gemma4
+            ),
             sliding_window,
             rope_attn_factor,
             rope_orig_context,
             pooling: g.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf_value),
             scales,
+            layer_shapes,
+            logit_softcap,
         })
     }
 
+    /// The widest layer's attention shape (what a forward pass's scratch is sized for).
     pub fn attention_shape(&self) -> crate::kernels::attention::AttentionShape {
         crate::kernels::attention::AttentionShape {
             n_heads: self.n_heads,
             n_kv_heads: self.n_kv_heads,
-            head_dim: self.head_dim,
+            head_dim: self.max_head_dim(),
             window: 0,
             scale: self.scales.attention,
+            row: self.kv_dim(),
+        }
+    }
+
+    /// Layer `l`'s attention: its heads, window and scale, over cached rows of [`Config::kv_dim`].
+    pub fn layer_attention_shape(&self, l: usize) -> crate::kernels::attention::AttentionShape {
+        crate::kernels::attention::AttentionShape {
+            n_kv_heads: self.layer_n_kv_heads(l),
+            head_dim: self.layer_head_dim(l),
+            window: self.layer_window(l),
+            ..self.attention_shape()
         }
     }
 
     /// Layer `l`'s sliding window (0: it sees every position). Gemma 3, as llama.cpp sets it: every sixth layer is
-    /// global, the others windowed.
+    /// global, the others windowed; Gemma 4: as its file says.
     pub fn layer_window(&self, l: usize) -> usize {
-        match self.arch {
-            Arch::Gemma3 if l % 6 < 5 => self.sliding_window,
+        match (self.arch, &self.layer_shapes) {
+            (Arch::Gemma3, _) if l % 6 < 5 => self.sliding_window,
+            (_, Some(shapes)) if shapes.windowed[l] => self.sliding_window,
             _ => 0,
         }
     }
@@ -330,13 +405,58 @@ impl Config {
         !(self.arch == Arch::SmolLM3 && (l + 1).is_multiple_of(4))
     }
 
-    /// Layer `l`'s RoPE base: Gemma 3's windowed layers use 10000 whatever the model's base.
+    /// Layer `l`'s RoPE base: Gemma 3's windowed layers use 10000 whatever the model's base, Gemma 4's their own.
     pub fn layer_rope_base(&self, l: usize) -> f32 {
-        if self.arch == Arch::Gemma3 && self.layer_window(l) > 0 {
-            10_000.0
-        } else {
-            self.rope_base
+        match (&self.layer_shapes, self.layer_window(l) > 0) {
+            (_, false) => self.rope_base,
+            (Some(shapes), true) => shapes.local_rope_base,
+            (None, true) => 10_000.0,
         }
+    }
+
+    /// Layer `l`'s head size: Gemma 4's windowed layers have their own.
+    pub fn layer_head_dim(&self, l: usize) -> usize {
+        match &self.layer_shapes {
+            Some(shapes) if shapes.windowed[l] => shapes.local_head_dim,
+            _ => self.head_dim,
+        }
+    }
+
+    pub fn layer_n_kv_heads(&self, l: usize) -> usize {
+        self.layer_shapes.as_ref().map_or(self.n_kv_heads, |shapes| shapes.n_kv_heads[l])
+    }
+
+    pub fn layer_ffn_dim(&self, l: usize) -> usize {
+        self.layer_shapes.as_ref().map_or(self.ffn_dim, |shapes| shapes.ffn_dims[l])
+    }
+
+    pub fn layer_q_dim(&self, l: usize) -> usize {
+        self.n_heads * self.layer_head_dim(l)
+    }
+
+    pub fn layer_kv_dim(&self, l: usize) -> usize {
+        self.layer_n_kv_heads(l) * self.layer_head_dim(l)
+    }
+
+    /// The layers that keep keys and values of their own, `0..kv_layers()`: all but Gemma 4's last ones.
+    pub fn kv_layers(&self) -> usize {
+        self.layer_shapes.as_ref().map_or(self.n_layers, |shapes| shapes.kv_layers)
+    }
+
+    /// The layer of the KV cache that layer `l` stores to and attends to: its own, or for Gemma 4's last layers
+    /// the last one before them of the same kind (llama.cpp: `n_layer_kv_from_start - (is_swa ? 2 : 1)`; the reader
+    /// checks those two are a windowed and a global layer).
+    pub fn kv_layer(&self, l: usize) -> usize {
+        let n = self.kv_layers();
+        match &self.layer_shapes {
+            Some(shapes) if l >= n => n - if shapes.windowed[l] { 2 } else { 1 },
+            _ => l,
+        }
+    }
+
+    /// The largest head of any layer.
+    pub fn max_head_dim(&self) -> usize {
+        (0..self.n_layers).map(|l| self.layer_head_dim(l)).max().unwrap_or(self.head_dim).max(self.head_dim)
     }
 
     /// What the token embeddings are multiplied by ([`Scales::embedding`]).
@@ -344,13 +464,108 @@ impl Config {
         self.scales.embedding
     }
 
+    /// The widest layer's queries: `n_heads × head_dim`.
     pub fn q_dim(&self) -> usize {
-        self.n_heads * self.head_dim
+        self.n_heads * self.max_head_dim()
     }
 
+    /// The width of a position's row in the KV cache: the widest KV layer's `n_kv_heads × head_dim` (a narrower
+    /// layer's rows are padded with zeros to it; Gemma 4's windowed layers).
     pub fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
+        (0..self.kv_layers()).map(|l| self.layer_kv_dim(l)).max().unwrap_or(0)
     }
+}
+
+/// Gemma 4's layer shapes ([`LayerShapes`]), checked: `head_dim`, `rope_dims` and `rope_base` are the global layers'.
+fn gemma4_layers(
+    g: &Gguf,
+    n_layers: usize,
+    n_heads: usize,
+    head_dim: usize,
+    rope_dims: usize,
+    rope_base: f32,
+) -> Result<LayerShapes> {
+    let key = |k: &str| format!("gemma4.{k}");
+    let bad = |k: &str, why: String| Error::Model(format!("metadata key {}: {why}", key(k)));
+    // A number, or one per layer, each in 1..2^31.
+    let per_layer = |k: &str| -> Result<Vec<usize>> {
+        let values = match g.get(&key(k)) {
+            None => return Err(bad(k, "missing".into())),
+            Some(v) => match v.as_array() {
+                Some(a) if a.len() == n_layers => a.iter().map(|v| v.as_u64()).collect::<Option<Vec<_>>>(),
+                Some(a) => return Err(bad(k, format!("{} values for {n_layers} layers", a.len()))),
+                None => v.as_u64().map(|v| vec![v; n_layers]),
+            },
+        };
+        let values = values.ok_or_else(|| bad(k, "not unsigned integers".into()))?;
+        values
+            .into_iter()
+            .map(|v| usize::try_from(v).ok().filter(|&v| v > 0 && v < 1 << 31).ok_or_else(|| bad(k, format!("{v}"))))
+            .collect()
+    };
+    let optional = |k: &str, default: usize| match g.get_u64(&key(k)) {
+        None => Ok(default),
+        Some(v) => usize::try_from(v).ok().filter(|&v| v < 1 << 31).ok_or_else(|| bad(k, format!("{v}"))),
+    };
+    if g.get_u64(&key("expert_count")).is_some_and(|n| n > 0) {
+        return Err(Error::Model("gemma4 with a mixture of experts (26B-A4B) is not supported".into()));
+    }
+    let windowed: Vec<bool> = g
+        .get(&key("attention.sliding_window_pattern"))
+        .and_then(|v| v.as_array())
+        .filter(|a| a.len() == n_layers)
+        .and_then(|a| a.iter().map(|v| v.as_bool()).collect())
+        .ok_or_else(|| bad("attention.sliding_window_pattern", format!("not {n_layers} booleans")))?;
+    let n_kv_heads = per_layer("attention.head_count_kv")?;
+    let ffn_dims = per_layer("feed_forward_length")?;
+    let local_head_dim = optional("attention.key_length_swa", head_dim)?;
+    let local_rope_dims = optional("rope.dimension_count_swa", rope_dims)?;
+    for (k, v, of) in [
+        ("attention.value_length", "attention.key_length", head_dim),
+        ("attention.value_length_swa", "attention.key_length_swa", local_head_dim),
+    ] {
+        if optional(k, of)? != of {
+            return Err(bad(k, format!("differs from {}", key(v))));
+        }
+    }
+    if local_head_dim == 0
+        || !local_head_dim.is_multiple_of(2)
+        || local_head_dim > crate::kernels::attention::MAX_HEAD_DIM
+        || local_rope_dims > local_head_dim
+        || !local_rope_dims.is_multiple_of(2)
+    {
+        return Err(bad("attention.key_length_swa", format!("heads of {local_head_dim} rotating {local_rope_dims}")));
+    }
+    if let Some(l) = n_kv_heads.iter().position(|&kv| !n_heads.is_multiple_of(kv)) {
+        return Err(bad("attention.head_count_kv", format!("{n_heads} heads over {} at layer {l}", n_kv_heads[l])));
+    }
+    let shared = optional("attention.shared_kv_layers", 0)?;
+    let kv_layers = n_layers.saturating_sub(shared);
+    // The shared layers read the last windowed and the last global layer before them (llama.cpp assumes so).
+    if shared > 0 && (kv_layers < 2 || !windowed[kv_layers - 2] || windowed[kv_layers - 1]) {
+        return Err(bad(
+            "attention.shared_kv_layers",
+            format!(
+                "{shared} of {n_layers} layers: layers {} and {} must be a windowed and a global one",
+                kv_layers.saturating_sub(2),
+                kv_layers.saturating_sub(1)
+            ),
+        ));
+    }
+    let local_rope_base = g.get_f32(&key("rope.freq_base_swa")).unwrap_or(rope_base);
+    if !(local_rope_base.is_finite() && local_rope_base > 0.0) {
+        return Err(bad("rope.freq_base_swa", format!("{local_rope_base}")));
+    }
+    Ok(LayerShapes {
+        windowed,
+        n_kv_heads,
+        ffn_dims,
+        local_head_dim,
+        local_rope_dims,
+        local_rope_base,
+        kv_layers,
+        per_layer_input: optional("embedding_length_per_layer_input", 0)?,
+    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! All buffers live in a [`RunState`] allocated once per session for `n_batch` tokens, so the decode
 //! loop allocates nothing.
 
-use crate::kernels::attention::{attention, AttentionScratch, AttentionShape};
+use crate::kernels::attention::{attention, AttentionScratch};
 use crate::kernels::gelu::geglu;
 use crate::kernels::matmul::matmul;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
@@ -13,6 +13,7 @@ use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
 use crate::model::experts::{self, ExpertScratch};
 use crate::model::lora::{AdapterSet, Proj, Site};
+use crate::model::weights::PerLayerEmbedding;
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
@@ -29,12 +30,14 @@ pub struct RunState {
     proj: LineBuf, // [n × d_model] block output before the residual add
     gate: LineBuf, // [n × ffn_dim]
     up: LineBuf,   // [n × ffn_dim]
+    /// Gemma 4's per-layer inputs (`PerLayerInputs`), where the model has them.
+    per_layer: Option<PerLayerInputs>,
     experts: ExpertScratch,
     att_scratch: AttentionScratch,
     acts: Activations,
     rope: Rope,
     angles: Vec<(f32, f32)>, // [n × rope pairs] RoPE's (cos, sin) for each token's position
-    /// The RoPE of layers with a base of their own (Gemma 3's windowed ones), and its angles.
+    /// The RoPE of layers with a base of their own (Gemma 3's and 4's windowed ones), and its angles.
     local: Option<(Rope, Vec<(f32, f32)>)>,
     /// [rows × vocab]: logits of the rows asked for in the last call.
     pub logits: Vec<f32>,
@@ -59,12 +62,16 @@ impl RunState {
             proj: LineBuf::zeros(n * c.d_model),
             gate: LineBuf::zeros(n * c.ffn_dim),
             up: LineBuf::zeros(n * c.ffn_dim),
+            per_layer: PerLayerInputs::new(c, n),
             experts: ExpertScratch::new(c.experts, n, c.d_model),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n_ctx),
             acts: Activations::new(),
             rope: model.rope(n_ctx),
             angles: vec![(0.0, 0.0); n * (c.rope_dims / 2)],
-            local: model.local_rope(n_ctx).map(|r| (r, vec![(0.0, 0.0); n * (c.rope_dims / 2)])),
+            local: model.local_rope(n_ctx).map(|r| {
+                let pairs = r.pairs();
+                (r, vec![(0.0, 0.0); n * pairs])
+            }),
             logits: Vec::new(),
             keep_after: None,
             kept: Vec::new(),
@@ -82,6 +89,40 @@ impl RunState {
         rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_ctx))
             .saturating_add(angles.saturating_mul(tables))
             .saturating_add(ExpertScratch::bytes(c.experts, n_batch, c.d_model))
+            .saturating_add(PerLayerInputs::bytes(c, n_batch))
+    }
+}
+
+/// Gemma 4's per-layer inputs of a batch: for each layer, a `width` row per token, from the per-layer embedding of
+/// the token and a projection of its (scaled) embedding; and the scratch of the layers' blocks that use them.
+struct PerLayerInputs {
+    width: usize,
+    inputs: LineBuf, // [n_layers × n × width], layer-major: a layer's rows are one slice
+    proj: LineBuf,   // [n × n_layers·width] the embeddings' projection
+    token: Vec<f32>, // [n_layers·width] one token's per-layer embedding
+    gate: LineBuf,   // [n × width]
+}
+
+impl PerLayerInputs {
+    fn width(c: &Config) -> usize {
+        c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input)
+    }
+
+    fn new(c: &Config, n: usize) -> Option<PerLayerInputs> {
+        let width = Self::width(c);
+        (width > 0).then(|| PerLayerInputs {
+            width,
+            inputs: LineBuf::zeros(c.n_layers * n * width),
+            proj: LineBuf::zeros(n * c.n_layers * width),
+            token: vec![0.0; c.n_layers * width],
+            gate: LineBuf::zeros(n * width),
+        })
+    }
+
+    fn bytes(c: &Config, n: usize) -> usize {
+        let all = Self::width(c).saturating_mul(c.n_layers);
+        let per_batch = LineBuf::bytes(n.saturating_mul(all)).saturating_mul(2);
+        per_batch.saturating_add(all.saturating_mul(4)).saturating_add(LineBuf::bytes(n.saturating_mul(Self::width(c))))
     }
 }
 
@@ -171,7 +212,7 @@ fn forward_layers(
     let file = model.file();
     let n = tokens.len();
     assert!(n > 0 && n <= s.n_batch && pos0 + n <= kv.n_ctx);
-    let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let (d, row) = (c.d_model, c.kv_dim());
 
     kv.make_room(pos0, n);
     let pairs = s.rope.pairs();
@@ -179,6 +220,7 @@ fn forward_layers(
         s.rope.angles(pos0 + t, angles);
     }
     if let Some((rope, angles)) = &mut s.local {
+        let pairs = rope.pairs();
         for (t, angles) in angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
             rope.angles(pos0 + t, angles);
         }
@@ -195,25 +237,29 @@ fn forward_layers(
             x.iter_mut().for_each(|v| *v *= scale);
         }
     }
+    if let (Some(embd), Some(pl)) = (&w.per_layer, &mut s.per_layer) {
+        per_layer_inputs(model, embd, pl, &mut s.acts, &s.x[..n * d], tokens);
+    }
 
     for (l, lw) in w.layers[..n_layers].iter().enumerate() {
         if s.keep_after == Some(l) {
             s.kept.clear();
             s.kept.extend_from_slice(&s.x[..n * d]);
         }
+        // This layer's widths (Gemma 4's differ from layer to layer); whether it computes keys and values of its own
+        // (Gemma 4's last layers attend to an earlier layer's).
+        let (qd, kvd, ff) = (c.layer_q_dim(l), c.layer_kv_dim(l), c.layer_ffn_dim(l));
+        let has_kv = l < c.kv_layers();
         // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
-        // (qwen2) and each query and key head RMS-normed before RoPE (qwen3).
+        // (qwen2), each query and key head RMS-normed before RoPE (qwen3), and each value head (gemma4).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
-        project(
-            &mut s.acts,
-            &s.xb[..n * d],
-            n,
-            &mut [
-                (lw.wq.view(file), &mut s.q[..n * qd]),
-                (lw.wk.view(file), &mut s.k[..n * kvd]),
-                (lw.wv.view(file), &mut s.v[..n * kvd]),
-            ],
-        );
+        let q = (lw.wq.view(file), &mut s.q[..n * qd]);
+        if has_kv {
+            let (k, v) = ((lw.wk.view(file), &mut s.k[..n * kvd]), (lw.wv.view(file), &mut s.v[..n * kvd]));
+            project(&mut s.acts, &s.xb[..n * d], n, &mut [q, k, v]);
+        } else {
+            project(&mut s.acts, &s.xb[..n * d], n, &mut [q]);
+        }
         // Each adapter's `s·B·(A·x)` is added where the weight's product is, before any bias or norm.
         for (p, out) in [(Proj::Q, &mut s.q[..n * qd]), (Proj::K, &mut s.k[..n * kvd]), (Proj::V, &mut s.v[..n * kvd])]
         {
@@ -226,29 +272,36 @@ fn forward_layers(
                 }
             }
         }
-        for (buf, head_norm, dim) in [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd)] {
+        for (buf, head_norm, dim) in
+            [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd), (&mut s.v, &lw.v_norm, kvd)]
+        {
             if let Some(w) = head_norm {
                 norm_in_place(&mut buf[..n * dim], w, c.rms_eps);
             }
         }
-        // A windowed layer (Gemma 3) sees the last `window` positions, with its own RoPE base; a NoPE layer
-        // (SmolLM3) rotates nothing.
-        let window = c.layer_window(l);
-        let shape = AttentionShape { window, ..c.attention_shape() };
+        // A windowed layer (Gemma 3, 4) sees the last `window` positions, with its own RoPE; a NoPE layer (SmolLM3)
+        // rotates nothing.
+        let shape = c.layer_attention_shape(l);
         let rotates = c.layer_uses_rope(l);
-        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates) {
-            let (rope, angles) = match &s.local {
-                Some((rope, angles)) if window > 0 => (rope, angles),
-                _ => (&s.rope, &s.angles),
-            };
+        let (rope, angles) = match &s.local {
+            Some((rope, angles)) if shape.window > 0 => (rope, angles),
+            _ => (&s.rope, &s.angles),
+        };
+        let pairs = rope.pairs();
+        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates).take(1 + has_kv as usize) {
             for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
                 for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
                     rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);
                 }
             });
         }
-        kv.layers[l].store(pos0, &s.k[..n * kvd], &s.v[..n * kvd]);
-        let view = kv.layers[l].view();
+        if has_kv {
+            // The cache's rows are the widest layer's: a narrower layer's are padded.
+            widen_rows(&mut s.k[..n * row], kvd, row);
+            widen_rows(&mut s.v[..n * row], kvd, row);
+            kv.layers[l].store(pos0, &s.k[..n * row], &s.v[..n * row]);
+        }
+        let view = kv.layers[c.kv_layer(l)].view();
         attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
         project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
         lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d]);
@@ -273,7 +326,7 @@ fn forward_layers(
             for (p, out) in [(Proj::Gate, &mut s.gate[..n * ff]), (Proj::Up, &mut s.up[..n * ff])] {
                 lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
             }
-            let (up, gelu) = (&s.up, c.arch == Arch::Gemma3);
+            let (up, gelu) = (&s.up, matches!(c.arch, Arch::Gemma3 | Arch::Gemma4));
             for_each_row_chunk(&mut s.gate[..n * ff], ff, |t0, g| {
                 let u = &up[t0 * ff..][..g.len()];
                 if gelu {
@@ -289,6 +342,65 @@ fn forward_layers(
             norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
         }
         add_residual(&mut s.x[..n * d], &s.proj[..n * d], d, c.scales.residual);
+
+        // Gemma 4's per-layer input: x += norm(proj · (gelu(inp_gate · x) * the layer's input)); then the whole
+        // stream scaled by the layer's output scale.
+        if let (Some(block), Some(pl)) = (&lw.per_layer, &mut s.per_layer) {
+            let width = pl.width;
+            let gate = &mut pl.gate[..n * width];
+            project(&mut s.acts, &s.x[..n * d], n, &mut [(block.inp_gate.view(file), &mut *gate)]);
+            let input = &pl.inputs[l * n * width..][..n * width];
+            for_each_row_chunk(gate, width, |t0, g| geglu(g, &input[t0 * width..][..g.len()]));
+            project(&mut s.acts, &pl.gate[..n * width], n, &mut [(block.proj.view(file), &mut s.proj[..n * d])]);
+            norm_in_place(&mut s.proj[..n * d], &block.post_norm, c.rms_eps);
+            add(&mut s.x[..n * d], &s.proj[..n * d], d);
+        }
+        if let Some(scale) = lw.out_scale {
+            for_each_row_chunk(&mut s.x[..n * d], d, |_, x| x.iter_mut().for_each(|v| *v *= scale));
+        }
+    }
+}
+
+/// Gemma 4's per-layer inputs of the batch `tokens`, whose scaled embeddings are `x`, into `pl.inputs`: for layer
+/// `l` and token `t`, `(norm(P_l · x_t / sqrt(d_model)) + E_l[t] · sqrt(width)) / sqrt(2)`, with `P_l` and `E_l` layer
+/// `l`'s rows of the projection and of the per-layer embedding (as llama.cpp's `project_per_layer_inputs`).
+fn per_layer_inputs(
+    model: &Model,
+    embd: &PerLayerEmbedding,
+    pl: &mut PerLayerInputs,
+    acts: &mut Activations,
+    x: &[f32],
+    tokens: &[u32],
+) {
+    let (c, file, n, width) = (&model.config, model.file(), tokens.len(), pl.width);
+    let all = c.n_layers * width;
+    project(acts, x, n, &mut [(embd.model_proj.view(file), &mut pl.proj[..n * all])]);
+    let (proj_scale, embd_scale, sum_scale) =
+        (1.0 / (c.d_model as f32).sqrt(), (width as f32).sqrt(), 1.0 / 2f32.sqrt());
+    let row_bytes = embd.token_embd.row_bytes();
+    for (t, &id) in tokens.iter().enumerate() {
+        let row = &embd.token_embd.bytes(file)[id as usize * row_bytes..][..row_bytes];
+        dequantize_row(embd.token_embd.ty, row, &mut pl.token);
+        let proj = &mut pl.proj[t * all..][..all];
+        proj.iter_mut().for_each(|v| *v *= proj_scale);
+        rmsnorm_in_place(proj, &embd.proj_norm, c.rms_eps);
+        for l in 0..c.n_layers {
+            let input = &mut pl.inputs[(l * n + t) * width..][..width];
+            let (p, e) = (&proj[l * width..][..width], &pl.token[l * width..][..width]);
+            input.iter_mut().zip(p.iter().zip(e)).for_each(|(o, (p, e))| *o = (p + e * embd_scale) * sum_scale);
+        }
+    }
+}
+
+/// `buf` holds rows of `width` at its start; spread them to rows of `row` (>= `width`) over all of `buf`, each
+/// padded with zeros. From the last row back, so that no row is overwritten before it has moved.
+fn widen_rows(buf: &mut [f32], width: usize, row: usize) {
+    if width == row {
+        return;
+    }
+    for t in (0..buf.len() / row).rev() {
+        buf.copy_within(t * width..(t + 1) * width, t * row);
+        buf[t * row + width..(t + 1) * row].fill(0.0);
     }
 }
 
@@ -309,6 +421,10 @@ fn output_head(model: &Model, lora: &AdapterSet, s: &mut RunState, n: usize, wan
     let divisor = c.scales.logit_divisor;
     if divisor != 1.0 {
         s.logits.iter_mut().for_each(|v| *v /= divisor);
+    }
+    if let Some(cap) = c.logit_softcap {
+        let inv = 1.0 / cap; // as ggml: scaled by 1/cap, tanh, scaled by cap
+        s.logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * cap);
     }
 }
 

@@ -3,8 +3,13 @@
 //!
 //! # Design
 //!
-//! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma3`, `smollm3`: `Arch` lists
-//! what differs, and `Config::layer_window` / `layer_rope_base` say which layers attend within a sliding window; Phi-3's fused q/k/v and gate/up tensors become `MatrixRef` row ranges, so the forward pass never sees them); `weights.rs` holds `MatrixRef`s
+//! `config.rs` reads hyper-parameters from `<arch>.*` metadata (`Arch` lists the architectures and what differs;
+//! `Config::layer_window` / `layer_rope_base` say which layers attend within a sliding window; Phi-3's fused q/k/v and
+//! gate/up tensors become `MatrixRef` row ranges, so the forward pass never sees them). Where layers differ in shape
+//! (Gemma 4: `LayerShapes`), the forward pass asks the config per layer (`layer_head_dim`, `layer_kv_dim`,
+//! `layer_ffn_dim`, `kv_layer`); the KV cache keeps one row width for every layer (`Config::kv_dim`, the widest; a
+//! narrower layer's rows padded), so the prefix cache, saved states and the cold tier see one shape, and holds only the
+//! layers that store keys and values (`Config::kv_layers`: Gemma 4's last layers read earlier ones'). `weights.rs` holds `MatrixRef`s
 //! (type, shape, byte offset) viewed as `QuantMatrix`es of the file, and norms/biases as small f32 vectors; `mod.rs` is
 //! `Model`: the bytes (memory-mapped natively), config, weights, the text side and the prefix cache. `text.rs` is
 //! `TextModel`, the text side (tokenizer, chat template, chat prompts with tools, the grammar compiler), which needs
@@ -118,8 +123,13 @@ impl Model {
         }
         let load_ms = crate::clock::now_ms() - t0;
         let id = ModelId::of_gguf(&bytes, gguf.data_offset);
-        let prefix_cache =
-            Arc::new(PrefixCache::new(id, config.n_layers, config.kv_dim(), KvType::F16, DEFAULT_PREFIX_CACHE_BYTES));
+        let prefix_cache = Arc::new(PrefixCache::new(
+            id,
+            config.kv_layers(),
+            config.kv_dim(),
+            KvType::F16,
+            DEFAULT_PREFIX_CACHE_BYTES,
+        ));
         let kv_cache = KvCacheOptions::default();
         Ok(Model {
             bytes,
@@ -139,10 +149,12 @@ impl Model {
     /// that decides it, before any session exists. A quantized cold tier needs heads of whole blocks
     /// (`Error::KvCache` otherwise); the CPU runs it (a GPU session under `Backend::WebGpu` refuses it).
     pub fn with_kv_cache(mut self, kv: KvCacheOptions) -> Result<Model> {
-        kv.check(self.config.head_dim)?;
+        for l in 0..self.config.n_layers {
+            kv.check(self.config.layer_head_dim(l))?;
+        }
         let budget = self.prefix_cache.stats().budget_bytes;
         let c = &self.config;
-        self.prefix_cache = Arc::new(PrefixCache::new(self.id, c.n_layers, c.kv_dim(), kv.persisted(), budget));
+        self.prefix_cache = Arc::new(PrefixCache::new(self.id, c.kv_layers(), c.kv_dim(), kv.persisted(), budget));
         self.kv_cache = kv;
         Ok(self)
     }
@@ -182,12 +194,18 @@ impl Model {
         self.rope_with_base(n_ctx, self.config.rope_base)
     }
 
-    /// [`Model::rope`] of Gemma 3's windowed layers, whose base is their own; `None` where every layer uses the
-    /// model's.
+    /// [`Model::rope`] of the windowed layers where their RoPE is their own: Gemma 3's base, Gemma 4's base, head
+    /// size and rotated width (without frequency factors, which are its global layers'); `None` where every layer
+    /// uses the model's.
     pub fn local_rope(&self, n_ctx: usize) -> Option<Rope> {
         let c = &self.config;
-        let l = (0..c.n_layers).find(|&l| c.layer_rope_base(l) != c.rope_base)?;
-        Some(self.rope_with_base(n_ctx, c.layer_rope_base(l)))
+        let l = (0..c.n_layers).find(|&l| c.layer_rope_base(l) != c.rope_base || c.layer_head_dim(l) != c.head_dim)?;
+        Some(match &c.layer_shapes {
+            Some(s) => {
+                Rope::new(s.local_head_dim, s.local_rope_dims, s.local_rope_base, c.rope_freq_scale, c.rope_neox)
+            }
+            None => self.rope_with_base(n_ctx, c.layer_rope_base(l)),
+        })
     }
 
     fn rope_with_base(&self, n_ctx: usize, base: f32) -> Rope {
@@ -244,8 +262,13 @@ impl Model {
                 let id = ModelId(h.finalize().into());
                 let c = &self.config;
                 let base = &self.prefix_cache;
-                let cache =
-                    Arc::new(PrefixCache::new(id, c.n_layers, c.kv_dim(), base.kv_type(), base.stats().budget_bytes));
+                let cache = Arc::new(PrefixCache::new(
+                    id,
+                    c.kv_layers(),
+                    c.kv_dim(),
+                    base.kv_type(),
+                    base.stats().budget_bytes,
+                ));
                 *slot = Some((set, cache.clone()));
                 cache
             }

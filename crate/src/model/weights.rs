@@ -50,6 +50,7 @@ pub struct LayerWeights {
     pub bv: Option<Vec<f32>>,             // [kv_dim] (qwen2)
     pub q_norm: Option<Vec<f32>>,         // [head_dim] (qwen3: each query head's RMSNorm before RoPE)
     pub k_norm: Option<Vec<f32>>,         // [head_dim] (qwen3: each key head's)
+    pub v_norm: Option<Vec<f32>>,         // [head_dim] (gemma4: each value head's RMSNorm, which has no weight: ones)
     pub post_attn_norm: Option<Vec<f32>>, // [d_model] (gemma3: the attention block's output, before the residual add)
     pub post_ffn_norm: Option<Vec<f32>>,  // [d_model] (gemma3: the feed-forward block's output)
     pub wo: MatrixRef,                    // [d_model × q_dim]
@@ -61,6 +62,25 @@ pub struct LayerWeights {
     pub w_gate: MatrixRef, // [ffn_dim × d_model]           (experts: [n_experts·ffn_dim × d_model])
     pub w_up: MatrixRef,   // [ffn_dim × d_model]           (experts: [n_experts·ffn_dim × d_model])
     pub w_down: MatrixRef, // [d_model × ffn_dim]           (experts: [n_experts·d_model × ffn_dim])
+    /// Gemma 4: the layer's per-layer input block (`inp_gate`, `proj`, `post_norm`).
+    pub per_layer: Option<PerLayerBlock>,
+    /// Gemma 4: what the residual stream is multiplied by after the layer (`layer_output_scale`).
+    pub out_scale: Option<f32>,
+}
+
+/// Gemma 4's per-layer inputs: a second embedding of `n_layers × width` per token, plus a projection of the first,
+/// give each layer a `width` input (`forward.rs`).
+pub struct PerLayerEmbedding {
+    pub token_embd: MatrixRef, // [vocab × n_layers·width] (`per_layer_token_embd`)
+    pub model_proj: MatrixRef, // [n_layers·width × d_model] (`per_layer_model_proj`)
+    pub proj_norm: Vec<f32>,   // [width] (`per_layer_proj_norm`)
+}
+
+/// What a Gemma 4 layer does with its per-layer input: `x += norm(proj · (gelu(inp_gate · x) * input))`.
+pub struct PerLayerBlock {
+    pub inp_gate: MatrixRef, // [width × d_model]
+    pub proj: MatrixRef,     // [d_model × width]
+    pub post_norm: Vec<f32>, // [d_model]
 }
 
 pub struct Weights {
@@ -69,6 +89,8 @@ pub struct Weights {
     pub output_norm: Vec<f32>, // [d_model]
     /// [vocab × d_model]; the token embedding itself when the model ties them.
     pub output: MatrixRef,
+    /// Gemma 4's per-layer embedding, where the file has one.
+    pub per_layer: Option<PerLayerEmbedding>,
     /// [rope_dims / 2]: each rotated pair's frequency divisor (Llama 3.1+ `rope_freqs.weight`), if the file has one.
     pub rope_freqs: Option<Vec<f32>>,
     /// [rope_dims / 2] each: LongRoPE's divisors (Phi-3) within the original context and past it.
@@ -80,7 +102,7 @@ impl Weights {
     pub fn from_gguf(g: &Gguf, file: &ModelBytes, c: &Config) -> Result<Weights> {
         let matrix = |name: &str, rows: usize, cols: usize| read_matrix(g, name, rows, cols);
         let vector = |name: &str, n: usize| read_vector(g, file, name, n);
-        let (d, q, kv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let d = c.d_model;
         let token_embd = matrix("token_embd.weight", c.vocab_size, d)?;
         // Before reserving a layer each: every layer has at least these tensors in the file (attn_norm, q, k, v,
         // output, ffn_norm, gate, up, down; Phi-3 fuses q/k/v and gate/up).
@@ -94,6 +116,10 @@ impl Weights {
         }
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
+            let (q, kv, ff, head_dim) = (c.layer_q_dim(i), c.layer_kv_dim(i), c.layer_ffn_dim(i), c.layer_head_dim(i));
+            // Gemma 4's last layers attend to an earlier layer's keys and values: their own k/v tensors, if the file
+            // has them, are not read.
+            let has_kv = i < c.kv_layers();
             let p = |s: &str| format!("blk.{i}.{s}");
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
@@ -104,6 +130,7 @@ impl Weights {
                 | Arch::Qwen3Moe
                 | Arch::Phi3
                 | Arch::Gemma3
+                | Arch::Gemma4
                 | Arch::SmolLM3
                 | Arch::GraniteMoe
                 | Arch::Bert => Ok(None),
@@ -116,11 +143,18 @@ impl Weights {
                 )));
             }
             let head_norm = |s: &str| match c.arch {
-                Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => vector(&p(s), c.head_dim).map(Some),
-                Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::SmolLM3 | Arch::GraniteMoe | Arch::Bert => Ok(None),
+                Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => vector(&p(s), head_dim).map(Some),
+                Arch::Gemma4 if has_kv || s == "attn_q_norm.weight" => vector(&p(s), head_dim).map(Some),
+                Arch::Llama
+                | Arch::Qwen2
+                | Arch::Phi3
+                | Arch::Gemma4
+                | Arch::SmolLM3
+                | Arch::GraniteMoe
+                | Arch::Bert => Ok(None),
             };
             let post_norm = |s: &str| match c.arch {
-                Arch::Gemma3 => vector(&p(s), d).map(Some),
+                Arch::Gemma3 | Arch::Gemma4 => vector(&p(s), d).map(Some),
                 _ => Ok(None),
             };
             // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
@@ -128,6 +162,20 @@ impl Weights {
                 Arch::Phi3 => {
                     let qkv = matrix(&p("attn_qkv.weight"), q + 2 * kv, d)?;
                     (qkv.row_range(0..q), qkv.row_range(q..q + kv), qkv.row_range(q + kv..q + 2 * kv))
+                }
+                Arch::Gemma4 => {
+                    let wq = matrix(&p("attn_q.weight"), q, d)?;
+                    if has_kv {
+                        // A layer without `attn_v` uses its keys' projection for the values too.
+                        let wk = matrix(&p("attn_k.weight"), kv, d)?;
+                        let wv = match g.tensor(&p("attn_v.weight")) {
+                            Some(_) => matrix(&p("attn_v.weight"), kv, d)?,
+                            None => wk,
+                        };
+                        (wq, wk, wv)
+                    } else {
+                        (wq, wq.row_range(0..0), wq.row_range(0..0))
+                    }
                 }
                 _ => (
                     matrix(&p("attn_q.weight"), q, d)?,
@@ -154,6 +202,21 @@ impl Weights {
                     matrix(&p("ffn_down.weight"), d, ff)?,
                 ),
             };
+            let per_layer = match c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input) {
+                0 => None,
+                width => Some(PerLayerBlock {
+                    inp_gate: matrix(&p("inp_gate.weight"), width, d)?,
+                    proj: matrix(&p("proj.weight"), d, width)?,
+                    post_norm: vector(&p("post_norm.weight"), d)?,
+                }),
+            };
+            let out_scale = match g.tensor(&p("layer_output_scale.weight")) {
+                Some(_) if c.arch == Arch::Gemma4 => match vector(&p("layer_output_scale.weight"), 1)?[0] {
+                    s if s.is_finite() => Some(s),
+                    s => return Err(Error::Model(format!("{} is {s}", p("layer_output_scale.weight")))),
+                },
+                _ => None,
+            };
             layers.push(LayerWeights {
                 attn_norm: vector(&p("attn_norm.weight"), d)?,
                 wq,
@@ -164,6 +227,7 @@ impl Weights {
                 bv: bias("attn_v.bias", kv)?,
                 q_norm: head_norm("attn_q_norm.weight")?,
                 k_norm: head_norm("attn_k_norm.weight")?,
+                v_norm: (c.arch == Arch::Gemma4 && has_kv).then(|| vec![1.0; head_dim]),
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 wo: matrix(&p("attn_output.weight"), d, q)?,
@@ -172,6 +236,8 @@ impl Weights {
                 w_gate,
                 w_up,
                 w_down,
+                per_layer,
+                out_scale,
             });
         }
         let output = match g.tensor("output.weight") {
@@ -189,11 +255,25 @@ impl Weights {
             }
             Ok(Some(f))
         };
+        let per_layer = match c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input) {
+            0 => None,
+            width => {
+                let all = width.checked_mul(c.n_layers).filter(|&n| n < 1 << 31).ok_or_else(|| {
+                    Error::Model(format!("per-layer inputs of {width} for {} layers overflow", c.n_layers))
+                })?;
+                Some(PerLayerEmbedding {
+                    token_embd: matrix("per_layer_token_embd.weight", c.vocab_size, all)?,
+                    model_proj: matrix("per_layer_model_proj.weight", all, d)?,
+                    proj_norm: vector("per_layer_proj_norm.weight", width)?,
+                })
+            }
+        };
         Ok(Weights {
             token_embd,
             layers,
             output_norm: vector("output_norm.weight", d)?,
             output,
+            per_layer,
             rope_freqs: factors("rope_freqs.weight")?,
             rope_factors_short: factors("rope_factors_short.weight")?,
             rope_factors_long: factors("rope_factors_long.weight")?,
@@ -208,6 +288,7 @@ impl Weights {
             layers: Vec::new(),
             output_norm: Vec::new(),
             output: token_embd,
+            per_layer: None,
             rope_freqs: None,
             rope_factors_short: None,
             rope_factors_long: None,

@@ -361,7 +361,7 @@ impl MicroLora {
         }
         let c = &model.config;
         let n = tokens.len();
-        let mut kv = KvCache::new(c.n_layers, c.kv_dim(), n);
+        let mut kv = KvCache::new(c.kv_layers(), c.kv_dim(), n);
         let mut s = RunState::new(model, n, n);
         let mut x = vec![0.0; n * c.d_model];
         residual_after(model, &mut kv, &mut s, tokens, 0, self.first_layer, &mut x);
