@@ -10,6 +10,10 @@
 #   benches/gpu_bench.sh llama-cuda DIR [TWIN.hdr ...]  there: llama.cpp's llama-bench built with CUDA (once per
 #       warm machine, ~4 min on 16 cores) on each twin's GGUF (default: DIR/twin.hdr, DIR/twin1b.hdr): pp128,
 #       pp512, tg64, flash attention off and on, 5 reps; prints JSON lines
+#   benches/gpu_bench.sh llama-cpu DIR [TWIN.hdr ...]  there: the CPU side by side on that machine's CPU (AVX512-VNNI
+#       where the H200 hosts have it): llama.cpp's llama-bench built for the CPU alone (GGML_NATIVE, once per warm
+#       machine) against our `ruvllm bench` (DIR/ruvllm, the release CLI prepare copies), 1 and 2 threads, a 64-token
+#       prompt and 32 generated, 3 reps, on each twin (default: every DIR/*.hdr); prints JSON lines
 #   benches/gpu_bench.sh local [ARGS]  here: the WebGPU bench on the real model with whatever adapter wgpu finds
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +23,7 @@ build() {
 }
 model1b=~/.cache/ruvllm/Llama-3.2-1B-shape.random.Q4_K_M.gguf
 lcpp_build=/root/lcpp-build # outside the working tree: it survives between calls on a warm machine
+lcpp_cpu_build=/root/lcpp-cpu-build
 case "${1:-}" in
   prepare)
     dir="${2:?usage: $0 prepare DIR [--llama-cpp]}"
@@ -26,6 +31,15 @@ case "${1:-}" in
     exe="$(build)"
     cp "$exe" "$dir/gpu_bench"
     strip "$dir/gpu_bench" # debug info is most of its size; the device call carries at most 64 MiB
+    cargo build --release --locked -p ruvllm-cli >&2 # the CPU side of `llama-cpu`
+    cp target/release/ruvllm "$dir/ruvllm"
+    strip "$dir/ruvllm"
+    # The default model's copies in the other types, where benches/compare.sh made them: their twins for `llama-cpu`.
+    for quant in Q8_0 Q4_0 Q4_K_M; do
+      copy="$(scripts/fetch-model.sh)"
+      copy="${copy/Q4_1.gguf/$quant.gguf}"
+      if [ -f "$copy" ]; then "$dir/gpu_bench" --write-twin-header "$copy" "$dir/twin-${quant,,}.hdr"; fi
+    done
     "$dir/gpu_bench" --write-twin-header "$(scripts/fetch-model.sh)" "$dir/twin.hdr"
     if [ -f "$model1b" ]; then
       "$dir/gpu_bench" --write-twin-header "$model1b" "$dir/twin1b.hdr"
@@ -110,12 +124,47 @@ case "${1:-}" in
       fi
     done
     ;;
+  llama-cpu)
+    dir="${2:?usage: $0 llama-cpu DIR [TWIN.hdr ...]}"
+    shift 2
+    if [ $# -eq 0 ]; then set -- "$dir"/*.hdr; fi
+    bench="$lcpp_cpu_build/bin/llama-bench"
+    if [ ! -x "$bench" ]; then
+      [ -f "$dir/llama.cpp/CMakeLists.txt" ] || { echo "no $dir/llama.cpp: '$0 prepare DIR --llama-cpp'" >&2; exit 1; }
+      [ -d /root/lcpp-src ] || cp -r "$dir/llama.cpp" /root/lcpp-src
+      log="${OUT:-/tmp}/llama-cpp-cpu-build.log"
+      echo "building llama-bench for the CPU in $lcpp_cpu_build (log: $log)" >&2
+      if ! { cmake -S /root/lcpp-src -B "$lcpp_cpu_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF         -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON &&
+        cmake --build "$lcpp_cpu_build" --target llama-bench -j "$(nproc)"; } >"$log" 2>&1; then
+        tail -40 "$log" >&2
+        exit 1
+      fi
+    fi
+    grep -m1 'model name' /proc/cpuinfo >&2
+    grep -o -w 'avx512_vnni\|avx512f\|avx_vnni\|amx_int8' /proc/cpuinfo | sort | uniq -c >&2
+    for hdr in "$@"; do
+      gguf="/tmp/$(basename "$hdr" .hdr).gguf"
+      if [ ! -f "$gguf" ]; then "$dir/gpu_bench" --twin "$hdr" --write-twin "$gguf.part" && mv "$gguf.part" "$gguf"; fi
+      err="/tmp/$(basename "$hdr" .hdr).llama-cpu.err"
+      # Both engines on the same two cores, one after the other (taskset: the machine's other cores stay idle).
+      if ! taskset -c 0,1 "$bench" -m "$gguf" -t 1,2 -p 64 -n 32 -r 3 -o jsonl 2>"$err"; then
+        tail -20 "$err" >&2
+        exit 1
+      fi
+      for t in 1 2; do
+        for rep in 1 2 3; do
+          taskset -c 0,1 "$dir/ruvllm" bench --model "$gguf" --backend cpu --threads "$t" --prompt-tokens 64 \
+            --gen-tokens 32 | sed "s|^{|{\"twin\":\"$(basename "$hdr" .hdr)\",\"rep\":$rep,|"
+        done
+      done
+    done
+    ;;
   local)
     shift
     "$(build)" --model "$(scripts/fetch-model.sh)" "$@"
     ;;
   *)
-    sed -n '2,13p' "$0"
+    sed -n '2,17p' "$0"
     exit 2
     ;;
 esac
