@@ -249,10 +249,14 @@ impl Weights {
             if g.tensor(name).is_none() {
                 return Ok(None);
             }
-            let f = vector(name, c.rope_dims / 2)?;
+            // Gemma 4's holds one per pair of its global heads (llama.cpp: `n_embd_head / 2`), of which the rotated
+            // ones are the first (a file may rotate fewer than all: `rope.dimension_count`).
+            let n = if c.layer_shapes.is_some() { c.head_dim / 2 } else { c.rope_dims / 2 };
+            let mut f = vector(name, n)?;
             if f.iter().any(|&v| !(v.is_finite() && v > 0.0)) {
                 return Err(Error::Model(format!("{name} holds a factor that is not a positive number")));
             }
+            f.truncate(c.rope_dims / 2);
             Ok(Some(f))
         };
         let per_layer = match c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input) {
