@@ -262,6 +262,39 @@ fn gemma4_layer_shapes_shared_kv_and_per_layer_inputs_match_reference_and_llama_
     }
 }
 
+/// A Gemma 4 header whose layer keys disagree with one another, or that asks for what the forward pass does not
+/// have, is refused with a typed error that names the key, before any weight is read.
+#[test]
+fn gemma4_headers_that_do_not_hold_together_are_refused() {
+    use ruvllm::gguf::{Gguf, Value};
+    use ruvllm::model::config::Config;
+    let bytes = support::read_file(&format!("{}/{GEMMA4}", fixtures_dir()));
+    let header = Gguf::parse(&bytes).expect("tiny-gemma4.gguf parses");
+    assert!(Config::from_gguf(&header).is_ok());
+    let numbers = |v: &[u32]| Value::Array(v.iter().map(|&n| Value::U32(n)).collect());
+    let flags = |v: &[bool]| Value::Array(v.iter().map(|&b| Value::Bool(b)).collect());
+    let cases = [
+        ("attention.sliding_window_pattern", flags(&[true, true, false]), "sliding_window_pattern"),
+        ("attention.head_count_kv", numbers(&[1, 1, 1, 2, 1]), "head_count_kv"),
+        ("attention.head_count_kv", numbers(&[1, 1, 1, 3, 1, 2]), "head_count_kv"),
+        ("feed_forward_length", Value::String("wide".into()), "feed_forward_length"),
+        // Layers 3 and 4 would have to be a windowed and a global layer for layers 4 and 5 to share theirs.
+        ("attention.shared_kv_layers", Value::U32(3), "shared_kv_layers"),
+        ("attention.value_length_swa", Value::U32(32), "value_length_swa"),
+        ("attention.key_length_swa", Value::U32(1024), "key_length_swa"),
+        ("expert_count", Value::U32(128), "mixture of experts"),
+        ("final_logit_softcapping", Value::F32(-1.0), "final_logit_softcapping"),
+    ];
+    for (key, value, wanted) in cases {
+        let mut g = header.clone();
+        g.metadata.insert(format!("gemma4.{key}"), value.clone());
+        match Config::from_gguf(&g) {
+            Err(ruvllm::Error::Model(message)) => assert!(message.contains(wanted), "{key} = {value:?}: {message}"),
+            other => panic!("{key} = {value:?}: not refused as a bad model: {:?}", other.map(|c| c.arch)),
+        }
+    }
+}
+
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.
 fn long_prompt(entry: &Value) -> Vec<u32> {
     entry["forward"].as_array().expect("forward cases").iter().flat_map(|seq| ids(&seq["ids"])).collect()
