@@ -454,9 +454,23 @@ impl Config {
         }
     }
 
-    /// The largest head of any layer.
+    /// The largest head of any layer (an upper bound where no layer is windowed).
     pub fn max_head_dim(&self) -> usize {
-        (0..self.n_layers).map(|l| self.layer_head_dim(l)).max().unwrap_or(self.head_dim).max(self.head_dim)
+        self.layer_shapes.as_ref().map_or(self.head_dim, |s| self.head_dim.max(s.local_head_dim))
+    }
+
+    /// The width of each layer's input from Gemma 4's per-layer embedding (0: none).
+    pub fn per_layer_input(&self) -> usize {
+        self.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input)
+    }
+
+    /// The rotated dimensions of the windowed layers' RoPE where it is their own (`Model::local_rope`): Gemma 4's
+    /// where it has windowed layers, Gemma 3's (its base only differs) where a layer's base is not the model's.
+    pub fn local_rope_dims(&self) -> Option<usize> {
+        match &self.layer_shapes {
+            Some(s) => s.windowed.contains(&true).then_some(s.local_rope_dims),
+            None => (0..self.n_layers).any(|l| self.layer_rope_base(l) != self.rope_base).then_some(self.rope_dims),
+        }
     }
 
     /// What the token embeddings are multiplied by ([`Scales::embedding`]).
@@ -472,7 +486,10 @@ impl Config {
     /// The width of a position's row in the KV cache: the widest KV layer's `n_kv_heads × head_dim` (a narrower
     /// layer's rows are padded with zeros to it; Gemma 4's windowed layers).
     pub fn kv_dim(&self) -> usize {
-        (0..self.kv_layers()).map(|l| self.layer_kv_dim(l)).max().unwrap_or(0)
+        match self.layer_shapes {
+            None => self.n_kv_heads * self.head_dim,
+            Some(_) => (0..self.kv_layers()).map(|l| self.layer_kv_dim(l)).max().unwrap_or(0),
+        }
     }
 }
 

@@ -84,10 +84,10 @@ impl RunState {
         let widths =
             [c.d_model, c.d_model, c.q_dim(), c.kv_dim(), c.kv_dim(), c.q_dim(), c.d_model, c.ffn_dim, c.ffn_dim];
         let rows = widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n_batch.saturating_mul(w))));
-        let angles = n_batch.saturating_mul(c.rope_dims / 2).saturating_mul(std::mem::size_of::<(f32, f32)>());
-        let tables = if (0..c.n_layers).any(|l| c.layer_rope_base(l) != c.rope_base) { 2 } else { 1 };
+        let pairs = c.rope_dims / 2 + c.local_rope_dims().map_or(0, |dims| dims / 2);
+        let angles = n_batch.saturating_mul(pairs).saturating_mul(std::mem::size_of::<(f32, f32)>());
         rows.saturating_add(AttentionScratch::bytes(&c.attention_shape(), n_ctx))
-            .saturating_add(angles.saturating_mul(tables))
+            .saturating_add(angles)
             .saturating_add(ExpertScratch::bytes(c.experts, n_batch, c.d_model))
             .saturating_add(PerLayerInputs::bytes(c, n_batch))
     }
@@ -104,12 +104,8 @@ struct PerLayerInputs {
 }
 
 impl PerLayerInputs {
-    fn width(c: &Config) -> usize {
-        c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input)
-    }
-
     fn new(c: &Config, n: usize) -> Option<PerLayerInputs> {
-        let width = Self::width(c);
+        let width = c.per_layer_input();
         (width > 0).then(|| PerLayerInputs {
             width,
             inputs: LineBuf::zeros(c.n_layers * n * width),
@@ -120,9 +116,10 @@ impl PerLayerInputs {
     }
 
     fn bytes(c: &Config, n: usize) -> usize {
-        let all = Self::width(c).saturating_mul(c.n_layers);
+        let all = c.per_layer_input().saturating_mul(c.n_layers);
         let per_batch = LineBuf::bytes(n.saturating_mul(all)).saturating_mul(2);
-        per_batch.saturating_add(all.saturating_mul(4)).saturating_add(LineBuf::bytes(n.saturating_mul(Self::width(c))))
+        let gate = LineBuf::bytes(n.saturating_mul(c.per_layer_input()));
+        per_batch.saturating_add(all.saturating_mul(4)).saturating_add(gate)
     }
 }
 
@@ -288,7 +285,9 @@ fn forward_layers(
             _ => (&s.rope, &s.angles),
         };
         let pairs = rope.pairs();
-        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates).take(1 + has_kv as usize) {
+        // The keys too, where the layer computes its own.
+        let rotated = if has_kv { 2 } else { 1 };
+        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates).take(rotated) {
             for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
                 for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
                     rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);

@@ -199,13 +199,12 @@ impl Model {
     /// uses the model's.
     pub fn local_rope(&self, n_ctx: usize) -> Option<Rope> {
         let c = &self.config;
-        if let Some(s) = &c.layer_shapes {
-            let rope =
-                Rope::new(s.local_head_dim, s.local_rope_dims, s.local_rope_base, c.rope_freq_scale, c.rope_neox);
-            return s.windowed.contains(&true).then_some(rope);
-        }
-        let l = (0..c.n_layers).find(|&l| c.layer_rope_base(l) != c.rope_base)?;
-        Some(self.rope_with_base(n_ctx, c.layer_rope_base(l)))
+        let rope_dims = c.local_rope_dims()?;
+        let l = (0..c.n_layers).find(|&l| c.layer_window(l) > 0)?;
+        Some(match &c.layer_shapes {
+            Some(s) => Rope::new(s.local_head_dim, rope_dims, s.local_rope_base, c.rope_freq_scale, c.rope_neox),
+            None => self.rope_with_base(n_ctx, c.layer_rope_base(l)),
+        })
     }
 
     fn rope_with_base(&self, n_ctx: usize, base: f32) -> Rope {

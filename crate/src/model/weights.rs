@@ -202,7 +202,7 @@ impl Weights {
                     matrix(&p("ffn_down.weight"), d, ff)?,
                 ),
             };
-            let per_layer = match c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input) {
+            let per_layer = match c.per_layer_input() {
                 0 => None,
                 width => Some(PerLayerBlock {
                     inp_gate: matrix(&p("inp_gate.weight"), width, d)?,
@@ -259,7 +259,7 @@ impl Weights {
             f.truncate(c.rope_dims / 2);
             Ok(Some(f))
         };
-        let per_layer = match c.layer_shapes.as_ref().map_or(0, |s| s.per_layer_input) {
+        let per_layer = match c.per_layer_input() {
             0 => None,
             width => {
                 let all = width.checked_mul(c.n_layers).filter(|&n| n < 1 << 31).ok_or_else(|| {
