@@ -10,7 +10,6 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::kv::cache::KvCache;
 use crate::model::bert;
 use crate::model::config::Pooling;
 use crate::model::forward::{self, LogitsFor, RunState};
@@ -84,7 +83,7 @@ impl Model {
             return vec![0.0; c.d_model];
         }
         let n_batch = n.min(BATCH_TOKENS);
-        let mut kv = KvCache::with_options(c.kv_layers(), c.kv_dim(), n, self.kv_cache());
+        let mut kv = self.conversation_cache(n);
         let mut state = RunState::new(self, n_batch, n);
         let mut hidden = vec![0f32; n * c.d_model];
         for (range, _) in forward::batches(n, n_batch, LogitsFor::None) {

@@ -913,14 +913,16 @@ fn an_encoder_is_unsupported_on_the_gpu() {
     }
 }
 
-/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) have no GPU forward pass yet: refused
-/// with a typed error, where the CPU runs the same file (tests/rust/tiny_models.rs).
+/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) and Qwen3.5's delta-net layers have no
+/// GPU forward pass yet: refused with a typed error, where the CPU runs the same files (tests/rust/tiny_models.rs).
 #[test]
-fn gemma4_is_unsupported_on_the_gpu() {
-    let (model, _) = tiny::load(tiny::GEMMA4);
-    match block_on(GpuModel::new(model, &software())) {
-        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("gemma4"), "{message}"),
-        Err(e) => panic!("not the typed error: {e}"),
-        Ok(_) => panic!("a gemma4 model went on the GPU"),
+fn gemma4_and_qwen35_are_unsupported_on_the_gpu() {
+    for (file, arch) in [(tiny::GEMMA4, "gemma4"), (tiny::QWEN35, "qwen35")] {
+        let (model, _) = tiny::load(file);
+        match block_on(GpuModel::new(model, &software())) {
+            Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains(arch), "{message}"),
+            Err(e) => panic!("{arch}: not the typed error: {e}"),
+            Ok(_) => panic!("a {arch} model went on the GPU"),
+        }
     }
 }

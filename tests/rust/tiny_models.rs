@@ -29,7 +29,7 @@ use serde_json::Value;
 use support::test;
 use support::tiny::{
     check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, GEMMA4, GRANITEMOE, LLAMA3, LLAMA_SPM, PHI3,
-    QWEN2, QWEN3, QWEN3MOE, SMOLLM3,
+    QWEN2, QWEN3, QWEN35, QWEN3MOE, SMOLLM3,
 };
 
 fn check_tokenizer(file: &str) {
@@ -266,33 +266,137 @@ fn gemma4_layer_shapes_shared_kv_and_per_layer_inputs_match_reference_and_llama_
 /// have, is refused with a typed error that names the key, before any weight is read.
 #[test]
 fn gemma4_headers_that_do_not_hold_together_are_refused() {
-    use ruvllm::gguf::{Gguf, Value};
-    use ruvllm::model::config::Config;
-    let bytes = support::read_file(&format!("{}/{GEMMA4}", fixtures_dir()));
-    let header = Gguf::parse(&bytes).expect("tiny-gemma4.gguf parses");
-    assert!(Config::from_gguf(&header).is_ok());
-    let numbers = |v: &[u32]| Value::Array(v.iter().map(|&n| Value::U32(n)).collect());
-    let flags = |v: &[bool]| Value::Array(v.iter().map(|&b| Value::Bool(b)).collect());
+    use ruvllm::gguf::Value;
     let cases = [
-        ("attention.sliding_window_pattern", flags(&[true, true, false]), "sliding_window_pattern"),
-        ("attention.head_count_kv", numbers(&[1, 1, 1, 2, 1]), "head_count_kv"),
-        ("attention.head_count_kv", numbers(&[1, 1, 1, 3, 1, 2]), "head_count_kv"),
-        ("feed_forward_length", Value::String("wide".into()), "feed_forward_length"),
+        ("attention.sliding_window_pattern", Some(flags(&[true, true, false])), "sliding_window_pattern"),
+        ("attention.head_count_kv", Some(numbers(&[1, 1, 1, 2, 1])), "head_count_kv"),
+        ("attention.head_count_kv", Some(numbers(&[1, 1, 1, 3, 1, 2])), "head_count_kv"),
+        ("feed_forward_length", Some(Value::String("wide".into())), "feed_forward_length"),
         // Layers 3 and 4 would have to be a windowed and a global layer for layers 4 and 5 to share theirs.
-        ("attention.shared_kv_layers", Value::U32(3), "shared_kv_layers"),
-        ("attention.value_length_swa", Value::U32(32), "value_length_swa"),
-        ("attention.key_length_swa", Value::U32(1024), "key_length_swa"),
-        ("expert_count", Value::U32(128), "mixture of experts"),
-        ("final_logit_softcapping", Value::F32(-1.0), "final_logit_softcapping"),
+        ("attention.shared_kv_layers", Some(Value::U32(3)), "shared_kv_layers"),
+        ("attention.value_length_swa", Some(Value::U32(32)), "value_length_swa"),
+        ("attention.key_length_swa", Some(Value::U32(1024)), "key_length_swa"),
+        ("expert_count", Some(Value::U32(128)), "mixture of experts"),
+        ("final_logit_softcapping", Some(Value::F32(-1.0)), "final_logit_softcapping"),
     ];
+    assert_headers_refused(GEMMA4, "gemma4", cases);
+}
+
+/// `file`'s header with each of `cases` applied (a key of `arch` set to a value, or removed) is refused as a bad model
+/// with a message that holds the case's words; the header as it is is not.
+fn assert_headers_refused<const N: usize>(
+    file: &str,
+    arch: &str,
+    cases: [(&str, Option<ruvllm::gguf::Value>, &str); N],
+) {
+    use ruvllm::gguf::Gguf;
+    use ruvllm::model::config::Config;
+    let bytes = support::read_file(&format!("{}/{file}", fixtures_dir()));
+    let header = Gguf::parse(&bytes).expect("the fixture parses");
+    assert!(Config::from_gguf(&header).is_ok());
     for (key, value, wanted) in cases {
         let mut g = header.clone();
-        g.metadata.insert(format!("gemma4.{key}"), value.clone());
+        match &value {
+            Some(v) => g.metadata.insert(format!("{arch}.{key}"), v.clone()),
+            None => g.metadata.remove(&format!("{arch}.{key}")),
+        };
         match Config::from_gguf(&g) {
             Err(ruvllm::Error::Model(message)) => assert!(message.contains(wanted), "{key} = {value:?}: {message}"),
             other => panic!("{key} = {value:?}: not refused as a bad model: {:?}", other.map(|c| c.arch)),
         }
     }
+}
+
+fn numbers(v: &[u32]) -> ruvllm::gguf::Value {
+    ruvllm::gguf::Value::Array(v.iter().map(|&n| ruvllm::gguf::Value::U32(n)).collect())
+}
+
+fn flags(v: &[bool]) -> ruvllm::gguf::Value {
+    ruvllm::gguf::Value::Array(v.iter().map(|&b| ruvllm::gguf::Value::Bool(b)).collect())
+}
+
+/// Qwen3.5: delta-net layers (0, 2, 4: a causal convolution of 4 taps, then per value head a 16×16 state that each
+/// token decays, corrects towards its value and reads with its query; 4 value heads over 2 key heads) between gated
+/// attention layers (1, 3: QK-norm, NeoX RoPE on 16 of 64 dimensions with Qwen's interleaved sections, each head's
+/// output times the sigmoid of its gate); whole, in batches that carry the recurrent state from call to call, and
+/// llama.cpp's greedy tokens.
+#[test]
+fn qwen35_delta_nets_and_gated_attention_match_reference_and_llama_cpp_greedy() {
+    check_tokenizer(QWEN35);
+    check_logits(QWEN35, &SessionOptions::default(), None);
+    check_logits(QWEN35, &SessionOptions { n_batch: 3, ..SessionOptions::default() }, Some(&[5, 1, 3]));
+    let (model, _) = load(QWEN35);
+    let c = &model.config;
+    assert_eq!((0..5).map(|l| c.layer_is_recurrent(l)).collect::<Vec<_>>(), [true, false, true, false, true]);
+    assert_eq!((c.kv_layers(), c.kv_layer(1), c.kv_layer(3)), (2, 0, 1));
+    // Sections [3, 2, 2, 1] over 8 pairs: pair 7 is the fourth section's, whose position is 0 for text.
+    let turning: Vec<bool> = c.rope_section_factors().unwrap().iter().map(|f| f.is_finite()).collect();
+    assert_eq!(turning, [true, true, true, true, true, true, true, false]);
+    for (prompt, want) in greedy_reference(QWEN35) {
+        let got = session(&model, 64).generate(&prompt, greedy(want.len()), None, |_| {}).unwrap();
+        assert_eq!(got.ids, want, "greedy ids after {prompt:?}");
+    }
+}
+
+/// A recurrent state cannot drop positions as a KV cache does: a request that shares only part of what a Qwen3.5
+/// session evaluated goes back to the session's checkpoint (the last prompt's end) or to the start, and evaluates
+/// the cached tokens between again. Each way answers as a fresh session does, and keeps the shared positions.
+#[test]
+fn a_recurrent_state_goes_back_to_an_earlier_position() {
+    let (model, entry) = load(QWEN35);
+    let prompt = long_prompt(&entry);
+    let fresh = |p: &[u32]| session(&model, 8).generate(p, greedy(6), None, |_| {}).unwrap().ids;
+    let mut s = session(&model, 8);
+    let first = s.generate(&prompt, greedy(6), None, |_| {}).unwrap();
+    let into_answer: Vec<u32> = prompt.iter().chain(&first.ids[..3]).chain(&prompt[..2]).copied().collect();
+    let into_prompt: Vec<u32> = prompt[..prompt.len() - 5].iter().chain(&prompt[..4]).copied().collect();
+    let longer: Vec<u32> = into_prompt.iter().chain(&prompt[4..9]).copied().collect();
+    for (what, p, at_least, below) in [
+        ("after the checkpoint", &into_answer, prompt.len() + 3, prompt.len() + 5),
+        ("before the checkpoint", &into_prompt, prompt.len() - 5, prompt.len()),
+        ("on from there", &longer, into_prompt.len(), longer.len()),
+    ] {
+        let shared = s.tokens().iter().zip(&p[..p.len() - 1]).take_while(|(a, b)| a == b).count();
+        assert!((at_least..below).contains(&shared), "{what}: {shared} shared positions");
+        let got = s.generate(p, greedy(6), None, |_| {}).unwrap();
+        assert_eq!(got.ids, fresh(p), "{what}");
+        assert_eq!(got.stats.cached_tokens, shared, "{what}: the positions it shares are kept");
+    }
+
+    // The logits too, bit for bit (the tiny model's top token is mostly its input, so ids alone say little): the
+    // prompt's first 10 tokens in one call (the checkpoint), the others one at a time, then back to 14 (from the
+    // checkpoint) and to 5 (from the start).
+    let vocab = model.config.vocab_size;
+    let whole = session(&model, 64).eval(&prompt, true).unwrap().to_vec();
+    let mut s = session(&model, 8);
+    s.eval(&prompt[..10], false).unwrap();
+    for t in 10..prompt.len() {
+        s.eval(&prompt[t..t + 1], false).unwrap();
+    }
+    for back in [14, 5] {
+        s.truncate(back);
+        let got = s.eval(&prompt[back..], true).unwrap();
+        assert!(got == &whole[back * vocab..], "logits after going back to {back}");
+    }
+}
+
+/// A Qwen3.5 header whose delta-net or RoPE keys do not hold together is refused with a typed error that names
+/// the key, before any weight is read.
+#[test]
+fn qwen35_headers_that_do_not_hold_together_are_refused() {
+    use ruvllm::gguf::Value;
+    let cases = [
+        ("ssm.inner_size", Some(Value::U32(48)), "inner_size"),
+        ("ssm.time_step_rank", Some(Value::U32(3)), "time_step_rank"),
+        ("ssm.conv_kernel", Some(Value::U32(1)), "conv_kernel"),
+        ("ssm.state_size", Some(Value::U32(0)), "state_size"),
+        ("ssm.group_count", None, "group_count"),
+        ("attention.recurrent_layers", Some(flags(&[true, false])), "recurrent_layers"),
+        ("rope.dimension_sections", Some(numbers(&[3, 2, 2])), "dimension_sections"),
+        ("rope.dimension_sections", Some(numbers(&[8, 8, 8, 8])), "dimension_sections"),
+        ("rope.dimension_sections", None, "dimension_sections"),
+    ];
+    assert_headers_refused(QWEN35, "qwen35", cases);
 }
 
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.
@@ -446,7 +550,8 @@ fn max_tokens_0_makes_a_conversation_ready_without_a_token() {
 /// and change nothing.
 #[test]
 fn a_saved_conversation_continues_in_another_session() {
-    for file in [LLAMA_SPM, QWEN2] {
+    // Qwen3.5's state holds its recurrent state too.
+    for file in [LLAMA_SPM, QWEN2, QWEN35] {
         let (model, entry) = load(file);
         let prompt = long_prompt(&entry);
         let mut a = session(&model, 8);

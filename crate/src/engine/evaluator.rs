@@ -18,6 +18,12 @@
 //! tokens. The context size is resolved here (`resolve`) for every binding. `wait` runs the future on the calling
 //! thread (ready at once on the CPU; natively the GPU's completes while polled; in the browser a pending one is an
 //! error).
+//!
+//! A model with delta-net layers (Qwen3.5) carries a recurrent state beside its KV cache (`kv::recurrent`), which can
+//! go forward only: an eval at a position before the state's own restores the state copied at the end of the last
+//! eval of several tokens (a prompt's prefill: `checkpoint`) if it is not past that position, else starts from zeros,
+//! and evaluates the cached tokens in between again (`rewind_recurrent`). Such a model takes no prefix cache: a page
+//! holds positions' keys and values, and the state belongs to a whole prefix.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +34,7 @@ use crate::error::{Error, GpuFault, Result};
 use crate::gpu::{Backend, GpuOptions, GpuRunner};
 use crate::kv::cache::KvCache;
 use crate::kv::prefix_cache::{PrefixCache, PAGE_TOKENS};
+use crate::kv::recurrent::RecurrentState;
 use crate::model::config::Config;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, forward, LogitsFor, RunState};
@@ -121,6 +128,10 @@ pub(crate) struct Evaluator {
     lora: AdapterSet,
     /// The residual stream after the first layers at each position the CPU evaluated (`keep_residuals`).
     residuals: Option<Residuals>,
+    /// A copy of the recurrent state (Qwen3.5's delta nets) at the end of the last eval of more than one token (a
+    /// prompt), valid while `tokens` keeps its first `len`: going back to a position before the state's own
+    /// restarts from here (or from the start), as a recurrent state cannot drop tokens.
+    checkpoint: Option<RecurrentState>,
 }
 
 /// What a MicroLoRA of the layers from `layer` on starts its training step from (`training`): the base model's
@@ -201,6 +212,7 @@ impl Evaluator {
             use_prefix_cache: true,
             lora: AdapterSet::default(),
             residuals: None,
+            checkpoint: None,
         })
     }
 
@@ -242,12 +254,16 @@ impl Evaluator {
     /// Forget cached positions from `n` on.
     pub(crate) fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
-        self.forget_residuals_from(n);
+        self.forget_from(n);
     }
 
-    fn forget_residuals_from(&mut self, n: usize) {
+    /// What was kept of positions from `n` on (residuals, a recurrent checkpoint past `n`) is no longer of `tokens`.
+    fn forget_from(&mut self, n: usize) {
         if let Some(r) = &mut self.residuals {
             r.valid = r.valid.min(n);
+        }
+        if self.checkpoint.as_ref().is_some_and(|c| c.len > n) {
+            self.checkpoint = None;
         }
     }
 
@@ -276,13 +292,14 @@ impl Evaluator {
         Ok(self.residuals.as_ref().filter(|r| r.valid >= tokens.len()).map(|r| r.rows[..tokens.len() * d].to_vec()))
     }
 
-    /// Bytes of the KV cache (keys and values of every layer and position, in the model's KV format).
+    /// Bytes of the KV cache (keys and values of every layer and position, in the model's KV format; and a recurrent
+    /// state where the model has one).
     pub(crate) fn kv_cache_bytes(&self) -> usize {
         match &self.gpu {
             Some(gpu) => gpu.kv_cache_bytes(),
             None => {
                 let c = &self.model.config;
-                self.model.kv_cache().bytes(c.kv_layers(), c.kv_dim(), self.n_ctx)
+                self.model.kv_cache().bytes(c.kv_layers(), c.kv_dim(), self.n_ctx) + c.recurrent_state_bytes()
             }
         }
     }
@@ -295,7 +312,7 @@ impl Evaluator {
             return Err(Error::InvalidArgument(format!("eval at {pos} after {} cached tokens", self.tokens.len())));
         }
         self.tokens.truncate(pos);
-        self.forget_residuals_from(pos);
+        self.forget_from(pos);
         self.logits.clear();
         let mut id = None;
         for (range, rows) in batches(tokens.len(), self.n_batch, want.rows()) {
@@ -305,6 +322,9 @@ impl Evaluator {
                 LogitsFor::All => Want::All,
             };
             id = self.eval_batch(&tokens[range], batch_want).await?;
+        }
+        if tokens.len() > 1 {
+            self.take_checkpoint();
         }
         Ok(match (want, id) {
             (Want::Nothing, _) => Out::Nothing,
@@ -346,9 +366,10 @@ impl Evaluator {
     }
 
     /// Whether a prefix cache may be used (the model's, or under adapters their set's: keys and values computed
-    /// under one set never go to another's).
+    /// under one set never go to another's). Not by a model with a recurrent state: its pages hold keys and values,
+    /// and the state is not per position.
     fn shares_prefix_cache(&self) -> bool {
-        self.use_prefix_cache
+        self.use_prefix_cache && self.model.config.delta_net.is_none()
     }
 
     /// Run the next evals with the adapters `lora` (checked against the model). The cache's keys and values
@@ -416,7 +437,7 @@ impl Evaluator {
             match gpu.upload_kv(&kv, 0..tokens.len()) {
                 Ok(()) => {
                     self.tokens = tokens;
-                    self.forget_residuals_from(0);
+                    self.forget_from(0);
                     return Ok(());
                 }
                 Err(e) => self.gpu_failed(e)?,
@@ -425,7 +446,7 @@ impl Evaluator {
         let vocab = self.model.config.vocab_size;
         let (_, kv, _) = self.cpu_state();
         self.tokens = crate::kv::state::decode_into(bytes, &id, vocab, kv)?;
-        self.forget_residuals_from(0);
+        self.forget_from(0);
         Ok(())
     }
 
@@ -477,6 +498,7 @@ impl Evaluator {
         }
         let rows = want.rows();
         self.cpu_state();
+        self.rewind_recurrent(pos);
         let (kv, state) = self.cpu.as_mut().expect("allocated above");
         // Residuals are kept of the base model's stream only, and of positions that continue the kept ones.
         let keep = self.residuals.as_ref().filter(|r| r.valid == pos && !self.lora.adapts_below(r.layer));
@@ -500,11 +522,38 @@ impl Evaluator {
     /// The CPU's cache and scratch, allocated on first use.
     fn cpu_state(&mut self) -> (&Model, &mut KvCache, &mut RunState) {
         let (model, n_ctx, n_batch) = (&self.model, self.n_ctx, self.n_batch);
-        let (kv, state) = self.cpu.get_or_insert_with(|| {
-            let (c, format) = (&model.config, model.kv_cache());
-            (KvCache::with_options(c.kv_layers(), c.kv_dim(), n_ctx, format), RunState::new(model, n_batch, n_ctx))
-        });
+        let (kv, state) =
+            self.cpu.get_or_insert_with(|| (model.conversation_cache(n_ctx), RunState::new(model, n_batch, n_ctx)));
         (model, kv, state)
+    }
+
+    /// Bring the CPU's recurrent state (if the model has one) to position `pos`, where the next forward call
+    /// starts: where it is past `pos`, from the checkpoint if that is not, else from the start, evaluating the cached
+    /// tokens in between again (their keys and values come out the same).
+    fn rewind_recurrent(&mut self, pos: usize) {
+        let Some((kv, state)) = self.cpu.as_mut() else { return };
+        let Some(recurrent) = kv.recurrent.as_mut() else { return };
+        if recurrent.len <= pos {
+            return;
+        }
+        match &self.checkpoint {
+            Some(checkpoint) if checkpoint.len <= pos => recurrent.clone_from(checkpoint),
+            _ => recurrent.reset(),
+        }
+        let from = recurrent.len;
+        for (range, rows) in batches(pos - from, state.n_batch, LogitsFor::None) {
+            let (a, b) = (from + range.start, from + range.end);
+            forward(&self.model, &self.lora, kv, state, &self.tokens[a..b], a, rows);
+        }
+    }
+
+    /// Keep a copy of the CPU's recurrent state, if the model has one, as it is now.
+    fn take_checkpoint(&mut self) {
+        let Some(recurrent) = self.cpu.as_ref().and_then(|(kv, _)| kv.recurrent.as_ref()) else { return };
+        match &mut self.checkpoint {
+            Some(checkpoint) => checkpoint.clone_from(recurrent),
+            None => self.checkpoint = Some(recurrent.clone()),
+        }
     }
 
     /// The one fallback rule: under `Auto` a GPU fault moves the work to the CPU, which replays the
@@ -515,10 +564,13 @@ impl Evaluator {
         }
         self.gpu = None;
         self.fallback = Some(e);
-        self.forget_residuals_from(0);
+        self.forget_from(0);
         let history = std::mem::take(&mut self.tokens);
         self.cpu_state();
         let (kv, state) = self.cpu.as_mut().expect("allocated above");
+        if let Some(recurrent) = &mut kv.recurrent {
+            recurrent.reset();
+        }
         for (range, rows) in batches(history.len(), state.n_batch, LogitsFor::None) {
             forward(&self.model, &self.lora, kv, state, &history[range.clone()], range.start, rows);
         }

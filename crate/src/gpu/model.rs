@@ -242,6 +242,12 @@ fn check_supported(model: &Model) -> Result<()> {
     if c.layer_shapes.is_some() {
         return unsupported(format!("{}'s layers of different shapes have no GPU forward pass yet", c.arch.name()));
     }
+    if c.delta_net.is_some() {
+        return unsupported(format!(
+            "{}'s delta-net (linear attention) layers have no GPU forward pass yet",
+            c.arch.name()
+        ));
+    }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
     }

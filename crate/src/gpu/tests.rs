@@ -221,6 +221,8 @@ fn config(head_dim: usize, n_heads: usize, n_kv_heads: usize, rope_dims: usize, 
         scales: Scales::plain(head_dim),
         layer_shapes: None,
         logit_softcap: None,
+        delta_net: None,
+        rope_sections: None,
     }
 }
 

@@ -6,7 +6,8 @@
 //! # Design
 //!
 //! One op per file: `matmul`, `attention`, `rmsnorm`, `rope`, `swiglu`, `exp`, `f16`, `gelu` (BERT's feed-forward and
-//! Gemma's GeGLU), and the encoder's `layernorm` and `full_attention` (one sequence, no mask, f32 keys and values: no KV cache). They take slices, shapes and
+//! Gemma's GeGLU), `delta_net` (Qwen3.5's linear attention: a causal convolution and the gated delta rule, each
+//! carrying its state from one call to the next), and the encoder's `layernorm` and `full_attention` (one sequence, no mask, f32 keys and values: no KV cache). They take slices, shapes and
 //! `QuantMatrix`es (attention: a `KvRows` view of slices), never the model's or the KV cache's types, so they are tested
 //! alone. `matmul` splits work over
 //! weight rows (each read once per call, in chunks of 16 rows, so no two threads write one cache line of the output)
@@ -25,6 +26,7 @@
 //! not see weigh exactly 0), so results depend neither on the batch nor on the threads. `exp` is ggml's `expf` approximation in plain f32 code that vectorizes (libm's does not).
 
 pub mod attention;
+pub mod delta_net;
 pub mod exp;
 pub mod f16;
 pub mod full_attention;

@@ -50,6 +50,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::kernels::attention::{ColdRows, KvRows};
+use crate::kv::recurrent::RecurrentState;
 use crate::quant::act::{f16_to_f32, f32_to_f16};
 use crate::quant::{as_blocks, dequantize_row, quantize_row, GgmlType};
 
@@ -409,6 +410,9 @@ fn dequantize_f16(ty: KvType, row: &[u8], h: &mut [u8]) {
 
 pub struct KvCache {
     pub layers: Vec<LayerCache>,
+    /// The linear-attention layers' state (Qwen3.5), where the model has such layers: the conversation's memory
+    /// besides the keys and values, which a forward call continues from (`len` must be its first position).
+    pub recurrent: Option<RecurrentState>,
     /// One past the last position held.
     pub n_ctx: usize,
     options: KvCacheOptions,
@@ -441,7 +445,7 @@ impl KvCache {
                 values: vec![[0; 2]; hot * kv_dim],
             })
             .collect();
-        KvCache { layers, n_ctx, options, len: 0, cold_capacity: cold }
+        KvCache { layers, recurrent: None, n_ctx, options, len: 0, cold_capacity: cold }
     }
 
     /// An f16 cache of `positions` only: the host's copy of part of another cache (the GPU's), for the

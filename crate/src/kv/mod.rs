@@ -1,6 +1,7 @@
 //! Keys and values: a conversation's KV cache (`cache.rs`: f16, or two tiers with a quantized cold one), and what
 //! outlives a request: pages of token prefixes kept for any session of the model (`prefix_cache.rs` over the radix
-//! tree of `radix.rs`), their persisted records (`page.rs`), and saved conversations (`state.rs`). The cold tier's
+//! tree of `radix.rs`), their persisted records (`page.rs`), and saved conversations (`state.rs`); beside the keys and
+//! values, the recurrent state of linear-attention layers (`recurrent.rs`: Qwen3.5's delta nets). The cold tier's
 //! block kernels stay with the quantized formats whose per-ISA pieces they share (`quant/kv.rs`).
 //!
 //! # Design
@@ -42,11 +43,18 @@
 //! and go up for `restore_state` as the prefix cache's do (`state::decode` into a cache of just the state's positions),
 //! so a state saved on one backend restores on the other; a GPU session's model is never two-tier, so its pages and
 //! states are f16.
+//!
+//! `recurrent.rs` is the state of a model's linear-attention layers (Qwen3.5's delta nets: each one's convolution
+//! inputs and delta-rule matrices, f32), held in the `KvCache` (`KvCache::recurrent`) as the conversation's memory
+//! besides its keys and values. It is the state after a whole prefix, not per position, so prefix-cache pages never
+//! hold it (such a model does not use the prefix cache) and the evaluator rewinds it by evaluating again from a
+//! checkpoint; a saved state carries it after the rows.
 
 pub mod cache;
 pub mod page;
 pub mod prefix_cache;
 pub mod radix;
+pub mod recurrent;
 pub mod state;
 
 pub use cache::{KvCache, KvCacheOptions, KvType, DEFAULT_HOT_TOKENS};

@@ -12,6 +12,8 @@
 //! 60  tokens                      n × u32
 //! ..  cold positions c            u32, only for a quantized KV type
 //! ..  per layer: keys of the n positions, then their values: the first c rows in the KV type, the others f16
+//! ..  the recurrent state         f32s, only for a model with delta-net layers (Qwen3.5): each such layer's
+//!                                 convolution state, then its delta-rule state, after the n tokens
 //! end CRC-32 of all the above     u32
 //! ```
 //!
@@ -24,6 +26,7 @@ use super::page::VERSION;
 use crate::error::{Error, Result};
 use crate::gguf::id::ModelId;
 use crate::kv::cache::{KvCache, KvType};
+use crate::kv::recurrent::RecurrentState;
 use crate::record::{seal, u32_at, Kind};
 
 const HEADER_BYTES: usize = 60;
@@ -53,20 +56,32 @@ pub fn encode(model: &ModelId, tokens: &[u32], kv: &KvCache) -> Vec<u8> {
         layer.read(cold..n, KvType::F16, kh, vh);
         out.extend_from_slice(&rows);
     }
+    if let Some(r) = &kv.recurrent {
+        assert_eq!(r.len, n, "the recurrent state is that after the tokens saved");
+        r.write_bytes(&mut out);
+    }
     seal(out)
 }
 
 /// The largest state a session of `n_layers` layers of `kv_dim` wide rows and a context of `n_ctx` takes (an
-/// f16 cache's, the widest type): bytes beyond it are refused before they are read, or copied anywhere.
-pub fn max_bytes(n_layers: usize, kv_dim: usize, n_ctx: usize) -> usize {
+/// f16 cache's, the widest type), with a recurrent state of `recurrent_bytes`: bytes beyond it are refused before
+/// they are read, or copied anywhere.
+pub fn max_bytes(n_layers: usize, kv_dim: usize, n_ctx: usize, recurrent_bytes: usize) -> usize {
     let rows = n_layers.saturating_mul(2).saturating_mul(n_ctx).saturating_mul(KvType::F16.row_bytes(kv_dim));
-    rows.saturating_add(HEADER_BYTES + 4 * n_ctx + 4 + 4)
+    rows.saturating_add(HEADER_BYTES + 4 * n_ctx + 4 + 4).saturating_add(recurrent_bytes)
 }
 
 /// Check `bytes` as a state of `model` (whose vocabulary has `vocab` ids) that fits `kv` (its layers, row
 /// width, KV type and context), and copy it in; its tokens. `kv` is only written once everything is checked.
 pub fn decode_into(bytes: &[u8], model: &ModelId, vocab: usize, kv: &mut KvCache) -> Result<Vec<u32>> {
-    let shape = Shape { n_layers: kv.layers.len(), kv_dim: kv.kv_dim(), ty: kv.options().persisted(), n_ctx: kv.n_ctx };
+    let recurrent_bytes = kv.recurrent.as_ref().map_or(0, |r| r.bytes());
+    let shape = Shape {
+        n_layers: kv.layers.len(),
+        kv_dim: kv.kv_dim(),
+        ty: kv.options().persisted(),
+        n_ctx: kv.n_ctx,
+        recurrent_bytes,
+    };
     let state = check(bytes, model, vocab, shape)?;
     Ok(copy_into(bytes, &state, kv))
 }
@@ -82,7 +97,7 @@ pub fn decode(
     kv_dim: usize,
     n_ctx: usize,
 ) -> Result<(Vec<u32>, KvCache)> {
-    let state = check(bytes, model, vocab, Shape { n_layers, kv_dim, ty: KvType::F16, n_ctx })?;
+    let state = check(bytes, model, vocab, Shape { n_layers, kv_dim, ty: KvType::F16, n_ctx, recurrent_bytes: 0 })?;
     let mut kv = KvCache::new(n_layers, kv_dim, state.n);
     Ok((copy_into(bytes, &state, &mut kv), kv))
 }
@@ -98,21 +113,24 @@ struct Checked {
     hot_bytes: usize,
     /// Where the first layer's rows start.
     at: usize,
+    /// Bytes of the recurrent state after the rows.
+    recurrent_bytes: usize,
 }
 
 /// The cache a state is restored into: `n_layers` layers of `kv_dim` wide rows of type `ty` (its persisted one)
-/// and a context of `n_ctx`.
+/// and a context of `n_ctx`, and a recurrent state of `recurrent_bytes` (0: none).
 #[derive(Clone, Copy)]
 struct Shape {
     n_layers: usize,
     kv_dim: usize,
     ty: KvType,
     n_ctx: usize,
+    recurrent_bytes: usize,
 }
 
 /// Everything `decode_into` checks, for a cache of `shape` and a vocabulary of `vocab` ids.
 fn check(bytes: &[u8], model: &ModelId, vocab: usize, shape: Shape) -> Result<Checked> {
-    let Shape { n_layers, kv_dim, ty, n_ctx } = shape;
+    let Shape { n_layers, kv_dim, ty, n_ctx, recurrent_bytes } = shape;
     let invalid = |e: String| Error::InvalidArgument(format!("not a saved state of this model: {e}"));
     let (_, body) = KIND.open(bytes).map_err(|e| invalid(e.to_string()))?;
     let saved = u32_at(bytes, 12);
@@ -146,7 +164,7 @@ fn check(bytes: &[u8], model: &ModelId, vocab: usize, shape: Shape) -> Result<Ch
     let (cold_bytes, hot_bytes) = (cold * ty.row_bytes(kv_dim), (n - cold) * kv_dim * 2);
     let want = (cold_bytes + hot_bytes)
         .checked_mul(2 * n_layers)
-        .and_then(|rows| rows.checked_add(at + 4))
+        .and_then(|rows| rows.checked_add(at + 4 + recurrent_bytes))
         .ok_or_else(|| invalid("its size overflows".into()))?;
     if bytes.len() != want {
         return Err(invalid(format!("the saved state has {} bytes where its header says {want}", bytes.len())));
@@ -155,16 +173,20 @@ fn check(bytes: &[u8], model: &ModelId, vocab: usize, shape: Shape) -> Result<Ch
         return Err(invalid(format!("the saved state holds token {id}, outside this vocabulary of {vocab}")));
     }
     // Every layer's keys, then its values: the cold rows, then the hot ones.
-    let rows = bytes[at..want - 4].chunks_exact((cold_bytes + hot_bytes).max(1));
+    let tail = want - 4 - recurrent_bytes;
+    let rows = bytes[at..tail].chunks_exact((cold_bytes + hot_bytes).max(1));
     if !rows.into_iter().all(|r| ty.rows_finite(&r[..cold_bytes]) && KvType::F16.rows_finite(&r[cold_bytes..])) {
         return Err(invalid("the saved state holds a key or value that is NaN or infinite".into()));
     }
-    Ok(Checked { ty, n, cold, cold_bytes, hot_bytes, at })
+    if !RecurrentState::bytes_finite(&bytes[tail..want - 4]) {
+        return Err(invalid("the saved state's recurrent state holds a value that is NaN or infinite".into()));
+    }
+    Ok(Checked { ty, n, cold, cold_bytes, hot_bytes, at, recurrent_bytes })
 }
 
 /// Copy the checked state's rows into `kv` (of its shape and type, holding positions `0..n`); its tokens.
 fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
-    let Checked { ty, n, cold, cold_bytes, hot_bytes, mut at } = *state;
+    let Checked { ty, n, cold, cold_bytes, hot_bytes, mut at, recurrent_bytes } = *state;
     let tokens = tokens(bytes, n).collect();
     kv.resize(0, 0);
     kv.resize(n, cold);
@@ -175,6 +197,9 @@ fn copy_into(bytes: &[u8], state: &Checked, kv: &mut KvCache) -> Vec<u32> {
         layer.write(0, ty, kc, vc);
         layer.write(cold, KvType::F16, kh, vh);
         at += rows.len();
+    }
+    if let Some(r) = &mut kv.recurrent {
+        r.read_bytes(&bytes[at..at + recurrent_bytes], n);
     }
     tokens
 }
@@ -313,8 +338,8 @@ mod tests {
             let tokens: Vec<u32> = (0..70).collect();
             let good = encode(&model, &tokens, &kv);
             // The f16 state of a full context is the largest (its cold count aside).
-            assert!(good.len() <= max_bytes(2, 32, 70));
-            assert!(opts.cold != KvType::F16 || good.len() + 4 == max_bytes(2, 32, 70));
+            assert!(good.len() <= max_bytes(2, 32, 70, 0));
+            assert!(opts.cold != KvType::F16 || good.len() + 4 == max_bytes(2, 32, 70, 0));
             let mut back = filled(2, 32, 100, opts, 5, &mut rng);
             let before = rows(&back, 5);
             let mut foreign = good.clone();

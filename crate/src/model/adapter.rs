@@ -265,8 +265,11 @@ fn target(model: &Model, name: &str) -> Option<Target> {
     let (layer, weight) = rest.split_once('.')?;
     let l = layer.parse::<usize>().ok().filter(|&l| l < c.n_layers && layer == l.to_string())?;
     let (q, kv, ff) = (c.layer_q_dim(l), c.layer_kv_dim(l), c.layer_ffn_dim(l));
-    if l >= c.kv_layers() && matches!(weight, "attn_k.weight" | "attn_v.weight") {
+    if !c.layer_stores_kv(l) && matches!(weight, "attn_k.weight" | "attn_v.weight") {
         return None; // Gemma 4's last layers compute no keys or values of their own
+    }
+    if c.layer_is_recurrent(l) && weight.starts_with("attn_") {
+        return None; // Qwen3.5's delta-net layers have no attention (their `attn_qkv` and `attn_gate` are not adapted)
     }
     let one =
         |p: Proj, n_in: usize, n_out: usize| Some(Target { n_in, n_out, sites: vec![(Site::Layer(l, p), 0..n_out)] });
@@ -275,7 +278,8 @@ fn target(model: &Model, name: &str) -> Option<Target> {
         return None; // a mixture of experts has no one FFN matrix to adapt
     }
     match (weight, fused) {
-        ("attn_q.weight", false) => one(Proj::Q, d, q),
+        // Qwen3.5's query projection is each head's queries and output gate.
+        ("attn_q.weight", false) => one(Proj::Q, d, if c.attention_output_gate() { 2 * q } else { q }),
         ("attn_k.weight", false) => one(Proj::K, d, kv),
         ("attn_v.weight", false) => one(Proj::V, d, kv),
         ("attn_qkv.weight", true) => Some(Target {

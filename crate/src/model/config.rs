@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::kernels::delta_net::DeltaNetShape;
 
 /// The model families we run. The decoders share one forward pass (`forward.rs`); the differences are listed
 /// here. The encoder (`bert`) has its own (`bert.rs`) and computes embeddings only.
@@ -29,6 +30,12 @@ pub enum Arch {
     /// Phi-3: q/k/v in one matrix (`attn_qkv`), gate and up in one (`ffn_up`, gate rows first), NeoX-style RoPE
     /// with LongRoPE's per-pair factors (long ones past the original context) and attention factor.
     Phi3,
+    /// Qwen3.5 (0.8B-27B, dense): most layers are gated delta nets (linear attention with a recurrent state,
+    /// [`DeltaNet`]); every `full_attention_interval`-th is gated attention: QK-norm, a sigmoid gate on each head's
+    /// output from the query projection's second half, NeoX-style RoPE on part of the head with Qwen's interleaved
+    /// sections (text positions turn every pair but those of the fourth section). The feed-forward block's norm is
+    /// `post_attention_norm`.
+    Qwen35,
     /// SmolLM3: a llama whose every fourth layer has no RoPE (NoPE; llama.cpp fixes the step at 4 for the arch,
     /// no GGUF key says it).
     SmolLM3,
@@ -42,10 +49,11 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, in the README's order ("Supported").
-    pub const ALL: [Arch; 10] = [
+    pub const ALL: [Arch; 11] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
+        Arch::Qwen35,
         Arch::Phi3,
         Arch::Gemma3,
         Arch::Gemma4,
@@ -60,6 +68,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen35 => "qwen35",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
@@ -77,6 +86,7 @@ impl Arch {
             Arch::Llama
             | Arch::Qwen2
             | Arch::Qwen3
+            | Arch::Qwen35
             | Arch::Qwen3Moe
             | Arch::Phi3
             | Arch::Gemma3
@@ -164,6 +174,17 @@ pub struct LayerShapes {
     pub per_layer_input: usize,
 }
 
+/// Qwen3.5's linear-attention layers: which layers are gated delta nets (the others attend over a KV cache), and
+/// their shape (`ssm.group_count` key heads, `ssm.time_step_rank` value heads, all `ssm.state_size` wide;
+/// `ssm.conv_kernel` taps). Each keeps a recurrent state instead of keys and values (`kv::recurrent`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaNet {
+    /// Each layer's: whether it is a delta net (`attention.recurrent_layers`, else all but every
+    /// `full_attention_interval`-th).
+    pub recurrent: Vec<bool>,
+    pub shape: DeltaNetShape,
+}
+
 /// More experts than llama.cpp's own limit (LLAMA_MAX_EXPERTS) is a hostile file.
 pub const MAX_EXPERTS: usize = 512;
 
@@ -203,6 +224,11 @@ pub struct Config {
     pub layer_shapes: Option<LayerShapes>,
     /// `final_logit_softcapping`: the logits become `cap · tanh(logits / cap)` (Gemma 4).
     pub logit_softcap: Option<f32>,
+    /// Qwen3.5's delta-net layers, where the model has them.
+    pub delta_net: Option<DeltaNet>,
+    /// Qwen3.5's RoPE sections (`rope.dimension_sections`): rotated pair `i` is in section `i % Σ` (interleaved:
+    /// section `i % 3` up to 3× its size, else the fourth); text has position 0 in the fourth, whose pairs stay.
+    pub rope_sections: Option<[usize; 4]>,
 }
 
 impl Config {
@@ -328,6 +354,33 @@ impl Config {
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
             .ok_or_else(|| Error::Model("tensor token_embd.weight is missing or not 2-D".into()))?;
+        let delta_net = match arch {
+            Arch::Qwen35 => Some(delta_net(g, n_layers)?),
+            _ => None,
+        };
+        let rope_sections = match arch {
+            Arch::Qwen35 => {
+                let k = "rope.dimension_sections";
+                let sections: Option<Vec<usize>> = g
+                    .get(&key(k))
+                    .and_then(|v| v.as_array())
+                    .and_then(|a| a.iter().map(|v| v.as_u64().and_then(|v| usize::try_from(v).ok())).collect());
+                match sections.as_deref() {
+                    Some(&[a, b, c, d])
+                        if (1..=rope_dims).contains(&a.saturating_add(b).saturating_add(c).saturating_add(d)) =>
+                    {
+                        Some([a, b, c, d])
+                    }
+                    _ => {
+                        return Err(Error::Model(format!(
+                            "metadata key {} is not 4 sections of at most {rope_dims} dimensions in all",
+                            key(k)
+                        )))
+                    }
+                }
+            }
+            _ => None,
+        };
         let logit_softcap = match (arch, g.get_f32(&key("final_logit_softcapping"))) {
             (Arch::Gemma4, Some(cap)) if cap.is_finite() && cap > 0.0 => Some(cap),
             (Arch::Gemma4, Some(cap)) if cap != 0.0 => {
@@ -356,7 +409,7 @@ impl Config {
             rope_dims,
             rope_neox: matches!(
                 arch,
-                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::Gemma4
+                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::Gemma4
             ),
             sliding_window,
             rope_attn_factor,
@@ -365,6 +418,8 @@ impl Config {
             scales,
             layer_shapes,
             logit_softcap,
+            delta_net,
+            rope_sections,
         })
     }
 
@@ -438,20 +493,84 @@ impl Config {
         self.layer_n_kv_heads(l) * self.layer_head_dim(l)
     }
 
-    /// The layers that keep keys and values of their own, `0..kv_layers()`: all but Gemma 4's last ones.
+    /// The layers of the KV cache: one per layer that stores keys and values (all but Gemma 4's last ones, and
+    /// Qwen3.5's attention layers only).
     pub fn kv_layers(&self) -> usize {
-        self.layer_shapes.as_ref().map_or(self.n_layers, |shapes| shapes.kv_layers)
+        match (&self.layer_shapes, &self.delta_net) {
+            (Some(shapes), _) => shapes.kv_layers,
+            (_, Some(dn)) => dn.recurrent.iter().filter(|&&r| !r).count(),
+            _ => self.n_layers,
+        }
     }
 
-    /// The layer of the KV cache that layer `l` stores to and attends to: its own, or for Gemma 4's last layers
-    /// the last one before them of the same kind (llama.cpp: `n_layer_kv_from_start - (is_swa ? 2 : 1)`; the reader
-    /// checks those two are a windowed and a global layer).
+    /// Whether layer `l` computes keys and values and stores them (in its [`Config::kv_layer`]); a Gemma 4 layer
+    /// past `kv_layers` reads an earlier layer's, a delta-net layer has none.
+    pub fn layer_stores_kv(&self, l: usize) -> bool {
+        match (&self.layer_shapes, &self.delta_net) {
+            (Some(shapes), _) => l < shapes.kv_layers,
+            (_, Some(dn)) => !dn.recurrent[l],
+            _ => true,
+        }
+    }
+
+    /// Whether layer `l` is a gated delta net (Qwen3.5's linear attention): no KV cache, a recurrent state.
+    pub fn layer_is_recurrent(&self, l: usize) -> bool {
+        self.delta_net.as_ref().is_some_and(|dn| dn.recurrent[l])
+    }
+
+    /// The layer of the KV cache that attention layer `l` stores to and attends to: its own, or for Gemma 4's last
+    /// layers the last one before them of the same kind (llama.cpp: `n_layer_kv_from_start - (is_swa ? 2 : 1)`; the
+    /// reader checks those two are a windowed and a global layer); Qwen3.5's attention layers in order.
     pub fn kv_layer(&self, l: usize) -> usize {
         let n = self.kv_layers();
-        match &self.layer_shapes {
-            Some(shapes) if l >= n => n - if shapes.windowed[l] { 2 } else { 1 },
+        match (&self.layer_shapes, &self.delta_net) {
+            (Some(shapes), _) if l >= n => n - if shapes.windowed[l] { 2 } else { 1 },
+            (_, Some(dn)) => dn.recurrent[..l].iter().filter(|&&r| !r).count(),
             _ => l,
         }
+    }
+
+    /// The index of delta-net layer `l` among the model's delta-net layers (its slot in the recurrent state).
+    pub fn recurrent_layer(&self, l: usize) -> usize {
+        self.delta_net.as_ref().map_or(0, |dn| dn.recurrent[..l].iter().filter(|&&r| r).count())
+    }
+
+    /// The recurrent state of a conversation's start (zeros), where the model has delta-net layers.
+    pub fn recurrent_state(&self) -> Option<crate::kv::recurrent::RecurrentState> {
+        let dn = self.delta_net.as_ref()?;
+        let layers = dn.recurrent.iter().filter(|&&r| r).count();
+        Some(crate::kv::recurrent::RecurrentState::new(layers, dn.shape.conv_state_len(), dn.shape.state_len()))
+    }
+
+    /// Bytes of [`Config::recurrent_state`] (0 without delta-net layers), saturating.
+    pub fn recurrent_state_bytes(&self) -> usize {
+        self.delta_net.as_ref().map_or(0, |dn| {
+            let layers = dn.recurrent.iter().filter(|&&r| r).count();
+            crate::kv::recurrent::RecurrentState::bytes_for(layers, dn.shape.conv_state_len(), dn.shape.state_len())
+        })
+    }
+
+    /// Whether attention's output is gated per head by the sigmoid of the query projection's second half (Qwen3.5:
+    /// `attn_q` is then `2 × q_dim` rows, each head's queries then its gate).
+    pub fn attention_output_gate(&self) -> bool {
+        self.arch == Arch::Qwen35
+    }
+
+    /// RoPE's per-pair frequency factors implied by [`Config::rope_sections`]: infinite (the angle is 0) for the
+    /// pairs that take the fourth section's position, which is 0 for text; 1 for the others.
+    pub fn rope_section_factors(&self) -> Option<Vec<f32>> {
+        let [t, h, w, _] = self.rope_sections?;
+        let all: usize = self.rope_sections?.iter().sum();
+        let fourth = |i: usize| {
+            let sector = i % all;
+            // ggml_mrope_cache_init's interleaved (IMROPE) rule: t, h, w in turn up to 3× their sections' sizes.
+            match sector % 3 {
+                0 => sector >= 3 * t,
+                1 => sector >= 3 * h,
+                _ => sector >= 3 * w,
+            }
+        };
+        Some((0..self.rope_dims / 2).map(|i| if fourth(i) { f32::INFINITY } else { 1.0 }).collect())
     }
 
     /// The largest head of any layer (an upper bound where no layer is windowed).
@@ -491,6 +610,53 @@ impl Config {
             Some(_) => (0..self.kv_layers()).map(|l| self.layer_kv_dim(l)).max().unwrap_or(0),
         }
     }
+}
+
+/// Qwen3.5's delta-net layers ([`DeltaNet`]), checked: the value width is the heads' (`ssm.inner_size`), value
+/// heads are a multiple of key heads, and a state's floats fit comfortably in memory's addresses.
+fn delta_net(g: &Gguf, n_layers: usize) -> Result<DeltaNet> {
+    let key = |k: &str| format!("qwen35.{k}");
+    let bad = |k: &str, why: String| Error::Model(format!("metadata key {}: {why}", key(k)));
+    let req = |k: &str, most: usize| -> Result<usize> {
+        let v = g.get_u64(&key(k)).ok_or_else(|| bad(k, "missing".into()))?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0 && v <= most)
+            .ok_or_else(|| bad(k, format!("{v} is not in 1..={most}")))
+    };
+    let shape = DeltaNetShape {
+        conv_kernel: req("ssm.conv_kernel", 16)?,
+        head_dim: req("ssm.state_size", crate::kernels::attention::MAX_HEAD_DIM)?,
+        k_heads: req("ssm.group_count", 1 << 10)?,
+        v_heads: req("ssm.time_step_rank", 1 << 10)?,
+    };
+    if shape.conv_kernel < 2 {
+        return Err(bad("ssm.conv_kernel", "a convolution needs 2 taps or more".into()));
+    }
+    if !shape.v_heads.is_multiple_of(shape.k_heads) {
+        return Err(bad(
+            "ssm.time_step_rank",
+            format!("{} value heads over {} key heads", shape.v_heads, shape.k_heads),
+        ));
+    }
+    if req("ssm.inner_size", 1 << 24)? != shape.value_dim() {
+        return Err(bad("ssm.inner_size", format!("is not {} value heads of {}", shape.v_heads, shape.head_dim)));
+    }
+    let recurrent = match g.get(&key("attention.recurrent_layers")) {
+        Some(v) => v
+            .as_array()
+            .filter(|a| a.len() == n_layers)
+            .and_then(|a| a.iter().map(|v| v.as_bool()).collect())
+            .ok_or_else(|| bad("attention.recurrent_layers", format!("not {n_layers} booleans")))?,
+        None => {
+            let interval = match g.get_u64(&key("full_attention_interval")) {
+                None => 4,
+                Some(_) => req("full_attention_interval", 1 << 16)?,
+            };
+            (0..n_layers).map(|l| !(l + 1).is_multiple_of(interval)).collect()
+        }
+    };
+    Ok(DeltaNet { recurrent, shape })
 }
 
 /// Gemma 4's layer shapes ([`LayerShapes`]), checked: `head_dim`, `rope_dims` and `rope_base` are the global layers'.

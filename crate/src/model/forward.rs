@@ -4,6 +4,8 @@
 //! loop allocates nothing.
 
 use crate::kernels::attention::{attention, AttentionScratch};
+use crate::kernels::delta_net::{causal_conv_silu, delta_rule, DeltaNetShape};
+use crate::kernels::exp::Exp;
 use crate::kernels::gelu::geglu;
 use crate::kernels::matmul::matmul;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
@@ -13,7 +15,7 @@ use crate::kv::cache::KvCache;
 use crate::model::config::{Arch, Config};
 use crate::model::experts::{self, ExpertScratch};
 use crate::model::lora::{AdapterSet, Proj, Site};
-use crate::model::weights::PerLayerEmbedding;
+use crate::model::weights::{DeltaNetWeights, PerLayerEmbedding};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
@@ -23,7 +25,7 @@ pub struct RunState {
     pub n_batch: usize,
     x: LineBuf,    // [n × d_model] residual stream
     xb: LineBuf,   // [n × d_model] normed input of a block
-    q: LineBuf,    // [n × q_dim]
+    q: LineBuf,    // [n × q_dim] (Qwen3.5: [n × 2·q_dim], each head's queries and output gate, until split)
     k: LineBuf,    // [n × kv_dim]
     v: LineBuf,    // [n × kv_dim]
     att: LineBuf,  // [n × q_dim] attention output
@@ -32,6 +34,8 @@ pub struct RunState {
     up: LineBuf,   // [n × ffn_dim]
     /// Gemma 4's per-layer inputs (`PerLayerInputs`), where the model has them.
     per_layer: Option<PerLayerInputs>,
+    /// Qwen3.5's delta-net layers' and gated attention's scratch, where the model has them.
+    delta_net: Option<DeltaNetScratch>,
     experts: ExpertScratch,
     att_scratch: AttentionScratch,
     acts: Activations,
@@ -55,7 +59,7 @@ impl RunState {
             n_batch,
             x: LineBuf::zeros(n * c.d_model),
             xb: LineBuf::zeros(n * c.d_model),
-            q: LineBuf::zeros(n * c.q_dim()),
+            q: LineBuf::zeros(n * query_rows(c)),
             k: LineBuf::zeros(n * c.kv_dim()),
             v: LineBuf::zeros(n * c.kv_dim()),
             att: LineBuf::zeros(n * c.q_dim()),
@@ -63,6 +67,7 @@ impl RunState {
             gate: LineBuf::zeros(n * c.ffn_dim),
             up: LineBuf::zeros(n * c.ffn_dim),
             per_layer: PerLayerInputs::new(c, n),
+            delta_net: c.delta_net.as_ref().map(|dn| DeltaNetScratch::new(&dn.shape, c.q_dim(), n)),
             experts: ExpertScratch::new(c.experts, n, c.d_model),
             att_scratch: AttentionScratch::new(&c.attention_shape(), n_ctx),
             acts: Activations::new(),
@@ -82,7 +87,7 @@ impl RunState {
     /// file's shapes); the buffers that grow as they are used (activations, logits) aside.
     pub fn bytes(c: &Config, n_batch: usize, n_ctx: usize) -> usize {
         let widths =
-            [c.d_model, c.d_model, c.q_dim(), c.kv_dim(), c.kv_dim(), c.q_dim(), c.d_model, c.ffn_dim, c.ffn_dim];
+            [c.d_model, c.d_model, query_rows(c), c.kv_dim(), c.kv_dim(), c.q_dim(), c.d_model, c.ffn_dim, c.ffn_dim];
         let rows = widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n_batch.saturating_mul(w))));
         let pairs = c.rope_dims / 2 + c.local_rope_dims().map_or(0, |dims| dims / 2);
         let angles = n_batch.saturating_mul(pairs).saturating_mul(std::mem::size_of::<(f32, f32)>());
@@ -90,6 +95,42 @@ impl RunState {
             .saturating_add(angles)
             .saturating_add(ExpertScratch::bytes(c.experts, n_batch, c.d_model))
             .saturating_add(PerLayerInputs::bytes(c, n_batch))
+            .saturating_add(c.delta_net.as_ref().map_or(0, |dn| DeltaNetScratch::bytes(&dn.shape, c.q_dim(), n_batch)))
+    }
+}
+
+/// The rows of a layer's query projection: each head's queries, and for Qwen3.5 its output gate too.
+fn query_rows(c: &Config) -> usize {
+    if c.attention_output_gate() {
+        2 * c.q_dim()
+    } else {
+        c.q_dim()
+    }
+}
+
+/// Qwen3.5's scratch for a batch: its attention layers' output gate, and a delta-net layer's projections.
+struct DeltaNetScratch {
+    attn_gate: LineBuf, // [n × q_dim] the sigmoid gate of each head's attention output
+    qkv: LineBuf,       // [n × conv_dim] queries, keys and values, convolved in place
+    z: LineBuf,         // [n × value_dim] the output's gate
+    g: LineBuf,         // [n × v_heads] each head's decay (its log)
+    beta: LineBuf,      // [n × v_heads] each head's write strength
+    out: LineBuf,       // [n × value_dim] the delta rule's output
+}
+
+impl DeltaNetScratch {
+    fn widths(shape: &DeltaNetShape, q_dim: usize) -> [usize; 6] {
+        [q_dim, shape.conv_dim(), shape.value_dim(), shape.v_heads, shape.v_heads, shape.value_dim()]
+    }
+
+    fn new(shape: &DeltaNetShape, q_dim: usize, n: usize) -> DeltaNetScratch {
+        let [attn_gate, qkv, z, g, beta, out] = DeltaNetScratch::widths(shape, q_dim).map(|w| LineBuf::zeros(n * w));
+        DeltaNetScratch { attn_gate, qkv, z, g, beta, out }
+    }
+
+    fn bytes(shape: &DeltaNetShape, q_dim: usize, n: usize) -> usize {
+        let widths = DeltaNetScratch::widths(shape, q_dim);
+        widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n.saturating_mul(w))))
     }
 }
 
@@ -209,9 +250,14 @@ fn forward_layers(
     let file = model.file();
     let n = tokens.len();
     assert!(n > 0 && n <= s.n_batch && pos0 + n <= kv.n_ctx);
-    let (d, row) = (c.d_model, c.kv_dim());
+    let d = c.d_model;
 
     kv.make_room(pos0, n);
+    // A recurrent state goes on from where it is: the evaluator rewinds it before an earlier position.
+    if let Some(state) = &mut kv.recurrent {
+        assert!(state.len == pos0 && n_layers == c.n_layers, "a recurrent state of {} at {pos0}", state.len);
+        state.len = pos0 + n;
+    }
     let pairs = s.rope.pairs();
     for (t, angles) in s.angles[..n * pairs].chunks_exact_mut(pairs).enumerate() {
         s.rope.angles(pos0 + t, angles);
@@ -243,69 +289,18 @@ fn forward_layers(
             s.kept.clear();
             s.kept.extend_from_slice(&s.x[..n * d]);
         }
-        // This layer's widths (Gemma 4's differ from layer to layer); whether it computes keys and values of its own
-        // (Gemma 4's last layers attend to an earlier layer's).
-        let (qd, kvd, ff) = (c.layer_q_dim(l), c.layer_kv_dim(l), c.layer_ffn_dim(l));
-        let has_kv = l < c.kv_layers();
-        // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
-        // (qwen2), each query and key head RMS-normed before RoPE (qwen3), and each value head (gemma4).
+        // This layer's feed-forward width (Gemma 4's differ from layer to layer).
+        let ff = c.layer_ffn_dim(l);
+        // Attention block, or Qwen3.5's delta net in its place: x += block(norm(x)).
         norm(&mut s.xb[..n * d], &s.x[..n * d], &lw.attn_norm, c.rms_eps);
-        let q = (lw.wq.view(file), &mut s.q[..n * qd]);
-        if has_kv {
-            let (k, v) = ((lw.wk.view(file), &mut s.k[..n * kvd]), (lw.wv.view(file), &mut s.v[..n * kvd]));
-            project(&mut s.acts, &s.xb[..n * d], n, &mut [q, k, v]);
+        if let (Some(dw), Some(dn), Some(scratch)) = (&lw.delta_net, &c.delta_net, &mut s.delta_net) {
+            // Qwen3.5's linear attention: x += W_out · gated delta net(norm(x)), continuing the layer's state.
+            let state = kv.recurrent.as_mut().expect("a model with delta-net layers has a recurrent state");
+            let (conv_state, rule_state) = state.layer_mut(c.recurrent_layer(l));
+            let (xb, proj) = (&s.xb[..n * d], &mut s.proj[..n * d]);
+            delta_net_block(c, file, dw, &dn.shape, scratch, &mut s.acts, xb, (conv_state, rule_state), proj);
         } else {
-            project(&mut s.acts, &s.xb[..n * d], n, &mut [q]);
-        }
-        // Each adapter's `s·B·(A·x)` is added where the weight's product is, before any bias or norm.
-        for (p, out) in [(Proj::Q, &mut s.q[..n * qd]), (Proj::K, &mut s.k[..n * kvd]), (Proj::V, &mut s.v[..n * kvd])]
-        {
-            lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
-        }
-        for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
-            if let Some(b) = bias {
-                for row in buf[..n * dim].chunks_exact_mut(dim) {
-                    row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
-                }
-            }
-        }
-        for (buf, head_norm, dim) in
-            [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd), (&mut s.v, &lw.v_norm, kvd)]
-        {
-            if let Some(w) = head_norm {
-                norm_in_place(&mut buf[..n * dim], w, c.rms_eps);
-            }
-        }
-        // A windowed layer (Gemma 3, 4) sees the last `window` positions, with its own RoPE; a NoPE layer (SmolLM3)
-        // rotates nothing.
-        let shape = c.layer_attention_shape(l);
-        let rotates = c.layer_uses_rope(l);
-        let (rope, angles) = match &s.local {
-            Some((rope, angles)) if shape.window > 0 => (rope, angles),
-            _ => (&s.rope, &s.angles),
-        };
-        let pairs = rope.pairs();
-        // The keys too, where the layer computes its own.
-        let rotated = if has_kv { 2 } else { 1 };
-        for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates).take(rotated) {
-            for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
-                for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
-                    rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);
-                }
-            });
-        }
-        if has_kv {
-            // The cache's rows are the widest layer's: a narrower layer's are padded.
-            widen_rows(&mut s.k[..n * row], kvd, row);
-            widen_rows(&mut s.v[..n * row], kvd, row);
-            kv.layers[l].store(pos0, &s.k[..n * row], &s.v[..n * row]);
-        }
-        let view = kv.layers[c.kv_layer(l)].view();
-        attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
-        project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
-        lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d]);
-        if let Some(w) = &lw.post_attn_norm {
-            norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
+            attention_block(model, lora, kv, s, l, pos0, n);
         }
         add_residual(&mut s.x[..n * d], &s.proj[..n * d], d, c.scales.residual);
 
@@ -358,6 +353,157 @@ fn forward_layers(
             for_each_row_chunk(&mut s.x[..n * d], d, |_, x| x.iter_mut().for_each(|v| *v *= scale));
         }
     }
+}
+
+/// Layer `l`'s attention block on the normed input of `n` tokens at `pos0..` (`s.xb`), into `s.proj`, storing the
+/// layer's keys and values where it has its own.
+fn attention_block(
+    model: &Model,
+    lora: &AdapterSet,
+    kv: &mut KvCache,
+    s: &mut RunState,
+    l: usize,
+    pos0: usize,
+    n: usize,
+) {
+    let (c, file, lw) = (&model.config, model.file(), &model.weights.layers[l]);
+    let (d, row, qd, kvd) = (c.d_model, c.kv_dim(), c.layer_q_dim(l), c.layer_kv_dim(l));
+    let has_kv = c.layer_stores_kv(l);
+    // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)), with q/k/v biases
+    // (qwen2), each query and key head RMS-normed before RoPE (qwen3), and each value head (gemma4); Qwen3.5's
+    // output gated per head by the sigmoid of the query projection's second half.
+    let q_rows = if c.attention_output_gate() { 2 * qd } else { qd };
+    let q = (lw.wq.view(file), &mut s.q[..n * q_rows]);
+    if has_kv {
+        let (k, v) = ((lw.wk.view(file), &mut s.k[..n * kvd]), (lw.wv.view(file), &mut s.v[..n * kvd]));
+        project(&mut s.acts, &s.xb[..n * d], n, &mut [q, k, v]);
+    } else {
+        project(&mut s.acts, &s.xb[..n * d], n, &mut [q]);
+    }
+    // Each adapter's `s·B·(A·x)` is added where the weight's product is, before any bias or norm.
+    for (p, out) in [(Proj::Q, &mut s.q[..n * q_rows]), (Proj::K, &mut s.k[..n * kvd]), (Proj::V, &mut s.v[..n * kvd])]
+    {
+        lora.add_to(Site::Layer(l, p), &s.xb[..n * d], n, out);
+    }
+    if let (true, Some(scratch)) = (c.attention_output_gate(), &mut s.delta_net) {
+        split_query_gate(&mut s.q[..n * q_rows], &mut scratch.attn_gate[..n * qd], c.layer_head_dim(l));
+    }
+    for (buf, bias, dim) in [(&mut s.q, &lw.bq, qd), (&mut s.k, &lw.bk, kvd), (&mut s.v, &lw.bv, kvd)] {
+        if let Some(b) = bias {
+            for row in buf[..n * dim].chunks_exact_mut(dim) {
+                row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+            }
+        }
+    }
+    for (buf, head_norm, dim) in [(&mut s.q, &lw.q_norm, qd), (&mut s.k, &lw.k_norm, kvd), (&mut s.v, &lw.v_norm, kvd)]
+    {
+        if let Some(w) = head_norm {
+            norm_in_place(&mut buf[..n * dim], w, c.rms_eps);
+        }
+    }
+    // A windowed layer (Gemma 3, 4) sees the last `window` positions, with its own RoPE; a NoPE layer (SmolLM3)
+    // rotates nothing.
+    let shape = c.layer_attention_shape(l);
+    let rotates = c.layer_uses_rope(l);
+    let (rope, angles) = match &s.local {
+        Some((rope, angles)) if shape.window > 0 => (rope, angles),
+        _ => (&s.rope, &s.angles),
+    };
+    let pairs = rope.pairs();
+    // The keys too, where the layer computes its own.
+    let rotated = if has_kv { 2 } else { 1 };
+    for (buf, dim) in [(&mut s.q, qd), (&mut s.k, kvd)].into_iter().filter(|_| rotates).take(rotated) {
+        for_each_row_chunk(&mut buf[..n * dim], dim, |t0, rows| {
+            for (t, row) in rows.chunks_exact_mut(dim).enumerate() {
+                rope.rotate(row, &angles[(t0 + t) * pairs..][..pairs]);
+            }
+        });
+    }
+    if has_kv {
+        // The cache's rows are the widest layer's: a narrower layer's are padded.
+        widen_rows(&mut s.k[..n * row], kvd, row);
+        widen_rows(&mut s.v[..n * row], kvd, row);
+        kv.layers[c.kv_layer(l)].store(pos0, &s.k[..n * row], &s.v[..n * row]);
+    }
+    let view = kv.layers[c.kv_layer(l)].view();
+    attention(&shape, &s.q[..n * qd], &view, pos0, &mut s.att[..n * qd], &mut s.att_scratch);
+    if let (true, Some(scratch)) = (c.attention_output_gate(), &s.delta_net) {
+        let gate = &scratch.attn_gate[..n * qd];
+        for_each_row_chunk(&mut s.att[..n * qd], qd, |t0, att| sigmoid_gate(att, &gate[t0 * qd..][..att.len()]));
+    }
+    project(&mut s.acts, &s.att[..n * qd], n, &mut [(lw.wo.view(file), &mut s.proj[..n * d])]);
+    lora.add_to(Site::Layer(l, Proj::O), &s.att[..n * qd], n, &mut s.proj[..n * d]);
+    if let Some(w) = &lw.post_attn_norm {
+        norm_in_place(&mut s.proj[..n * d], w, c.rms_eps);
+    }
+}
+
+/// Qwen3.5's delta-net block on the normed input `xb` (`[n × d_model]`) into `out` (`[n × d_model]`), continuing
+/// the layer's convolution and delta-rule `state`, as llama.cpp's `build_layer_attn_linear`: projections to the
+/// convolved q/k/v, the output gate z, each value head's decay `g = softplus(alpha + dt_bias) · a` and write strength
+/// `beta = sigmoid(b)`; the convolution and SiLU; the delta rule; each head's output RMS-normed, times SiLU(z);
+/// `ssm_out`.
+#[allow(clippy::too_many_arguments)]
+fn delta_net_block(
+    c: &Config,
+    file: &crate::gguf::bytes::ModelBytes,
+    w: &DeltaNetWeights,
+    shape: &DeltaNetShape,
+    s: &mut DeltaNetScratch,
+    acts: &mut Activations,
+    xb: &[f32],
+    state: (&mut [f32], &mut [f32]),
+    out: &mut [f32],
+) {
+    let n = xb.len() / c.d_model;
+    let (cd, vd, vh) = (shape.conv_dim(), shape.value_dim(), shape.v_heads);
+    let (qkv, z, g, beta) = (&mut s.qkv[..n * cd], &mut s.z[..n * vd], &mut s.g[..n * vh], &mut s.beta[..n * vh]);
+    project(
+        acts,
+        xb,
+        n,
+        &mut [
+            (w.qkv.view(file), &mut *qkv),
+            (w.gate.view(file), &mut *z),
+            (w.alpha.view(file), &mut *g),
+            (w.beta.view(file), &mut *beta),
+        ],
+    );
+    let e = Exp::new();
+    for (row_g, row_b) in g.chunks_exact_mut(vh).zip(beta.chunks_exact_mut(vh)) {
+        for (h, (g, b)) in row_g.iter_mut().zip(row_b.iter_mut()).enumerate() {
+            // ggml's softplus: x past 20 is its own.
+            let x = *g + w.dt_bias[h];
+            *g = if x > 20.0 { x } else { (1.0 + x.exp()).ln() } * w.a[h];
+            *b = 1.0 / (1.0 + e.at(-*b));
+        }
+    }
+    let (conv_state, rule_state) = state;
+    causal_conv_silu(shape, qkv, &w.conv, conv_state);
+    let o = &mut s.out[..n * vd];
+    delta_rule(shape, qkv, g, beta, rule_state, o, c.rms_eps);
+    // Each head's output normed, then gated: z = silu(z) · norm(o).
+    norm_in_place(o, &w.norm, c.rms_eps);
+    let o = &*o;
+    for_each_row_chunk(z, vd, |t0, z| swiglu(z, &o[t0 * vd..][..z.len()]));
+    project(acts, z, n, &mut [(w.out.view(file), out)]);
+}
+
+/// Qwen3.5's query projection `q` (`[n × 2·q_dim]`: per head its queries, then its gate, `head_dim` each) split:
+/// the queries packed into `q`'s first `n × q_dim`, the gates into `gate` (`[n × q_dim]`). In order, so that no
+/// query is overwritten before it has moved (each moves to a lower index).
+fn split_query_gate(q: &mut [f32], gate: &mut [f32], head_dim: usize) {
+    for (i, g) in gate.chunks_exact_mut(head_dim).enumerate() {
+        let from = 2 * i * head_dim;
+        g.copy_from_slice(&q[from + head_dim..from + 2 * head_dim]);
+        q.copy_within(from..from + head_dim, i * head_dim);
+    }
+}
+
+/// `x *= sigmoid(gate)`, element by element (Qwen3.5's gated attention output).
+fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
+    let e = Exp::new();
+    x.iter_mut().zip(gate).for_each(|(x, &g)| *x *= 1.0 / (1.0 + e.at(-g)));
 }
 
 /// Gemma 4's per-layer inputs of the batch `tokens`, whose scaled embeddings are `x`, into `pl.inputs`: for layer

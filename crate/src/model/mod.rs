@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
 use crate::gguf::id::ModelId;
 use crate::kernels::rope::Rope;
-use crate::kv::cache::{KvCacheOptions, KvType};
+use crate::kv::cache::{KvCache, KvCacheOptions, KvType};
 use crate::kv::PrefixCache;
 use crate::model::lora::AdapterSet;
 use crate::tokenizer::Tokenizer;
@@ -172,6 +172,15 @@ impl Model {
         self.kv_cache
     }
 
+    /// A conversation's cache of `n_ctx` positions on the CPU: keys and values in the model's KV format, and the
+    /// recurrent state of its linear-attention layers where it has them.
+    pub fn conversation_cache(&self, n_ctx: usize) -> KvCache {
+        let c = &self.config;
+        let mut kv = KvCache::with_options(c.kv_layers(), c.kv_dim(), n_ctx, self.kv_cache);
+        kv.recurrent = c.recurrent_state();
+        kv
+    }
+
     /// The whole GGUF file; weights are byte ranges of it.
     pub fn file(&self) -> &ModelBytes {
         &self.bytes
@@ -214,9 +223,10 @@ impl Model {
         let long = n_ctx > c.rope_orig_context;
         let factors =
             w.rope_freqs.as_ref().or(if long { w.rope_factors_long.as_ref() } else { w.rope_factors_short.as_ref() });
-        match factors {
-            Some(factors) => rope.with_freq_factors(factors),
-            None => rope,
+        match (factors, c.rope_section_factors()) {
+            (Some(factors), _) => rope.with_freq_factors(factors),
+            (None, Some(sections)) => rope.with_freq_factors(&sections),
+            (None, None) => rope,
         }
     }
 

@@ -6,6 +6,7 @@
 use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
 use crate::gguf::{Gguf, TensorInfo};
+use crate::kernels::delta_net::DeltaNetShape;
 use crate::model::config::{Arch, Config};
 use crate::quant::{dequantize_row, GgmlType, QuantMatrix};
 
@@ -66,6 +67,21 @@ pub struct LayerWeights {
     pub per_layer: Option<PerLayerBlock>,
     /// Gemma 4: what the residual stream is multiplied by after the layer (`layer_output_scale`).
     pub out_scale: Option<f32>,
+    /// Qwen3.5's delta-net layers: the block in attention's place (whose q/k/v/o above are then empty).
+    pub delta_net: Option<DeltaNetWeights>,
+}
+
+/// A Qwen3.5 gated delta-net block (`forward.rs`; the shape is `Config::delta_net`'s).
+pub struct DeltaNetWeights {
+    pub qkv: MatrixRef, // [conv_dim × d_model] (`attn_qkv`: every key head's queries, then keys, then values)
+    pub gate: MatrixRef, // [value_dim × d_model] (`attn_gate`: z, the output's gate)
+    pub alpha: MatrixRef, // [v_heads × d_model] (`ssm_alpha`: the decay's input)
+    pub beta: MatrixRef, // [v_heads × d_model] (`ssm_beta`: the write strength's input)
+    pub conv: Vec<f32>, // [conv_dim × conv_kernel] (`ssm_conv1d`, the oldest input's tap first)
+    pub dt_bias: Vec<f32>, // [v_heads] (`ssm_dt.bias`)
+    pub a: Vec<f32>,    // [v_heads] (`ssm_a`: -exp(A_log), as the converter writes it)
+    pub norm: Vec<f32>, // [head_dim] (`ssm_norm`: each value head's output RMSNorm)
+    pub out: MatrixRef, // [d_model × value_dim] (`ssm_out`)
 }
 
 /// Gemma 4's per-layer inputs: a second embedding of `n_layers × width` per token, plus a projection of the first,
@@ -119,7 +135,7 @@ impl Weights {
             let (q, kv, ff, head_dim) = (c.layer_q_dim(i), c.layer_kv_dim(i), c.layer_ffn_dim(i), c.layer_head_dim(i));
             // Gemma 4's last layers attend to an earlier layer's keys and values: their own k/v tensors, if the file
             // has them, are not read.
-            let has_kv = i < c.kv_layers();
+            let has_kv = c.layer_stores_kv(i);
             let p = |s: &str| format!("blk.{i}.{s}");
             let bias = |s: &str, n| match c.arch {
                 Arch::Qwen2 => vector(&p(s), n).map(Some),
@@ -127,6 +143,7 @@ impl Weights {
                 // A bert model has no decoder layers (`encoder_only`): it never comes here.
                 Arch::Llama
                 | Arch::Qwen3
+                | Arch::Qwen35
                 | Arch::Qwen3Moe
                 | Arch::Phi3
                 | Arch::Gemma3
@@ -144,9 +161,11 @@ impl Weights {
             }
             let head_norm = |s: &str| match c.arch {
                 Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => vector(&p(s), head_dim).map(Some),
+                Arch::Qwen35 if has_kv => vector(&p(s), head_dim).map(Some),
                 Arch::Gemma4 if has_kv || s == "attn_q_norm.weight" => vector(&p(s), head_dim).map(Some),
                 Arch::Llama
                 | Arch::Qwen2
+                | Arch::Qwen35
                 | Arch::Phi3
                 | Arch::Gemma4
                 | Arch::SmolLM3
@@ -157,11 +176,21 @@ impl Weights {
                 Arch::Gemma3 | Arch::Gemma4 => vector(&p(s), d).map(Some),
                 _ => Ok(None),
             };
+            let delta_net = match &c.delta_net {
+                Some(dn) if dn.recurrent[i] => Some(delta_net_weights(g, file, &p, d, &dn.shape)?),
+                _ => None,
+            };
             // Phi-3's fused matrices, as views of their row ranges: q, k, v; gate, then up.
-            let (wq, wk, wv) = match c.arch {
+            let (wq, wk, wv, wo) = match c.arch {
                 Arch::Phi3 => {
                     let qkv = matrix(&p("attn_qkv.weight"), q + 2 * kv, d)?;
-                    (qkv.row_range(0..q), qkv.row_range(q..q + kv), qkv.row_range(q + kv..q + 2 * kv))
+                    let wo = matrix(&p("attn_output.weight"), d, q)?;
+                    (qkv.row_range(0..q), qkv.row_range(q..q + kv), qkv.row_range(q + kv..q + 2 * kv), wo)
+                }
+                // A delta-net layer has no attention: empty views.
+                _ if delta_net.is_some() => {
+                    let none = token_embd.row_range(0..0);
+                    (none, none, none, none)
                 }
                 Arch::Gemma4 => {
                     let wq = matrix(&p("attn_q.weight"), q, d)?;
@@ -172,15 +201,17 @@ impl Weights {
                             Some(_) => matrix(&p("attn_v.weight"), kv, d)?,
                             None => wk,
                         };
-                        (wq, wk, wv)
+                        (wq, wk, wv, matrix(&p("attn_output.weight"), d, q)?)
                     } else {
-                        (wq, wq.row_range(0..0), wq.row_range(0..0))
+                        (wq, wq.row_range(0..0), wq.row_range(0..0), matrix(&p("attn_output.weight"), d, q)?)
                     }
                 }
                 _ => (
-                    matrix(&p("attn_q.weight"), q, d)?,
+                    // Qwen3.5's query projection holds each head's output gate after its queries.
+                    matrix(&p("attn_q.weight"), if c.attention_output_gate() { 2 * q } else { q }, d)?,
                     matrix(&p("attn_k.weight"), kv, d)?,
                     matrix(&p("attn_v.weight"), kv, d)?,
+                    matrix(&p("attn_output.weight"), d, q)?,
                 ),
             };
             let (router, w_gate, w_up, w_down) = match (c.arch, c.experts) {
@@ -230,14 +261,19 @@ impl Weights {
                 v_norm: (c.arch == Arch::Gemma4 && has_kv).then(|| vec![1.0; head_dim]),
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
-                wo: matrix(&p("attn_output.weight"), d, q)?,
-                ffn_norm: vector(&p("ffn_norm.weight"), d)?,
+                wo,
+                // Qwen3.5 names the feed-forward block's norm after the attention block it follows.
+                ffn_norm: vector(
+                    &p(if c.arch == Arch::Qwen35 { "post_attention_norm.weight" } else { "ffn_norm.weight" }),
+                    d,
+                )?,
                 router,
                 w_gate,
                 w_up,
                 w_down,
                 per_layer,
                 out_scale,
+                delta_net,
             });
         }
         let output = match g.tensor("output.weight") {
@@ -298,6 +334,40 @@ impl Weights {
             rope_factors_long: None,
         }
     }
+}
+
+/// Layer `p("")`'s gated delta-net block of `shape`.
+fn delta_net_weights(
+    g: &Gguf,
+    file: &ModelBytes,
+    p: &dyn Fn(&str) -> String,
+    d: usize,
+    shape: &DeltaNetShape,
+) -> Result<DeltaNetWeights> {
+    let vector = |name: &str, n: usize| read_vector(g, file, &p(name), n);
+    let conv = {
+        let name = p("ssm_conv1d.weight");
+        let t = shaped(g, &name, &[shape.conv_kernel, shape.conv_dim()])?;
+        let mut v = vec![0f32; shape.conv_kernel * shape.conv_dim()];
+        dequantize_row(t.ty, file.get(t.offset..t.offset + t.size), &mut v);
+        v
+    };
+    let weights = DeltaNetWeights {
+        qkv: read_matrix(g, &p("attn_qkv.weight"), shape.conv_dim(), d)?,
+        gate: read_matrix(g, &p("attn_gate.weight"), shape.value_dim(), d)?,
+        alpha: read_matrix(g, &p("ssm_alpha.weight"), shape.v_heads, d)?,
+        beta: read_matrix(g, &p("ssm_beta.weight"), shape.v_heads, d)?,
+        conv,
+        dt_bias: vector("ssm_dt.bias", shape.v_heads)?,
+        a: vector("ssm_a", shape.v_heads)?,
+        norm: vector("ssm_norm.weight", shape.head_dim)?,
+        out: read_matrix(g, &p("ssm_out.weight"), d, shape.value_dim())?,
+    };
+    let finite = |v: &[f32]| v.iter().all(|x| x.is_finite());
+    if !(finite(&weights.conv) && finite(&weights.dt_bias) && finite(&weights.a)) {
+        return Err(Error::Model(format!("{} holds a value that is not finite", p("ssm_*"))));
+    }
+    Ok(weights)
 }
 
 /// The tensor `name`, which must have the GGUF dims `dims` (innermost first).

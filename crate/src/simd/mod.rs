@@ -5,7 +5,8 @@
 //!
 //! # Design
 //!
-//! Callers: `kernels/f16/` (attention), `model/lora.rs` (adapters) and `index/distance.rs` (metrics). Each primitive
+//! Callers: `kernels/f16/` (attention), `kernels/delta_net.rs` (Qwen3.5's delta rule), `model/lora.rs` (adapters) and
+//! `index/distance.rs` (metrics). Each primitive
 //! has a scalar reference (`dot_ref`, `axpy_ref`, `l2_squared_ref`) and a kernel per ISA in its own file, as in
 //! `quant/`: `simd/avx2.rs` (AVX2+FMA, on x86_64 when `cpu::has_avx2`), `simd/simd128.rs` (wasm32, at compile time) and
 //! `simd/neon.rs` (aarch64, at compile time); elsewhere the reference runs. Each file's `hsum` sums a vector's lanes in

@@ -99,7 +99,7 @@ pub(crate) fn bytes_from_js(array: &js_sys::Uint8Array, max: usize, what: &str) 
 /// The longest saved state a session of `model` with a context of `n_ctx` restores.
 pub(crate) fn max_state_bytes(model: &Model, n_ctx: usize) -> usize {
     let c = &model.config;
-    crate::kv::state::max_bytes(c.kv_layers(), c.kv_dim(), n_ctx)
+    crate::kv::state::max_bytes(c.kv_layers(), c.kv_dim(), n_ctx, c.recurrent_state_bytes())
 }
 
 thread_local! {
@@ -486,7 +486,9 @@ pub(crate) fn probe_session_memory(model: &Model, n_ctx: usize) -> Result<(), Js
     let Ok((n_ctx, n_batch)) = crate::engine::evaluator::resolve(c, n_ctx, SessionOptions::default().n_batch) else {
         return Ok(()); // opening the session names this error
     };
-    let kv = model.kv_cache().bytes(c.kv_layers(), c.kv_dim(), n_ctx);
+    // A recurrent state (Qwen3.5's) is held twice: the session's and its checkpoint (`Evaluator`).
+    let recurrent = c.recurrent_state_bytes().saturating_mul(2);
+    let kv = model.kv_cache().bytes(c.kv_layers(), c.kv_dim(), n_ctx).saturating_add(recurrent);
     let bytes = kv.saturating_add(RunState::bytes(c, n_batch, n_ctx));
     probe(bytes, &format!("a context window of {n_ctx} tokens"))
 }

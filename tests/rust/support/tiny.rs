@@ -16,6 +16,7 @@ pub const SMOLLM3: &str = "tiny-smollm3.gguf";
 pub const QWEN3MOE: &str = "tiny-qwen3moe.gguf";
 pub const GRANITEMOE: &str = "tiny-granitemoe.gguf";
 pub const GEMMA4: &str = "tiny-gemma4.gguf";
+pub const QWEN35: &str = "tiny-qwen35.gguf";
 
 /// llama.cpp's greedy continuations of the tiny models of new architectures (tests/fixtures/greedy_reference.mjs).
 const GREEDY_REFERENCE: &str = include_str!("../../fixtures/tiny-greedy-reference.json");
