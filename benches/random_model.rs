@@ -3,7 +3,11 @@
 //! types and shapes, not on their values.
 //!
 //!   cargo bench -p ruvllm --bench random_model -- --tokenizer-from M.gguf --out OUT.gguf [--layers 16] [--seed 1]
-//!     [--mix q4_k_m | q5_k_m]
+//!     [--mix q4_k_m | q5_k_m] [--arch llama | qwen35]
+//!
+//! `--arch qwen35` writes Qwen3.5-0.8B's shapes instead (`qwen35_shape` below: 24 layers, every fourth gated
+//! attention and the others gated delta nets, vocab 248,320), in the same mix with its small tensors as llama.cpp's
+//! converter writes them (F32 convolution, `ssm_a`, `ssm_dt`), `ssm_a` -1 and `ssm_dt` 0: a decay of 1/2 a token.
 //!
 //! What the file is (the same bytes for the same arguments):
 //! * `llama` architecture with Llama-3.2-1B's hyper-parameters: 16 layers, d_model 2048, 32 heads, 8 KV
@@ -57,6 +61,11 @@ fn run() -> Result<(), String> {
     let layers: usize = opt("--layers").map_or(Ok(16), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
     let seed: u64 = opt("--seed").map_or(Ok(1), |v| v.parse().map_err(|_| format!("--seed {v}")))?;
     let mix = Mix::parse(opt("--mix").as_deref().unwrap_or("q4_k_m"))?;
+    match opt("--arch").as_deref().unwrap_or("llama") {
+        "llama" => {}
+        "qwen35" => return qwen35_shape(&src, &out, seed, mix),
+        other => return Err(format!("--arch {other}: llama or qwen35")),
+    }
 
     let src_bytes = std::fs::read(&src).map_err(|e| format!("{src}: {e}"))?;
     let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
@@ -76,26 +85,7 @@ fn run() -> Result<(), String> {
         .meta("llama.rope.dimension_count", Meta::U32(HEAD_DIM as u32))
         .meta("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5))
         .meta("llama.vocab_size", Meta::U32(VOCAB as u32));
-    let n_src_tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).map_or(0, |a| a.len());
-    if n_src_tokens == 0 || n_src_tokens > VOCAB {
-        return Err(format!("{src}: {n_src_tokens} tokens (want 1..={VOCAB})"));
-    }
-    for (key, value) in &g.metadata {
-        if !(key.starts_with("tokenizer.")) {
-            continue;
-        }
-        let mut value = value.clone();
-        if let Value::Array(items) = &mut value {
-            let pad = VOCAB - n_src_tokens;
-            match key.as_str() {
-                "tokenizer.ggml.tokens" => items.extend((0..pad).map(|i| Value::String(format!("<|pad_{i}|>")))),
-                "tokenizer.ggml.token_type" => items.extend((0..pad).map(|_| Value::I32(5))),
-                "tokenizer.ggml.scores" => items.extend((0..pad).map(|_| Value::F32(0.0))),
-                _ => {}
-            }
-        }
-        w = w.meta(key, Meta::of(&value)?);
-    }
+    w = padded_tokenizer(w, &g, &src, VOCAB)?;
 
     w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
     let t0 = std::time::Instant::now();
@@ -131,6 +121,127 @@ fn run() -> Result<(), String> {
     let n_bytes = bytes.len();
     // What was written must load and give finite logits before it is kept.
     let (model, lo, hi) = write_checked(&out, bytes)?;
+    eprintln!(
+        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
+        model.config.n_layers,
+        model.config.vocab_size,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `src`'s tokenizer metadata into `w`, its token list padded to `vocab` with `<|pad_N|>` tokens of type UNUSED.
+fn padded_tokenizer(mut w: GgufWriter, g: &Gguf, src: &str, vocab: usize) -> Result<GgufWriter, String> {
+    let n_src_tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).map_or(0, |a| a.len());
+    if n_src_tokens == 0 || n_src_tokens > vocab {
+        return Err(format!("{src}: {n_src_tokens} tokens (want 1..={vocab})"));
+    }
+    for (key, value) in &g.metadata {
+        if !(key.starts_with("tokenizer.")) {
+            continue;
+        }
+        let mut value = value.clone();
+        if let Value::Array(items) = &mut value {
+            let pad = vocab - n_src_tokens;
+            match key.as_str() {
+                "tokenizer.ggml.tokens" => items.extend((0..pad).map(|i| Value::String(format!("<|pad_{i}|>")))),
+                "tokenizer.ggml.token_type" => items.extend((0..pad).map(|_| Value::I32(5))),
+                "tokenizer.ggml.scores" => items.extend((0..pad).map(|_| Value::F32(0.0))),
+                _ => {}
+            }
+        }
+        w = w.meta(key, Meta::of(&value)?);
+    }
+    Ok(w)
+}
+
+/// Qwen3.5-0.8B's shapes with random weights: d_model 1024, 24 layers (3, 7, ... gated attention: 8 heads of 256
+/// over 2 KV heads, 64 dimensions rotated in sections [11, 11, 10, 0], base 10^7; the others gated delta nets: 16
+/// key and 16 value heads of 128, a convolution of 4 taps), ffn 3584, vocab 248,320, tied embedding.
+fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String> {
+    const D: usize = 1024;
+    const LAYERS: usize = 24;
+    const HEADS: usize = 8;
+    const KV_HEADS: usize = 2;
+    const HEAD: usize = 256;
+    const FF: usize = 3584;
+    const VOCAB: usize = 248_320;
+    const DN_HEADS: usize = 16;
+    const DN_HEAD: usize = 128;
+    const TAPS: usize = 4;
+    let conv_dim = 3 * DN_HEADS * DN_HEAD;
+    let src_bytes = std::fs::read(src).map_err(|e| format!("{src}: {e}"))?;
+    let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
+    let key = |k: &str| format!("qwen35.{k}");
+    let sections = Meta::I32Array(vec![11, 11, 10, 0]);
+    let w = GgufWriter::new()
+        .meta("general.architecture", Meta::Str("qwen35".into()))
+        .meta("general.name", Meta::Str(format!("Qwen3.5-0.8B shapes, random weights (seed {seed})")))
+        .meta("general.file_type", Meta::U32(mix.file_type()))
+        .meta(&key("block_count"), Meta::U32(LAYERS as u32))
+        .meta(&key("context_length"), Meta::U32(262_144))
+        .meta(&key("embedding_length"), Meta::U32(D as u32))
+        .meta(&key("feed_forward_length"), Meta::U32(FF as u32))
+        .meta(&key("attention.head_count"), Meta::U32(HEADS as u32))
+        .meta(&key("attention.head_count_kv"), Meta::U32(KV_HEADS as u32))
+        .meta(&key("attention.key_length"), Meta::U32(HEAD as u32))
+        .meta(&key("attention.value_length"), Meta::U32(HEAD as u32))
+        .meta(&key("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6))
+        .meta(&key("rope.freq_base"), Meta::F32(10_000_000.0))
+        .meta(&key("rope.dimension_count"), Meta::U32(64))
+        .meta(&key("rope.dimension_sections"), sections)
+        .meta(&key("full_attention_interval"), Meta::U32(4))
+        .meta(&key("ssm.conv_kernel"), Meta::U32(TAPS as u32))
+        .meta(&key("ssm.state_size"), Meta::U32(DN_HEAD as u32))
+        .meta(&key("ssm.group_count"), Meta::U32(DN_HEADS as u32))
+        .meta(&key("ssm.time_step_rank"), Meta::U32(DN_HEADS as u32))
+        .meta(&key("ssm.inner_size"), Meta::U32((DN_HEADS * DN_HEAD) as u32));
+    let mut w = padded_tokenizer(w, &g, src, VOCAB)?;
+    let t0 = std::time::Instant::now();
+    let mut id = 0u64;
+    let mut matrix = |name: String, cols: usize, rows: usize| {
+        let ty = mix.tensor_type(&name, &[cols, rows], LAYERS, true).expect("a matrix is quantized");
+        id += 1;
+        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
+        (name, vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
+    };
+    let f32s = |name: String, dims: Vec<u64>, v: &[f32]| (name, dims, GgmlType::F32 as u32, f32_bytes(v));
+    let mut tensors = vec![matrix("token_embd.weight".into(), D, VOCAB)];
+    for l in 0..LAYERS {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        tensors.push(f32s(p("attn_norm.weight"), vec![D as u64], &[1.0; D]));
+        tensors.push(f32s(p("post_attention_norm.weight"), vec![D as u64], &[1.0; D]));
+        if (l + 1) % 4 == 0 {
+            tensors.push(matrix(p("attn_q.weight"), D, 2 * HEADS * HEAD));
+            tensors.push(matrix(p("attn_k.weight"), D, KV_HEADS * HEAD));
+            tensors.push(matrix(p("attn_v.weight"), D, KV_HEADS * HEAD));
+            tensors.push(matrix(p("attn_output.weight"), HEADS * HEAD, D));
+            tensors.push(f32s(p("attn_q_norm.weight"), vec![HEAD as u64], &[1.0; HEAD]));
+            tensors.push(f32s(p("attn_k_norm.weight"), vec![HEAD as u64], &[1.0; HEAD]));
+        } else {
+            tensors.push(matrix(p("attn_qkv.weight"), D, conv_dim));
+            tensors.push(matrix(p("attn_gate.weight"), D, DN_HEADS * DN_HEAD));
+            tensors.push(matrix(p("ssm_alpha.weight"), D, DN_HEADS));
+            tensors.push(matrix(p("ssm_beta.weight"), D, DN_HEADS));
+            let conv: Vec<f32> = (0..conv_dim * TAPS).map(|i| if i % TAPS == TAPS - 1 { 1.0 } else { 0.25 }).collect();
+            tensors.push(f32s(p("ssm_conv1d.weight"), vec![TAPS as u64, conv_dim as u64], &conv));
+            tensors.push(f32s(p("ssm_dt.bias"), vec![DN_HEADS as u64], &[0.0; DN_HEADS]));
+            tensors.push(f32s(p("ssm_a"), vec![DN_HEADS as u64], &[-1.0; DN_HEADS]));
+            tensors.push(f32s(p("ssm_norm.weight"), vec![DN_HEAD as u64], &[1.0; DN_HEAD]));
+            tensors.push(matrix(p("ssm_out.weight"), DN_HEADS * DN_HEAD, D));
+        }
+        tensors.push(matrix(p("ffn_gate.weight"), D, FF));
+        tensors.push(matrix(p("ffn_up.weight"), D, FF));
+        tensors.push(matrix(p("ffn_down.weight"), FF, D));
+    }
+    tensors.push(f32s("output_norm.weight".into(), vec![D as u64], &[1.0; D]));
+    for (name, dims, ty, data) in tensors {
+        w = w.tensor(&name, &dims, ty, data);
+    }
+    let bytes = w.bytes();
+    drop(w);
+    let n_bytes = bytes.len();
+    let (model, lo, hi) = write_checked(out, bytes)?;
     eprintln!(
         "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
         model.config.n_layers,

@@ -399,6 +399,27 @@ fn qwen35_headers_that_do_not_hold_together_are_refused() {
     assert_headers_refused(QWEN35, "qwen35", cases);
 }
 
+/// Qwen3.5's files count their multi-token-prediction blocks (llama.cpp's drafts) in `block_count`, and flag them in
+/// `attention.recurrent_layers`: the forward pass runs the layers before them; a header with no layer left is refused.
+#[test]
+fn qwen35_next_token_prediction_blocks_are_not_layers() {
+    use ruvllm::gguf::{Gguf, Value};
+    use ruvllm::model::config::Config;
+    let bytes = support::read_file(&format!("{}/{QWEN35}", fixtures_dir()));
+    let mut g = Gguf::parse(&bytes).expect("the fixture parses");
+    g.metadata.insert("qwen35.block_count".into(), Value::U32(6));
+    g.metadata.insert("qwen35.nextn_predict_layers".into(), Value::U32(1));
+    g.metadata.insert("qwen35.attention.recurrent_layers".into(), flags(&[true, false, true, false, true, false]));
+    let c = Config::from_gguf(&g).unwrap();
+    let recurrent: Vec<bool> = (0..c.n_layers).map(|l| c.layer_is_recurrent(l)).collect();
+    assert_eq!(recurrent, [true, false, true, false, true]);
+    g.metadata.insert("qwen35.nextn_predict_layers".into(), Value::U32(6));
+    match Config::from_gguf(&g) {
+        Err(ruvllm::Error::Model(message)) => assert!(message.contains("no layer left"), "{message}"),
+        other => panic!("not refused: {:?}", other.map(|c| c.n_layers)),
+    }
+}
+
 /// The reference sequences of `file` end to end: a prompt of a few prefill batches.
 fn long_prompt(entry: &Value) -> Vec<u32> {
     entry["forward"].as_array().expect("forward cases").iter().flat_map(|seq| ids(&seq["ids"])).collect()

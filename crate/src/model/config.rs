@@ -309,7 +309,17 @@ impl Config {
             }
             _ => None,
         };
-        let n_layers = req("block_count")?;
+        let blocks = req("block_count")?;
+        // Qwen3.5's converted files end with multi-token-prediction blocks (`nextn_predict_layers`, for speculative
+        // drafts in llama.cpp), counted in `block_count`: the forward pass runs the layers before them.
+        let n_layers = match (arch, g.get_u64(&key("nextn_predict_layers"))) {
+            (Arch::Qwen35, Some(nextn)) => {
+                usize::try_from(nextn).ok().and_then(|nextn| blocks.checked_sub(nextn)).filter(|&n| n > 0).ok_or_else(
+                    || Error::Model(format!("{nextn} of {blocks} blocks predict the next tokens: no layer left")),
+                )?
+            }
+            _ => blocks,
+        };
         let layer_shapes = match arch {
             Arch::Gemma4 => Some(gemma4_layers(g, n_layers, n_heads, head_dim, rope_dims, rope_base)?),
             _ => None,
@@ -355,7 +365,7 @@ impl Config {
             .and_then(|t| t.dims.get(1).copied())
             .ok_or_else(|| Error::Model("tensor token_embd.weight is missing or not 2-D".into()))?;
         let delta_net = match arch {
-            Arch::Qwen35 => Some(delta_net(g, n_layers)?),
+            Arch::Qwen35 => Some(delta_net(g, n_layers, blocks)?),
             _ => None,
         };
         let rope_sections = match arch {
@@ -614,7 +624,7 @@ impl Config {
 
 /// Qwen3.5's delta-net layers ([`DeltaNet`]), checked: the value width is the heads' (`ssm.inner_size`), value
 /// heads are a multiple of key heads, and a state's floats fit comfortably in memory's addresses.
-fn delta_net(g: &Gguf, n_layers: usize) -> Result<DeltaNet> {
+fn delta_net(g: &Gguf, n_layers: usize, blocks: usize) -> Result<DeltaNet> {
     let key = |k: &str| format!("qwen35.{k}");
     let bad = |k: &str, why: String| Error::Model(format!("metadata key {}: {why}", key(k)));
     let req = |k: &str, most: usize| -> Result<usize> {
@@ -642,12 +652,13 @@ fn delta_net(g: &Gguf, n_layers: usize) -> Result<DeltaNet> {
     if req("ssm.inner_size", 1 << 24)? != shape.value_dim() {
         return Err(bad("ssm.inner_size", format!("is not {} value heads of {}", shape.v_heads, shape.head_dim)));
     }
+    // One flag per block, the next-token-prediction blocks' too (the converter writes false for those).
     let recurrent = match g.get(&key("attention.recurrent_layers")) {
         Some(v) => v
             .as_array()
-            .filter(|a| a.len() == n_layers)
-            .and_then(|a| a.iter().map(|v| v.as_bool()).collect())
-            .ok_or_else(|| bad("attention.recurrent_layers", format!("not {n_layers} booleans")))?,
+            .filter(|a| a.len() == blocks)
+            .and_then(|a| a.iter().take(n_layers).map(|v| v.as_bool()).collect())
+            .ok_or_else(|| bad("attention.recurrent_layers", format!("not {blocks} booleans")))?,
         None => {
             let interval = match g.get_u64(&key("full_attention_interval")) {
                 None => 4,
