@@ -36,6 +36,11 @@ impl DeltaNetShape {
         2 * self.key_dim() + self.value_dim()
     }
 
+    /// Floats of [`causal_conv_silu`]'s scratch for `n` tokens.
+    pub fn conv_inputs_len(&self, n: usize) -> usize {
+        (self.conv_kernel - 1 + n) * self.conv_dim()
+    }
+
     /// Floats of the convolution's state: the last `conv_kernel - 1` inputs.
     pub fn conv_state_len(&self) -> usize {
         (self.conv_kernel - 1) * self.conv_dim()
@@ -49,15 +54,17 @@ impl DeltaNetShape {
 
 /// Convolve each channel of `x` (`[n × conv_dim]`, in place) over time with its `conv_kernel` taps (`weight`,
 /// `[conv_dim × conv_kernel]`, the oldest input's tap first), the inputs before `x` being `state`'s rows
-/// (`[(conv_kernel - 1) × conv_dim]`, oldest first), then apply SiLU. `state` becomes the last inputs.
-pub fn causal_conv_silu(shape: &DeltaNetShape, x: &mut [f32], weight: &[f32], state: &mut [f32]) {
+/// (`[(conv_kernel - 1) × conv_dim]`, oldest first), then apply SiLU. `state` becomes the last inputs. `inputs`:
+/// scratch of at least `(conv_kernel - 1 + n) × conv_dim`.
+pub fn causal_conv_silu(shape: &DeltaNetShape, x: &mut [f32], weight: &[f32], state: &mut [f32], inputs: &mut [f32]) {
     let (dim, taps) = (shape.conv_dim(), shape.conv_kernel);
     let (n, past) = (x.len() / dim, taps - 1);
     assert!(x.len() == n * dim && weight.len() == dim * taps && state.len() == past * dim);
     // The inputs of all taps: the state's rows, then x's.
-    let mut inputs = Vec::with_capacity((past + n) * dim);
-    inputs.extend_from_slice(state);
-    inputs.extend_from_slice(x);
+    let inputs = &mut inputs[..(past + n) * dim];
+    inputs[..past * dim].copy_from_slice(state);
+    inputs[past * dim..].copy_from_slice(x);
+    let inputs = &*inputs;
     let e = Exp::new();
     for (t, out) in x.chunks_exact_mut(dim).enumerate() {
         let window = &inputs[t * dim..(t + taps) * dim];
@@ -98,7 +105,8 @@ pub fn delta_rule(
     let scale = 1.0 / (hd as f32).sqrt();
     // One task per run of value heads: each owns its heads' states and output columns.
     for_each_row_chunk(state, hd * hd, |h0, states| {
-        let mut delta = vec![0f32; hd];
+        let mut delta = [0f32; crate::kernels::attention::MAX_HEAD_DIM];
+        let delta = &mut delta[..hd];
         for (h, s) in states.chunks_exact_mut(hd * hd).enumerate().map(|(i, s)| (h0 + i, s)) {
             let kh = h % shape.k_heads;
             for t in 0..n {
@@ -114,7 +122,7 @@ pub fn delta_rule(
                 }
                 let o0 = t * shape.value_dim() + h * hd;
                 assert!(o0 + hd <= out_len);
-                for (j, (sj, &d)) in s.chunks_exact_mut(hd).zip(&delta).enumerate() {
+                for (j, (sj, &d)) in s.chunks_exact_mut(hd).zip(delta.iter()).enumerate() {
                     axpy(sj, d, k);
                     // SAFETY: in bounds (checked above); column `h·hd + j` of row `t` is this head's alone.
                     unsafe { out_ptr.write(o0 + j, dot(sj, q) * scale) };
@@ -209,7 +217,13 @@ mod tests {
             for w in splits.windows(2) {
                 let (a, b) = (w[0], w[1]);
                 let mut x = conv[a * dim..b * dim].to_vec();
-                causal_conv_silu(&SHAPE, &mut x, &weight, &mut conv_state);
+                causal_conv_silu(
+                    &SHAPE,
+                    &mut x,
+                    &weight,
+                    &mut conv_state,
+                    &mut vec![0.0; SHAPE.conv_inputs_len(b - a)],
+                );
                 let (g, beta) = (&g[a * vh..b * vh], &beta[a * vh..b * vh]);
                 delta_rule(&SHAPE, &mut x, g, beta, &mut state, &mut out[a * vd..b * vd], 1e-6);
             }
@@ -227,7 +241,7 @@ mod tests {
         let weight: Vec<f32> = (0..3).flat_map(|c| [1.0, 10.0, 100.0].map(|w| w * (c + 1) as f32)).collect();
         let mut state = vec![0.01, 0.02, 0.03, 0.1, 0.2, 0.3]; // the two inputs before, oldest first
         let mut x = vec![1.0, 2.0, 3.0];
-        causal_conv_silu(&shape, &mut x, &weight, &mut state);
+        causal_conv_silu(&shape, &mut x, &weight, &mut state, &mut [0.0; 9]);
         let silu = |v: f32| v / (1.0 + (-v).exp());
         for (c, &got) in x.iter().enumerate() {
             // Channel c's inputs, oldest first, are 0.01·k, 0.1·k and k, with k = c + 1.

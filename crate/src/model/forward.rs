@@ -112,6 +112,7 @@ fn query_rows(c: &Config) -> usize {
 struct DeltaNetScratch {
     attn_gate: LineBuf, // [n × q_dim] the sigmoid gate of each head's attention output
     qkv: LineBuf,       // [n × conv_dim] queries, keys and values, convolved in place
+    conv_in: LineBuf,   // [(conv_kernel - 1 + n) × conv_dim] the convolution's inputs, its state's first
     z: LineBuf,         // [n × value_dim] the output's gate
     g: LineBuf,         // [n × v_heads] each head's decay (its log)
     beta: LineBuf,      // [n × v_heads] each head's write strength
@@ -125,12 +126,15 @@ impl DeltaNetScratch {
 
     fn new(shape: &DeltaNetShape, q_dim: usize, n: usize) -> DeltaNetScratch {
         let [attn_gate, qkv, z, g, beta, out] = DeltaNetScratch::widths(shape, q_dim).map(|w| LineBuf::zeros(n * w));
-        DeltaNetScratch { attn_gate, qkv, z, g, beta, out }
+        let conv_in = LineBuf::zeros(shape.conv_inputs_len(n));
+        DeltaNetScratch { attn_gate, qkv, conv_in, z, g, beta, out }
     }
 
     fn bytes(shape: &DeltaNetShape, q_dim: usize, n: usize) -> usize {
         let widths = DeltaNetScratch::widths(shape, q_dim);
-        widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n.saturating_mul(w))))
+        let rows = widths.iter().fold(0usize, |a, &w| a.saturating_add(LineBuf::bytes(n.saturating_mul(w))));
+        let conv_in = (shape.conv_kernel - 1).saturating_add(n).saturating_mul(shape.conv_dim());
+        rows.saturating_add(LineBuf::bytes(conv_in))
     }
 }
 
@@ -479,7 +483,7 @@ fn delta_net_block(
         }
     }
     let (conv_state, rule_state) = state;
-    causal_conv_silu(shape, qkv, &w.conv, conv_state);
+    causal_conv_silu(shape, qkv, &w.conv, conv_state, &mut s.conv_in);
     let o = &mut s.out[..n * vd];
     delta_rule(shape, qkv, g, beta, rule_state, o, c.rms_eps);
     // Each head's output normed, then gated: z = silu(z) · norm(o).
