@@ -29,7 +29,7 @@ export interface Glue {
   /** A vector index with entries (crate/src/wasm/index.rs). */
   Collection: CollectionClass;
   /** Reads the tool calls of an answer as it streams (crate/src/wasm/chat.rs). */
-  ToolCallParser: new (format: string) => WasmToolCallParser;
+  ToolCallParser: new (format: string, toolsJson?: string) => WasmToolCallParser;
   /** A model's text side from its GGUF header alone (crate/src/wasm/text.rs). */
   TextEngine: TextEngineClass;
   lastPanic(): string | undefined;

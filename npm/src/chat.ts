@@ -46,8 +46,10 @@ export interface ChatTemplateOptions {
   chatTemplateKwargs?: Record<string, unknown>;
 }
 
-/** How a model family writes tool calls; `generic` for templates without tools. */
-export type ToolFormat = 'hermes' | 'llama3' | 'mistral' | 'generic';
+/** How a model family writes tool calls: `hermes` (Hermes, Qwen 2.5, Qwen 3: JSON in `<tool_call>`), `qwen_xml`
+ * (Qwen3-Coder, Qwen 3.5: `<function=name>` and `<parameter=p>` XML in `<tool_call>`), `llama3`, `mistral`; `generic`
+ * for templates without tools. */
+export type ToolFormat = 'hermes' | 'qwen_xml' | 'llama3' | 'mistral' | 'generic';
 
 /** `llm.chatPrompt`: what the chat API generates from. */
 export interface ChatPrompt {
@@ -299,7 +301,7 @@ class Calls {
 export interface ChatHost {
   chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean }): ChatPrompt;
   generate(prompt: readonly number[], options: GenerateOptions): AsyncGenerator<GenerateChunk, GenerateResult, undefined>;
-  toolCallReader(format: ToolFormat): ToolCallReader;
+  toolCallReader(format: ToolFormat, tools?: readonly ChatCompletionTool[]): ToolCallReader;
   info(): { name: string | null };
 }
 
@@ -337,7 +339,7 @@ export function createChat(llm: ChatHost): Chat {
     }
     chatMessages.set(options, body.messages);
     const generation = llm.generate(prompt.ids, options); // validates the options now
-    const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat);
+    const reader = prompt.toolFormat === null ? null : llm.toolCallReader(prompt.toolFormat, body.tools ?? undefined);
     const calls = new Calls(prompt.toolFormat ?? 'generic');
     const finishReason = (r: GenerateResult): FinishReason => (calls.list.length > 0 && r.finishReason === 'stop' ? 'tool_calls' : r.finishReason);
     if (!body.stream) {

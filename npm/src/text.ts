@@ -3,7 +3,7 @@
 // `Engine`, or a `TextEngine` made from a GGUF header alone). The chat request is checked by chat.ts's
 // `chatRequestJson` for both.
 import type { Glue, TextCalls } from './builds.js';
-import { chatRequestJson, type ChatMessage, type ChatPrompt, type ChatTemplateOptions, type ToolCallDelta, type ToolCallReader, type ToolFormat } from './chat.js';
+import { chatRequestJson, type ChatCompletionTool, type ChatMessage, type ChatPrompt, type ChatTemplateOptions, type ToolCallDelta, type ToolCallReader, type ToolFormat } from './chat.js';
 import { invalid } from './errors.js';
 import { tokenIds } from './options.js';
 
@@ -56,8 +56,8 @@ export class TextSide {
 
   /** What the chat API generates from: the prompt ids (as `tokenizeChat`), and where `tools` are offered (and
    * `toolChoice` is not `'none'`), the Lark grammar that holds the answer to the model's tool-call format and that
-   * format's name (`'hermes'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without tools, whose answer is
-   * `{"tool_calls": [...]}` or `{"response": "..."}`). */
+   * format's name (`'hermes'`, `'qwen_xml'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without tools, whose
+   * answer is `{"tool_calls": [...]}` or `{"response": "..."}`). */
   chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): ChatPrompt {
     const json = chatRequestJson(messages, options);
     const parseSpecial = options.parseSpecialTokens ?? false;
@@ -67,10 +67,13 @@ export class TextSide {
   }
 
   /** A reader of the tool calls in an answer written in `format` (`chatPrompt(...).toolFormat`): `push` the answer's
-   * text as it streams, then `finish` once; each returns what that text settled. Used by the chat API. */
-  toolCallReader(format: ToolFormat): ToolCallReader {
+   * text as it streams, then `finish` once; each returns what that text settled. `tools`: the request's, whose
+   * parameter schemas type the values of a format that writes them untyped (`'qwen_xml'`: a string-typed parameter
+   * stays a string where its text reads as a number). Used by the chat API. */
+  toolCallReader(format: ToolFormat, tools?: readonly ChatCompletionTool[]): ToolCallReader {
     this.#text.usable();
-    const parser = this.#text.glueCall((glue) => new glue.ToolCallParser(format));
+    const toolsJson = tools === undefined ? undefined : JSON.stringify(tools);
+    const parser = this.#text.glueCall((glue) => new glue.ToolCallParser(format, toolsJson));
     let done = false;
     const read = (json: string): ToolCallDelta[] => JSON.parse(json) as ToolCallDelta[];
     return {

@@ -35,11 +35,11 @@
 //! conversation instead (the tools and the JSON envelope asked for in the system turn, after the caller's own;
 //! calls as that envelope; results as `tool` turns where the template prints them, else as user turns), decided by
 //! rendering probes. Out: `tool_calls.rs` holds the tool-call formats of the template families (Hermes/Qwen
-//! `<tool_call>`, Llama 3 JSON, Mistral `[TOOL_CALLS]`, llama.cpp's generic JSON; `ToolFormat::detect` reads the
-//! template's source): reading calls out of an answer, whole or streamed as OpenAI's deltas (one state machine, so the
-//! two agree however the text is split), and the Lark grammar that holds a model to its format (calls' arguments to
-//! each tool's schema, in `response_format`'s JSON layout) once a call starts, or from the first token under
-//! `required`. `model/text.rs` (`TextModel::chat_prompt`) puts them together: a request's prompt ids, its grammar and the format
+//! `<tool_call>`, Qwen3-Coder/Qwen 3.5 `<function=...>` XML, Llama 3 JSON, Mistral `[TOOL_CALLS]`, llama.cpp's generic
+//! JSON; `ToolFormat::detect` reads the template's source): reading calls out of an answer, whole or streamed as
+//! OpenAI's deltas (one state machine, so the two agree however the text is split), and the Lark grammar that holds a
+//! model to its format (calls' arguments to each tool's schema, in `response_format`'s JSON layout) once a call
+//! starts, or from the first token under `required`. `model/text.rs` (`TextModel::chat_prompt`) puts them together: a request's prompt ids, its grammar and the format
 //! to read the answer with; the npm chat API turns the reader's deltas into OpenAI's `tool_calls` and chunk deltas.
 
 use std::fmt;

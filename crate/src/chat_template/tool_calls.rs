@@ -8,6 +8,15 @@
 //!   after `<|python_tag|>`; several separated by `;`.
 //! - `Mistral`: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Nemo, Small 3.0/3.1) or, in the 2025
 //!   templates, `[TOOL_CALLS]name[ARGS]{...}` once per call (optionally `name[CALL_ID]id[ARGS]{...}`).
+//! - `QwenXml` (Qwen3-Coder, Qwen 3.5; Nemotron 3 Nano's and StepFun 3.5's templates write it too):
+//!   `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>`, one block
+//!   per call, after any text. A value is the text up to the first `</parameter>`, less one newline after its opening
+//!   tag and one before the closing one. It becomes JSON as llama.cpp reads it (common/parsers/qwen3-coder.cpp), by
+//!   the JSON types its parameter's schema allows: only strings, the text is the string; no strings, the text is
+//!   JSON; both, it is JSON when it is a value of one of the other types, else the string. (Where llama.cpp fails the
+//!   parse, a value that should be JSON and is not, it is the string here; but where no string is allowed, Python's
+//!   `True`, `False` and `None`, as the template writes them, are JSON's.) So reading it needs the tools
+//!   ([`ToolCallStream::with_tools`], [`ToolFormat::parse_with_tools`]); without them any parameter may be anything.
 //! - `Generic`: llama.cpp's fallback for templates without tool support: the whole answer is
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` (or `{"tool_call": {...}}`) or `{"response": "..."}`.
 //!   The prompt must ask for that; llama.cpp adds a system message: "Respond in JSON format, either with
@@ -19,7 +28,10 @@
 //! - Content goes out as soon as it cannot be the start of a call marker. Content is trimmed at both ends, so
 //!   whitespace waits until more content follows it.
 //! - A call commits, and is emitted, once its name is known and its arguments object has begun; its
-//!   arguments then stream as they come, compact (whitespace between JSON tokens dropped).
+//!   arguments then stream as they come, compact (whitespace between JSON tokens dropped). `QwenXml`'s arguments
+//!   begin at the call's first whole `<parameter=NAME>` (or at `</function>`, for a call without parameters); a
+//!   string value streams as it comes, escaped, but for what may begin `\n</parameter>`; any other value goes out
+//!   whole when its `</parameter>` comes.
 //! - Before it commits, a call that turns out malformed is content, marker and all.
 //! - After it commits, the call keeps what it streamed. If its JSON then breaks, or the answer ends inside it
 //!   (a generation cut at its token limit), the text from the break on is content again. Under the grammars
@@ -34,12 +46,15 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 
-/// How a model family writes tool calls.
+/// How a model family writes tool calls (the module doc shows each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolFormat {
     Hermes,
     Llama3,
     Mistral,
+    /// Qwen3-Coder's and Qwen 3.5's `<function=NAME>` with `<parameter=P>` XML inside `<tool_call>`; its values are
+    /// typed by the tools' schemas.
+    QwenXml,
     Generic,
 }
 
@@ -176,7 +191,11 @@ impl ToolFormat {
         let has = |s: &str| template_source.contains(s);
         if has("[TOOL_CALLS]") {
             ToolFormat::Mistral
-        // `<tool_call>` also wraps other formats: Qwen3-Coder's `<function=name>` XML, GLM's `<arg_key>` pairs.
+        // As llama.cpp picks its Qwen3-Coder parser (common/chat.cpp): a template that glues the tags together,
+        // `<tool_call><function=`, writes some other format.
+        } else if has("<tool_call>") && has("<function=") && has("<parameter=") && !has("<tool_call><function=") {
+            ToolFormat::QwenXml
+        // `<tool_call>` also wraps other formats: GLM's `<arg_key>` pairs.
         } else if has("<tool_call>") && !has("<function=") && !has("<arg_key>") {
             ToolFormat::Hermes
         // Llama 3.1/3.3 render builtin tools after `<|python_tag|>`; 3.1 to 3.3 all ask for and render `"parameters"`.
@@ -187,26 +206,35 @@ impl ToolFormat {
         }
     }
 
-    /// The format's name: `hermes`, `llama3`, `mistral` or `generic`.
+    /// The format's name: `hermes`, `llama3`, `mistral`, `qwen_xml` or `generic`.
     pub fn name(self) -> &'static str {
         match self {
             ToolFormat::Hermes => "hermes",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
+            ToolFormat::QwenXml => "qwen_xml",
             ToolFormat::Generic => "generic",
         }
     }
 
     /// The format named `name` (see [`name`](Self::name)).
     pub fn from_name(name: &str) -> Option<ToolFormat> {
-        [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Generic]
+        [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::QwenXml, ToolFormat::Generic]
             .into_iter()
             .find(|f| f.name() == name)
     }
 
     /// Splits a whole answer into content and calls: what a [`ToolCallStream`] given the whole answer emits.
+    /// `QwenXml` reads every parameter as possibly anything: [`parse_with_tools`](Self::parse_with_tools) types
+    /// them by the tools offered.
     pub fn parse(&self, text: &str) -> ParsedAnswer {
-        let mut stream = ToolCallStream::new(*self);
+        self.parse_with_tools(text, &[])
+    }
+
+    /// [`parse`](Self::parse), with the tools the answer may call: what a [`ToolCallStream::with_tools`] given the
+    /// whole answer emits.
+    pub fn parse_with_tools(&self, text: &str, tools: &[ToolSpec]) -> ParsedAnswer {
+        let mut stream = ToolCallStream::with_tools(*self, tools);
         let mut deltas = stream.push(text);
         deltas.extend(stream.finish());
         assemble(deltas)
@@ -215,7 +243,7 @@ impl ToolFormat {
     /// The text that opens a call anywhere in the answer.
     fn marker(self) -> Option<&'static str> {
         match self {
-            ToolFormat::Hermes => Some("<tool_call>"),
+            ToolFormat::Hermes | ToolFormat::QwenXml => Some("<tool_call>"),
             ToolFormat::Llama3 => Some("<|python_tag|>"),
             ToolFormat::Mistral => Some("[TOOL_CALLS]"),
             ToolFormat::Generic => None,
@@ -253,6 +281,8 @@ pub fn assemble(deltas: impl IntoIterator<Item = ToolDelta>) -> ParsedAnswer {
 /// and quotes, keys other than name and arguments). Names are not checked against the tools: the grammar does.
 pub struct ToolCallStream {
     format: ToolFormat,
+    /// `QwenXml`'s parameters and the types their values may have.
+    tools: Vec<XmlTool>,
     mode: Mode,
     /// Nothing but whitespace read so far: Llama 3 and Generic read a JSON object only when it opens the answer.
     at_start: bool,
@@ -267,8 +297,23 @@ enum Mode {
 }
 
 impl ToolCallStream {
+    /// A reader of `format` that does not know the tools: `QwenXml` reads each parameter as possibly anything (a
+    /// value that is JSON, but for a JSON string, is that JSON).
     pub fn new(format: ToolFormat) -> ToolCallStream {
-        ToolCallStream { format, mode: Mode::Text { held: String::new() }, at_start: true, sink: Sink::default() }
+        ToolCallStream::with_tools(format, &[])
+    }
+
+    /// A reader of `format` for an answer that may call `tools`. Only `QwenXml` reads them: its values are typed
+    /// by each tool's parameters schema (see the module doc); other formats read the same with or without them.
+    pub fn with_tools(format: ToolFormat, tools: &[ToolSpec]) -> ToolCallStream {
+        let tools = if format == ToolFormat::QwenXml { tools.iter().map(XmlTool::new).collect() } else { Vec::new() };
+        ToolCallStream {
+            format,
+            tools,
+            mode: Mode::Text { held: String::new() },
+            at_start: true,
+            sink: Sink::default(),
+        }
     }
 
     /// The deltas that `text`, read after everything pushed before it, settles.
@@ -311,7 +356,7 @@ impl ToolCallStream {
     /// Reads `c`; `Some` is text to read again before `c`, which was not read.
     fn step(&mut self, c: char) -> Option<String> {
         match &mut self.mode {
-            Mode::Call(region) => match region.step(c, self.format, &mut self.sink) {
+            Mode::Call(region) => match region.step(c, self.format, &self.tools, &mut self.sink) {
                 Step::Continue => None,
                 Step::Done => {
                     self.mode = Mode::Text { held: String::new() };
@@ -331,7 +376,7 @@ impl ToolCallStream {
             self.at_start = false;
             let mut region = Region::new(self.format, "");
             // `{` opens the object that region reads: it always takes it.
-            let _ = region.step(c, self.format, &mut self.sink);
+            let _ = region.step(c, self.format, &self.tools, &mut self.sink);
             self.mode = Mode::Call(Box::new(region));
             return;
         }
@@ -436,7 +481,10 @@ enum Phase {
         tag: String,
     },
     Json(JsonCalls),
-    /// Hermes, after the call's JSON: whitespace, then `</tool_call>` (`matched` bytes of it read).
+    /// `QwenXml`, after the marker, to the call's `</function>`.
+    Xml(XmlCall),
+    /// Hermes, after the call's JSON (and `QwenXml` after `</function>`): whitespace, then `</tool_call>` (`matched`
+    /// bytes of it read).
     HermesClose {
         matched: usize,
     },
@@ -459,6 +507,8 @@ enum Step {
 enum Progress {
     Held,
     Emitted,
+    /// Emitted what came before, but the last this many chars read (this one among them) are held.
+    Keep(usize),
 }
 
 const HERMES_CLOSE: &str = "</tool_call>";
@@ -469,12 +519,22 @@ impl Region {
             ToolFormat::Mistral => Phase::MistralLead,
             ToolFormat::Generic => Phase::Json(JsonCalls::new(Slot::Envelope, None)),
             ToolFormat::Hermes | ToolFormat::Llama3 => Phase::Json(JsonCalls::new(Slot::Call, None)),
+            ToolFormat::QwenXml => Phase::Xml(XmlCall::default()),
         };
         Region { marker, committed: false, held: String::new(), phase }
     }
 
-    fn step(&mut self, c: char, format: ToolFormat, sink: &mut Sink) -> Step {
+    fn step(&mut self, c: char, format: ToolFormat, tools: &[XmlTool], sink: &mut Sink) -> Step {
         let progress = match &mut self.phase {
+            Phase::Xml(call) => match call.step(c, tools, sink) {
+                None => return Step::Fail,
+                Some(progress) => {
+                    if call.closed {
+                        self.phase = Phase::HermesClose { matched: 0 };
+                    }
+                    progress
+                }
+            },
             Phase::Json(json) => match json.step(c, sink) {
                 Err(()) => return Step::Fail,
                 Ok(JsonStep::Held) => Progress::Held,
@@ -485,7 +545,7 @@ impl Region {
                     self.phase = match format {
                         ToolFormat::Hermes => Phase::HermesClose { matched: 0 },
                         ToolFormat::Llama3 => Phase::LlamaNext { semicolon: false },
-                        ToolFormat::Mistral | ToolFormat::Generic => return Step::Done,
+                        ToolFormat::Mistral | ToolFormat::Generic | ToolFormat::QwenXml => return Step::Done,
                     };
                     return Step::Continue;
                 }
@@ -511,7 +571,7 @@ impl Region {
                     Progress::Held
                 } else if c == '{' && *semicolon {
                     self.phase = Phase::Json(JsonCalls::new(Slot::Call, None));
-                    return self.step(c, format, sink);
+                    return self.step(c, format, tools, sink);
                 } else {
                     return Step::Fail;
                 }
@@ -521,7 +581,7 @@ impl Region {
                     Progress::Held
                 } else if c == '[' {
                     self.phase = Phase::Json(JsonCalls::new(Slot::CallList, None));
-                    return self.step(c, format, sink);
+                    return self.step(c, format, tools, sink);
                 } else if is_name_char(c) {
                     self.phase = Phase::MistralName { name: c.to_string(), id: None, tag: String::new() };
                     Progress::Held
@@ -554,7 +614,7 @@ impl Region {
                     Progress::Held
                 } else if c == '{' {
                     self.phase = Phase::Json(JsonCalls::new(Slot::ArgsRoot, Some(std::mem::take(name))));
-                    return self.step(c, format, sink);
+                    return self.step(c, format, tools, sink);
                 } else {
                     return Step::Fail;
                 }
@@ -566,8 +626,353 @@ impl Region {
                 self.committed = true;
                 self.held.clear();
             }
+            Progress::Keep(n) => {
+                self.committed = true;
+                self.held.push(c);
+                // What is held is the last chars read.
+                let from = match n.checked_sub(1) {
+                    Some(back) => self.held.char_indices().rev().nth(back).map_or(0, |(i, _)| i),
+                    None => self.held.len(),
+                };
+                self.held.drain(..from);
+            }
         }
         Step::Continue
+    }
+}
+
+const FUNCTION_OPEN: &str = "<function=";
+const FUNCTION_CLOSE: &str = "</function>";
+const PARAMETER_OPEN: &str = "<parameter=";
+const PARAMETER_CLOSE: &str = "</parameter>";
+
+/// A tool as `QwenXml` reads its calls: the JSON types each parameter's value may have.
+struct XmlTool {
+    name: String,
+    parameters: Vec<(String, Types)>,
+}
+
+impl XmlTool {
+    fn new(spec: &ToolSpec) -> XmlTool {
+        let root = &spec.parameters;
+        let parameters = match root.get("properties") {
+            Some(Value::Object(properties)) => {
+                properties.iter().map(|(name, schema)| (name.clone(), Types::of_schema(schema, root))).collect()
+            }
+            _ => Vec::new(),
+        };
+        XmlTool { name: spec.name.clone(), parameters }
+    }
+}
+
+/// `QwenXml`'s call, from after `<tool_call>` to its `</function>`.
+#[derive(Default)]
+struct XmlCall {
+    state: XmlState,
+    /// The function's name.
+    name: String,
+    /// Its tool among the stream's, once the name is whole.
+    tool: Option<usize>,
+    /// The call's index once emitted.
+    index: Option<usize>,
+    /// Whether a parameter was read (the next is after a comma).
+    any_parameter: bool,
+    /// `</function>` was read.
+    closed: bool,
+}
+
+enum XmlState {
+    /// Whitespace, then `<function=`, `tag` of it read.
+    Open { tag: String },
+    /// The function's name, to its `>`.
+    Name,
+    /// After `<function=NAME>` or a parameter: whitespace, then `<parameter=` or `</function>`, `tag` of one read.
+    Next { tag: String },
+    /// A parameter's name, to its `>`.
+    Parameter { name: String },
+    /// A value of strings only, streamed: `first` until its first char (a newline there is dropped), `tail` the
+    /// chars held as a possible `\n</parameter>`.
+    Text { first: bool, tail: String },
+    /// Any other value, held whole to its `</parameter>`.
+    Value { raw: String, types: Types },
+}
+
+impl Default for XmlState {
+    fn default() -> XmlState {
+        XmlState::Open { tag: String::new() }
+    }
+}
+
+impl XmlCall {
+    /// Reads `c`: `None` when the call cannot take it.
+    fn step(&mut self, c: char, tools: &[XmlTool], sink: &mut Sink) -> Option<Progress> {
+        match &mut self.state {
+            XmlState::Open { tag } => {
+                if tag.is_empty() && c.is_whitespace() {
+                    return Some(Progress::Held);
+                }
+                tag.push(c);
+                if !FUNCTION_OPEN.starts_with(tag.as_str()) {
+                    return None;
+                }
+                if tag == FUNCTION_OPEN {
+                    self.state = XmlState::Name;
+                }
+            }
+            XmlState::Name => {
+                if c == '>' && !self.name.is_empty() {
+                    self.tool = tools.iter().position(|t| t.name == self.name);
+                    self.state = XmlState::Next { tag: String::new() };
+                } else if is_name_char(c) {
+                    self.name.push(c);
+                } else {
+                    return None;
+                }
+            }
+            XmlState::Next { tag } => {
+                if tag.is_empty() && c.is_whitespace() {
+                    return Some(Progress::Held);
+                }
+                tag.push(c);
+                if tag == PARAMETER_OPEN {
+                    self.state = XmlState::Parameter { name: String::new() };
+                } else if tag == FUNCTION_CLOSE {
+                    self.emit(if self.any_parameter { "}" } else { "{}" }, sink);
+                    self.closed = true;
+                    return Some(Progress::Emitted);
+                } else if !PARAMETER_OPEN.starts_with(tag.as_str()) && !FUNCTION_CLOSE.starts_with(tag.as_str()) {
+                    return None;
+                }
+            }
+            XmlState::Parameter { name } => match c {
+                '>' if !name.is_empty() => {
+                    let name = std::mem::take(name);
+                    let types = self
+                        .tool
+                        .and_then(|t| tools[t].parameters.iter().find(|(p, _)| *p == name))
+                        .map_or(Types::ANY, |&(_, types)| types);
+                    let mut text = String::from(if self.any_parameter { "," } else { "{" });
+                    text.push_str(&Value::from(name).to_string());
+                    text.push(':');
+                    if types == Types::STRING {
+                        text.push('"');
+                        self.state = XmlState::Text { first: true, tail: String::new() };
+                    } else {
+                        self.state = XmlState::Value { raw: String::new(), types };
+                    }
+                    self.any_parameter = true;
+                    self.emit(&text, sink);
+                    return Some(Progress::Emitted);
+                }
+                '<' | '>' | '\n' => return None,
+                _ => name.push(c),
+            },
+            XmlState::Text { first, tail } => {
+                // The newline after the opening tag is the format's, not the value's.
+                if std::mem::take(first) && c == '\n' {
+                    return Some(Progress::Emitted);
+                }
+                tail.push(c);
+                if tail == PARAMETER_CLOSE || tail.strip_prefix('\n') == Some(PARAMETER_CLOSE) {
+                    self.state = XmlState::Next { tag: String::new() };
+                    self.emit("\"", sink);
+                    return Some(Progress::Emitted);
+                }
+                let mut out = String::new();
+                while !may_close(tail) {
+                    push_escaped(&mut out, tail.remove(0));
+                }
+                if out.is_empty() {
+                    return Some(Progress::Held);
+                }
+                let kept = tail.chars().count();
+                self.emit(&out, sink);
+                return Some(Progress::Keep(kept));
+            }
+            XmlState::Value { raw, types } => {
+                raw.push(c);
+                if let Some(value) = raw.strip_suffix(PARAMETER_CLOSE) {
+                    let json = typed_value(value, *types);
+                    self.state = XmlState::Next { tag: String::new() };
+                    self.emit(&json, sink);
+                    return Some(Progress::Emitted);
+                }
+            }
+        }
+        Some(Progress::Held)
+    }
+
+    /// `text` of the arguments, the call's start first if it was not emitted.
+    fn emit(&mut self, text: &str, sink: &mut Sink) {
+        let index = match self.index {
+            Some(index) => index,
+            None => *self.index.insert(sink.start_call(self.name.clone())),
+        };
+        sink.arguments(index, text);
+    }
+}
+
+/// Whether `tail` may be the start of a string value's end: `</parameter>`, or a newline and it.
+fn may_close(tail: &str) -> bool {
+    PARAMETER_CLOSE.starts_with(tail) || tail.strip_prefix('\n').is_some_and(|t| PARAMETER_CLOSE.starts_with(t))
+}
+
+/// A value's text, between its tags, as JSON: see the module doc.
+fn typed_value(raw: &str, types: Types) -> String {
+    let text = raw.strip_prefix('\n').unwrap_or(raw);
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    // The template writes a boolean or a null as Python's `str` does (HF renders it so, and so do we): read back
+    // where no string is allowed.
+    let python = match text.trim() {
+        "True" => Some("true"),
+        "False" => Some("false"),
+        "None" => Some("null"),
+        _ => None,
+    };
+    if let Some(literal) = python.filter(|_| !types.has(Types::STRING)) {
+        return literal.to_owned();
+    }
+    match compact_json(text) {
+        Some((json, of)) if !types.has(Types::STRING) || (of != Types::STRING && types.has(of)) => json,
+        _ => {
+            let mut json = String::from('"');
+            text.chars().for_each(|c| push_escaped(&mut json, c));
+            json.push('"');
+            json
+        }
+    }
+}
+
+/// `c` as a JSON string writes it (as serde_json does).
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        c if (c as u32) < 0x20 => out.push_str(&escape_control(c)),
+        c => out.push(c),
+    }
+}
+
+/// `text` as one JSON value, compact (raw control chars in its strings escaped, as in arguments), and its type;
+/// `None` when it is not one JSON value.
+fn compact_json(text: &str) -> Option<(String, Types)> {
+    // The scanner reads objects and arrays: the value is read as an array's one item.
+    let mut json = Json::default();
+    json.push('[')?;
+    let mut out = String::new();
+    for c in text.chars() {
+        match json.push(c)? {
+            Tok::Space => {}
+            Tok::Comma if json.stack.len() == 1 => return None,
+            Tok::StrChar(_) if (c as u32) < 0x20 => out.push_str(&escape_control(c)),
+            _ => out.push(c),
+        }
+    }
+    json.push(']')?;
+    if json.expect != Expect::Done {
+        return None;
+    }
+    let of = match out.chars().next()? {
+        '{' => Types::OBJECT,
+        '[' => Types::ARRAY,
+        '"' => Types::STRING,
+        't' | 'f' => Types::BOOLEAN,
+        'n' => Types::NULL,
+        _ => Types::NUMBER,
+    };
+    Some((out, of))
+}
+
+/// The JSON types a value may have (llama.cpp's `common_chat_schema::type_set`; integers are numbers here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Types(u8);
+
+impl Types {
+    const NULL: Types = Types(1);
+    const BOOLEAN: Types = Types(2);
+    const NUMBER: Types = Types(4);
+    const STRING: Types = Types(8);
+    const ARRAY: Types = Types(16);
+    const OBJECT: Types = Types(32);
+    const ANY: Types = Types(63);
+
+    fn has(self, t: Types) -> bool {
+        self.0 & t.0 != 0
+    }
+
+    /// The types of the values `schema` (found in `root`, which its `$ref`s point into) allows, as llama.cpp's
+    /// `common_chat_schema::value_types` (common/json-schema.cpp) works them out.
+    fn of_schema(schema: &Value, root: &Value) -> Types {
+        Types::of(schema, root, 0)
+    }
+
+    fn of(schema: &Value, root: &Value, depth: usize) -> Types {
+        // A `$ref` cycle, or a schema nested past belief: anything.
+        let Some(o) = schema.as_object().filter(|_| depth < 32) else { return Types::ANY };
+        let union = |list: &Value| {
+            list.as_array().map_or(Types::ANY, |l| Types(l.iter().fold(0, |t, s| t | Types::of(s, root, depth + 1).0)))
+        };
+        if let Some(target) = o.get("$ref") {
+            let target = target.as_str().and_then(|r| r.strip_prefix('#')).and_then(|p| root.pointer(p));
+            return target.map_or(Types::ANY, |t| Types::of(t, root, depth + 1));
+        }
+        if let Some(list) = o.get("oneOf").or_else(|| o.get("anyOf")) {
+            return union(list);
+        }
+        match o.get("type") {
+            Some(Value::Array(types)) => {
+                // `{"type": [a, b], ...}` is `{"anyOf": [{"type": a, ...}, {"type": b, ...}]}`.
+                let alternatives = types.iter().map(|t| {
+                    let mut alternative = o.clone();
+                    alternative.insert("type".into(), t.clone());
+                    Value::Object(alternative)
+                });
+                return union(&Value::Array(alternatives.collect()));
+            }
+            _ if o.contains_key("const") => return Types::of_value(&o["const"]),
+            _ => {}
+        }
+        if let Some(values) = o.get("enum") {
+            return values.as_array().map_or(Types::ANY, |l| Types(l.iter().fold(0, |t, v| t | Types::of_value(v).0)));
+        }
+        match o.get("type").and_then(Value::as_str) {
+            Some("object") => Types::OBJECT,
+            Some("string") => Types::STRING,
+            Some("array") => Types::ARRAY,
+            Some("integer" | "number") => Types::NUMBER,
+            Some("boolean") => Types::BOOLEAN,
+            Some("null") => Types::NULL,
+            Some(_) => Types::ANY,
+            // Without a type, the keywords say.
+            None if o.contains_key("properties")
+                || o.get("additionalProperties").is_some_and(|a| *a != Value::Bool(true)) =>
+            {
+                Types::OBJECT
+            }
+            None if o.contains_key("allOf") => o["allOf"]
+                .as_array()
+                .map_or(Types::ANY, |l| Types(l.iter().fold(Types::ANY.0, |t, s| t & Types::of(s, root, depth + 1).0))),
+            None if o.contains_key("items") || o.contains_key("prefixItems") => Types::ARRAY,
+            None if ["pattern", "minLength", "maxLength"].iter().any(|k| o.contains_key(*k))
+                || o.get("format")
+                    .and_then(Value::as_str)
+                    .is_some_and(|f| matches!(f, "date" | "time" | "date-time") || f.starts_with("uuid")) =>
+            {
+                Types::STRING
+            }
+            None => Types::ANY,
+        }
+    }
+
+    fn of_value(v: &Value) -> Types {
+        match v {
+            Value::Null => Types::NULL,
+            Value::Bool(_) => Types::BOOLEAN,
+            Value::Number(_) => Types::NUMBER,
+            Value::String(_) => Types::STRING,
+            Value::Array(_) => Types::ARRAY,
+            Value::Object(_) => Types::OBJECT,
+        }
     }
 }
 
@@ -1136,8 +1541,10 @@ impl ToolFormat {
     /// written by id, `<[id]>`: `<[TOOL_CALLS]>` would read as an id range.
     ///
     /// Calls are written as the families' templates render them (json.dumps spacing), arguments too
-    /// (`constraint::with_json_layout`, as `response_format`'s JSON). Text before calls under `Required` (a reasoning model's
-    /// `<think>` block) is not allowed: a caller that wants it wraps `start`.
+    /// (`constraint::with_json_layout`, as `response_format`'s JSON). `QwenXml` holds each parameter on its own, as
+    /// llama.cpp's grammar does: text where its schema allows strings, `%json` of its schema where it does not
+    /// (`xml_functions`). Text before calls under `Required` (a reasoning model's `<think>` block) is not allowed: a
+    /// caller that wants it wraps `start`.
     pub fn grammar(
         &self,
         tools: &[ToolSpec],
@@ -1161,7 +1568,8 @@ impl ToolFormat {
         let one = matches!(choice, ToolChoice::Function(_)) || !parallel;
         let mut g = String::new();
         // Each tool's arguments are their own `%json`, so that `$ref`s in its schema resolve against its root.
-        for (i, tool) in tools.iter().enumerate() {
+        // (`QwenXml` writes each parameter on its own.)
+        for (i, tool) in tools.iter().enumerate().filter(|_| *self != ToolFormat::QwenXml) {
             let _ = writeln!(g, "args{i}: %json {}", arguments_schema(&tool.parameters));
         }
         // `{"name": "NAME", "<key>": ARGS}` for each tool, as alternatives.
@@ -1178,6 +1586,11 @@ impl ToolFormat {
             ToolFormat::Hermes => {
                 let _ = writeln!(g, "body: {}", calls("arguments"));
                 let rest = format!("\"\\n\" body \"\\n\" {}", token(HERMES_CLOSE));
+                marked_calls(&mut g, "<tool_call>", &rest, "\"\\n\" ", choice, one, special_token);
+            }
+            ToolFormat::QwenXml => {
+                xml_functions(&mut g, &tools);
+                let rest = format!("\"\\n\" body {}", token(HERMES_CLOSE));
                 marked_calls(&mut g, "<tool_call>", &rest, "\"\\n\" ", choice, one, special_token);
             }
             ToolFormat::Mistral => {
@@ -1225,6 +1638,104 @@ impl ToolFormat {
             }
         }
         Some(g)
+    }
+}
+
+/// `QwenXml`'s `body`: one of `tools`' calls from its `<function=NAME>\n` to its `</function>\n`, each parameter
+/// as `<parameter=P>\nVALUE\n</parameter>\n`, in the order of the schema's `properties` (then the `required` ones it
+/// does not describe), the required ones always there, and as its schema says, in the form llama.cpp's grammar gives
+/// it (common/parsers/qwen3-coder.cpp): a value of strings only is text without `</parameter>` (or one of its `enum`
+/// or its `const`), a value that may be no string is that JSON (`%json`, in `response_format`'s layout), and one
+/// that may be either is text too.
+fn xml_functions(g: &mut String, tools: &[&ToolSpec]) {
+    let close = lark_string("\n</parameter>\n");
+    let mut text = false;
+    let mut functions = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        let root = &tool.parameters;
+        let required: Vec<&str> = match root.get("required") {
+            Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let mut parameters: Vec<(&str, &Value)> = match root.get("properties") {
+            Some(Value::Object(properties)) => properties.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            _ => Vec::new(),
+        };
+        for name in &required {
+            if !parameters.iter().any(|(p, _)| p == name) {
+                parameters.push((name, &Value::Bool(true)));
+            }
+        }
+        let mut parts = vec![lark_string(&format!("<function={}>\n", tool.name))];
+        for (j, (name, schema)) in parameters.iter().enumerate() {
+            let value = match xml_value(schema, root) {
+                XmlValue::Text => {
+                    text = true;
+                    "XML_TEXT \"\\n\"".to_owned()
+                }
+                XmlValue::Literals(values) => {
+                    let values: Vec<String> = values.iter().map(|v| lark_string(v)).collect();
+                    format!("({}) {close}", values.join(" | "))
+                }
+                XmlValue::Json(schema) => {
+                    let _ = writeln!(g, "v{i}_{j}: %json {schema}");
+                    format!("v{i}_{j} {close}")
+                }
+            };
+            let _ = writeln!(g, "p{i}_{j}: {} {value}", lark_string(&format!("<parameter={name}>\n")));
+            parts.push(format!("p{i}_{j}{}", if required.contains(name) { "" } else { "?" }));
+        }
+        parts.push(lark_string("</function>\n"));
+        let _ = writeln!(g, "f{i}: {}", parts.join(" "));
+        functions.push(format!("f{i}"));
+    }
+    let _ = writeln!(g, "body: {}", functions.join(" | "));
+    if text {
+        // Text to the first `</parameter>`, which must follow a newline: one lexeme, so that it ends there.
+        let close = regex_escape(PARAMETER_CLOSE);
+        let _ = writeln!(g, "XML_TEXT: /(?s:.*)\\n{close}/ & ~/(?s:.*){close}(?s:.+)/");
+    }
+}
+
+/// How the grammar writes a `QwenXml` value.
+enum XmlValue {
+    Text,
+    Literals(Vec<String>),
+    Json(Value),
+}
+
+/// The value of a parameter of `schema`, in its tool's parameters schema `root`.
+fn xml_value(schema: &Value, root: &Value) -> XmlValue {
+    let types = Types::of_schema(schema, root);
+    if types == Types::STRING {
+        let target = match schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+            Some(pointer) => root.pointer(pointer).unwrap_or(schema),
+            None => schema,
+        };
+        let values = match (target.get("enum"), target.get("const")) {
+            (Some(Value::Array(values)), _) => values.iter().map(Value::as_str).collect::<Option<Vec<&str>>>(),
+            (None, Some(value)) => value.as_str().map(|v| vec![v]),
+            _ => None,
+        };
+        match values {
+            Some(values) if !values.iter().any(|v| v.contains(PARAMETER_CLOSE)) => {
+                XmlValue::Literals(values.into_iter().map(str::to_owned).collect())
+            }
+            _ => XmlValue::Text,
+        }
+    } else if types.has(Types::STRING) {
+        XmlValue::Text
+    } else {
+        // The schema alone, with its tool's definitions, which its `$ref`s point into.
+        let mut schema = schema.clone();
+        if let Value::Object(o) = &mut schema {
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = root.get(key) {
+                    o.entry(key).or_insert_with(|| defs.clone());
+                }
+            }
+        }
+        XmlValue::Json(crate::constraint::with_json_layout(&schema).unwrap_or(schema))
     }
 }
 
@@ -1308,7 +1819,7 @@ mod tests {
     use super::*;
     use crate::test_support::{test, Rng};
 
-    use ToolFormat::{Generic, Hermes, Llama3, Mistral};
+    use ToolFormat::{Generic, Hermes, Llama3, Mistral, QwenXml};
 
     fn answer(content: &str, calls: &[(&str, &str)]) -> ParsedAnswer {
         ParsedAnswer {
@@ -1516,6 +2027,239 @@ mod tests {
         parses(Generic, "{\"response\": \"Hi \\ud800x\"}", "Hi \\ud800x\"}", &[]);
     }
 
+    /// Tools for `QwenXml`, whose values are typed by their schemas.
+    fn xml_tools() -> Vec<ToolSpec> {
+        ToolSpec::parse_list(&json!([
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+                "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer"}},
+                "required": ["city"]}}},
+            {"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object", "properties": {
+                "loud": {"type": "boolean"}, "labels": {"type": "array", "items": {"type": "string"}},
+                "options": {"$ref": "#/$defs/options"}, "note": {"type": ["string", "null"]},
+                "when": {"anyOf": [{"type": "string"}, {"type": "number"}]}, "anything": {}},
+                "$defs": {"options": {"type": "object"}}}}},
+            {"type": "function", "function": {"name": "run", "parameters": {"type": "object", "properties": {
+                "code": {"type": "string"}}, "required": ["code"]}}},
+            {"type": "function", "function": {"name": "ping"}},
+        ]))
+        .unwrap()
+    }
+
+    /// A `QwenXml` call of `name` with `parameters`, as the template renders it.
+    fn xml_call(name: &str, parameters: &[(&str, &str)]) -> String {
+        let mut call = format!("<tool_call>\n<function={name}>\n");
+        for (p, value) in parameters {
+            call.push_str(&format!("<parameter={p}>\n{value}\n</parameter>\n"));
+        }
+        call + "</function>\n</tool_call>"
+    }
+
+    /// `QwenXml`'s `parse_with_tools(text, xml_tools())` is `content` and `calls`.
+    fn parses_xml(text: &str, content: &str, calls: &[(&str, &str)]) {
+        assert_eq!(QwenXml.parse_with_tools(text, &xml_tools()), answer(content, calls), "{text:?}");
+    }
+
+    #[test]
+    fn qwen_xml() {
+        // llama.cpp's test-chat.cpp cases, for Qwen3-Coder and Qwen 3.5.
+        let one = xml_call("get_weather", &[("city", "Paris"), ("days", "3")]);
+        parses_xml(&one, "", &[("get_weather", r#"{"city":"Paris","days":3}"#)]);
+        // Text before the calls; calls one after another, as the template renders them.
+        let two = format!("{one}\n{}", xml_call("run", &[("code", "print(1)")]));
+        parses_xml(
+            &format!("Let me check.\n\n{two}"),
+            "Let me check.",
+            &[("get_weather", r#"{"city":"Paris","days":3}"#), ("run", r#"{"code":"print(1)"}"#)],
+        );
+        // Text after a call is content too.
+        parses_xml(&format!("{one}\nDone."), "Done.", &[("get_weather", r#"{"city":"Paris","days":3}"#)]);
+        // A call without parameters.
+        parses_xml(&xml_call("ping", &[]), "", &[("ping", "{}")]);
+        // The schema types the values: a string parameter's text is the string, whatever it looks like.
+        parses_xml(
+            &xml_call("get_weather", &[("city", "42"), ("unit", "celsius"), ("days", "7")]),
+            "",
+            &[("get_weather", r#"{"city":"42","unit":"celsius","days":7}"#)],
+        );
+        // Booleans, arrays and objects are JSON (compact); a `$ref` is followed.
+        parses_xml(
+            &xml_call(
+                "set_alarm",
+                &[("loud", "true"), ("labels", "[\"a\", \"b\"]"), ("options", "{\"snooze\": {\"minutes\": 5}}")],
+            ),
+            "",
+            &[("set_alarm", r#"{"loud":true,"labels":["a","b"],"options":{"snooze":{"minutes":5}}}"#)],
+        );
+        // A parameter that may be a string or something else is JSON where it is a value of the other types, else
+        // the string (a JSON string too); one without a schema, or a parameter the schema does not name, may be
+        // anything.
+        parses_xml(
+            &xml_call(
+                "set_alarm",
+                &[("note", "null"), ("when", "7.5"), ("anything", "{\"k\": [1, null]}"), ("extra", "false")],
+            ),
+            "",
+            &[("set_alarm", r#"{"note":null,"when":7.5,"anything":{"k":[1,null]},"extra":false}"#)],
+        );
+        parses_xml(
+            &xml_call("set_alarm", &[("note", "wake up"), ("when", "\"noon\""), ("anything", "[1, 2")]),
+            "",
+            &[("set_alarm", r#"{"note":"wake up","when":"\"noon\"","anything":"[1, 2"}"#)],
+        );
+        // A value that should be JSON and is not is the string (llama.cpp fails the parse).
+        parses_xml(&xml_call("get_weather", &[("days", "three")]), "", &[("get_weather", r#"{"days":"three"}"#)]);
+        // The template writes booleans and nulls as Python does: read back where no string is allowed.
+        parses_xml(
+            &xml_call("set_alarm", &[("loud", "False"), ("note", "None"), ("anything", "True")]),
+            "",
+            &[("set_alarm", r#"{"loud":false,"note":"None","anything":"True"}"#)],
+        );
+        // Values span lines; only the newline after the opening tag and the one before the closing tag are the
+        // format's (a value ending in a newline keeps it); quotes, backslashes, tabs and tags inside are text.
+        parses_xml(
+            &xml_call("run", &[("code", "def hello():\n\tprint(\"Hello, \\\\ world!\")\n\nhello()")]),
+            "",
+            &[("run", r#"{"code":"def hello():\n\tprint(\"Hello, \\\\ world!\")\n\nhello()"}"#)],
+        );
+        parses_xml(&xml_call("run", &[("code", "#include\n")]), "", &[("run", r##"{"code":"#include\n"}"##)]);
+        parses_xml(&xml_call("run", &[("code", "\n  x")]), "", &[("run", r#"{"code":"\n  x"}"#)]);
+        parses_xml(
+            &xml_call("run", &[("code", "<html>\n <b>格</b>\n</html>")]),
+            "",
+            &[("run", r#"{"code":"<html>\n <b>格</b>\n</html>"}"#)],
+        );
+        parses_xml(&xml_call("run", &[("code", "")]), "", &[("run", r#"{"code":""}"#)]);
+        // The format's newlines may be missing.
+        parses_xml(
+            "<tool_call><function=run><parameter=code>x</parameter></function></tool_call>",
+            "",
+            &[("run", r#"{"code":"x"}"#)],
+        );
+        // Without the tools, any value may be anything: a string parameter's `42` is a number.
+        assert_eq!(
+            QwenXml.parse(&xml_call("get_weather", &[("city", "42"), ("unit", "celsius")])),
+            answer("", &[("get_weather", r#"{"city":42,"unit":"celsius"}"#)])
+        );
+    }
+
+    #[test]
+    fn qwen_xml_malformed() {
+        // Before a call has its name and its first parameter's name (or its `</function>`), a malformed one is
+        // content.
+        for text in [
+            "<tool_call>\nI will call the weather tool.\n</tool_call>",
+            "<tool_call>\n<function=get weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=run>\nprint(1)\n</function>\n</tool_call>",
+            "<tool_call>\n<function=run>\n<parameter=>\nx\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=run>\n<parameter=co\nde>\nx\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>\n<function=run>\n<parameter=code",
+            "<tool_call>",
+        ] {
+            parses_xml(text, text.trim(), &[]);
+        }
+        // After that the call keeps what it streamed; the text from the break on is content again.
+        parses_xml(
+            "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\noops</function>\n</tool_call>",
+            "oops</function>\n</tool_call>",
+            &[("get_weather", r#"{"days":3"#)],
+        );
+        parses_xml(&format!("{}\n</tool_call> more", xml_call("ping", &[])), "</tool_call> more", &[("ping", "{}")]);
+        // An answer cut inside a call: a string value stops where it stopped (but for what may begin its closing
+        // tag); a value held whole is content.
+        parses_xml(
+            "<tool_call>\n<function=run>\n<parameter=code>\nprint(\"hi\")\n</para",
+            "</para",
+            &[("run", r#"{"code":"print(\"hi\")"#)],
+        );
+        parses_xml("<tool_call>\n<function=run>\n<parameter=code>\na<<", "<", &[("run", r#"{"code":"a<"#)]);
+        parses_xml(
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3",
+            "3",
+            &[("get_weather", r#"{"city":"Paris","days":"#)],
+        );
+        // A missing closing tag at the end loses nothing.
+        parses_xml(
+            "<tool_call>\n<function=run>\n<parameter=code>\nx\n</parameter>\n</function>",
+            "",
+            &[("run", r#"{"code":"x"}"#)],
+        );
+        // A malformed call, then a good one.
+        parses_xml(
+            &format!("<tool_call>\n<function=run oops {}", xml_call("ping", &[])),
+            "<tool_call>\n<function=run oops",
+            &[("ping", "{}")],
+        );
+    }
+
+    /// Qwen 3.5's template, as llama.cpp's tests have it (models/templates/Qwen3.5-4B.jinja).
+    const QWEN35: &str = include_str!("../../../tests/fixtures/templates/Qwen3.5-4B.jinja");
+
+    #[test]
+    fn qwen_xml_renders_calls_and_results() {
+        use crate::chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
+        let template = ChatTemplate::new(QWEN35, "", "<|im_end|>").unwrap();
+        assert_eq!(template.tool_format(), QwenXml);
+        let call = |id: &str, name: &str, arguments: &str| MessageToolCall {
+            id: id.into(),
+            function: ToolCall { name: name.into(), arguments: arguments.into() },
+        };
+        let messages = [
+            ChatMessage::new("user", "Weather in Paris for 3 days? And wake me."),
+            ChatMessage {
+                tool_calls: vec![
+                    call("call_1", "get_weather", r#"{"city":"Paris","days":3}"#),
+                    call("call_2", "set_alarm", r#"{"loud":true,"labels":["a","b"],"note":"wake\nup"}"#),
+                ],
+                ..ChatMessage::new("assistant", "Let me check.")
+            },
+            ChatMessage { tool_call_id: Some("call_1".into()), ..ChatMessage::new("tool", r#"{"temperature": 18}"#) },
+            ChatMessage { tool_call_id: Some("call_2".into()), ..ChatMessage::new("tool", "set") },
+        ];
+        let tools = ToolSpec::parse_list(&json!([{"type": "function", "function": {"name": "get_weather",
+            "description": "The weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]))
+        .unwrap();
+        let options = RenderOptions { tools, ..RenderOptions::default() };
+        let text = template.render_with(&messages, &options).unwrap();
+        // Written out from the template: the tools, then each turn; the call's arguments in their order, a mapping
+        // or a list as JSON (`tojson`), anything else as `string` writes it (a boolean as Python's `True`, as HF
+        // renders it); the results in one user turn.
+        let expected = concat!(
+            "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n",
+            r#"{"type": "function", "function": {"name": "get_weather", "description": "The weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}"#,
+            "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n",
+            "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n",
+            "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n",
+            "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n",
+            "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n",
+            "- Required parameters MUST be specified\n",
+            "- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n",
+            "- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n",
+            "</IMPORTANT><|im_end|>\n",
+            "<|im_start|>user\nWeather in Paris for 3 days? And wake me.<|im_end|>\n",
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nLet me check.\n\n",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n",
+            "<tool_call>\n<function=set_alarm>\n<parameter=loud>\nTrue\n</parameter>\n<parameter=labels>\n[\"a\", \"b\"]\n</parameter>\n<parameter=note>\nwake\nup\n</parameter>\n</function>\n</tool_call><|im_end|>\n",
+            "<|im_start|>user\n<tool_response>\n{\"temperature\": 18}\n</tool_response>\n<tool_response>\nset\n</tool_response><|im_end|>\n",
+            "<|im_start|>assistant\n<think>\n",
+        );
+        assert_eq!(text, expected);
+        // The calls read back from the assistant's turn as they were made (typed by the tools' schemas).
+        let turn = text.split("<|im_start|>assistant\n<think>\n\n</think>\n\n").nth(1).unwrap();
+        let turn = turn.split("<|im_end|>").next().unwrap();
+        assert_eq!(
+            QwenXml.parse_with_tools(turn, &xml_tools()),
+            answer(
+                "Let me check.",
+                &[
+                    ("get_weather", r#"{"city":"Paris","days":3}"#),
+                    ("set_alarm", r#"{"loud":true,"labels":["a","b"],"note":"wake\nup"}"#)
+                ]
+            )
+        );
+    }
+
     #[test]
     fn detect() {
         // Short excerpts of the real templates: the lines that render tool calls or ask for them.
@@ -1533,7 +2277,14 @@ mod tests {
         let small32 = r#"{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}"#;
         let chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
         let llama3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}";
-        let qwen3_coder = r#"{{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}"#;
+        let qwen3_coder = r#"{{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+            {{- '<parameter=' + args_name + '>\n' }}"#;
+        // GLM 4.6 wraps `<arg_key>` pairs in `<tool_call>`; Seed-OSS writes `<parameter=` in its own tags.
+        let glm = r#"{{- '<tool_call>' + tc.name -}}{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>{% endfor %}"#;
+        let seed_oss =
+            r#"{{- '<seed:tool_call>\n<function=' + tool_call.name + '>\n' }}{{- '<parameter=' + arg_name + '>' }}"#;
+        // A template writing the XML without newlines between its tags is some other format.
+        let glued = r#"{{- '<tool_call><function=' ~ tool_call.name ~ '>' }}{{- '<parameter=' ~ k ~ '>' }}"#;
         let nemotron =
             r#"{{- '<|start_header_id|>' -}}{{- '<TOOLCALL>[' -}}{{- '{"name": "' + fn.name + '", "arguments": ' -}}"#;
         for (source, format) in [
@@ -1545,7 +2296,11 @@ mod tests {
             (small32, Mistral),
             (chatml, Generic),
             (llama3, Generic),
-            (qwen3_coder, Generic),
+            (qwen3_coder, QwenXml),
+            (QWEN35, QwenXml),
+            (glm, Generic),
+            (seed_oss, Generic),
+            (glued, Generic),
             (nemotron, Generic),
         ] {
             assert_eq!(ToolFormat::detect(source), format, "{source}");
@@ -1579,6 +2334,32 @@ mod tests {
         assert_eq!(s.push(" sunny\\"), [Content(" sunny".into())]);
         assert_eq!(s.push("n\"}"), []);
         assert_eq!(s.finish(), []);
+
+        // `QwenXml`: the call goes out at its first parameter's whole name; a string value streams, escaped, but
+        // for what may begin its closing tag; another value goes out whole at its closing tag.
+        let mut s = ToolCallStream::with_tools(QwenXml, &xml_tools());
+        assert_eq!(
+            s.push("Checking.\n<tool_call>\n<function=get_weather>\n<parameter=ci"),
+            [Content("Checking.".into())]
+        );
+        assert_eq!(
+            s.push("ty>\nPa"),
+            [CallStart { index: 0, name: "get_weather".into() }, Arguments { index: 0, text: "{\"city\":\"Pa".into() }]
+        );
+        assert_eq!(s.push("ris \"X\"\n</par"), [Arguments { index: 0, text: "ris \\\"X\\\"".into() }]);
+        assert_eq!(s.push("ty"), [Arguments { index: 0, text: "\\n</party".into() }]);
+        assert_eq!(
+            s.push("\n</parameter>\n<parameter=days>\n1"),
+            [Arguments { index: 0, text: "\",\"days\":".into() }]
+        );
+        assert_eq!(s.push("4\n</parameter>"), [Arguments { index: 0, text: "14".into() }]);
+        assert_eq!(s.push("\n</function>\n</tool_call>"), [Arguments { index: 0, text: "}".into() }]);
+        assert_eq!(s.push("\n<tool_call>\n<function=ping>\n</funct"), []);
+        assert_eq!(
+            s.push("ion>"),
+            [CallStart { index: 1, name: "ping".into() }, Arguments { index: 1, text: "{}".into() }]
+        );
+        assert_eq!(s.finish(), []);
     }
 
     /// Answers for the streaming invariant: the tests' examples and awkward cases.
@@ -1594,9 +2375,18 @@ mod tests {
         "plain text, no calls at all\n\n",
     ];
 
+    /// `QwenXml` answers for the streaming invariant (every format reads them, and `ANSWERS`).
+    const XML_ANSWERS: &[&str] = &[
+        "Let me see.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSão \"Paulo\" \\ 😀\n\n</parameter>\n<parameter=days>\n 3 \n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=set_alarm>\n<parameter=labels>\n[\"a\", \"b\"]\n</parameter>\n<parameter=note>\nnull\n</parameter>\n<parameter=when>\nnoon\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=run>\n<parameter=code>\n\n\n</param\n</parameter\n\n</parameter>\n</function>\n</tool_call> after",
+        "<tool_call>\n<function=run>\n<parameter=code>\nx = \"</tool_call>\"\n</parameter>\n<parameter=code>\n\t\u{0}\n</parameter>\n</function></tool_call><tool_call><function=ping></function>",
+        "<tool_call> <function=get_weather> <parameter=days>\nthree\n</parameter> oops </function>",
+        "<tool_call>\n<function=ping>\n</function>\n</tool_cal <tool_call>\n<function=f>\n<parameter=a b>\n{\"x\": [1, {\"y\": \"</parameter\"}]}\n</parameter>\n</function>",
+    ];
+
     /// Feeds `pieces` one at a time, checking that the deltas are well formed; returns what they make up.
-    fn stream(format: ToolFormat, pieces: &[&str]) -> ParsedAnswer {
-        let mut s = ToolCallStream::new(format);
+    fn stream(format: ToolFormat, tools: &[ToolSpec], pieces: &[&str]) -> ParsedAnswer {
+        let mut s = ToolCallStream::with_tools(format, tools);
         let mut deltas = Vec::new();
         for piece in pieces {
             deltas.extend(s.push(piece));
@@ -1619,10 +2409,10 @@ mod tests {
 
     /// However `text` is split, the deltas make up `parse(text)`: split char by char and at random. Returns
     /// how many calls `parse` found.
-    fn check_splits(format: ToolFormat, text: &str, rng: &mut Rng, random_splits: usize) -> usize {
-        let whole = format.parse(text);
+    fn check_splits(format: ToolFormat, tools: &[ToolSpec], text: &str, rng: &mut Rng, random_splits: usize) -> usize {
+        let whole = format.parse_with_tools(text, tools);
         let chars: Vec<&str> = text.char_indices().map(|(i, c)| &text[i..i + c.len_utf8()]).collect();
-        assert_eq!(stream(format, &chars), whole, "{format:?}, char by char: {text:?}");
+        assert_eq!(stream(format, tools, &chars), whole, "{format:?}, char by char: {text:?}");
         let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).skip(1).collect();
         for _ in 0..random_splits {
             let mut cuts: Vec<usize> = bounds.iter().copied().filter(|_| rng.next_u64().is_multiple_of(4)).collect();
@@ -1633,7 +2423,7 @@ mod tests {
                 pieces.push(&text[from..cut]);
                 from = cut;
             }
-            assert_eq!(stream(format, &pieces), whole, "{format:?}, split as {pieces:?}");
+            assert_eq!(stream(format, tools, &pieces), whole, "{format:?}, split as {pieces:?}");
         }
         whole.tool_calls.len()
     }
@@ -1641,12 +2431,17 @@ mod tests {
     #[test]
     fn any_split_assembles_to_parse() {
         let mut rng = Rng::new(37);
-        for format in [Hermes, Llama3, Mistral, Generic] {
-            for text in ANSWERS {
-                check_splits(format, text, &mut rng, 40);
-                // Every cut of the answer too (a generation stopped anywhere).
-                for (i, _) in text.char_indices() {
-                    check_splits(format, &text[..i], &mut rng, 1);
+        let xml_tools = xml_tools();
+        for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
+            // `QwenXml` with the tools (typed values) and without (every value may be anything).
+            let tool_sets: &[&[ToolSpec]] = if format == QwenXml { &[&xml_tools, &[]] } else { &[&[]] };
+            for tools in tool_sets {
+                for text in ANSWERS.iter().chain(XML_ANSWERS) {
+                    check_splits(format, tools, text, &mut rng, 40);
+                    // Every cut of the answer too (a generation stopped anywhere).
+                    for (i, _) in text.char_indices() {
+                        check_splits(format, tools, &text[..i], &mut rng, 1);
+                    }
                 }
             }
         }
@@ -1700,14 +2495,28 @@ mod tests {
             "[TOOL_CALLS]f[ARGS]{\"a\": 1}",
             "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
             "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}",
+            // `QwenXml`'s tags, whole and in part, and calls.
+            "<function=",
+            "<function=get_weather>",
+            "<parameter=",
+            "<parameter=city>",
+            "<parameter=days>",
+            "</parameter>",
+            "\n</parameter>\n",
+            "</param",
+            "</function>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+            "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
         ];
         let mut rng = Rng::new(7);
-        for format in [Hermes, Llama3, Mistral, Generic] {
+        let xml_tools = xml_tools();
+        for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
+            let tools: &[ToolSpec] = if format == QwenXml { &xml_tools } else { &[] };
             let mut calls = 0;
             for _ in 0..400 {
                 let n = 1 + rng.next_u64() as usize % 24;
                 let text: String = (0..n).map(|_| PIECES[rng.next_u64() as usize % PIECES.len()]).collect();
-                calls += check_splits(format, &text, &mut rng, 3);
+                calls += check_splits(format, tools, &text, &mut rng, 3);
             }
             assert!(calls >= 5, "{format:?}: only {calls} calls in the random answers");
         }
@@ -1808,15 +2617,15 @@ mod tests {
         /// `text` as the model would write it: a special token where the vocabulary has one, bytes elsewhere.
         fn tokens(text: &str, specials: bool) -> Vec<u32> {
             let mut out = Vec::new();
-            let mut rest = text;
-            while !rest.is_empty() {
-                match SPECIALS.iter().find(|s| specials && rest.starts_with(**s)) {
+            let mut rest = text.as_bytes();
+            while let Some(&byte) = rest.first() {
+                match SPECIALS.iter().find(|s| specials && rest.starts_with(s.as_bytes())) {
                     Some(s) => {
                         out.extend(special_id(s));
                         rest = &rest[s.len()..];
                     }
                     None => {
-                        out.push(u32::from(rest.as_bytes()[0]));
+                        out.push(u32::from(byte));
                         rest = &rest[1..];
                     }
                 }
@@ -1842,6 +2651,12 @@ mod tests {
                     "type": "object", "properties": {"zone": {"$ref": "#/$defs/zone"}}, "required": ["zone"],
                     "$defs": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}}}},
                 {"type": "function", "function": {"name": "ping"}},
+                {"type": "function", "function": {"name": "set_alarm", "parameters": {
+                    "type": "object", "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                    "loud": {"type": "boolean"}, "labels": {"type": "array", "items": {"type": "string"}},
+                    "note": {"type": ["string", "null"]}, "repeat": {"$ref": "#/$defs/repeat"}}, "required": ["hour"],
+                    "$defs": {"repeat": {"type": "object", "properties": {"days": {"type": "integer"}},
+                        "required": ["days"], "additionalProperties": false}}}}},
             ]))
             .unwrap()
         }
@@ -1859,7 +2674,7 @@ mod tests {
                         accepts(&factory, &grammar, text, specials),
                         "{choice:?} should accept {text:?}:\n{grammar}"
                     );
-                    let parsed = format.parse(text);
+                    let parsed = format.parse_with_tools(text, &tools);
                     let called: Vec<&str> = parsed.tool_calls.iter().map(|c| c.name.as_str()).collect();
                     assert_eq!(&called, names, "{text:?}");
                     for call in &parsed.tool_calls {
@@ -1892,6 +2707,7 @@ mod tests {
                 (Llama3, llama(WEATHER), format!("; {}", llama(TIME))),
                 (Mistral, format!("[TOOL_CALLS][{WEATHER}"), format!(", {TIME}")),
                 (Generic, format!("{{\"tool_calls\": [{WEATHER}"), format!(", {TIME}")),
+                (QwenXml, XML_WEATHER.to_owned(), format!("\n{XML_TIME}")),
             ];
             for (format, one, second) in cases {
                 let close = match format {
@@ -1915,7 +2731,7 @@ mod tests {
 
         #[test]
         fn none_and_no_tools() {
-            for format in [Hermes, Llama3, Mistral, Generic] {
+            for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
                 assert_eq!(format.grammar(&tools(), &ToolChoice::None, true, &special_id), None);
                 assert_eq!(format.grammar(&[], &ToolChoice::Auto, true, &special_id), None);
                 assert_eq!(format.grammar(&tools(), &ToolChoice::Function("pong".into()), true, &special_id), None);
@@ -1964,6 +2780,89 @@ mod tests {
                 &[(&time, &["get_time"])],
                 &[&weather, &both, prose, &format!("{time}\n{time}")],
             );
+        }
+
+        const XML_WEATHER: &str = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>";
+        const XML_TIME: &str =
+            "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>";
+
+        #[test]
+        fn qwen_xml() {
+            let weather = XML_WEATHER;
+            let time = XML_TIME;
+            let ping = "<tool_call>\n<function=ping>\n</function>\n</tool_call>";
+            let both = format!("{weather}\n{time}");
+            // Values of strings only are text (a value may span lines, hold tags, end in a newline, be empty);
+            // other values are JSON, to their schema; a value that may be either is text.
+            let alarm =
+                |parameters: &str| format!("<tool_call>\n<function=set_alarm>\n{parameters}</function>\n</tool_call>");
+            let p = |name: &str, value: &str| format!("<parameter={name}>\n{value}\n</parameter>\n");
+            let alarms = [
+                alarm(&p("hour", "7")),
+                alarm(&(p("hour", "23") + &p("loud", "false") + &p("labels", "[\"a\", \"b\"]") + &p("note", "null"))),
+                alarm(&(p("hour", "0") + &p("note", "Wake up!\n<b>Now</b> </parameter\n"))),
+                alarm(&(p("hour", "0") + &p("note", ""))),
+                alarm(&(p("hour", "6") + &p("repeat", "{\"days\": 2}"))),
+            ];
+            let city = |value: &str| {
+                format!("<tool_call>\n<function=get_weather>\n{}</function>\n</tool_call>", p("city", value))
+            };
+            let multiline = city("São\n\"Paulo\" {x}\n");
+            let bad_calls = [
+                "<tool_call>\n<function=get_wether>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>".to_owned(),
+                // A required parameter missing, an enum's other value, parameters out of the schema's order, one
+                // it does not have.
+                "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>".to_owned(),
+                weather.replace("celsius", "kelvin"),
+                time.replace("UTC", "PST"),
+                "<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>".to_owned(),
+                alarm(&(p("hour", "7") + &p("volume", "3"))),
+                // JSON values to their schema: a number in range, JSON's booleans.
+                alarm(&p("hour", "seven")),
+                alarm(&p("hour", "24")),
+                alarm(&(p("hour", "7") + &p("loud", "True"))),
+                alarm(&(p("hour", "7") + &p("repeat", "{\"weeks\": 2}"))),
+                alarm(&(p("hour", "7") + &p("repeat", "{\"days\":2}"))),
+                // A text value holds no `</parameter>`; the tags' newlines are the template's.
+                city("a</parameter>b"),
+                weather.replace("<tool_call>\n", "<tool_call>"),
+                weather.replace("Paris\n</parameter>", "Paris</parameter>"),
+            ];
+            let prose = "The weather in Paris is <b>mild</b>; <function=x> is no call.";
+            let mut bad: Vec<&str> = vec!["<tool_call>\nI'd call get_weather.", "Sure: <tool_call> {}"];
+            bad.extend(bad_calls.iter().map(String::as_str));
+            let mut good: Vec<(&str, &[&str])> = vec![
+                ("", &[]),
+                (prose, &[]),
+                (weather, &["get_weather"]),
+                (ping, &["ping"]),
+                (&multiline, &["get_weather"]),
+            ];
+            let with_text = format!("Let me check.\n\n{both}");
+            good.push((&with_text, &["get_weather", "get_time"]));
+            good.extend(alarms.iter().map(|a| (a.as_str(), &["set_alarm"][..])));
+            check(QwenXml, ToolChoice::Auto, &good, &bad);
+            let mut required_bad = vec![prose, "", "Sure.\n<tool_call>", &with_text];
+            required_bad.extend(bad_calls.iter().map(String::as_str));
+            check(
+                QwenXml,
+                ToolChoice::Required,
+                &[(weather, &["get_weather"]), (&both, &["get_weather", "get_time"]), (&alarms[1], &["set_alarm"])],
+                &required_bad,
+            );
+            check(
+                QwenXml,
+                ToolChoice::Function("get_time".into()),
+                &[(time, &["get_time"])],
+                &[weather, &both, prose, &format!("{time}\n{time}")],
+            );
+            // What the grammar allows reads back typed by the schemas.
+            let tools = tools();
+            let args = |text: &str| QwenXml.parse_with_tools(text, &tools).tool_calls[0].arguments.clone();
+            assert_eq!(args(&alarms[1]), r#"{"hour":23,"loud":false,"labels":["a","b"],"note":null}"#);
+            assert_eq!(args(&alarms[2]), r#"{"hour":0,"note":"Wake up!\n<b>Now</b> </parameter\n"}"#);
+            assert_eq!(args(&multiline), r#"{"city":"São\n\"Paulo\" {x}\n"}"#);
+            assert_eq!(args(&alarms[4]), r#"{"hour":6,"repeat":{"days":2}}"#);
         }
 
         #[test]

@@ -15,10 +15,10 @@
 //!
 //! `chat_prompt` is a chat request before it runs: the conversation and its tools rendered through the template,
 //! the grammar that holds the answer to the model's tool-call format, and that format, to read the answer's calls
-//! back out (`ToolFormat::parse`, or a `ToolCallStream` as it streams). The template lists every tool whatever the
-//! choice (but `none`: then none is offered, and the answer is free text); the grammar holds the answer to the calls
-//! the choice allows, from the first token under `required` or a named function, from a call's marker on under
-//! `auto` (`ToolFormat::grammar`).
+//! back out (`ToolFormat::parse_with_tools`, or a `ToolCallStream::with_tools` as it streams: `QwenXml` types its
+//! values by the tools' schemas). The template lists every tool whatever the choice (but `none`: then none is offered,
+//! and the answer is free text); the grammar holds the answer to the calls the choice allows, from the first token
+//! under `required` or a named function, from a call's marker on under `auto` (`ToolFormat::grammar`).
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};

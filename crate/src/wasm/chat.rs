@@ -79,13 +79,18 @@ pub struct ToolCallParser {
 
 #[wasm_bindgen]
 impl ToolCallParser {
-    /// `format`: a `tool_format` of `chatPrompt`.
+    /// `format`: a `tool_format` of `chatPrompt`; `tools_json`: the request's `tools` (OpenAI's list, as JSON), whose
+    /// parameter schemas type the values of formats that write them untyped (`qwen_xml`).
     #[wasm_bindgen(constructor)]
-    pub fn new(format: &str) -> Result<ToolCallParser, JsValue> {
+    pub fn new(format: &str, tools_json: Option<String>) -> Result<ToolCallParser, JsValue> {
         let format = ToolFormat::from_name(format).ok_or_else(|| {
             js_error(crate::Error::InvalidArgument(format!("no tool-call format is named {format:?}")))
         })?;
-        Ok(ToolCallParser { stream: ToolCallStream::new(format) })
+        let tools = match tools_json {
+            None => Vec::new(),
+            Some(json) => ToolSpec::parse_list(&parse(&json, "tools")?).map_err(js_error)?,
+        };
+        Ok(ToolCallParser { stream: ToolCallStream::with_tools(format, &tools) })
     }
 
     pub fn push(&mut self, text: &str) -> String {
