@@ -87,8 +87,9 @@ fn software_session(model: &Arc<Model>, opts: &SessionOptions) -> Session {
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
 /// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
 /// 256, sliding window, post-norms and GeGLU, SmolLM3's layers without RoPE and Qwen3-MoE's experts (dense on the GPU:
-/// every expert computed, the chosen ones weighted) and Granite-MoE's multipliers, within the CPU's bounds of the float64
-/// reference, whole (prefill) and a few tokens at a time (decode steps among them); the greedy ids of the last three are
+/// every expert computed, the chosen ones weighted), Granite-MoE's multipliers and Qwen3.5's delta-net layers (their
+/// recurrent state carried from call to call) and gated attention, within the CPU's bounds of the float64 reference,
+/// whole (prefill) and a few tokens at a time (decode steps among them); the greedy ids of the last four are
 /// llama.cpp's.
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
@@ -102,12 +103,13 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         tiny::SMOLLM3,
         tiny::QWEN3MOE,
         tiny::GRANITEMOE,
+        tiny::QWEN35,
     ];
     for file in files {
         tiny::check_logits_with(file, &SessionOptions::default(), None, software_session);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), software_session);
     }
-    for file in [tiny::SMOLLM3, tiny::QWEN3MOE, tiny::GRANITEMOE] {
+    for file in [tiny::SMOLLM3, tiny::QWEN3MOE, tiny::GRANITEMOE, tiny::QWEN35] {
         let (model, _) = tiny::load(file);
         for (prompt, want) in tiny::greedy_reference(file) {
             let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };
@@ -913,16 +915,64 @@ fn an_encoder_is_unsupported_on_the_gpu() {
     }
 }
 
-/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) and Qwen3.5's delta-net layers have no
-/// GPU forward pass yet: refused with a typed error, where the CPU runs the same files (tests/rust/tiny_models.rs).
+/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) have no GPU forward pass yet: refused
+/// with a typed error, where the CPU runs the same file (tests/rust/tiny_models.rs).
 #[test]
-fn gemma4_and_qwen35_are_unsupported_on_the_gpu() {
-    for (file, arch) in [(tiny::GEMMA4, "gemma4"), (tiny::QWEN35, "qwen35")] {
-        let (model, _) = tiny::load(file);
-        match block_on(GpuModel::new(model, &software())) {
-            Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains(arch), "{message}"),
-            Err(e) => panic!("{arch}: not the typed error: {e}"),
-            Ok(_) => panic!("a {arch} model went on the GPU"),
-        }
+fn gemma4_is_unsupported_on_the_gpu() {
+    let (model, _) = tiny::load(tiny::GEMMA4);
+    match block_on(GpuModel::new(model, &software())) {
+        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("gemma4"), "{message}"),
+        Err(e) => panic!("not the typed error: {e}"),
+        Ok(_) => panic!("a gemma4 model went on the GPU"),
     }
+}
+
+/// Qwen3.5 on the GPU keeps its delta nets' recurrent state as the CPU does: a request that shares only part of
+/// what the session evaluated takes the state back (to the checkpoint at the last prompt's end, or to the start)
+/// and evaluates the tokens between again, answering as a fresh session and keeping the shared positions; the
+/// logits after going back are, bit for bit, those of one evaluation of the whole prompt (rows do not depend on
+/// their call); a saved conversation carries the state and moves between the backends byte for byte.
+#[test]
+fn qwen35_on_the_gpu_goes_back_to_earlier_positions_and_saves_its_state() {
+    let (model, entry) = tiny::load(tiny::QWEN35);
+    let prompt: Vec<u32> = entry["forward"].as_array().unwrap().iter().flat_map(|s| tiny::ids(&s["ids"])).collect();
+    let opts = SessionOptions { n_ctx: 256, n_batch: 8 };
+    let fresh = |p: &[u32]| software_session(&model, &opts).generate(p, tokens(6), None, |_| {}).unwrap().ids;
+    let mut s = software_session(&model, &opts);
+    let first = s.generate(&prompt, tokens(6), None, |_| {}).unwrap();
+    let into_answer: Vec<u32> = prompt.iter().chain(&first.ids[..3]).chain(&prompt[..2]).copied().collect();
+    let into_prompt: Vec<u32> = prompt[..prompt.len() - 5].iter().chain(&prompt[..4]).copied().collect();
+    let longer: Vec<u32> = into_prompt.iter().chain(&prompt[4..9]).copied().collect();
+    for (what, p) in [("after the checkpoint", &into_answer), ("before it", &into_prompt), ("on", &longer)] {
+        let shared = s.tokens().iter().zip(&p[..p.len() - 1]).take_while(|(a, b)| a == b).count();
+        let got = s.generate(p, tokens(6), None, |_| {}).unwrap();
+        assert_eq!(got.ids, fresh(p), "{what}");
+        assert_eq!(got.stats.cached_tokens, shared, "{what}: the positions it shares are kept");
+    }
+
+    let vocab = model.config.vocab_size;
+    let whole = software_session(&model, &opts).eval(&prompt, true).unwrap().to_vec();
+    let mut s = software_session(&model, &opts);
+    s.eval(&prompt[..10], false).unwrap();
+    for t in 10..prompt.len() {
+        s.eval(&prompt[t..t + 1], false).unwrap();
+    }
+    for back in [14, 5] {
+        s.truncate(back);
+        let got = s.eval(&prompt[back..], true).unwrap();
+        assert!(got == &whole[back * vocab..], "logits after going back to {back}");
+    }
+
+    let state = s.save_state().unwrap();
+    let turn2: Vec<u32> = prompt.iter().chain(&prompt[..3]).copied().collect();
+    let want = s.generate(&turn2, tokens(4), None, |_| {}).unwrap();
+    let mut gpu = software_session(&model, &opts);
+    gpu.restore_state(&state).unwrap();
+    assert!(gpu.save_state().unwrap() == state, "a state through another GPU session");
+    let got = gpu.generate(&turn2, tokens(4), None, |_| {}).unwrap();
+    assert_eq!((got.ids, got.stats.cached_tokens), (want.ids.clone(), prompt.len()));
+    let mut cpu = session_on(&model, Backend::Cpu, false);
+    cpu.restore_state(&state).unwrap();
+    assert!(cpu.save_state().unwrap() == state, "a GPU state through the CPU");
+    assert_eq!(cpu.generate(&turn2, tokens(4), None, |_| {}).unwrap().ids, want.ids, "the CPU goes on from it");
 }

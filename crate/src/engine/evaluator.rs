@@ -265,6 +265,9 @@ impl Evaluator {
         if self.checkpoint.as_ref().is_some_and(|c| c.len > n) {
             self.checkpoint = None;
         }
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.forget_recurrent_from(n);
+        }
     }
 
     /// From now on keep the base model's residual stream after its first `layer` layers at each position the
@@ -411,16 +414,26 @@ impl Evaluator {
     pub(crate) async fn save_state(&mut self) -> Result<Vec<u8>> {
         self.base_model_only("save_state")?;
         let id = self.model.id();
-        if let Some(gpu) = &self.gpu {
+        let n = self.tokens.len();
+        if let Some(gpu) = self.gpu.as_mut() {
             let c = &self.model.config;
-            let n = self.tokens.len();
             let mut kv = KvCache::new(c.kv_layers(), c.kv_dim(), n);
-            match gpu.download_kv(&mut kv, 0..n).await {
+            kv.recurrent = c.recurrent_state();
+            let downloaded = match rewind_gpu_recurrent(gpu, &self.tokens, n, self.n_batch).await {
+                Ok(()) => gpu.download_kv(&mut kv, 0..n).await,
+                Err(e) => Err(e),
+            };
+            let downloaded = match (downloaded, kv.recurrent.as_mut()) {
+                (Ok(()), Some(state)) => gpu.download_recurrent(state).await,
+                (result, _) => result,
+            };
+            match downloaded {
                 Ok(()) => return Ok(crate::kv::state::encode(&id, &self.tokens, &kv)),
                 Err(e) => self.gpu_failed(e)?,
             }
         }
         self.cpu_state();
+        self.rewind_recurrent(n);
         let (kv, _) = self.cpu.as_ref().expect("allocated above");
         Ok(crate::kv::state::encode(&id, &self.tokens, kv))
     }
@@ -430,11 +443,22 @@ impl Evaluator {
     pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         self.base_model_only("restore_state")?;
         let id = self.model.id();
-        if let Some(gpu) = &self.gpu {
+        if let Some(gpu) = self.gpu.as_mut() {
             let c = &self.model.config;
-            let (tokens, kv) =
-                crate::kv::state::decode(bytes, &id, c.vocab_size, c.kv_layers(), c.kv_dim(), self.n_ctx)?;
-            match gpu.upload_kv(&kv, 0..tokens.len()) {
+            let (tokens, kv) = crate::kv::state::decode(
+                bytes,
+                &id,
+                c.vocab_size,
+                c.kv_layers(),
+                c.kv_dim(),
+                self.n_ctx,
+                c.recurrent_state(),
+            )?;
+            let uploaded = match (gpu.upload_kv(&kv, 0..tokens.len()), &kv.recurrent) {
+                (Ok(()), Some(state)) => gpu.upload_recurrent(state),
+                (result, _) => result,
+            };
+            match uploaded {
                 Ok(()) => {
                     self.tokens = tokens;
                     self.forget_from(0);
@@ -485,7 +509,11 @@ impl Evaluator {
         let pos = self.tokens.len();
         if let Some(gpu) = self.gpu.as_mut() {
             let rows = self.logits.len();
-            match gpu.eval(tokens, pos, want, &mut self.logits).await {
+            let result = match rewind_gpu_recurrent(gpu, &self.tokens, pos, self.n_batch).await {
+                Ok(()) => gpu.eval(tokens, pos, want, &mut self.logits).await,
+                Err(e) => Err(e),
+            };
+            match result {
                 Ok(id) => {
                     self.tokens.extend_from_slice(tokens);
                     return Ok(id);
@@ -585,6 +613,17 @@ impl Evaluator {
             gpu.destroy_device();
         }
     }
+}
+
+/// [`Evaluator::rewind_recurrent`] on the GPU: bring its recurrent state (if the model has one) to position `pos` of
+/// the cached `tokens`, from its checkpoint or the start, evaluating the tokens in between again.
+async fn rewind_gpu_recurrent(gpu: &mut GpuRunner, tokens: &[u32], pos: usize, n_batch: usize) -> Result<()> {
+    let from = gpu.rewind_recurrent(pos);
+    for (range, _) in batches(pos - from, n_batch, LogitsFor::None) {
+        let (a, b) = (from + range.start, from + range.end);
+        gpu.eval(&tokens[a..b], a, Want::Nothing, &mut Vec::new()).await?;
+    }
+    Ok(())
 }
 
 /// Bytes of the host window a prefix-cache transfer to or from the GPU goes through at a time: the

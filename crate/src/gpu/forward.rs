@@ -16,6 +16,12 @@
 //! that add to the residual stream scale what they add, attention scales its scores; the logits are divided where
 //! they are read (`session.rs`).
 //!
+//! Qwen3.5 differs in two blocks: a delta-net layer runs its projections (one matrix op), the convolution and the
+//! delta rule over the layer's recurrent state (`ops/delta_net.rs`) and `ssm_out` in attention's place; an attention
+//! layer computes the output's gate (the query projection's second half, a matrix of its own on the GPU) and gates
+//! the attention output with it, in decode in the output matvec's input stage (`MatIn::AttnGated`), in prefill with
+//! `attn_gate`; its KV cache layer is `Config::kv_layer`'s.
+//!
 //! A mixture of experts (qwen3moe, granitemoe) runs dense (`model.rs`): the router's matrix op on the feed-forward block's
 //! normed input, every expert's gate/up rows and activation as one wide feed-forward block, the `route` op scaling
 //! each expert's hidden values by its weight, and the down product of the experts side by side.
@@ -26,11 +32,12 @@
 //! then scans the logits); prefill keeps the reduce of a split qkv or gate/up matmul where the group is
 //! adapted, so that the adapters add to stored rows. The base model's ops are built without any of this.
 
-use super::model::{ffn_width, GpuModel, MatLoc};
+use super::model::{ffn_width, DeltaLocs, GpuModel, MatLoc};
+use super::ops::delta_net::{self, DeltaBuffers};
 use super::ops::lora::{self, Group, LoraIn, LoraWeights};
 use super::ops::mat::{self, to, MatIn, OutMode, Splits};
 use super::ops::rope_store::KvBuffers;
-use super::ops::{argmax, attn_decode, attn_prefill, embed, glu, norm, rope_store, route, Op, OpBuilder};
+use super::ops::{argmax, attn_decode, attn_gate, attn_prefill, embed, glu, norm, rope_store, route, Op, OpBuilder};
 use super::session::Buffers;
 use crate::error::Result;
 
@@ -105,8 +112,9 @@ impl<'a> Forward<'a> {
         }
     }
 
+    /// The KV cache layer attention layer `l` stores to and reads (`Config::kv_layer`).
     fn kv(&self, l: usize) -> KvBuffers<'a> {
-        let (k, v) = &self.b.kv[l];
+        let (k, v) = &self.b.kv[self.m.model.config.kv_layer(l)];
         KvBuffers { k, v }
     }
 
@@ -215,28 +223,108 @@ impl<'a> Forward<'a> {
     }
 
     async fn decode_layer(&mut self, l: usize) -> Result<Vec<Op>> {
+        let mut ops = match &self.m.layers[l].delta {
+            Some(delta) => self.decode_delta_net(l, delta).await?,
+            None => self.decode_attention(l).await?,
+        };
+        ops.extend(self.decode_ffn(l).await?);
+        Ok(ops)
+    }
+
+    async fn decode_attention(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), ffn_width(c));
+        let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut ops =
             mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
                 .await?;
         ops.extend(self.lora(Group::Qkv(l), LoraIn::Norm(&b.x, &lw.attn_norm), &b.qkv).await?);
+        let gate = self.attention_gate(l);
+        if let Some((gate, rows)) = gate {
+            let out = to(rows, qd, OutMode::Store, None);
+            let input = MatIn::Norm(&b.x, &lw.attn_norm);
+            ops.extend(mat::ops(&mut self.ops, "matvec_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
+        }
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
         let (windowed, rope) = self.attention_of(l);
         ops.push(attn_decode::op(&self.ops, windowed, &b.qkv, rope, &b.part, self.kv(l)).await?);
         let post = lw.post_attn_norm.as_ref();
-        ops.extend(
-            self.decode_block_out("matvec_wo", &lw.wo, MatIn::Attn(&b.part), Group::O(l), LoraIn::Attn(&b.part), post)
-                .await?,
-        );
+        let input = match gate {
+            Some((_, rows)) => MatIn::AttnGated(&b.part, rows),
+            None => MatIn::Attn(&b.part),
+        };
+        ops.extend(self.decode_block_out("matvec_wo", &lw.wo, input, Group::O(l), LoraIn::Attn(&b.part), post).await?);
+        Ok(ops)
+    }
 
-        ops.extend(self.router(l, "matvec_router", MatIn::Norm(&b.x, &lw.ffn_norm)).await?);
+    /// Qwen3.5's attention output gate of layer `l`, and the rows it is computed into (none elsewhere).
+    fn attention_gate(&self, l: usize) -> Option<(&'a MatLoc, &'a wgpu::Buffer)> {
+        self.m.layers[l].attn_gate.as_ref().zip(self.b.attn_gate.as_ref())
+    }
+
+    /// Qwen3.5's delta-net block of layer `l` (`delta`'s weights) over the call's rows of the normed residual
+    /// (`input`: decode's matvec input stage or prefill's rows), into the projections' rows, then the convolution
+    /// and the rule over the layer's recurrent state.
+    async fn delta_net(
+        &mut self,
+        l: usize,
+        delta: &DeltaLocs,
+        input: MatIn<'_>,
+        label: &'static str,
+    ) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let (Some(dn), Some(rows)) = (&c.delta_net, &b.delta) else {
+            unreachable!("a layer with delta-net weights is of a model with delta-net rows");
+        };
+        let s = &dn.shape;
+        let [qkv, z, alpha, beta] = &delta.proj;
+        let (cd, vd) = (s.conv_dim(), s.value_dim());
+        let proj = [(qkv, 0), (z, cd), (alpha, cd + vd), (beta, cd + vd + s.v_heads)];
+        let out = to(&rows.input, delta_net::in_stride(s), OutMode::Store, None);
+        let mut ops = mat::ops(&mut self.ops, label, &proj, input, out, &self.splits).await?;
+        let bufs = DeltaBuffers {
+            dn_in: &rows.input,
+            conv: &rows.conv,
+            out: &rows.out,
+            state: &b.recurrent[c.recurrent_layer(l)],
+            params: &delta.params,
+        };
+        ops.extend(delta_net::ops(&self.ops, s, bufs).await?);
+        Ok(ops)
+    }
+
+    async fn decode_delta_net(&mut self, l: usize, delta: &DeltaLocs) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let lw = &m.layers[l];
+        let mut ops = self.delta_net(l, delta, MatIn::Norm(&b.x, &lw.attn_norm), "matvec_delta_in").await?;
+        let out = &b.delta.as_ref().expect("delta-net rows").out;
+        let post = lw.post_attn_norm.as_ref();
+        ops.extend(
+            self.decode_block_out(
+                "matvec_ssm_out",
+                &delta.out,
+                MatIn::Plain(out),
+                Group::O(l),
+                LoraIn::Plain(out),
+                post,
+            )
+            .await?,
+        );
+        Ok(ops)
+    }
+
+    async fn decode_ffn(&mut self, l: usize) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let lw = &m.layers[l];
+        let ff = ffn_width(c);
+        let mut ops = self.router(l, "matvec_router", MatIn::Norm(&b.x, &lw.ffn_norm)).await?;
         // The gated activation fused into one matvec when gate and up can share a dispatch and no adapter adds to
         // them.
         let (g, u) = (&lw.w_gate, &lw.w_up);
@@ -272,10 +360,19 @@ impl<'a> Forward<'a> {
     }
 
     async fn prefill_layer(&mut self, l: usize) -> Result<Vec<Op>> {
+        let mut ops = match &self.m.layers[l].delta {
+            Some(delta) => self.prefill_delta_net(l, delta).await?,
+            None => self.prefill_attention(l).await?,
+        };
+        ops.extend(self.prefill_ffn(l).await?);
+        Ok(ops)
+    }
+
+    async fn prefill_attention(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd, ff) = (c.q_dim(), c.kv_dim(), ffn_width(c));
+        let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
@@ -290,6 +387,12 @@ impl<'a> Forward<'a> {
         };
         ops.extend(qkv_ops);
         ops.extend(self.lora(Group::Qkv(l), LoraIn::Rows(&b.xb), &b.qkv).await?);
+        let gate = self.attention_gate(l);
+        if let Some((gate, rows)) = gate {
+            let out = to(rows, qd, OutMode::Store, None);
+            let input = MatIn::Rows(&b.xb);
+            ops.extend(mat::ops(&mut self.ops, "matmul_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
+        }
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
         }
@@ -297,9 +400,31 @@ impl<'a> Forward<'a> {
         let (windowed, rope) = self.attention_of(l);
         ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, rope, &b.q_rot, self.kv(l)).await?);
         ops.extend(attn_prefill::ops(&self.ops, windowed, &b.q_rot, &b.att_parts, &b.att, self.kv(l)).await?);
+        if let Some((_, rows)) = gate {
+            ops.push(attn_gate::op(&self.ops, &b.att, rows).await?);
+        }
         let post = lw.post_attn_norm.as_ref();
         ops.extend(self.prefill_block_out("matmul_wo", &lw.wo, &b.att, Group::O(l), post, true).await?);
-        ops.push(self.prefill_norm(&lw.ffn_norm).await?);
+        Ok(ops)
+    }
+
+    async fn prefill_delta_net(&mut self, l: usize, delta: &DeltaLocs) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let lw = &m.layers[l];
+        let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
+        ops.extend(self.delta_net(l, delta, MatIn::Rows(&b.xb), "matmul_delta_in").await?);
+        let out = &b.delta.as_ref().expect("delta-net rows").out;
+        let post = lw.post_attn_norm.as_ref();
+        ops.extend(self.prefill_block_out("matmul_ssm_out", &delta.out, out, Group::O(l), post, true).await?);
+        Ok(ops)
+    }
+
+    async fn prefill_ffn(&mut self, l: usize) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let lw = &m.layers[l];
+        let ff = ffn_width(c);
+        let mut ops = vec![self.prefill_norm(&lw.ffn_norm).await?];
         ops.extend(self.router(l, "matmul_router", MatIn::Rows(&b.xb)).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);

@@ -65,8 +65,20 @@
 //! `Backend::Auto` skips software adapters and too-small limits and falls back
 //! to the CPU on any fault; `Backend::WebGpu` reports them as `Error::Gpu`. A new op: `wgsl/README.md`, "Adding an op".
 //!
-//! Every decoder architecture runs there (`model.rs` `check_supported` refuses others, and heads wider than 256, not a
-//! multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`). Gemma 3 takes what the CPU's
+//! Qwen3.5 (`qwen35`) runs there too: its delta-net layers' projections are one matrix op into a row per token, then
+//! `ops/delta_net.rs`'s convolution (an invocation per channel) and delta rule (a workgroup per value head, each
+//! invocation a row of the head's state in registers, with the output's norm and gate) walk the call's tokens in
+//! order over the layer's recurrent state, a buffer per layer laid out as `kv::recurrent` lays out a layer, so
+//! saved states move between the backends as they are. The session keeps where the state stands and a copy of it
+//! after the last call of several tokens (a GPU-side copy): the evaluator takes it back there, or to zeros, when a
+//! request shares less than the session evaluated, as on the CPU; a greedy step is never submitted ahead of its
+//! input (a step not taken could not be taken back), and LoRA adapters stay on the CPU (the query projection is split
+//! on the GPU into queries and the attention output's gate, which the adapters' groups do not know). The prefill is
+//! as sequential over its tokens as the CPU's: the chunked form of the rule is not written.
+//!
+//! Every decoder architecture runs there but Gemma 4 (`model.rs` `check_supported` refuses it and encoders, and heads
+//! wider than 256, not a multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`).
+//! Gemma 3 takes what the CPU's
 //! `forward` does differently: its heads of 256 fit decode attention's 128 invocations (the query, the new key and value
 //! packed by different invocations) and prefill attention's teams (eight chunks a member, tiles of 4 keys within the
 //! default 16 KiB of workgroup memory);
@@ -126,6 +138,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, GpuFault, Result};
 use crate::kv::cache::KvCache;
+use crate::kv::recurrent::RecurrentState;
 use crate::model::eval::Want;
 use crate::model::lora::AdapterSet;
 use crate::model::Model;
@@ -231,6 +244,27 @@ impl GpuRunner {
         self.session.download_kv(kv, positions).await
     }
 
+    /// Bring the recurrent state (if the model has one) back to at most `pos` tokens; the tokens it then holds
+    /// (`pos` without one), from which the caller evaluates up to `pos` again.
+    pub(crate) fn rewind_recurrent(&mut self, pos: usize) -> usize {
+        self.session.rewind_recurrent(pos)
+    }
+
+    /// The conversation's tokens from `n` on are no longer those the recurrent state's checkpoint took in.
+    pub(crate) fn forget_recurrent_from(&mut self, n: usize) {
+        self.session.forget_recurrent_from(n);
+    }
+
+    /// Set the recurrent state (a saved conversation's).
+    pub(crate) fn upload_recurrent(&mut self, state: &RecurrentState) -> Result<()> {
+        self.session.upload_recurrent(state)
+    }
+
+    /// Read the recurrent state into `state`.
+    pub(crate) async fn download_recurrent(&self, state: &mut RecurrentState) -> Result<()> {
+        self.session.download_recurrent(state).await
+    }
+
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     pub(crate) fn adapter(&self) -> &AdapterSummary {
         self.session.model().adapter()
@@ -265,6 +299,22 @@ impl GpuRunner {
     }
 
     pub(crate) async fn download_kv(&self, _: &mut KvCache, _: Range<usize>) -> Result<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn rewind_recurrent(&mut self, _: usize) -> usize {
+        match self.never {}
+    }
+
+    pub(crate) fn forget_recurrent_from(&mut self, _: usize) {
+        match self.never {}
+    }
+
+    pub(crate) fn upload_recurrent(&mut self, _: &RecurrentState) -> Result<()> {
+        match self.never {}
+    }
+
+    pub(crate) async fn download_recurrent(&self, _: &mut RecurrentState) -> Result<()> {
         match self.never {}
     }
 }

@@ -5,6 +5,10 @@
 //! order the forward pass reads them, so a layer's q/k/v (and gate/up) usually share an arena and
 //! one dispatch. A matrix larger than an arena is split by rows into several.
 //!
+//! Qwen3.5's query projection (per head its queries, then the attention output's gate) is placed as two matrices,
+//! the queries and the gates ([`alternate_runs`]), so that q/k/v keep the rows every kernel reads; its delta-net
+//! layers' small f32 tensors (convolution taps, `dt_bias`, `a`, the output norm) go up as one buffer per layer.
+//!
 //! A mixture of experts (qwen3moe) runs dense on the GPU: every expert's gate and up rows on every token (the stacked
 //! tensors as they are), each expert's hidden values scaled by the token's routing weight (0 for the experts it did
 //! not choose; `ops/route.rs`), and one down product over the experts' down matrices laid side by side
@@ -61,6 +65,21 @@ pub(crate) struct LayerLocs {
     /// The norms of the attention block's and the feed-forward block's outputs (gemma3).
     pub post_attn_norm: Option<wgpu::Buffer>,
     pub post_ffn_norm: Option<wgpu::Buffer>,
+    /// Qwen3.5's attention output gate ([q_dim × d_model]): the second half of each head's rows of `attn_q`, whose
+    /// first halves are `wq`.
+    pub attn_gate: Option<MatLoc>,
+    /// Qwen3.5's delta-net block, in attention's place (`wq`..`wo` are then empty).
+    pub delta: Option<DeltaLocs>,
+}
+
+/// A delta-net layer's weights on the GPU (`model::weights::DeltaNetWeights`).
+pub(crate) struct DeltaLocs {
+    /// The projections, in the order of a token's row of them (`ops::delta_net::in_stride`): `attn_qkv`,
+    /// `attn_gate` (z), `ssm_alpha`, `ssm_beta`.
+    pub proj: [MatLoc; 4],
+    pub out: MatLoc,
+    /// The convolution's taps, `dt_bias`, `a`, the output norm, f32 (`ops::delta_net::params_len`).
+    pub params: wgpu::Buffer,
 }
 
 pub struct GpuModel {
@@ -90,7 +109,19 @@ impl GpuModel {
         let file = model.file();
         for lw in &w.layers {
             let mut locs = Vec::with_capacity(7);
-            for m in [&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up] {
+            // Qwen3.5's query rows, per head the queries then the gate: placed as two matrices.
+            let attn_gate = match model.config.attention_output_gate() && lw.delta_net.is_none() {
+                true => {
+                    let (queries, gate) = alternate_runs(&lw.wq, model.config.head_dim, file);
+                    locs.push(plan.place_made(queries)?);
+                    Some(plan.place_made(gate)?)
+                }
+                false => {
+                    locs.push(plan.place(&lw.wq)?);
+                    None
+                }
+            };
+            for m in [&lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up] {
                 locs.push(plan.place(m)?);
             }
             locs.push(match model.config.experts {
@@ -101,7 +132,14 @@ impl GpuModel {
                 Some(r) => Some(plan.place(r)?),
                 None => None,
             };
-            placed.push((locs, router));
+            let delta = match &lw.delta_net {
+                Some(dn) => Some((
+                    [plan.place(&dn.qkv)?, plan.place(&dn.gate)?, plan.place(&dn.alpha)?, plan.place(&dn.beta)?],
+                    plan.place(&dn.out)?,
+                )),
+                None => None,
+            };
+            placed.push((locs, router, attn_gate, delta));
         }
         let tied = w.output.offset == w.token_embd.offset;
         let output = if tied { token_embd.clone() } else { plan.place(&w.output)? };
@@ -123,7 +161,7 @@ impl GpuModel {
 
         let vector = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let mut layers = Vec::with_capacity(w.layers.len());
-        for (lw, (locs, router)) in w.layers.iter().zip(placed) {
+        for (lw, (locs, router, attn_gate, delta)) in w.layers.iter().zip(placed) {
             let mut locs = locs.into_iter();
             let mut next = || locs.next().expect("seven matrices were placed per layer");
             let (wq, wk, wv, wo, w_gate, w_up, w_down) = (next(), next(), next(), next(), next(), next(), next());
@@ -151,6 +189,17 @@ impl GpuModel {
             }
             let post_ffn_norm = post_norms.pop().flatten();
             let post_attn_norm = post_norms.pop().flatten();
+            let delta = match (delta, &lw.delta_net) {
+                (Some((proj, out)), Some(dn)) => {
+                    let params = [&dn.conv[..], &dn.dt_bias, &dn.a, &dn.norm].concat();
+                    let shape = model.config.delta_net.as_ref().map(|d| d.shape);
+                    debug_assert_eq!(Some(params.len()), shape.map(|s| ops::delta_net::params_len(&s)));
+                    let params =
+                        gpu.buffer_with("delta-net params", &vector(&params), wgpu::BufferUsages::STORAGE).await?;
+                    Some(DeltaLocs { proj, out, params })
+                }
+                _ => None,
+            };
             layers.push(LayerLocs {
                 wq,
                 wk,
@@ -166,6 +215,8 @@ impl GpuModel {
                 qk_norm,
                 post_attn_norm,
                 post_ffn_norm,
+                attn_gate,
+                delta,
             });
         }
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
@@ -242,11 +293,17 @@ fn check_supported(model: &Model) -> Result<()> {
     if c.layer_shapes.is_some() {
         return unsupported(format!("{}'s layers of different shapes have no GPU forward pass yet", c.arch.name()));
     }
-    if c.delta_net.is_some() {
-        return unsupported(format!(
-            "{}'s delta-net (linear attention) layers have no GPU forward pass yet",
-            c.arch.name()
-        ));
+    if let Some(dn) = &c.delta_net {
+        let s = &dn.shape;
+        if s.head_dim > ops::delta_net::MAX_HEAD_DIM || s.conv_kernel > ops::delta_net::MAX_TAPS {
+            return unsupported(format!(
+                "delta-net heads of {} and convolutions of {} taps (the GPU kernels take up to {} and {})",
+                s.head_dim,
+                s.conv_kernel,
+                ops::delta_net::MAX_HEAD_DIM,
+                ops::delta_net::MAX_TAPS
+            ));
+        }
     }
     if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
         return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
@@ -281,6 +338,19 @@ fn experts_side_by_side(w_down: &MatrixRef, count: usize, file: &ModelBytes) -> 
         }
     }
     MadeMatrix { ty: w_down.ty, rows: d, cols: count * w_down.cols, row_bytes: count * rb, bytes }
+}
+
+/// The rows of `w` in runs of `run`, the runs alternately to the first and the second matrix returned (Qwen3.5's
+/// `attn_q`: per head its queries, then its gate).
+fn alternate_runs(w: &MatrixRef, run: usize, file: &ModelBytes) -> (MadeMatrix, MadeMatrix) {
+    let rb = w.row_bytes();
+    let mut halves = [Vec::with_capacity(w.rows / 2 * rb), Vec::with_capacity(w.rows / 2 * rb)];
+    for (i, rows) in w.bytes(file).chunks(run * rb).enumerate() {
+        halves[i % 2].extend_from_slice(rows);
+    }
+    let [a, b] =
+        halves.map(|bytes| MadeMatrix { ty: w.ty, rows: bytes.len() / rb, cols: w.cols, row_bytes: rb, bytes });
+    (a, b)
 }
 
 /// Where a placed matrix's rows come from.

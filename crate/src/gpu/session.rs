@@ -23,9 +23,10 @@ use super::forward::{self, ForwardOps};
 use super::gpu_error;
 use super::model::{ffn_width, GpuModel};
 use super::ops::lora::LoraWeights;
-use super::ops::{self, attn_decode, attn_prefill, mat, rope_store, CallParams, Op};
+use super::ops::{self, attn_decode, attn_prefill, delta_net, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
 use crate::kv::cache::KvCache;
+use crate::kv::recurrent::RecurrentState;
 use crate::model::eval::{check_eval, Want};
 use crate::model::forward::{batches, LogitsFor};
 use crate::model::lora::AdapterSet;
@@ -77,11 +78,40 @@ pub(super) struct Buffers {
     pub rope_local: Option<wgpu::Buffer>,
     /// The table of the layers without RoPE (`Config::layer_uses_rope`: SmolLM3's NoPE layers), which rotates by 0.
     pub rope_none: Option<wgpu::Buffer>,
+    /// Keys and values of each layer of the KV cache (`Config::kv_layer`; Qwen3.5's attention layers only).
     pub kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Qwen3.5: the attention output's gate rows, [n × q_dim].
+    pub attn_gate: Option<wgpu::Buffer>,
+    /// Qwen3.5: the delta-net blocks' working rows.
+    pub delta: Option<DeltaRows>,
+    /// Each delta-net layer's recurrent state (`Config::recurrent_layer`), laid out as `kv::recurrent` lays out a
+    /// layer: the convolution's state, then the rule's.
+    pub recurrent: Vec<wgpu::Buffer>,
     pub logits_staging: wgpu::Buffer,
     /// Two, taken by the parity of the call's last position: a step's ids can be read while the
     /// next step, which copies its own to the other, runs.
     pub ids_staging: [wgpu::Buffer; 2],
+}
+
+/// A delta-net block's rows for a call (`ops::delta_net`).
+pub(super) struct DeltaRows {
+    /// The projections, `[n × in_stride]`.
+    pub input: wgpu::Buffer,
+    /// The convolution's output, `[n × conv_dim]`.
+    pub conv: wgpu::Buffer,
+    /// The block's output before `ssm_out`, `[n × value_dim]`.
+    pub out: wgpu::Buffer,
+}
+
+/// Where a session's recurrent state stands (Qwen3.5's delta nets), and a copy of it (`Recurrent::checkpoint`)
+/// after the last call of several tokens: going back to an earlier position restarts from there or from zeros
+/// (`GpuSession::rewind_recurrent`), as a recurrent state cannot drop tokens.
+struct Recurrent {
+    /// The tokens the state has taken in.
+    len: usize,
+    checkpoint: Vec<wgpu::Buffer>,
+    /// The tokens the checkpoint had taken in (`None`: no checkpoint).
+    checkpoint_len: Option<usize>,
 }
 
 /// The ops of an adapter set that adds something, with what their bind groups hold.
@@ -122,6 +152,8 @@ pub struct GpuSession {
     next_step: Option<EncodedStep>,
     /// The greedy step submitted after the last greedy call, on the id it chose.
     speculative: Option<Speculative>,
+    /// Where the model has delta-net layers: where their state stands.
+    recurrent: Option<Recurrent>,
 }
 
 /// A greedy one-token step at `pos0` submitted before the id it takes as input (the last call's
@@ -179,8 +211,8 @@ impl GpuSession {
             }
         };
         let kv_layer = (n_ctx * c.kv_dim() * 2) as u64;
-        let mut kv = Vec::with_capacity(c.n_layers);
-        for _ in 0..c.n_layers {
+        let mut kv = Vec::with_capacity(c.kv_layers());
+        for _ in 0..c.kv_layers() {
             kv.push((
                 gpu.buffer("k cache", kv_layer, U::STORAGE | U::COPY_SRC | U::COPY_DST).await?,
                 gpu.buffer("v cache", kv_layer, U::STORAGE | U::COPY_SRC | U::COPY_DST).await?,
@@ -188,6 +220,25 @@ impl GpuSession {
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
         let ff = ffn_width(&c);
+        let delta_stride = c.delta_net.as_ref().map_or(0, |dn| delta_net::in_stride(&dn.shape));
+        let (delta, recurrent, checkpoint) = match (&c.delta_net, c.recurrent_state()) {
+            (Some(dn), Some(state)) => {
+                let s = &dn.shape;
+                let rows = DeltaRows {
+                    input: gpu.buffer("delta-net projections", f32s(nb * delta_stride), storage).await?,
+                    conv: gpu.buffer("delta-net convolution", f32s(nb * s.conv_dim()), storage).await?,
+                    out: gpu.buffer("delta-net output", f32s(nb * s.value_dim()), storage).await?,
+                };
+                let layer_bytes = (state.bytes() / state.n_layers()) as u64;
+                let (mut layers, mut copies) = (Vec::new(), Vec::new());
+                for _ in 0..state.n_layers() {
+                    layers.push(gpu.buffer("recurrent state", layer_bytes, storage).await?);
+                    copies.push(gpu.buffer("recurrent checkpoint", layer_bytes, storage).await?);
+                }
+                (Some(rows), layers, Some(Recurrent { len: 0, checkpoint: copies, checkpoint_len: None }))
+            }
+            _ => (None, Vec::new(), None),
+        };
         let b = Buffers {
             call: gpu.buffer("call", size_of::<CallParams>() as u64, U::UNIFORM | U::COPY_DST).await?,
             params: gpu.buffer("params", ops::PARAM_SLOT * MAX_PARAMS, U::UNIFORM | U::COPY_DST).await?,
@@ -202,7 +253,7 @@ impl GpuSession {
                 .await?,
             att_parts: gpu.buffer("prefill attention partials", f32s(attn_prefill::parts_len(&c, nb)), storage).await?,
             split: {
-                let rows = qkv_dim.max(2 * ff).max(c.d_model);
+                let rows = qkv_dim.max(2 * ff).max(c.d_model).max(delta_stride);
                 gpu.buffer("split partials", f32s(mat::MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
             },
             gu: gpu.buffer("gate_up", f32s(nb * 2 * ff), storage).await?,
@@ -224,6 +275,12 @@ impl GpuSession {
             rope_local,
             rope_none,
             kv,
+            attn_gate: match c.attention_output_gate() {
+                true => Some(gpu.buffer("attention gate", f32s(nb * c.q_dim()), storage).await?),
+                false => None,
+            },
+            delta,
+            recurrent,
             logits_staging: gpu
                 .buffer("logits staging", f32s(logit_rows * c.vocab_size), U::MAP_READ | U::COPY_DST)
                 .await?,
@@ -239,7 +296,7 @@ impl GpuSession {
         }
         gpu.queue.write_buffer(&b.params, 0, &ops.params);
         gpu.check()?;
-        let kv_bytes = 2 * c.n_layers * kv_layer as usize;
+        let kv_bytes = 2 * c.kv_layers() * kv_layer as usize + c.recurrent_state_bytes();
         Ok(GpuSession {
             m,
             n_ctx,
@@ -256,6 +313,7 @@ impl GpuSession {
             token_bytes: Vec::with_capacity(4 * n_batch),
             next_step: None,
             speculative: None,
+            recurrent: checkpoint,
         })
     }
 
@@ -306,6 +364,13 @@ impl GpuSession {
         self.lora = None;
         self.built = AdapterSet::default();
         if let Some(weights) = LoraWeights::upload(&self.m, &self.adapters).await? {
+            if self.recurrent.is_some() {
+                // Its query projection is split in two on the GPU (`model.rs`), which the adapters' groups do not know.
+                return Err(gpu_error(
+                    GpuFault::Unsupported,
+                    format!("LoRA adapters on {} run on the CPU backend only", self.m.model.config.arch.name()),
+                ));
+            }
             let gpu = &self.m.gpu;
             let size = ops::PARAM_SLOT * MAX_PARAMS;
             let params =
@@ -393,7 +458,7 @@ impl GpuSession {
     fn check_rows(&self, kv: &KvCache, positions: &Range<usize>) -> Result<()> {
         let c = &self.m.model.config;
         let held = kv.positions();
-        if kv.layers.len() != c.n_layers
+        if kv.layers.len() != c.kv_layers()
             || kv.kv_dim() != c.kv_dim()
             || positions.start < held.start
             || positions.end > held.end.min(self.n_ctx)
@@ -407,6 +472,87 @@ impl GpuSession {
                 self.n_ctx
             )));
         }
+        Ok(())
+    }
+
+    /// Where the model has delta-net layers, the tokens their recurrent state has taken in.
+    pub fn recurrent_len(&self) -> Option<usize> {
+        self.recurrent.as_ref().map(|r| r.len)
+    }
+
+    /// Bring the recurrent state back to at most `pos` tokens: the checkpoint's where it has no more, else the
+    /// start's (zeros). Returns the tokens it then holds; the caller evaluates the rest up to `pos` again.
+    pub fn rewind_recurrent(&mut self, pos: usize) -> usize {
+        let gpu = &self.m.gpu;
+        let Some(r) = self.recurrent.as_mut() else { return pos };
+        if r.len <= pos {
+            return r.len;
+        }
+        self.next_step = None;
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rewind") });
+        match r.checkpoint_len {
+            Some(len) if len <= pos => {
+                for (state, copy) in self.b.recurrent.iter().zip(&r.checkpoint) {
+                    enc.copy_buffer_to_buffer(copy, 0, state, 0, state.size());
+                }
+                r.len = len;
+            }
+            _ => {
+                for state in &self.b.recurrent {
+                    enc.clear_buffer(state, 0, None);
+                }
+                r.len = 0;
+            }
+        }
+        gpu.queue.submit([enc.finish()]);
+        r.len
+    }
+
+    /// The checkpoint (if any) holds more than the first `n` tokens, which are no longer the conversation's.
+    pub fn forget_recurrent_from(&mut self, n: usize) {
+        if let Some(r) = self.recurrent.as_mut().filter(|r| r.checkpoint_len.is_some_and(|len| len > n)) {
+            r.checkpoint_len = None;
+        }
+    }
+
+    /// Set the recurrent state to `state` (of this model's shape: a saved conversation's), after `state.len`
+    /// tokens; the checkpoint goes.
+    pub fn upload_recurrent(&mut self, state: &RecurrentState) -> Result<()> {
+        let gpu = &self.m.gpu;
+        gpu.check()?;
+        let Some(r) = self.recurrent.as_mut() else { return Ok(()) };
+        if state.n_layers() != self.b.recurrent.len() {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a recurrent state of {} layers for a model of {}",
+                state.n_layers(),
+                self.b.recurrent.len()
+            )));
+        }
+        for (i, buffer) in self.b.recurrent.iter().enumerate() {
+            gpu.queue.write_buffer(buffer, 0, bytemuck::cast_slice(state.layer_floats(i)));
+        }
+        self.next_step = None;
+        (r.len, r.checkpoint_len) = (state.len, None);
+        gpu.check()
+    }
+
+    /// The recurrent state as it stands (after `recurrent_len` tokens) into `state` (of this model's shape).
+    pub async fn download_recurrent(&self, state: &mut RecurrentState) -> Result<()> {
+        let Some(r) = self.recurrent.as_ref() else { return Ok(()) };
+        let gpu = &self.m.gpu;
+        gpu.check()?;
+        for (i, buffer) in self.b.recurrent.iter().enumerate() {
+            let bytes = buffer.size();
+            let staging = gpu
+                .buffer("recurrent staging", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)
+                .await?;
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("state") });
+            enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+            gpu.queue.submit([enc.finish()]);
+            let floats = state.layer_floats_mut(i);
+            gpu.read_with(&staging, bytes, |data| floats.copy_from_slice(bytemuck::cast_slice(data))).await?;
+        }
+        state.len = r.len;
         Ok(())
     }
 
@@ -437,6 +583,11 @@ impl GpuSession {
         out: &mut Vec<f32>,
     ) -> Result<Option<u32>> {
         check_eval(tokens, pos0, self.n_ctx, self.m.model.config.vocab_size)?;
+        if let Some(len) = self.recurrent_len().filter(|&len| len != pos0) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a call at {pos0} where the recurrent state holds {len} tokens (rewind_recurrent first)"
+            )));
+        }
         self.prepare_adapters().await?;
         // A greedy one-token call is a step of a streamed greedy decode, whose next call is likely the
         // step after it; after any other call the next one is not known.
@@ -447,6 +598,7 @@ impl GpuSession {
                 Some(s) => s.submission,
                 None => self.submit(Some(tokens), pos0, LogitsFor::Last, Some(0)).await?,
             };
+            self.advance_recurrent(pos0 + 1, false);
             return self.speculate_after(pos0 + 1, submission).await.map(Some);
         }
         let vocab = self.m.model.config.vocab_size;
@@ -459,6 +611,7 @@ impl GpuSession {
             let argmax_slot = (want == Want::Argmax && logits == LogitsFor::Last).then_some(0);
             let n = range.len();
             self.submit(Some(&tokens[range.clone()]), pos0 + range.start, logits, argmax_slot).await?;
+            self.advance_recurrent(pos0 + range.end, n > 1);
             if range.end == tokens.len() && logits == LogitsFor::Last {
                 // What a streamed decode does next: one token after these, the same readback (not after
                 // all rows of logits: scoring, whose next call is another prompt).
@@ -478,12 +631,30 @@ impl GpuSession {
         })
     }
 
+    /// The recurrent state (if any) has taken in `len` tokens; after a call of several (a prompt), kept as the
+    /// checkpoint.
+    fn advance_recurrent(&mut self, len: usize, checkpoint: bool) {
+        let Some(r) = self.recurrent.as_mut() else { return };
+        r.len = len;
+        if checkpoint {
+            let gpu = &self.m.gpu;
+            let mut enc =
+                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("checkpoint") });
+            for (state, copy) in self.b.recurrent.iter().zip(&r.checkpoint) {
+                enc.copy_buffer_to_buffer(state, 0, copy, 0, state.size());
+            }
+            gpu.queue.submit([enc.finish()]);
+            r.checkpoint_len = Some(len);
+        }
+    }
+
     /// After the greedy call of `submission`, whose last position is `pos0 - 1`: submit the step at
     /// `pos0` on the id it chooses and encode the one after that (else, past the context, under
     /// profiling or on a software adapter (`Gpu::speculate`), only encode the step at `pos0`), then
     /// read the id back.
     async fn speculate_after(&mut self, pos0: usize, submission: wgpu::SubmissionIndex) -> Result<u32> {
-        if self.m.gpu.speculate && self.profiler.is_none() && pos0 < self.n_ctx {
+        // Not with a recurrent state: a step the caller does not take could not be taken back.
+        if self.m.gpu.speculate && self.profiler.is_none() && pos0 < self.n_ctx && self.recurrent.is_none() {
             let next = self.submit(None, pos0, LogitsFor::Last, Some(0)).await?;
             let set = self.built.clone();
             self.speculative = Some(Speculative { pos0, input: None, set, submission: next });
@@ -507,9 +678,11 @@ impl GpuSession {
     /// Greedy decoding without a round trip per token: feed the id of the last `eval_argmax` (or
     /// decode step) back at positions `pos0..pos0 + count`, submitting every step before reading
     /// the `count` sampled ids back at once. The caller handles end-of-generation tokens (the
-    /// steps after one are wasted, not wrong: later calls overwrite their cache positions).
+    /// steps after one are wasted, not wrong: later calls overwrite their cache positions; a recurrent
+    /// state has taken them in, and goes back with `rewind_recurrent`).
     pub async fn decode_greedy(&mut self, pos0: usize, count: usize) -> Result<Vec<u32>> {
-        if count == 0 || count > MAX_RUN_AHEAD || pos0 + count > self.n_ctx {
+        let behind = self.recurrent_len().is_some_and(|len| len != pos0);
+        if count == 0 || count > MAX_RUN_AHEAD || pos0 + count > self.n_ctx || behind {
             return Err(crate::Error::InvalidArgument(format!(
                 "decode_greedy of {count} tokens at {pos0} (at most {MAX_RUN_AHEAD}, context {})",
                 self.n_ctx
@@ -532,6 +705,7 @@ impl GpuSession {
         for s in first..count {
             last = Some(self.submit(None, pos0 + s, LogitsFor::Last, Some(s as u32)).await?);
         }
+        self.advance_recurrent(pos0 + count, false);
         self.read_ids(count, pos0 + count - 1, last).await
     }
 

@@ -14,7 +14,9 @@ use super::block_on;
 use super::device::Gpu;
 use super::ops::argmax::Argmax;
 use super::ops::attn_decode::{self, AttnDecode};
+use super::ops::attn_gate::AttnGate;
 use super::ops::attn_prefill::{self, AttnMerge, AttnPrefill};
+use super::ops::delta_net::{self, DeltaConv, DeltaRule};
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
@@ -26,6 +28,7 @@ use super::ops::{model_header, CallParams, Kernel, Slot};
 use super::GpuOptions;
 use crate::error::{Error, GpuFault};
 use crate::kernels::attention::{attention, AttentionScratch};
+use crate::kernels::delta_net::{causal_conv_silu, delta_rule, DeltaNetShape};
 use crate::kernels::gelu::geglu;
 use crate::kernels::rmsnorm::{rmsnorm, rmsnorm_in_place};
 use crate::kernels::rope::Rope;
@@ -1008,6 +1011,93 @@ pub async fn norms_and_gated_activations_match_cpu() {
     }
 }
 
+/// Qwen3.5's delta-net kernels against `kernels::delta_net` and the rest of the CPU's block: the convolution (its
+/// output and the state it leaves) and the rule with its output's norm and gate (the output and the state), from a
+/// state that is not zeros, over a call of several tokens and then one more (decode); and the prefill attention gate.
+pub async fn delta_net_and_attention_gate_match_cpu() {
+    let shape = DeltaNetShape { k_heads: 2, v_heads: 4, head_dim: 32, conv_kernel: 4 };
+    let c = config(64, 4, 2, 64, false);
+    let (cd, vd, vh, stride) = (shape.conv_dim(), shape.value_dim(), shape.v_heads, delta_net::in_stride(&shape));
+    let mut rng = SplitMix(SplitMix64(900));
+    let weight = rng.normals(cd * shape.conv_kernel).iter().map(|w| w * 0.5).collect::<Vec<f32>>();
+    let dt_bias: Vec<f32> = (0..vh).map(|_| -1.5 * rng.uniform()).collect();
+    let a: Vec<f32> = (0..vh).map(|_| -0.3 - 1.2 * rng.uniform()).collect();
+    let norm: Vec<f32> = (0..shape.head_dim).map(|_| 1.0 + 0.2 * rng.normal()).collect();
+    let params = [&weight[..], &dt_bias, &a, &norm].concat();
+    let mut conv_state = rng.normals(shape.conv_state_len());
+    let mut rule_state: Vec<f32> = rng.normals(shape.state_len()).iter().map(|v| v * 0.1).collect();
+    let mut gpu_state = f32_bytes(&[&conv_state[..], &rule_state].concat());
+    for n in [5, 1] {
+        let rows = rng.normals(n * stride);
+        // The CPU: model::forward's delta_net_block after its projections.
+        let mut conv: Vec<f32> = rows.chunks_exact(stride).flat_map(|r| r[..cd].to_vec()).collect();
+        let mut scratch = vec![0f32; shape.conv_inputs_len(n)];
+        causal_conv_silu(&shape, &mut conv, &weight, &mut conv_state, &mut scratch);
+        let (mut g, mut beta) = (vec![0f32; n * vh], vec![0f32; n * vh]);
+        for t in 0..n {
+            for h in 0..vh {
+                let x = rows[t * stride + cd + vd + h] + dt_bias[h];
+                g[t * vh + h] = if x > 20.0 { x } else { (1.0 + x.exp()).ln() } * a[h];
+                beta[t * vh + h] = 1.0 / (1.0 + (-rows[t * stride + cd + vd + vh + h]).exp());
+            }
+        }
+        // The rule L2-norms the queries and keys in place: it takes a copy, `conv` stays the convolution's output.
+        let mut out = vec![0f32; n * vd];
+        delta_rule(&shape, &mut conv.clone(), &g, &beta, &mut rule_state, &mut out, c.rms_eps);
+        rmsnorm_in_place(&mut out, &norm, c.rms_eps);
+        let mut want: Vec<f32> = rows.chunks_exact(stride).flat_map(|r| r[cd..cd + vd].to_vec()).collect();
+        swiglu(&mut want, &out);
+
+        let data = vec![
+            (Slot::Call, call(n, 0)),
+            (Slot::Out, Data::Storage(vec![0; n * cd * 4])),
+            (Slot::Aux, Data::Storage(gpu_state.clone())),
+            (Slot::In0, Data::Storage(f32_bytes(&rows))),
+            (Slot::In1, Data::Storage(f32_bytes(&params))),
+        ];
+        let kernel = Kernel::DeltaConv(DeltaConv::of(&shape));
+        let got = run(kernel, &header(), data, [cd.div_ceil(256) as u32, 1, 1], &[Slot::Out, Slot::Aux]).await;
+        let (got_conv, state) = (to_f32(&got[0]), got[1].clone());
+        for (i, (&g, &w)) in got_conv.iter().zip(&conv).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{n} tokens: the convolution's output {i}: {g} vs {w}");
+        }
+        assert_eq!(to_f32(&state)[..shape.conv_state_len()], conv_state[..], "{n} tokens: the convolution's state");
+
+        let data = vec![
+            (Slot::Call, call(n, 0)),
+            (Slot::Out, Data::Storage(vec![0; n * vd * 4])),
+            (Slot::Aux, Data::Storage(state)),
+            (Slot::In0, Data::Storage(f32_bytes(&got_conv))),
+            (Slot::In1, Data::Storage(f32_bytes(&rows))),
+            (Slot::In2, Data::Storage(f32_bytes(&params))),
+        ];
+        let kernel = Kernel::DeltaRule(DeltaRule::of(&shape));
+        let got = run(kernel, &header(), data, [vh as u32, 1, 1], &[Slot::Out, Slot::Aux]).await;
+        for (i, (&g, &w)) in to_f32(&got[0]).iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 2e-4 * (1.0 + w.abs()), "{n} tokens: delta-net output {i}: {g} vs {w}");
+        }
+        let state = to_f32(&got[1]);
+        for (i, (&g, &w)) in state[shape.conv_state_len()..].iter().zip(&rule_state).enumerate() {
+            assert!((g - w).abs() <= 2e-4 * (1.0 + w.abs()), "{n} tokens: the rule's state {i}: {g} vs {w}");
+        }
+        gpu_state = got[1].clone();
+    }
+
+    // The prefill attention gate: each value times the sigmoid of its gate.
+    let (qd, n) = (c.q_dim(), 3);
+    let (att, gate) = (rng.normals(n * qd), rng.normals(n * qd));
+    let data = vec![
+        (Slot::Call, call(n, 0)),
+        (Slot::Out, Data::Storage(f32_bytes(&att))),
+        (Slot::In0, Data::Storage(f32_bytes(&gate))),
+    ];
+    let got = to_f32(&run(Kernel::AttnGate(AttnGate), &header(), data, [1, n as u32, 1], &[Slot::Out]).await[0]);
+    for (i, ((&g, &x), &z)) in got.iter().zip(&att).zip(&gate).enumerate() {
+        let w = x / (1.0 + (-z).exp());
+        assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "attention gate {i}: {g} vs {w}");
+    }
+}
+
 /// The LoRA op adds `Bᵀᵀ·(A·x)` (the scale is in `Bᵀ`) to the output, for the last row through the
 /// matvec input stages (plain, and RMS-normed: the decode projections) and for every row (prefill), at
 /// offsets into the adapter buffer; an odd rank, a row longer than one pass of the workgroup, output rows
@@ -1170,6 +1260,7 @@ macro_rules! for_each_gpu_check {
             decode_attention_of_wide_heads_within_a_window_matches_cpu,
             prefill_attention_is_causal_and_matches_cpu,
             norms_and_gated_activations_match_cpu,
+            delta_net_and_attention_gate_match_cpu,
             argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
             lora_adds_its_adapters_to_the_output,
             shader_and_buffer_failures_are_typed_errors,

@@ -25,6 +25,21 @@ impl RecurrentState {
         self.layers[i].split_at_mut(self.conv_len)
     }
 
+    /// Delta-net layers.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Layer `i`'s floats as one run: the convolution's state, then the rule's (as the GPU keeps a layer).
+    pub fn layer_floats(&self, i: usize) -> &[f32] {
+        &self.layers[i]
+    }
+
+    /// [`RecurrentState::layer_floats`], to write.
+    pub fn layer_floats_mut(&mut self, i: usize) -> &mut [f32] {
+        &mut self.layers[i]
+    }
+
     /// Back to the state before any token.
     pub fn reset(&mut self) {
         self.layers.iter_mut().for_each(|l| l.fill(0.0));

@@ -87,8 +87,8 @@ pub fn decode_into(bytes: &[u8], model: &ModelId, vocab: usize, kv: &mut KvCache
 }
 
 /// Check `bytes` as an f16 state (the GPU's cache is f16) of `model` (`vocab` ids) with `n_layers` layers of
-/// `kv_dim` wide rows that fits a context of `n_ctx`; its tokens and their rows in a cache of just their
-/// positions (to go on to the GPU's).
+/// `kv_dim` wide rows that fits a context of `n_ctx`, with a recurrent state of `recurrent`'s shape where the model
+/// has one; its tokens and their rows in a cache of just their positions, `recurrent` filled (to go on to the GPU's).
 pub fn decode(
     bytes: &[u8],
     model: &ModelId,
@@ -96,9 +96,12 @@ pub fn decode(
     n_layers: usize,
     kv_dim: usize,
     n_ctx: usize,
+    recurrent: Option<RecurrentState>,
 ) -> Result<(Vec<u32>, KvCache)> {
-    let state = check(bytes, model, vocab, Shape { n_layers, kv_dim, ty: KvType::F16, n_ctx, recurrent_bytes: 0 })?;
+    let recurrent_bytes = recurrent.as_ref().map_or(0, |r| r.bytes());
+    let state = check(bytes, model, vocab, Shape { n_layers, kv_dim, ty: KvType::F16, n_ctx, recurrent_bytes })?;
     let mut kv = KvCache::new(n_layers, kv_dim, state.n);
+    kv.recurrent = recurrent;
     Ok((copy_into(bytes, &state, &mut kv), kv))
 }
 
@@ -268,13 +271,17 @@ mod tests {
             .contains("more than this context"));
         assert!(decode_into(&bytes, &model, VOCAB, &mut KvCache::new(2, 8, 10)).is_err());
         // Decoded into a cache of just its positions (for the GPU): the same rows, the same checks.
-        let (got, just) = decode(&bytes, &model, VOCAB, 2, 4, 10).unwrap();
+        let (got, just) = decode(&bytes, &model, VOCAB, 2, 4, 10, None).unwrap();
         assert_eq!((got.as_slice(), just.positions()), (&tokens[..], 0..6));
         for (a, b) in kv.layers.iter().zip(&just.layers) {
             assert_eq!(a.rows(0..6), b.rows(0..6));
         }
-        assert!(decode(&bytes, &model, VOCAB, 2, 4, 5).err().unwrap().to_string().contains("more than this context"));
-        assert!(decode(&flipped, &model, VOCAB, 2, 4, 10).err().unwrap().to_string().contains("damaged"));
+        assert!(decode(&bytes, &model, VOCAB, 2, 4, 5, None)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("more than this context"));
+        assert!(decode(&flipped, &model, VOCAB, 2, 4, 10, None).err().unwrap().to_string().contains("damaged"));
     }
 
     /// A two-tier cache's state keeps both tiers: restored into a session of the same format it is the
@@ -312,7 +319,7 @@ mod tests {
                 assert_eq!(rows(&kv, 20), before);
             }
             // Nor does a GPU session's f16 cache take it.
-            assert_eq!(decode(&bytes, &model, VOCAB, 2, 64, 200).err().unwrap().code(), "E_KV_CACHE");
+            assert_eq!(decode(&bytes, &model, VOCAB, 2, 64, 200, None).err().unwrap().code(), "E_KV_CACHE");
             // And the other way: an f16 state into this format.
             let f16_state = encode(&model, &[1, 2, 3], &filled(2, 64, 200, KvCacheOptions::default(), 3, &mut rng));
             assert_eq!(decode_into(&f16_state, &model, VOCAB, &mut back).unwrap_err().code(), "E_KV_CACHE");
@@ -357,7 +364,7 @@ mod tests {
                     let e = decode_into(&bad, &model, VOCAB, &mut back).unwrap_err();
                     assert!(e.to_string().contains("NaN or infinite"), "{opts:?} at {at}: {e}");
                     if opts.cold == KvType::F16 {
-                        assert!(decode(&bad, &model, VOCAB, 2, 32, 100).is_err());
+                        assert!(decode(&bad, &model, VOCAB, 2, 32, 100, None).is_err());
                     }
                 }
             }

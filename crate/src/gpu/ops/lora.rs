@@ -87,6 +87,7 @@ impl Lora {
             LoraInput::Plain => m.piece(wgsl!("in_plain.wgsl")),
             LoraInput::Attn => {
                 m.piece(PARTIALS);
+                m.piece(wgsl!("attn_ungated.wgsl"));
                 m.piece(wgsl!("in_attn.wgsl"));
             }
             LoraInput::Rows => m.piece(wgsl!("in_rows.wgsl")),

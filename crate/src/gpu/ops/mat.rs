@@ -61,6 +61,8 @@ pub(crate) enum Input {
     Plain,
     /// The merge of decode attention's per-chunk partials (`in_attn.wgsl`).
     Attn,
+    /// That merge times the sigmoid of each value's gate (`attn_gated.wgsl`: Qwen3.5's gated attention).
+    AttnGated,
 }
 
 uniform! {
@@ -226,9 +228,9 @@ fn bindings(aux: bool, norm: bool) -> &'static [Slot] {
 
 impl Matvec {
     /// Weights, parameters, call parameters, output, the bias or (`OutMode::Argmax`) the best rows, the input
-    /// (rows or partials), the norm weight of `Input::Norm`.
+    /// (rows or partials), the norm weight of `Input::Norm` or the gate of `Input::AttnGated`.
     pub(crate) fn bindings(self) -> &'static [Slot] {
-        bindings(self.bias || self.mode == OutMode::Argmax, self.input == Input::Norm)
+        bindings(self.bias || self.mode == OutMode::Argmax, matches!(self.input, Input::Norm | Input::AttnGated))
     }
 
     pub(crate) fn source(self, m: &mut Module) {
@@ -238,7 +240,7 @@ impl Matvec {
         // A pass: at most 8 KiB of staged input (half of it beside the attention merge's partials)
         // and, in matvec.wgsl, at most 4 rounds of 8-column groups per lane. The int8 kernel stages
         // a byte per column, in passes of whole blocks of 256 (the maxima are multiples).
-        let attn = input == Input::Attn;
+        let attn = matches!(input, Input::Attn | Input::AttnGated);
         let q8 = int8_input(ty);
         m.constant("OUT_MODE", mode as u32);
         m.constant("ROWS", rows);
@@ -273,8 +275,9 @@ impl Matvec {
         match input {
             Input::Norm => m.piece(wgsl!("in_norm.wgsl")),
             Input::Plain => m.piece(wgsl!("in_plain.wgsl")),
-            Input::Attn => {
+            Input::Attn | Input::AttnGated => {
                 m.piece(PARTIALS);
+                m.piece(if input == Input::Attn { wgsl!("attn_ungated.wgsl") } else { wgsl!("attn_gated.wgsl") });
                 m.piece(wgsl!("in_attn.wgsl"));
             }
         }
@@ -352,6 +355,8 @@ pub(crate) enum MatIn<'a> {
     Plain(&'a wgpu::Buffer),
     /// matvec, decode attention's partials.
     Attn(&'a wgpu::Buffer),
+    /// matvec, decode attention's partials, each merged value times the sigmoid of its gate in the second buffer.
+    AttnGated(&'a wgpu::Buffer, &'a wgpu::Buffer),
     /// matmul over every token row of a buffer.
     Rows(&'a wgpu::Buffer),
 }
@@ -413,10 +418,11 @@ pub(crate) async fn ops(
                 let kernel = Matmul { ty: g.ty, mode, bias, tiles };
                 (Kernel::Matmul(kernel), kernel.grid(g.rows, splits as u32), bias)
             }
-            MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) => {
+            MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) | MatIn::AttnGated(..) => {
                 let input = match input {
                     MatIn::Norm(..) => Input::Norm,
                     MatIn::Plain(_) => Input::Plain,
+                    MatIn::AttnGated(..) => Input::AttnGated,
                     _ => Input::Attn,
                 };
                 let rows = matvec_rows(g.rows, g.ty);
@@ -436,7 +442,7 @@ pub(crate) async fn ops(
             (false, None) => {}
         }
         match input {
-            MatIn::Norm(x, w) => {
+            MatIn::Norm(x, w) | MatIn::AttnGated(x, w) => {
                 entries.extend([(Slot::In0, x.as_entire_binding()), (Slot::In1, w.as_entire_binding())])
             }
             MatIn::Plain(x) | MatIn::Rows(x) | MatIn::Attn(x) => entries.push((Slot::In0, x.as_entire_binding())),

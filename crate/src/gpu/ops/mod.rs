@@ -1,5 +1,6 @@
 //! The GPU ops, one file per op (the three matrix kernels, which share their pieces, in `mat.rs`;
-//! the two prefill norms in `norm.rs`; LoRA adapters, with their per-set upload, in `lora.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
+//! the two prefill norms in `norm.rs`; LoRA adapters, with their per-set upload, in `lora.rs`; Qwen3.5's delta-net
+//! convolution and rule in `delta_net.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
 //! WGSL pieces its module is made of, the bindings it takes (named [`Slot`]s, whose numbers the
 //! `.wgsl` files read from the generated header), its grid, its parameter struct (declared once
 //! for Rust and WGSL with [`params::uniform!`]), and the function that builds its dispatch from the
@@ -7,7 +8,9 @@
 
 pub(crate) mod argmax;
 pub(crate) mod attn_decode;
+pub(crate) mod attn_gate;
 pub(crate) mod attn_prefill;
+pub(crate) mod delta_net;
 pub(crate) mod embed;
 pub(crate) mod glu;
 pub(crate) mod lora;
@@ -88,6 +91,9 @@ pub(crate) enum Kernel {
     Argmax(argmax::Argmax),
     Lora(lora::Lora),
     Route(route::Route),
+    AttnGate(attn_gate::AttnGate),
+    DeltaConv(delta_net::DeltaConv),
+    DeltaRule(delta_net::DeltaRule),
 }
 
 impl Kernel {
@@ -112,6 +118,9 @@ impl Kernel {
             Kernel::Argmax(k) => k.source(&mut m),
             Kernel::Lora(k) => k.source(&mut m),
             Kernel::Route(k) => k.source(&mut m),
+            Kernel::AttnGate(k) => k.source(&mut m),
+            Kernel::DeltaConv(k) => k.source(&mut m),
+            Kernel::DeltaRule(k) => k.source(&mut m),
         }
         m.finish()
     }
@@ -135,6 +144,9 @@ impl Kernel {
             Kernel::Argmax(_) => argmax::BINDINGS,
             Kernel::Lora(k) => k.bindings(),
             Kernel::Route(_) => route::BINDINGS,
+            Kernel::AttnGate(_) => attn_gate::BINDINGS,
+            Kernel::DeltaConv(_) => delta_net::CONV_BINDINGS,
+            Kernel::DeltaRule(_) => delta_net::RULE_BINDINGS,
         }
     }
 }

@@ -1,6 +1,6 @@
 // Needs: the header (BIND_IN0, N_HEADS, MAX_CHUNKS), common.wgsl (NEG_BIG), mat_common.wgsl or
-// lora.wgsl (call), attn_partials.wgsl (HD4, ATTN_STATS). in_norm.wgsl, in_plain.wgsl and in_rows.wgsl
-// define the same functions (all but in_rows.wgsl the *_q8 ones too).
+// lora.wgsl (call), attn_partials.wgsl (HD4, ATTN_STATS), attn_ungated.wgsl or attn_gated.wgsl (output_gate4).
+// in_norm.wgsl, in_plain.wgsl and in_rows.wgsl define the same functions (all but in_rows.wgsl the *_q8 ones too).
 // Matvec and LoRA input stage: the attention output, merged from the per-chunk partial results of
 // attn_decode (online-softmax merge; attn_partials.wgsl has their layout). The (m, l) pairs are
 // loaded in parallel, then each chunk's weight exp(m_c - m) / l is computed by its own invocation
@@ -44,7 +44,7 @@ fn input_load4(i: u32) -> vec4<f32> {
         let b = part[(first + c1) * HD4 + d4];
         acc += a * chunk_w[first + c] + b * select(0.0, chunk_w[first + c1], c + 1u < nc);
     }
-    return acc;
+    return output_gate4(i, acc);
 }
 
 // For matvec_q8.wgsl (see in_norm.wgsl): the input as it is, a factor of 1.
