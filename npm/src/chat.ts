@@ -47,9 +47,9 @@ export interface ChatTemplateOptions {
 }
 
 /** How a model family writes tool calls: `hermes` (Hermes, Qwen 2.5, Qwen 3: JSON in `<tool_call>`), `qwen_xml`
- * (Qwen3-Coder, Qwen 3.5: `<function=name>` and `<parameter=p>` XML in `<tool_call>`), `llama3`, `mistral`; `generic`
- * for templates without tools. */
-export type ToolFormat = 'hermes' | 'qwen_xml' | 'llama3' | 'mistral' | 'generic';
+ * (Qwen3-Coder, Qwen 3.5: `<function=name>` and `<parameter=p>` XML in `<tool_call>`), `gemma4` (Gemma 4:
+ * `<|tool_call>call:name{...}<tool_call|>`), `llama3`, `mistral`; `generic` for templates without tools. */
+export type ToolFormat = 'hermes' | 'qwen_xml' | 'gemma4' | 'llama3' | 'mistral' | 'generic';
 
 /** `llm.chatPrompt`: what the chat API generates from. */
 export interface ChatPrompt {

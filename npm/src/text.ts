@@ -56,8 +56,8 @@ export class TextSide {
 
   /** What the chat API generates from: the prompt ids (as `tokenizeChat`), and where `tools` are offered (and
    * `toolChoice` is not `'none'`), the Lark grammar that holds the answer to the model's tool-call format and that
-   * format's name (`'hermes'`, `'qwen_xml'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without tools, whose
-   * answer is `{"tool_calls": [...]}` or `{"response": "..."}`). */
+   * format's name (`'hermes'`, `'qwen_xml'`, `'gemma4'`, `'llama3'`, `'mistral'`, or `'generic'` for templates without
+   * tools, whose answer is `{"tool_calls": [...]}` or `{"response": "..."}`). */
   chatPrompt(messages: ChatMessage[], options: ChatTemplateOptions & { parseSpecialTokens?: boolean } = {}): ChatPrompt {
     const json = chatRequestJson(messages, options);
     const parseSpecial = options.parseSpecialTokens ?? false;

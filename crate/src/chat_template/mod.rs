@@ -35,7 +35,7 @@
 //! conversation instead (the tools and the JSON envelope asked for in the system turn, after the caller's own;
 //! calls as that envelope; results as `tool` turns where the template prints them, else as user turns), decided by
 //! rendering probes. Out: `tool_calls.rs` holds the tool-call formats of the template families (Hermes/Qwen
-//! `<tool_call>`, Qwen3-Coder/Qwen 3.5 `<function=...>` XML, Llama 3 JSON, Mistral `[TOOL_CALLS]`, llama.cpp's generic
+//! `<tool_call>`, Qwen3-Coder/Qwen 3.5 `<function=...>` XML, Gemma 4 `<|tool_call>call:...`, Llama 3 JSON, Mistral `[TOOL_CALLS]`, llama.cpp's generic
 //! JSON; `ToolFormat::detect` reads the template's source): reading calls out of an answer, whole or streamed as
 //! OpenAI's deltas (one state machine, so the two agree however the text is split), and the Lark grammar that holds a
 //! model to its format (calls' arguments to each tool's schema, in `response_format`'s JSON layout) once a call

@@ -17,6 +17,15 @@
 //!   parse, a value that should be JSON and is not, it is the string here; but where no string is allowed, Python's
 //!   `True`, `False` and `None`, as the template writes them, are JSON's.) So reading it needs the tools
 //!   ([`ToolCallStream::with_tools`], [`ToolFormat::parse_with_tools`]); without them any parameter may be anything.
+//! - `Gemma4` (Gemma 4): `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>` once per call, one after another, after
+//!   any text. Its own syntax, read as llama.cpp's gemma4 parser does (common/parsers/gemma4.cpp, its JSON from
+//!   `gemma4_to_json` in common/chat-peg-parser.cpp): keys bare (any chars but `:` and `}`), strings between `<|"|>`
+//!   quotes (any text but the quote, unescaped), numbers, `true`, `false` and `null` as JSON's, objects and arrays
+//!   nested; whitespace allowed after brackets, commas and colons. The arguments become JSON as they are read, so
+//!   they need no tools. Deviations: whitespace is also allowed before a comma or a closing bracket and before
+//!   `<tool_call|>`; Python's `None`, as the template writes a null, is JSON's; text after the calls is content
+//!   (llama.cpp's parser ends at the last call). A thought
+//!   channel (`<|channel>thought...<channel|>`, with thinking on) is content here, as other formats' `<think>`.
 //! - `Generic`: llama.cpp's fallback for templates without tool support: the whole answer is
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` (or `{"tool_call": {...}}`) or `{"response": "..."}`.
 //!   The prompt must ask for that; llama.cpp adds a system message: "Respond in JSON format, either with
@@ -31,7 +40,8 @@
 //!   arguments then stream as they come, compact (whitespace between JSON tokens dropped). `QwenXml`'s arguments
 //!   begin at the call's first whole `<parameter=NAME>` (or at `</function>`, for a call without parameters); a
 //!   string value streams as it comes, escaped, but for what may begin `\n</parameter>`; any other value goes out
-//!   whole when its `</parameter>` comes.
+//!   whole when its `</parameter>` comes. `Gemma4`'s arguments begin at the `{` after the name; a string streams
+//!   as it comes, escaped, but for what may begin its closing `<|"|>`.
 //! - Before it commits, a call that turns out malformed is content, marker and all.
 //! - After it commits, the call keeps what it streamed. If its JSON then breaks, or the answer ends inside it
 //!   (a generation cut at its token limit), the text from the break on is content again. Under the grammars
@@ -55,6 +65,8 @@ pub enum ToolFormat {
     /// Qwen3-Coder's and Qwen 3.5's `<function=NAME>` with `<parameter=P>` XML inside `<tool_call>`; its values are
     /// typed by the tools' schemas.
     QwenXml,
+    /// Gemma 4's `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes.
+    Gemma4,
     Generic,
 }
 
@@ -191,6 +203,9 @@ impl ToolFormat {
         let has = |s: &str| template_source.contains(s);
         if has("[TOOL_CALLS]") {
             ToolFormat::Mistral
+        // As llama.cpp picks its Gemma 4 parser (common/chat.cpp): the template writes calls after this text.
+        } else if has("'<|tool_call>call:'") {
+            ToolFormat::Gemma4
         // As llama.cpp picks its Qwen3-Coder parser (common/chat.cpp): a template that glues the tags together,
         // `<tool_call><function=`, writes some other format.
         } else if has("<tool_call>") && has("<function=") && has("<parameter=") && !has("<tool_call><function=") {
@@ -206,22 +221,30 @@ impl ToolFormat {
         }
     }
 
-    /// The format's name: `hermes`, `llama3`, `mistral`, `qwen_xml` or `generic`.
+    /// The format's name: `hermes`, `llama3`, `mistral`, `qwen_xml`, `gemma4` or `generic`.
     pub fn name(self) -> &'static str {
         match self {
             ToolFormat::Hermes => "hermes",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
             ToolFormat::QwenXml => "qwen_xml",
+            ToolFormat::Gemma4 => "gemma4",
             ToolFormat::Generic => "generic",
         }
     }
 
     /// The format named `name` (see [`name`](Self::name)).
     pub fn from_name(name: &str) -> Option<ToolFormat> {
-        [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::QwenXml, ToolFormat::Generic]
-            .into_iter()
-            .find(|f| f.name() == name)
+        [
+            ToolFormat::Hermes,
+            ToolFormat::Llama3,
+            ToolFormat::Mistral,
+            ToolFormat::QwenXml,
+            ToolFormat::Gemma4,
+            ToolFormat::Generic,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
     }
 
     /// Splits a whole answer into content and calls: what a [`ToolCallStream`] given the whole answer emits.
@@ -246,6 +269,7 @@ impl ToolFormat {
             ToolFormat::Hermes | ToolFormat::QwenXml => Some("<tool_call>"),
             ToolFormat::Llama3 => Some("<|python_tag|>"),
             ToolFormat::Mistral => Some("[TOOL_CALLS]"),
+            ToolFormat::Gemma4 => Some(GEMMA_OPEN),
             ToolFormat::Generic => None,
         }
     }
@@ -483,9 +507,12 @@ enum Phase {
     Json(JsonCalls),
     /// `QwenXml`, after the marker, to the call's `</function>`.
     Xml(XmlCall),
-    /// Hermes, after the call's JSON (and `QwenXml` after `</function>`): whitespace, then `</tool_call>` (`matched`
-    /// bytes of it read).
-    HermesClose {
+    /// `Gemma4`, after the marker, to the arguments' closing `}`.
+    Gemma(GemmaCall),
+    /// After a call: whitespace, then the closing `tag` (`matched` bytes of it read): Hermes after the call's JSON
+    /// and `QwenXml` after `</function>` (`</tool_call>`), `Gemma4` after the arguments (`<tool_call|>`).
+    Close {
+        tag: &'static str,
         matched: usize,
     },
     /// Llama 3, after a call's JSON: whitespace, `;`, whitespace and the next call; anything else ends it.
@@ -520,6 +547,7 @@ impl Region {
             ToolFormat::Generic => Phase::Json(JsonCalls::new(Slot::Envelope, None)),
             ToolFormat::Hermes | ToolFormat::Llama3 => Phase::Json(JsonCalls::new(Slot::Call, None)),
             ToolFormat::QwenXml => Phase::Xml(XmlCall::default()),
+            ToolFormat::Gemma4 => Phase::Gemma(GemmaCall::default()),
         };
         Region { marker, committed: false, held: String::new(), phase }
     }
@@ -530,7 +558,16 @@ impl Region {
                 None => return Step::Fail,
                 Some(progress) => {
                     if call.closed {
-                        self.phase = Phase::HermesClose { matched: 0 };
+                        self.phase = Phase::Close { tag: HERMES_CLOSE, matched: 0 };
+                    }
+                    progress
+                }
+            },
+            Phase::Gemma(call) => match call.step(c, sink) {
+                None => return Step::Fail,
+                Some(progress) => {
+                    if call.closed {
+                        self.phase = Phase::Close { tag: GEMMA_CLOSE, matched: 0 };
                     }
                     progress
                 }
@@ -543,19 +580,21 @@ impl Region {
                     self.committed = true;
                     self.held.clear();
                     self.phase = match format {
-                        ToolFormat::Hermes => Phase::HermesClose { matched: 0 },
+                        ToolFormat::Hermes => Phase::Close { tag: HERMES_CLOSE, matched: 0 },
                         ToolFormat::Llama3 => Phase::LlamaNext { semicolon: false },
-                        ToolFormat::Mistral | ToolFormat::Generic | ToolFormat::QwenXml => return Step::Done,
+                        ToolFormat::Mistral | ToolFormat::Generic | ToolFormat::QwenXml | ToolFormat::Gemma4 => {
+                            return Step::Done
+                        }
                     };
                     return Step::Continue;
                 }
             },
-            Phase::HermesClose { matched } => {
+            Phase::Close { tag, matched } => {
                 if *matched == 0 && c.is_whitespace() {
                     Progress::Held
-                } else if HERMES_CLOSE[*matched..].starts_with(c) {
+                } else if tag[*matched..].starts_with(c) {
                     *matched += c.len_utf8();
-                    if *matched == HERMES_CLOSE.len() {
+                    if *matched == tag.len() {
                         return Step::Done;
                     }
                     Progress::Held
@@ -973,6 +1012,231 @@ impl Types {
             Value::Array(_) => Types::ARRAY,
             Value::Object(_) => Types::OBJECT,
         }
+    }
+}
+
+const GEMMA_OPEN: &str = "<|tool_call>";
+const GEMMA_CLOSE: &str = "<tool_call|>";
+/// What opens a `Gemma4` call after its marker, before the function's name.
+const GEMMA_CALL: &str = "call:";
+/// `Gemma4`'s string quote (one token in its vocabulary), before and after a string.
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// `Gemma4`'s call, from after `<|tool_call>` to its arguments' closing `}`, written out as JSON as it is read.
+#[derive(Default)]
+struct GemmaCall {
+    state: GemmaState,
+    /// The function's name.
+    name: String,
+    /// The call's index once emitted.
+    index: Option<usize>,
+    /// The open objects (`true`) and arrays, innermost last.
+    stack: Vec<bool>,
+    /// The arguments' closing `}` was read.
+    closed: bool,
+}
+
+enum GemmaState {
+    /// `call:`, this many bytes of it read.
+    Call(usize),
+    /// The function's name, to the `{` that opens its arguments.
+    Name,
+    /// After `{`: whitespace, then `}` or a key.
+    ObjectStart,
+    /// After `,` in an object: whitespace, then a key.
+    KeyNext,
+    /// A key, to its `:`: any chars but `:` and `}`, as llama.cpp reads them.
+    Key(String),
+    /// After `[`: whitespace, then `]` or a value.
+    ArrayStart,
+    /// Whitespace, then a value; this many bytes of an opening `<|"|>` read.
+    Value(usize),
+    /// Inside a string: `tail` the chars held as a possible closing `<|"|>`.
+    Str {
+        tail: String,
+    },
+    Number(Num),
+    /// The rest of `true`, `false` or `null`.
+    Word(&'static str),
+    /// Python's `None`, as the template writes a null: this many bytes of it read, held until whole.
+    PyNone(usize),
+    /// After a value: whitespace, then `,` or the closing bracket.
+    After,
+}
+
+impl Default for GemmaState {
+    fn default() -> GemmaState {
+        GemmaState::Call(0)
+    }
+}
+
+impl GemmaCall {
+    /// Reads `c`: `None` when the call cannot take it.
+    fn step(&mut self, c: char, sink: &mut Sink) -> Option<Progress> {
+        use GemmaState as S;
+        match &mut self.state {
+            S::Call(matched) => {
+                if !GEMMA_CALL[*matched..].starts_with(c) {
+                    return None;
+                }
+                *matched += c.len_utf8();
+                if *matched == GEMMA_CALL.len() {
+                    self.state = S::Name;
+                }
+            }
+            S::Name => {
+                if c == '{' && !self.name.is_empty() {
+                    // The arguments begin: the call commits.
+                    return self.open(c, sink);
+                }
+                if !is_name_char(c) {
+                    return None;
+                }
+                self.name.push(c);
+            }
+            S::ObjectStart | S::KeyNext | S::ArrayStart | S::After if c.is_whitespace() => {}
+            S::ObjectStart if c == '}' => return self.close(c, sink),
+            S::ObjectStart | S::KeyNext => {
+                if c == ':' || c == '}' {
+                    return None;
+                }
+                self.state = S::Key(c.to_string());
+            }
+            S::Key(key) => match c {
+                ':' => {
+                    let mut text = String::from('"');
+                    key.chars().for_each(|k| push_escaped(&mut text, k));
+                    text.push_str("\":");
+                    self.state = S::Value(0);
+                    self.emit(&text, sink);
+                    return Some(Progress::Emitted);
+                }
+                '}' => return None,
+                _ => key.push(c),
+            },
+            S::ArrayStart if c == ']' => return self.close(c, sink),
+            S::ArrayStart => {
+                self.state = S::Value(0);
+                return self.step(c, sink);
+            }
+            S::Value(quote) => {
+                if *quote > 0 || c == '<' {
+                    if !GEMMA_QUOTE[*quote..].starts_with(c) {
+                        return None;
+                    }
+                    *quote += c.len_utf8();
+                    if *quote == GEMMA_QUOTE.len() {
+                        self.state = S::Str { tail: String::new() };
+                        self.emit("\"", sink);
+                        return Some(Progress::Emitted);
+                    }
+                    return Some(Progress::Held);
+                }
+                self.state = match c {
+                    _ if c.is_whitespace() => return Some(Progress::Held),
+                    '{' | '[' => return self.open(c, sink),
+                    '-' => S::Number(Num::Minus),
+                    '0' => S::Number(Num::Zero),
+                    '1'..='9' => S::Number(Num::Int),
+                    't' => S::Word("rue"),
+                    'f' => S::Word("alse"),
+                    'n' => S::Word("ull"),
+                    'N' => {
+                        self.state = S::PyNone(1);
+                        return Some(Progress::Held);
+                    }
+                    _ => return None,
+                };
+                self.emit(c.encode_utf8(&mut [0; 4]), sink);
+                return Some(Progress::Emitted);
+            }
+            S::Str { tail } => {
+                tail.push(c);
+                if tail == GEMMA_QUOTE {
+                    self.state = S::After;
+                    self.emit("\"", sink);
+                    return Some(Progress::Emitted);
+                }
+                let mut out = String::new();
+                while !GEMMA_QUOTE.starts_with(tail.as_str()) {
+                    push_escaped(&mut out, tail.remove(0));
+                }
+                if out.is_empty() {
+                    return Some(Progress::Held);
+                }
+                let kept = tail.chars().count();
+                self.emit(&out, sink);
+                return Some(Progress::Keep(kept));
+            }
+            S::Number(n) => match n.next(c) {
+                Some(next) => {
+                    *n = next;
+                    self.emit(c.encode_utf8(&mut [0; 4]), sink);
+                    return Some(Progress::Emitted);
+                }
+                // The number ended before `c`.
+                None if n.complete() => {
+                    self.state = S::After;
+                    return self.step(c, sink);
+                }
+                None => return None,
+            },
+            S::Word(rest) => {
+                let rest = rest.strip_prefix(c)?;
+                self.state = if rest.is_empty() { S::After } else { S::Word(rest) };
+                self.emit(c.encode_utf8(&mut [0; 4]), sink);
+                return Some(Progress::Emitted);
+            }
+            S::PyNone(matched) => {
+                if !"None"[*matched..].starts_with(c) {
+                    return None;
+                }
+                *matched += 1;
+                if *matched == "None".len() {
+                    self.state = S::After;
+                    self.emit("null", sink);
+                    return Some(Progress::Emitted);
+                }
+            }
+            S::After => match c {
+                ',' => {
+                    self.state = if self.stack.last() == Some(&true) { S::KeyNext } else { S::Value(0) };
+                    self.emit(",", sink);
+                    return Some(Progress::Emitted);
+                }
+                '}' | ']' => return self.close(c, sink),
+                _ => return None,
+            },
+        }
+        Some(Progress::Held)
+    }
+
+    /// `{` or `[`.
+    fn open(&mut self, c: char, sink: &mut Sink) -> Option<Progress> {
+        self.stack.push(c == '{');
+        self.state = if c == '{' { GemmaState::ObjectStart } else { GemmaState::ArrayStart };
+        self.emit(c.encode_utf8(&mut [0; 4]), sink);
+        Some(Progress::Emitted)
+    }
+
+    /// `}` or `]`: it must close the innermost open bracket.
+    fn close(&mut self, c: char, sink: &mut Sink) -> Option<Progress> {
+        if self.stack.pop()? != (c == '}') {
+            return None;
+        }
+        self.state = GemmaState::After;
+        self.closed = self.stack.is_empty();
+        self.emit(c.encode_utf8(&mut [0; 4]), sink);
+        Some(Progress::Emitted)
+    }
+
+    /// `text` of the arguments, the call's start first if it was not emitted.
+    fn emit(&mut self, text: &str, sink: &mut Sink) {
+        let index = match self.index {
+            Some(index) => index,
+            None => *self.index.insert(sink.start_call(self.name.clone())),
+        };
+        sink.arguments(index, text);
     }
 }
 
@@ -1568,8 +1832,9 @@ impl ToolFormat {
         let one = matches!(choice, ToolChoice::Function(_)) || !parallel;
         let mut g = String::new();
         // Each tool's arguments are their own `%json`, so that `$ref`s in its schema resolve against its root.
-        // (`QwenXml` writes each parameter on its own.)
-        for (i, tool) in tools.iter().enumerate().filter(|_| *self != ToolFormat::QwenXml) {
+        // (`QwenXml` writes each parameter on its own, `Gemma4` its own syntax.)
+        for (i, tool) in tools.iter().enumerate().filter(|_| !matches!(self, ToolFormat::QwenXml | ToolFormat::Gemma4))
+        {
             let _ = writeln!(g, "args{i}: %json {}", arguments_schema(&tool.parameters));
         }
         // `{"name": "NAME", "<key>": ARGS}` for each tool, as alternatives.
@@ -1592,6 +1857,11 @@ impl ToolFormat {
                 xml_functions(&mut g, &tools);
                 let rest = format!("\"\\n\" body {}", token(HERMES_CLOSE));
                 marked_calls(&mut g, "<tool_call>", &rest, "\"\\n\" ", choice, one, special_token);
+            }
+            ToolFormat::Gemma4 => {
+                gemma_functions(&mut g, &tools, special_token(GEMMA_QUOTE));
+                let rest = format!("body {}", token(GEMMA_CLOSE));
+                marked_calls(&mut g, GEMMA_OPEN, &rest, "", choice, one, special_token);
             }
             ToolFormat::Mistral => {
                 // Both forms (the parser reads both): the JSON array and `name[ARGS]{...}`.
@@ -1739,6 +2009,279 @@ fn xml_value(schema: &Value, root: &Value) -> XmlValue {
     }
 }
 
+/// `Gemma4`'s `body`: one of `tools`' calls from its `call:NAME` to its arguments' `}`, written as the template
+/// writes them: compact, keys bare and in sorted order (its `dictsort`), the required ones always there, strings
+/// between `<|"|>` quotes (text that does not spell one), numbers, booleans and nulls as JSON's (`%json` of their
+/// schema), each value as its schema says (`GemmaValues`). `quote`: the quote's token, where it is a special one.
+fn gemma_functions(g: &mut String, tools: &[&ToolSpec], quote: Option<u32>) {
+    let mut values = GemmaValues { rules: String::new(), quote, count: 0, refs: Vec::new(), any: false, text: false };
+    let mut functions = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        let root = &tool.parameters;
+        let args = match root.as_object() {
+            Some(o) => values.object(o, root, i, 0),
+            None => values.any(),
+        };
+        let _ = writeln!(values.rules, "f{i}: {} {args}", lark_string(&format!("{GEMMA_CALL}{}", tool.name)));
+        functions.push(format!("f{i}"));
+    }
+    let _ = writeln!(g, "body: {}", functions.join(" | "));
+    g.push_str(&values.rules);
+    if values.text {
+        let q = regex_escape(GEMMA_QUOTE);
+        match quote {
+            // The quotes are tokens, which the text's bytes cannot make: it ends where the closing one comes.
+            Some(id) => {
+                let _ = writeln!(g, "gstr: <[{id}]> GTEXT? <[{id}]>");
+                let _ = writeln!(g, "GTEXT: /(?s:.+)/ & ~/(?s:.*){q}(?s:.*)/");
+            }
+            // Text to the first closing quote: one lexeme, so that it ends there.
+            None => {
+                let _ = writeln!(g, "gstr: {} GTEXT", lark_string(GEMMA_QUOTE));
+                let _ = writeln!(g, "GTEXT: /(?s:.*){q}/ & ~/(?s:.*){q}(?s:.+)/");
+            }
+        }
+    }
+    if values.any {
+        // Any value, as llama.cpp's grammar reads them (keys of names' chars here).
+        let _ = writeln!(g, "gv: gstr | gdict | garr | GNUM | \"true\" | \"false\" | \"null\"");
+        let _ = writeln!(g, "gdict: \"{{\" (gkv (\",\" gkv)*)? \"}}\"");
+        let _ = writeln!(g, "gkv: GKEY \":\" gv");
+        let _ = writeln!(g, "garr: \"[\" (gv (\",\" gv)*)? \"]\"");
+        let _ = writeln!(g, "GKEY: /[A-Za-z0-9_$@.\\-]+/");
+        let _ = writeln!(g, "GNUM: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?/");
+    }
+}
+
+/// Lark rules of `Gemma4`'s values, from JSON Schemas: `type` (a list of them too), `properties` and `required`,
+/// `items`, `enum`, `const`, `anyOf`/`oneOf` and `$ref`s into the tool's schema; other keywords of numbers,
+/// booleans and nulls as `%json` holds them; a schema it does not read (`allOf`, `not`, or none) takes any value.
+/// Strings' own keywords (`pattern`, lengths, `format`) and arrays' (`minItems`, `prefixItems`...) are not held.
+struct GemmaValues {
+    rules: String,
+    /// The quote's token, where it is a special one.
+    quote: Option<u32>,
+    /// Rules made, for their names.
+    count: usize,
+    /// The rule of each `$ref` followed: (tool, reference, rule).
+    refs: Vec<(usize, String, String)>,
+    /// Whether `gv` (any value) or `gstr` (a string) is used.
+    any: bool,
+    text: bool,
+}
+
+impl GemmaValues {
+    /// A Lark expression for the values of `schema`, a schema in tool `tool`'s parameters `root`.
+    fn value(&mut self, schema: &Value, root: &Value, tool: usize, depth: usize) -> String {
+        // Past belief: any value.
+        let Some(o) = schema.as_object().filter(|_| depth < 32) else { return self.any() };
+        if let Some(reference) = o.get("$ref").and_then(Value::as_str) {
+            if let Some((_, _, rule)) = self.refs.iter().find(|(t, r, _)| *t == tool && r == reference) {
+                return rule.clone();
+            }
+            let Some(target) = reference.strip_prefix('#').and_then(|p| root.pointer(p)) else { return self.any() };
+            // A rule of its own, named before it is made: a schema may refer to itself.
+            let rule = self.rule();
+            self.refs.push((tool, reference.to_owned(), rule.clone()));
+            let expression = self.value(target, root, tool, depth + 1);
+            let _ = writeln!(self.rules, "{rule}: {expression}");
+            return rule;
+        }
+        if let Some(Value::Array(list)) = o.get("anyOf").or_else(|| o.get("oneOf")) {
+            let alternatives: Vec<String> = list.iter().map(|s| self.value(s, root, tool, depth + 1)).collect();
+            return self.alternatives(alternatives);
+        }
+        if let Some(value) = o.get("const") {
+            return self.literal(value).unwrap_or_else(|| self.any());
+        }
+        if let Some(Value::Array(values)) = o.get("enum") {
+            let alternatives: Vec<String> = values.iter().filter_map(|v| self.literal(v)).collect();
+            return self.alternatives(alternatives);
+        }
+        match o.get("type") {
+            Some(Value::Array(types)) => {
+                let alternatives: Vec<String> = types
+                    .iter()
+                    .map(|t| {
+                        let mut alternative = o.clone();
+                        alternative.insert("type".into(), t.clone());
+                        self.value(&Value::Object(alternative), root, tool, depth + 1)
+                    })
+                    .collect();
+                self.alternatives(alternatives)
+            }
+            Some(Value::String(t)) => match t.as_str() {
+                "string" => {
+                    self.text = true;
+                    "gstr".to_owned()
+                }
+                "object" => self.object(o, root, tool, depth),
+                "array" => self.array(o, root, tool, depth),
+                "integer" | "number" | "boolean" | "null" => {
+                    // Written as JSON writes them: `%json` holds them to their schema (ranges, enums).
+                    let rule = self.rule();
+                    let _ = writeln!(self.rules, "{rule}: %json {}", Value::Object(o.clone()));
+                    rule
+                }
+                _ => self.any(),
+            },
+            _ if o.contains_key("properties") => self.object(o, root, tool, depth),
+            _ if o.contains_key("items") => self.array(o, root, tool, depth),
+            _ => self.any(),
+        }
+    }
+
+    /// An object of `o`'s `properties` in sorted order (as the template's `dictsort` writes them: case aside),
+    /// each optional one but the `required`; without properties, any object (`{}` where `additionalProperties`
+    /// is false).
+    fn object(&mut self, o: &serde_json::Map<String, Value>, root: &Value, tool: usize, depth: usize) -> String {
+        let required: Vec<&str> = match o.get("required") {
+            Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let mut properties: Vec<(&str, &Value)> = match o.get("properties") {
+            Some(Value::Object(properties)) => properties.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            _ => Vec::new(),
+        };
+        for name in &required {
+            if !properties.iter().any(|(p, _)| p == name) {
+                properties.push((name, &Value::Bool(true)));
+            }
+        }
+        if properties.is_empty() {
+            return match o.get("additionalProperties") {
+                Some(Value::Bool(false)) => lark_string("{}"),
+                _ => {
+                    self.any = true;
+                    "gdict".to_owned()
+                }
+            };
+        }
+        properties.sort_by(|a, b| a.0.to_lowercase().cmp(&b.0.to_lowercase()).then(a.0.cmp(b.0)));
+        let members: Vec<(String, bool)> = properties
+            .iter()
+            .map(|&(name, schema)| {
+                let value = self.value(schema, root, tool, depth + 1);
+                (format!("{} {value}", lark_string(&format!("{name}:"))), required.contains(&name))
+            })
+            .collect();
+        // `first{k}`: the members from the k-th on, none written before them; `rest{k}`: the same after one was
+        // written (each after a comma). Every rule writes something: one that may write nothing is optional where
+        // it is used.
+        let n = self.count;
+        self.count += 1;
+        let optional_from = |k: usize| members[k..].iter().all(|(_, required)| !required);
+        for k in (0..members.len()).rev() {
+            let (member, required) = &members[k];
+            let then = match k + 1 < members.len() {
+                true => format!(" o{n}_rest{}{}", k + 1, if optional_from(k + 1) { "?" } else { "" }),
+                false => String::new(),
+            };
+            let skip = !required && k + 1 < members.len();
+            if k > 0 {
+                let skip = if skip { format!(" | o{n}_rest{}", k + 1) } else { String::new() };
+                let _ = writeln!(self.rules, "o{n}_rest{k}: \",\" {member}{then}{skip}");
+            }
+            // Used by the first member and by those after an optional one.
+            if k == 0 || !members[k - 1].1 {
+                let skip = if skip { format!(" | o{n}_first{}", k + 1) } else { String::new() };
+                let _ = writeln!(self.rules, "o{n}_first{k}: {member}{then}{skip}");
+            }
+        }
+        format!("\"{{\" o{n}_first0{} \"}}\"", if optional_from(0) { "?" } else { "" })
+    }
+
+    /// An array of `o`'s `items` (any values without them).
+    fn array(&mut self, o: &serde_json::Map<String, Value>, root: &Value, tool: usize, depth: usize) -> String {
+        let item = match o.get("items") {
+            Some(items @ Value::Object(_)) => self.value(items, root, tool, depth + 1),
+            _ => self.any(),
+        };
+        let rule = self.rule();
+        let _ = writeln!(self.rules, "{rule}: \"[\" ({item} (\",\" {item})*)? \"]\"");
+        rule
+    }
+
+    /// `value` itself, as the template writes it (`format_argument`); `None` where it cannot be written (a
+    /// string that holds the quote).
+    fn literal(&mut self, value: &Value) -> Option<String> {
+        let mut text = String::new();
+        gemma_text(value, &mut text)?;
+        Some(match self.quote {
+            None => lark_string(&text),
+            Some(id) => {
+                let pieces: Vec<String> = text
+                    .split(GEMMA_QUOTE)
+                    .enumerate()
+                    .flat_map(|(i, piece)| {
+                        let quote = (i > 0).then(|| format!("<[{id}]>"));
+                        quote.into_iter().chain((!piece.is_empty()).then(|| lark_string(piece)))
+                    })
+                    .collect();
+                format!("({})", pieces.join(" "))
+            }
+        })
+    }
+
+    fn alternatives(&mut self, alternatives: Vec<String>) -> String {
+        match alternatives.len() {
+            0 => self.any(),
+            _ => format!("({})", alternatives.join(" | ")),
+        }
+    }
+
+    fn any(&mut self) -> String {
+        self.any = true;
+        self.text = true;
+        "gv".to_owned()
+    }
+
+    /// A new rule's name.
+    fn rule(&mut self) -> String {
+        self.count += 1;
+        format!("v{}", self.count - 1)
+    }
+}
+
+/// `value` as `Gemma4`'s template writes it (`format_argument`, keys bare, sorted), onto `out`; `None` for a
+/// string that holds the quote, which cannot be written.
+fn gemma_text(value: &Value, out: &mut String) -> Option<()> {
+    match value {
+        Value::String(s) if s.contains(GEMMA_QUOTE) => return None,
+        Value::String(s) => {
+            out.push_str(GEMMA_QUOTE);
+            out.push_str(s);
+            out.push_str(GEMMA_QUOTE);
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                gemma_text(item, out)?;
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()).then(a.cmp(b)));
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(key);
+                out.push(':');
+                gemma_text(&o[key], out)?;
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+    Some(())
+}
+
 /// The `start` of a grammar whose calls each begin with `marker` and go on as `rest`.
 fn marked_calls(
     g: &mut String,
@@ -1819,7 +2362,7 @@ mod tests {
     use super::*;
     use crate::test_support::{test, Rng};
 
-    use ToolFormat::{Generic, Hermes, Llama3, Mistral, QwenXml};
+    use ToolFormat::{Gemma4, Generic, Hermes, Llama3, Mistral, QwenXml};
 
     fn answer(content: &str, calls: &[(&str, &str)]) -> ParsedAnswer {
         ParsedAnswer {
@@ -2260,6 +2803,179 @@ mod tests {
         );
     }
 
+    /// Gemma 4's template, as its GGUF carries it (llama.cpp's models/ggml-vocab-gemma-4.gguf).
+    const GEMMA4: &str = include_str!("../../../tests/fixtures/templates/google-gemma-4.jinja");
+
+    #[test]
+    fn gemma4_renders_calls_and_results() {
+        use crate::chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
+        let template = ChatTemplate::new(GEMMA4, "<bos>", "<eos>").unwrap();
+        assert_eq!(template.tool_format(), Gemma4);
+        let call = |id: &str, name: &str, arguments: &str| MessageToolCall {
+            id: id.into(),
+            function: ToolCall { name: name.into(), arguments: arguments.into() },
+        };
+        let messages = [
+            ChatMessage::new("user", "Weather in Paris for 3 days? And wake me."),
+            ChatMessage {
+                tool_calls: vec![
+                    call("call_1", "get_weather", r#"{"city":"Paris","days":3}"#),
+                    call(
+                        "call_2",
+                        "set_alarm",
+                        r#"{"loud":true,"labels":["a","b"],"options":{"snooze":null,"at":-1.5}}"#,
+                    ),
+                ],
+                ..ChatMessage::new("assistant", "Let me check.")
+            },
+            ChatMessage { tool_call_id: Some("call_1".into()), ..ChatMessage::new("tool", r#"{"temperature": 18}"#) },
+            ChatMessage { tool_call_id: Some("call_2".into()), ..ChatMessage::new("tool", "set") },
+        ];
+        let tools = ToolSpec::parse_list(&json!([{"type": "function", "function": {"name": "get_weather",
+            "description": "The weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+            "days": {"type": "integer", "description": "How many"}}, "required": ["city"]}}}]))
+        .unwrap();
+        let options = RenderOptions { tools, add_generation_prompt: true, ..RenderOptions::default() };
+        let text = template.render_with(&messages, &options).unwrap();
+        // Written out from the template: the tools as declarations in its own syntax, keys sorted; the calls before
+        // the content, their arguments sorted, strings quoted, a null as Python writes it; each result a `tool` turn
+        // (this template reads results from the assistant's `tool_responses`, which OpenAI's messages do not have;
+        // llama.cpp moves them there: not done here).
+        let expected = concat!(
+            "<bos><|turn>system\n<|tool>declaration:get_weather{description:<|\"|>The weather<|\"|>,parameters:{",
+            "properties:{city:{type:<|\"|>STRING<|\"|>},days:{description:<|\"|>How many<|\"|>,type:<|\"|>INTEGER<|\"|>}},",
+            "required:[<|\"|>city<|\"|>],type:<|\"|>OBJECT<|\"|>}}<tool|><turn|>\n",
+            "<|turn>user\nWeather in Paris for 3 days? And wake me.<turn|>\n",
+            "<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>",
+            "<|tool_call>call:set_alarm{labels:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],loud:true,options:{at:-1.5,snooze:None}}<tool_call|>",
+            "Let me check.<turn|>\n",
+            "<|turn>tool\n{\"temperature\": 18}<turn|>\n<|turn>tool\nset<turn|>\n",
+            "<|turn>model\n<|channel>thought\n<channel|>",
+        );
+        assert_eq!(text, expected);
+        // The calls read back from the model's turn as they were made (Python's `None` is JSON's null).
+        let turn = text.split("<|turn>model\n").nth(1).unwrap().split("<turn|>").next().unwrap();
+        assert_eq!(
+            Gemma4.parse(turn),
+            answer(
+                "Let me check.",
+                &[
+                    ("get_weather", r#"{"city":"Paris","days":3}"#),
+                    ("set_alarm", r#"{"labels":["a","b"],"loud":true,"options":{"at":-1.5,"snooze":null}}"#)
+                ]
+            )
+        );
+    }
+
+    /// `Gemma4.parse(text)` is `content` and `calls` (with and without tools: they change nothing).
+    fn parses_gemma(text: &str, content: &str, calls: &[(&str, &str)]) {
+        parses(Gemma4, text, content, calls);
+        assert_eq!(Gemma4.parse_with_tools(text, &xml_tools()), answer(content, calls), "{text:?}");
+    }
+
+    #[test]
+    fn gemma4() {
+        // llama.cpp's test-chat.cpp cases for Gemma 4.
+        let q = |s: &str| format!("<|\"|>{s}<|\"|>");
+        let call = |name: &str, args: &str| format!("<|tool_call>call:{name}{{{args}}}<tool_call|>");
+        parses_gemma(&call("get_time", &format!("city:{}", q("London"))), "", &[("get_time", r#"{"city":"London"}"#)]);
+        parses_gemma(&call("empty_args", ""), "", &[("empty_args", "{}")]);
+        parses_gemma(
+            &format!("Hello, world!\nWhat's up?{}", call("get_time", &format!("city:{}", q("Paris")))),
+            "Hello, world!\nWhat's up?",
+            &[("get_time", r#"{"city":"Paris"}"#)],
+        );
+        parses_gemma(
+            &format!("{}{}", call("get_time", &format!("city:{}", q("London"))), call("get_weather", "city:5")),
+            "",
+            &[("get_time", r#"{"city":"London"}"#), ("get_weather", r#"{"city":5}"#)],
+        );
+        for (value, json) in [("42", "42"), ("-7", "-7"), ("3.14", "3.14"), ("1.5e10", "1.5e10"), ("true", "true")] {
+            parses_gemma(&call("f", &format!("x:{value}")), "", &[("f", &format!("{{\"x\":{json}}}"))]);
+        }
+        parses_gemma(&call("f", "x:false,y:null"), "", &[("f", r#"{"x":false,"y":null}"#)]);
+        parses_gemma(
+            &call("todo_list", &format!("todos:[{},{}]", q("buy milk"), q("walk dog"))),
+            "",
+            &[("todo_list", r#"{"todos":["buy milk","walk dog"]}"#)],
+        );
+        parses_gemma(
+            &call("set_config", &format!("config:{{theme:{},count:3}}", q("dark"))),
+            "",
+            &[("set_config", r#"{"config":{"theme":"dark","count":3}}"#)],
+        );
+        parses_gemma(&call("f", "a:[],b:{}"), "", &[("f", r#"{"a":[],"b":{}}"#)]);
+        // Nested deeper; strings hold quotes, backslashes, newlines, braces and `<|` as text, escaped as JSON.
+        parses_gemma(
+            &call("f", &format!("a:[[1,{{b:[{},null]}}],{{}}],s:{}", q("x"), q("say \"hi\" \\ {a:1}\n\t<|x|> <|\"|"))),
+            "",
+            &[("f", r#"{"a":[[1,{"b":["x",null]}],{}],"s":"say \"hi\" \\ {a:1}\n\t<|x|> <|\"|"}"#)],
+        );
+        parses_gemma(&call("f", &format!("s:{}", q(""))), "", &[("f", r#"{"s":""}"#)]);
+        // Keys are any chars but `:` and `}` (escaped as JSON), a space before the colon too, as llama.cpp reads
+        // them; whitespace between the other tokens is free.
+        parses_gemma(
+            &call("f", &format!(" a b\" : {} ,\n c: [ 1 , 2 ] ", q("v"))),
+            "",
+            &[("f", r#"{"a b\" ":"v","c":[1,2]}"#)],
+        );
+        // Python's `None`, as the template writes a null, is JSON's.
+        parses_gemma(&call("f", "x:None,y:[None]"), "", &[("f", r#"{"x":null,"y":[null]}"#)]);
+        // Text after the calls is content; a missing closing tag at the end loses nothing.
+        parses_gemma(&format!("{}\nDone.", call("f", "")), "Done.", &[("f", "{}")]);
+        parses_gemma("<|tool_call>call:f{x:1}", "", &[("f", r#"{"x":1}"#)]);
+        parses_gemma("<|tool_call>call:f{x:1} \n<tool_call|>", "", &[("f", r#"{"x":1}"#)]);
+        // No marker: all content.
+        parses_gemma("Use call:f{x:1} <|tool <tool_call|>", "Use call:f{x:1} <|tool <tool_call|>", &[]);
+    }
+
+    #[test]
+    fn gemma4_malformed() {
+        // Before a call has its name and its arguments' `{`, a malformed one is content.
+        for text in [
+            "<|tool_call>",
+            "<|tool_call>call:",
+            "<|tool_call>call:{}<tool_call|>",
+            "<|tool_call>get_time{}<tool_call|>",
+            "<|tool_call> call:f{}<tool_call|>",
+            "<|tool_call>call:get time{}<tool_call|>",
+            "<|tool_call>call:f[1]<tool_call|>",
+            "<|tool_call>{\"name\": \"f\", \"arguments\": {}}<tool_call|>",
+            "<|tool_call>call:get_weather",
+        ] {
+            parses_gemma(text, text.trim(), &[]);
+        }
+        // After that the call keeps what it streamed; the text from the break on is content again.
+        for (text, content, args) in [
+            ("<|tool_call>call:f{a:1 b:2}<tool_call|>", "b:2}<tool_call|>", r#"{"a":1"#),
+            ("<|tool_call>call:f{city:Paris}<tool_call|>", "Paris}<tool_call|>", r#"{"city":"#),
+            ("<|tool_call>call:f{a:[1}}<tool_call|>", "}}<tool_call|>", r#"{"a":[1"#),
+            ("<|tool_call>call:f{a:1,}<tool_call|>", "}<tool_call|>", r#"{"a":1,"#),
+            ("<|tool_call>call:f{a:tru}<tool_call|>", "}<tool_call|>", r#"{"a":tru"#),
+            ("<|tool_call>call:f{a:-}<tool_call|>", "}<tool_call|>", r#"{"a":-"#),
+            ("<|tool_call>call:f{a:\"x\"}<tool_call|>", "\"x\"}<tool_call|>", r#"{"a":"#),
+            ("<|tool_call>call:f{a:<|\"x}<tool_call|>", "<|\"x}<tool_call|>", r#"{"a":"#),
+            ("<|tool_call>call:f{}}<tool_call|>", "}<tool_call|>", "{}"),
+            ("<|tool_call>call:f{} oops", "oops", "{}"),
+            ("<|tool_call>call:f{a:Nope}", "Nope}", r#"{"a":"#),
+        ] {
+            parses_gemma(text, content, &[("f", args)]);
+        }
+        // An answer cut inside a call: a string stops where it stopped (but for what may begin its closing quote);
+        // a key not yet whole is content.
+        parses_gemma("<|tool_call>call:f{s:<|\"|>Par", "", &[("f", r#"{"s":"Par"#)]);
+        parses_gemma("<|tool_call>call:f{s:<|\"|>a<|\"", "<|\"", &[("f", r#"{"s":"a"#)]);
+        parses_gemma("<|tool_call>call:f{s:<|\"|>a<<|", "<|", &[("f", r#"{"s":"a<"#)]);
+        parses_gemma("<|tool_call>call:f{s:<|\"|>a<|\"|>,ke", "ke", &[("f", r#"{"s":"a","#)]);
+        parses_gemma("<|tool_call>call:f{n:12", "", &[("f", r#"{"n":12"#)]);
+        // A malformed call, then a good one.
+        parses_gemma(
+            "<|tool_call>call:f oops <|tool_call>call:g{}<tool_call|>",
+            "<|tool_call>call:f oops",
+            &[("g", "{}")],
+        );
+    }
+
     #[test]
     fn detect() {
         // Short excerpts of the real templates: the lines that render tool calls or ask for them.
@@ -2287,6 +3003,9 @@ mod tests {
         let glued = r#"{{- '<tool_call><function=' ~ tool_call.name ~ '>' }}{{- '<parameter=' ~ k ~ '>' }}"#;
         let nemotron =
             r#"{{- '<|start_header_id|>' -}}{{- '<TOOLCALL>[' -}}{{- '{"name": "' + fn.name + '", "arguments": ' -}}"#;
+        let gemma4 = r#"{{- '<|tool_call>call:' + function['name'] + '{' -}}"#;
+        // Gemma 3's template has no tools.
+        let gemma3 = "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix + message['content'] | trim) }}";
         for (source, format) in [
             (qwen25, Hermes),
             (hermes2pro, Hermes),
@@ -2302,8 +3021,16 @@ mod tests {
             (seed_oss, Generic),
             (glued, Generic),
             (nemotron, Generic),
+            (gemma4, Gemma4),
+            (GEMMA4, Gemma4),
+            (gemma3, Generic),
         ] {
             assert_eq!(ToolFormat::detect(source), format, "{source}");
+        }
+        // The names the bindings pass.
+        assert_eq!(Gemma4.name(), "gemma4");
+        for format in [Hermes, Llama3, Mistral, QwenXml, Gemma4, Generic] {
+            assert_eq!(ToolFormat::from_name(format.name()), Some(format));
         }
     }
 
@@ -2360,6 +3087,29 @@ mod tests {
             [CallStart { index: 1, name: "ping".into() }, Arguments { index: 1, text: "{}".into() }]
         );
         assert_eq!(s.finish(), []);
+
+        // `Gemma4`: the call goes out at its arguments' `{`, its arguments as JSON as they come; a string streams
+        // but for what may begin its closing quote; a key goes out whole at its colon.
+        let mut s = ToolCallStream::new(Gemma4);
+        assert_eq!(s.push("Checking. <|tool"), [Content("Checking.".into())]);
+        assert_eq!(s.push("_call>call:get_wea"), []);
+        assert_eq!(
+            s.push("ther{ci"),
+            [CallStart { index: 0, name: "get_weather".into() }, Arguments { index: 0, text: "{".into() }]
+        );
+        assert_eq!(s.push("ty:<|\"|"), [Arguments { index: 0, text: "\"city\":".into() }]);
+        assert_eq!(s.push(">Pa"), [Arguments { index: 0, text: "\"Pa".into() }]);
+        assert_eq!(s.push("ris \"X\"<|"), [Arguments { index: 0, text: "ris \\\"X\\\"".into() }]);
+        assert_eq!(s.push("x"), [Arguments { index: 0, text: "<|x".into() }]);
+        assert_eq!(s.push("<|\"|>,days:1"), [Arguments { index: 0, text: "\",\"days\":1".into() }]);
+        assert_eq!(s.push("4,on:Non"), [Arguments { index: 0, text: "4,\"on\":".into() }]);
+        assert_eq!(s.push("e}<tool_call"), [Arguments { index: 0, text: "null}".into() }]);
+        assert_eq!(
+            s.push("|><|tool_call>call:ping{"),
+            [CallStart { index: 1, name: "ping".into() }, Arguments { index: 1, text: "{".into() }]
+        );
+        assert_eq!(s.push("}"), [Arguments { index: 1, text: "}".into() }]);
+        assert_eq!(s.finish(), []);
     }
 
     /// Answers for the streaming invariant: the tests' examples and awkward cases.
@@ -2382,6 +3132,14 @@ mod tests {
         "<tool_call>\n<function=run>\n<parameter=code>\nx = \"</tool_call>\"\n</parameter>\n<parameter=code>\n\t\u{0}\n</parameter>\n</function></tool_call><tool_call><function=ping></function>",
         "<tool_call> <function=get_weather> <parameter=days>\nthree\n</parameter> oops </function>",
         "<tool_call>\n<function=ping>\n</function>\n</tool_cal <tool_call>\n<function=f>\n<parameter=a b>\n{\"x\": [1, {\"y\": \"</parameter\"}]}\n</parameter>\n</function>",
+    ];
+
+    /// `Gemma4` answers for the streaming invariant (every format reads them, and the others).
+    const GEMMA_ANSWERS: &[&str] = &[
+        "Let me see.\n\n<|tool_call>call:get_weather{city:<|\"|>São \"Paulo\" \\ 😀\n<|\"|>,days:3,n:[-1.5e-3,true,false,null,None,{a:{}}],u:<|\"|><|\"|>}<tool_call|><|tool_call>call:ping{}<tool_call|> after",
+        "<|tool_call>call:f{ k :[ <|\"|>a<|\"|> , 1 ] , m:{x:<|\"|><|\"<|\"|<|\"|>}}\n<tool_call|>\n<|tool_call>call:g{a:1 b}<tool_call|>",
+        "<|tool_call>call:f{a:tr}<|tool_call>call:g{a:[1}}<|tool_call>call:{}<|tool_call>call:h{s:<|\"|>cut <|\"",
+        "<|tool_call <|tool_call>call: f{} <|tool_call>call:f{a:Nonsense} <tool_call|> <|tool_call>call:f{x:-}",
     ];
 
     /// Feeds `pieces` one at a time, checking that the deltas are well formed; returns what they make up.
@@ -2432,11 +3190,11 @@ mod tests {
     fn any_split_assembles_to_parse() {
         let mut rng = Rng::new(37);
         let xml_tools = xml_tools();
-        for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
+        for format in [Hermes, Llama3, Mistral, QwenXml, Gemma4, Generic] {
             // `QwenXml` with the tools (typed values) and without (every value may be anything).
             let tool_sets: &[&[ToolSpec]] = if format == QwenXml { &[&xml_tools, &[]] } else { &[&[]] };
             for tools in tool_sets {
-                for text in ANSWERS.iter().chain(XML_ANSWERS) {
+                for text in ANSWERS.iter().chain(XML_ANSWERS).chain(GEMMA_ANSWERS) {
                     check_splits(format, tools, text, &mut rng, 40);
                     // Every cut of the answer too (a generation stopped anywhere).
                     for (i, _) in text.char_indices() {
@@ -2507,13 +3265,25 @@ mod tests {
             "</function>",
             "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
             "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            // `Gemma4`'s tokens, whole and in part, and calls.
+            "<|tool_call>",
+            "<tool_call|>",
+            "call:",
+            "call:f{",
+            "<|\"|>",
+            "<|\"",
+            "<|",
+            "None",
+            "a:",
+            "<|tool_call>call:f{a:<|\"|>x<|\"|>,b:[1,{c:null}]}<tool_call|>",
+            "<|tool_call>call:get_weather{city:<|\"|>",
         ];
         let mut rng = Rng::new(7);
         let xml_tools = xml_tools();
-        for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
+        for format in [Hermes, Llama3, Mistral, QwenXml, Gemma4, Generic] {
             let tools: &[ToolSpec] = if format == QwenXml { &xml_tools } else { &[] };
             let mut calls = 0;
-            for _ in 0..400 {
+            for _ in 0..600 {
                 let n = 1 + rng.next_u64() as usize % 24;
                 let text: String = (0..n).map(|_| PIECES[rng.next_u64() as usize % PIECES.len()]).collect();
                 calls += check_splits(format, tools, &text, &mut rng, 3);
@@ -2589,8 +3359,17 @@ mod tests {
         use std::sync::Arc;
 
         /// The test vocabulary: the 256 bytes, then these special tokens (the last is EOS).
-        const SPECIALS: &[&str] =
-            &["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<|eot_id|>"];
+        const SPECIALS: &[&str] = &[
+            "<tool_call>",
+            "</tool_call>",
+            "[TOOL_CALLS]",
+            "[ARGS]",
+            "<|python_tag|>",
+            "<|tool_call>",
+            "<tool_call|>",
+            "<|\"|>",
+            "<|eot_id|>",
+        ];
 
         fn factory() -> ParserFactory {
             let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
@@ -2708,6 +3487,7 @@ mod tests {
                 (Mistral, format!("[TOOL_CALLS][{WEATHER}"), format!(", {TIME}")),
                 (Generic, format!("{{\"tool_calls\": [{WEATHER}"), format!(", {TIME}")),
                 (QwenXml, XML_WEATHER.to_owned(), format!("\n{XML_TIME}")),
+                (Gemma4, GEMMA_WEATHER.to_owned(), GEMMA_TIME.to_owned()),
             ];
             for (format, one, second) in cases {
                 let close = match format {
@@ -2731,7 +3511,7 @@ mod tests {
 
         #[test]
         fn none_and_no_tools() {
-            for format in [Hermes, Llama3, Mistral, QwenXml, Generic] {
+            for format in [Hermes, Llama3, Mistral, QwenXml, Gemma4, Generic] {
                 assert_eq!(format.grammar(&tools(), &ToolChoice::None, true, &special_id), None);
                 assert_eq!(format.grammar(&[], &ToolChoice::Auto, true, &special_id), None);
                 assert_eq!(format.grammar(&tools(), &ToolChoice::Function("pong".into()), true, &special_id), None);
@@ -2863,6 +3643,86 @@ mod tests {
             assert_eq!(args(&alarms[2]), r#"{"hour":0,"note":"Wake up!\n<b>Now</b> </parameter\n"}"#);
             assert_eq!(args(&multiline), r#"{"city":"São\n\"Paulo\" {x}\n"}"#);
             assert_eq!(args(&alarms[4]), r#"{"hour":6,"repeat":{"days":2}}"#);
+        }
+
+        const GEMMA_WEATHER: &str =
+            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>";
+        const GEMMA_TIME: &str = "<|tool_call>call:get_time{zone:<|\"|>UTC<|\"|>}<tool_call|>";
+
+        #[test]
+        fn gemma4() {
+            let weather = GEMMA_WEATHER;
+            let time = GEMMA_TIME;
+            let ping = "<|tool_call>call:ping{}<tool_call|>";
+            let both = format!("{weather}{time}");
+            let q = |s: &str| format!("<|\"|>{s}<|\"|>");
+            let alarm = |args: &str| format!("<|tool_call>call:set_alarm{{{args}}}<tool_call|>");
+            // Keys in sorted order, the required ones there; strings quoted (any text but the quote: lines, tags,
+            // braces, a quote's start; empty), other values as JSON's, each to its schema.
+            let alarms = [
+                alarm("hour:7"),
+                alarm(&format!("hour:23,labels:[{},{}],loud:false,note:null,repeat:{{days:2}}", q("a"), q("b"))),
+                alarm(&format!("hour:0,note:{}", q("Wake up!\n<b>Now</b> {x:1} <|\"|"))),
+                alarm(&format!("hour:0,labels:[],note:{}", q(""))),
+            ];
+            let city = |value: &str| format!("<|tool_call>call:get_weather{{city:{value}}}<tool_call|>");
+            let bad_calls = [
+                weather.replace("get_weather", "get_wether"),
+                // A required key missing, an enum's other value, keys out of order, one the schema does not have.
+                "<|tool_call>call:get_weather{}<tool_call|>".to_owned(),
+                format!("<|tool_call>call:get_weather{{unit:{}}}<tool_call|>", q("celsius")),
+                weather.replace("celsius", "kelvin"),
+                time.replace("UTC", "PST"),
+                format!("<|tool_call>call:get_weather{{unit:{},city:{}}}<tool_call|>", q("celsius"), q("Paris")),
+                alarm("hour:7,volume:3"),
+                // Values to their schema: a number in range, JSON's booleans, a string quoted, objects to theirs.
+                alarm("hour:24"),
+                alarm("hour:seven"),
+                alarm(&format!("hour:{}", q("7"))),
+                alarm("hour:7,loud:True"),
+                alarm("hour:7,note:None"),
+                alarm("hour:7,repeat:{weeks:2}"),
+                alarm(&format!("hour:7,labels:[1,{}]", q("b"))),
+                // A string holds no quote; JSON is not the syntax; the template writes no spaces.
+                city(&format!("{}b{}", q("a"), "<|\"|>")),
+                city("\"Paris\""),
+                "<|tool_call>call:get_weather{\"city\": \"Paris\"}<tool_call|>".to_owned(),
+                city(&format!(" {}", q("Paris"))),
+                weather.replace("<tool_call|>", ""),
+            ];
+            let prose = "The weather in Paris is {mild}; call:get_weather{} is no call.";
+            let mut bad: Vec<&str> = vec!["<|tool_call>I'd call get_weather.", "Sure: <|tool_call> {}"];
+            bad.extend(bad_calls.iter().map(String::as_str));
+            let mut good: Vec<(&str, &[&str])> =
+                vec![("", &[]), (prose, &[]), (weather, &["get_weather"]), (ping, &["ping"])];
+            let with_text = format!("Let me check.\n\n{both}");
+            good.push((&with_text, &["get_weather", "get_time"]));
+            let multiline = city(&q("São\n\"Paulo\" {x}\n"));
+            good.push((&multiline, &["get_weather"]));
+            good.extend(alarms.iter().map(|a| (a.as_str(), &["set_alarm"][..])));
+            check(Gemma4, ToolChoice::Auto, &good, &bad);
+            let mut required_bad = vec![prose, "", "Sure.\n<|tool_call>", &with_text];
+            required_bad.extend(bad_calls.iter().map(String::as_str));
+            check(
+                Gemma4,
+                ToolChoice::Required,
+                &[(weather, &["get_weather"]), (&both, &["get_weather", "get_time"]), (&alarms[1], &["set_alarm"])],
+                &required_bad,
+            );
+            check(
+                Gemma4,
+                ToolChoice::Function("get_time".into()),
+                &[(time, &["get_time"])],
+                &[weather, &both, prose, &format!("{time}{time}")],
+            );
+            // What the grammar allows reads back as JSON.
+            let args = |text: &str| Gemma4.parse(text).tool_calls[0].arguments.clone();
+            assert_eq!(
+                args(&alarms[1]),
+                r#"{"hour":23,"labels":["a","b"],"loud":false,"note":null,"repeat":{"days":2}}"#
+            );
+            assert_eq!(args(&alarms[2]), r#"{"hour":0,"note":"Wake up!\n<b>Now</b> {x:1} <|\"|"}"#);
+            assert_eq!(args(&multiline), r#"{"city":"São\n\"Paulo\" {x}\n"}"#);
         }
 
         #[test]
