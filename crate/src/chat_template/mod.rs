@@ -134,6 +134,9 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     tool_format: ToolFormat,
+    /// Gemma 4's first templates: a model turn's tool results are its `tool_responses`, not `tool` turns
+    /// (`tool_prompt::gemma4_turns`). Its later templates (marked "OpenAI Chat Completions") read `tool` turns.
+    tool_responses_in_turn: bool,
     /// Which turns it prints, for the generic tool form: probed at the first render that needs it.
     generic_turns: std::sync::OnceLock<tool_prompt::GenericTurns>,
 }
@@ -170,6 +173,8 @@ impl ChatTemplate {
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
             tool_format,
+            tool_responses_in_turn: tool_format == ToolFormat::Gemma4
+                && !source.contains("{#- OpenAI Chat Completions:"),
             generic_turns: std::sync::OnceLock::new(),
         })
     }
@@ -240,7 +245,11 @@ impl ChatTemplate {
             (messages, options.tools.as_slice())
         };
         let mut context = options.variables.clone();
-        context.insert("messages".into(), messages.iter().map(tool_prompt::message_view).collect());
+        let views = match self.tool_responses_in_turn {
+            true => tool_prompt::gemma4_turns(messages),
+            false => messages.iter().map(tool_prompt::message_view).collect(),
+        };
+        context.insert("messages".into(), serde_json::Value::Array(views));
         if !tools.is_empty() {
             context.insert("tools".into(), tools.iter().map(ToolSpec::to_json).collect());
         }

@@ -2073,7 +2073,7 @@ struct GemmaValues {
 impl GemmaValues {
     /// A Lark expression for the values of `schema`, a schema in tool `tool`'s parameters `root`.
     fn value(&mut self, schema: &Value, root: &Value, tool: usize, depth: usize) -> String {
-        // Past belief: any value.
+        // Past a depth of 32 (a schema nested beyond reason), or not a schema: any value.
         let Some(o) = schema.as_object().filter(|_| depth < 32) else { return self.any() };
         if let Some(reference) = o.get("$ref").and_then(Value::as_str) {
             if let Some((_, _, rule)) = self.refs.iter().find(|(t, r, _)| *t == tool && r == reference) {
@@ -2837,10 +2837,11 @@ mod tests {
         .unwrap();
         let options = RenderOptions { tools, add_generation_prompt: true, ..RenderOptions::default() };
         let text = template.render_with(&messages, &options).unwrap();
-        // Written out from the template: the tools as declarations in its own syntax, keys sorted; the calls before
-        // the content, their arguments sorted, strings quoted, a null as Python writes it; each result a `tool` turn
-        // (this template reads results from the assistant's `tool_responses`, which OpenAI's messages do not have;
-        // llama.cpp moves them there: not done here).
+        // Written out from the template: the tools as declarations in its own syntax, keys sorted; the calls, their
+        // arguments sorted, strings quoted, a null as Python writes it; the results in the same model turn (this
+        // template reads them from the turn's `tool_responses`, where they are moved from the `tool` turns, as
+        // llama.cpp does; its own text goes, as llama.cpp drops it), a JSON result as a mapping, any other under
+        // `value`; the turn left open for the model's text after them.
         let expected = concat!(
             "<bos><|turn>system\n<|tool>declaration:get_weather{description:<|\"|>The weather<|\"|>,parameters:{",
             "properties:{city:{type:<|\"|>STRING<|\"|>},days:{description:<|\"|>How many<|\"|>,type:<|\"|>INTEGER<|\"|>}},",
@@ -2848,17 +2849,24 @@ mod tests {
             "<|turn>user\nWeather in Paris for 3 days? And wake me.<turn|>\n",
             "<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>",
             "<|tool_call>call:set_alarm{labels:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],loud:true,options:{at:-1.5,snooze:None}}<tool_call|>",
-            "Let me check.<turn|>\n",
-            "<|turn>tool\n{\"temperature\": 18}<turn|>\n<|turn>tool\nset<turn|>\n",
-            "<|turn>model\n<|channel>thought\n<channel|>",
+            "<|tool_response>response:get_weather{temperature:18}<tool_response|>",
+            "<|tool_response>response:set_alarm{value:<|\"|>set<|\"|>}<tool_response|>",
+            "<|channel>thought\n<channel|>",
         );
         assert_eq!(text, expected);
+        // The model's answer after the results closes that turn; the next user turn opens another.
+        let mut later = messages.to_vec();
+        later.extend([ChatMessage::new("assistant", "18 degrees."), ChatMessage::new("user", "Thanks.")]);
+        let text = template.render_with(&later, &options).unwrap();
+        let tail = "set<|\"|>}<tool_response|>18 degrees.<turn|>\n<|turn>user\nThanks.<turn|>\n<|turn>model\n";
+        assert!(text.contains(tail), "{text}");
+        assert!(!text.contains("Let me check.") && !text.contains("<|turn>tool"), "{text}");
         // The calls read back from the model's turn as they were made (Python's `None` is JSON's null).
-        let turn = text.split("<|turn>model\n").nth(1).unwrap().split("<turn|>").next().unwrap();
+        let turn = text.split("<|turn>model\n").nth(1).unwrap().split("<|tool_response>").next().unwrap();
         assert_eq!(
             Gemma4.parse(turn),
             answer(
-                "Let me check.",
+                "",
                 &[
                     ("get_weather", r#"{"city":"Paris","days":3}"#),
                     ("set_alarm", r#"{"labels":["a","b"],"loud":true,"options":{"at":-1.5,"snooze":null}}"#)

@@ -40,6 +40,50 @@ pub(super) fn message_view(m: &ChatMessage) -> Value {
     Value::Object(view)
 }
 
+/// The views of `messages` for Gemma 4's first templates, which read a model turn's tool results from its
+/// `tool_responses` (`{name, response}` each) rather than from `tool` turns, as llama.cpp rewrites them
+/// (`convert_tool_responses_gemma4`): an assistant's turn with calls takes the `tool` turns after it as its responses
+/// (each named by the call in its place, else by its `name` or `tool_call_id`; its content parsed where it is JSON)
+/// and, as its content, that of the assistant's turn after them where that one makes no call. Its own content goes,
+/// as llama.cpp drops it: the model writes its text after the results, in the same turn, which the template leaves
+/// open for it when the turn has no text.
+pub(super) fn gemma4_turns(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut views = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        let m = &messages[i];
+        i += 1;
+        if m.role != "assistant" || m.tool_calls.is_empty() {
+            views.push(message_view(m));
+            continue;
+        }
+        let mut view = Map::new();
+        view.insert("role".into(), "assistant".into());
+        let calls = message_view(m).get("tool_calls").cloned().unwrap_or_default();
+        view.insert("tool_calls".into(), calls);
+        let mut responses = Vec::new();
+        while let Some(result) = messages.get(i).filter(|r| r.role == "tool") {
+            let response =
+                serde_json::from_str::<Value>(&result.content).unwrap_or_else(|_| result.content.as_str().into());
+            let name = m.tool_calls.get(responses.len()).map(|c| c.function.name.as_str()).filter(|n| !n.is_empty());
+            let name = name.or(result.name.as_deref()).or(result.tool_call_id.as_deref()).unwrap_or("");
+            responses.push(json!({ "name": name, "response": response }));
+            i += 1;
+        }
+        if !responses.is_empty() {
+            view.insert("tool_responses".into(), Value::Array(responses));
+        }
+        if let Some(next) = messages.get(i).filter(|n| n.role == "assistant" && n.tool_calls.is_empty()) {
+            if !next.content.is_empty() {
+                view.insert("content".into(), next.content.as_str().into());
+                i += 1;
+            }
+        }
+        views.push(Value::Object(view));
+    }
+    views
+}
+
 /// A call's arguments as a mapping when they are a JSON object's text; otherwise the text itself.
 fn arguments_value(arguments: &str) -> Value {
     match serde_json::from_str::<Value>(arguments) {
