@@ -950,18 +950,9 @@ fn qwen35_on_the_gpu_goes_back_to_earlier_positions_and_saves_its_state() {
         assert_eq!(got.stats.cached_tokens, shared, "{what}: the positions it shares are kept");
     }
 
-    let vocab = model.config.vocab_size;
     let whole = software_session(&model, &opts).eval(&prompt, true).unwrap().to_vec();
     let mut s = software_session(&model, &opts);
-    s.eval(&prompt[..10], false).unwrap();
-    for t in 10..prompt.len() {
-        s.eval(&prompt[t..t + 1], false).unwrap();
-    }
-    for back in [14, 5] {
-        s.truncate(back);
-        let got = s.eval(&prompt[back..], true).unwrap();
-        assert!(got == &whole[back * vocab..], "logits after going back to {back}");
-    }
+    tiny::assert_going_back_gives_whole_logits(&mut s, &prompt, &whole, model.config.vocab_size);
 
     let state = s.save_state().unwrap();
     let turn2: Vec<u32> = prompt.iter().chain(&prompt[..3]).copied().collect();

@@ -28,8 +28,8 @@ use serde_json::Value;
 
 use support::test;
 use support::tiny::{
-    check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, GEMMA4, GRANITEMOE, LLAMA3, LLAMA_SPM, PHI3,
-    QWEN2, QWEN3, QWEN35, QWEN3MOE, SMOLLM3,
+    assert_going_back_gives_whole_logits, check_logits, fixtures_dir, greedy_reference, ids, load, GEMMA3, GEMMA4,
+    GRANITEMOE, LLAMA3, LLAMA_SPM, PHI3, QWEN2, QWEN3, QWEN35, QWEN3MOE, SMOLLM3,
 };
 
 fn check_tokenizer(file: &str) {
@@ -363,21 +363,9 @@ fn a_recurrent_state_goes_back_to_an_earlier_position() {
         assert_eq!(got.stats.cached_tokens, shared, "{what}: the positions it shares are kept");
     }
 
-    // The logits too, bit for bit (the tiny model's top token is mostly its input, so ids alone say little): the
-    // prompt's first 10 tokens in one call (the checkpoint), the others one at a time, then back to 14 (from the
-    // checkpoint) and to 5 (from the start).
-    let vocab = model.config.vocab_size;
+    // The logits too, bit for bit.
     let whole = session(&model, 64).eval(&prompt, true).unwrap().to_vec();
-    let mut s = session(&model, 8);
-    s.eval(&prompt[..10], false).unwrap();
-    for t in 10..prompt.len() {
-        s.eval(&prompt[t..t + 1], false).unwrap();
-    }
-    for back in [14, 5] {
-        s.truncate(back);
-        let got = s.eval(&prompt[back..], true).unwrap();
-        assert!(got == &whole[back * vocab..], "logits after going back to {back}");
-    }
+    assert_going_back_gives_whole_logits(&mut session(&model, 8), &prompt, &whole, model.config.vocab_size);
 }
 
 /// A Qwen3.5 header whose delta-net or RoPE keys do not hold together is refused with a typed error that names

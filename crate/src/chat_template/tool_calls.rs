@@ -2736,18 +2736,22 @@ mod tests {
         );
     }
 
+    /// An assistant turn's call, as OpenAI's messages carry it.
+    fn call(id: &str, name: &str, arguments: &str) -> crate::chat_template::MessageToolCall {
+        crate::chat_template::MessageToolCall {
+            id: id.into(),
+            function: ToolCall { name: name.into(), arguments: arguments.into() },
+        }
+    }
+
     /// Qwen 3.5's template, as llama.cpp's tests have it (models/templates/Qwen3.5-4B.jinja).
     const QWEN35: &str = include_str!("../../../tests/fixtures/templates/Qwen3.5-4B.jinja");
 
     #[test]
     fn qwen_xml_renders_calls_and_results() {
-        use crate::chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
+        use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
         let template = ChatTemplate::new(QWEN35, "", "<|im_end|>").unwrap();
         assert_eq!(template.tool_format(), QwenXml);
-        let call = |id: &str, name: &str, arguments: &str| MessageToolCall {
-            id: id.into(),
-            function: ToolCall { name: name.into(), arguments: arguments.into() },
-        };
         let messages = [
             ChatMessage::new("user", "Weather in Paris for 3 days? And wake me."),
             ChatMessage {
@@ -2808,13 +2812,9 @@ mod tests {
 
     #[test]
     fn gemma4_renders_calls_and_results() {
-        use crate::chat_template::{ChatMessage, ChatTemplate, MessageToolCall, RenderOptions};
+        use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
         let template = ChatTemplate::new(GEMMA4, "<bos>", "<eos>").unwrap();
         assert_eq!(template.tool_format(), Gemma4);
-        let call = |id: &str, name: &str, arguments: &str| MessageToolCall {
-            id: id.into(),
-            function: ToolCall { name: name.into(), arguments: arguments.into() },
-        };
         let messages = [
             ChatMessage::new("user", "Weather in Paris for 3 days? And wake me."),
             ChatMessage {

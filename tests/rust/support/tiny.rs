@@ -243,3 +243,19 @@ pub fn check_iq4_logits(file: &str, tol: f32, got: impl Fn(&[u32]) -> Vec<f32>, 
         }
     }
 }
+
+/// A recurrent model's state going back, checked on its logits bit for bit (the tiny models' top token is mostly
+/// their input, so ids alone say little): `s` (a fresh session) takes `prompt`'s first 10 tokens in one call (its
+/// checkpoint) and the others one at a time, then goes back to 14 (from the checkpoint) and to 5 (from the start);
+/// the logits of the rest must be `whole`'s rows (the whole prompt's, evaluated at once).
+pub fn assert_going_back_gives_whole_logits(s: &mut Session, prompt: &[u32], whole: &[f32], vocab: usize) {
+    s.eval(&prompt[..10], false).unwrap();
+    for t in 10..prompt.len() {
+        s.eval(&prompt[t..t + 1], false).unwrap();
+    }
+    for back in [14, 5] {
+        s.truncate(back);
+        let got = s.eval(&prompt[back..], true).unwrap();
+        assert!(got == &whole[back * vocab..], "logits after going back to {back}");
+    }
+}
