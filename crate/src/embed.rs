@@ -43,6 +43,7 @@ impl Model {
 
     /// [`embed`](Self::embed) of texts already tokenized (special tokens included).
     pub fn embed_tokens(&self, texts: &[Vec<u32>], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        self.check_weights_held()?;
         let c = &self.config;
         for ids in texts {
             if ids.len() > c.context_length {

@@ -22,7 +22,14 @@ export interface Glue {
   /** `optionsJson`: `{kvCache?, chatTemplate?}`. */
   Engine: { fromBuffer(buffer: ModelBuffer, nCtx: number, optionsJson?: string): Engine };
   /** The WebGPU engine (crate/src/wasm/gpu.rs; `wasm-gpu` build only): the same methods, its forward passes return Promises. */
-  GpuEngine?: { load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine> };
+  GpuEngine?: {
+    load(buffer: ModelBuffer, nCtx: number, optionsJson: string): Promise<Engine>;
+    /** The model a `GpuStream` received whole, its matrices on the GPU only. */
+    fromStream(stream: GpuStream, nCtx: number, optionsJson: string): Promise<Engine>;
+  };
+  /** A model file on its way to the GPU, its matrices never in wasm memory (`wasm-gpu` build only). `optionsJson`:
+   * `{maxBindingBytes?, allowSoftware?}`. */
+  GpuStream?: { open(len: number, optionsJson: string): Promise<GpuStream> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
   /** SHA-256 over chunks (crate/src/wasm/mod.rs), for the model files a store keeps. */
   Sha256: new () => { update(chunk: Uint8Array): void; digest(): string; free(): void };
@@ -78,6 +85,12 @@ export interface WasmCollection {
 export interface WasmToolCallParser {
   push(text: string): string;
   finish(): string;
+  free(): void;
+}
+
+export interface GpuStream {
+  /** Take the file's next chunk; await each before the next. */
+  push(chunk: Uint8Array): Promise<void>;
   free(): void;
 }
 

@@ -2,11 +2,11 @@
 // engine made from them, the engine's calls (one caller at a time; its errors as `RuvllmError`s, a trap retiring it),
 // and the engine's JSON read into the API's shapes.
 import type { Backend } from './backend.js';
-import type { Engine, Glue, ModelBuffer, Wasm } from './builds.js';
+import type { Engine, Glue, GpuStream, ModelBuffer, Wasm } from './builds.js';
 import { AbortError, RuvllmError, throwIfAborted, type ErrorCode } from './errors.js';
 import type { ModelStore } from './models/store.js';
 import { getPlatform, openModelFiles, openModelSource, type StartedWasm } from './platform.js';
-import { checkModelSize, type ModelSource, type OpenedSource } from './source.js';
+import { checkModelSize, checkStreamedModelSize, type ModelSource, type OpenedSource } from './source.js';
 import type { GenerateChunk, GenerateResult, KvCacheOptions, LoadOptions, ModelInfo, PrefixCacheInfo } from './types.js';
 
 /** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError), after which the
@@ -43,7 +43,9 @@ const REFUSED: ReadonlySet<ErrorCode> = new Set(['E_GGUF', 'E_UNSUPPORTED_ARCH',
 
 /** Stream `source`'s files (one, or a split model's shards) into the memory of `build`'s wasm as they arrive from the
  * network or a model store (checking the size as they come) and make the engine of the model they hold: the WebGPU
- * engine in the `wasm-gpu` build, else the CPU engine. */
+ * engine in the `wasm-gpu` build, else the CPU engine. Under `backend: 'webgpu'` one file of known size goes to the
+ * GPU instead as it arrives (`GpuStream`): wasm memory keeps its header and small vectors only, so a file larger than
+ * that memory loads (the engine then never runs on the CPU, which 'webgpu' does not anyway). */
 export async function loadEngine(build: StartedWasm, source: ModelSource, options: EngineOptions): Promise<Engine> {
   const { host, wasm } = build;
   const { onProgress, signal, backend, contextSize, gpuMaxBindingBytes, gpuAllowSoftware, kvCache, chatTemplate } = options;
@@ -56,11 +58,14 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
     }
   };
   let buffer: ModelBuffer | undefined;
+  let stream: GpuStream | undefined;
   const header = options.onHeader && headerCollector(options.onHeader, (prefix) => engineCall(() => wasm.glue.TextEngine.headerBytes(prefix)));
   const opened: OpenedSource[] = [];
   try {
     const files = await openModelFiles(host, source, { store: options.store, sha256: options.sha256, signal, hasher: () => new Sha256() });
-    if (files.total !== undefined) checkModelSize(files.total);
+    const toGpu = wasm.build === 'wasm-gpu' && backend === 'webgpu' && files.open.length === 1 && wasm.glue.GpuStream !== undefined;
+    const checkSize = toGpu ? checkStreamedModelSize : checkModelSize;
+    if (files.total !== undefined) checkSize(files.total);
     let total = files.total;
     let loaded = 0;
     let fromCache = 0;
@@ -70,8 +75,13 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
       opened.push(file);
       try {
         if (files.open.length === 1) total = file.total;
-        if (file.total !== undefined) checkModelSize(loaded + file.total);
-        if (i === 0) buffer = engineCall(() => new ModelBuffer(file.total ?? 0));
+        if (file.total !== undefined) checkSize(loaded + file.total);
+        if (toGpu && file.total !== undefined) {
+          const streamOptions = JSON.stringify({ maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware });
+          stream = await withWindowGlobal(() => wasm.glue.GpuStream!.open(file.total!, streamOptions)).catch((e) => {
+            throw engineError(e, wasm.glue);
+          });
+        } else if (i === 0) buffer = engineCall(() => new ModelBuffer(file.total ?? 0));
         else engineCall(() => buffer!.nextShard(file.total ?? 0));
         const fromStore = file.fromStore ?? 0;
         let read = 0;
@@ -80,9 +90,12 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
           fromCache += Math.max(0, Math.min(chunk.length, fromStore - read));
           read += chunk.length;
           loaded += chunk.length;
-          checkModelSize(loaded);
+          checkSize(loaded);
           if (i === 0) header?.(chunk);
-          engineCall(() => buffer!.push(chunk));
+          if (stream) await stream.push(chunk).catch((e) => {
+            throw engineError(e, wasm.glue);
+          });
+          else engineCall(() => buffer!.push(chunk));
           onProgress?.({ loaded, total, fromCache, file: i + 1, files: files.open.length });
         }
         throwIfAborted(signal);
@@ -94,8 +107,15 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
       }
     }
     const bytes = buffer!;
-    buffer = undefined; // the engine consumes it, even when it fails
+    const streamed = stream;
+    buffer = stream = undefined; // the engine consumes it, even when it fails
     try {
+      if (streamed) {
+        const gpuOptions = JSON.stringify({ backend, kvCache, chatTemplate });
+        return await withWindowGlobal(() => wasm.glue.GpuEngine!.fromStream(streamed, contextSize, gpuOptions)).catch((e) => {
+          throw engineError(e, wasm.glue);
+        });
+      }
       if (wasm.build === 'wasm-gpu') {
         const gpuOptions = JSON.stringify({ backend, maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware, kvCache, chatTemplate });
         return await withWindowGlobal(() => wasm.glue.GpuEngine!.load(bytes, contextSize, gpuOptions)).catch((e) => {
@@ -109,6 +129,7 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
     }
   } catch (e) {
     buffer?.free();
+    stream?.free();
     throw e;
   }
 }

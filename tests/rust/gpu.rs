@@ -15,7 +15,7 @@ mod support;
 use std::sync::Arc;
 
 use ruvllm::constraint::GrammarSource;
-use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
+use ruvllm::gpu::{block_on, GpuModel, GpuModelStream, GpuOptions, GpuSession};
 use ruvllm::kv::prefix_cache::PAGE_TOKENS;
 use ruvllm::kv::KvCache;
 use ruvllm::{
@@ -118,6 +118,74 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
             assert_eq!(out.ids, want, "{file}: greedy ids on the GPU after {prompt:?}");
         }
     }
+}
+
+/// `bytes` streamed onto the software adapter (arenas of at most `max_binding` bytes) in chunks of `chunk` bytes.
+fn stream(bytes: &[u8], chunk: usize, max_binding: u64) -> ruvllm::Result<ruvllm::gpu::StreamedModel> {
+    let opts = GpuOptions { max_binding_bytes: Some(max_binding), ..software() };
+    let mut s = block_on(GpuModelStream::new(bytes.len(), &opts))?;
+    for c in bytes.chunks(chunk) {
+        block_on(s.push(c))?;
+    }
+    s.finish()
+}
+
+/// A model streamed to the GPU (its matrices from the stream into the GPU's buffers, memory holding the header, the
+/// vectors and the identity's samples) runs as the same file loaded whole does there: the same logits, bit for bit,
+/// from chunks of any size and arenas split mid-matrix; Qwen3.5's queries and gates and Qwen3-MoE's experts side by
+/// side are laid out from their gathered matrices, Phi-3's fused matrices read as row ranges. It keeps the whole
+/// file's identity (its prefix-cache pages and saved states are the same model's), and refuses what would need the
+/// matrices on the CPU: a CPU session, embeddings.
+#[test]
+fn a_model_streamed_to_the_gpu_runs_there_as_the_file_loaded_whole() {
+    let max_binding = 64 << 10;
+    let opts = GpuOptions { max_binding_bytes: Some(max_binding), ..software() };
+    let session = SessionOptions { n_ctx: 64, n_batch: 8 };
+    let prompt = [1u32, 17, 33, 99, 5, 250, 3, 8, 13, 21, 34];
+    for (file, chunk) in [(tiny::QWEN35, 1007), (tiny::QWEN3MOE, 64 << 10), (tiny::LLAMA_SPM, 4093), (tiny::PHI3, 333)]
+    {
+        let bytes = support::read_file(&format!("{}/{file}", tiny::fixtures_dir()));
+        let whole = Arc::new(Model::from_bytes(bytes.clone()).unwrap());
+        let mut s = Session::with_gpu_options(whole.clone(), &session, Backend::WebGpu, &opts).unwrap();
+        let want = s.eval(&prompt, true).unwrap().to_vec();
+
+        let streamed = stream(&bytes, chunk, max_binding).unwrap();
+        let held: usize = streamed.model.file().chunks(0..bytes.len()).map(<[u8]>::len).sum();
+        assert!(
+            !streamed.model.file().is_whole() && held < bytes.len() / 2,
+            "{file}: {held} of {} bytes held",
+            bytes.len()
+        );
+        assert_eq!(streamed.model.id(), whole.id(), "{file}: the identity of the whole file");
+        let gm = Arc::new(block_on(streamed.into_gpu_model()).unwrap());
+        assert!(gm.arena_count() > 2, "{file}: {} weight buffers", gm.arena_count());
+        let model = gm.model().clone();
+        let mut s = Session::on_gpu_model(gm, &session).unwrap();
+        assert!(s.on_gpu());
+        assert_eq!(s.eval(&prompt, true).unwrap(), &want[..], "{file}: logits streamed and whole");
+
+        let refused = |r: ruvllm::Result<_>| matches!(r, Err(Error::Model(m)) if m.contains("streamed to a GPU"));
+        assert!(
+            refused(Session::with_options(model.clone(), &SessionOptions::default()).map(|_| ())),
+            "{file}: a CPU session"
+        );
+        assert!(refused(model.embed(&["x"], &Default::default()).map(|_| ())), "{file}: embeddings");
+    }
+}
+
+/// A stream that ends early, or is not GGUF, is a typed error: at `finish`, or at the push that shows it (after
+/// which the stream takes nothing more).
+#[test]
+fn a_short_or_foreign_stream_is_a_typed_error() {
+    let bytes = support::read_file(&format!("{}/{}", tiny::fixtures_dir(), tiny::QWEN35));
+    for cut in [100, bytes.len() / 2, bytes.len() - 1] {
+        let e = stream(&bytes[..cut], 4096, 1 << 20).err();
+        assert!(matches!(e, Some(Error::Gguf(_))), "cut at {cut}: {e:?}");
+    }
+    let mut s = block_on(GpuModelStream::new(4 << 20, &software())).unwrap();
+    let junk = vec![7u8; 2 << 20];
+    assert!(matches!(block_on(s.push(&junk)), Err(Error::Gguf(_))));
+    assert!(matches!(block_on(s.push(&junk)), Err(Error::Model(_))), "a failed stream takes no more");
 }
 
 /// The tiny llama with IQ4_XS and IQ4_NL layer matrices ([`tiny::iq4_models`]) on the GPU, against the same model

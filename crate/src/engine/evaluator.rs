@@ -184,8 +184,26 @@ impl Evaluator {
         Evaluator::with_gpu(model, n_ctx, n_batch, backend, gpu)
     }
 
+    /// An evaluator on `gm`, a model already on the GPU, which it never leaves when the model's matrices are not held
+    /// in memory (a streamed model: `gpu::GpuModelStream`); the GPU's faults are then errors, under any backend.
+    #[cfg(feature = "gpu")]
+    pub(crate) async fn on_gpu_model(
+        gm: Arc<crate::gpu::GpuModel>,
+        n_ctx: usize,
+        n_batch: usize,
+        backend: Backend,
+    ) -> Result<Evaluator> {
+        let model = gm.model().clone();
+        let (n_ctx, n_batch) = resolve(&model.config, n_ctx, n_batch)?;
+        let gpu = match gpu_kv_cache(&model) {
+            Ok(()) => GpuRunner::on_model(gm, n_ctx, n_batch).await,
+            Err(e) => Err(e),
+        };
+        Evaluator::with_gpu(model, n_ctx, n_batch, backend, Some(gpu))
+    }
+
     /// The one rule for a GPU that failed to open: under `Auto` the CPU runs (and `fallback` says
-    /// why), under `WebGpu` it is an error.
+    /// why) where the model's weights are in memory, under `WebGpu` it is an error.
     fn with_gpu(
         model: Arc<Model>,
         n_ctx: usize,
@@ -196,9 +214,12 @@ impl Evaluator {
         let (gpu, fallback) = match gpu {
             None => (None, None),
             Some(Ok(engine)) => (Some(engine), None),
-            Some(Err(e)) if backend == Backend::Auto => (None, Some(e)),
+            Some(Err(e)) if backend == Backend::Auto && model.file().is_whole() => (None, Some(e)),
             Some(Err(e)) => return Err(e),
         };
+        if gpu.is_none() {
+            model.check_weights_held()?;
+        }
         Ok(Evaluator {
             model,
             n_ctx,
@@ -587,7 +608,7 @@ impl Evaluator {
     /// The one fallback rule: under `Auto` a GPU fault moves the work to the CPU, which replays the
     /// cached tokens to rebuild the cache there; any other error (or backend) is returned.
     fn gpu_failed(&mut self, e: Error) -> Result<()> {
-        if self.backend != Backend::Auto || !matches!(e, Error::Gpu { .. }) {
+        if self.backend != Backend::Auto || !matches!(e, Error::Gpu { .. }) || !self.model.file().is_whole() {
             return Err(e);
         }
         self.gpu = None;

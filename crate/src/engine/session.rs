@@ -63,6 +63,14 @@ impl Session {
         Ok(Session { ev, generation: None })
     }
 
+    /// A session on `gm`, a model already on the GPU (one streamed there, `gpu::GpuModelStream`, runs there only:
+    /// its faults are errors).
+    #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+    pub fn on_gpu_model(gm: Arc<crate::gpu::GpuModel>, opts: &SessionOptions) -> Result<Session> {
+        let ev = crate::engine::evaluator::wait(Evaluator::on_gpu_model(gm, opts.n_ctx, opts.n_batch, Backend::Auto))?;
+        Ok(Session { ev, generation: None })
+    }
+
     /// Whether the forward passes run on the GPU (false after a fallback to the CPU).
     pub fn on_gpu(&self) -> bool {
         self.ev.on_gpu()

@@ -8,6 +8,11 @@
 //! A split model (llama.cpp's `NAME-00001-of-0000N.gguf`) is its shards laid end to end ([`ModelBytes::from_shards`]):
 //! each shard starts a piece of its own, so each shard's header is read where it starts, and [`ModelBytes::gguf`]
 //! gives one header for all of them with every tensor's offset into the whole ([`Gguf::parse_shards`]).
+//!
+//! A file may also be held in part ([`PartialBytesBuilder`]): the header, the vectors the weights copy out and the
+//! bytes the model's identity samples, while its matrices go straight from the stream to the GPU
+//! (`gpu::GpuModelStream`), so a file larger than wasm32's memory loads there. Such bytes say so
+//! ([`ModelBytes::is_whole`]); nothing on the CPU reads a matrix of them.
 
 use std::ops::Range;
 
@@ -20,6 +25,8 @@ pub struct ModelBytes {
     len: usize,
     /// Where each shard starts (one file: `[0]`). Each starts a piece, or is empty.
     shards: Vec<usize>,
+    /// Whether the pieces cover the file end to end (else it is held in part: [`PartialBytesBuilder`]).
+    whole: bool,
 }
 
 struct Piece {
@@ -64,12 +71,13 @@ impl From<memmap2::Mmap> for ModelBytes {
 impl ModelBytes {
     fn from_pieces(pieces: Vec<Piece>) -> ModelBytes {
         let len = pieces.last().map_or(0, Piece::end);
-        ModelBytes { pieces, len, shards: vec![0] }
+        ModelBytes { pieces, len, shards: vec![0], whole: true }
     }
 
     /// A split model's shard files, in order, laid end to end (moved, not copied).
     pub fn from_shards(files: Vec<ModelBytes>) -> ModelBytes {
         let (mut pieces, mut shards, mut len) = (Vec::new(), Vec::new(), 0);
+        let whole = files.iter().all(|f| f.whole);
         for file in files {
             shards.extend(file.shards.iter().map(|s| len + s));
             pieces.extend(
@@ -80,7 +88,7 @@ impl ModelBytes {
         if shards.is_empty() {
             shards.push(0);
         }
-        ModelBytes { pieces, len, shards }
+        ModelBytes { pieces, len, shards, whole }
     }
 
     pub fn len(&self) -> usize {
@@ -96,14 +104,21 @@ impl ModelBytes {
         self.pieces.len()
     }
 
+    /// Whether every byte of the file is here; `false` for a file held in part ([`PartialBytesBuilder`]), whose
+    /// matrices are elsewhere.
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
     /// How many shards the model came in (1: one file).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }
 
     /// The file's GGUF header, checked against the whole file, and every tensor against the pieces: a tensor that
-    /// is not within one piece is an error here, so [`ModelBytes::get`] never fails on a tensor's range later. For a
-    /// split model, the header of all its shards ([`Gguf::parse_shards`]).
+    /// is not within one piece is an error here, so [`ModelBytes::get`] never fails on a tensor's range later (in a
+    /// file held in part, only the tensors held are: [`ModelBytes::try_get`]). For a split model, the header of all
+    /// its shards ([`Gguf::parse_shards`]).
     pub fn gguf(&self) -> Result<Gguf> {
         let shards: Vec<(&[u8], usize)> = (0..self.shards.len())
             .map(|i| {
@@ -118,7 +133,8 @@ impl ModelBytes {
             })
             .collect();
         let gguf = Gguf::parse_shards(&shards)?;
-        if let Some(t) = gguf.tensors.iter().find(|t| self.piece_of(t.offset..t.offset + t.size).is_none()) {
+        let split = |t: &&super::TensorInfo| self.whole && self.piece_of(t.offset..t.offset + t.size).is_none();
+        if let Some(t) = gguf.tensors.iter().find(split) {
             return Err(Error::Gguf(format!("tensor '{}' is split between pieces of the file in memory", t.name)));
         }
         Ok(gguf)
@@ -137,6 +153,12 @@ impl ModelBytes {
             .piece_of(range.clone())
             .unwrap_or_else(|| panic!("bytes {range:?} are not within one piece of the file ({} bytes)", self.len));
         &p.bytes()[range.start - p.start..range.end - p.start]
+    }
+
+    /// The bytes `range` of the file, if one piece holds them all (in a file held in part, a range that is not held
+    /// is `None`).
+    pub fn try_get(&self, range: Range<usize>) -> Option<&[u8]> {
+        self.piece_of(range.clone()).map(|p| &p.bytes()[range.start - p.start..range.end - p.start])
     }
 
     /// The bytes `range` of the file (within its length), piece by piece.
@@ -265,6 +287,68 @@ impl ModelBytesBuilder {
             })
             .collect();
         ModelBytes::from_pieces(pieces)
+    }
+}
+
+/// Some byte ranges of a file of known length, taken from its bytes as they stream past (in order, from the first):
+/// a model whose matrices go elsewhere keeps its header and vectors here ([`ModelBytes::is_whole`] is then `false`).
+pub struct PartialBytesBuilder {
+    len: usize,
+    /// The ranges held, sorted and apart, each with its bytes so far.
+    pieces: Vec<(Range<usize>, Vec<u8>)>,
+    received: usize,
+}
+
+impl PartialBytesBuilder {
+    /// A builder for `ranges` (in any order, overlapping or not, cut at `len`) of a file of `len` bytes; each range's
+    /// memory is reserved here.
+    pub fn new(len: usize, ranges: impl IntoIterator<Item = Range<usize>>) -> Result<PartialBytesBuilder> {
+        let mut ranges: Vec<Range<usize>> =
+            ranges.into_iter().map(|r| r.start.min(len)..r.end.min(len)).filter(|r| r.start < r.end).collect();
+        ranges.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        let mut pieces = Vec::with_capacity(merged.len());
+        for r in merged {
+            let mut bytes = Vec::new();
+            reserve_exact(&mut bytes, r.len())?;
+            pieces.push((r, bytes));
+        }
+        Ok(PartialBytesBuilder { len, pieces, received: 0 })
+    }
+
+    /// Take what is held of the file's next `chunk` (bytes past its length are not looked at).
+    pub fn push(&mut self, chunk: &[u8]) {
+        let (start, end) = (self.received, (self.received + chunk.len()).min(self.len));
+        let first = self.pieces.partition_point(|(r, _)| r.end <= start);
+        for (r, bytes) in self.pieces[first..].iter_mut().take_while(|(r, _)| r.start < end) {
+            let (s, e) = (r.start.max(start), r.end.min(end));
+            bytes.extend_from_slice(&chunk[s - start..e - start]);
+        }
+        self.received += chunk.len();
+    }
+
+    /// Bytes pushed so far.
+    pub fn received(&self) -> usize {
+        self.received
+    }
+
+    /// The held ranges as a file held in part; an error if the stream ended before one of them.
+    pub fn finish(self) -> Result<ModelBytes> {
+        if let Some((r, _)) = self.pieces.iter().find(|(r, b)| b.len() < r.len()) {
+            return Err(Error::Gguf(format!(
+                "the file ended after {} of its {} bytes, before bytes {r:?}",
+                self.received, self.len
+            )));
+        }
+        let pieces =
+            self.pieces.into_iter().map(|(r, bytes)| Piece { start: r.start, data: PieceData::Owned(bytes) }).collect();
+        Ok(ModelBytes { pieces, len: self.len, shards: vec![0], whole: false })
     }
 }
 

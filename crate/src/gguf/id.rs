@@ -1,6 +1,8 @@
 //! A model file's identity: which model a persisted record (a prefix-cache page, a saved state) or an adapter
 //! belongs to.
 
+use std::ops::Range;
+
 use sha2::{Digest, Sha256};
 
 use super::bytes::ModelBytes;
@@ -20,16 +22,23 @@ impl ModelId {
     pub fn of_gguf(file: &ModelBytes, data_offset: usize) -> ModelId {
         let mut h = Sha256::new();
         h.update(b"ruvllm model, f16 KV");
-        let header = data_offset.min(file.len());
-        file.chunks(0..header).for_each(|c| h.update(c));
-        // Weights differ where headers do not (a fine-tune with the same metadata): sample them.
-        let span = (file.len() - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
-        for i in 0..ModelId::SAMPLES as u64 {
-            // From the start of the data to its last bytes, evenly.
-            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
-            file.chunks(at..(at + ModelId::SAMPLE_BYTES).min(file.len())).for_each(|c| h.update(c));
+        for range in ModelId::hashed(file.len(), data_offset) {
+            file.chunks(range).for_each(|c| h.update(c));
         }
         ModelId(h.finalize().into())
+    }
+
+    /// The byte ranges the id of a file of `len` bytes hashes, in order: its header, then samples of its weights
+    /// (which differ where headers do not: a fine-tune with the same metadata), from the start of the data to its
+    /// last bytes, evenly. A file held in part keeps them (`gpu::GpuModelStream`).
+    pub fn hashed(len: usize, data_offset: usize) -> impl Iterator<Item = Range<usize>> {
+        let header = data_offset.min(len);
+        let span = (len - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
+        let samples = (0..ModelId::SAMPLES as u64).map(move |i| {
+            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
+            at..(at + ModelId::SAMPLE_BYTES).min(len)
+        });
+        std::iter::once(0..header).chain(samples)
     }
 
     pub fn hex(&self) -> String {

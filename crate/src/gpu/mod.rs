@@ -118,11 +118,15 @@ mod model;
 mod ops;
 #[cfg(feature = "gpu")]
 mod session;
+#[cfg(feature = "gpu")]
+mod stream;
 /// Every kernel against the CPU reference: native unit tests, and on wasm32 public (hidden) checks
 /// for the browser suite (tests/rust/gpu_browser.rs).
 #[cfg(all(feature = "gpu", any(test, target_arch = "wasm32")))]
 #[doc(hidden)]
 pub mod tests;
+#[cfg(feature = "gpu")]
+mod upload;
 
 #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 pub use device::block_on;
@@ -132,6 +136,8 @@ pub use device::AdapterSummary;
 pub use model::GpuModel;
 #[cfg(feature = "gpu")]
 pub use session::{GpuSession, KernelTime, MAX_RUN_AHEAD};
+#[cfg(feature = "gpu")]
+pub use stream::{GpuModelStream, StreamedModel};
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -209,6 +215,11 @@ impl GpuRunner {
     /// Open the device and allocate a session of `n_ctx` positions, `n_batch` tokens per call.
     pub(crate) async fn open(model: &Arc<Model>, n_ctx: usize, n_batch: usize, opts: &GpuOptions) -> Result<GpuRunner> {
         let gm = Arc::new(GpuModel::new(model.clone(), opts).await?);
+        GpuRunner::on_model(gm, n_ctx, n_batch).await
+    }
+
+    /// A session of `n_ctx` positions, `n_batch` tokens per call, on a model already on the GPU.
+    pub(crate) async fn on_model(gm: Arc<GpuModel>, n_ctx: usize, n_batch: usize) -> Result<GpuRunner> {
         Ok(GpuRunner { session: GpuSession::new(gm, n_ctx, n_batch).await? })
     }
 

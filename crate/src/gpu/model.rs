@@ -3,16 +3,17 @@
 //!
 //! Weights are packed into "arenas": storage buffers of at most one binding's size, filled in the
 //! order the forward pass reads them, so a layer's q/k/v (and gate/up) usually share an arena and
-//! one dispatch. A matrix larger than an arena is split by rows into several.
+//! one dispatch. A matrix larger than an arena is split by rows into several. `upload.rs` plans them and
+//! fills them from the file's bytes as they pass (a whole file's pieces here, a stream in `stream.rs`).
 //!
 //! Qwen3.5's query projection (per head its queries, then the attention output's gate) is placed as two matrices,
-//! the queries and the gates ([`alternate_runs`]), so that q/k/v keep the rows every kernel reads; its delta-net
+//! the queries and the gates (`upload::MadeKind::AlternateRuns`), so that q/k/v keep the rows every kernel reads; its delta-net
 //! layers' small f32 tensors (convolution taps, `dt_bias`, `a`, the output norm) go up as one buffer per layer.
 //!
 //! A mixture of experts (qwen3moe) runs dense on the GPU: every expert's gate and up rows on every token (the stacked
 //! tensors as they are), each expert's hidden values scaled by the token's routing weight (0 for the experts it did
 //! not choose; `ops/route.rs`), and one down product over the experts' down matrices laid side by side
-//! ([`experts_side_by_side`]), which sums the chosen experts' outputs by their weights. It computes all the experts
+//! (`upload::MadeKind::SideBySide`), which sums the chosen experts' outputs by their weights. It computes all the experts
 //! where the CPU computes the chosen ones: exact, and `count / used` times the work.
 
 use std::collections::HashMap;
@@ -20,11 +21,10 @@ use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
 use super::ops::{self, Kernel};
+use super::upload::{self, Placed, PlacedLayer, WeightUpload};
 use super::{gpu_error, AdapterSummary, GpuOptions};
-use crate::error::{GpuFault, Result};
-use crate::gguf::bytes::ModelBytes;
+use crate::error::{Error, GpuFault, Result};
 use crate::model::config::Config;
-use crate::model::weights::MatrixRef;
 use crate::model::Model;
 use crate::quant::GgmlType;
 
@@ -98,73 +98,29 @@ impl GpuModel {
     /// Open a device and upload `model`'s weights. Errors: no adapter, limits too small, a tensor
     /// type or shape the kernels do not handle, out of memory.
     pub async fn new(model: Arc<Model>, opts: &GpuOptions) -> Result<GpuModel> {
-        check_supported(&model)?;
+        check_supported(&model.config)?;
+        if !model.file().is_whole() {
+            return Err(Error::Model("this model's matrices are not in memory: it was streamed to a GPU".into()));
+        }
         let gpu = Gpu::new(opts).await?;
-        let w = &model.weights;
-
-        // Plan the arenas: every matrix in the order the forward pass reads them.
-        let mut plan = ArenaPlan::new(gpu.max_binding);
-        let token_embd = plan.place(&w.token_embd)?;
-        let mut placed = Vec::new();
+        let (plan, placed) = upload::plan(&model.weights, &model.config, gpu.max_binding)?;
+        let mut upload = WeightUpload::new(gpu, plan).await?;
         let file = model.file();
-        for lw in &w.layers {
-            let mut locs = Vec::with_capacity(7);
-            // Qwen3.5's query rows, per head the queries then the gate: placed as two matrices.
-            let attn_gate = match model.config.attention_output_gate() && lw.delta_net.is_none() {
-                true => {
-                    let (queries, gate) = alternate_runs(&lw.wq, model.config.head_dim, file);
-                    locs.push(plan.place_made(queries)?);
-                    Some(plan.place_made(gate)?)
-                }
-                false => {
-                    locs.push(plan.place(&lw.wq)?);
-                    None
-                }
-            };
-            for m in [&lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up] {
-                locs.push(plan.place(m)?);
-            }
-            locs.push(match model.config.experts {
-                Some(e) => plan.place_made(experts_side_by_side(&lw.w_down, e.count, file))?,
-                None => plan.place(&lw.w_down)?,
-            });
-            let router = match &lw.router {
-                Some(r) => Some(plan.place(r)?),
-                None => None,
-            };
-            let delta = match &lw.delta_net {
-                Some(dn) => Some((
-                    [plan.place(&dn.qkv)?, plan.place(&dn.gate)?, plan.place(&dn.alpha)?, plan.place(&dn.beta)?],
-                    plan.place(&dn.out)?,
-                )),
-                None => None,
-            };
-            placed.push((locs, router, attn_gate, delta));
+        for piece in file.chunks(0..file.len()) {
+            upload.push(piece)?;
         }
-        let tied = w.output.offset == w.token_embd.offset;
-        let output = if tied { token_embd.clone() } else { plan.place(&w.output)? };
+        GpuModel::uploaded(model, upload, placed).await
+    }
 
-        // Upload: each arena is filled from the file's bytes (or the rows laid out here) in one write.
-        let mut arenas = Vec::with_capacity(plan.sizes.len());
-        for (a, &size) in plan.sizes.iter().enumerate() {
-            let mut bytes = vec![0u8; size as usize];
-            for (source, chunk) in plan.placed.iter().filter(|(_, c)| c.arena == a) {
-                let (all, rb) = match source {
-                    Source::File(m) => (m.bytes(file), m.row_bytes()),
-                    Source::Made(i) => (&plan.made[*i].bytes[..], plan.made[*i].row_bytes),
-                };
-                let src = &all[chunk.row0 * rb..(chunk.row0 + chunk.rows) * rb];
-                bytes[chunk.offset as usize..chunk.offset as usize + src.len()].copy_from_slice(src);
-            }
-            arenas.push(gpu.buffer_with(&format!("weights {a}"), &bytes, wgpu::BufferUsages::STORAGE).await?);
-        }
-
+    /// The model whose matrices `upload` has written where `placed` says; its vectors (norms, biases) go up here.
+    pub(crate) async fn uploaded(model: Arc<Model>, upload: WeightUpload, placed: Placed) -> Result<GpuModel> {
+        let (gpu, arenas) = upload.finish()?;
+        let w = &model.weights;
+        let Placed { token_embd, output, layers: placed } = placed;
         let vector = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let mut layers = Vec::with_capacity(w.layers.len());
-        for (lw, (locs, router, attn_gate, delta)) in w.layers.iter().zip(placed) {
-            let mut locs = locs.into_iter();
-            let mut next = || locs.next().expect("seven matrices were placed per layer");
-            let (wq, wk, wv, wo, w_gate, w_up, w_down) = (next(), next(), next(), next(), next(), next(), next());
+        for (lw, p) in w.layers.iter().zip(placed) {
+            let PlacedLayer { wq, wk, wv, wo, w_gate, w_up, w_down, router, attn_gate, delta } = p;
             let qkv_bias = match (&lw.bq, &lw.bk, &lw.bv) {
                 (None, None, None) => None,
                 (bq, bk, bv) => {
@@ -277,8 +233,7 @@ impl GpuModel {
 const MAX_HEAD_DIM: usize = 256;
 
 /// What the kernels assume about the model; anything else stays on the CPU.
-fn check_supported(model: &Model) -> Result<()> {
-    let c = &model.config;
+pub(crate) fn check_supported(c: &Config) -> Result<()> {
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
     let hd = c.head_dim;
     if !hd.is_multiple_of(16) || hd > MAX_HEAD_DIM || (hd > 128 && !hd.is_multiple_of(32)) {
@@ -314,103 +269,4 @@ fn check_supported(model: &Model) -> Result<()> {
 /// The width of the feed-forward rows on the GPU: `ffn_dim`, or every expert's together (the dense mixture).
 pub(crate) fn ffn_width(c: &Config) -> usize {
     c.ffn_dim * c.experts.map_or(1, |e| e.count)
-}
-
-/// A matrix laid out here rather than read from the file in place.
-struct MadeMatrix {
-    ty: GgmlType,
-    rows: usize,
-    cols: usize,
-    row_bytes: usize,
-    bytes: Vec<u8>,
-}
-
-/// The `count` experts' down matrices of `w_down` ([count·d_model × ffn_dim], each expert's d_model rows in turn) side
-/// by side, [d_model × count·ffn_dim]: row i is each expert's row i, one after another. Each expert's row is whole
-/// quantization blocks (a row of a GGUF tensor), so the joined row is a row of the same type.
-fn experts_side_by_side(w_down: &MatrixRef, count: usize, file: &ModelBytes) -> MadeMatrix {
-    let (d, rb) = (w_down.rows / count, w_down.row_bytes());
-    let stacked = w_down.bytes(file);
-    let mut bytes = Vec::with_capacity(stacked.len());
-    for i in 0..d {
-        for e in 0..count {
-            bytes.extend_from_slice(&stacked[(e * d + i) * rb..][..rb]);
-        }
-    }
-    MadeMatrix { ty: w_down.ty, rows: d, cols: count * w_down.cols, row_bytes: count * rb, bytes }
-}
-
-/// The rows of `w` in runs of `run`, the runs alternately to the first and the second matrix returned (Qwen3.5's
-/// `attn_q`: per head its queries, then its gate).
-fn alternate_runs(w: &MatrixRef, run: usize, file: &ModelBytes) -> (MadeMatrix, MadeMatrix) {
-    let rb = w.row_bytes();
-    let mut halves = [Vec::with_capacity(w.rows / 2 * rb), Vec::with_capacity(w.rows / 2 * rb)];
-    for (i, rows) in w.bytes(file).chunks(run * rb).enumerate() {
-        halves[i % 2].extend_from_slice(rows);
-    }
-    let [a, b] =
-        halves.map(|bytes| MadeMatrix { ty: w.ty, rows: bytes.len() / rb, cols: w.cols, row_bytes: rb, bytes });
-    (a, b)
-}
-
-/// Where a placed matrix's rows come from.
-#[derive(Clone)]
-enum Source {
-    File(MatrixRef),
-    /// `ArenaPlan::made[i]`.
-    Made(usize),
-}
-
-/// Packing of matrices into arenas of at most `max` bytes (each matrix 4-byte aligned).
-struct ArenaPlan {
-    max: u64,
-    sizes: Vec<u64>,
-    placed: Vec<(Source, Chunk)>,
-    made: Vec<MadeMatrix>,
-}
-
-impl ArenaPlan {
-    fn new(max: u64) -> Self {
-        ArenaPlan { max, sizes: Vec::new(), placed: Vec::new(), made: Vec::new() }
-    }
-
-    fn place(&mut self, m: &MatrixRef) -> Result<MatLoc> {
-        self.place_rows(Source::File(*m), m.ty, m.rows, m.cols, m.row_bytes())
-    }
-
-    fn place_made(&mut self, m: MadeMatrix) -> Result<MatLoc> {
-        debug_assert_eq!(m.ty.row_bytes(m.cols), m.row_bytes);
-        let (ty, rows, cols, rb) = (m.ty, m.rows, m.cols, m.row_bytes);
-        self.made.push(m);
-        self.place_rows(Source::Made(self.made.len() - 1), ty, rows, cols, rb)
-    }
-
-    fn place_rows(&mut self, source: Source, ty: GgmlType, n_rows: usize, cols: usize, rb: usize) -> Result<MatLoc> {
-        let rb = rb as u64;
-        if rb > self.max {
-            return Err(gpu_error(
-                GpuFault::Limits,
-                format!("a weight row of {rb} bytes does not fit in one storage binding of {} bytes", self.max),
-            ));
-        }
-        let rows_per_arena = (self.max / rb) as usize;
-        let mut chunks = Vec::new();
-        let mut row0 = 0;
-        while row0 < n_rows {
-            let rows = (n_rows - row0).min(rows_per_arena);
-            let bytes = rows as u64 * rb;
-            let fits = self.sizes.last().is_some_and(|&used| used + bytes <= self.max);
-            if !fits {
-                self.sizes.push(0);
-            }
-            let arena = self.sizes.len() - 1;
-            let offset = self.sizes[arena];
-            self.sizes[arena] = (offset + bytes).div_ceil(4) * 4;
-            let chunk = Chunk { arena, offset, row0, rows };
-            self.placed.push((source.clone(), chunk));
-            chunks.push(chunk);
-            row0 += rows;
-        }
-        Ok(MatLoc { ty, cols, chunks })
-    }
 }

@@ -17,7 +17,7 @@ use crate::kernels::gelu::gelu;
 use crate::kernels::layernorm::layernorm;
 use crate::model::config::Config;
 use crate::model::forward::{add, project};
-use crate::model::weights::{read_matrix, read_vector, MatrixRef};
+use crate::model::weights::{read_matrix, read_vector, MatrixRef, VectorBytes};
 use crate::parallel::{for_each_row_chunk, in_pool};
 use crate::quant::{dequantize_row, Activations};
 
@@ -63,14 +63,14 @@ impl BertWeights {
         }
         let norm = |name: &str| -> Result<LayerNorm> {
             Ok(LayerNorm {
-                weight: read_vector(g, file, &format!("{name}.weight"), d)?,
-                bias: read_vector(g, file, &format!("{name}.bias"), d)?,
+                weight: read_vector(g, &VectorBytes::File(file), &format!("{name}.weight"), d)?,
+                bias: read_vector(g, &VectorBytes::File(file), &format!("{name}.bias"), d)?,
             })
         };
         let linear = |name: &str, rows: usize, cols: usize| -> Result<Linear> {
             Ok(Linear {
                 matrix: read_matrix(g, &format!("{name}.weight"), rows, cols)?,
-                bias: read_vector(g, file, &format!("{name}.bias"), rows)?,
+                bias: read_vector(g, &VectorBytes::File(file), &format!("{name}.bias"), rows)?,
             })
         };
         let token_types_rows = g

@@ -181,6 +181,17 @@ impl Model {
         kv
     }
 
+    /// Whether the matrices are in memory, as the CPU's forward pass needs them: not for a model streamed to a GPU
+    /// (`gpu::GpuModelStream`), which runs there only (`Error::Model` here).
+    pub fn check_weights_held(&self) -> Result<()> {
+        match self.bytes.is_whole() {
+            true => Ok(()),
+            false => Err(Error::Model(
+                "this model's matrices were streamed to a GPU and are not in memory: it runs on that GPU only".into(),
+            )),
+        }
+    }
+
     /// The whole GGUF file; weights are byte ranges of it.
     pub fn file(&self) -> &ModelBytes {
         &self.bytes

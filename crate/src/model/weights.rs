@@ -3,6 +3,9 @@
 //! Matrices stay in their GGUF block format and are read where they lie ([`MatrixRef`] is just a
 //! type, a shape and a byte range). Only the small vectors (norm weights, biases) are converted to f32.
 
+use std::cell::RefCell;
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 use crate::gguf::bytes::ModelBytes;
 use crate::gguf::{Gguf, TensorInfo};
@@ -116,6 +119,19 @@ pub struct Weights {
 
 impl Weights {
     pub fn from_gguf(g: &Gguf, file: &ModelBytes, c: &Config) -> Result<Weights> {
+        Weights::read(g, &VectorBytes::File(file), c)
+    }
+
+    /// The weights as the header alone lays them out: every matrix where [`from_gguf`](Self::from_gguf) puts it,
+    /// ones in the place of every vector, and the byte ranges of the vectors, which a file held in part must keep
+    /// (`gpu::GpuModelStream` plans the GPU's buffers from this before the bytes arrive).
+    pub fn layout(g: &Gguf, c: &Config) -> Result<(Weights, Vec<Range<usize>>)> {
+        let noted = RefCell::new(Vec::new());
+        let weights = Weights::read(g, &VectorBytes::Noted(&noted), c)?;
+        Ok((weights, noted.into_inner()))
+    }
+
+    fn read(g: &Gguf, file: &VectorBytes, c: &Config) -> Result<Weights> {
         let matrix = |name: &str, rows: usize, cols: usize| read_matrix(g, name, rows, cols);
         let vector = |name: &str, n: usize| read_vector(g, file, name, n);
         let d = c.d_model;
@@ -339,19 +355,13 @@ impl Weights {
 /// Layer `p("")`'s gated delta-net block of `shape`.
 fn delta_net_weights(
     g: &Gguf,
-    file: &ModelBytes,
+    file: &VectorBytes,
     p: &dyn Fn(&str) -> String,
     d: usize,
     shape: &DeltaNetShape,
 ) -> Result<DeltaNetWeights> {
     let vector = |name: &str, n: usize| read_vector(g, file, &p(name), n);
-    let conv = {
-        let name = p("ssm_conv1d.weight");
-        let t = shaped(g, &name, &[shape.conv_kernel, shape.conv_dim()])?;
-        let mut v = vec![0f32; shape.conv_kernel * shape.conv_dim()];
-        dequantize_row(t.ty, file.get(t.offset..t.offset + t.size), &mut v);
-        v
-    };
+    let conv = file.read(shaped(g, &p("ssm_conv1d.weight"), &[shape.conv_kernel, shape.conv_dim()])?)?;
     let weights = DeltaNetWeights {
         qkv: read_matrix(g, &p("attn_qkv.weight"), shape.conv_dim(), d)?,
         gate: read_matrix(g, &p("attn_gate.weight"), shape.value_dim(), d)?,
@@ -396,9 +406,35 @@ fn read_experts(g: &Gguf, name: &str, count: usize, rows: usize, cols: usize) ->
 }
 
 /// The 1-D tensor `name` of `n` elements, converted to f32.
-pub(crate) fn read_vector(g: &Gguf, file: &ModelBytes, name: &str, n: usize) -> Result<Vec<f32>> {
-    let t = shaped(g, name, &[n])?;
-    let mut v = vec![0f32; n];
-    dequantize_row(t.ty, file.get(t.offset..t.offset + t.size), &mut v);
-    Ok(v)
+pub(crate) fn read_vector(g: &Gguf, file: &VectorBytes, name: &str, n: usize) -> Result<Vec<f32>> {
+    file.read(shaped(g, name, &[n])?)
+}
+
+/// Where the weights' vectors (norms, biases, the small f32 tensors copied out of the file) come from.
+pub(crate) enum VectorBytes<'a> {
+    /// The file's bytes, which must hold them (a file held in part holds them and little else).
+    File(&'a ModelBytes),
+    /// Nowhere yet: ones in their place, and the byte ranges they would be read from noted ([`Weights::layout`]).
+    Noted(&'a RefCell<Vec<Range<usize>>>),
+}
+
+impl VectorBytes<'_> {
+    /// Tensor `t`'s elements as f32.
+    fn read(&self, t: &TensorInfo) -> Result<Vec<f32>> {
+        let range = t.offset..t.offset + t.size;
+        match self {
+            VectorBytes::File(file) => {
+                let bytes = file.try_get(range).ok_or_else(|| {
+                    Error::Model(format!("tensor {}'s bytes are not held in memory (a model held in part)", t.name))
+                })?;
+                let mut v = vec![0f32; t.n_elements()];
+                dequantize_row(t.ty, bytes, &mut v);
+                Ok(v)
+            }
+            VectorBytes::Noted(ranges) => {
+                ranges.borrow_mut().push(range);
+                Ok(vec![1.0; t.n_elements()])
+            }
+        }
+    }
 }

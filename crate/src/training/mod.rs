@@ -142,6 +142,7 @@ pub struct MicroLora {
 impl MicroLora {
     /// A fresh adapter for `model`: `B = 0`, so it starts as the base model.
     pub fn new(model: &Model, options: MicroLoraOptions) -> Result<MicroLora> {
+        model.check_weights_held()?;
         let c = &model.config;
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if !matches!(c.arch, Arch::Llama | Arch::Qwen2) {

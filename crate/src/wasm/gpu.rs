@@ -22,7 +22,7 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::engine::evaluator::Evaluator;
 use crate::engine::generate::Generation;
 use crate::error::{Error, Result};
-use crate::gpu::{AdapterSummary, Backend, GpuOptions};
+use crate::gpu::{AdapterSummary, Backend, GpuModelStream, GpuOptions};
 use crate::wasm::{
     bytes_from_js, js_error, json, max_state_bytes, model_info, parse, persist, probe_score_memory,
     probe_session_memory, scores_json, step_to_js, text, Adapters, JsChatTemplate, JsGenerateOptions, JsKvCache,
@@ -102,6 +102,31 @@ impl GpuEngine {
         if !ev.on_gpu() {
             probe_session_memory(&model, n_ctx)?;
         }
+        let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
+        Ok(GpuEngine {
+            inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })),
+        })
+    }
+
+    /// The model `stream` has received whole onto its GPU (`GpuStream`: its matrices are there only, so the engine
+    /// never moves to the CPU: under "auto" too, a GPU failure rejects). `options_json` as `load`'s (the GPU's options
+    /// were `GpuStream.open`'s).
+    #[wasm_bindgen(js_name = fromStream)]
+    pub async fn from_stream(
+        stream: GpuStream,
+        n_ctx: usize,
+        options_json: String,
+    ) -> std::result::Result<GpuEngine, JsValue> {
+        let opts: JsLoadOptions = parse(&options_json, "load options")?;
+        let backend: Backend = opts.backend.parse().map_err(js_error)?;
+        let kv = JsKvCache::options(opts.kv_cache)?;
+        let mut streamed = stream.inner.finish().map_err(js_error)?;
+        streamed.model = streamed.model.with_kv_cache(kv).map_err(js_error)?;
+        streamed.model = opts.chat_template.apply(streamed.model, Model::with_chat_template)?;
+        let gm = Arc::new(streamed.into_gpu_model().await.map_err(js_error)?);
+        let model = gm.model().clone();
+        let n_batch = SessionOptions::default().n_batch;
+        let ev = Evaluator::on_gpu_model(gm, n_ctx, n_batch, backend).await.map_err(js_error)?;
         let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
         Ok(GpuEngine {
             inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })),
@@ -288,6 +313,56 @@ impl GpuEngine {
         self.borrow()?.reset();
         Ok(())
     }
+}
+
+/// A GGUF file on its way to the GPU as it arrives (`gpu::GpuModelStream`): its matrices go from each chunk into
+/// GPU buffers, and wasm memory keeps only the header and the small vectors, so a model larger than that memory
+/// loads. `GpuEngine.fromStream` makes the engine once every byte is in.
+#[wasm_bindgen]
+pub struct GpuStream {
+    inner: GpuModelStream,
+}
+
+#[wasm_bindgen]
+impl GpuStream {
+    /// Open the GPU for a file of `len` bytes. `options_json`: `{maxBindingBytes?, allowSoftware?}`.
+    pub async fn open(len: f64, options_json: String) -> std::result::Result<GpuStream, JsValue> {
+        let opts: JsStreamOptions = parse(&options_json, "stream options")?;
+        if !(len >= 0.0 && len.fract() == 0.0 && len <= usize::MAX as f64) {
+            let max = usize::MAX;
+            return Err(js_error(Error::InvalidArgument(format!(
+                "a file of {len} bytes (this build streams up to {max})"
+            ))));
+        }
+        let gpu_opts = GpuOptions {
+            allow_software: opts.allow_software,
+            max_binding_bytes: opts.max_binding_bytes,
+            ..GpuOptions::default()
+        };
+        Ok(GpuStream { inner: GpuModelStream::new(len as usize, &gpu_opts).await.map_err(js_error)? })
+    }
+
+    /// Take the file's next chunk (a Promise: the first chunks that complete the header allocate the GPU's
+    /// buffers). Pushes must not overlap: await each.
+    pub async fn push(&mut self, chunk: js_sys::Uint8Array) -> std::result::Result<(), JsValue> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(chunk.length() as usize).map_err(|_| {
+            js_error(Error::OutOfMemory { bytes: chunk.length() as usize, what: "a chunk of the model file".into() })
+        })?;
+        bytes.resize(chunk.length() as usize, 0);
+        chunk.copy_to(&mut bytes);
+        self.inner.push(&bytes).await.map_err(js_error)
+    }
+}
+
+/// `GpuStream.open`'s options.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsStreamOptions {
+    #[serde(default)]
+    max_binding_bytes: Option<u64>,
+    #[serde(default)]
+    allow_software: bool,
 }
 
 impl GpuEngine {
