@@ -79,7 +79,7 @@ fn run() -> Result<(), String> {
     tensors.sort_by(|a, b| (layer_of(&a.name).unwrap_or(-1), &a.name).cmp(&(layer_of(&b.name).unwrap_or(-1), &b.name)));
     let mut counts = BTreeMap::<String, usize>::new();
     for t in tensors {
-        let data = &bytes[t.offset..t.offset + t.size];
+        let data = t.data(&bytes);
         let ty = mix.tensor_type(&t.name, &t.dims, n_layers, tied).unwrap_or(t.ty);
         let new = if ty == t.ty { data.to_vec() } else { requantize(data, t.ty, ty, t.dims[0]) };
         *counts.entry(format!("{ty:?}")).or_default() += 1;

@@ -108,10 +108,12 @@ WASM_BINDGEN_USE_BROWSER=1 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/
 grep -q '^Running headless tests in Chrome' target/wasm32-chromium-relaxed.log ||
   { echo "the relaxed-SIMD kernel tests did not run in headless Chromium" >&2; exit 1; }
 
-section "WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU"
+section "WebGPU backend in headless Chromium (SwiftShader): every shader against the CPU kernels, through the browser's WebGPU; a file past 4 GiB streamed to the GPU"
 # (SwiftShader runs the shaders on the CPU: the runner's default limit of 20 s for the whole suite is too short.)
+# The file server gives the stream's case its tiny model.
 WASM_BINDGEN_TEST_TIMEOUT=900 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/tests/browser/webdriver.json" \
-  cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
+  node tests/browser/with-file-server.mjs 8739 "$RUVLLM_FIXTURES" \
+  -- cargo test --locked --target wasm32-unknown-unknown -p ruvllm --features gpu --test gpu_browser
 
 section "aarch64 (NEON) quant, simd, kernel and index tests under qemu: with dotprod (sdot), then without (cortex-a72)"
 cargo test --locked --target aarch64-unknown-linux-gnu -p ruvllm --lib -- quant:: simd:: kernels:: index::

@@ -28,11 +28,11 @@ fuzz_target!(|data: &[u8]| {
         Err(_) => {}
     }
     if let Ok(g) = &whole {
-        let stated = Gguf::parse_prefix(data, Some(data.len()));
+        let stated = Gguf::parse_prefix(data, Some(data.len() as u64));
         assert!(matches!(stated, Ok(Prefix::Complete(ref h)) if h.tensors == g.tensors), "{stated:?}");
         assert!(g.data_offset <= data.len() || g.tensors.is_empty());
         for t in &g.tensors {
-            assert!(t.offset.checked_add(t.size).is_some_and(|end| end <= data.len()), "{t:?}");
+            assert!(t.offset.checked_add(t.size as u64).is_some_and(|end| end <= data.len() as u64), "{t:?}");
         }
         let _ = g.architecture();
         for key in g.metadata.keys() {
@@ -51,6 +51,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(g) = model.gguf() else { return };
     for t in &g.tensors {
         // `gguf` checked that the tensor lies within one piece: `get` must not panic.
-        assert_eq!(model.get(t.offset..t.offset + t.size).len(), t.size);
+        assert_eq!(model.get(t.range()).len(), t.size);
     }
 });

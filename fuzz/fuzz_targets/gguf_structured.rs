@@ -460,7 +460,7 @@ fn build(input: &Input) -> Vec<u8> {
     for (i, (name, dims)) in shapes.into_iter().enumerate() {
         let ty = pick(i, &dims);
         let Some(n) = tensor_size(ty, &dims) else { continue };
-        tensors.push(Tensor { name, dims, type_id: ty as u32, data: fill(&input.data, n) });
+        tensors.push(Tensor { name, dims, type_id: ty as u32, data: fill(&input.data, n), zeros: 0 });
     }
     for edit in &input.tensor_edits {
         let at = |i: u8| (!tensors.is_empty()).then(|| i as usize % tensors.len());
@@ -496,7 +496,7 @@ fn build(input: &Input) -> Vec<u8> {
                 let dims = if dims.is_empty() { vec![d, n_vocab] } else { dims_of(dims) };
                 let ty = GgmlType::ALL[*ty as usize % GgmlType::ALL.len()];
                 let data = tensor_size(ty, &dims).map_or_else(Vec::new, |n| fill(&input.data, n));
-                tensors.push(Tensor { name, dims, type_id: ty as u32, data });
+                tensors.push(Tensor { name, dims, type_id: ty as u32, data, zeros: 0 });
             }
         }
     }

@@ -6,7 +6,7 @@ import type { Engine, Glue, GpuStream, ModelBuffer, Wasm } from './builds.js';
 import { AbortError, RuvllmError, throwIfAborted, type ErrorCode } from './errors.js';
 import type { ModelStore } from './models/store.js';
 import { getPlatform, openModelFiles, openModelSource, type StartedWasm } from './platform.js';
-import { checkModelSize, checkStreamedModelSize, type ModelSource, type OpenedSource } from './source.js';
+import { checkModelSize, type ModelSource, type OpenedSource } from './source.js';
 import type { GenerateChunk, GenerateResult, KvCacheOptions, LoadOptions, ModelInfo, PrefixCacheInfo } from './types.js';
 
 /** The engine throws JS Errors with a `code`; a Rust panic surfaces as a wasm trap (RuntimeError), after which the
@@ -45,7 +45,7 @@ const REFUSED: ReadonlySet<ErrorCode> = new Set(['E_GGUF', 'E_UNSUPPORTED_ARCH',
  * network or a model store (checking the size as they come) and make the engine of the model they hold: the WebGPU
  * engine in the `wasm-gpu` build, else the CPU engine. Under `backend: 'webgpu'` one file of known size goes to the
  * GPU instead as it arrives (`GpuStream`): wasm memory keeps its header and small vectors only, so a file larger than
- * that memory loads (the engine then never runs on the CPU, which 'webgpu' does not anyway). */
+ * that memory (past 4 GiB too) loads (the engine then never runs on the CPU, which 'webgpu' does not anyway). */
 export async function loadEngine(build: StartedWasm, source: ModelSource, options: EngineOptions): Promise<Engine> {
   const { host, wasm } = build;
   const { onProgress, signal, backend, contextSize, gpuMaxBindingBytes, gpuAllowSoftware, kvCache, chatTemplate } = options;
@@ -64,7 +64,8 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
   try {
     const files = await openModelFiles(host, source, { store: options.store, sha256: options.sha256, signal, hasher: () => new Sha256() });
     const toGpu = wasm.build === 'wasm-gpu' && backend === 'webgpu' && files.open.length === 1 && wasm.glue.GpuStream !== undefined;
-    const checkSize = toGpu ? checkStreamedModelSize : checkModelSize;
+    // Streamed to the GPU, the file never sits in wasm memory: no limit here (the GPU's memory has its own).
+    const checkSize = toGpu ? () => {} : checkModelSize;
     if (files.total !== undefined) checkSize(files.total);
     let total = files.total;
     let loaded = 0;

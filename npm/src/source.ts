@@ -63,20 +63,6 @@ export function checkModelSize(bytes: number): void {
   }
 }
 
-/** A file streamed to the GPU (`backend: 'webgpu'`) leaves wasm memory its header and vectors only; the wasm32
- * engine counts its bytes in 32 bits, so it takes files under 4 GiB (a larger one: not yet). */
-export const MAX_STREAMED_MODEL_BYTES = 2 ** 32 - 1;
-
-export function checkStreamedModelSize(bytes: number): void {
-  if (bytes > MAX_STREAMED_MODEL_BYTES) {
-    throw new RuvllmError(
-      'E_MODEL_TOO_LARGE',
-      `the model is ${formatBytes(bytes)} (${bytes} bytes); streamed to the GPU, the wasm32 engine loads files up to ` +
-        `${MAX_STREAMED_MODEL_BYTES} bytes (4 GiB)`,
-    );
-  }
-}
-
 export function formatBytes(n: number): string {
   return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${(n / 1e6).toFixed(1)} MB`;
 }

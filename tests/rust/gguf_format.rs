@@ -61,10 +61,10 @@ fn tensor_table_offsets_and_alignment() {
     assert_eq!(g.data_offset % 32, 0);
     let tq = g.tensor("q").unwrap();
     assert_eq!((tq.ty, tq.dims.clone(), tq.size, tq.n_elements()), (GgmlType::Q4_0, vec![32, 2], 36, 64));
-    assert_eq!(&bytes[tq.offset..tq.offset + tq.size], &q[..]);
+    assert_eq!(tq.data(&bytes), &q[..]);
     let tf = g.tensor("f").unwrap();
-    assert_eq!(tf.offset, g.data_offset + 64, "the second tensor starts at the next 32-byte boundary");
-    assert_eq!(&bytes[tf.offset..tf.offset + tf.size], &f[..]);
+    assert_eq!(tf.offset, g.data_offset as u64 + 64, "the second tensor starts at the next 32-byte boundary");
+    assert_eq!(tf.data(&bytes), &f[..]);
 
     // A declared alignment that is not a power of two is refused.
     let w = GgufWriter::new().meta("general.alignment", Meta::U32(24));

@@ -62,7 +62,7 @@ fn with_context(file: &str, n_ctx: u32) -> Arc<Model> {
     }
     for t in &gguf.tensors {
         let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
-        w = w.tensor(&t.name, &dims, t.ty as u32, bytes[t.offset..t.offset + t.size].to_vec());
+        w = w.tensor(&t.name, &dims, t.ty as u32, t.data(&bytes).to_vec());
     }
     Arc::new(Model::from_bytes(w.bytes()).unwrap())
 }
@@ -123,7 +123,7 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
 /// `bytes` streamed onto the software adapter (arenas of at most `max_binding` bytes) in chunks of `chunk` bytes.
 fn stream(bytes: &[u8], chunk: usize, max_binding: u64) -> ruvllm::Result<ruvllm::gpu::StreamedModel> {
     let opts = GpuOptions { max_binding_bytes: Some(max_binding), ..software() };
-    let mut s = block_on(GpuModelStream::new(bytes.len(), &opts))?;
+    let mut s = block_on(GpuModelStream::new(bytes.len() as u64, &opts))?;
     for c in bytes.chunks(chunk) {
         block_on(s.push(c))?;
     }
@@ -150,7 +150,7 @@ fn a_model_streamed_to_the_gpu_runs_there_as_the_file_loaded_whole() {
         let want = s.eval(&prompt, true).unwrap().to_vec();
 
         let streamed = stream(&bytes, chunk, max_binding).unwrap();
-        let held: usize = streamed.model.file().chunks(0..bytes.len()).map(<[u8]>::len).sum();
+        let held: usize = streamed.model.file().chunks(0..bytes.len() as u64).map(<[u8]>::len).sum();
         assert!(
             !streamed.model.file().is_whole() && held < bytes.len() / 2,
             "{file}: {held} of {} bytes held",
@@ -171,6 +171,29 @@ fn a_model_streamed_to_the_gpu_runs_there_as_the_file_loaded_whole() {
         );
         assert!(refused(model.embed(&["x"], &Default::default()).map(|_| ())), "{file}: embeddings");
     }
+}
+
+/// A file past 4 GiB streams to the GPU: the tiny llama after 5 GiB of padding (`tiny::past_4_gib`, never held) gives
+/// the logits of the file loaded whole; memory held the header, the vectors and the identity's samples only.
+/// (tests/rust/gpu_browser.rs does the same in Chromium, where wasm32's memory is 4 GiB at most.)
+#[test]
+fn a_file_past_4_gib_streams_to_the_gpu() {
+    let prompt = [1u32, 17, 33, 99, 5, 250];
+    let (whole, _) = tiny::load(tiny::LLAMA_SPM);
+    let want = software_session(&whole, &SessionOptions::default()).eval(&prompt, true).unwrap().to_vec();
+    let (parts, len) = tiny::past_4_gib(tiny::LLAMA_SPM);
+    assert!(len > 5 << 30);
+    let mut s = block_on(GpuModelStream::new(len, &software())).unwrap();
+    for chunk in tiny::chunks(&parts) {
+        block_on(s.push(chunk)).unwrap();
+    }
+    let streamed = s.finish().unwrap();
+    let held: usize = streamed.model.file().chunks(0..len).map(<[u8]>::len).sum();
+    assert!(held < 1 << 20, "{held} bytes held");
+    let gm = Arc::new(block_on(streamed.into_gpu_model()).unwrap());
+    assert!(gm.model().weights.token_embd.offset > 5 << 30);
+    let mut s = Session::on_gpu_model(gm, &SessionOptions::default()).unwrap();
+    assert_eq!(s.eval(&prompt, true).unwrap(), &want[..]);
 }
 
 /// A stream that ends early, or is not GGUF, is a typed error: at `finish`, or at the push that shows it (after

@@ -22,16 +22,16 @@ use crate::gguf::{Gguf, Prefix};
 /// A GGUF file held in memory, in one or more pieces that cover it end to end; or a split model's shards, end to end.
 pub struct ModelBytes {
     pieces: Vec<Piece>,
-    len: usize,
+    len: u64,
     /// Where each shard starts (one file: `[0]`). Each starts a piece, or is empty.
-    shards: Vec<usize>,
+    shards: Vec<u64>,
     /// Whether the pieces cover the file end to end (else it is held in part: [`PartialBytesBuilder`]).
     whole: bool,
 }
 
 struct Piece {
     /// Where this piece starts in the file.
-    start: usize,
+    start: u64,
     data: PieceData,
 }
 
@@ -50,8 +50,13 @@ impl Piece {
         }
     }
 
-    fn end(&self) -> usize {
-        self.start + self.bytes().len()
+    fn end(&self) -> u64 {
+        self.start + self.bytes().len() as u64
+    }
+
+    /// The bytes `range` of the file, which this piece holds.
+    fn slice(&self, range: Range<u64>) -> &[u8] {
+        &self.bytes()[(range.start - self.start) as usize..(range.end - self.start) as usize]
     }
 }
 
@@ -91,7 +96,7 @@ impl ModelBytes {
         ModelBytes { pieces, len, shards, whole }
     }
 
-    pub fn len(&self) -> usize {
+    pub fn len(&self) -> u64 {
         self.len
     }
 
@@ -120,20 +125,20 @@ impl ModelBytes {
     /// file held in part, only the tensors held are: [`ModelBytes::try_get`]). For a split model, the header of all
     /// its shards ([`Gguf::parse_shards`]).
     pub fn gguf(&self) -> Result<Gguf> {
-        let shards: Vec<(&[u8], usize)> = (0..self.shards.len())
+        let shards: Vec<(&[u8], u64)> = (0..self.shards.len())
             .map(|i| {
                 let (start, end) = (self.shards[i], self.shards.get(i + 1).copied().unwrap_or(self.len));
                 // The piece this shard starts, up to the shard's end: the first bytes of the shard.
                 let p = self.pieces.partition_point(|p| p.start < start);
                 let head = self.pieces.get(p).filter(|p| p.start == start).map_or(&[][..], |p| {
                     let b = p.bytes();
-                    &b[..b.len().min(end - start)]
+                    &b[..(b.len() as u64).min(end - start) as usize]
                 });
                 (head, end - start)
             })
             .collect();
         let gguf = Gguf::parse_shards(&shards)?;
-        let split = |t: &&super::TensorInfo| self.whole && self.piece_of(t.offset..t.offset + t.size).is_none();
+        let split = |t: &&super::TensorInfo| self.whole && self.piece_of(t.range()).is_none();
         if let Some(t) = gguf.tensors.iter().find(split) {
             return Err(Error::Gguf(format!("tensor '{}' is split between pieces of the file in memory", t.name)));
         }
@@ -141,31 +146,31 @@ impl ModelBytes {
     }
 
     /// The piece holding all of `range`, if one does.
-    fn piece_of(&self, range: Range<usize>) -> Option<&Piece> {
+    fn piece_of(&self, range: Range<u64>) -> Option<&Piece> {
         let i = self.pieces.partition_point(|p| p.end() <= range.start);
         self.pieces.get(i).filter(|p| p.start <= range.start && range.end <= p.end())
     }
 
     /// The bytes `range` of the file. It must lie within one piece, as every tensor's range (and any part of one)
     /// does once [`ModelBytes::gguf`] has accepted the file.
-    pub fn get(&self, range: Range<usize>) -> &[u8] {
+    pub fn get(&self, range: Range<u64>) -> &[u8] {
         let p = self
             .piece_of(range.clone())
             .unwrap_or_else(|| panic!("bytes {range:?} are not within one piece of the file ({} bytes)", self.len));
-        &p.bytes()[range.start - p.start..range.end - p.start]
+        p.slice(range)
     }
 
     /// The bytes `range` of the file, if one piece holds them all (in a file held in part, a range that is not held
     /// is `None`).
-    pub fn try_get(&self, range: Range<usize>) -> Option<&[u8]> {
-        self.piece_of(range.clone()).map(|p| &p.bytes()[range.start - p.start..range.end - p.start])
+    pub fn try_get(&self, range: Range<u64>) -> Option<&[u8]> {
+        self.piece_of(range.clone()).map(|p| p.slice(range))
     }
 
     /// The bytes `range` of the file (within its length), piece by piece.
-    pub fn chunks(&self, range: Range<usize>) -> impl Iterator<Item = &[u8]> {
+    pub fn chunks(&self, range: Range<u64>) -> impl Iterator<Item = &[u8]> {
         self.pieces.iter().filter_map(move |p| {
             let (s, e) = (range.start.max(p.start), range.end.min(p.end()));
-            (s < e).then(|| &p.bytes()[s - p.start..e - p.start])
+            (s < e).then(|| p.slice(s..e))
         })
     }
 }
@@ -250,7 +255,7 @@ impl ModelBytesBuilder {
             return Ok(());
         }
         // Tensors are checked against the stated size, so no piece is reserved past the end of the file.
-        let gguf = match Gguf::parse_prefix(head, self.total)? {
+        let gguf = match Gguf::parse_prefix(head, self.total.map(|t| t as u64))? {
             Prefix::Complete(g) => g,
             // Not all of the header yet: try again at the length it needs, and at twice this one at least.
             Prefix::Need(n) if more_may_come => {
@@ -293,20 +298,20 @@ impl ModelBytesBuilder {
 /// Some byte ranges of a file of known length, taken from its bytes as they stream past (in order, from the first):
 /// a model whose matrices go elsewhere keeps its header and vectors here ([`ModelBytes::is_whole`] is then `false`).
 pub struct PartialBytesBuilder {
-    len: usize,
+    len: u64,
     /// The ranges held, sorted and apart, each with its bytes so far.
-    pieces: Vec<(Range<usize>, Vec<u8>)>,
-    received: usize,
+    pieces: Vec<(Range<u64>, Vec<u8>)>,
+    received: u64,
 }
 
 impl PartialBytesBuilder {
     /// A builder for `ranges` (in any order, overlapping or not, cut at `len`) of a file of `len` bytes; each range's
     /// memory is reserved here.
-    pub fn new(len: usize, ranges: impl IntoIterator<Item = Range<usize>>) -> Result<PartialBytesBuilder> {
-        let mut ranges: Vec<Range<usize>> =
+    pub fn new(len: u64, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<PartialBytesBuilder> {
+        let mut ranges: Vec<Range<u64>> =
             ranges.into_iter().map(|r| r.start.min(len)..r.end.min(len)).filter(|r| r.start < r.end).collect();
         ranges.sort_by_key(|r| r.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
         for r in ranges {
             match merged.last_mut() {
                 Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
@@ -316,7 +321,8 @@ impl PartialBytesBuilder {
         let mut pieces = Vec::with_capacity(merged.len());
         for r in merged {
             let mut bytes = Vec::new();
-            reserve_exact(&mut bytes, r.len())?;
+            let n = usize::try_from(r.end - r.start).map_err(|_| out_of_memory(usize::MAX))?;
+            reserve_exact(&mut bytes, n)?;
             pieces.push((r, bytes));
         }
         Ok(PartialBytesBuilder { len, pieces, received: 0 })
@@ -324,23 +330,23 @@ impl PartialBytesBuilder {
 
     /// Take what is held of the file's next `chunk` (bytes past its length are not looked at).
     pub fn push(&mut self, chunk: &[u8]) {
-        let (start, end) = (self.received, (self.received + chunk.len()).min(self.len));
+        let (start, end) = (self.received, (self.received + chunk.len() as u64).min(self.len));
         let first = self.pieces.partition_point(|(r, _)| r.end <= start);
         for (r, bytes) in self.pieces[first..].iter_mut().take_while(|(r, _)| r.start < end) {
             let (s, e) = (r.start.max(start), r.end.min(end));
-            bytes.extend_from_slice(&chunk[s - start..e - start]);
+            bytes.extend_from_slice(&chunk[(s - start) as usize..(e - start) as usize]);
         }
-        self.received += chunk.len();
+        self.received += chunk.len() as u64;
     }
 
     /// Bytes pushed so far.
-    pub fn received(&self) -> usize {
+    pub fn received(&self) -> u64 {
         self.received
     }
 
     /// The held ranges as a file held in part; an error if the stream ended before one of them.
     pub fn finish(self) -> Result<ModelBytes> {
-        if let Some((r, _)) = self.pieces.iter().find(|(r, b)| b.len() < r.len()) {
+        if let Some((r, _)) = self.pieces.iter().find(|(r, b)| (b.len() as u64) < r.end - r.start) {
             return Err(Error::Gguf(format!(
                 "the file ended after {} of its {} bytes, before bytes {r:?}",
                 self.received, self.len
@@ -359,10 +365,12 @@ fn cuts(gguf: &Gguf, max_piece: usize) -> Result<(Vec<usize>, usize)> {
     tensors.sort_by_key(|t| t.offset);
     let (mut cuts, mut start, mut end) = (Vec::new(), 0usize, 0usize);
     for t in tensors {
-        let t_end = t.offset + t.size;
-        if t_end - start > max_piece && t.offset >= end && t.offset > start {
-            cuts.push(t.offset);
-            start = t.offset;
+        // The file is held in memory, so where it is not addressable it cannot be held.
+        let offset = usize::try_from(t.offset).map_err(|_| out_of_memory(usize::MAX))?;
+        let t_end = offset.checked_add(t.size).ok_or_else(|| out_of_memory(usize::MAX))?;
+        if t_end - start > max_piece && offset >= end && offset > start {
+            cuts.push(offset);
+            start = offset;
         }
         if t_end - start > max_piece {
             return Err(Error::Gguf(format!(
@@ -410,14 +418,14 @@ mod tests {
         let bytes = file(6, 1000);
         for (total, chunk) in [(Some(bytes.len()), 7), (None, 4096), (Some(bytes.len()), 1 << 20)] {
             let m = build(&bytes, total, 9000, chunk).unwrap();
-            assert_eq!(m.len(), bytes.len());
+            assert_eq!(m.len(), bytes.len() as u64);
             assert!(m.piece_count() > 1, "{total:?} {chunk}");
             assert_eq!(m.chunks(0..m.len()).collect::<Vec<_>>().concat(), bytes);
             let g = m.gguf().unwrap();
             let whole = ModelBytes::from(bytes.clone());
             assert_eq!(ModelId::of_gguf(&m, g.data_offset), ModelId::of_gguf(&whole, g.data_offset));
             for (i, t) in g.tensors.iter().enumerate() {
-                assert_eq!(m.get(t.offset..t.offset + t.size), &bytes[t.offset..t.offset + t.size]);
+                assert_eq!(m.get(t.range()), t.data(&bytes));
                 assert_eq!(f32::from_le_bytes(m.get(t.offset..t.offset + 4).try_into().unwrap()), i as f32);
             }
         }
@@ -442,7 +450,7 @@ mod tests {
         let g = Gguf::parse(&bytes).unwrap();
         // The last tensor's offset, relative to the data section, moved to 2^40: a piece there would need a terabyte.
         let last = g.tensors.iter().max_by_key(|t| t.offset).unwrap();
-        let rel = (last.offset - g.data_offset) as u64;
+        let rel = last.offset - g.data_offset as u64;
         let at = bytes.windows(8).rposition(|w| w == rel.to_le_bytes()).unwrap();
         bytes[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
         let err = build(&bytes, Some(bytes.len()), 9000, 512).err().unwrap();
@@ -489,13 +497,13 @@ mod tests {
         };
         for m in [shards(&files), built(usize::MAX), built(5000)] {
             assert_eq!(m.shard_count(), 3);
-            assert_eq!(m.len(), files.iter().map(Vec::len).sum::<usize>());
+            assert_eq!(m.len(), files.iter().map(Vec::len).sum::<usize>() as u64);
             let g = m.gguf().unwrap();
             assert_eq!(g.get_str("general.architecture"), Some("none"));
             assert_eq!(g.tensors.len(), one.tensors.len());
             for (t, u) in g.tensors.iter().zip(&one.tensors) {
                 assert_eq!((&t.name, &t.dims, t.ty, t.size), (&u.name, &u.dims, u.ty, u.size));
-                assert_eq!(m.get(t.offset..t.offset + t.size), &whole[u.offset..u.offset + u.size], "{}", t.name);
+                assert_eq!(m.get(t.range()), u.data(&whole), "{}", t.name);
             }
         }
         // One shard of one: a plain file.

@@ -31,12 +31,13 @@ impl ModelId {
     /// The byte ranges the id of a file of `len` bytes hashes, in order: its header, then samples of its weights
     /// (which differ where headers do not: a fine-tune with the same metadata), from the start of the data to its
     /// last bytes, evenly. A file held in part keeps them (`gpu::GpuModelStream`).
-    pub fn hashed(len: usize, data_offset: usize) -> impl Iterator<Item = Range<usize>> {
-        let header = data_offset.min(len);
-        let span = (len - header).saturating_sub(ModelId::SAMPLE_BYTES) as u64;
+    pub fn hashed(len: u64, data_offset: usize) -> impl Iterator<Item = Range<u64>> {
+        let header = (data_offset as u64).min(len);
+        let sample = ModelId::SAMPLE_BYTES as u64;
+        let span = (len - header).saturating_sub(sample);
         let samples = (0..ModelId::SAMPLES as u64).map(move |i| {
-            let at = header + (span * i / (ModelId::SAMPLES as u64 - 1)) as usize;
-            at..(at + ModelId::SAMPLE_BYTES).min(len)
+            let at = header + span * i / (ModelId::SAMPLES as u64 - 1);
+            at..(at + sample).min(len)
         });
         std::iter::once(0..header).chain(samples)
     }

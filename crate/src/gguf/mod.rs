@@ -122,8 +122,9 @@ pub struct TensorInfo {
     pub name: String,
     pub dims: Vec<usize>,
     pub ty: GgmlType,
-    /// Absolute byte offset of the tensor's data in the file.
-    pub offset: usize,
+    /// Absolute byte offset of the tensor's data in the file (64 bits: a file streamed to the GPU may be larger
+    /// than wasm32's memory, `gpu::GpuModelStream`).
+    pub offset: u64,
     /// Size of the tensor's data in bytes.
     pub size: usize,
 }
@@ -131,6 +132,16 @@ pub struct TensorInfo {
 impl TensorInfo {
     pub fn n_elements(&self) -> usize {
         self.dims.iter().product()
+    }
+
+    /// Where the tensor's data lies in the file.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.offset..self.offset + self.size as u64
+    }
+
+    /// The tensor's data in `file`, the whole file in one slice (which holds it: the header was checked against it).
+    pub fn data<'a>(&self, file: &'a [u8]) -> &'a [u8] {
+        &file[self.offset as usize..][..self.size]
     }
 }
 
@@ -165,12 +176,12 @@ pub const MAX_HEADER_FILE_BYTES: usize = MAX_HEADER_BYTES + 24;
 impl Gguf {
     /// Parse the header of a GGUF file held in `bytes` (the whole file).
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
-        Gguf::parse_head(bytes, bytes.len())
+        Gguf::parse_head(bytes, bytes.len() as u64)
     }
 
     /// Parse the header from `head`, the first bytes of a file of `file_len` bytes (at least `head.len()`):
     /// tensors are checked against the whole file. A header that runs past `head` is an error.
-    pub fn parse_head(head: &[u8], file_len: usize) -> Result<Gguf> {
+    pub fn parse_head(head: &[u8], file_len: u64) -> Result<Gguf> {
         let mut budget = MAX_HEADER_BYTES;
         Gguf::parse_within(head, file_len, &mut budget)
     }
@@ -183,10 +194,10 @@ impl Gguf {
     /// tensors with offsets into the shards laid end to end. One shard is a plain GGUF file (`parse_head`), unless
     /// it says it is one of several. Shards missing, extra, out of order or naming a tensor twice are `Error::Gguf`;
     /// all the headers together are held to one memory budget (`MAX_HEADER_BYTES`).
-    pub fn parse_shards(shards: &[(&[u8], usize)]) -> Result<Gguf> {
+    pub fn parse_shards(shards: &[(&[u8], u64)]) -> Result<Gguf> {
         let n = shards.len();
         let mut budget = MAX_HEADER_BYTES;
-        let mut start = 0usize;
+        let mut start = 0u64;
         let mut merged: Option<Gguf> = None;
         let mut names = std::collections::HashSet::new();
         for (i, &(head, len)) in shards.iter().enumerate() {
@@ -215,15 +226,15 @@ impl Gguf {
                 }
                 _ => return Err(shard(err(format!("{SPLIT_NO} and {SPLIT_COUNT} are not both there as integers")))),
             }
-            let len = len.max(head.len());
+            let len = len.max(head.len() as u64);
             for t in &mut g.tensors {
                 if !names.insert(t.name.clone()) {
                     return Err(shard(err(format!("tensor '{}' is in an earlier shard too", t.name))));
                 }
-                // Within its shard (`parse_within` checked), so within the shards' total, which is memory's.
-                t.offset = start.checked_add(t.offset).ok_or_else(|| shard(err("the shards overflow memory")))?;
+                // Within its shard (`parse_within` checked), so within the shards' total.
+                t.offset = start.checked_add(t.offset).ok_or_else(|| shard(err("the shards' sizes overflow")))?;
             }
-            start = start.checked_add(len).ok_or_else(|| shard(err("the shards overflow memory")))?;
+            start = start.checked_add(len).ok_or_else(|| shard(err("the shards' sizes overflow")))?;
             match &mut merged {
                 None => merged = Some(g),
                 Some(m) => m.tensors.append(&mut g.tensors),
@@ -244,9 +255,9 @@ impl Gguf {
     }
 
     /// `parse_head`, charging what the parsed header takes to `budget` (shared by the shards of a split model).
-    fn parse_within(head: &[u8], file_len: usize, budget: &mut usize) -> Result<Gguf> {
+    fn parse_within(head: &[u8], file_len: u64, budget: &mut usize) -> Result<Gguf> {
         let mut r = Reader { bytes: head, end: head.len(), pos: 0, budget: *budget, short: None };
-        let g = r.header(Some(file_len.max(head.len())))?;
+        let g = r.header(Some(file_len.max(head.len() as u64)))?;
         *budget = r.budget;
         Ok(g)
     }
@@ -257,10 +268,11 @@ impl Gguf {
     /// as it never asks for more than [`MAX_HEADER_FILE_BYTES`]. With `file_len`, tensors are checked against
     /// the file as [`Gguf::parse_head`] does; without, only their sizes are (what a header-only reader such as
     /// `model::text::TextModel` uses). A malformed header is an error as soon as the prefix shows it.
-    pub fn parse_prefix(prefix: &[u8], file_len: Option<usize>) -> Result<Prefix<Gguf>> {
-        let end = file_len.map_or(MAX_HEADER_FILE_BYTES, |n| n.min(MAX_HEADER_FILE_BYTES)).max(prefix.len());
-        let mut r = Reader { bytes: prefix, end, pos: 0, budget: MAX_HEADER_BYTES, short: None };
-        match r.header(file_len.map(|n| n.max(prefix.len()))) {
+    pub fn parse_prefix(prefix: &[u8], file_len: Option<u64>) -> Result<Prefix<Gguf>> {
+        let max = MAX_HEADER_FILE_BYTES as u64;
+        let end = file_len.map_or(max, |n| n.min(max)) as usize;
+        let mut r = Reader { bytes: prefix, end: end.max(prefix.len()), pos: 0, budget: MAX_HEADER_BYTES, short: None };
+        match r.header(file_len.map(|n| n.max(prefix.len() as u64))) {
             Ok(g) => Ok(Prefix::Complete(g)),
             Err(e) => match r.short {
                 Some(need) => Ok(Prefix::Need(need)),
@@ -272,8 +284,8 @@ impl Gguf {
 
 impl Reader<'_> {
     /// The header from the start of the bytes; tensors checked against `file_len` if known, else only their
-    /// sizes and offsets against `usize`.
-    fn header(&mut self, file_len: Option<usize>) -> Result<Gguf> {
+    /// sizes against `usize` and their offsets against `u64`.
+    fn header(&mut self, file_len: Option<u64>) -> Result<Gguf> {
         let r = self;
         let magic = r.u32().map_err(|_| err("file is shorter than a GGUF header"))?;
         if magic != MAGIC {
@@ -333,9 +345,8 @@ impl Reader<'_> {
 
         let header_bytes = r.pos;
         let data_offset = align_up(r.pos, alignment);
-        // Without the file's length, tensors are checked against what `usize` addresses.
-        let file_len = file_len.unwrap_or(usize::MAX);
-        if data_offset > file_len && !raw.is_empty() {
+        let file_len = file_len.unwrap_or(u64::MAX);
+        if data_offset as u64 > file_len && !raw.is_empty() {
             return Err(err(format!(
                 "truncated: tensor data should start at byte {data_offset} but the file has {} bytes",
                 file_len
@@ -366,12 +377,10 @@ impl Reader<'_> {
             if rel % alignment as u64 != 0 {
                 return Err(err(format!("tensor '{name}' offset {rel} is not aligned to {alignment}")));
             }
-            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= file_len as u64);
+            let offset = (data_offset as u64).checked_add(rel).filter(|&o| o <= file_len);
             let end = offset.and_then(|o| o.checked_add(size as u64));
             match (offset, end) {
-                (Some(o), Some(e)) if e <= file_len as u64 => {
-                    tensors.push(TensorInfo { name, dims, ty, offset: o as usize, size })
-                }
+                (Some(o), Some(e)) if e <= file_len => tensors.push(TensorInfo { name, dims, ty, offset: o, size }),
                 _ => {
                     return Err(err(format!(
                         "tensor '{name}' ({} bytes at data offset {rel}) runs past the end of the file ({} bytes): truncated?",
@@ -669,7 +678,8 @@ mod tests {
                 Prefix::Complete(_) => panic!("cut {cut}: a header of {} bytes read whole", whole.header_bytes),
             }
         }
-        for (cut, file_len) in [(whole.header_bytes, None), (bytes.len(), None), (bytes.len(), Some(bytes.len()))] {
+        let len = bytes.len() as u64;
+        for (cut, file_len) in [(whole.header_bytes, None), (bytes.len(), None), (bytes.len(), Some(len))] {
             let Prefix::Complete(g) = Gguf::parse_prefix(&bytes[..cut], file_len).unwrap() else { panic!("{cut}") };
             assert_eq!(
                 (g.metadata, g.tensors, g.data_offset),
@@ -677,7 +687,7 @@ mod tests {
             );
         }
         // A stated length checks the tensors as `parse_head` does.
-        let e = Gguf::parse_prefix(&bytes[..whole.header_bytes], Some(bytes.len() - 1)).unwrap_err();
+        let e = Gguf::parse_prefix(&bytes[..whole.header_bytes], Some(len - 1)).unwrap_err();
         assert!(matches!(e, Error::Gguf(ref m) if m.contains("past the end")), "{e}");
     }
 

@@ -65,6 +65,16 @@
 //! `Backend::Auto` skips software adapters and too-small limits and falls back
 //! to the CPU on any fault; `Backend::WebGpu` reports them as `Error::Gpu`. A new op: `wgsl/README.md`, "Adding an op".
 //!
+//! The weights go up as the file's bytes pass (`upload.rs`): the arenas are planned from the header alone
+//! (`Weights::layout`: where each matrix goes, which byte ranges are vectors), allocated empty, and each placed run of
+//! rows is written where its bytes go by (whole words; a matrix laid out here, Qwen3.5's queries and gates or the
+//! experts' down matrices side by side, gathered whole first). A whole load feeds its file's pieces through it;
+//! `GpuModelStream` (`stream.rs`) feeds a download as it arrives and keeps in memory only a file held in part (the
+//! header, the vectors, the bytes the model's identity samples), so a page runs a model larger than its wasm32 memory,
+//! with the same `ModelId` as the whole file (its prefix pages and saved states are the same model's). Such a model runs
+//! on the GPU only (`Evaluator::on_gpu_model`; `Model::check_weights_held` refuses the CPU's forward pass,
+//! embeddings and MicroLoRA).
+//!
 //! Qwen3.5 (`qwen35`) runs there too: its delta-net layers' projections are one matrix op into a row per token, then
 //! `ops/delta_net.rs`'s convolution (an invocation per channel) and delta rule (a workgroup per value head, each
 //! invocation a row of the head's state in registers, with the output's norm and gate) walk the call's tokens in

@@ -25,7 +25,7 @@ use crate::model::Model;
 
 /// A GGUF file of known length on its way to the GPU, pushed in order in chunks of any size.
 pub struct GpuModelStream {
-    len: usize,
+    len: u64,
     state: State,
 }
 
@@ -37,7 +37,7 @@ enum State {
         head: Vec<u8>,
         next_try: usize,
     },
-    Body(Body),
+    Body(Box<Body>),
     /// A push failed: the stream takes no more.
     Failed,
 }
@@ -58,9 +58,9 @@ pub struct StreamedModel {
 
 impl GpuModelStream {
     /// A stream of a file of `len` bytes onto a device opened with `opts` (errors: no adapter, limits).
-    pub async fn new(len: usize, opts: &GpuOptions) -> Result<GpuModelStream> {
+    pub async fn new(len: u64, opts: &GpuOptions) -> Result<GpuModelStream> {
         let gpu = Gpu::new(opts).await?;
-        Ok(GpuModelStream { len, state: State::Header { gpu, head: Vec::new(), next_try: len.min(1 << 20) } })
+        Ok(GpuModelStream { len, state: State::Header { gpu, head: Vec::new(), next_try: len.min(1 << 20) as usize } })
     }
 
     /// Take the file's next `chunk`. Errors: a header that is not GGUF or a model the GPU kernels do not run
@@ -83,7 +83,7 @@ impl GpuModelStream {
                     what: "the model file's header".into(),
                 })?;
                 head.extend_from_slice(chunk);
-                if head.len() < *next_try && head.len() < self.len {
+                if head.len() < *next_try && (head.len() as u64) < self.len {
                     return Ok(());
                 }
                 match Gguf::parse_prefix(head, Some(self.len))? {
@@ -96,7 +96,7 @@ impl GpuModelStream {
             }
         };
         if let State::Header { gpu, head, .. } = std::mem::replace(&mut self.state, State::Failed) {
-            self.state = State::Body(Body::start(gpu, &gguf, self.len, &head).await?);
+            self.state = State::Body(Box::new(Body::start(gpu, &gguf, self.len, &head).await?));
         }
         Ok(())
     }
@@ -104,7 +104,8 @@ impl GpuModelStream {
     /// The model, once every byte has arrived (else an error, as for a file that ends early).
     pub fn finish(self) -> Result<StreamedModel> {
         match self.state {
-            State::Body(Body { upload, placed, held }) => {
+            State::Body(body) => {
+                let Body { upload, placed, held } = *body;
                 let model = Model::from_bytes(held.finish()?)?;
                 Ok(StreamedModel { model, upload, placed })
             }
@@ -119,7 +120,7 @@ impl GpuModelStream {
 impl Body {
     /// Plan and allocate the GPU's buffers from `gguf`, the header of a file of `len` bytes, then take `head`, the
     /// bytes received so far.
-    async fn start(gpu: Gpu, gguf: &Gguf, len: usize, head: &[u8]) -> Result<Body> {
+    async fn start(gpu: Gpu, gguf: &Gguf, len: u64, head: &[u8]) -> Result<Body> {
         let config = Config::from_gguf(gguf)?;
         check_supported(&config)?;
         let (layout, vectors) = Weights::layout(gguf, &config)?;

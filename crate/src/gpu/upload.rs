@@ -141,12 +141,19 @@ impl Plan {
 
 /// A run of the file's bytes bound for `arena` at `offset`, written as it passes.
 struct Run {
-    file: Range<usize>,
+    file: Range<u64>,
     arena: usize,
     offset: u64,
     /// Bytes written so far (whole words), and the next few that wait for the rest of their word.
     written: usize,
     carry: Vec<u8>,
+}
+
+impl Run {
+    /// Whether every byte of the run has arrived (the last few may still wait in `carry`).
+    fn done(&self) -> bool {
+        (self.written + self.carry.len()) as u64 == self.file.end - self.file.start
+    }
 }
 
 /// A made matrix's source, gathered whole, then laid out and written (`done`).
@@ -158,9 +165,8 @@ struct Gather {
 }
 
 impl Gather {
-    fn src(&self) -> Range<usize> {
-        let m = &self.made.src;
-        m.offset..m.offset + m.rows * m.row_bytes()
+    fn src(&self) -> Range<u64> {
+        self.made.src.range()
     }
 }
 
@@ -172,7 +178,7 @@ pub(crate) struct WeightUpload {
     runs: Vec<Run>,
     open: usize,
     gathers: Vec<Gather>,
-    received: usize,
+    received: u64,
     unsubmitted: u64,
 }
 
@@ -191,9 +197,8 @@ impl WeightUpload {
         for (source, chunk) in plan.placed {
             match source {
                 Source::File(m) => {
-                    let rb = m.row_bytes();
-                    let start = m.offset + chunk.row0 * rb;
-                    let file = start..start + chunk.rows * rb;
+                    let rows = m.row_range(chunk.row0..chunk.row0 + chunk.rows);
+                    let file = rows.range();
                     runs.push(Run { file, arena: chunk.arena, offset: chunk.offset, written: 0, carry: Vec::new() });
                 }
                 Source::Made(i) => gathers[i].chunks.push(chunk),
@@ -205,13 +210,15 @@ impl WeightUpload {
 
     /// Write what the planned matrices take of the file's next `chunk`.
     pub fn push(&mut self, chunk: &[u8]) -> Result<()> {
-        let (start, end) = (self.received, self.received + chunk.len());
+        let (start, end) = (self.received, self.received + chunk.len() as u64);
+        // Bytes `s..e` of the file, within this chunk.
+        let within = |s: u64, e: u64| &chunk[(s - start) as usize..(e - start) as usize];
         let mut i = self.open;
         while i < self.runs.len() && self.runs[i].file.start < end {
             let run = &mut self.runs[i];
             let (s, e) = (run.file.start.max(start), run.file.end.min(end));
             if s < e {
-                let bytes = &chunk[s - start..e - start];
+                let bytes = within(s, e);
                 self.unsubmitted += bytes.len() as u64;
                 write_run(&self.gpu.queue, &self.arenas[run.arena], run, bytes);
             }
@@ -226,14 +233,14 @@ impl WeightUpload {
             if s >= e {
                 continue;
             }
+            let src_len = (src.end - src.start) as usize;
             if g.bytes.is_empty() {
-                g.bytes.try_reserve_exact(src.len()).map_err(|_| Error::OutOfMemory {
-                    bytes: src.len(),
-                    what: "a matrix laid out for the GPU".into(),
-                })?;
+                g.bytes
+                    .try_reserve_exact(src_len)
+                    .map_err(|_| Error::OutOfMemory { bytes: src_len, what: "a matrix laid out for the GPU".into() })?;
             }
-            g.bytes.extend_from_slice(&chunk[s - start..e - start]);
-            if g.bytes.len() == src.len() {
+            g.bytes.extend_from_slice(within(s, e));
+            if g.bytes.len() == src_len {
                 let made = g.made.lay_out(&std::mem::take(&mut g.bytes));
                 let rb = g.made.shape().2;
                 for c in &g.chunks {
@@ -254,7 +261,7 @@ impl WeightUpload {
 
     /// Every run written: the arenas hold the weights. An error if the file ended before a matrix did.
     pub fn finish(self) -> Result<(Gpu, Vec<wgpu::Buffer>)> {
-        let runs = self.runs[self.open..].iter().filter(|r| r.written < r.file.len()).map(|r| r.file.start);
+        let runs = self.runs[self.open..].iter().filter(|r| !r.done()).map(|r| r.file.start);
         let gathers = self.gathers.iter().filter(|g| !g.done).map(|g| g.src().start);
         if let Some(at) = runs.chain(gathers).min() {
             return Err(Error::Gguf(format!(
@@ -286,7 +293,7 @@ fn write_run(queue: &wgpu::Queue, arena: &wgpu::Buffer, run: &mut Run, mut bytes
         run.written += whole;
     }
     run.carry.extend_from_slice(&bytes[whole..]);
-    if run.written + run.carry.len() == run.file.len() && !run.carry.is_empty() {
+    if run.done() && !run.carry.is_empty() {
         run.carry.resize(4, 0);
         queue.write_buffer(arena, run.offset + run.written as u64, &run.carry);
         run.written += run.carry.len();

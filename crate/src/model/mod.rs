@@ -299,7 +299,7 @@ impl Model {
         self.load_ms
     }
 
-    pub fn file_size(&self) -> usize {
+    pub fn file_size(&self) -> u64 {
         self.bytes.len()
     }
 }

@@ -19,7 +19,7 @@ pub struct MatrixRef {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
-    pub offset: usize,
+    pub offset: u64,
 }
 
 impl MatrixRef {
@@ -27,15 +27,20 @@ impl MatrixRef {
         self.ty.row_bytes(self.cols)
     }
 
+    /// Where the matrix lies in the model file.
+    pub fn range(&self) -> Range<u64> {
+        self.offset..self.offset + (self.rows * self.row_bytes()) as u64
+    }
+
     /// The matrix's bytes within the model file.
     pub fn bytes<'a>(&self, file: &'a ModelBytes) -> &'a [u8] {
-        file.get(self.offset..self.offset + self.rows * self.row_bytes())
+        file.get(self.range())
     }
 
     /// Rows `rows` of this matrix, a matrix of its own (Phi-3 keeps q/k/v in one tensor, and gate/up in another).
     pub fn row_range(&self, rows: std::ops::Range<usize>) -> MatrixRef {
         assert!(rows.start <= rows.end && rows.end <= self.rows, "rows {rows:?} of {}", self.rows);
-        MatrixRef { rows: rows.len(), offset: self.offset + rows.start * self.row_bytes(), ..*self }
+        MatrixRef { rows: rows.len(), offset: self.offset + (rows.start * self.row_bytes()) as u64, ..*self }
     }
 
     /// The matrix as the kernels read it, in place in the model file.
@@ -125,7 +130,7 @@ impl Weights {
     /// The weights as the header alone lays them out: every matrix where [`from_gguf`](Self::from_gguf) puts it,
     /// ones in the place of every vector, and the byte ranges of the vectors, which a file held in part must keep
     /// (`gpu::GpuModelStream` plans the GPU's buffers from this before the bytes arrive).
-    pub fn layout(g: &Gguf, c: &Config) -> Result<(Weights, Vec<Range<usize>>)> {
+    pub fn layout(g: &Gguf, c: &Config) -> Result<(Weights, Vec<Range<u64>>)> {
         let noted = RefCell::new(Vec::new());
         let weights = Weights::read(g, &VectorBytes::Noted(&noted), c)?;
         Ok((weights, noted.into_inner()))
@@ -415,13 +420,13 @@ pub(crate) enum VectorBytes<'a> {
     /// The file's bytes, which must hold them (a file held in part holds them and little else).
     File(&'a ModelBytes),
     /// Nowhere yet: ones in their place, and the byte ranges they would be read from noted ([`Weights::layout`]).
-    Noted(&'a RefCell<Vec<Range<usize>>>),
+    Noted(&'a RefCell<Vec<Range<u64>>>),
 }
 
 impl VectorBytes<'_> {
     /// Tensor `t`'s elements as f32.
     fn read(&self, t: &TensorInfo) -> Result<Vec<f32>> {
-        let range = t.offset..t.offset + t.size;
+        let range = t.range();
         match self {
             VectorBytes::File(file) => {
                 let bytes = file.try_get(range).ok_or_else(|| {

@@ -328,18 +328,16 @@ impl GpuStream {
     /// Open the GPU for a file of `len` bytes. `options_json`: `{maxBindingBytes?, allowSoftware?}`.
     pub async fn open(len: f64, options_json: String) -> std::result::Result<GpuStream, JsValue> {
         let opts: JsStreamOptions = parse(&options_json, "stream options")?;
-        if !(len >= 0.0 && len.fract() == 0.0 && len <= usize::MAX as f64) {
-            let max = usize::MAX;
-            return Err(js_error(Error::InvalidArgument(format!(
-                "a file of {len} bytes (this build streams up to {max})"
-            ))));
+        // A length JavaScript holds exactly (2^53 bytes: far past any model).
+        if !(len >= 0.0 && len.fract() == 0.0 && len <= 2f64.powi(53)) {
+            return Err(js_error(Error::InvalidArgument(format!("a file length of {len} bytes"))));
         }
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,
             ..GpuOptions::default()
         };
-        Ok(GpuStream { inner: GpuModelStream::new(len as usize, &gpu_opts).await.map_err(js_error)? })
+        Ok(GpuStream { inner: GpuModelStream::new(len as u64, &gpu_opts).await.map_err(js_error)? })
     }
 
     /// Take the file's next chunk (a Promise: the first chunks that complete the header allocate the GPU's

@@ -133,6 +133,20 @@ pub struct Tensor {
     pub dims: Vec<u64>,
     pub type_id: u32,
     pub data: Vec<u8>,
+    /// Bytes of zeros in the place of `data` (a stand-in's padding, larger than memory: [`GgufWriter::parts`]).
+    pub zeros: u64,
+}
+
+impl Tensor {
+    fn len(&self) -> u64 {
+        self.data.len() as u64 + self.zeros
+    }
+}
+
+/// A piece of a file as [`GgufWriter::parts`] gives it.
+pub enum Part {
+    Bytes(Vec<u8>),
+    Zeros(u64),
 }
 
 #[derive(Default)]
@@ -158,11 +172,29 @@ impl GgufWriter {
     }
 
     pub fn tensor(mut self, name: &str, dims: &[u64], type_id: u32, data: Vec<u8>) -> Self {
-        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), type_id, data });
+        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), type_id, data, zeros: 0 });
+        self
+    }
+
+    /// A tensor of `len` bytes of zeros, never held (`parts`).
+    pub fn zeros(mut self, name: &str, dims: &[u64], type_id: u32, len: u64) -> Self {
+        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), type_id, data: Vec::new(), zeros: len });
         self
     }
 
     pub fn bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in self.parts() {
+            match part {
+                Part::Bytes(b) => out.extend(b),
+                Part::Zeros(n) => out.resize(out.len() + n as usize, 0),
+            }
+        }
+        out
+    }
+
+    /// The file in order: its header and tensors' bytes, runs of zeros (padding, `zeros` tensors) as their length.
+    pub fn parts(&self) -> Vec<Part> {
         let mut out = b"GGUF".to_vec();
         out.extend(self.version.to_le_bytes());
         out.extend((self.tensors.len() as u64).to_le_bytes());
@@ -181,16 +213,18 @@ impl GgufWriter {
             out.extend(t.type_id.to_le_bytes());
             out.extend(offset.to_le_bytes());
             offsets.push(offset);
-            offset += (t.data.len() as u64).div_ceil(32) * 32;
+            offset += t.len().div_ceil(32) * 32;
         }
         while !out.len().is_multiple_of(32) {
             out.push(0);
         }
-        let base = out.len();
+        let mut parts = vec![Part::Bytes(out)];
+        let mut at = 0;
         for (t, off) in self.tensors.iter().zip(offsets) {
-            out.resize(base + off as usize, 0);
-            out.extend(&t.data);
+            parts.push(Part::Zeros(off - at + t.zeros));
+            parts.push(Part::Bytes(t.data.clone()));
+            at = off + t.len();
         }
-        out
+        parts
     }
 }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use ruvllm::{Model, Session, SessionOptions};
+
+use crate::support::gguf_writer::{GgufWriter, Meta, Part};
 use serde_json::Value;
 
 pub const LLAMA_SPM: &str = "tiny-llama-spm.gguf";
@@ -207,13 +209,13 @@ pub fn iq4_models(file: &str) -> (Arc<Model>, Arc<Model>) {
         }
         retyped[(ty == GgmlType::IQ4_XS) as usize] += 1;
         let mut x = vec![0f32; t.n_elements()];
-        dequantize_row(t.ty, &bytes[t.offset..t.offset + t.size], &mut x);
+        dequantize_row(t.ty, t.data(&bytes), &mut x);
         let mut q = vec![0u8; size];
         quantize_row(ty, &x, &mut q);
         dequantize_row(ty, &q, &mut x);
         let field = tensor_type_field(&bytes, &t.name, t.dims.len());
         iq4[field..field + 4].copy_from_slice(&(ty as u32).to_le_bytes());
-        iq4[t.offset..t.offset + size].copy_from_slice(&q);
+        iq4[t.offset as usize..][..size].copy_from_slice(&q);
         let rel = (f32s.len() - g.data_offset).next_multiple_of(g.alignment);
         f32s.resize(g.data_offset + rel, 0);
         f32s.extend(x.iter().flat_map(|v| v.to_le_bytes()));
@@ -258,4 +260,45 @@ pub fn assert_going_back_gives_whole_logits(s: &mut Session, prompt: &[u32], who
         let got = s.eval(&prompt[back..], true).unwrap();
         assert!(got == &whole[back * vocab..], "logits after going back to {back}");
     }
+}
+
+/// The tiny model `file` after 5 GiB of zeros (`padding.N`, F32 tensors of 1 GiB that no model reads), so that its own
+/// tensors lie past 4 GiB: a stand-in for a model file larger than wasm32's memory, never held whole ([`Part::Zeros`]
+/// are lengths). Its bytes as parts, and its length.
+pub fn past_4_gib(file: &str) -> (Vec<Part>, u64) {
+    use ruvllm::gguf::Gguf;
+    let bytes = crate::support::read_file(&format!("{}/{file}", fixtures_dir()));
+    let gguf = Gguf::parse(&bytes).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in &gguf.metadata {
+        w = w.meta(key, Meta::of(value).unwrap());
+    }
+    for i in 0..5 {
+        w = w.zeros(&format!("padding.{i}"), &[1 << 20, 256], 0, 1 << 30);
+    }
+    for t in &gguf.tensors {
+        let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+        w = w.tensor(&t.name, &dims, t.ty as u32, t.data(&bytes).to_vec());
+    }
+    let parts = w.parts();
+    let len = parts.iter().map(|p| match p {
+        Part::Bytes(b) => b.len() as u64,
+        Part::Zeros(n) => *n,
+    });
+    let len = len.sum();
+    (parts, len)
+}
+
+/// `parts` as chunks of at most 1 MiB, in order (the zeros from one buffer).
+pub fn chunks(parts: &[Part]) -> impl Iterator<Item = &[u8]> {
+    const CHUNK: u64 = 1 << 20;
+    static ZEROS: [u8; CHUNK as usize] = [0; CHUNK as usize];
+    parts.iter().flat_map(|p| -> Box<dyn Iterator<Item = &[u8]> + '_> {
+        match p {
+            Part::Bytes(b) => Box::new(b.chunks(CHUNK as usize)),
+            &Part::Zeros(n) => {
+                Box::new((0..n.div_ceil(CHUNK)).map(move |i| &ZEROS[..(n - i * CHUNK).min(CHUNK) as usize]))
+            }
+        }
+    })
 }
