@@ -11,6 +11,9 @@
 //!                                           CPU backend's, the largest difference and the argmax agreement)
 //!   --prefix-cache                         (instead: the prefix cache's transfers of the prompt's keys
 //!                                           and values down from and up to the GPU)
+//!   --stream M                             (the model M streamed to the GPU in 8 MiB reads, as a page streams a
+//!                                           download: the file is never held; the first line gives the load's
+//!                                           time, the bytes held and the process's peak resident memory)
 //!
 //! The twin is for machines the model file cannot be copied to: speed does not depend on the
 //! weight values, only on their types and shapes, which the header keeps.
@@ -20,7 +23,7 @@ use std::time::Instant;
 
 use ruvllm::engine::sampler::top_k_probs;
 use ruvllm::gguf::Gguf;
-use ruvllm::gpu::{block_on, GpuModel, GpuOptions, GpuSession};
+use ruvllm::gpu::{block_on, GpuModel, GpuModelStream, GpuOptions, GpuSession};
 use ruvllm::quant::GgmlType;
 use ruvllm::{Backend, GenerateOptions, Model, SamplerConfig, Session, SessionOptions, Step};
 use serde_json::json;
@@ -47,16 +50,6 @@ fn run() -> Result<(), String> {
     let repeat = num("--repeat", 5)?.max(1);
 
     let t0 = Instant::now();
-    let bytes = match (opt("--twin"), opt("--model").or_else(|| std::env::var("RUVLLM_MODEL").ok())) {
-        (Some(twin), _) => twin_model(&twin)?,
-        (None, Some(path)) => std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?,
-        (None, None) => return Err("--model M, --twin T or $RUVLLM_MODEL".into()),
-    };
-    if let Some(dst) = opt("--write-twin") {
-        return std::fs::write(&dst, &bytes).map_err(|e| format!("{dst}: {e}"));
-    }
-    let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
-    let vocab = model.config.vocab_size;
     let no_subgroups = args.iter().any(|a| a == "--no-subgroups");
     let no_cooperative_matrix = args.iter().any(|a| a == "--no-coop");
     let opts = GpuOptions {
@@ -66,7 +59,25 @@ fn run() -> Result<(), String> {
         no_cooperative_matrix,
         ..GpuOptions::default()
     };
-    let gm = Arc::new(block_on(GpuModel::new(model.clone(), &opts)).map_err(|e| e.to_string())?);
+    let gm = match opt("--stream") {
+        Some(path) => stream_to_gpu(&path, &opts)?,
+        None => {
+            let bytes = match (opt("--twin"), opt("--model").or_else(|| std::env::var("RUVLLM_MODEL").ok())) {
+                (Some(twin), _) => twin_model(&twin)?,
+                (None, Some(path)) => std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?,
+                (None, None) => return Err("--model M, --twin T, --stream M or $RUVLLM_MODEL".into()),
+            };
+            if let Some(dst) = opt("--write-twin") {
+                return std::fs::write(&dst, &bytes).map_err(|e| format!("{dst}: {e}"));
+            }
+            let model = Arc::new(Model::from_bytes(bytes).map_err(|e| e.to_string())?);
+            block_on(GpuModel::new(model, &opts)).map_err(|e| e.to_string())?
+        }
+    };
+    let gm = Arc::new(gm);
+    let model = gm.model().clone();
+    let vocab = model.config.vocab_size;
+    let held: usize = model.file().chunks(0..model.file().len()).map(<[u8]>::len).sum();
     let a = gm.adapter();
     println!(
         "{}",
@@ -74,7 +85,8 @@ fn run() -> Result<(), String> {
                 "max_storage_binding": a.max_storage_binding, "timestamps": a.timestamps,
                 "subgroups": a.subgroups, "cooperative_matrix": a.cooperative_matrix,
                 "weights_mb": gm.weight_bytes() as f64 / 1e6, "weight_buffers": gm.arena_count(),
-                "load_ms": t0.elapsed().as_secs_f64() * 1e3 })
+                "load_ms": t0.elapsed().as_secs_f64() * 1e3, "file_mb": model.file_size() as f64 / 1e6,
+                "held_mb": held as f64 / 1e6, "peak_rss_mb": peak_rss_mb() })
     );
 
     let prompt: Vec<u32> = (0..n_prompt).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
@@ -238,6 +250,35 @@ fn check_against_cpu(model: &Arc<Model>, s: &mut GpuSession, prompt: &[u32]) -> 
     Ok(())
 }
 
+/// The model at `path` streamed to the GPU in reads of 8 MiB (`GpuModelStream`), never held whole.
+fn stream_to_gpu(path: &str, opts: &GpuOptions) -> Result<GpuModel, String> {
+    use std::io::Read;
+    let err = |e: std::io::Error| format!("{path}: {e}");
+    let mut file = std::fs::File::open(path).map_err(err)?;
+    let len = file.metadata().map_err(err)?.len();
+    let mut stream = block_on(GpuModelStream::new(len, opts)).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 8 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(err)?;
+        if n == 0 {
+            break;
+        }
+        block_on(stream.push(&buf[..n])).map_err(|e| e.to_string())?;
+    }
+    let streamed = stream.finish().map_err(|e| e.to_string())?;
+    block_on(streamed.into_gpu_model()).map_err(|e| e.to_string())
+}
+
+/// The process's peak resident memory so far (Linux's VmHWM), in MB; 0 where it cannot be read.
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok());
+    kb.unwrap_or(0.0) / 1e3
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -284,7 +325,7 @@ fn twin_model(path: &str) -> Result<Vec<u8>, String> {
     };
     let f16 = |x: f32| half::f16::from_f32(x).to_le_bytes();
     for t in &g.tensors {
-        let data = &mut bytes[t.offset..t.offset + t.size];
+        let data = &mut bytes[t.offset as usize..][..t.size];
         let small = |r: u64| ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04;
         match t.ty {
             GgmlType::F32 => {

@@ -7,6 +7,9 @@
 #       1B-shaped one (DIR/twin1b.hdr, if made) into DIR; --llama-cpp: llama.cpp's source too, pruned (~30 MB)
 #   benches/gpu_bench.sh device DIR [ARGS]  there: unpack the loader, then prefill (128 tokens) and decode (64
 #       tokens) on DIR/twin.hdr's model; ARGS: --twin DIR/twin1b.hdr, --prompt-tokens 512, ...; prints JSON lines
+#   benches/gpu_bench.sh stream8b DIR  there: write the Llama-3.1-8B-shaped Q4_K_M twin (~4.9 GB, random weights:
+#       DIR/random_model, once per warm machine), stream it to the GPU (gpu_bench --stream: the file never held),
+#       then load it whole for comparison; each prints its load time, bytes held and peak resident memory, then speed
 #   benches/gpu_bench.sh llama-cuda DIR [TWIN.hdr ...]  there: llama.cpp's llama-bench built with CUDA (once per
 #       warm machine, ~4 min on 16 cores) on each twin's GGUF (default: DIR/twin.hdr, DIR/twin1b.hdr): pp128,
 #       pp512, tg64, flash attention off and on, 5 reps; prints JSON lines
@@ -24,6 +27,14 @@ build() {
 model1b=~/.cache/ruvllm/Llama-3.2-1B-shape.random.Q4_K_M.gguf
 lcpp_build=/root/lcpp-build # outside the working tree: it survives between calls on a warm machine
 lcpp_cpu_build=/root/lcpp-cpu-build
+# The Vulkan loader and the GL/EGL dispatch libraries NVIDIA's Vulkan ICD links against, from DIR's packages.
+vulkan_loader() {
+  for f in "$1"/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; fi
+}
+
 case "${1:-}" in
   prepare)
     dir="${2:?usage: $0 prepare DIR [--llama-cpp]}"
@@ -31,6 +42,9 @@ case "${1:-}" in
     exe="$(build)"
     cp "$exe" "$dir/gpu_bench"
     strip "$dir/gpu_bench" # debug info is most of its size; the device call carries at most 64 MiB
+    cargo bench --locked -p ruvllm --bench random_model --no-run 2>&1 | tee /dev/stderr |
+      grep -o '[^ (]*/release/deps/random_model-[0-9a-f]*' | tail -1 | xargs -I{} cp {} "$dir/random_model"
+    strip "$dir/random_model"
     cargo build --release --locked -p ruvllm-cli >&2 # the CPU side of `llama-cpu`
     cp target/release/ruvllm "$dir/ruvllm"
     strip "$dir/ruvllm"
@@ -75,17 +89,21 @@ case "${1:-}" in
     ;;
   device)
     dir="${2:?usage: $0 device DIR [ARGS]}"
-    # The Vulkan loader and the GL/EGL dispatch libraries NVIDIA's Vulkan ICD links against.
-    for f in "$dir"/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; fi
+    vulkan_loader "$dir"
     shift 2
     # gpu_bench reads the first copy of an option: the defaults go after the caller's arguments, and the default twin
     # only where the caller names no model (--twin beats --model in gpu_bench, so it would win wherever it stood).
     twin=(--twin "$dir/twin.hdr")
-    for a in "$@"; do case "$a" in --twin | --model) twin=() ;; esac; done
+    for a in "$@"; do case "$a" in --twin | --model | --stream) twin=() ;; esac; done
     "$dir/gpu_bench" "$@" ${twin[@]+"${twin[@]}"} --prompt-tokens 128 --gen-tokens 64
+    ;;
+  stream8b)
+    dir="${2:?usage: $0 stream8b DIR}"
+    vulkan_loader "$dir"
+    model8b=/root/llama8b-shape.random.Q4_K_M.gguf # outside the working tree: kept on a warm machine
+    [ -f "$model8b" ] || "$dir/random_model" --tokenizer-from "$dir/twin.hdr" --arch llama8b --out "$model8b"
+    "$dir/gpu_bench" --stream "$model8b" --prompt-tokens 128 --gen-tokens 64 --repeat 3
+    "$dir/gpu_bench" --model "$model8b" --prompt-tokens 128 --gen-tokens 64 --repeat 1
     ;;
   llama-cuda)
     dir="${2:?usage: $0 llama-cuda DIR [TWIN.hdr ...]}"

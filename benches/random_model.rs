@@ -3,7 +3,11 @@
 //! types and shapes, not on their values.
 //!
 //!   cargo bench -p ruvllm --bench random_model -- --tokenizer-from M.gguf --out OUT.gguf [--layers 16] [--seed 1]
-//!     [--mix q4_k_m | q5_k_m] [--arch llama | qwen35]
+//!     [--mix q4_k_m | q5_k_m] [--arch llama | llama8b | qwen35]
+//!
+//! `--tokenizer-from` may be a GGUF's header alone (`gpu_bench --write-twin-header`'s file): only its metadata is read.
+//! `--arch llama8b` writes Llama-3.1-8B's shapes instead (32 layers, d_model 4096, 32 heads of 128 over 8 KV heads,
+//! ffn 14336, its own `output.weight`: ~4.9 GB in Q4_K_M), for the model past 4 GiB that a page streams to the GPU.
 //!
 //! `--arch qwen35` writes Qwen3.5-0.8B's shapes instead (`qwen35_shape` below: 24 layers, every fourth gated
 //! attention and the others gated delta nets, vocab 248,320), in the same mix with its small tensors as llama.cpp's
@@ -34,14 +38,25 @@ mod model_writer;
 use gguf_writer::{GgufWriter, Meta};
 use model_writer::{write_checked, Mix};
 use rayon::prelude::*;
-use ruvllm::gguf::{Gguf, Value};
+use ruvllm::gguf::{Gguf, Prefix, Value};
 use ruvllm::quant::{quantize_row, GgmlType};
 
-const D_MODEL: usize = 2048;
-const N_HEADS: usize = 32;
-const N_KV_HEADS: usize = 8;
-const HEAD_DIM: usize = 64;
-const FFN: usize = 8192;
+/// A Llama 3 model's shapes.
+struct Shape {
+    name: &'static str,
+    d_model: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    ffn: usize,
+    /// Whether the embedding is the output head too (no `output.weight`).
+    tied: bool,
+}
+
+const LLAMA_1B: Shape =
+    Shape { name: "Llama-3.2-1B", d_model: 2048, n_heads: 32, n_kv_heads: 8, head_dim: 64, ffn: 8192, tied: true };
+const LLAMA_8B: Shape =
+    Shape { name: "Llama-3.1-8B", d_model: 4096, n_heads: 32, n_kv_heads: 8, head_dim: 128, ffn: 14336, tied: false };
 const VOCAB: usize = 128_256;
 const ROPE_BASE: f32 = 500_000.0;
 const STD: f32 = 0.02;
@@ -58,61 +73,70 @@ fn run() -> Result<(), String> {
     let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let src = opt("--tokenizer-from").ok_or("--tokenizer-from M.gguf")?;
     let out = opt("--out").ok_or("--out OUT.gguf")?;
-    let layers: usize = opt("--layers").map_or(Ok(16), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
     let seed: u64 = opt("--seed").map_or(Ok(1), |v| v.parse().map_err(|_| format!("--seed {v}")))?;
     let mix = Mix::parse(opt("--mix").as_deref().unwrap_or("q4_k_m"))?;
-    match opt("--arch").as_deref().unwrap_or("llama") {
-        "llama" => {}
+    let (shape, default_layers) = match opt("--arch").as_deref().unwrap_or("llama") {
+        "llama" => (LLAMA_1B, 16),
+        "llama8b" => (LLAMA_8B, 32),
         "qwen35" => return qwen35_shape(&src, &out, seed, mix),
-        other => return Err(format!("--arch {other}: llama or qwen35")),
-    }
+        other => return Err(format!("--arch {other}: llama, llama8b or qwen35")),
+    };
+    let layers = opt("--layers").map_or(Ok(default_layers), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
+    let Shape { d_model, n_heads, n_kv_heads, head_dim, ffn, .. } = shape;
 
-    let src_bytes = std::fs::read(&src).map_err(|e| format!("{src}: {e}"))?;
-    let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
+    let g = tokenizer_source(&src)?;
     let mut w = GgufWriter::new()
         .meta("general.architecture", Meta::Str("llama".into()))
-        .meta("general.name", Meta::Str(format!("Llama-3.2-1B shapes, random weights (seed {seed})")))
+        .meta("general.name", Meta::Str(format!("{} shapes, random weights (seed {seed})", shape.name)))
         .meta("general.file_type", Meta::U32(mix.file_type()))
         .meta("llama.block_count", Meta::U32(layers as u32))
         .meta("llama.context_length", Meta::U32(131_072))
-        .meta("llama.embedding_length", Meta::U32(D_MODEL as u32))
-        .meta("llama.feed_forward_length", Meta::U32(FFN as u32))
-        .meta("llama.attention.head_count", Meta::U32(N_HEADS as u32))
-        .meta("llama.attention.head_count_kv", Meta::U32(N_KV_HEADS as u32))
-        .meta("llama.attention.key_length", Meta::U32(HEAD_DIM as u32))
-        .meta("llama.attention.value_length", Meta::U32(HEAD_DIM as u32))
+        .meta("llama.embedding_length", Meta::U32(d_model as u32))
+        .meta("llama.feed_forward_length", Meta::U32(ffn as u32))
+        .meta("llama.attention.head_count", Meta::U32(n_heads as u32))
+        .meta("llama.attention.head_count_kv", Meta::U32(n_kv_heads as u32))
+        .meta("llama.attention.key_length", Meta::U32(head_dim as u32))
+        .meta("llama.attention.value_length", Meta::U32(head_dim as u32))
         .meta("llama.rope.freq_base", Meta::F32(ROPE_BASE))
-        .meta("llama.rope.dimension_count", Meta::U32(HEAD_DIM as u32))
+        .meta("llama.rope.dimension_count", Meta::U32(head_dim as u32))
         .meta("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5))
         .meta("llama.vocab_size", Meta::U32(VOCAB as u32));
     w = padded_tokenizer(w, &g, &src, VOCAB)?;
 
-    w = w.tensor("rope_freqs.weight", &[HEAD_DIM as u64 / 2], GgmlType::F32 as u32, f32_bytes(&llama3_rope_freqs()));
+    w = w.tensor(
+        "rope_freqs.weight",
+        &[head_dim as u64 / 2],
+        GgmlType::F32 as u32,
+        f32_bytes(&llama3_rope_freqs(head_dim)),
+    );
     let t0 = std::time::Instant::now();
     let mut id = 0u64;
-    // Every matrix in the mix's type for its name and shape (the embedding is the output head too: no output.weight).
+    // Every matrix in the mix's type for its name and shape (tied: the embedding is the output head too).
     let mut matrix = |name: String, cols: usize, rows: usize| {
-        let ty = mix.tensor_type(&name, &[cols, rows], layers, true).expect("a matrix is quantized");
+        let ty = mix.tensor_type(&name, &[cols, rows], layers, shape.tied).expect("a matrix is quantized");
         id += 1;
         eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
         let data = random_matrix(ty, cols, rows, seed, id);
         (name, vec![cols as u64, rows as u64], ty as u32, data)
     };
-    let mut tensors = vec![matrix("token_embd.weight".into(), D_MODEL, VOCAB)];
-    let ones = f32_bytes(&[1.0; D_MODEL]);
+    let mut tensors = vec![matrix("token_embd.weight".into(), d_model, VOCAB)];
+    let ones = f32_bytes(&vec![1.0; d_model]);
     for l in 0..layers {
         let p = |s: &str| format!("blk.{l}.{s}");
-        tensors.push(matrix(p("attn_q.weight"), D_MODEL, N_HEADS * HEAD_DIM));
-        tensors.push(matrix(p("attn_k.weight"), D_MODEL, N_KV_HEADS * HEAD_DIM));
-        tensors.push(matrix(p("attn_v.weight"), D_MODEL, N_KV_HEADS * HEAD_DIM));
-        tensors.push(matrix(p("attn_output.weight"), N_HEADS * HEAD_DIM, D_MODEL));
-        tensors.push(matrix(p("ffn_gate.weight"), D_MODEL, FFN));
-        tensors.push(matrix(p("ffn_up.weight"), D_MODEL, FFN));
-        tensors.push(matrix(p("ffn_down.weight"), FFN, D_MODEL));
-        tensors.push((p("attn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
-        tensors.push((p("ffn_norm.weight"), vec![D_MODEL as u64], GgmlType::F32 as u32, ones.clone()));
+        tensors.push(matrix(p("attn_q.weight"), d_model, n_heads * head_dim));
+        tensors.push(matrix(p("attn_k.weight"), d_model, n_kv_heads * head_dim));
+        tensors.push(matrix(p("attn_v.weight"), d_model, n_kv_heads * head_dim));
+        tensors.push(matrix(p("attn_output.weight"), n_heads * head_dim, d_model));
+        tensors.push(matrix(p("ffn_gate.weight"), d_model, ffn));
+        tensors.push(matrix(p("ffn_up.weight"), d_model, ffn));
+        tensors.push(matrix(p("ffn_down.weight"), ffn, d_model));
+        tensors.push((p("attn_norm.weight"), vec![d_model as u64], GgmlType::F32 as u32, ones.clone()));
+        tensors.push((p("ffn_norm.weight"), vec![d_model as u64], GgmlType::F32 as u32, ones.clone()));
     }
-    tensors.push(("output_norm.weight".into(), vec![D_MODEL as u64], GgmlType::F32 as u32, ones));
+    tensors.push(("output_norm.weight".into(), vec![d_model as u64], GgmlType::F32 as u32, ones));
+    if !shape.tied {
+        tensors.push(matrix("output.weight".into(), d_model, VOCAB));
+    }
     for (name, dims, ty, data) in tensors {
         w = w.tensor(&name, &dims, ty, data);
     }
@@ -128,6 +152,15 @@ fn run() -> Result<(), String> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The header of `src`, a GGUF file or its first bytes (only the metadata is read).
+fn tokenizer_source(src: &str) -> Result<Gguf, String> {
+    let bytes = std::fs::read(src).map_err(|e| format!("{src}: {e}"))?;
+    match Gguf::parse_prefix(&bytes, None).map_err(|e| format!("{src}: {e}"))? {
+        Prefix::Complete(g) => Ok(g),
+        Prefix::Need(n) => Err(format!("{src}: its header needs {n} bytes, the file has {}", bytes.len())),
+    }
 }
 
 /// `src`'s tokenizer metadata into `w`, its token list padded to `vocab` with `<|pad_N|>` tokens of type UNUSED.
@@ -170,8 +203,7 @@ fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
     const DN_HEAD: usize = 128;
     const TAPS: usize = 4;
     let conv_dim = 3 * DN_HEADS * DN_HEAD;
-    let src_bytes = std::fs::read(src).map_err(|e| format!("{src}: {e}"))?;
-    let g = Gguf::parse(&src_bytes).map_err(|e| e.to_string())?;
+    let g = tokenizer_source(src)?;
     let key = |k: &str| format!("qwen35.{k}");
     let sections = Meta::I32Array(vec![11, 11, 10, 0]);
     let w = GgufWriter::new()
@@ -253,12 +285,12 @@ fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
 
 /// Llama 3's RoPE frequency divisors, as llama.cpp's converter writes `rope_freqs.weight` for Llama 3.2
 /// (`rope_scaling`: factor 32, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192).
-fn llama3_rope_freqs() -> Vec<f32> {
+fn llama3_rope_freqs(head_dim: usize) -> Vec<f32> {
     let (factor, low, high, old_ctx) = (32f64, 1f64, 4f64, 8192f64);
     let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
-    (0..HEAD_DIM / 2)
+    (0..head_dim / 2)
         .map(|i| {
-            let freq = 1.0 / (ROPE_BASE as f64).powf(2.0 * i as f64 / HEAD_DIM as f64);
+            let freq = 1.0 / (ROPE_BASE as f64).powf(2.0 * i as f64 / head_dim as f64);
             let wavelen = 2.0 * std::f64::consts::PI / freq;
             let divisor = if wavelen < high_wavelen {
                 1.0
