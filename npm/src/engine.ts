@@ -364,6 +364,7 @@ export function parseInfo(
     parameters: i.parameters,
     quantization: i.quantization ?? null,
     fileBytes: i.file_bytes,
+    weightsInMemory: i.weights_in_memory,
     kvCacheBytes: i.kv_cache_bytes,
     kvCache: { cold: i.kv_cache.cold, hotTokens: i.kv_cache.hot_tokens ?? null },
     wasmMemoryBytes: i.wasm_memory_bytes,

@@ -149,6 +149,9 @@ export interface ModelInfo {
   kvCacheBytes: number;
   /** The KV cache's format (`LoadOptions.kvCache`): `hotTokens` is null for a one-tier f16 cache. */
   kvCache: { cold: KvCacheType; hotTokens: number | null };
+  /** Whether the model's matrices are in wasm memory: `false` where the file was streamed to the GPU
+   * (`backend: 'webgpu'`), whose matrices are there only, so the model never runs on the CPU. */
+  weightsInMemory: boolean;
   /** The wasm instance's memory now (shared by every model loaded in it). */
   wasmMemoryBytes: number;
   simd128: boolean;

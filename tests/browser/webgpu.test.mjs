@@ -1,6 +1,7 @@
 // The npm package's WebGPU backend in headless Chromium with --enable-unsafe-webgpu (the adapter is
 // SwiftShader, a CPU implementation of the GPU: slow, so these tests keep forward passes few).
-// - backend "webgpu" answers the France prompt's first token on the GPU path;
+// - backend "webgpu" answers the France prompt's first token on the GPU path, the file streamed to the GPU (not held in
+//   wasm memory: the other "webgpu" cases below load that way too);
 // - on the tiny llama, the next turn, asked again after reset(), starts from the prefix cache (pages read back from
 //   the GPU) with the same answer;
 // - backend "auto" finishes a generation on the CPU when the device is lost mid-generation (the tiny llama);
@@ -92,6 +93,7 @@ test('backend "webgpu" answers the France prompt on the GPU (SwiftShader)', { ti
   assert.equal(r.info.backend, 'webgpu');
   assert.equal(r.info.requestedBackend, 'webgpu');
   assert.equal(r.info.fallback, null);
+  assert.equal(r.info.weightsInMemory, false, "under 'webgpu' the file streams to the GPU");
   assert.deepEqual(r.ids, FRANCE.ids.slice(0, answered));
   console.log(`WebGPU in Chromium: load ${r.loadMs.toFixed(0)} ms, prefill ${r.timings.prefillMs.toFixed(0)} ms`);
   await page.close();
@@ -224,6 +226,7 @@ test('backend "auto": a device lost mid-generation, the generation finishes on t
     { prompt: TINY_PROMPT, options },
   );
   assert.equal(r.before.backend, 'webgpu');
+  assert.equal(r.before.weightsInMemory, true, "under 'auto' the file stays in memory for the CPU");
   assert.equal(r.after.backend, 'cpu');
   assert.equal(r.after.fallback?.code, 'E_GPU_DEVICE_LOST', JSON.stringify(r.after.fallback));
   assert.deepEqual(r.ids, expected);

@@ -172,8 +172,8 @@ impl Gather {
 
 /// The arenas of a [`Plan`], filled from the file's bytes as they go past.
 pub(crate) struct WeightUpload {
-    pub gpu: Gpu,
-    pub arenas: Vec<wgpu::Buffer>,
+    gpu: Gpu,
+    arenas: Vec<wgpu::Buffer>,
     /// Sorted by where they start in the file; those before `open` are done.
     runs: Vec<Run>,
     open: usize,

@@ -633,6 +633,7 @@ pub(crate) fn model_info(model: &Model, n_ctx: usize, kv_cache_bytes: usize) -> 
     let serde_json::Value::Object(more) = serde_json::json!({
         "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
         "context_length": c.context_length, "n_ctx": n_ctx, "file_bytes": model.file_size(),
+        "weights_in_memory": model.file().is_whole(),
         "kv_cache_bytes": kv_cache_bytes, "simd128": cfg!(target_feature = "simd128"),
         "relaxed_simd": cfg!(target_feature = "relaxed-simd"),
         "kv_cache": kv_cache_info(model.kv_cache()),
