@@ -49,6 +49,21 @@ struct JsLoadOptions {
     chat_template: JsChatTemplate,
 }
 
+impl JsLoadOptions {
+    /// The options in `json`, and the backend they name.
+    fn parse(json: &str) -> std::result::Result<(JsLoadOptions, Backend), JsValue> {
+        let opts: JsLoadOptions = parse(json, "load options")?;
+        let backend = opts.backend.parse().map_err(js_error)?;
+        Ok((opts, backend))
+    }
+
+    /// `model` with the KV cache format and chat template the options ask for.
+    fn prepare(self, model: Model) -> std::result::Result<Model, JsValue> {
+        let model = model.with_kv_cache(JsKvCache::options(self.kv_cache)?).map_err(js_error)?;
+        self.chat_template.apply(model, Model::with_chat_template)
+    }
+}
+
 /// Why the CPU runs a request that asked for the GPU.
 #[derive(Clone, serde::Serialize)]
 struct Fallback {
@@ -87,25 +102,19 @@ impl GpuEngine {
         n_ctx: usize,
         options_json: String,
     ) -> std::result::Result<GpuEngine, JsValue> {
-        let opts: JsLoadOptions = parse(&options_json, "load options")?;
-        let backend: Backend = opts.backend.parse().map_err(js_error)?;
-        let kv = JsKvCache::options(opts.kv_cache)?;
-        let model = Model::from_bytes(buffer.finish()).and_then(|m| m.with_kv_cache(kv)).map_err(js_error)?;
-        let model = Arc::new(opts.chat_template.apply(model, Model::with_chat_template)?);
+        let (opts, backend) = JsLoadOptions::parse(&options_json)?;
         let gpu_opts = GpuOptions {
             allow_software: opts.allow_software,
             max_binding_bytes: opts.max_binding_bytes,
             ..GpuOptions::default()
         };
+        let model = Arc::new(opts.prepare(Model::from_bytes(buffer.finish()).map_err(js_error)?)?);
         let n_batch = SessionOptions::default().n_batch;
         let ev = Evaluator::open(model.clone(), n_ctx, n_batch, backend, &gpu_opts).await.map_err(js_error)?;
         if !ev.on_gpu() {
             probe_session_memory(&model, n_ctx)?;
         }
-        let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
-        Ok(GpuEngine {
-            inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })),
-        })
+        Ok(GpuEngine::running(model, ev))
     }
 
     /// The model `stream` has received whole onto its GPU (`GpuStream`: its matrices are there only, so the engine
@@ -117,20 +126,14 @@ impl GpuEngine {
         n_ctx: usize,
         options_json: String,
     ) -> std::result::Result<GpuEngine, JsValue> {
-        let opts: JsLoadOptions = parse(&options_json, "load options")?;
-        let backend: Backend = opts.backend.parse().map_err(js_error)?;
-        let kv = JsKvCache::options(opts.kv_cache)?;
+        let (opts, backend) = JsLoadOptions::parse(&options_json)?;
         let mut streamed = stream.inner.finish().map_err(js_error)?;
-        streamed.model = streamed.model.with_kv_cache(kv).map_err(js_error)?;
-        streamed.model = opts.chat_template.apply(streamed.model, Model::with_chat_template)?;
+        streamed.model = opts.prepare(streamed.model)?;
         let gm = Arc::new(streamed.into_gpu_model().await.map_err(js_error)?);
         let model = gm.model().clone();
         let n_batch = SessionOptions::default().n_batch;
         let ev = Evaluator::on_gpu_model(gm, n_ctx, n_batch, backend).await.map_err(js_error)?;
-        let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
-        Ok(GpuEngine {
-            inner: Rc::new(RefCell::new(Inner { model, ev, adapter, adapters: Adapters::default(), generation: None })),
-        })
+        Ok(GpuEngine::running(model, ev))
     }
 
     /// Model facts as JSON, with `backend` ("webgpu" or "cpu"), `adapter` and `fallback` ({code, message}).
@@ -364,6 +367,13 @@ struct JsStreamOptions {
 }
 
 impl GpuEngine {
+    /// The engine of `model`, evaluated by `ev`.
+    fn running(model: Arc<Model>, ev: Evaluator) -> GpuEngine {
+        let adapter = ev.gpu().map(|gpu| gpu.adapter().clone());
+        let inner = Inner { model, ev, adapter, adapters: Adapters::default(), generation: None };
+        GpuEngine { inner: Rc::new(RefCell::new(inner)) }
+    }
+
     fn borrow(&self) -> std::result::Result<std::cell::RefMut<'_, Inner>, JsValue> {
         self.inner.try_borrow_mut().map_err(|_| busy())
     }
