@@ -102,19 +102,19 @@ fn run() -> Result<(), String> {
     }
 
     // Warm-up: first use of every pipeline, first touch of every buffer.
-    block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+    block_on(from_start(&mut s, &prompt)).map_err(err)?;
     block_on(s.decode_greedy(n_prompt, 4)).map_err(err)?;
 
     let mut prefill = Vec::new();
     for _ in 0..repeat {
         let t = Instant::now();
-        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        block_on(from_start(&mut s, &prompt)).map_err(err)?;
         prefill.push(t.elapsed().as_secs_f64());
     }
     // Decode as a caller that needs each id before the next step (one round trip per token).
     let mut sync = Vec::new();
     for _ in 0..repeat {
-        let mut last = block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        let mut last = block_on(from_start(&mut s, &prompt)).map_err(err)?;
         let t = Instant::now();
         for p in n_prompt..n_prompt + n_gen {
             last = block_on(s.eval_argmax(&[last], p)).map_err(err)?;
@@ -125,7 +125,7 @@ fn run() -> Result<(), String> {
     let mut ahead = Vec::new();
     let mut cpu_ms = 0.0;
     for _ in 0..repeat {
-        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        block_on(from_start(&mut s, &prompt)).map_err(err)?;
         let (t, cpu0) = (Instant::now(), s.cpu_submit_ms());
         block_on(s.decode_greedy(n_prompt, n_gen)).map_err(err)?;
         ahead.push(t.elapsed().as_secs_f64());
@@ -145,7 +145,7 @@ fn run() -> Result<(), String> {
     );
 
     if block_on(s.set_profiling(true)).map_err(err)? {
-        block_on(s.eval_argmax(&prompt, 0)).map_err(err)?;
+        block_on(from_start(&mut s, &prompt)).map_err(err)?;
         print_profile("prefill", s.take_profile(), 1);
         block_on(s.decode_greedy(n_prompt, n_gen)).map_err(err)?;
         print_profile("decode", s.take_profile(), n_gen);
@@ -248,6 +248,12 @@ fn check_against_cpu(model: &Arc<Model>, s: &mut GpuSession, prompt: &[u32]) -> 
                 "gpu_non_finite": non_finite })
     );
     Ok(())
+}
+
+/// The prompt's greedy next id, evaluated from position 0 (a recurrent state, Qwen3.5's, taken back there first).
+async fn from_start(s: &mut GpuSession, prompt: &[u32]) -> ruvllm::Result<u32> {
+    s.rewind_recurrent(0);
+    s.eval_argmax(prompt, 0).await
 }
 
 /// The model at `path` streamed to the GPU in reads of 8 MiB (`GpuModelStream`), never held whole.
