@@ -17,6 +17,9 @@
 //!   parse, a value that should be JSON and is not, it is the string here; but where no string is allowed, Python's
 //!   `True`, `False` and `None`, as the template writes them, are JSON's.) So reading it needs the tools
 //!   ([`ToolCallStream::with_tools`], [`ToolFormat::parse_with_tools`]); without them any parameter may be anything.
+//!   With the tools, the first call may also open with a whole `<function=NAME>` of one of them, without its
+//!   `<tool_call>` (Qwen3-Coder omits it at times; llama.cpp reads it so). The grammar keeps the schema's order of
+//!   parameters, where llama.cpp's lets the required ones come in any order (this reader takes any order).
 //! - `Gemma4` (Gemma 4): `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>` once per call, one after another, after
 //!   any text. Its own syntax, read as llama.cpp's gemma4 parser does (common/parsers/gemma4.cpp, its JSON from
 //!   `gemma4_to_json` in common/chat-peg-parser.cpp): keys bare (any chars but `:` and `}`), strings between `<|"|>`
@@ -50,6 +53,7 @@
 //! Call ids are left to the caller (the deltas carry each call's index). Mistral's templates read only the
 //! last 9 chars of an id and refuse ids shorter than that, so ids should end in 9 or more alphanumerics.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
@@ -398,7 +402,7 @@ impl ToolCallStream {
     fn text_char(&mut self, c: char) {
         if self.at_start && c == '{' && self.format.opens_with_json() {
             self.at_start = false;
-            let mut region = Region::new(self.format, "");
+            let mut region = Region::new(self.format, "".into());
             // `{` opens the object that region reads: it always takes it.
             let _ = region.step(c, self.format, &self.tools, &mut self.sink);
             self.mode = Mode::Call(Box::new(region));
@@ -410,14 +414,25 @@ impl ToolCallStream {
             self.sink.content(c.encode_utf8(&mut [0; 4]));
             return;
         };
+        // `QwenXml`'s first call may come without its `<tool_call>`, from a whole `<function=NAME>` of a tool
+        // (Qwen3-Coder omits it at times; llama.cpp reads it so, and not a bare `<function=` alone, which code in
+        // the content may write).
+        let openers: &[XmlTool] = match (self.format, self.sink.calls) {
+            (ToolFormat::QwenXml, 0) => &self.tools,
+            _ => &[],
+        };
+        let bare = |held: &str| openers.iter().position(|t| t.opener.starts_with(held));
         held.push(c);
-        // Release from the front whatever cannot begin the marker (the empty string always can).
-        while !marker.starts_with(held.as_str()) {
+        // Release from the front whatever cannot begin a marker (the empty string always can).
+        while !marker.starts_with(held.as_str()) && bare(held).is_none() {
             let first = held.remove(0);
             self.sink.content(first.encode_utf8(&mut [0; 4]));
         }
         if held == marker {
-            self.mode = Mode::Call(Box::new(Region::new(self.format, marker)));
+            self.mode = Mode::Call(Box::new(Region::new(self.format, marker.into())));
+        } else if let Some(t) = openers.iter().position(|t| t.opener == *held) {
+            let opener = std::mem::take(held);
+            self.mode = Mode::Call(Box::new(Region::bare_function(opener, t, &self.tools)));
         }
     }
 
@@ -427,7 +442,7 @@ impl ToolCallStream {
         match std::mem::replace(&mut self.mode, Mode::Text { held: String::new() }) {
             Mode::Call(region) => {
                 if !region.committed {
-                    self.sink.content(region.marker);
+                    self.sink.content(&region.marker);
                 }
                 region.held
             }
@@ -486,7 +501,7 @@ impl Sink {
 /// A stretch of the answer that holds calls: from its marker (or the JSON opening the answer) to its end.
 struct Region {
     /// The text that opened it; empty for JSON opening the answer.
-    marker: &'static str,
+    marker: Cow<'static, str>,
     /// Whether it emitted anything (a call, or Generic's response).
     committed: bool,
     /// What it read since it last emitted: text given back if it fails.
@@ -541,7 +556,7 @@ enum Progress {
 const HERMES_CLOSE: &str = "</tool_call>";
 
 impl Region {
-    fn new(format: ToolFormat, marker: &'static str) -> Region {
+    fn new(format: ToolFormat, marker: Cow<'static, str>) -> Region {
         let phase = match format {
             ToolFormat::Mistral => Phase::MistralLead,
             ToolFormat::Generic => Phase::Json(JsonCalls::new(Slot::Envelope, None)),
@@ -550,6 +565,17 @@ impl Region {
             ToolFormat::Gemma4 => Phase::Gemma(GemmaCall::default()),
         };
         Region { marker, committed: false, held: String::new(), phase }
+    }
+
+    /// A `QwenXml` call opened by `opener`, its `<function=NAME>` without `<tool_call>` before it, of `tools[tool]`.
+    fn bare_function(opener: String, tool: usize, tools: &[XmlTool]) -> Region {
+        let call = XmlCall {
+            state: XmlState::Next { tag: String::new() },
+            name: tools[tool].name.clone(),
+            tool: Some(tool),
+            ..XmlCall::default()
+        };
+        Region { marker: opener.into(), committed: false, held: String::new(), phase: Phase::Xml(call) }
     }
 
     fn step(&mut self, c: char, format: ToolFormat, tools: &[XmlTool], sink: &mut Sink) -> Step {
@@ -689,6 +715,8 @@ const PARAMETER_CLOSE: &str = "</parameter>";
 struct XmlTool {
     name: String,
     parameters: Vec<(String, Types)>,
+    /// `<function=NAME>`, which opens a first call without `<tool_call>`.
+    opener: String,
 }
 
 impl XmlTool {
@@ -700,7 +728,7 @@ impl XmlTool {
             }
             _ => Vec::new(),
         };
-        XmlTool { name: spec.name.clone(), parameters }
+        XmlTool { name: spec.name.clone(), parameters, opener: format!("{FUNCTION_OPEN}{}>", spec.name) }
     }
 }
 
@@ -2683,6 +2711,37 @@ mod tests {
             QwenXml.parse(&xml_call("get_weather", &[("city", "42"), ("unit", "celsius")])),
             answer("", &[("get_weather", r#"{"city":42,"unit":"celsius"}"#)])
         );
+    }
+
+    /// A first call without its `<tool_call>` (Qwen3-Coder at times), from a whole `<function=NAME>` of a tool, as
+    /// llama.cpp reads it: the call, with or without `</tool_call>` after it; whole or streamed a char at a time.
+    /// Not a bare opener: an unknown name, `<function=` alone, or one after a first call (content).
+    #[test]
+    fn qwen_xml_first_call_without_tool_call() {
+        let weather = r#"{"city":"Paris","days":3}"#;
+        let body = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>";
+        for text in [format!("Let me check.\n{body}\n</tool_call>"), format!("Let me check.\n{body}")] {
+            parses_xml(&text, "Let me check.", &[("get_weather", weather)]);
+            let mut stream = ToolCallStream::with_tools(QwenXml, &xml_tools());
+            let mut deltas: Vec<ToolDelta> = text.chars().flat_map(|c| stream.push(&c.to_string())).collect();
+            deltas.extend(stream.finish());
+            assert_eq!(assemble(deltas), answer("Let me check.", &[("get_weather", weather)]), "{text:?}");
+        }
+        // Then a call with its marker.
+        let run = xml_call("run", &[("code", "x")]);
+        parses_xml(
+            &format!("{body}\n</tool_call>\n{run}"),
+            "",
+            &[("get_weather", weather), ("run", r#"{"code":"x"}"#)],
+        );
+        // Not openers.
+        let unknown = "<function=nope>\n<parameter=a>\n1\n</parameter>\n</function>";
+        parses_xml(unknown, unknown, &[]);
+        parses_xml("#include <functional>\nint f();", "#include <functional>\nint f();", &[]);
+        let second = format!("{run}\n{body}");
+        parses_xml(&second, body, &[("run", r#"{"code":"x"}"#)]);
+        // Without the tools, nothing is a bare opener.
+        assert_eq!(QwenXml.parse(&format!("{body}\n</tool_call>")).tool_calls, vec![]);
     }
 
     #[test]
