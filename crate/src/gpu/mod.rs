@@ -77,8 +77,9 @@
 //!
 //! Qwen3.5 (`qwen35`) runs there too: its delta-net layers' projections are one matrix op into a row per token, then
 //! `ops/delta_net.rs`'s convolution (an invocation per channel) and delta rule (a workgroup per value head, each
-//! invocation a row of the head's state in registers, with the output's norm and gate) walk the call's tokens in
-//! order over the layer's recurrent state, a buffer per layer laid out as `kv::recurrent` lays out a layer, so
+//! invocation a row of the head's state in registers; the queries' and keys' L2 norms before the walk and the
+//! output's norm and gate after it, an invocation a token, or over the workgroup for a decode step's one token) walk
+//! the call's tokens in order over the layer's recurrent state, a buffer per layer laid out as `kv::recurrent` lays out a layer, so
 //! saved states move between the backends as they are. The session keeps where the state stands and a copy of it
 //! after the last call of several tokens (a GPU-side copy): the evaluator takes it back there, or to zeros, when a
 //! request shares less than the session evaluated, as on the CPU; a greedy step is never submitted ahead of its

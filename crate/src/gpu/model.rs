@@ -250,9 +250,10 @@ pub(crate) fn check_supported(c: &Config) -> Result<()> {
     }
     if let Some(dn) = &c.delta_net {
         let s = &dn.shape;
-        if s.head_dim > ops::delta_net::MAX_HEAD_DIM || s.conv_kernel > ops::delta_net::MAX_TAPS {
+        let head_ok = s.head_dim <= ops::delta_net::MAX_HEAD_DIM && s.head_dim.is_power_of_two();
+        if !head_ok || s.conv_kernel > ops::delta_net::MAX_TAPS {
             return unsupported(format!(
-                "delta-net heads of {} and convolutions of {} taps (the GPU kernels take up to {} and {})",
+                "delta-net heads of {} and convolutions of {} taps (the GPU kernels take powers of two up to {} and {})",
                 s.head_dim,
                 s.conv_kernel,
                 ops::delta_net::MAX_HEAD_DIM,

@@ -1013,7 +1013,8 @@ pub async fn norms_and_gated_activations_match_cpu() {
 
 /// Qwen3.5's delta-net kernels against `kernels::delta_net` and the rest of the CPU's block: the convolution (its
 /// output and the state it leaves) and the rule with its output's norm and gate (the output and the state), from a
-/// state that is not zeros, over a call of several tokens and then one more (decode); and the prefill attention gate.
+/// state that is not zeros, over a call of several tokens, then one more (decode), then more tokens than a head has
+/// dimensions (the rule's invocations each take several tokens' norms); and the prefill attention gate.
 pub async fn delta_net_and_attention_gate_match_cpu() {
     let shape = DeltaNetShape { k_heads: 2, v_heads: 4, head_dim: 32, conv_kernel: 4 };
     let c = config(64, 4, 2, 64, false);
@@ -1027,7 +1028,7 @@ pub async fn delta_net_and_attention_gate_match_cpu() {
     let mut conv_state = rng.normals(shape.conv_state_len());
     let mut rule_state: Vec<f32> = rng.normals(shape.state_len()).iter().map(|v| v * 0.1).collect();
     let mut gpu_state = f32_bytes(&[&conv_state[..], &rule_state].concat());
-    for n in [5, 1] {
+    for n in [5, 1, 70] {
         let rows = rng.normals(n * stride);
         // The CPU: model::forward's delta_net_block after its projections.
         let mut conv: Vec<f32> = rows.chunks_exact(stride).flat_map(|r| r[..cd].to_vec()).collect();

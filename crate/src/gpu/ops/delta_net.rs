@@ -16,7 +16,8 @@ pub(crate) const CONV_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Sl
 /// layer's parameters.
 pub(crate) const RULE_BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::In0, Slot::In1, Slot::In2];
 
-/// The widest delta-net head the rule kernel takes: a workgroup per head, an invocation per row of its state.
+/// The widest delta-net head the rule kernel takes: a workgroup per head, an invocation per row of its state (a
+/// power of two: its sums over the head are `team_sum2`'s).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 /// The most convolution taps (the window each invocation holds).
 pub(crate) const MAX_TAPS: usize = 16;
@@ -76,6 +77,7 @@ impl DeltaRule {
         m.constant("K_HEADS", self.k_heads);
         m.constant("V_HEADS", self.v_heads);
         m.constant("DN_HEAD_DIM", self.head_dim);
+        m.reduce();
         m.piece(wgsl!("delta_rule.wgsl"));
     }
 }
