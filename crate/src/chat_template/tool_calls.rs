@@ -2081,10 +2081,25 @@ fn gemma_functions(g: &mut String, tools: &[&ToolSpec], quote: Option<u32>) {
     }
 }
 
+/// The largest count a grammar holds a string's length or an array's items to; past it the bound is not held (a
+/// counted repetition that large would only slow the grammar's compile).
+const MAX_BOUND: u64 = 1000;
+
+/// `o`'s `min` and `max` counts as given (non-negative integers up to [`MAX_BOUND`]; others, or a minimum above the
+/// maximum, not held): (0, None) where there are none.
+fn bounds(o: &serde_json::Map<String, Value>, min: &str, max: &str) -> (u64, Option<u64>) {
+    let count = |key: &str| o.get(key).and_then(Value::as_u64).filter(|&n| n <= MAX_BOUND);
+    match (count(min).unwrap_or(0), count(max)) {
+        (lo, Some(hi)) if lo > hi => (0, None),
+        bounds => bounds,
+    }
+}
+
 /// Lark rules of `Gemma4`'s values, from JSON Schemas: `type` (a list of them too), `properties` and `required`,
-/// `items`, `enum`, `const`, `anyOf`/`oneOf` and `$ref`s into the tool's schema; other keywords of numbers,
-/// booleans and nulls as `%json` holds them; a schema it does not read (`allOf`, `not`, or none) takes any value.
-/// Strings' own keywords (`pattern`, lengths, `format`) and arrays' (`minItems`, `prefixItems`...) are not held.
+/// `items`, `minItems` and `maxItems`, strings' `minLength` and `maxLength`, `enum`, `const`, `anyOf`/`oneOf` and
+/// `$ref`s into the tool's schema; other keywords of numbers, booleans and nulls as `%json` holds them; a schema it
+/// does not read (`allOf`, `not`, or none) takes any value. Not held: strings' `pattern` and `format`, arrays'
+/// `prefixItems` and `uniqueItems`, and bounds past [`MAX_BOUND`].
 struct GemmaValues {
     rules: String,
     /// The quote's token, where it is a special one.
@@ -2139,10 +2154,7 @@ impl GemmaValues {
                 self.alternatives(alternatives)
             }
             Some(Value::String(t)) => match t.as_str() {
-                "string" => {
-                    self.text = true;
-                    "gstr".to_owned()
-                }
+                "string" => self.string(o),
                 "object" => self.object(o, root, tool, depth),
                 "array" => self.array(o, root, tool, depth),
                 "integer" | "number" | "boolean" | "null" => {
@@ -2219,14 +2231,52 @@ impl GemmaValues {
         format!("\"{{\" o{n}_first0{} \"}}\"", if optional_from(0) { "?" } else { "" })
     }
 
-    /// An array of `o`'s `items` (any values without them).
+    /// A string, quoted, of `minLength` to `maxLength` chars where `o` says.
+    fn string(&mut self, o: &serde_json::Map<String, Value>) -> String {
+        let (lo, hi) = bounds(o, "minLength", "maxLength");
+        if (lo, hi) == (0, None) {
+            self.text = true;
+            return "gstr".to_owned();
+        }
+        let q = regex_escape(GEMMA_QUOTE);
+        let n = self.count;
+        self.count += 1;
+        let chars = |lo: u64| format!("(?s:.{{{lo},{}}})", hi.map_or(String::new(), |h| h.to_string()));
+        match self.quote {
+            // Between quote tokens, the text (of at least one char: an empty string is no lexeme).
+            Some(id) => {
+                let _ = writeln!(self.rules, "GTEXT{n}: /{}/ & ~/(?s:.*){q}(?s:.*)/", chars(lo.max(1)));
+                let text = if lo == 0 { format!("GTEXT{n}?") } else { format!("GTEXT{n}") };
+                format!("<[{id}]> {text} <[{id}]>")
+            }
+            // The text and its closing quote, one lexeme that ends at the first quote.
+            None => {
+                let _ = writeln!(self.rules, "GTEXT{n}: /{}{q}/ & ~/(?s:.*){q}(?s:.+)/", chars(lo));
+                format!("{} GTEXT{n}", lark_string(GEMMA_QUOTE))
+            }
+        }
+    }
+
+    /// An array of `o`'s `items` (any values without them), of `minItems` to `maxItems` where `o` says.
     fn array(&mut self, o: &serde_json::Map<String, Value>, root: &Value, tool: usize, depth: usize) -> String {
         let item = match o.get("items") {
             Some(items @ Value::Object(_)) => self.value(items, root, tool, depth + 1),
             _ => self.any(),
         };
+        let (lo, hi) = bounds(o, "minItems", "maxItems");
+        // The items after the first: `lo - 1` to `hi - 1` of them.
+        let more = match (lo.saturating_sub(1), hi.map(|h| h.saturating_sub(1))) {
+            (_, Some(0)) => String::new(),
+            (0, None) => format!(" (\",\" {item})*"),
+            (a, b) => format!(" (\",\" {item}){{{a},{}}}", b.map_or(String::new(), |b| b.to_string())),
+        };
+        let items = match (lo, hi) {
+            (_, Some(0)) => String::new(),
+            (0, _) => format!(" ({item}{more})?"),
+            _ => format!(" {item}{more}"),
+        };
         let rule = self.rule();
-        let _ = writeln!(self.rules, "{rule}: \"[\" ({item} (\",\" {item})*)? \"]\"");
+        let _ = writeln!(self.rules, "{rule}: \"[\"{items} \"]\"");
         rule
     }
 
@@ -3503,6 +3553,11 @@ mod tests {
                     "note": {"type": ["string", "null"]}, "repeat": {"$ref": "#/$defs/repeat"}}, "required": ["hour"],
                     "$defs": {"repeat": {"type": "object", "properties": {"days": {"type": "integer"}},
                         "required": ["days"], "additionalProperties": false}}}}},
+                // Counts: a string's length, an array's items.
+                {"type": "function", "function": {"name": "tag", "parameters": {
+                    "type": "object", "properties": {"label": {"type": "string", "minLength": 2, "maxLength": 4},
+                    "ids": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+                    "note": {"type": "string", "maxLength": 3}}, "required": ["label"]}}},
             ]))
             .unwrap()
         }
@@ -3757,6 +3812,23 @@ mod tests {
                 city(&format!(" {}", q("Paris"))),
                 weather.replace("<tool_call|>", ""),
             ];
+            // Strings to their lengths, arrays to their counts.
+            let tag = |args: &str| format!("<|tool_call>call:tag{{{args}}}<tool_call|>");
+            let tags = [
+                tag(&format!("label:{}", q("ab"))),
+                tag(&format!("ids:[7],label:{},note:{}", q("abcd"), q(""))),
+                tag(&format!("ids:[1,2],label:{},note:{}", q("São"), q("x y"))),
+            ];
+            let bad_calls: Vec<String> = bad_calls
+                .into_iter()
+                .chain([
+                    tag(&format!("label:{}", q("a"))),
+                    tag(&format!("label:{}", q("abcde"))),
+                    tag(&format!("ids:[],label:{}", q("ab"))),
+                    tag(&format!("ids:[1,2,3],label:{}", q("ab"))),
+                    tag(&format!("label:{},note:{}", q("ab"), q("four"))),
+                ])
+                .collect();
             let prose = "The weather in Paris is {mild}; call:get_weather{} is no call.";
             let mut bad: Vec<&str> = vec!["<|tool_call>I'd call get_weather.", "Sure: <|tool_call> {}"];
             bad.extend(bad_calls.iter().map(String::as_str));
@@ -3767,6 +3839,7 @@ mod tests {
             let multiline = city(&q("São\n\"Paulo\" {x}\n"));
             good.push((&multiline, &["get_weather"]));
             good.extend(alarms.iter().map(|a| (a.as_str(), &["set_alarm"][..])));
+            good.extend(tags.iter().map(|t| (t.as_str(), &["tag"][..])));
             check(Gemma4, ToolChoice::Auto, &good, &bad);
             let mut required_bad = vec![prose, "", "Sure.\n<|tool_call>", &with_text];
             required_bad.extend(bad_calls.iter().map(String::as_str));
