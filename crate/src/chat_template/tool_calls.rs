@@ -18,8 +18,8 @@
 //!   `True`, `False` and `None`, as the template writes them, are JSON's.) So reading it needs the tools
 //!   ([`ToolCallStream::with_tools`], [`ToolFormat::parse_with_tools`]); without them any parameter may be anything.
 //!   With the tools, the first call may also open with a whole `<function=NAME>` of one of them, without its
-//!   `<tool_call>` (Qwen3-Coder omits it at times; llama.cpp reads it so). The grammar keeps the schema's order of
-//!   parameters, where llama.cpp's lets the required ones come in any order (this reader takes any order).
+//!   `<tool_call>` (Qwen3-Coder omits it at times; llama.cpp reads it so). The grammar, as llama.cpp's, takes the
+//!   required parameters in any order, then the others in any order (each once; llama.cpp's lets them repeat).
 //! - `Gemma4` (Gemma 4): `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>` once per call, one after another, after
 //!   any text. Its own syntax, read as llama.cpp's gemma4 parser does (common/parsers/gemma4.cpp, its JSON from
 //!   `gemma4_to_json` in common/chat-peg-parser.cpp): keys bare (any chars but `:` and `}`), strings between `<|"|>`
@@ -1940,8 +1940,10 @@ impl ToolFormat {
 }
 
 /// `QwenXml`'s `body`: one of `tools`' calls from its `<function=NAME>\n` to its `</function>\n`, each parameter
-/// as `<parameter=P>\nVALUE\n</parameter>\n`, in the order of the schema's `properties` (then the `required` ones it
-/// does not describe), the required ones always there, and as its schema says, in the form llama.cpp's grammar gives
+/// as `<parameter=P>\nVALUE\n</parameter>\n`: the required ones first, in any order (as llama.cpp's grammar: Qwen does
+/// not always keep the schema's), then any of the others in any order, each once (llama.cpp lets them repeat); past
+/// [`MAX_ANY_ORDER`] of either, in the schema's order (`properties`, then the `required` ones it does not describe).
+/// Each value as its schema says, in the form llama.cpp's grammar gives
 /// it (common/parsers/qwen3-coder.cpp): a value of strings only is text without `</parameter>` (or one of its `enum`
 /// or its `const`), a value that may be no string is that JSON (`%json`, in `response_format`'s layout), and one
 /// that may be either is text too.
@@ -1981,7 +1983,15 @@ fn xml_functions(g: &mut String, tools: &[&ToolSpec]) {
                 }
             };
             let _ = writeln!(g, "p{i}_{j}: {} {value}", lark_string(&format!("<parameter={name}>\n")));
-            parts.push(format!("p{i}_{j}{}", if required.contains(name) { "" } else { "?" }));
+        }
+        // The required parameters in any order, then the others in any order, each once.
+        let (required_rules, optional_rules): (Vec<_>, Vec<_>) =
+            (0..parameters.len()).partition(|&j| required.contains(&parameters[j].0));
+        for (prefix, rules, all) in [("req", required_rules, true), ("opt", optional_rules, false)] {
+            let rules: Vec<String> = rules.iter().map(|j| format!("p{i}_{j}")).collect();
+            if let Some(expression) = any_order(g, &format!("{prefix}{i}"), &rules, all) {
+                parts.push(expression);
+            }
         }
         parts.push(lark_string("</function>\n"));
         let _ = writeln!(g, "f{i}: {}", parts.join(" "));
@@ -1993,6 +2003,36 @@ fn xml_functions(g: &mut String, tools: &[&ToolSpec]) {
         let close = regex_escape(PARAMETER_CLOSE);
         let _ = writeln!(g, "XML_TEXT: /(?s:.*)\\n{close}/ & ~/(?s:.*){close}(?s:.+)/");
     }
+}
+
+/// The most parameters [`any_order`] lets come in any order (llama.cpp's `COMMON_CHAT_MAX_PERMUTE`): a rule per
+/// subset of them.
+const MAX_ANY_ORDER: usize = 6;
+
+/// An expression for each of `items` (rule names) once, in any order: all of them, or (`all` false) any of them;
+/// its rules, named from `prefix`, into `g` (one per subset of the items left). Past [`MAX_ANY_ORDER`] items, in
+/// their order. `None` for no items.
+fn any_order(g: &mut String, prefix: &str, items: &[String], all: bool) -> Option<String> {
+    let optional = if all { "" } else { "?" };
+    match items.len() {
+        0 => return None,
+        n if n > MAX_ANY_ORDER || n == 1 => {
+            return Some(items.iter().map(|item| format!("{item}{optional}")).collect::<Vec<_>>().join(" "));
+        }
+        _ => {}
+    }
+    let full = (1usize << items.len()) - 1;
+    for left in 1..=full {
+        let alternatives: Vec<String> = (0..items.len())
+            .filter(|b| left & (1 << b) != 0)
+            .map(|b| match left & !(1 << b) {
+                0 => items[b].clone(),
+                rest => format!("{} {prefix}_{rest}{optional}", items[b]),
+            })
+            .collect();
+        let _ = writeln!(g, "{prefix}_{left}: {}", alternatives.join(" | "));
+    }
+    Some(format!("{prefix}_{full}{optional}"))
 }
 
 /// How the grammar writes a `QwenXml` value.
@@ -3553,6 +3593,10 @@ mod tests {
                     "note": {"type": ["string", "null"]}, "repeat": {"$ref": "#/$defs/repeat"}}, "required": ["hour"],
                     "$defs": {"repeat": {"type": "object", "properties": {"days": {"type": "integer"}},
                         "required": ["days"], "additionalProperties": false}}}}},
+                // Two required parameters (QwenXml takes them in any order).
+                {"type": "function", "function": {"name": "move", "parameters": {
+                    "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                    "required": ["x", "y"]}}},
                 // Counts: a string's length, an array's items.
                 {"type": "function", "function": {"name": "tag", "parameters": {
                     "type": "object", "properties": {"label": {"type": "string", "minLength": 2, "maxLength": 4},
@@ -3710,6 +3754,13 @@ mod tests {
                 format!("<tool_call>\n<function=get_weather>\n{}</function>\n</tool_call>", p("city", value))
             };
             let multiline = city("São\n\"Paulo\" {x}\n");
+            let mv = |parameters: &str| format!("<tool_call>\n<function=move>\n{parameters}</function>\n</tool_call>");
+            // The required parameters in any order; the others after them, in any order.
+            let orders = [
+                mv(&(p("x", "1") + &p("y", "2"))),
+                mv(&(p("y", "2") + &p("x", "1"))),
+                alarm(&(p("hour", "7") + &p("note", "x") + &p("loud", "true"))),
+            ];
             let bad_calls = [
                 "<tool_call>\n<function=get_wether>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>".to_owned(),
                 // A required parameter missing, an enum's other value, parameters out of the schema's order, one
@@ -3725,6 +3776,11 @@ mod tests {
                 alarm(&(p("hour", "7") + &p("loud", "True"))),
                 alarm(&(p("hour", "7") + &p("repeat", "{\"weeks\": 2}"))),
                 alarm(&(p("hour", "7") + &p("repeat", "{\"days\":2}"))),
+                // Each required parameter once, before the others; each of those at most once.
+                mv(&p("x", "1")),
+                mv(&(p("x", "1") + &p("x", "2"))),
+                mv(&(p("x", "1") + &p("y", "2") + &p("y", "3"))),
+                alarm(&(p("hour", "7") + &p("loud", "true") + &p("loud", "false"))),
                 // A text value holds no `</parameter>`; the tags' newlines are the template's.
                 city("a</parameter>b"),
                 weather.replace("<tool_call>\n", "<tool_call>"),
@@ -3743,6 +3799,8 @@ mod tests {
             let with_text = format!("Let me check.\n\n{both}");
             good.push((&with_text, &["get_weather", "get_time"]));
             good.extend(alarms.iter().map(|a| (a.as_str(), &["set_alarm"][..])));
+            good.extend(orders[..2].iter().map(|m| (m.as_str(), &["move"][..])));
+            good.push((&orders[2], &["set_alarm"]));
             check(QwenXml, ToolChoice::Auto, &good, &bad);
             let mut required_bad = vec![prose, "", "Sure.\n<tool_call>", &with_text];
             required_bad.extend(bad_calls.iter().map(String::as_str));
