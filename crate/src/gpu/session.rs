@@ -541,17 +541,27 @@ impl GpuSession {
         let Some(r) = self.recurrent.as_ref() else { return Ok(()) };
         let gpu = &self.m.gpu;
         gpu.check()?;
-        for (i, buffer) in self.b.recurrent.iter().enumerate() {
-            let bytes = buffer.size();
-            let staging = gpu
-                .buffer("recurrent staging", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)
-                .await?;
-            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("state") });
-            enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
-            gpu.queue.submit([enc.finish()]);
-            let floats = state.layer_floats_mut(i);
-            gpu.read_with(&staging, bytes, |data| floats.copy_from_slice(bytemuck::cast_slice(data))).await?;
+        // Every layer's state into one staging buffer, one after another, read back at once.
+        let sizes: Vec<u64> = self.b.recurrent.iter().map(wgpu::Buffer::size).collect();
+        let total = sizes.iter().sum();
+        let staging =
+            gpu.buffer("recurrent staging", total, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).await?;
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("state") });
+        let mut at = 0;
+        for (buffer, &bytes) in self.b.recurrent.iter().zip(&sizes) {
+            enc.copy_buffer_to_buffer(buffer, 0, &staging, at, bytes);
+            at += bytes;
         }
+        gpu.queue.submit([enc.finish()]);
+        gpu.read_with(&staging, total, |data| {
+            let mut at = 0;
+            for (i, &bytes) in sizes.iter().enumerate() {
+                let layer = &data[at as usize..(at + bytes) as usize];
+                state.layer_floats_mut(i).copy_from_slice(bytemuck::cast_slice(layer));
+                at += bytes;
+            }
+        })
+        .await?;
         state.len = r.len;
         Ok(())
     }
