@@ -28,7 +28,7 @@ export interface Glue {
     fromStream(stream: GpuStream, nCtx: number, optionsJson: string): Promise<Engine>;
   };
   /** A model file on its way to the GPU, its matrices never in wasm memory (`wasm-gpu` build only). `optionsJson`:
-   * `{maxBindingBytes?, allowSoftware?}`. */
+   * `{maxBindingBytes?}` (any adapter will do, as under `webgpu`). */
   GpuStream?: { open(len: number, optionsJson: string): Promise<GpuStream> };
   ModelBuffer: new (capacity: number) => ModelBuffer;
   /** SHA-256 over chunks (crate/src/wasm/mod.rs), for the model files a store keeps. */

@@ -78,7 +78,7 @@ export async function loadEngine(build: StartedWasm, source: ModelSource, option
         if (files.open.length === 1) total = file.total;
         if (file.total !== undefined) checkSize(loaded + file.total);
         if (toGpu && file.total !== undefined) {
-          const streamOptions = JSON.stringify({ maxBindingBytes: gpuMaxBindingBytes, allowSoftware: gpuAllowSoftware });
+          const streamOptions = JSON.stringify({ maxBindingBytes: gpuMaxBindingBytes });
           stream = await withWindowGlobal(() => wasm.glue.GpuStream!.open(file.total!, streamOptions)).catch((e) => {
             throw engineError(e, wasm.glue);
           });

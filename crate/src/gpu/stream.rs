@@ -57,9 +57,10 @@ pub struct StreamedModel {
 }
 
 impl GpuModelStream {
-    /// A stream of a file of `len` bytes onto a device opened with `opts` (errors: no adapter, limits).
+    /// A stream of a file of `len` bytes onto a device opened with `opts` (errors: no adapter, limits). Any adapter
+    /// will do, a software one too, as under `Backend::WebGpu`: a streamed model has no CPU copy to fall back on.
     pub async fn new(len: u64, opts: &GpuOptions) -> Result<GpuModelStream> {
-        let gpu = Gpu::new(opts).await?;
+        let gpu = Gpu::new(&GpuOptions { allow_software: true, ..opts.clone() }).await?;
         Ok(GpuModelStream { len, state: State::Header { gpu, head: Vec::new(), next_try: len.min(1 << 20) as usize } })
     }
 

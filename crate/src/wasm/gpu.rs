@@ -328,18 +328,14 @@ pub struct GpuStream {
 
 #[wasm_bindgen]
 impl GpuStream {
-    /// Open the GPU for a file of `len` bytes. `options_json`: `{maxBindingBytes?, allowSoftware?}`.
+    /// Open the GPU (any adapter, as under "webgpu") for a file of `len` bytes. `options_json`: `{maxBindingBytes?}`.
     pub async fn open(len: f64, options_json: String) -> std::result::Result<GpuStream, JsValue> {
         let opts: JsStreamOptions = parse(&options_json, "stream options")?;
         // A length JavaScript holds exactly (2^53 bytes: far past any model).
         if !(len >= 0.0 && len.fract() == 0.0 && len <= 2f64.powi(53)) {
             return Err(js_error(Error::InvalidArgument(format!("a file length of {len} bytes"))));
         }
-        let gpu_opts = GpuOptions {
-            allow_software: opts.allow_software,
-            max_binding_bytes: opts.max_binding_bytes,
-            ..GpuOptions::default()
-        };
+        let gpu_opts = GpuOptions { max_binding_bytes: opts.max_binding_bytes, ..GpuOptions::default() };
         Ok(GpuStream { inner: GpuModelStream::new(len as u64, &gpu_opts).await.map_err(js_error)? })
     }
 
@@ -362,8 +358,6 @@ impl GpuStream {
 struct JsStreamOptions {
     #[serde(default)]
     max_binding_bytes: Option<u64>,
-    #[serde(default)]
-    allow_software: bool,
 }
 
 impl GpuEngine {
