@@ -10,8 +10,9 @@
 // - a page without WebGPU (navigator.gpu deleted): "auto" answers on the CPU, "webgpu" is E_GPU_NO_ADAPTER;
 // - a LoRA adapter runs in the shaders: the GPU's greedy tokens under it are the CPU engine's, not the base model's
 //   (the tiny llama: tests/rust/gpu.rs checks the default model's adapter against llama.cpp on lavapipe);
-// - Gemma 3 (the tiny fixture: heads of 256, a sliding window of 8 positions, post-norms, GeGLU) runs on the GPU within
-//   WebGPU's default limits and gives the CPU engine's greedy tokens past its window.
+// - Gemma 3 (the tiny fixture: heads of 256, a sliding window of 8 positions, post-norms, GeGLU) and Gemma 4 (layers of
+//   two shapes, shared keys and values, per-layer inputs) run on the GPU within WebGPU's default limits and give the
+//   CPU engine's greedy tokens past their windows.
 // The engine runs in its worker (the browser default), but for the cases that reach into the page (its GPU devices,
 // its navigator, the builds it fetched), which load with worker: false.
 // Run: node --test tests/browser/webgpu.test.mjs   (after scripts/build-wasm.sh and `npm run build` in npm/)
@@ -35,6 +36,7 @@ const FIXTURES = process.env.RUVLLM_FIXTURES ?? join(REPO_DIR, 'target', 'fixtur
 const TINY_LLAMA = join(FIXTURES, 'tiny-llama-spm.gguf');
 const ADAPTER = join(FIXTURES, 'lora-llama-r4.gguf');
 const GEMMA3 = join(FIXTURES, 'tiny-gemma3.gguf');
+const GEMMA4 = join(FIXTURES, 'tiny-gemma4.gguf');
 // A prompt for the tiny models (their vocabularies are small; any text tokenizes).
 const TINY_PROMPT = 'The old fisherman rowed out past the rocks at 7:45, and the sea was calm.';
 
@@ -42,7 +44,7 @@ let server, browser;
 const pageErrors = [];
 
 before(async () => {
-  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/tiny-llama.gguf': TINY_LLAMA, '/adapter.gguf': ADAPTER, '/gemma3.gguf': GEMMA3 } });
+  server = await serve({ root: PACKAGE_DIR, files: { '/model.gguf': MODEL_PATH, '/tiny-llama.gguf': TINY_LLAMA, '/adapter.gguf': ADAPTER, '/gemma3.gguf': GEMMA3, '/gemma4.gguf': GEMMA4 } });
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
 });
 
@@ -176,29 +178,31 @@ test('the next turn on the GPU, asked again after reset(), starts from the prefi
   assert.deepEqual(restored.ids, held.ids, 'the same answer from the prefix cache');
 });
 
-test('Gemma 3 (tiny: heads of 256, a window of 8) on the GPU gives the CPU engine\'s greedy tokens past its window', { timeout: 600_000 }, async () => {
+test('Gemma 3 and 4 (tiny: heads of 256; of 64 and 128, shared KV, per-layer inputs; windows of 8) on the GPU give the CPU engine\'s greedy tokens past their windows', { timeout: 600_000 }, async () => {
   const prompt = TINY_PROMPT;
   const options = { temperature: 0, maxTokens: 12, ignoreEos: true };
   const { LLM } = await import(pathToFileURL(join(PACKAGE_DIR, 'dist', 'node.js')).href);
-  const cpu = await LLM.load(GEMMA3, { threads: 1, backend: 'cpu' });
-  const expected = await cpu.complete(prompt, options);
-  cpu.dispose();
-  assert.ok(expected.usage.promptTokens + expected.ids.length > 2 * 8, JSON.stringify(expected.usage));
-  const page = await openPage();
-  const r = await page.evaluate(
-    async ({ prompt, options }) => {
-      const { LLM } = await import('@ruvector/ruvllm');
-      const llm = await LLM.load('/gemma3.gguf', { backend: 'webgpu', contextSize: 128 });
-      const out = await llm.complete(prompt, options);
-      return { info: llm.info(), ids: out.ids };
-    },
-    { prompt, options },
-  );
-  assert.equal(r.info.architecture, 'gemma3');
-  assert.equal(r.info.backend, 'webgpu');
-  assert.equal(r.info.fallback, null, 'Gemma 3 stayed on the GPU');
-  assert.deepEqual(r.ids, expected.ids);
-  await page.close();
+  for (const [architecture, file] of [['gemma3', GEMMA3], ['gemma4', GEMMA4]]) {
+    const cpu = await LLM.load(file, { threads: 1, backend: 'cpu' });
+    const expected = await cpu.complete(prompt, options);
+    cpu.dispose();
+    assert.ok(expected.usage.promptTokens + expected.ids.length > 2 * 8, JSON.stringify(expected.usage));
+    const page = await openPage();
+    const r = await page.evaluate(
+      async ({ url, prompt, options }) => {
+        const { LLM } = await import('@ruvector/ruvllm');
+        const llm = await LLM.load(url, { backend: 'webgpu', contextSize: 128 });
+        const out = await llm.complete(prompt, options);
+        return { info: llm.info(), ids: out.ids };
+      },
+      { url: `/${architecture}.gguf`, prompt, options },
+    );
+    assert.equal(r.info.architecture, architecture);
+    assert.equal(r.info.backend, 'webgpu');
+    assert.equal(r.info.fallback, null, `${architecture} stayed on the GPU`);
+    assert.deepEqual(r.ids, expected.ids, architecture);
+    await page.close();
+  }
 });
 
 test('backend "auto": a device lost mid-generation, the generation finishes on the CPU', { timeout: 600_000 }, async () => {

@@ -87,10 +87,12 @@ fn software_session(model: &Arc<Model>, opts: &SessionOptions) -> Session {
 /// Q2_K, one per layer; its other matrices the legacy types; the qwen2's F16, BF16 and Q8_0 with q/k/v biases) and
 /// qwen3's head norms, Llama 3.1's RoPE frequency factors, Phi-3's fused matrices and LongRoPE and Gemma 3's heads of
 /// 256, sliding window, post-norms and GeGLU, SmolLM3's layers without RoPE and Qwen3-MoE's experts (dense on the GPU:
-/// every expert computed, the chosen ones weighted), Granite-MoE's multipliers and Qwen3.5's delta-net layers (their
-/// recurrent state carried from call to call) and gated attention, within the CPU's bounds of the float64 reference,
-/// whole (prefill) and a few tokens at a time (decode steps among them); the greedy ids of the last four are
-/// llama.cpp's.
+/// every expert computed, the chosen ones weighted), Granite-MoE's multipliers, Qwen3.5's delta-net layers (their
+/// recurrent state carried from call to call) and gated attention, and Gemma 4's layers of two shapes (heads of 64
+/// and 128, KV heads and feed-forward widths per layer, in one KV cache of the widest rows), its last layers reading
+/// earlier layers' keys and values, V-norm, V = K, per-layer inputs, output scales and logit soft-cap, within the
+/// CPU's bounds of the float64 reference, whole (prefill) and a few tokens at a time (decode steps among them); the
+/// greedy ids of the last five are llama.cpp's.
 #[test]
 fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     let files = [
@@ -104,12 +106,13 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
         tiny::QWEN3MOE,
         tiny::GRANITEMOE,
         tiny::QWEN35,
+        tiny::GEMMA4,
     ];
     for file in files {
         tiny::check_logits_with(file, &SessionOptions::default(), None, software_session);
         tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), software_session);
     }
-    for file in [tiny::SMOLLM3, tiny::QWEN3MOE, tiny::GRANITEMOE, tiny::QWEN35] {
+    for file in [tiny::SMOLLM3, tiny::QWEN3MOE, tiny::GRANITEMOE, tiny::QWEN35, tiny::GEMMA4] {
         let (model, _) = tiny::load(file);
         for (prompt, want) in tiny::greedy_reference(file) {
             let opts = GenerateOptions { ignore_eog: true, ..greedy(want.len()) };
@@ -568,7 +571,7 @@ fn lora_adapters_on_the_gpu_match_the_float64_reference() {
 fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
     use support::gguf_writer::{GgufWriter, Meta};
     let c = &model.config;
-    let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let d = c.d_model;
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut normal = move || {
         // Sum of uniforms (xorshift): about normal, deterministic.
@@ -589,6 +592,7 @@ fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
         .meta("adapter.lora.alpha", Meta::F32(rank as f32));
     let mut weights: Vec<(String, usize, usize)> = Vec::new();
     for l in 0..c.n_layers {
+        let (qd, kvd, ff) = (c.layer_q_dim(l), c.layer_kv_dim(l), c.layer_ffn_dim(l));
         for (name, n_in, n_out) in [
             ("attn_q", d, qd),
             ("attn_k", d, kvd),
@@ -598,6 +602,13 @@ fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
             ("ffn_up", d, ff),
             ("ffn_down", ff, d),
         ] {
+            // Not on keys and values a layer reads from another (Gemma 4's last layers), nor on values it takes from
+            // its keys' projection (a layer without `attn_v`).
+            let lw = &model.weights.layers[l];
+            let shared_v = name == "attn_v" && lw.wv.offset == lw.wk.offset;
+            if (name == "attn_k" || name == "attn_v") && (!c.layer_stores_kv(l) || shared_v) {
+                continue;
+            }
             weights.push((format!("blk.{l}.{name}.weight"), n_in, n_out));
         }
     }
@@ -615,13 +626,14 @@ fn random_adapter(model: &Model, rank: usize, output: bool) -> Vec<u8> {
 }
 
 /// The architectures the adapter fixtures lack (Qwen2's q/k/v biases, Qwen3's head norms between q/k and attention,
-/// Llama 3.1, Gemma 3's post-norms after the adapted o and down projections), with an adapter on every projection: the
+/// Llama 3.1, Gemma 3's post-norms after the adapted o and down projections, Gemma 4's layers of two shapes), with an
+/// adapter on every projection: the
 /// GPU's logits, whole and one token at a time, are the CPU's within twice the tolerance each has from the float64
 /// reference on the base model, and the adapter moves them much further.
 /// Llama 3.1's is of rank 48: its q/k/v group has 144 ranks, more than one LoRA op takes (`MAX_RANK`, 128).
 #[test]
 fn lora_adapters_on_the_gpu_match_the_cpu_on_every_architecture() {
-    for (file, rank) in [(tiny::QWEN2, 6), (tiny::QWEN3, 6), (tiny::LLAMA3, 48), (tiny::GEMMA3, 6)] {
+    for (file, rank) in [(tiny::QWEN2, 6), (tiny::QWEN3, 6), (tiny::LLAMA3, 48), (tiny::GEMMA3, 6), (tiny::GEMMA4, 6)] {
         let (model, entry) = tiny::load(file);
         // The output head too where the model has its own (an adapter of tied embeddings is refused).
         let lora = LoraAdapter::from_bytes(&model, random_adapter(&model, rank, true))
@@ -961,32 +973,41 @@ fn kv_rows_go_up_and_come_down_unchanged() {
     assert_eq!(e.code(), "E_INVALID_ARGUMENT", "{e}");
 }
 
-/// Tiny Gemma 3 (a window of 8 positions) on the GPU, past its window from the start: a conversation's next turn run
-/// by a fresh GPU session restores the first one's prefix-cache pages (written down from the GPU) into the GPU's
-/// cache, its windowed layers then read the restored rows, and the greedy ids equal those of a GPU session that
-/// prefills everything and those of the CPU.
+/// Tiny Gemma 3 and Gemma 4 (windows of 8 positions) on the GPU, past their windows from the start: a conversation's
+/// next turn run by a fresh GPU session restores the first one's prefix-cache pages (written down from the GPU) into
+/// the GPU's cache, its windowed layers then read the restored rows (Gemma 4's narrower than the cache's, padded),
+/// and the greedy ids equal those of a GPU session that prefills everything and those of the CPU; a conversation
+/// saved on the GPU is, byte for byte, the CPU's save of it.
 #[test]
-fn tiny_gemma3_continues_past_its_window_from_the_prefix_cache_on_the_gpu() {
-    let (model, entry) = tiny::load(tiny::GEMMA3);
-    let prompt: Vec<u32> = entry["forward"].as_array().unwrap().iter().flat_map(|s| tiny::ids(&s["ids"])).collect();
-    let session = |backend: Backend, prefix_cache: bool| {
-        let opts = SessionOptions { n_ctx: 128, n_batch: 16 };
-        let mut s = Session::with_gpu_options(model.clone(), &opts, backend, &software()).unwrap();
-        assert_eq!(s.on_gpu(), backend == Backend::WebGpu);
-        s.set_prefix_cache(prefix_cache);
-        s
-    };
-    let first = session(Backend::WebGpu, true).generate(&prompt, tokens(6), None, |_| {}).unwrap();
-    let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..5]).copied().collect();
-    let held = pages(prompt.len() + first.ids.len() - 1);
-    assert!(held > 2 * model.config.sliding_window, "{held} tokens cached");
+fn tiny_gemmas_continue_past_their_window_from_the_prefix_cache_on_the_gpu() {
+    for file in [tiny::GEMMA3, tiny::GEMMA4] {
+        let (model, entry) = tiny::load(file);
+        let prompt: Vec<u32> = entry["forward"].as_array().unwrap().iter().flat_map(|s| tiny::ids(&s["ids"])).collect();
+        let session = |backend: Backend, prefix_cache: bool| {
+            let opts = SessionOptions { n_ctx: 128, n_batch: 16 };
+            let mut s = Session::with_gpu_options(model.clone(), &opts, backend, &software()).unwrap();
+            assert_eq!(s.on_gpu(), backend == Backend::WebGpu);
+            s.set_prefix_cache(prefix_cache);
+            s
+        };
+        let mut first_session = session(Backend::WebGpu, true);
+        let first = first_session.generate(&prompt, tokens(6), None, |_| {}).unwrap();
+        let turn2: Vec<u32> = prompt.iter().chain(&first.ids).chain(&prompt[..5]).copied().collect();
+        let held = pages(prompt.len() + first.ids.len() - 1);
+        assert!(held > 2 * model.config.sliding_window, "{file}: {held} tokens cached");
 
-    let want = session(Backend::WebGpu, false).generate(&turn2, tokens(6), None, |_| {}).unwrap();
-    let cpu = session(Backend::Cpu, false).generate(&turn2, tokens(6), None, |_| {}).unwrap();
-    let got = session(Backend::WebGpu, true).generate(&turn2, tokens(6), None, |_| {}).unwrap();
-    assert_eq!((want.stats.cached_tokens, got.stats.cached_tokens), (0, held));
-    assert_eq!(got.ids, want.ids, "greedy ids with the prefix cache");
-    assert_eq!(want.ids, cpu.ids, "the GPU's greedy ids are the CPU's");
+        let want = session(Backend::WebGpu, false).generate(&turn2, tokens(6), None, |_| {}).unwrap();
+        let cpu = session(Backend::Cpu, false).generate(&turn2, tokens(6), None, |_| {}).unwrap();
+        let got = session(Backend::WebGpu, true).generate(&turn2, tokens(6), None, |_| {}).unwrap();
+        assert_eq!((want.stats.cached_tokens, got.stats.cached_tokens), (0, held), "{file}");
+        assert_eq!(got.ids, want.ids, "{file}: greedy ids with the prefix cache");
+        assert_eq!(want.ids, cpu.ids, "{file}: the GPU's greedy ids are the CPU's");
+
+        let state = first_session.save_state().unwrap();
+        let mut cpu = session(Backend::Cpu, false);
+        cpu.restore_state(&state).unwrap();
+        assert!(cpu.save_state().unwrap() == state, "{file}: a GPU state through the CPU");
+    }
 }
 
 /// An architecture the GPU's forward pass does not know (an encoder) is refused with a typed error, not run wrong.
@@ -1003,18 +1024,6 @@ fn an_encoder_is_unsupported_on_the_gpu() {
         Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("bert"), "{message}"),
         Err(e) => panic!("not the typed error: {e}"),
         Ok(_) => panic!("a bert model went on the GPU"),
-    }
-}
-
-/// Gemma 4's layers of different shapes (heads, KV sharing, per-layer inputs) have no GPU forward pass yet: refused
-/// with a typed error, where the CPU runs the same file (tests/rust/tiny_models.rs).
-#[test]
-fn gemma4_is_unsupported_on_the_gpu() {
-    let (model, _) = tiny::load(tiny::GEMMA4);
-    match block_on(GpuModel::new(model, &software())) {
-        Err(Error::Gpu { kind: GpuFault::Unsupported, message }) => assert!(message.contains("gemma4"), "{message}"),
-        Err(e) => panic!("not the typed error: {e}"),
-        Ok(_) => panic!("a gemma4 model went on the GPU"),
     }
 }
 

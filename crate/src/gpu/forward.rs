@@ -22,6 +22,16 @@
 //! the attention output with it, in decode in the output matvec's input stage (`MatIn::AttnGated`), in prefill with
 //! `attn_gate`; its KV cache layer is `Config::kv_layer`'s.
 //!
+//! Gemma 4's layers differ in shape (`ops::Shape`: head size, KV heads, rotated width, feed-forward width): the op
+//! builder takes each layer's shape before its ops, which compiles its kernels for that shape's header; the KV
+//! cache's rows are the widest layer's (`KV_ROW`). Its last layers read earlier layers' keys and values: their qkv op
+//! computes the queries only, `rope_store` rotates those only, and decode attention reads the new position from the
+//! cache (`own_kv`). The value heads are normed with the others (`head_norm`); a layer without `attn_v` reads its
+//! keys' matrix for the values. Before the layers the per-layer inputs are made (`ops/per_layer.rs`: the per-layer
+//! embedding by `embed`, the token embeddings' projection, `per_layer_in`); after each layer's feed-forward block its
+//! per-layer block gates its input, projects it and `norm_add`s it to the residual, then scales the residual by the
+//! layer's output scale. The logits' soft-cap is applied where they are read (`Config::finish_logits`).
+//!
 //! A mixture of experts (qwen3moe, granitemoe) runs dense (`model.rs`): the router's matrix op on the feed-forward block's
 //! normed input, every expert's gate/up rows and activation as one wide feed-forward block, the `route` op scaling
 //! each expert's hidden values by its weight, and the down product of the experts side by side.
@@ -32,12 +42,15 @@
 //! then scans the logits); prefill keeps the reduce of a split qkv or gate/up matmul where the group is
 //! adapted, so that the adapters add to stored rows. The base model's ops are built without any of this.
 
-use super::model::{ffn_width, DeltaLocs, GpuModel, MatLoc};
+use super::model::{DeltaLocs, GpuModel, MatLoc};
 use super::ops::delta_net::{self, DeltaBuffers};
 use super::ops::lora::{self, Group, LoraIn, LoraWeights};
 use super::ops::mat::{self, to, MatIn, OutMode, Splits};
+use super::ops::per_layer::{self, PerLayerParams};
 use super::ops::rope_store::KvBuffers;
-use super::ops::{argmax, attn_decode, attn_gate, attn_prefill, embed, glu, norm, rope_store, route, Op, OpBuilder};
+use super::ops::{
+    argmax, attn_decode, attn_gate, attn_prefill, embed, glu, norm, rope_store, route, Op, OpBuilder, Shape,
+};
 use super::session::Buffers;
 use crate::error::Result;
 
@@ -72,13 +85,21 @@ pub(super) async fn build(
         pending_add: None,
         lora,
     };
-    let embed = embed::ops(&mut f.ops, &m.token_embd, &b.x, &b.tokens).await?;
-    let mut decode_layers = Vec::new();
-    let mut prefill_layers = Vec::new();
-    for l in 0..m.model.config.n_layers {
+    let c = &m.model.config;
+    let mut embed = embed::ops(&mut f.ops, (&m.token_embd, c.embedding_scale()), &b.x, &b.tokens).await?;
+    let (mut decode_layers, mut prefill_layers) = (Vec::new(), Vec::new());
+    if let (Some(table), Some(rows)) = (&m.per_layer, &b.per_layer) {
+        let scale = (c.per_layer_input() as f32).sqrt();
+        embed.extend(embed::ops(&mut f.ops, (&table.token_embd, scale), &rows.inputs, &b.tokens).await?);
+        decode_layers.extend(f.per_layer_inputs(MatIn::Plain(&b.x), "matvec_per_layer_model_proj").await?);
+        prefill_layers.extend(f.per_layer_inputs(MatIn::Rows(&b.x), "matmul_per_layer_model_proj").await?);
+    }
+    for l in 0..c.n_layers {
+        f.ops.shape = Shape::layer(c, l);
         decode_layers.extend(f.decode_layer(l).await?);
         prefill_layers.extend(f.prefill_layer(l).await?);
     }
+    f.ops.shape = Shape::model(c);
     let (logits_last, argmax_per) = f.logits_last().await?;
     let logits_all = f.logits_all().await?;
     let candidates = if argmax_per > 1 { &b.best } else { &b.logits };
@@ -129,9 +150,77 @@ impl<'a> Forward<'a> {
         }
     }
 
+    /// Layer `l`'s widths of a query row and of a key (value) row, and whether it computes keys and values of its
+    /// own (Gemma 4's last layers read earlier layers').
+    fn attention_widths(&self, l: usize) -> (usize, usize, bool) {
+        let c = &self.m.model.config;
+        (self.ops.shape.q_dim(c), self.ops.shape.kv_dim(), c.layer_stores_kv(l))
+    }
+
+    /// The q/k/v matrices of layer `l` with their first output columns: q only where it reads another layer's keys
+    /// and values.
+    fn qkv_mats(&self, l: usize) -> Vec<(&'a MatLoc, usize)> {
+        let lw = &self.m.layers[l];
+        let (qd, kvd, own_kv) = self.attention_widths(l);
+        match own_kv {
+            true => vec![(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)],
+            false => vec![(&lw.wq, 0)],
+        }
+    }
+
+    /// The post-norm of layer `l`'s feed-forward block with what `norm_add` then scales the residual by: the layer's
+    /// output scale unless a per-layer input block follows, which applies it.
+    fn post_ffn_norm(&self, l: usize) -> Option<(&'a wgpu::Buffer, f32)> {
+        let lw = &self.m.layers[l];
+        let scale = if lw.per_layer.is_some() { 1.0 } else { lw.out_scale };
+        lw.post_ffn_norm.as_ref().map(|norm| (norm, scale))
+    }
+
+    /// Gemma 4's per-layer inputs of the call (`ops/per_layer.rs`), from the per-layer embeddings the embed ops put
+    /// in its rows and the projection of the token embeddings `x` (`input`: decode's last row, or prefill's rows).
+    async fn per_layer_inputs(&mut self, input: MatIn<'_>, label: &'static str) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let (Some(table), Some(rows)) = (&m.per_layer, &b.per_layer) else { return Ok(Vec::new()) };
+        let params = PerLayerParams::new(c.per_layer_input(), c.n_layers, c.d_model);
+        let out = to(&rows.proj, params.all as usize, OutMode::Store, None);
+        let mut ops = mat::ops(&mut self.ops, label, &[(&table.model_proj, 0)], input, out, &self.splits).await?;
+        ops.push(per_layer::inputs_op(&mut self.ops, params, &rows.inputs, &rows.proj, &table.proj_norm).await?);
+        Ok(ops)
+    }
+
+    /// Gemma 4's per-layer input block of layer `l` (none elsewhere): `x += norm(proj · (gelu(inp_gate · x) *
+    /// input))`, then `x *=` the layer's output scale. `decode`: on the last row, else on the call's rows.
+    async fn per_layer_block(&mut self, l: usize, decode: bool) -> Result<Vec<Op>> {
+        let (m, b) = (self.m, self.b);
+        let c = &m.model.config;
+        let lw = &m.layers[l];
+        let (Some(block), Some(rows)) = (&lw.per_layer, &b.per_layer) else { return Ok(Vec::new()) };
+        let params = PerLayerParams::new(c.per_layer_input(), c.n_layers, c.d_model);
+        let (width, d) = (params.width as usize, c.d_model);
+        let (gate_in, proj_in, labels) = match decode {
+            true => (MatIn::Plain(&b.x), MatIn::Plain(&rows.gate), ["matvec_inp_gate", "matvec_per_layer_proj"]),
+            false => (MatIn::Rows(&b.x), MatIn::Rows(&rows.gate), ["matmul_inp_gate", "matmul_per_layer_proj"]),
+        };
+        let gate_out = to(&rows.gate, width, OutMode::Store, None);
+        let mut ops =
+            mat::ops(&mut self.ops, labels[0], &[(&block.inp_gate, 0)], gate_in, gate_out, &self.splits).await?;
+        ops.push(per_layer::gate_op(&mut self.ops, params, l, &rows.gate, &rows.inputs).await?);
+        let out = to(&b.xb, d, OutMode::Store, None);
+        let mut proj = mat::ops(&mut self.ops, labels[1], &[(&block.proj, 0)], proj_in, out, &self.splits).await?;
+        let splits = mat::take_reduce(&mut proj);
+        ops.extend(proj);
+        let post = (&block.post_norm, lw.out_scale);
+        ops.push(match splits {
+            Some(splits) => norm::norm_add(&mut self.ops, splits, &b.split, post, &b.x).await?,
+            None => norm::norm_add(&mut self.ops, 1, &b.xb, post, &b.x).await?,
+        });
+        Ok(ops)
+    }
+
     /// Decode: the matrix op of a block's output (`wo`, `down`) from `input` and its adapters `group`, added
     /// to the residual stream `x`: by the matvec itself, or, with a post-norm (Gemma), stored to `xb` and
-    /// normed into `x` by `norm_add`.
+    /// normed into `x` by `norm_add` (which then scales `x` by the post-norm's factor).
     async fn decode_block_out(
         &mut self,
         label: &'static str,
@@ -139,7 +228,7 @@ impl<'a> Forward<'a> {
         input: MatIn<'_>,
         group: Group,
         lora_in: LoraIn<'_>,
-        post_norm: Option<&wgpu::Buffer>,
+        post_norm: Option<(&wgpu::Buffer, f32)>,
     ) -> Result<Vec<Op>> {
         let b = self.b;
         let d = self.m.model.config.d_model;
@@ -148,7 +237,7 @@ impl<'a> Forward<'a> {
         let mut ops = mat::ops(&mut self.ops, label, &[(mat, 0)], input, to(out, d, mode, None), &self.splits).await?;
         ops.extend(self.lora(group, lora_in, out).await?);
         if let Some(norm) = post_norm {
-            ops.push(norm::norm_add(&self.ops, 1, &b.xb, norm, &b.x).await?);
+            ops.push(norm::norm_add(&mut self.ops, 1, &b.xb, norm, &b.x).await?);
         }
         Ok(ops)
     }
@@ -162,7 +251,7 @@ impl<'a> Forward<'a> {
         mat: &MatLoc,
         input: &wgpu::Buffer,
         group: Group,
-        post_norm: Option<&wgpu::Buffer>,
+        post_norm: Option<(&wgpu::Buffer, f32)>,
         pending: bool,
     ) -> Result<Vec<Op>> {
         let b = self.b;
@@ -184,8 +273,8 @@ impl<'a> Forward<'a> {
                 let split = if self.adapts(group) { None } else { mat::take_reduce(&mut ops) };
                 ops.extend(self.lora(group, LoraIn::Rows(input), &b.xb).await?);
                 ops.push(match split {
-                    Some(splits) => norm::norm_add(&self.ops, splits, &b.split, norm, &b.x).await?,
-                    None => norm::norm_add(&self.ops, 1, &b.xb, norm, &b.x).await?,
+                    Some(splits) => norm::norm_add(&mut self.ops, splits, &b.split, norm, &b.x).await?,
+                    None => norm::norm_add(&mut self.ops, 1, &b.xb, norm, &b.x).await?,
                 });
             }
         }
@@ -228,15 +317,15 @@ impl<'a> Forward<'a> {
             None => self.decode_attention(l).await?,
         };
         ops.extend(self.decode_ffn(l).await?);
+        ops.extend(self.per_layer_block(l, true).await?);
         Ok(ops)
     }
 
     async fn decode_attention(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
-        let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd) = (c.q_dim(), c.kv_dim());
-        let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
+        let (qd, kvd, own_kv) = self.attention_widths(l);
+        let qkv = self.qkv_mats(l);
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut ops =
             mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
@@ -249,11 +338,11 @@ impl<'a> Forward<'a> {
             ops.extend(mat::ops(&mut self.ops, "matvec_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
         }
         if let Some(qk_norm) = &lw.qk_norm {
-            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
+            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm, lw.normed_heads).await?);
         }
         let (windowed, rope) = self.attention_of(l);
-        ops.push(attn_decode::op(&self.ops, windowed, &b.qkv, rope, &b.part, self.kv(l)).await?);
-        let post = lw.post_attn_norm.as_ref();
+        ops.push(attn_decode::op(&self.ops, (windowed, own_kv), &b.qkv, rope, &b.part, self.kv(l)).await?);
+        let post = lw.post_attn_norm.as_ref().map(|norm| (norm, 1.0));
         let input = match gate {
             Some((_, rows)) => MatIn::AttnGated(&b.part, rows),
             None => MatIn::Attn(&b.part),
@@ -304,7 +393,7 @@ impl<'a> Forward<'a> {
         let lw = &m.layers[l];
         let mut ops = self.delta_net(l, delta, MatIn::Norm(&b.x, &lw.attn_norm), "matvec_delta_in").await?;
         let out = &b.delta.as_ref().expect("delta-net rows").out;
-        let post = lw.post_attn_norm.as_ref();
+        let post = lw.post_attn_norm.as_ref().map(|norm| (norm, 1.0));
         ops.extend(
             self.decode_block_out(
                 "matvec_ssm_out",
@@ -321,9 +410,8 @@ impl<'a> Forward<'a> {
 
     async fn decode_ffn(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
-        let c = &m.model.config;
         let lw = &m.layers[l];
-        let ff = ffn_width(c);
+        let ff = self.ops.shape.ffn;
         let mut ops = self.router(l, "matvec_router", MatIn::Norm(&b.x, &lw.ffn_norm)).await?;
         // The gated activation fused into one matvec when gate and up can share a dispatch and no adapter adds to
         // them.
@@ -344,7 +432,7 @@ impl<'a> Forward<'a> {
             ops.push(glu::op(&self.ops, 1, &b.gu, &b.h).await?);
         }
         ops.extend(self.route().await?);
-        let post = lw.post_ffn_norm.as_ref();
+        let post = self.post_ffn_norm(l);
         ops.extend(
             self.decode_block_out(
                 "matvec_down",
@@ -365,16 +453,16 @@ impl<'a> Forward<'a> {
             None => self.prefill_attention(l).await?,
         };
         ops.extend(self.prefill_ffn(l).await?);
+        ops.extend(self.per_layer_block(l, false).await?);
         Ok(ops)
     }
 
     async fn prefill_attention(&mut self, l: usize) -> Result<Vec<Op>> {
         let (m, b) = (self.m, self.b);
-        let c = &m.model.config;
         let lw = &m.layers[l];
-        let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let (qd, kvd, own_kv) = self.attention_widths(l);
         let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
-        let qkv = [(&lw.wq, 0), (&lw.wk, qd), (&lw.wv, qd + kvd)];
+        let qkv = self.qkv_mats(l);
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut qkv_ops =
             mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.splits).await?;
@@ -394,16 +482,17 @@ impl<'a> Forward<'a> {
             ops.extend(mat::ops(&mut self.ops, "matmul_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
         }
         if let Some(qk_norm) = &lw.qk_norm {
-            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm).await?);
+            ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm, lw.normed_heads).await?);
         }
         let qkv_rows = if qkv_splits.is_some() { &b.split } else { &b.qkv };
         let (windowed, rope) = self.attention_of(l);
-        ops.push(rope_store::op(&self.ops, qkv_splits.unwrap_or(1), qkv_rows, rope, &b.q_rot, self.kv(l)).await?);
+        let variant = (qkv_splits.unwrap_or(1), own_kv);
+        ops.push(rope_store::op(&self.ops, variant, qkv_rows, rope, &b.q_rot, self.kv(l)).await?);
         ops.extend(attn_prefill::ops(&self.ops, windowed, &b.q_rot, &b.att_parts, &b.att, self.kv(l)).await?);
         if let Some((_, rows)) = gate {
             ops.push(attn_gate::op(&self.ops, &b.att, rows).await?);
         }
-        let post = lw.post_attn_norm.as_ref();
+        let post = lw.post_attn_norm.as_ref().map(|norm| (norm, 1.0));
         ops.extend(self.prefill_block_out("matmul_wo", &lw.wo, &b.att, Group::O(l), post, true).await?);
         Ok(ops)
     }
@@ -414,7 +503,7 @@ impl<'a> Forward<'a> {
         let mut ops = vec![self.prefill_norm(&lw.attn_norm).await?];
         ops.extend(self.delta_net(l, delta, MatIn::Rows(&b.xb), "matmul_delta_in").await?);
         let out = &b.delta.as_ref().expect("delta-net rows").out;
-        let post = lw.post_attn_norm.as_ref();
+        let post = lw.post_attn_norm.as_ref().map(|norm| (norm, 1.0));
         ops.extend(self.prefill_block_out("matmul_ssm_out", &delta.out, out, Group::O(l), post, true).await?);
         Ok(ops)
     }
@@ -423,7 +512,7 @@ impl<'a> Forward<'a> {
         let (m, b) = (self.m, self.b);
         let c = &m.model.config;
         let lw = &m.layers[l];
-        let ff = ffn_width(c);
+        let ff = self.ops.shape.ffn;
         let mut ops = vec![self.prefill_norm(&lw.ffn_norm).await?];
         ops.extend(self.router(l, "matmul_router", MatIn::Rows(&b.xb)).await?);
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
@@ -440,9 +529,10 @@ impl<'a> Forward<'a> {
             None => glu::op(&self.ops, 1, &b.gu, &b.h).await?,
         });
         ops.extend(self.route().await?);
-        // The next layer's attention norm adds the partials; the output layer's norm reads x itself.
-        let post = lw.post_ffn_norm.as_ref();
-        let pending = l + 1 < c.n_layers;
+        // The next layer's attention norm adds the partials; the output layer's norm reads x itself, as does a
+        // per-layer input block.
+        let post = self.post_ffn_norm(l);
+        let pending = l + 1 < c.n_layers && lw.per_layer.is_none();
         ops.extend(self.prefill_block_out("matmul_down", &lw.w_down, &b.h, Group::Down(l), post, pending).await?);
         Ok(ops)
     }

@@ -87,8 +87,10 @@
 //! on the GPU into queries and the attention output's gate, which the adapters' groups do not know). The prefill is
 //! as sequential over its tokens as the CPU's: the chunked form of the rule is not written.
 //!
-//! Every decoder architecture runs there but Gemma 4 (`model.rs` `check_supported` refuses it and encoders, and heads
-//! wider than 256, not a multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`).
+//! Every decoder architecture runs there (`model.rs` `check_supported` refuses encoders, and heads wider than 256, not
+//! a multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`: Gemma 4's real global
+//! layers, whose heads are 512 wide, among them). Gemma 4's layers of two shapes compile their kernels for each
+//! (`ops::Shape`); its shared keys and values, value norms, per-layer inputs and output scales are `forward.rs`'s.
 //! Gemma 3 takes what the CPU's
 //! `forward` does differently: its heads of 256 fit decode attention's 128 invocations (the query, the new key and value
 //! packed by different invocations) and prefill attention's teams (eight chunks a member, tiles of 4 keys within the
@@ -100,7 +102,7 @@
 //! split matmul's partials) and `norm_add` adds its post-norm to the residual, where the other models' matrix ops add
 //! themselves; the gate's activation is a piece of its own (`glu_gelu.wgsl`, GeGLU, or `glu_silu.wgsl`), in the fused
 //! decode matvec (`OutMode::Geglu`) and the prefill `glu` op; QK-norm is Qwen3's `head_norm`; embeddings are scaled in
-//! `embed.wgsl` (`EMBED_SCALE`, 1 elsewhere). Other architectures build the same kernels: a window of 0 selects the
+//! `embed.wgsl` (by its op's scale, 1 elsewhere). Other architectures build the same kernels: a window of 0 selects the
 //! unwindowed variants.
 //!
 //! LoRA adapters (`ops/lora.rs`, `wgsl/lora.wgsl`): `GpuSession::set_adapters` takes a set, and the next call uploads it

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
-use super::ops::{self, Kernel};
+use super::ops::{self, Kernel, Shape};
 use super::upload::{self, Placed, PlacedLayer, WeightUpload};
 use super::{gpu_error, AdapterSummary, GpuOptions};
 use crate::error::{Error, GpuFault, Result};
@@ -60,8 +60,11 @@ pub(crate) struct LayerLocs {
     pub ffn_norm: wgpu::Buffer,
     /// q, k and v biases concatenated (qwen2), like the rows of the fused q/k/v output.
     pub qkv_bias: Option<wgpu::Buffer>,
-    /// The query and key heads' norms concatenated (qwen3, gemma3).
+    /// The query and key heads' norms concatenated (qwen3, gemma3), and the value heads' (gemma4).
     pub qk_norm: Option<wgpu::Buffer>,
+    /// The heads `qk_norm` norms in each qkv row: the query heads, the key heads, the value heads as far as it has
+    /// norms for them (a layer that reads another's keys and values norms its queries only).
+    pub normed_heads: usize,
     /// The norms of the attention block's and the feed-forward block's outputs (gemma3).
     pub post_attn_norm: Option<wgpu::Buffer>,
     pub post_ffn_norm: Option<wgpu::Buffer>,
@@ -70,6 +73,28 @@ pub(crate) struct LayerLocs {
     pub attn_gate: Option<MatLoc>,
     /// Qwen3.5's delta-net block, in attention's place (`wq`..`wo` are then empty).
     pub delta: Option<DeltaLocs>,
+    /// Gemma 4's per-layer input block.
+    pub per_layer: Option<PerLayerLocs>,
+    /// What the residual stream is multiplied by after the layer (Gemma 4's `layer_output_scale`; 1 elsewhere).
+    pub out_scale: f32,
+}
+
+/// Gemma 4's per-layer input block of a layer (`model::weights::PerLayerBlock`).
+pub(crate) struct PerLayerLocs {
+    /// [width × d_model]
+    pub inp_gate: MatLoc,
+    /// [d_model × width]
+    pub proj: MatLoc,
+    pub post_norm: wgpu::Buffer,
+}
+
+/// Gemma 4's per-layer embedding (`model::weights::PerLayerEmbedding`).
+pub(crate) struct PerLayerEmbedding {
+    /// [vocab × n_layers·width]
+    pub token_embd: MatLoc,
+    /// [n_layers·width × d_model]
+    pub model_proj: MatLoc,
+    pub proj_norm: wgpu::Buffer,
 }
 
 /// A delta-net layer's weights on the GPU (`model::weights::DeltaNetWeights`).
@@ -87,11 +112,12 @@ pub struct GpuModel {
     pub(crate) model: Arc<Model>,
     pub(crate) arenas: Vec<wgpu::Buffer>,
     pub(crate) token_embd: MatLoc,
+    pub(crate) per_layer: Option<PerLayerEmbedding>,
     pub(crate) output: MatLoc,
     pub(crate) layers: Vec<LayerLocs>,
     pub(crate) output_norm: wgpu::Buffer,
-    header: String,
-    pipelines: Mutex<HashMap<Kernel, Arc<wgpu::ComputePipeline>>>,
+    /// By kernel and the shape of the layer it runs in (its header).
+    pipelines: Mutex<HashMap<(Kernel, Shape), Arc<wgpu::ComputePipeline>>>,
 }
 
 impl GpuModel {
@@ -116,11 +142,12 @@ impl GpuModel {
     pub(crate) async fn uploaded(model: Arc<Model>, upload: WeightUpload, placed: Placed) -> Result<GpuModel> {
         let (gpu, arenas) = upload.finish()?;
         let w = &model.weights;
-        let Placed { token_embd, output, layers: placed } = placed;
+        let Placed { token_embd, per_layer, output, layers: placed } = placed;
+        let storage = wgpu::BufferUsages::STORAGE;
         let vector = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let mut layers = Vec::with_capacity(w.layers.len());
-        for (lw, p) in w.layers.iter().zip(placed) {
-            let PlacedLayer { wq, wk, wv, wo, w_gate, w_up, w_down, router, attn_gate, delta } = p;
+        for (l, (lw, p)) in w.layers.iter().zip(placed).enumerate() {
+            let PlacedLayer { wq, wk, wv, wo, w_gate, w_up, w_down, router, attn_gate, delta, per_layer } = p;
             let qkv_bias = match (&lw.bq, &lw.bk, &lw.bv) {
                 (None, None, None) => None,
                 (bq, bk, bv) => {
@@ -130,11 +157,20 @@ impl GpuModel {
                     Some(gpu.buffer_with("qkv bias", &vector(&all), wgpu::BufferUsages::STORAGE).await?)
                 }
             };
-            let qk_norm = match (&lw.q_norm, &lw.k_norm) {
-                (Some(q), Some(k)) => {
-                    Some(gpu.buffer_with("qk norm", &vector(&[&q[..], k].concat()), wgpu::BufferUsages::STORAGE).await?)
+            let c = &model.config;
+            let heads =
+                [(&lw.q_norm, c.n_heads), (&lw.k_norm, c.layer_n_kv_heads(l)), (&lw.v_norm, c.layer_n_kv_heads(l))];
+            // The norms in the order of the heads in a qkv row, as far as the layer has them (a value norm only
+            // with a key norm), and of its queries only where it reads another layer's keys and values.
+            let rows = if c.layer_stores_kv(l) { 3 } else { 1 };
+            let normed: Vec<_> = heads[..rows].iter().map_while(|(norm, n)| norm.as_ref().map(|w| (w, n))).collect();
+            let normed_heads = normed.iter().map(|(_, &n)| n).sum();
+            let qk_norm = match normed.is_empty() {
+                true => None,
+                false => {
+                    let all: Vec<f32> = normed.iter().flat_map(|(w, _)| w.iter().copied()).collect();
+                    Some(gpu.buffer_with("qk norm", &vector(&all), storage).await?)
                 }
-                _ => None,
             };
             let mut post_norms = Vec::with_capacity(2);
             for (label, norm) in [("post_attn_norm", &lw.post_attn_norm), ("post_ffn_norm", &lw.post_ffn_norm)] {
@@ -156,6 +192,13 @@ impl GpuModel {
                 }
                 _ => None,
             };
+            let per_layer = match (per_layer, &lw.per_layer) {
+                (Some((inp_gate, proj)), Some(block)) => {
+                    let post_norm = gpu.buffer_with("per-layer post_norm", &vector(&block.post_norm), storage).await?;
+                    Some(PerLayerLocs { inp_gate, proj, post_norm })
+                }
+                _ => None,
+            };
             layers.push(LayerLocs {
                 wq,
                 wk,
@@ -169,23 +212,32 @@ impl GpuModel {
                 ffn_norm: gpu.buffer_with("ffn_norm", &vector(&lw.ffn_norm), wgpu::BufferUsages::STORAGE).await?,
                 qkv_bias,
                 qk_norm,
+                normed_heads,
                 post_attn_norm,
                 post_ffn_norm,
                 attn_gate,
                 delta,
+                per_layer,
+                out_scale: lw.out_scale.unwrap_or(1.0),
             });
         }
+        let per_layer = match (per_layer, &w.per_layer) {
+            (Some((token_embd, model_proj)), Some(pl)) => {
+                let proj_norm = gpu.buffer_with("per_layer_proj_norm", &vector(&pl.proj_norm), storage).await?;
+                Some(PerLayerEmbedding { token_embd, model_proj, proj_norm })
+            }
+            _ => None,
+        };
         let output_norm = gpu.buffer_with("output_norm", &vector(&w.output_norm), wgpu::BufferUsages::STORAGE).await?;
-        let header = ops::model_header(&model.config);
         Ok(GpuModel {
             gpu,
             model,
             arenas,
             token_embd,
+            per_layer,
             output,
             layers,
             output_norm,
-            header,
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -213,15 +265,15 @@ impl GpuModel {
         self.gpu.destroy();
     }
 
-    /// The pipeline of `kernel`, compiled on first use.
-    pub(crate) async fn pipeline(&self, kernel: Kernel) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel) {
+    /// The pipeline of `kernel` in a layer of `shape`, compiled on first use.
+    pub(crate) async fn pipeline(&self, kernel: Kernel, shape: Shape) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&(kernel, shape)) {
             return Ok(p.clone());
         }
-        let src = kernel.source(&self.header, self.gpu.subgroups);
+        let src = kernel.source(&ops::shape_header(&self.model.config, &shape), self.gpu.subgroups);
         let pipeline = self.gpu.pipeline(&format!("{kernel:?}"), src).await?;
         let pipeline = Arc::new(pipeline);
-        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(kernel, pipeline.clone());
+        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert((kernel, shape), pipeline.clone());
         Ok(pipeline)
     }
 }
@@ -235,18 +287,30 @@ const MAX_HEAD_DIM: usize = 256;
 /// What the kernels assume about the model; anything else stays on the CPU.
 pub(crate) fn check_supported(c: &Config) -> Result<()> {
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
-    let hd = c.head_dim;
-    if !hd.is_multiple_of(16) || hd > MAX_HEAD_DIM || (hd > 128 && !hd.is_multiple_of(32)) {
-        return unsupported(format!(
-            "head size {hd} (the GPU kernels take multiples of 16 up to 128 and of 32 up to {MAX_HEAD_DIM})"
-        ));
+    for l in 0..c.n_layers {
+        let hd = c.layer_head_dim(l);
+        if !hd.is_multiple_of(16) || hd > MAX_HEAD_DIM || (hd > 128 && !hd.is_multiple_of(32)) {
+            return unsupported(format!(
+                "head size {hd} (the GPU kernels take multiples of 16 up to 128 and of 32 up to {MAX_HEAD_DIM})"
+            ));
+        }
+        if !c.layer_ffn_dim(l).is_multiple_of(32) {
+            return unsupported(format!("a feed-forward width of {} is not a multiple of 32", c.layer_ffn_dim(l)));
+        }
+        // A Gemma 4 layer that reads another's keys and values (the layer of the cache layer of the same index)
+        // reads them as its own heads.
+        let source = c.kv_layer(l);
+        let shape = |l| (c.layer_head_dim(l), c.layer_n_kv_heads(l));
+        if c.layer_shapes.is_some() && !c.layer_stores_kv(l) && shape(l) != shape(source) {
+            return unsupported(format!("layer {l} reads the keys and values of layer {source}, of another shape"));
+        }
     }
     // The decoders the forward pass knows (`forward.rs`); an encoder has no decoder weights to run.
     if !c.arch.is_decoder() {
         return unsupported(format!("architecture {} has no GPU forward pass", c.arch.name()));
     }
-    if c.layer_shapes.is_some() {
-        return unsupported(format!("{}'s layers of different shapes have no GPU forward pass yet", c.arch.name()));
+    if !c.per_layer_input().is_multiple_of(8) {
+        return unsupported(format!("per-layer inputs {} wide (the GPU takes multiples of 8)", c.per_layer_input()));
     }
     if let Some(dn) = &c.delta_net {
         let s = &dn.shape;
@@ -261,8 +325,8 @@ pub(crate) fn check_supported(c: &Config) -> Result<()> {
             ));
         }
     }
-    if !c.d_model.is_multiple_of(32) || !c.ffn_dim.is_multiple_of(32) {
-        return unsupported(format!("widths {} / {} are not multiples of 32", c.d_model, c.ffn_dim));
+    if !c.d_model.is_multiple_of(32) {
+        return unsupported(format!("a width of {} is not a multiple of 32", c.d_model));
     }
     Ok(())
 }

@@ -84,6 +84,8 @@ pub(super) struct Buffers {
     pub attn_gate: Option<wgpu::Buffer>,
     /// Qwen3.5: the delta-net blocks' working rows.
     pub delta: Option<DeltaRows>,
+    /// Gemma 4: the per-layer inputs' rows.
+    pub per_layer: Option<PerLayerRows>,
     /// Each delta-net layer's recurrent state (`Config::recurrent_layer`), laid out as `kv::recurrent` lays out a
     /// layer: the convolution's state, then the rule's.
     pub recurrent: Vec<wgpu::Buffer>,
@@ -101,6 +103,16 @@ pub(super) struct DeltaRows {
     pub conv: wgpu::Buffer,
     /// The block's output before `ssm_out`, `[n × value_dim]`.
     pub out: wgpu::Buffer,
+}
+
+/// Gemma 4's per-layer inputs of a call (`ops::per_layer`).
+pub(super) struct PerLayerRows {
+    /// The inputs of every layer, `[n × n_layers·width]` (first the per-layer embeddings).
+    pub inputs: wgpu::Buffer,
+    /// The projection of the token embeddings, `[n × n_layers·width]`.
+    pub proj: wgpu::Buffer,
+    /// A layer's gate, `[n × width]`.
+    pub gate: wgpu::Buffer,
 }
 
 /// Where a session's recurrent state stands (Qwen3.5's delta nets), and a copy of it (`Recurrent::checkpoint`)
@@ -144,6 +156,8 @@ pub struct GpuSession {
     lora: Option<LoraOps>,
     profiler: Option<Profiler>,
     kv_bytes: usize,
+    /// What prefill attention's keys per split are a multiple of (`attn_prefill::split_step`).
+    split_step: usize,
     /// CPU time spent writing, encoding and submitting forward calls (ms), for benchmarks.
     cpu_submit_ms: f64,
     /// The token ids of a call as bytes (kept: decoding allocates nothing per token).
@@ -249,7 +263,7 @@ impl GpuSession {
             q_rot: gpu.buffer("q_rot", f32s(nb * c.q_dim()), storage).await?,
             att: gpu.buffer("att", f32s(nb * c.q_dim()), storage).await?,
             part: gpu
-                .buffer("attention partials", f32s(attn_decode::partials_len(c.n_heads, c.head_dim)), storage)
+                .buffer("attention partials", f32s(attn_decode::partials_len(c.n_heads, c.max_head_dim())), storage)
                 .await?,
             att_parts: gpu.buffer("prefill attention partials", f32s(attn_prefill::parts_len(&c, nb)), storage).await?,
             split: {
@@ -280,6 +294,14 @@ impl GpuSession {
                 false => None,
             },
             delta,
+            per_layer: match c.per_layer_input() {
+                0 => None,
+                width => Some(PerLayerRows {
+                    inputs: gpu.buffer("per-layer inputs", f32s(nb * width * c.n_layers), storage).await?,
+                    proj: gpu.buffer("per-layer projection", f32s(nb * width * c.n_layers), storage).await?,
+                    gate: gpu.buffer("per-layer gate", f32s(nb * width), storage).await?,
+                }),
+            },
             recurrent,
             logits_staging: gpu
                 .buffer("logits staging", f32s(logit_rows * c.vocab_size), U::MAP_READ | U::COPY_DST)
@@ -309,6 +331,7 @@ impl GpuSession {
             lora: None,
             profiler: None,
             kv_bytes,
+            split_step: attn_prefill::split_step(&c),
             cpu_submit_ms: 0.0,
             token_bytes: Vec::with_capacity(4 * n_batch),
             next_step: None,
@@ -630,9 +653,11 @@ impl GpuSession {
             if logits != LogitsFor::None && argmax_slot.is_none() {
                 let rows = if logits == LogitsFor::All { n } else { 1 };
                 let bytes = self.m.gpu.read(&self.b.logits_staging, (rows * vocab * 4) as u64).await?;
-                // Granite's logit multiplier, here rather than in a kernel: greedy argmax on the GPU does not need it.
-                let divisor = self.m.model.config.scales.logit_divisor;
-                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) / divisor));
+                // Granite's divisor and Gemma 4's cap, here rather than in a kernel: greedy argmax on the GPU does not
+                // need them.
+                let start = out.len();
+                out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+                self.m.model.config.finish_logits(&mut out[start..]);
             }
         }
         Ok(match want {
@@ -882,7 +907,7 @@ impl GpuSession {
         let kv_len = pos0 + n;
         let c = &self.m.model.config;
         let (chunk, n_chunks) = attn_decode::chunks(kv_len, c.n_heads);
-        let (split_keys, n_splits) = attn_prefill::key_splits(kv_len, c.head_dim);
+        let (split_keys, n_splits) = attn_prefill::key_splits(kv_len, self.split_step);
         CallParams {
             n: n as u32,
             pos0: pos0 as u32,

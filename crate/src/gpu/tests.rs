@@ -21,7 +21,7 @@ use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
 use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, Tiles};
-use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm};
+use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm, ScaleParams};
 use super::ops::params::Uniform;
 use super::ops::rope_store::{rope_table, RopeStore};
 use super::ops::{model_header, CallParams, Kernel, Slot};
@@ -574,9 +574,12 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
         let rows = 50;
         let table = random_matrix(ty, rows, cols, &mut rng);
         let (w, offs) = pack(&[&table]);
-        // This op holds ids 10..60 of the table; id 3 belongs to another chunk.
+        // This op holds ids 10..60 of the table; id 3 belongs to another chunk. Its scale, a power of two, scales
+        // exactly.
         let tokens = [10u32, 59, 3, 33];
-        let params = EmbedParams { offset: offs[0] as u32, row0: 10, row1: 60, cols: cols as u32 };
+        let scale = 2f32.to_bits();
+        let params =
+            EmbedParams { offset: offs[0] as u32, row0: 10, row1: 60, cols: cols as u32, scale, ..Default::default() };
         let out0 = vec![9.0f32; tokens.len() * cols];
         let data = vec![
             (Slot::Weights, Data::Storage(w)),
@@ -593,7 +596,8 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
             if id < 10 {
                 assert!(got.iter().all(|&v| v == 9.0), "{}: id {id} is not this chunk's", ty.name());
             } else {
-                assert_eq!(got, &rows[id as usize - 10][..], "{}: token {t} (id {id})", ty.name());
+                let want: Vec<f32> = rows[id as usize - 10].iter().map(|v| v * 2.0).collect();
+                assert_eq!(got, &want[..], "{}: token {t} (id {id})", ty.name());
             }
         }
     }
@@ -628,7 +632,7 @@ pub async fn rope_and_kv_store_match_cpu_normal_and_neox() {
         ];
         let grid = [((qd / 2 + kvd) as u32).div_ceil(64), n as u32, 1];
         let got = run(
-            Kernel::RopeStore(RopeStore { splits }),
+            Kernel::RopeStore(RopeStore { splits, own_kv: true }),
             &model_header(&c),
             data,
             grid,
@@ -745,7 +749,7 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     ];
     let header = model_header(c);
     let mut got = run(
-        Kernel::AttnDecode(AttnDecode { windowed }),
+        Kernel::AttnDecode(AttnDecode { windowed, own_kv: true }),
         &header,
         data,
         [heads as u32, n_chunks as u32, 1],
@@ -942,14 +946,17 @@ pub async fn norms_and_gated_activations_match_cpu() {
         assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "add_rmsnorm {i}: {g} vs {w}");
     }
 
-    // Gemma's post-norm added to the residual: of stored rows, and of a split matmul's partials.
+    // Gemma's post-norm added to the residual: of stored rows, and of a split matmul's partials, then the residual
+    // scaled (Gemma 4's layer output scale).
     let y = rng.normals(n * d);
     let y_parts: Vec<f32> = y.iter().chain(&y).map(|v| v / 2.0).collect();
-    let mut want = y.clone();
-    rmsnorm_in_place(&mut want, &w, c.rms_eps);
-    let want: Vec<f32> = x.iter().zip(&want).map(|(a, b)| a + b).collect();
-    for (splits, input) in [(1, &y), (2, &y_parts)] {
+    let mut normed = y.clone();
+    rmsnorm_in_place(&mut normed, &w, c.rms_eps);
+    for (splits, input, scale) in [(1, &y, 1.0f32), (2, &y_parts, 0.75)] {
+        let want: Vec<f32> = x.iter().zip(&normed).map(|(a, b)| (a + b) * scale).collect();
+        let params = ScaleParams { scale: scale.to_bits(), ..Default::default() };
         let data = vec![
+            (Slot::Params, uniform(&params)),
             (Slot::Call, call(n, 0)),
             (Slot::Out, Data::Storage(f32_bytes(&x))),
             (Slot::In0, Data::Storage(f32_bytes(input))),

@@ -319,6 +319,10 @@ pub(crate) fn write_padded(queue: &wgpu::Queue, buf: &wgpu::Buffer, offset: u64,
 pub(crate) fn plan(w: &Weights, c: &Config, max: u64) -> Result<(Plan, Placed)> {
     let mut plan = Plan::new(max);
     let token_embd = plan.place(&w.token_embd)?;
+    let per_layer = match &w.per_layer {
+        Some(pl) => Some((plan.place(&pl.token_embd)?, plan.place(&pl.model_proj)?)),
+        None => None,
+    };
     let mut layers = Vec::with_capacity(w.layers.len());
     for lw in &w.layers {
         // Qwen3.5's query rows, per head the queries then the gate: placed as two matrices.
@@ -329,7 +333,11 @@ pub(crate) fn plan(w: &Weights, c: &Config, max: u64) -> Result<(Plan, Placed)> 
             }
             false => (plan.place(&lw.wq)?, None),
         };
-        let (wk, wv, wo) = (plan.place(&lw.wk)?, plan.place(&lw.wv)?, plan.place(&lw.wo)?);
+        let wk = plan.place(&lw.wk)?;
+        // Gemma 4's layer without `attn_v` takes its keys' projection for the values: one matrix on the GPU too.
+        let wv =
+            if (lw.wv.offset, lw.wv.rows) == (lw.wk.offset, lw.wk.rows) { wk.clone() } else { plan.place(&lw.wv)? };
+        let wo = plan.place(&lw.wo)?;
         let (w_gate, w_up) = (plan.place(&lw.w_gate)?, plan.place(&lw.w_up)?);
         let w_down = match c.experts {
             Some(e) => plan.place_made(Made { src: lw.w_down, kind: MadeKind::SideBySide { count: e.count } })?,
@@ -343,16 +351,22 @@ pub(crate) fn plan(w: &Weights, c: &Config, max: u64) -> Result<(Plan, Placed)> 
             )),
             None => None,
         };
-        layers.push(PlacedLayer { wq, wk, wv, wo, w_gate, w_up, w_down, router, attn_gate, delta });
+        let per_layer = match &lw.per_layer {
+            Some(pl) => Some((plan.place(&pl.inp_gate)?, plan.place(&pl.proj)?)),
+            None => None,
+        };
+        layers.push(PlacedLayer { wq, wk, wv, wo, w_gate, w_up, w_down, router, attn_gate, delta, per_layer });
     }
     let tied = w.output.offset == w.token_embd.offset;
     let output = if tied { token_embd.clone() } else { plan.place(&w.output)? };
-    Ok((plan, Placed { token_embd, output, layers }))
+    Ok((plan, Placed { token_embd, per_layer, output, layers }))
 }
 
 /// Where [`plan`] put each matrix.
 pub(crate) struct Placed {
     pub token_embd: MatLoc,
+    /// Gemma 4's per-layer embedding and the projection of the token embeddings beside it.
+    pub per_layer: Option<(MatLoc, MatLoc)>,
     pub output: MatLoc,
     pub layers: Vec<PlacedLayer>,
 }
@@ -369,4 +383,6 @@ pub(crate) struct PlacedLayer {
     pub attn_gate: Option<MatLoc>,
     /// A delta-net layer's four projections and output.
     pub delta: Option<([MatLoc; 4], MatLoc)>,
+    /// Gemma 4's per-layer input gate and projection.
+    pub per_layer: Option<(MatLoc, MatLoc)>,
 }

@@ -612,6 +612,19 @@ impl Config {
         self.n_heads * self.max_head_dim()
     }
 
+    /// The output head's products become the logits: divided by Granite's `logit_scale`, soft-capped (Gemma 4). Both
+    /// backends apply it where they hand logits out (greedy argmax on the GPU does without: neither changes the order).
+    pub fn finish_logits(&self, logits: &mut [f32]) {
+        let divisor = self.scales.logit_divisor;
+        if divisor != 1.0 {
+            logits.iter_mut().for_each(|v| *v /= divisor);
+        }
+        if let Some(cap) = self.logit_softcap {
+            let inv = 1.0 / cap; // as ggml: scaled by 1/cap, tanh, scaled by cap
+            logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * cap);
+        }
+    }
+
     /// The width of a position's row in the KV cache: the widest KV layer's `n_kv_heads × head_dim` (a narrower
     /// layer's rows are padded with zeros to it; Gemma 4's windowed layers).
     pub fn kv_dim(&self) -> usize {

@@ -567,14 +567,7 @@ fn output_head(model: &Model, lora: &AdapterSet, s: &mut RunState, n: usize, wan
     s.logits.resize(rows * c.vocab_size, 0.0);
     project(&mut s.acts, &s.xb[..rows * d], rows, &mut [(w.output.view(file), &mut s.logits[..])]);
     lora.add_to(Site::Output, &s.xb[..rows * d], rows, &mut s.logits[..]);
-    let divisor = c.scales.logit_divisor;
-    if divisor != 1.0 {
-        s.logits.iter_mut().for_each(|v| *v /= divisor);
-    }
-    if let Some(cap) = c.logit_softcap {
-        let inv = 1.0 / cap; // as ggml: scaled by 1/cap, tanh, scaled by cap
-        s.logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * cap);
-    }
+    c.finish_logits(&mut s.logits);
 }
 
 /// Multiply the same input rows `x` by several matrices, quantizing `x` once per activation format

@@ -2,7 +2,8 @@
 //! the KV cache, split over the cached positions into chunks, one workgroup per head and chunk,
 //! with RoPE and the KV store fused in. It leaves per-chunk partials, which the next matvec's
 //! input stage (`in_attn.wgsl`) merges. A layer with a sliding window (Gemma 3) runs the windowed
-//! variant, which reads only the window's positions of each chunk.
+//! variant, which reads only the window's positions of each chunk; a layer that reads an earlier layer's keys and
+//! values (Gemma 4's last layers) the variant without a key and value of its own.
 
 use super::rope_store::{KvBuffers, ROPE};
 use super::shader::{wgsl, Module};
@@ -23,11 +24,14 @@ const CHUNK_STEP: usize = 128;
 pub(crate) struct AttnDecode {
     /// The layer attends within the model's sliding window (header `WINDOW`).
     pub windowed: bool,
+    /// The layer stores the new token's key and value (else its cache layer already holds them).
+    pub own_kv: bool,
 }
 
 impl AttnDecode {
     pub(crate) fn source(self, m: &mut Module) {
         m.flag("WINDOWED", self.windowed);
+        m.flag("OWN_KV", self.own_kv);
         m.piece(PARTIALS);
         m.piece(ROPE);
         m.piece(wgsl!("attn_decode.wgsl"));
@@ -58,10 +62,10 @@ pub(crate) fn partials_len(n_heads: usize, head_dim: usize) -> usize {
 }
 
 /// Decode attention of layer caches `kv` from the qkv row into `partials`, within the model's sliding
-/// window when `windowed`.
+/// window when `windowed`, storing the new key and value when `own_kv`.
 pub(crate) async fn op(
     b: &OpBuilder<'_>,
-    windowed: bool,
+    (windowed, own_kv): (bool, bool),
     qkv: &wgpu::Buffer,
     rope: &wgpu::Buffer,
     partials: &wgpu::Buffer,
@@ -76,5 +80,5 @@ pub(crate) async fn op(
         (Slot::In2, kv.v.as_entire_binding()),
     ];
     let grid = AttnDecode::grid(b.m.model.config.n_heads);
-    b.op("attn_decode", Kernel::AttnDecode(AttnDecode { windowed }), grid, entries).await
+    b.op("attn_decode", Kernel::AttnDecode(AttnDecode { windowed, own_kv }), grid, entries).await
 }

@@ -25,6 +25,6 @@ pub(crate) async fn op(b: &OpBuilder<'_>, att: &wgpu::Buffer, gate: &wgpu::Buffe
         (Slot::Out, att.as_entire_binding()),
         (Slot::In0, gate.as_entire_binding()),
     ];
-    let grid = Grid::per_token(b.m.model.config.q_dim().div_ceil(256) as u32);
+    let grid = Grid::per_token(b.shape.q_dim(&b.m.model.config).div_ceil(256) as u32);
     b.op("attn_gate", Kernel::AttnGate(AttnGate), grid, entries).await
 }

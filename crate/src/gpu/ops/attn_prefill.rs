@@ -75,10 +75,21 @@ impl AttnMerge {
     }
 }
 
-/// Keys per split (`CallParams::split_keys`, a multiple of the tile) and splits (`n_splits`) over
+/// The keys per split are a multiple of this: of every layer's tile of keys (`Tile::bk`; Gemma 4's layers have heads
+/// of two sizes), as every layer takes the call's splits.
+pub(crate) fn split_step(c: &Config) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    (0..c.n_layers).map(|l| Tile::of(c.layer_head_dim(l)).bk).fold(1, |step, bk| step / gcd(step, bk) * bk)
+}
+
+/// Keys per split (`CallParams::split_keys`, a multiple of `bk`, the [`split_step`]) and splits (`n_splits`) over
 /// `kv_len` cached positions: at most `MAX_KEY_SPLITS`, each at least `MIN_SPLIT_KEYS` keys.
-pub(crate) fn key_splits(kv_len: usize, head_dim: usize) -> (u32, u32) {
-    let bk = Tile::of(head_dim).bk;
+pub(crate) fn key_splits(kv_len: usize, bk: usize) -> (u32, u32) {
     let n = (kv_len / MIN_SPLIT_KEYS).clamp(1, MAX_KEY_SPLITS);
     let keys = kv_len.div_ceil(n).div_ceil(bk).max(1) * bk;
     (keys as u32, kv_len.div_ceil(keys).max(1) as u32)
@@ -133,16 +144,16 @@ pub(crate) async fn ops(
         (Slot::In1, kv.k.as_entire_binding()),
         (Slot::In2, kv.v.as_entire_binding()),
     ];
-    let c = &b.m.model.config;
+    let (c, head_dim) = (&b.m.model.config, b.shape.head_dim);
     let subgroup_min = b.m.gpu.summary.subgroups.map(|(min, _)| min);
-    let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min));
-    let attend = b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, c.head_dim), entries).await?;
+    let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, head_dim, subgroup_min));
+    let attend = b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, head_dim), entries).await?;
     let entries = vec![
         (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, att.as_entire_binding()),
         (Slot::In0, parts.as_entire_binding()),
     ];
-    let merge = b.op("attn_merge", Kernel::AttnMerge(AttnMerge), AttnMerge::grid(c.q_dim()), entries).await?;
+    let merge = b.op("attn_merge", Kernel::AttnMerge(AttnMerge), AttnMerge::grid(b.shape.q_dim(c)), entries).await?;
     Ok(vec![attend, merge])
 }
 
@@ -155,14 +166,14 @@ mod tests {
         for head_dim in [16, 64, 96, 128, 256] {
             let bk = Tile::of(head_dim).bk;
             for kv_len in 1..3000 {
-                let (keys, n) = key_splits(kv_len, head_dim);
+                let (keys, n) = key_splits(kv_len, bk);
                 let (keys, n) = (keys as usize, n as usize);
                 assert!(keys.is_multiple_of(bk) && (1..=MAX_KEY_SPLITS).contains(&n), "{kv_len}: {keys} x {n}");
                 assert!(n * keys >= kv_len && (n - 1) * keys < kv_len, "{kv_len}: {keys} x {n}: a split without keys");
                 assert!(n == 1 || keys >= MIN_SPLIT_KEYS, "{kv_len}: {keys} x {n}");
             }
         }
-        assert_eq!(key_splits(100, 64), (120, 1));
-        assert_eq!(key_splits(512, 64), (72, 8));
+        assert_eq!(key_splits(100, Tile::of(64).bk), (120, 1));
+        assert_eq!(key_splits(512, Tile::of(64).bk), (72, 8));
     }
 }

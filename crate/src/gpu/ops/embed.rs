@@ -1,5 +1,6 @@
-//! Embedding lookup (`wgsl/embed.wgsl`): token rows of the table, dequantized, into `x`. One op per
-//! row chunk of the table (a table larger than one storage binding is split).
+//! Embedding lookup (`wgsl/embed.wgsl`): token rows of the table, dequantized and scaled, into `x` (the token
+//! embeddings; Gemma 4's per-layer embeddings too). One op per row chunk of the table (a table larger than one
+//! storage binding is split).
 
 use super::params::uniform;
 use super::shader::{wgsl, Module};
@@ -20,6 +21,11 @@ uniform! {
         row0: u32,
         row1: u32,
         cols: u32,
+        /// What the values are multiplied by (an f32's bits).
+        scale: u32,
+        pad0: u32,
+        pad1: u32,
+        pad2: u32,
     }
 }
 
@@ -41,10 +47,10 @@ impl Embed {
     }
 }
 
-/// The embedding of the call's `tokens` into `x`: one op per chunk of `table`.
+/// The embedding of the call's `tokens` into `x`, times `scale`: one op per chunk of `table`.
 pub(crate) async fn ops(
     b: &mut OpBuilder<'_>,
-    table: &MatLoc,
+    (table, scale): (&MatLoc, f32),
     x: &wgpu::Buffer,
     tokens: &wgpu::Buffer,
 ) -> Result<Vec<Op>> {
@@ -55,6 +61,8 @@ pub(crate) async fn ops(
             row0: ch.row0 as u32,
             row1: (ch.row0 + ch.rows) as u32,
             cols: table.cols as u32,
+            scale: scale.to_bits(),
+            ..EmbedParams::default()
         };
         let entries = vec![
             (Slot::Weights, b.m.arenas[ch.arena].as_entire_binding()),

@@ -22,7 +22,7 @@ pub(crate) enum Act {
 impl Act {
     pub(crate) fn of(c: &Config) -> Act {
         match c.arch {
-            Arch::Gemma3 => Act::Gelu,
+            Arch::Gemma3 | Arch::Gemma4 => Act::Gelu,
             _ => Act::Silu,
         }
     }
@@ -63,7 +63,6 @@ pub(crate) async fn op(b: &OpBuilder<'_>, splits: u32, gu: &wgpu::Buffer, h: &wg
         (Slot::Out, h.as_entire_binding()),
         (Slot::In0, gu.as_entire_binding()),
     ];
-    let c = &b.m.model.config;
-    let kernel = Kernel::Glu(Glu { splits, act: Act::of(c) });
-    b.op("glu", kernel, Glu::grid(crate::gpu::model::ffn_width(c)), entries).await
+    let kernel = Kernel::Glu(Glu { splits, act: Act::of(&b.m.model.config) });
+    b.op("glu", kernel, Glu::grid(b.shape.ffn), entries).await
 }

@@ -127,15 +127,19 @@ impl Group {
 
     /// Its sites with the first output column of each, its input width and its output width.
     fn layout(self, c: &Config) -> (Vec<(Site, usize)>, usize, usize) {
-        let (d, qd, kvd, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let d = c.d_model;
         let site = |l, p| Site::Layer(l, p);
         match self {
             Group::Qkv(l) => {
+                let (qd, kvd) = (c.layer_q_dim(l), c.layer_kv_dim(l));
                 (vec![(site(l, Proj::Q), 0), (site(l, Proj::K), qd), (site(l, Proj::V), qd + kvd)], d, qd + 2 * kvd)
             }
-            Group::O(l) => (vec![(site(l, Proj::O), 0)], qd, d),
-            Group::GateUp(l) => (vec![(site(l, Proj::Gate), 0), (site(l, Proj::Up), ff)], d, 2 * ff),
-            Group::Down(l) => (vec![(site(l, Proj::Down), 0)], ff, d),
+            Group::O(l) => (vec![(site(l, Proj::O), 0)], c.layer_q_dim(l), d),
+            Group::GateUp(l) => {
+                let ff = c.layer_ffn_dim(l);
+                (vec![(site(l, Proj::Gate), 0), (site(l, Proj::Up), ff)], d, 2 * ff)
+            }
+            Group::Down(l) => (vec![(site(l, Proj::Down), 0)], c.layer_ffn_dim(l), d),
             Group::Output => (vec![(Site::Output, 0)], d, c.vocab_size),
         }
     }

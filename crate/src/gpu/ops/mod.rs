@@ -1,6 +1,6 @@
 //! The GPU ops, one file per op (the three matrix kernels, which share their pieces, in `mat.rs`;
 //! the two prefill norms in `norm.rs`; LoRA adapters, with their per-set upload, in `lora.rs`; Qwen3.5's delta-net
-//! convolution and rule in `delta_net.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
+//! convolution and rule in `delta_net.rs`; Gemma 4's per-layer inputs in `per_layer.rs`). Each op's file holds all of it: the kernel variant (the pipeline cache key) and the
 //! WGSL pieces its module is made of, the bindings it takes (named [`Slot`]s, whose numbers the
 //! `.wgsl` files read from the generated header), its grid, its parameter struct (declared once
 //! for Rust and WGSL with [`params::uniform!`]), and the function that builds its dispatch from the
@@ -17,6 +17,7 @@ pub(crate) mod lora;
 pub(crate) mod mat;
 pub(crate) mod norm;
 pub(crate) mod params;
+pub(crate) mod per_layer;
 pub(crate) mod rope_store;
 pub(crate) mod route;
 mod shader;
@@ -25,7 +26,9 @@ use std::sync::Arc;
 
 pub(crate) use params::CallParams;
 use params::Uniform;
+#[cfg(test)]
 pub(crate) use shader::model_header;
+pub(crate) use shader::{shape_header, Shape};
 
 use super::model::GpuModel;
 use crate::error::{GpuFault, Result};
@@ -94,6 +97,8 @@ pub(crate) enum Kernel {
     AttnGate(attn_gate::AttnGate),
     DeltaConv(delta_net::DeltaConv),
     DeltaRule(delta_net::DeltaRule),
+    PerLayerIn(per_layer::PerLayerIn),
+    PerLayerGate(per_layer::PerLayerGate),
 }
 
 impl Kernel {
@@ -121,6 +126,8 @@ impl Kernel {
             Kernel::AttnGate(k) => k.source(&mut m),
             Kernel::DeltaConv(k) => k.source(&mut m),
             Kernel::DeltaRule(k) => k.source(&mut m),
+            Kernel::PerLayerIn(k) => k.source(&mut m),
+            Kernel::PerLayerGate(k) => k.source(&mut m),
         }
         m.finish()
     }
@@ -147,6 +154,8 @@ impl Kernel {
             Kernel::AttnGate(_) => attn_gate::BINDINGS,
             Kernel::DeltaConv(_) => delta_net::CONV_BINDINGS,
             Kernel::DeltaRule(_) => delta_net::RULE_BINDINGS,
+            Kernel::PerLayerIn(_) => per_layer::IN_BINDINGS,
+            Kernel::PerLayerGate(_) => per_layer::GATE_BINDINGS,
         }
     }
 }
@@ -216,6 +225,9 @@ pub(crate) struct Op {
 /// blocks (collected, to be written to the params buffer once all ops are built).
 pub(crate) struct OpBuilder<'a> {
     pub m: &'a GpuModel,
+    /// The shape of the layer whose ops are being built (the model's outside the layers): the header of their
+    /// kernels, and their widths.
+    pub shape: Shape,
     /// The call's parameters, a uniform every op reads.
     pub call: &'a wgpu::Buffer,
     params_buffer: &'a wgpu::Buffer,
@@ -224,7 +236,7 @@ pub(crate) struct OpBuilder<'a> {
 
 impl<'a> OpBuilder<'a> {
     pub(crate) fn new(m: &'a GpuModel, call: &'a wgpu::Buffer, params_buffer: &'a wgpu::Buffer) -> Self {
-        OpBuilder { m, call, params_buffer, params: Vec::new() }
+        OpBuilder { m, shape: Shape::model(&m.model.config), call, params_buffer, params: Vec::new() }
     }
 
     /// A parameter block in its own slot of the params buffer.
@@ -252,7 +264,7 @@ impl<'a> OpBuilder<'a> {
         let wanted = kernel.bindings();
         let given: Vec<Slot> = entries.iter().map(|(s, _)| *s).collect();
         assert_eq!(given, wanted, "{label}: the bindings of {kernel:?}");
-        let pipeline = self.m.pipeline(kernel).await?;
+        let pipeline = self.m.pipeline(kernel, self.shape).await?;
         let entries: Vec<wgpu::BindGroupEntry> = entries
             .into_iter()
             .map(|(slot, resource)| wgpu::BindGroupEntry { binding: slot as u32, resource })

@@ -1,9 +1,10 @@
 //! RoPE and the KV store of prefill (`wgsl/rope_store.wgsl` after `wgsl/rope.wgsl`): the new
 //! tokens' queries rotated into `q_rot`, their keys (rotated) and values into the f16 cache. It
-//! reads the qkv rows, or sums a split qkv matmul's partials itself.
+//! reads the qkv rows, or sums a split qkv matmul's partials itself. A layer that reads an earlier layer's keys and
+//! values (Gemma 4's last layers) rotates its queries only.
 
 use super::shader::{wgsl, Module};
-use super::{Grid, Kernel, Op, OpBuilder, Slot};
+use super::{Grid, Kernel, Op, OpBuilder, Shape, Slot};
 use crate::error::Result;
 use crate::kernels::rope::Rope;
 use crate::model::config::Config;
@@ -18,18 +19,22 @@ pub(crate) const BINDINGS: &[Slot] = &[Slot::Call, Slot::Out, Slot::Aux, Slot::I
 pub(crate) struct RopeStore {
     /// Partial products to sum per qkv value (1: plain rows).
     pub splits: u32,
+    /// The layer stores keys and values (else it has only queries).
+    pub own_kv: bool,
 }
 
 impl RopeStore {
     pub(crate) fn source(self, m: &mut Module) {
         m.constant("SPLITS", self.splits);
+        m.flag("OWN_KV", self.own_kv);
         m.piece(ROPE);
         m.piece(wgsl!("rope_store.wgsl"));
     }
 
-    /// One invocation per pair of output values (q, k and v pairs), workgroups of 64, by tokens.
-    pub(crate) fn grid(c: &Config) -> Grid {
-        let pairs = (c.q_dim() / 2 + c.kv_dim()) as u32;
+    /// One invocation per pair of output values (q, k and v pairs) of a layer of `shape`, workgroups of 64, by
+    /// tokens.
+    pub(crate) fn grid(self, c: &Config, shape: &Shape) -> Grid {
+        let pairs = (shape.q_dim(c) / 2 + if self.own_kv { shape.kv_dim() } else { 0 }) as u32;
         Grid::per_token(pairs.div_ceil(64))
     }
 }
@@ -40,10 +45,11 @@ pub(crate) struct KvBuffers<'a> {
     pub v: &'a wgpu::Buffer,
 }
 
-/// RoPE and the KV store of the call's tokens from `qkv` (rows, or `splits` partials of them).
+/// RoPE and the KV store (where the layer has keys and values of its own: `own_kv`) of the call's tokens from `qkv`
+/// (rows, or `splits` partials of them).
 pub(crate) async fn op(
     b: &OpBuilder<'_>,
-    splits: u32,
+    (splits, own_kv): (u32, bool),
     qkv: &wgpu::Buffer,
     rope: &wgpu::Buffer,
     q_rot: &wgpu::Buffer,
@@ -57,8 +63,8 @@ pub(crate) async fn op(
         (Slot::In1, rope.as_entire_binding()),
         (Slot::In2, kv.v.as_entire_binding()),
     ];
-    let kernel = Kernel::RopeStore(RopeStore { splits });
-    b.op("rope_store", kernel, RopeStore::grid(&b.m.model.config), entries).await
+    let kernel = RopeStore { splits, own_kv };
+    b.op("rope_store", Kernel::RopeStore(kernel), kernel.grid(&b.m.model.config, &b.shape), entries).await
 }
 
 /// The RoPE table of a layer without RoPE (SmolLM3's NoPE layers): every angle 0, (cos, sin) = (1, 0), which

@@ -44,34 +44,83 @@ fn dequant_source(ty: GgmlType) -> &'static str {
     }
 }
 
-/// The header every kernel of this model starts with: the model's shape (with Gemma 3's sliding
-/// window, 0 without, and its multipliers: the embeddings', the attention scores' and the residual
-/// branches', `Config::scales`), the op tiles that depend on it, the binding
-/// slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
-/// declaration.
+/// The shape a layer's kernels are compiled for, the header's per-layer constants: every layer's is the model's
+/// ([`Shape::model`]) but Gemma 4's, whose windowed and global layers differ in head size, KV heads, rotated
+/// width and feed-forward width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub head_dim: usize,
+    pub n_kv_heads: usize,
+    pub ffn: usize,
+    pub rope_dims: usize,
+}
+
+impl Shape {
+    /// The model's: the widest of its layers' (`Config`'s own fields), which size the session's buffers.
+    pub(crate) fn model(c: &Config) -> Shape {
+        Shape {
+            head_dim: c.max_head_dim(),
+            n_kv_heads: c.n_kv_heads,
+            ffn: crate::gpu::model::ffn_width(c),
+            rope_dims: c.rope_dims,
+        }
+    }
+
+    /// Layer `l`'s.
+    pub(crate) fn layer(c: &Config, l: usize) -> Shape {
+        let local = c.layer_shapes.as_ref().filter(|s| s.windowed[l]);
+        Shape {
+            head_dim: c.layer_head_dim(l),
+            n_kv_heads: c.layer_n_kv_heads(l),
+            ffn: c.layer_ffn_dim(l) * c.experts.map_or(1, |e| e.count),
+            rope_dims: local.map_or(c.rope_dims, |s| s.local_rope_dims),
+        }
+    }
+
+    pub(crate) fn q_dim(&self, c: &Config) -> usize {
+        c.n_heads * self.head_dim
+    }
+
+    pub(crate) fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+/// The header of the model's kernels outside its layers ([`shape_header`] of [`Shape::model`]; the kernels' checks).
+#[cfg(test)]
 pub(crate) fn model_header(c: &Config) -> String {
-    let super::attn_prefill::Tile { bq, bk, team, ch } = super::attn_prefill::Tile::of(c.head_dim);
+    shape_header(c, &Shape::model(c))
+}
+
+/// The header every kernel of this model starts with: the model's constants (its width, vocabulary, norm epsilon,
+/// Gemma 3's sliding window, 0 without, and its multipliers: the attention scores' and the residual branches',
+/// `Config::scales`; `KV_ROW`, the width of a position's row in the KV cache, the widest layer's), the
+/// layer `shape`'s (its heads, `Q_DIM` and `KV_DIM` of its qkv rows, `FFN`, and the op tiles that depend on them),
+/// the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
+/// declaration.
+pub(crate) fn shape_header(c: &Config, shape: &Shape) -> String {
+    let super::attn_prefill::Tile { bq, bk, team, ch } = super::attn_prefill::Tile::of(shape.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
     let mut h = format!(
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\
-         const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst FFN: u32 = {}u;\n\
-         const VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\nconst EPS: f32 = {:e};\n\
-         const WINDOW: u32 = {}u;\nconst EMBED_SCALE: f32 = {:e};\nconst ATTN_SCALE: f32 = {:e};\n\
+         const HEAD_DIM: u32 = {}u;\nconst Q_DIM: u32 = {}u;\nconst KV_DIM: u32 = {}u;\nconst KV_ROW: u32 = {}u;\n\
+         const FFN: u32 = {}u;\nconst VOCAB: u32 = {}u;\nconst ROPE_DIMS: u32 = {}u;\nconst NEOX: bool = {};\n\
+         const EPS: f32 = {:e};\nconst WINDOW: u32 = {}u;\nconst ATTN_SCALE: f32 = {:e};\n\
          const RESIDUAL_SCALE: f32 = {:e};\n\
          const BQ: u32 = {bq}u;\nconst BK: u32 = {bk}u;\nconst Q_TEAM: u32 = {team}u;\nconst Q_CHUNKS: u32 = {ch}u;\nconst MAX_CHUNKS: u32 = {max_chunks}u;\n",
         c.d_model,
         c.n_heads,
-        c.n_kv_heads,
-        c.head_dim,
-        c.q_dim(),
+        shape.n_kv_heads,
+        shape.head_dim,
+        shape.q_dim(c),
+        shape.kv_dim(),
         c.kv_dim(),
-        crate::gpu::model::ffn_width(c),
+        shape.ffn,
         c.vocab_size,
-        c.rope_dims,
+        shape.rope_dims,
         c.rope_neox,
         c.rms_eps,
         c.sliding_window,
-        c.embedding_scale(),
         c.scales.attention,
         c.scales.residual,
     );

@@ -1,5 +1,5 @@
 // Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, ATTN_SCALE), common.wgsl (NEG_BIG), rope.wgsl (qkv,
-// QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS), the variant's WINDOWED.
+// QKV, rotated; this file defines its qkv_at), attn_partials.wgsl (HD4, ATTN_STATS), the variant's WINDOWED and OWN_KV.
 // Decode attention of the new token's queries over the KV cache, split over the sequence: the
 // workgroup (head h, chunk c) attends to positions [c * chunk, (c + 1) * chunk) with an online
 // softmax and writes its unnormalized output, max and sum (attn_partials.wgsl), which in_attn.wgsl
@@ -9,6 +9,8 @@
 // fused in: each workgroup rotates its query from the qkv row; the new token's key and value
 // (rounded to f16, as the cache holds them) are taken from the qkv row too, and the last chunk's
 // workgroup of each KV head's first query head stores them in the cache for later steps. Nothing else reads the new position from the cache here.
+// A layer that reads an earlier layer's keys and values (not OWN_KV: Gemma 4's last layers) has no key or value of
+// its own: it reads the new position from the cache, where that layer stored it in an earlier dispatch.
 //
 // The cache is read 16 bytes (8 f16 values) at a time, WG keys per block: scores take one key per
 // invocation, its loads in flight together, into workgroup memory; values take one 8-value
@@ -28,7 +30,7 @@ fn qkv_at(i: u32) -> f32 {
 
 const WG: u32 = 128u;
 const SLICES: u32 = HEAD_DIM / 8u;    // 16-byte slices of a head's key or value
-const ROW: u32 = KV_DIM / 8u;        // slices per cached position
+const ROW: u32 = KV_ROW / 8u;        // slices per cached position
 const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
 const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
 const SCALE: f32 = ATTN_SCALE;
@@ -71,7 +73,7 @@ fn pack8(head: u32, first: u32, pos: u32, rotate: bool) -> vec4<u32> {
 // load clamped). The new position takes the new key (select: its cache row is being written).
 fn q_dot(key: u32, e: u32, pos: u32) -> f32 {
     let ec = min(e, SLICES - 1u);
-    let k = unpack8(select(k_cache[key * ROW + kv_head * SLICES + ec], new_k[ec], key == pos));
+    let k = unpack8(select(k_cache[key * ROW + kv_head * SLICES + ec], new_k[ec], OWN_KV && key == pos));
     return select(0.0, dot(qv[2u * ec], k[0]) + dot(qv[2u * ec + 1u], k[1]), e < SLICES);
 }
 
@@ -87,7 +89,7 @@ struct Weighted {
 fn weighted(k0: u32, j: u32, end: u32, pos: u32, slice: u32, m: f32, group: u32) -> Weighted {
     let jc = min(j, WG - 1u);
     let key = min(k0 + jc, end - 1u);
-    let v = unpack8(select(v_cache[key * ROW + kv_head * SLICES + slice], new_v[slice], key == pos));
+    let v = unpack8(select(v_cache[key * ROW + kv_head * SLICES + slice], new_v[slice], OWN_KV && key == pos));
     let p = select(0.0, exp(s_sh[jc] - m), j < WG && k0 + j < end && group < GROUPS);
     return Weighted(v[0] * p, v[1] * p, p);
 }
@@ -107,15 +109,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let qb = row + h * HEAD_DIM;
         qv[lid] = vec4<f32>(rotated(qb, e, pos), rotated(qb, e + 1u, pos), rotated(qb, e + 2u, pos),
                             rotated(qb, e + 3u, pos));
-    } else if (lid >= K_AT && lid < K_AT + SLICES) {
+    } else if (OWN_KV && lid >= K_AT && lid < K_AT + SLICES) {
         let i = lid - K_AT;
         new_k[i] = pack8(row + Q_DIM + kvh * HEAD_DIM, 8u * i, pos, true);
-    } else if (lid >= V_AT && lid < V_AT + SLICES) {
+    } else if (OWN_KV && lid >= V_AT && lid < V_AT + SLICES) {
         let i = lid - V_AT;
         new_v[i] = pack8(row + Q_DIM + KV_DIM + kvh * HEAD_DIM, 8u * i, pos, false);
     }
     workgroupBarrier();
-    if (c == call.n_chunks - 1u && h % group_size == 0u && lid < SLICES) {
+    if (OWN_KV && c == call.n_chunks - 1u && h % group_size == 0u && lid < SLICES) {
         k_cache[pos * ROW + kv_off + lid] = new_k[lid];
         v_cache[pos * ROW + kv_off + lid] = new_v[lid];
     }

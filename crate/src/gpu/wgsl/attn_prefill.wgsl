@@ -40,7 +40,7 @@ fn fetch_chunk(i: u32, k0: u32, kvh: u32) -> vec4<u32> {
     if (i >= BK * HD4 || k0 + j >= call.kv_len) {
         return vec4<u32>(0u);
     }
-    let w = (k0 + j) * (KV_DIM / 2u) + kvh * (HEAD_DIM / 2u) + 2u * (i % HD4);
+    let w = (k0 + j) * (KV_ROW / 2u) + kvh * (HEAD_DIM / 2u) + 2u * (i % HD4);
     return vec4<u32>(k_cache[w], k_cache[w + 1u], v_cache[w], v_cache[w + 1u]);
 }
 

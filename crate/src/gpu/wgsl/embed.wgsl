@@ -1,6 +1,6 @@
-// Needs: the header (BIND_*, CallParams, EMBED_SCALE), `EmbedParams`, declared from its Rust struct (ops/embed.rs),
+// Needs: the header (BIND_*, CallParams), `EmbedParams`, declared from its Rust struct (ops/embed.rs),
 // weights.wgsl and a quant/*.wgsl (dequant8, QK, BLOCK_BYTES).
-// Embedding lookup: x[t] = token_embd[tokens[t]], dequantized from its GGUF blocks, times EMBED_SCALE
+// Embedding lookup: x[t] = token_embd[tokens[t]], dequantized from its GGUF blocks, times the op's scale
 // (Gemma's sqrt(d_model); 1 elsewhere, which leaves the values as they are). One op per row
 // chunk of the table (a table larger than one storage binding is split); ids outside the chunk are
 // left to the other ops. One invocation per 8 values.
@@ -23,8 +23,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let d = dequant8(ep.offset + (id - ep.row0) * (ep.cols / QK * BLOCK_BYTES), g);
     let b = t * ep.cols + g;
+    let scale = bitcast<f32>(ep.scale);
     for (var e = 0u; e < 4u; e++) {
-        x[b + e] = d.lo[e] * EMBED_SCALE;
-        x[b + 4u + e] = d.hi[e] * EMBED_SCALE;
+        x[b + e] = d.lo[e] * scale;
+        x[b + 4u + e] = d.hi[e] * scale;
     }
 }

@@ -1,10 +1,11 @@
-// Needs: the header (BIND_*, CallParams, Q_DIM, KV_DIM, HEAD_DIM), rope.wgsl (qkv, QKV, rotated; this
-// file defines its qkv_at), the variant's SPLITS.
+// Needs: the header (BIND_*, CallParams, Q_DIM, KV_DIM, KV_ROW, HEAD_DIM), rope.wgsl (qkv, QKV, rotated; this
+// file defines its qkv_at), the variant's SPLITS and OWN_KV.
 // RoPE on the new tokens' queries and keys, and the keys and values into the f16 KV cache (prefill;
 // decode does this inside attn_decode). One invocation per pair of adjacent
 // output values: q pairs, then k pairs, then v pairs. With SPLITS > 1 the qkv rows are the partial
 // products of a split qkv matmul ([split][token][QKV]), summed here: the split's reduce step
-// folded in.
+// folded in. A layer that reads an earlier layer's keys and values (not OWN_KV: Gemma 4's last layers) rotates its
+// queries only. The cache's rows are KV_ROW wide: a narrower layer's leave the rest as they are (zeros).
 
 @group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
 @group(0) @binding(BIND_OUT) var<storage, read_write> q_rot: array<f32>;
@@ -24,7 +25,7 @@ fn qkv_at(i: u32) -> f32 {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let p = gid.x;
-    if (t >= call.n || p >= QKV / 2u) {
+    if (t >= call.n || p >= select(Q_DIM / 2u, QKV / 2u, OWN_KV)) {
         return;
     }
     let pos = call.pos0 + t;
@@ -40,10 +41,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let base = row + Q_DIM + (e / HEAD_DIM) * HEAD_DIM;
         let d = e % HEAD_DIM;
         let kv = vec2<f32>(rotated(base, d, pos), rotated(base, d + 1u, pos));
-        k_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(kv);
+        k_cache[(pos * KV_ROW + e) / 2u] = pack2x16float(kv);
     } else {
         let e = 2u * p - Q_DIM - KV_DIM;
         let b = row + Q_DIM + KV_DIM + e;
-        v_cache[(pos * KV_DIM + e) / 2u] = pack2x16float(vec2<f32>(qkv_at(b), qkv_at(b + 1u)));
+        v_cache[(pos * KV_ROW + e) / 2u] = pack2x16float(vec2<f32>(qkv_at(b), qkv_at(b + 1u)));
     }
 }
