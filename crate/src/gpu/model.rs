@@ -278,20 +278,26 @@ impl GpuModel {
     }
 }
 
-/// The widest attention head the kernels take: decode attention's workgroup packs a head's query, new key and
-/// new value in its 128 invocations, and a member of prefill attention's query teams holds at most eight
-/// chunks of four dimensions (`attn_prefill::Tile`: teams of 8 where a head's width is a multiple of 32, of 4
-/// otherwise, so those heads go up to 128).
-const MAX_HEAD_DIM: usize = 256;
+/// The widest attention head the kernels take: decode attention's workgroup rotates a head's query in its 128
+/// invocations, four dimensions each, and a member of prefill attention's query teams holds at most eight chunks
+/// of four dimensions (`attn_prefill::Tile`: teams of 16 past 256 dimensions, of 8 where a head's width is a
+/// multiple of 32, of 4 otherwise, so those heads go up to 128).
+const MAX_HEAD_DIM: usize = 512;
 
 /// What the kernels assume about the model; anything else stays on the CPU.
 pub(crate) fn check_supported(c: &Config) -> Result<()> {
     let unsupported = |m: String| Err(gpu_error(GpuFault::Unsupported, m));
     for l in 0..c.n_layers {
         let hd = c.layer_head_dim(l);
-        if !hd.is_multiple_of(16) || hd > MAX_HEAD_DIM || (hd > 128 && !hd.is_multiple_of(32)) {
+        let multiple = match hd {
+            0..=128 => 16,
+            129..=256 => 32,
+            _ => 64,
+        };
+        if !hd.is_multiple_of(multiple) || hd > MAX_HEAD_DIM {
             return unsupported(format!(
-                "head size {hd} (the GPU kernels take multiples of 16 up to 128 and of 32 up to {MAX_HEAD_DIM})"
+                "head size {hd} (the GPU kernels take multiples of 16 up to 128, of 32 up to 256 and of 64 up to \
+                 {MAX_HEAD_DIM})"
             ));
         }
         if !c.layer_ffn_dim(l).is_multiple_of(32) {

@@ -694,9 +694,10 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     }
 }
 
-/// Gemma 3's shape: heads of 256 (the widest the kernel takes), one KV head, and a sliding window that starts inside
-/// a chunk, on a chunk's edge, and leaves whole chunks before it unread; and the window's variant where the window
-/// covers every position.
+/// Gemma 3's shape: heads of 256, one KV head, and a sliding window that starts inside a chunk, on a chunk's edge,
+/// and leaves whole chunks before it unread; and the window's variant where the window covers every position. Gemma
+/// 4's global heads of 512 (the widest the kernel takes: the query's rotation takes every invocation, so the same
+/// ones pack the new key and value after it), RoPE on a quarter of each, and its windowed ones of 256.
 pub async fn decode_attention_of_wide_heads_within_a_window_matches_cpu() {
     let mut c = config(256, 4, 1, 256, true);
     decode_attention_case(&c, 300, 128, false).await;
@@ -704,6 +705,8 @@ pub async fn decode_attention_of_wide_heads_within_a_window_matches_cpu() {
         c.sliding_window = window;
         decode_attention_case(&c, kv_len, chunk, true).await;
     }
+    let widest = config(512, 2, 1, 128, true);
+    decode_attention_case(&widest, 300, 128, false).await;
 }
 
 async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed: bool) {
@@ -833,8 +836,8 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
 }
 
 pub async fn prefill_attention_is_causal_and_matches_cpu() {
-    // Heads of 64, 128 and 256 (Gemma 3); and sliding windows: narrower than a key tile, starting inside one and
-    // on a tile's edge for different queries, and wider than the context.
+    // Heads of 64, 128, 256 (Gemma 3) and 512 (Gemma 4); and sliding windows: narrower than a key tile, starting
+    // inside one and on a tile's edge for different queries, and wider than the context.
     let mut gemma = config(256, 4, 1, 256, true);
     // Heads of 16 and 112 have teams of 4 (one and seven chunks a member), of 96 teams of 8 with three.
     let mut cases = vec![(config(64, 4, 2, 64, false), false), (config(128, 2, 1, 128, false), false)];
@@ -847,6 +850,11 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     let mut narrow = config(64, 4, 2, 64, false);
     narrow.sliding_window = 7;
     cases.push((narrow, true));
+    // Gemma 4's global heads of 512: teams of 16, the tile's keys and values kept as f16 pairs.
+    let mut widest = config(512, 2, 1, 128, true);
+    cases.push((widest.clone(), false));
+    widest.sliding_window = 9;
+    cases.push((widest, true));
     for (c, windowed) in cases {
         let (qd, heads) = (c.q_dim(), c.n_heads);
         let (n, pos0, n_ctx) = (40, 5, 48);

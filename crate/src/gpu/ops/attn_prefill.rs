@@ -33,21 +33,24 @@ pub(crate) struct AttnPrefill {
     /// A query's team sums its scores with subgroup shuffles (`attn_team_subgroup.wgsl`), else through
     /// workgroup memory (`attn_team_shared.wgsl`).
     pub shuffles: bool,
+    /// The tile keeps f16 pairs (`attn_tile_f16.wgsl`), else f32 chunks (`Tile::packed`).
+    pub packed: bool,
 }
 
 impl AttnPrefill {
     /// The variant for heads of `head_dim` on a device whose kernels use subgroups of at least
     /// `subgroup_min` invocations (`None`: no subgroup operations): shuffles where a subgroup holds a team.
     pub(crate) fn new(windowed: bool, head_dim: usize, subgroup_min: Option<u32>) -> AttnPrefill {
-        let team = Tile::of(head_dim).team;
-        AttnPrefill { windowed, shuffles: subgroup_min.is_some_and(|min| min as usize >= team) }
+        let Tile { team, packed, .. } = Tile::of(head_dim);
+        AttnPrefill { windowed, shuffles: subgroup_min.is_some_and(|min| min as usize >= team), packed }
     }
 
     pub(crate) fn source(self, m: &mut Module) {
         m.flag("WINDOWED", self.windowed);
         m.piece(if self.shuffles { wgsl!("attn_team_subgroup.wgsl") } else { wgsl!("attn_team_shared.wgsl") });
-        m.piece(wgsl!("attn_prefill.wgsl"));
         m.piece(PARTS);
+        m.piece(if self.packed { wgsl!("attn_tile_f16.wgsl") } else { wgsl!("attn_tile_f32.wgsl") });
+        m.piece(wgsl!("attn_prefill.wgsl"));
     }
 
     /// One workgroup per block of `BQ` queries, head and split of the keys.
@@ -104,24 +107,35 @@ pub(crate) fn parts_len(c: &Config, n_batch: usize) -> usize {
 /// The kernel's tile (header `BQ`, `BK`, `Q_TEAM`, `Q_CHUNKS`): `BQ` queries of `Q_TEAM` invocations each
 /// (256 in all), a member holding `Q_CHUNKS` chunks of four dimensions of its query and output (at most 8:
 /// the kernel keeps them in separate registers), against `BK` keys at a time. Teams of 8 where a head has a
-/// multiple of 32 dimensions, else of 4 (`GpuModel` takes heads of multiples of 16 up to 128 and of 32 up
-/// to 256). A tile's keys and values take 12 KiB at most (at most 512 chunks, two an invocation), so with
-/// the 4 KiB of `attn_team_shared.wgsl` the kernel fits WebGPU's default 16 KiB of workgroup memory.
+/// multiple of 32 dimensions, else of 4, and of 16 past 256 dimensions (`GpuModel` takes heads of multiples of 16
+/// up to 128, of 32 up to 256 and of 64 up to 512). A tile's keys and values take 12 KiB at most (at most 512
+/// chunks, two an invocation): as f32 chunks where four keys fit so, else as f16 pairs (`packed`: heads of more
+/// than 384), so with the 4 KiB of `attn_team_shared.wgsl` the kernel fits WebGPU's default 16 KiB of workgroup
+/// memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tile {
     pub bq: usize,
     pub bk: usize,
     pub team: usize,
     pub ch: usize,
+    pub packed: bool,
 }
 
 impl Tile {
     pub(crate) fn of(head_dim: usize) -> Tile {
         let chunks = head_dim / 4;
-        let team = if chunks.is_multiple_of(8) { 8 } else { 4 };
-        let bk = (12288 / (2 * 4 * head_dim)).min(64) / 4 * 4;
-        debug_assert!(chunks / team <= 8 && bk >= 4, "head dim {head_dim}");
-        Tile { bq: 256 / team, bk, team, ch: chunks / team }
+        let team = if chunks > 64 {
+            16
+        } else if chunks.is_multiple_of(8) {
+            8
+        } else {
+            4
+        };
+        let packed = 2 * 4 * 16 * chunks > 12288;
+        let chunk_bytes = if packed { 8 } else { 16 };
+        let bk = (12288 / (2 * chunk_bytes * chunks)).min(64) / 4 * 4;
+        debug_assert!(chunks.is_multiple_of(team) && chunks / team <= 8 && bk >= 4, "head dim {head_dim}");
+        Tile { bq: 256 / team, bk, team, ch: chunks / team, packed }
     }
 }
 
@@ -163,7 +177,7 @@ mod tests {
 
     #[test]
     fn key_splits_cover_the_cache_in_whole_tiles() {
-        for head_dim in [16, 64, 96, 128, 256] {
+        for head_dim in [16, 64, 96, 128, 256, 512] {
             let bk = Tile::of(head_dim).bk;
             for kv_len in 1..3000 {
                 let (keys, n) = key_splits(kv_len, bk);

@@ -99,7 +99,7 @@ pub(crate) fn model_header(c: &Config) -> String {
 /// the binding slots (`BIND_*`), the matrix kernels' output modes (`OUT_*`) and the `CallParams` uniform's
 /// declaration.
 pub(crate) fn shape_header(c: &Config, shape: &Shape) -> String {
-    let super::attn_prefill::Tile { bq, bk, team, ch } = super::attn_prefill::Tile::of(shape.head_dim);
+    let super::attn_prefill::Tile { bq, bk, team, ch, .. } = super::attn_prefill::Tile::of(shape.head_dim);
     let max_chunks = super::attn_decode::max_chunks(c.n_heads);
     let mut h = format!(
         "const D_MODEL: u32 = {}u;\nconst N_HEADS: u32 = {}u;\nconst N_KV_HEADS: u32 = {}u;\n\

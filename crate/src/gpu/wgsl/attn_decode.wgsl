@@ -34,9 +34,11 @@ const ROW: u32 = KV_ROW / 8u;        // slices per cached position
 const GROUPS: u32 = WG / SLICES;     // groups of invocations that split a block's keys for values
 const KEYS: u32 = (WG + GROUPS - 1u) / GROUPS; // keys per group and block
 const SCALE: f32 = ATTN_SCALE;
-// The invocations that pack the new key and value (after the HD4 that rotate the query; HEAD_DIM <= 256).
+// The invocations that pack the new key and value, after the HD4 that rotate the query, where the workgroup has
+// that many (HEAD_DIM <= 256); else (SPREAD false) the first SLICES pack both after the query.
 const K_AT: u32 = max(32u, HD4);
 const V_AT: u32 = K_AT + max(32u, SLICES);
+const SPREAD: bool = V_AT + SLICES <= WG;
 
 var<workgroup> qv: array<vec4<f32>, HEAD_DIM / 4u>;
 var<workgroup> new_k: array<vec4<u32>, SLICES>; // the new token's key and value, f16 pairs
@@ -104,17 +106,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let pos = call.kv_len - 1u; // the new token
     let row = (call.n - 1u) * QKV;
     let kv_off = kvh * SLICES; // in slices
-    if (lid < HEAD_DIM / 4u) {
+    let k_head = row + Q_DIM + kvh * HEAD_DIM;
+    let v_head = row + Q_DIM + KV_DIM + kvh * HEAD_DIM;
+    if (lid < HD4) {
         let e = 4u * lid;
         let qb = row + h * HEAD_DIM;
         qv[lid] = vec4<f32>(rotated(qb, e, pos), rotated(qb, e + 1u, pos), rotated(qb, e + 2u, pos),
                             rotated(qb, e + 3u, pos));
-    } else if (OWN_KV && lid >= K_AT && lid < K_AT + SLICES) {
-        let i = lid - K_AT;
-        new_k[i] = pack8(row + Q_DIM + kvh * HEAD_DIM, 8u * i, pos, true);
-    } else if (OWN_KV && lid >= V_AT && lid < V_AT + SLICES) {
-        let i = lid - V_AT;
-        new_v[i] = pack8(row + Q_DIM + KV_DIM + kvh * HEAD_DIM, 8u * i, pos, false);
+    } else if (SPREAD && OWN_KV && lid >= K_AT && lid < K_AT + SLICES) {
+        new_k[lid - K_AT] = pack8(k_head, 8u * (lid - K_AT), pos, true);
+    } else if (SPREAD && OWN_KV && lid >= V_AT && lid < V_AT + SLICES) {
+        new_v[lid - V_AT] = pack8(v_head, 8u * (lid - V_AT), pos, false);
+    }
+    if (!SPREAD && OWN_KV && lid < SLICES) {
+        new_k[lid] = pack8(k_head, 8u * lid, pos, true);
+        new_v[lid] = pack8(v_head, 8u * lid, pos, false);
     }
     workgroupBarrier();
     if (OWN_KV && c == call.n_chunks - 1u && h % group_size == 0u && lid < SLICES) {

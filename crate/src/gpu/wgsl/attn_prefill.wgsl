@@ -1,13 +1,15 @@
 // Needs: the header (BIND_*, CallParams, the model's shape, WINDOW, ATTN_SCALE, BQ, BK, Q_TEAM, Q_CHUNKS), common.wgsl
-// (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), attn_prefill_parts.wgsl (HD4,
-// part_record, part_stats), the variant's WINDOWED.
+// (NEG_BIG), attn_team_subgroup.wgsl or attn_team_shared.wgsl (team_sum4), attn_tile_f32.wgsl or
+// attn_tile_f16.wgsl (put_chunk, key_at, value_at), attn_prefill_parts.wgsl (HD4, part_record, part_stats), the
+// variant's WINDOWED.
 // Prefill attention: causal, tiled, an online softmax per query. A workgroup takes BQ consecutive query
 // tokens of one head and, where the call splits the keys (call.n_splits > 1), one split of them
 // (call.split_keys positions, a multiple of BK). Each query is a team of Q_TEAM invocations; a member
 // holds Q_CHUNKS four-dimension chunks of the query (in registers, pre-scaled) and of its output: chunks
 // lane, lane + Q_TEAM, ..., so the team reads a key's or value's chunks from workgroup memory side by
 // side (no bank conflicts) and the teams of a subgroup read the same ones (broadcasts). The workgroup
-// walks its keys and values in tiles of BK positions, loaded as f32 into workgroup memory (the next
+// walks its keys and values in tiles of BK positions, loaded into workgroup memory as f32 (attn_tile_f32.wgsl), or
+// for heads of more than 384 as the cache's f16 pairs (attn_tile_f16.wgsl), unpacked where they are read (the next
 // tile's f16 pairs are read into registers while the current one is used). Per four keys a member sums
 // its chunks' products, team_sum4 gives the team the four scores, and each member updates the softmax
 // state (the same in all of the team) and its own output chunks: no other barrier than the tile loads'.
@@ -15,7 +17,7 @@
 // merges.
 // The windowed variant (WINDOWED: Gemma 3's sliding-window layers) lets a query at position p see
 // keys p + 1 - WINDOW ..= p only, and starts at the tile of the block's first query's window.
-// BQ * Q_TEAM = 256 invocations; 2 * BK * HEAD_DIM floats of workgroup memory (12 KiB at most: with
+// BQ * Q_TEAM = 256 invocations; 2 * BK * HEAD_DIM values of workgroup memory (12 KiB at most: with
 // attn_team_shared.wgsl's 4 KiB, within WebGPU's default 16 KiB).
 
 @group(0) @binding(BIND_CALL) var<uniform> call: CallParams;
@@ -27,11 +29,7 @@
 
 const SCALE: f32 = ATTN_SCALE;
 
-var<workgroup> ks: array<vec4<f32>, BK * HD4>;
-var<workgroup> vs: array<vec4<f32>, BK * HD4>;
-
-// A tile is BK positions of HD4 chunks: at most 512 (12 KiB of keys and values), so each invocation
-// loads chunks lid and lid + 256 of it.
+// A tile is BK positions of HD4 chunks: at most 512, so each invocation loads chunks lid and lid + 256 of it.
 
 // Chunk i of the keys and of the values of the tile at k0 as f16 pairs (key: xy, value: zw); zeros past
 // the tile and the cache.
@@ -44,21 +42,14 @@ fn fetch_chunk(i: u32, k0: u32, kvh: u32) -> vec4<u32> {
     return vec4<u32>(k_cache[w], k_cache[w + 1u], v_cache[w], v_cache[w + 1u]);
 }
 
-fn put_chunk(i: u32, c: vec4<u32>) {
-    if (i < BK * HD4) {
-        ks[i] = vec4<f32>(unpack2x16float(c.x), unpack2x16float(c.y));
-        vs[i] = vec4<f32>(unpack2x16float(c.z), unpack2x16float(c.w));
-    }
-}
-
 // A member's products of query chunk q with the chunk at e of the tile's keys j .. j + 3 (e: key j's).
 fn score4(q: vec4<f32>, e: u32) -> vec4<f32> {
-    return vec4<f32>(dot(q, ks[e]), dot(q, ks[e + HD4]), dot(q, ks[e + 2u * HD4]), dot(q, ks[e + 3u * HD4]));
+    return vec4<f32>(dot(q, key_at(e)), dot(q, key_at(e + HD4)), dot(q, key_at(e + 2u * HD4)), dot(q, key_at(e + 3u * HD4)));
 }
 
 // The weighted sum with weights p of the chunk at e of the tile's values j .. j + 3 (e: value j's).
 fn pv4(p: vec4<f32>, e: u32) -> vec4<f32> {
-    return p.x * vs[e] + p.y * vs[e + HD4] + p.z * vs[e + 2u * HD4] + p.w * vs[e + 3u * HD4];
+    return p.x * value_at(e) + p.y * value_at(e + HD4) + p.z * value_at(e + 2u * HD4) + p.w * value_at(e + 3u * HD4);
 }
 
 // The query chunk c of this member, pre-scaled (zeros for a query past the call's).
