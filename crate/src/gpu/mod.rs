@@ -87,10 +87,12 @@
 //! on the GPU into queries and the attention output's gate, which the adapters' groups do not know). The prefill is
 //! as sequential over its tokens as the CPU's: the chunked form of the rule is not written.
 //!
-//! Every decoder architecture runs there (`model.rs` `check_supported` refuses encoders, and heads wider than 256, not
-//! a multiple of 16, or wider than 128 and not a multiple of 32, with `GpuFault::Unsupported`: Gemma 4's real global
-//! layers, whose heads are 512 wide, among them). Gemma 4's layers of two shapes compile their kernels for each
-//! (`ops::Shape`); its shared keys and values, value norms, per-layer inputs and output scales are `forward.rs`'s.
+//! Every decoder architecture runs there (`model.rs` `check_supported` refuses encoders, and heads wider than 512,
+//! not a multiple of 16, wider than 128 and not a multiple of 32, or wider than 256 and not a multiple of 64, with
+//! `GpuFault::Unsupported`). Gemma 4's layers of two shapes compile their kernels for each (`ops::Shape`); its shared
+//! keys and values, value norms, per-layer inputs and output scales are `forward.rs`'s; its global heads of 512 take
+//! prefill attention's teams of 16 and tiles of f16 pairs (`attn_prefill::Tile`), and decode attention packs their
+//! new key and value after the query, in the same invocations.
 //! Gemma 3 takes what the CPU's
 //! `forward` does differently: its heads of 256 fit decode attention's 128 invocations (the query, the new key and value
 //! packed by different invocations) and prefill attention's teams (eight chunks a member, tiles of 4 keys within the
