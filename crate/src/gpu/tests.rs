@@ -23,6 +23,7 @@ use super::ops::lora::{Lora, LoraInput, LoraParams};
 use super::ops::mat::{int8_input, Input, MatParams, Matmul, Matvec, OutMode, SplitReduce, Tiles};
 use super::ops::norm::{AddRmsNorm, NormAdd, RmsNorm, ScaleParams};
 use super::ops::params::Uniform;
+use super::ops::per_layer::{PerLayerGate, PerLayerIn, PerLayerParams};
 use super::ops::rope_store::{rope_table, RopeStore};
 use super::ops::{model_header, CallParams, Kernel, Slot};
 use super::GpuOptions;
@@ -690,26 +691,34 @@ pub async fn decode_attention_with_rope_and_kv_store_matches_cpu() {
     let c = config(64, 4, 2, 32, true);
     // Chunks of one partial block, of the smallest size, and of two blocks (the second partial).
     for chunk in [128, 32, 256] {
-        decode_attention_case(&c, 300, chunk, false).await;
+        decode_attention_case(&c, 300, chunk, false, true).await;
     }
 }
 
 /// Gemma 3's shape: heads of 256, one KV head, and a sliding window that starts inside a chunk, on a chunk's edge,
 /// and leaves whole chunks before it unread; and the window's variant where the window covers every position. Gemma
 /// 4's global heads of 512 (the widest the kernel takes: the query's rotation takes every invocation, so the same
-/// ones pack the new key and value after it), RoPE on a quarter of each, and its windowed ones of 256.
+/// ones pack the new key and value after it), RoPE on a quarter of each; and both of its layers that read another
+/// layer's keys and values.
 pub async fn decode_attention_of_wide_heads_within_a_window_matches_cpu() {
     let mut c = config(256, 4, 1, 256, true);
-    decode_attention_case(&c, 300, 128, false).await;
+    decode_attention_case(&c, 300, 128, false, true).await;
     for (window, kv_len, chunk) in [(512, 300, 128), (40, 300, 128), (64, 192, 32), (100, 300, 32)] {
         c.sliding_window = window;
-        decode_attention_case(&c, kv_len, chunk, true).await;
+        decode_attention_case(&c, kv_len, chunk, true, true).await;
     }
+    // A layer that reads another's keys and values (Gemma 4's last layers, windowed and global): the new position's
+    // from the cache, the qkv row's NaNs unread.
+    decode_attention_case(&c, 300, 128, true, false).await;
     let widest = config(512, 2, 1, 128, true);
-    decode_attention_case(&widest, 300, 128, false).await;
+    decode_attention_case(&widest, 300, 128, false, true).await;
+    decode_attention_case(&widest, 300, 128, false, false).await;
 }
 
-async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed: bool) {
+/// Decode attention of a token at `kv_len - 1` in chunks of `chunk` keys against the CPU's; `own_kv`: the layer's
+/// key and value come in the qkv row and are stored, else (a layer reading another's: Gemma 4's last layers) they
+/// are in the cache already and the row's are not read.
+async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed: bool, own_kv: bool) {
     let (qd, kvd, hd, heads) = (c.q_dim(), c.kv_dim(), c.head_dim, c.n_heads);
     let n_ctx = 320;
     let n_chunks = kv_len.div_ceil(chunk);
@@ -720,12 +729,21 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     let (mut cache, mut kb, mut vb) = random_cache(c, n_ctx, pos, &mut rng);
     kb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF); // NaN: must not be read
     vb[pos * kvd * 2..(pos + 1) * kvd * 2].fill(0xFF);
-    let qkv = rng.normals(qd + 2 * kvd);
+    let mut qkv = rng.normals(qd + 2 * kvd);
     let rope = Rope::new(hd, c.rope_dims, c.rope_base, c.rope_freq_scale, true);
     let (mut q, mut k) = (qkv[..qd].to_vec(), qkv[qd..qd + kvd].to_vec());
     rope.apply(&mut q, pos);
     rope.apply(&mut k, pos);
-    cache.layers[0].store(pos, &k, &qkv[qd + kvd..]);
+    let v = qkv[qd + kvd..].to_vec();
+    cache.layers[0].store(pos, &k, &v);
+    if !own_kv {
+        for (e, (k, v)) in k.iter().zip(&v).enumerate() {
+            let at = (pos * kvd + e) * 2;
+            kb[at..at + 2].copy_from_slice(&f32_to_f16(*k));
+            vb[at..at + 2].copy_from_slice(&f32_to_f16(*v));
+        }
+        qkv[qd..].fill(f32::NAN);
+    }
     let want = cpu_attention(c, &q, &cache, pos, windowed);
     if windowed {
         // Positions before the window must not be read.
@@ -752,7 +770,7 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     ];
     let header = model_header(c);
     let mut got = run(
-        Kernel::AttnDecode(AttnDecode { windowed, own_kv: true }),
+        Kernel::AttnDecode(AttnDecode { windowed, own_kv }),
         &header,
         data,
         [heads as u32, n_chunks as u32, 1],
@@ -764,7 +782,7 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
     for e in 0..kvd {
         let (gk, wk) = (k_cache[pos * kvd + e], f16_to_f32(f32_to_f16(k[e])));
         assert!((gk - wk).abs() <= 1e-3 * (1.0 + wk.abs()), "stored key {e}: {gk} vs {wk}");
-        assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(qkv[qd + kvd + e])), "stored value {e}");
+        assert_eq!(v_cache[pos * kvd + e], f16_to_f32(f32_to_f16(v[e])), "stored value {e}");
     }
 
     // The partials, merged on the CPU (online-softmax merge), give the attention output: outputs
@@ -787,7 +805,10 @@ async fn decode_attention_case(c: &Config, kv_len: usize, chunk: usize, windowed
             let o: f32 =
                 (0..n_chunks).map(|ch| p[(h * n_chunks + ch) * hd + d] * (m_of(ch) - m).exp()).sum::<f32>() / l;
             let w = want[h * hd + d];
-            let what = format!("head dim {hd}, window {}, chunk {chunk}", c.sliding_window * windowed as usize);
+            let what = format!(
+                "head dim {hd}, window {}, chunk {chunk}, own kv {own_kv}",
+                c.sliding_window * windowed as usize
+            );
             assert!((o - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: head {h} dim {d}: {o} vs {w}");
         }
     }
@@ -1166,6 +1187,57 @@ pub async fn lora_adds_its_adapters_to_the_output() {
     }
 }
 
+/// Gemma 4's per-layer inputs (`per_layer_in`: each layer's slice of the embeddings' projection scaled, RMS-normed,
+/// added to the per-layer embedding, scaled; as `model::forward::per_layer_inputs`) and a layer's gate on its input
+/// (`per_layer_gate`: GELU of the gate times the layer's slice), against the CPU's kernels.
+pub async fn per_layer_inputs_and_gate_match_cpu() {
+    let c = config(64, 4, 2, 64, false);
+    let (n, width, n_layers) = (3, 32, 3);
+    let all = width * n_layers;
+    let mut rng = SplitMix(SplitMix64(1200));
+    let proj = rng.normals(n * all);
+    let embd = rng.normals(n * all);
+    let norm: Vec<f32> = (0..width).map(|_| 1.0 + 0.2 * rng.normal()).collect();
+    let p = PerLayerParams::new(width, n_layers, c.d_model);
+    let data = vec![
+        (Slot::Params, uniform(&p)),
+        (Slot::Out, Data::Storage(f32_bytes(&embd))),
+        (Slot::In0, Data::Storage(f32_bytes(&proj))),
+        (Slot::In1, Data::Storage(f32_bytes(&norm))),
+    ];
+    let grid = [n_layers as u32, n as u32, 1];
+    let inputs = to_f32(&run(Kernel::PerLayerIn(PerLayerIn), &header(), data, grid, &[Slot::Out]).await[0]);
+    let (proj_scale, sum_scale) = (f32::from_bits(p.proj_scale), f32::from_bits(p.sum_scale));
+    for (i, (row, e)) in proj.chunks(width).zip(embd.chunks(width)).enumerate() {
+        let mut want: Vec<f32> = row.iter().map(|v| v * proj_scale).collect();
+        rmsnorm_in_place(&mut want, &norm, c.rms_eps);
+        for (j, (w, e)) in want.iter_mut().zip(e).enumerate() {
+            *w = (*w + e) * sum_scale;
+            let got = inputs[i * width + j];
+            assert!((got - *w).abs() <= 1e-5 * (1.0 + w.abs()), "per_layer_in slice {i} value {j}: {got} vs {w}");
+        }
+    }
+
+    let gate = rng.normals(n * width);
+    let layer = 1;
+    let params = PerLayerParams { layer: layer as u32, ..p };
+    let data = vec![
+        (Slot::Params, uniform(&params)),
+        (Slot::Call, call(n, 0)),
+        (Slot::Out, Data::Storage(f32_bytes(&gate))),
+        (Slot::In0, Data::Storage(f32_bytes(&inputs))),
+    ];
+    let grid = [(width as u32).div_ceil(256), n as u32, 1];
+    let out = to_f32(&run(Kernel::PerLayerGate(PerLayerGate), &header(), data, grid, &[Slot::Out]).await[0]);
+    for t in 0..n {
+        let mut want = gate[t * width..(t + 1) * width].to_vec();
+        geglu(&mut want, &inputs[t * all + layer * width..][..width]);
+        for (j, (&got, &w)) in out[t * width..(t + 1) * width].iter().zip(&want).enumerate() {
+            assert!((got - w).abs() <= 1e-4 * (1.0 + w.abs()), "per_layer_gate token {t} value {j}: {got} vs {w}");
+        }
+    }
+}
+
 pub async fn argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan() {
     let vocab = config(64, 4, 2, 64, false).vocab_size;
     let mut rng = SplitMix(SplitMix64(900));
@@ -1277,6 +1349,7 @@ macro_rules! for_each_gpu_check {
             prefill_attention_is_causal_and_matches_cpu,
             norms_and_gated_activations_match_cpu,
             delta_net_and_attention_gate_match_cpu,
+            per_layer_inputs_and_gate_match_cpu,
             argmax_picks_the_lowest_id_of_the_largest_logit_and_skips_nan,
             lora_adds_its_adapters_to_the_output,
             shader_and_buffer_failures_are_typed_errors,
