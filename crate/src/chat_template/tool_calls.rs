@@ -56,6 +56,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use llguidance::derivre::Regex;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -2136,9 +2137,10 @@ fn bounds(o: &serde_json::Map<String, Value>, min: &str, max: &str) -> (u64, Opt
 }
 
 /// Lark rules of `Gemma4`'s values, from JSON Schemas: `type` (a list of them too), `properties` and `required`,
-/// `items`, `minItems` and `maxItems`, strings' `minLength` and `maxLength`, `enum`, `const`, `anyOf`/`oneOf` and
-/// `$ref`s into the tool's schema; other keywords of numbers, booleans and nulls as `%json` holds them; a schema it
-/// does not read (`allOf`, `not`, or none) takes any value. Not held: strings' `pattern` and `format`, arrays'
+/// `items`, `minItems` and `maxItems`, strings' `minLength`, `maxLength`, `pattern` and `format` (those of
+/// [`format_regex`]), `enum`, `const`, `anyOf`/`oneOf` and `$ref`s into the tool's schema; other keywords of numbers,
+/// booleans and nulls as `%json` holds them; a schema it does not read (`allOf`, `not`, or none) takes any value.
+/// Not held: a `pattern` the grammar's regexes do not take ([`pattern_regex`]), other formats, arrays'
 /// `prefixItems` and `uniqueItems`, and bounds past [`MAX_BOUND`].
 struct GemmaValues {
     rules: String,
@@ -2271,13 +2273,18 @@ impl GemmaValues {
         format!("\"{{\" o{n}_first0{} \"}}\"", if optional_from(0) { "?" } else { "" })
     }
 
-    /// A string, quoted, of `minLength` to `maxLength` chars where `o` says.
+    /// A string, quoted, of `minLength` to `maxLength` chars, matching `pattern` and `format`, where `o` says.
     fn string(&mut self, o: &serde_json::Map<String, Value>) -> String {
         let (lo, hi) = bounds(o, "minLength", "maxLength");
-        if (lo, hi) == (0, None) {
+        let pattern = o.get("pattern").and_then(Value::as_str).and_then(pattern_regex);
+        let format = o.get("format").and_then(Value::as_str).and_then(format_regex);
+        let regexes: Vec<String> = pattern.into_iter().chain(format).collect();
+        if (lo, hi) == (0, None) && regexes.is_empty() {
             self.text = true;
             return "gstr".to_owned();
         }
+        // The empty text where the length and the regexes allow it.
+        let empty = lo == 0 && regexes.iter().all(|r| Regex::new(r).is_ok_and(|mut r| r.is_match("")));
         let q = regex_escape(GEMMA_QUOTE);
         let n = self.count;
         self.count += 1;
@@ -2285,13 +2292,16 @@ impl GemmaValues {
         match self.quote {
             // Between quote tokens, the text (of at least one char: an empty string is no lexeme).
             Some(id) => {
-                let _ = writeln!(self.rules, "GTEXT{n}: /{}/ & ~/(?s:.*){q}(?s:.*)/", chars(lo.max(1)));
-                let text = if lo == 0 { format!("GTEXT{n}?") } else { format!("GTEXT{n}") };
+                let held: String = regexes.iter().map(|r| format!(" & /{r}/")).collect();
+                let _ = writeln!(self.rules, "GTEXT{n}: /{}/ & ~/(?s:.*){q}(?s:.*)/{held}", chars(lo.max(1)));
+                let text = if empty { format!("GTEXT{n}?") } else { format!("GTEXT{n}") };
                 format!("<[{id}]> {text} <[{id}]>")
             }
             // The text and its closing quote, one lexeme that ends at the first quote.
             None => {
-                let _ = writeln!(self.rules, "GTEXT{n}: /{}{q}/ & ~/(?s:.*){q}(?s:.+)/", chars(lo));
+                let held: String = regexes.iter().map(|r| format!(" & /(?:{r}){q}/")).collect();
+                let lo = if empty { lo } else { lo.max(1) };
+                let _ = writeln!(self.rules, "GTEXT{n}: /{}{q}/ & ~/(?s:.*){q}(?s:.+)/{held}", chars(lo));
                 format!("{} GTEXT{n}", lark_string(GEMMA_QUOTE))
             }
         }
@@ -2455,6 +2465,53 @@ fn arguments_schema(parameters: &Value) -> Value {
     }
     // The layout of `response_format`'s JSON: free whitespace would let a small model spend its tokens on it.
     crate::constraint::with_json_layout(&schema).unwrap_or(schema)
+}
+
+/// A JSON Schema `pattern` as a regex of the grammar's (llguidance's, `derivre`'s syntax) that a whole string
+/// matches: the pattern matches somewhere in it (JSON Schema's patterns are not anchored), or at its start or end
+/// where it begins with `^` or ends with `$`. `None` (the pattern is not held) where the regex does not parse or
+/// needs more than that of anchors (derivre has no look-around).
+fn pattern_regex(pattern: &str) -> Option<String> {
+    let (start, body) = match pattern.strip_prefix('^') {
+        Some(body) => (true, body),
+        None => (false, pattern),
+    };
+    // A `$` at the end that no odd run of backslashes escapes.
+    let escaped = |body: &str| body.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1;
+    let (end, body) = match body.strip_suffix('$') {
+        Some(rest) if !escaped(rest) => (true, rest),
+        _ => (false, body),
+    };
+    // `/` ends a Lark regex: escaped (an escape the regex syntax takes for any punctuation).
+    let mut body_escaped = String::with_capacity(body.len());
+    let mut backslash = false;
+    for c in body.chars() {
+        if c == '/' && !backslash {
+            body_escaped.push('\\');
+        }
+        backslash = c == '\\' && !backslash;
+        body_escaped.push(c);
+    }
+    let any = "(?s:.*)";
+    let whole = format!("{}(?:{body_escaped}){}", if start { "" } else { any }, if end { "" } else { any });
+    Regex::new(&whole).ok().map(|_| whole)
+}
+
+/// The regex of a string of JSON Schema `format` `name` (RFC 3339's `date`, `time` and `date-time`, `uuid`,
+/// `ipv4`), `None` for the formats not held.
+fn format_regex(name: &str) -> Option<String> {
+    const DATE: &str = "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
+    const TIME: &str =
+        "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+    const OCTET: &str = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    Some(match name {
+        "date" => DATE.to_owned(),
+        "time" => TIME.to_owned(),
+        "date-time" => format!("{DATE}[Tt]{TIME}"),
+        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".to_owned(),
+        "ipv4" => format!("{OCTET}(?:\\.{OCTET}){{3}}"),
+        _ => return None,
+    })
 }
 
 /// A Lark string literal: llguidance reads them as JSON strings.
@@ -3597,11 +3654,14 @@ mod tests {
                 {"type": "function", "function": {"name": "move", "parameters": {
                     "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
                     "required": ["x", "y"]}}},
-                // Counts: a string's length, an array's items.
+                // Counts: a string's length, an array's items; a string's pattern (anchored, and not: "/" in it
+                // too) and format.
                 {"type": "function", "function": {"name": "tag", "parameters": {
                     "type": "object", "properties": {"label": {"type": "string", "minLength": 2, "maxLength": 4},
                     "ids": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
-                    "note": {"type": "string", "maxLength": 3}}, "required": ["label"]}}},
+                    "note": {"type": "string", "maxLength": 3}, "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d+$"},
+                    "path": {"type": "string", "pattern": "a/b"}, "day": {"type": "string", "format": "date"}},
+                    "required": ["label"]}}},
             ]))
             .unwrap()
         }
@@ -3876,6 +3936,7 @@ mod tests {
                 tag(&format!("label:{}", q("ab"))),
                 tag(&format!("ids:[7],label:{},note:{}", q("abcd"), q(""))),
                 tag(&format!("ids:[1,2],label:{},note:{}", q("São"), q("x y"))),
+                tag(&format!("code:{},day:{},label:{},path:{}", q("AB-12"), q("2026-12-01"), q("ab"), q("x/a/b/y"))),
             ];
             let bad_calls: Vec<String> = bad_calls
                 .into_iter()
@@ -3885,6 +3946,11 @@ mod tests {
                     tag(&format!("ids:[],label:{}", q("ab"))),
                     tag(&format!("ids:[1,2,3],label:{}", q("ab"))),
                     tag(&format!("label:{},note:{}", q("ab"), q("four"))),
+                    tag(&format!("code:{},label:{}", q("ab-12"), q("ab"))),
+                    tag(&format!("code:{},label:{}", q("AB-12x"), q("ab"))),
+                    tag(&format!("code:{},label:{}", q(""), q("ab"))),
+                    tag(&format!("day:{},label:{}", q("2026-13-01"), q("ab"))),
+                    tag(&format!("label:{},path:{}", q("ab"), q("a-b"))),
                 ])
                 .collect();
             let prose = "The weather in Paris is {mild}; call:get_weather{} is no call.";
