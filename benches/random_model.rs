@@ -3,7 +3,7 @@
 //! types and shapes, not on their values.
 //!
 //!   cargo bench -p ruvllm --bench random_model -- --tokenizer-from M.gguf --out OUT.gguf [--layers 16] [--seed 1]
-//!     [--mix q4_k_m | q5_k_m] [--arch llama | llama8b | qwen35]
+//!     [--mix q4_k_m | q5_k_m] [--arch llama | llama8b | qwen35 | gemma4]
 //!
 //! `--tokenizer-from` may be a GGUF's header alone (`gpu_bench --write-twin-header`'s file): only its metadata is read.
 //! `--arch llama8b` writes Llama-3.1-8B's shapes instead (32 layers, d_model 4096, 32 heads of 128 over 8 KV heads,
@@ -12,6 +12,10 @@
 //! `--arch qwen35` writes Qwen3.5-0.8B's shapes instead (`qwen35_shape` below: 24 layers, every fourth gated
 //! attention and the others gated delta nets, vocab 248,320), in the same mix with its small tensors as llama.cpp's
 //! converter writes them (F32 convolution, `ssm_a`, `ssm_dt`), `ssm_a` -1 and `ssm_dt` 0: a decay of 1/2 a token.
+//!
+//! `--arch gemma4` writes Gemma-4-E2B's shapes instead (`gemma4_shape` below: 35 layers, every fifth global with
+//! heads of 512, the others windowed with heads of 256, the last 20 reading earlier layers' keys and values,
+//! per-layer inputs of 256, vocab 262,144).
 //!
 //! What the file is (the same bytes for the same arguments):
 //! * `llama` architecture with Llama-3.2-1B's hyper-parameters: 16 layers, d_model 2048, 32 heads, 8 KV
@@ -79,7 +83,8 @@ fn run() -> Result<(), String> {
         "llama" => (LLAMA_1B, 16),
         "llama8b" => (LLAMA_8B, 32),
         "qwen35" => return qwen35_shape(&src, &out, seed, mix),
-        other => return Err(format!("--arch {other}: llama, llama8b or qwen35")),
+        "gemma4" => return gemma4_shape(&src, &out, seed, mix),
+        other => return Err(format!("--arch {other}: llama, llama8b, qwen35 or gemma4")),
     };
     let layers = opt("--layers").map_or(Ok(default_layers), |v| v.parse().map_err(|_| format!("--layers {v}")))?;
     let Shape { d_model, n_heads, n_kv_heads, head_dim, ffn, .. } = shape;
@@ -267,6 +272,111 @@ fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
         tensors.push(matrix(p("ffn_down.weight"), FF, D));
     }
     tensors.push(f32s("output_norm.weight".into(), vec![D as u64], &[1.0; D]));
+    for (name, dims, ty, data) in tensors {
+        w = w.tensor(&name, &dims, ty, data);
+    }
+    let bytes = w.bytes();
+    drop(w);
+    let n_bytes = bytes.len();
+    let (model, lo, hi) = write_checked(out, bytes)?;
+    eprintln!(
+        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
+        model.config.n_layers,
+        model.config.vocab_size,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Gemma-4-E2B's shapes with random weights: d_model 1536, 35 layers (4, 9, ... global: 8 heads of 512 over one KV
+/// head, RoPE on a quarter of each, "proportional": frequency factors of 1e30 on the other pairs, base 10^6; the
+/// others windowed, 512 positions: heads of 256 over one KV head, all rotated, base 10^4), ffn 6144 (12,288 on the
+/// last 20 layers, which read the keys and values of layers 13 and 14), per-layer inputs of 256, vocab 262,144,
+/// tied embedding, logits soft-capped at 30.
+fn gemma4_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String> {
+    const D: usize = 1536;
+    const LAYERS: usize = 35;
+    const HEADS: usize = 8;
+    const HEAD: usize = 512;
+    const HEAD_SWA: usize = 256;
+    const SHARED: usize = 20;
+    const PER_LAYER: usize = 256;
+    const VOCAB: usize = 262_144;
+    let windowed = |l: usize| (l + 1) % 5 != 0;
+    let ffn = |l: usize| if l >= LAYERS - SHARED { 12_288 } else { 6144 };
+    let g = tokenizer_source(src)?;
+    let key = |k: &str| format!("gemma4.{k}");
+    let u32s = |v: Vec<u32>| Meta::Array(4, v.into_iter().map(Meta::U32).collect());
+    let w = GgufWriter::new()
+        .meta("general.architecture", Meta::Str("gemma4".into()))
+        .meta("general.name", Meta::Str(format!("Gemma-4-E2B shapes, random weights (seed {seed})")))
+        .meta("general.file_type", Meta::U32(mix.file_type()))
+        .meta(&key("block_count"), Meta::U32(LAYERS as u32))
+        .meta(&key("context_length"), Meta::U32(131_072))
+        .meta(&key("embedding_length"), Meta::U32(D as u32))
+        .meta(&key("feed_forward_length"), u32s((0..LAYERS).map(|l| ffn(l) as u32).collect()))
+        .meta(&key("attention.head_count"), Meta::U32(HEADS as u32))
+        .meta(&key("attention.head_count_kv"), Meta::U32(1))
+        .meta(&key("attention.key_length"), Meta::U32(HEAD as u32))
+        .meta(&key("attention.value_length"), Meta::U32(HEAD as u32))
+        .meta(&key("attention.key_length_swa"), Meta::U32(HEAD_SWA as u32))
+        .meta(&key("attention.value_length_swa"), Meta::U32(HEAD_SWA as u32))
+        .meta(&key("attention.sliding_window"), Meta::U32(512))
+        .meta(
+            &key("attention.sliding_window_pattern"),
+            Meta::Array(7, (0..LAYERS).map(|l| Meta::Bool(windowed(l))).collect()),
+        )
+        .meta(&key("attention.shared_kv_layers"), Meta::U32(SHARED as u32))
+        .meta(&key("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6))
+        .meta(&key("embedding_length_per_layer_input"), Meta::U32(PER_LAYER as u32))
+        .meta(&key("rope.freq_base"), Meta::F32(1_000_000.0))
+        .meta(&key("rope.dimension_count"), Meta::U32(HEAD as u32))
+        .meta(&key("rope.freq_base_swa"), Meta::F32(10_000.0))
+        .meta(&key("rope.dimension_count_swa"), Meta::U32(HEAD_SWA as u32))
+        .meta(&key("final_logit_softcapping"), Meta::F32(30.0));
+    let mut w = padded_tokenizer(w, &g, src, VOCAB)?;
+    let t0 = std::time::Instant::now();
+    let mut id = 0u64;
+    let mut matrix = |name: String, cols: usize, rows: usize| {
+        let ty = mix.tensor_type(&name, &[cols, rows], LAYERS, true).expect("a matrix is quantized");
+        id += 1;
+        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
+        (name, vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
+    };
+    let f32s = |name: String, v: &[f32]| (name, vec![v.len() as u64], GgmlType::F32 as u32, f32_bytes(v));
+    let factors: Vec<f32> = (0..HEAD / 2).map(|i| if i < HEAD / 8 { 1.0 } else { 1e30 }).collect();
+    let mut tensors = vec![
+        matrix("token_embd.weight".into(), D, VOCAB),
+        matrix("per_layer_token_embd.weight".into(), PER_LAYER * LAYERS, VOCAB),
+        matrix("per_layer_model_proj.weight".into(), D, PER_LAYER * LAYERS),
+        f32s("per_layer_proj_norm.weight".into(), &[1.0; PER_LAYER]),
+        f32s("rope_freqs.weight".into(), &factors),
+    ];
+    for l in 0..LAYERS {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        let hd = if windowed(l) { HEAD_SWA } else { HEAD };
+        tensors.push(f32s(p("attn_norm.weight"), &[1.0; D]));
+        tensors.push(matrix(p("attn_q.weight"), D, HEADS * hd));
+        if l < LAYERS - SHARED {
+            tensors.push(matrix(p("attn_k.weight"), D, hd));
+            tensors.push(matrix(p("attn_v.weight"), D, hd));
+            tensors.push(f32s(p("attn_k_norm.weight"), &vec![1.0; hd]));
+        }
+        // Scores of about unit spread with Gemma 4's unscaled attention.
+        tensors.push(f32s(p("attn_q_norm.weight"), &vec![1.0 / (hd as f32).sqrt(); hd]));
+        tensors.push(matrix(p("attn_output.weight"), HEADS * hd, D));
+        tensors.push(f32s(p("post_attention_norm.weight"), &[1.0; D]));
+        tensors.push(f32s(p("ffn_norm.weight"), &[1.0; D]));
+        tensors.push(matrix(p("ffn_gate.weight"), D, ffn(l)));
+        tensors.push(matrix(p("ffn_up.weight"), D, ffn(l)));
+        tensors.push(matrix(p("ffn_down.weight"), ffn(l), D));
+        tensors.push(f32s(p("post_ffw_norm.weight"), &[1.0; D]));
+        tensors.push(matrix(p("inp_gate.weight"), D, PER_LAYER));
+        tensors.push(matrix(p("proj.weight"), PER_LAYER, D));
+        tensors.push(f32s(p("post_norm.weight"), &[1.0; D]));
+        tensors.push(f32s(p("layer_output_scale.weight"), &[1.0]));
+    }
+    tensors.push(f32s("output_norm.weight".into(), &[1.0; D]));
     for (name, dims, ty, data) in tensors {
         w = w.tensor(&name, &dims, ty, data);
     }
