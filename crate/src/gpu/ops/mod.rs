@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 pub(crate) use params::CallParams;
 use params::Uniform;
-#[cfg(test)]
+#[cfg(any(test, target_arch = "wasm32"))]
 pub(crate) use shader::model_header;
 pub(crate) use shader::{shape_header, Shape};
 

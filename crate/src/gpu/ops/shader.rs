@@ -87,7 +87,7 @@ impl Shape {
 }
 
 /// The header of the model's kernels outside its layers ([`shape_header`] of [`Shape::model`]; the kernels' checks).
-#[cfg(test)]
+#[cfg(any(test, target_arch = "wasm32"))]
 pub(crate) fn model_header(c: &Config) -> String {
     shape_header(c, &Shape::model(c))
 }
