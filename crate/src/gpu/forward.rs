@@ -169,7 +169,8 @@ impl<'a> Forward<'a> {
     }
 
     /// The post-norm of layer `l`'s feed-forward block with what `norm_add` then scales the residual by: the layer's
-    /// output scale unless a per-layer input block follows, which applies it.
+    /// output scale unless a per-layer input block follows, which applies it. (Only Gemma 4 scales its layers' output,
+    /// and its weights always have this post-norm.)
     fn post_ffn_norm(&self, l: usize) -> Option<(&'a wgpu::Buffer, f32)> {
         let lw = &self.m.layers[l];
         let scale = if lw.per_layer.is_some() { 1.0 } else { lw.out_scale };

@@ -336,8 +336,3 @@ pub(crate) fn check_supported(c: &Config) -> Result<()> {
     }
     Ok(())
 }
-
-/// The width of the feed-forward rows on the GPU: `ffn_dim`, or every expert's together (the dense mixture).
-pub(crate) fn ffn_width(c: &Config) -> usize {
-    c.ffn_dim * c.experts.map_or(1, |e| e.count)
-}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::forward::{self, ForwardOps};
 use super::gpu_error;
-use super::model::{ffn_width, GpuModel};
+use super::model::GpuModel;
 use super::ops::lora::LoraWeights;
 use super::ops::{self, attn_decode, attn_prefill, delta_net, mat, rope_store, CallParams, Op};
 use crate::error::{GpuFault, Result};
@@ -233,7 +233,7 @@ impl GpuSession {
             ));
         }
         let qkv_dim = c.q_dim() + 2 * c.kv_dim();
-        let ff = ffn_width(&c);
+        let ff = ops::Shape::model(&c).ffn;
         let delta_stride = c.delta_net.as_ref().map_or(0, |dn| delta_net::in_stride(&dn.shape));
         let (delta, recurrent, checkpoint) = match (&c.delta_net, c.recurrent_state()) {
             (Some(dn), Some(state)) => {

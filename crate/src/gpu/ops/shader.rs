@@ -51,6 +51,8 @@ fn dequant_source(ty: GgmlType) -> &'static str {
 pub(crate) struct Shape {
     pub head_dim: usize,
     pub n_kv_heads: usize,
+    /// The width of the feed-forward rows on the GPU: the feed-forward width, or every expert's together (the dense
+    /// mixture).
     pub ffn: usize,
     pub rope_dims: usize,
 }
@@ -61,7 +63,7 @@ impl Shape {
         Shape {
             head_dim: c.max_head_dim(),
             n_kv_heads: c.n_kv_heads,
-            ffn: crate::gpu::model::ffn_width(c),
+            ffn: Shape::ffn_rows(c, c.ffn_dim),
             rope_dims: c.rope_dims,
         }
     }
@@ -72,9 +74,14 @@ impl Shape {
         Shape {
             head_dim: c.layer_head_dim(l),
             n_kv_heads: c.layer_n_kv_heads(l),
-            ffn: c.layer_ffn_dim(l) * c.experts.map_or(1, |e| e.count),
+            ffn: Shape::ffn_rows(c, c.layer_ffn_dim(l)),
             rope_dims: local.map_or(c.rope_dims, |s| s.local_rope_dims),
         }
+    }
+
+    /// The feed-forward rows of a block `ffn_dim` wide (each expert's, in a mixture).
+    fn ffn_rows(c: &Config, ffn_dim: usize) -> usize {
+        ffn_dim * c.experts.map_or(1, |e| e.count)
     }
 
     pub(crate) fn q_dim(&self, c: &Config) -> usize {
