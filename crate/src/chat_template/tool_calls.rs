@@ -2276,15 +2276,18 @@ impl GemmaValues {
     /// A string, quoted, of `minLength` to `maxLength` chars, matching `pattern` and `format`, where `o` says.
     fn string(&mut self, o: &serde_json::Map<String, Value>) -> String {
         let (lo, hi) = bounds(o, "minLength", "maxLength");
-        let pattern = o.get("pattern").and_then(Value::as_str).and_then(pattern_regex);
+        let pattern = o.get("pattern").and_then(Value::as_str).map(pattern_regex);
         let format = o.get("format").and_then(Value::as_str).and_then(format_regex);
-        let regexes: Vec<String> = pattern.into_iter().chain(format).collect();
-        if (lo, hi) == (0, None) && regexes.is_empty() {
+        // Each as the grammar's regex syntax reads it (a pattern it does not take is not held).
+        let mut compiled: Vec<(String, Regex)> =
+            pattern.into_iter().chain(format).filter_map(|r| Regex::new(&r).ok().map(|c| (r, c))).collect();
+        if (lo, hi) == (0, None) && compiled.is_empty() {
             self.text = true;
             return "gstr".to_owned();
         }
         // The empty text where the length and the regexes allow it.
-        let empty = lo == 0 && regexes.iter().all(|r| Regex::new(r).is_ok_and(|mut r| r.is_match("")));
+        let empty = lo == 0 && compiled.iter_mut().all(|(_, r)| r.is_match(""));
+        let regexes: Vec<String> = compiled.into_iter().map(|(r, _)| r).collect();
         let q = regex_escape(GEMMA_QUOTE);
         let n = self.count;
         self.count += 1;
@@ -2469,9 +2472,9 @@ fn arguments_schema(parameters: &Value) -> Value {
 
 /// A JSON Schema `pattern` as a regex of the grammar's (llguidance's, `derivre`'s syntax) that a whole string
 /// matches: the pattern matches somewhere in it (JSON Schema's patterns are not anchored), or at its start or end
-/// where it begins with `^` or ends with `$`. `None` (the pattern is not held) where the regex does not parse or
-/// needs more than that of anchors (derivre has no look-around).
-fn pattern_regex(pattern: &str) -> Option<String> {
+/// where it begins with `^` or ends with `$`. [`GemmaValues::string`] leaves unheld one the grammar's regex syntax
+/// does not parse, anchors elsewhere among them (derivre has no look-around).
+fn pattern_regex(pattern: &str) -> String {
     let (start, body) = match pattern.strip_prefix('^') {
         Some(body) => (true, body),
         None => (false, pattern),
@@ -2494,7 +2497,7 @@ fn pattern_regex(pattern: &str) -> Option<String> {
     }
     let any = "(?s:.*)";
     let whole = format!("{}(?:{body_escaped}){}", if start { "" } else { any }, if end { "" } else { any });
-    Regex::new(&whole).ok().map(|_| whole)
+    whole
 }
 
 /// The regex of a string of JSON Schema `format` `name` (RFC 3339's `date`, `time` and `date-time`, `uuid`,
