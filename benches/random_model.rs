@@ -114,18 +114,10 @@ fn run() -> Result<(), String> {
         GgmlType::F32 as u32,
         f32_bytes(&llama3_rope_freqs(head_dim)),
     );
-    let t0 = std::time::Instant::now();
-    let mut id = 0u64;
-    // Every matrix in the mix's type for its name and shape (tied: the embedding is the output head too).
-    let mut matrix = |name: String, cols: usize, rows: usize| {
-        let ty = mix.tensor_type(&name, &[cols, rows], layers, shape.tied).expect("a matrix is quantized");
-        id += 1;
-        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
-        let data = random_matrix(ty, cols, rows, seed, id);
-        (name, vec![cols as u64, rows as u64], ty as u32, data)
-    };
+    let mut matrices = Matrices::new(mix, layers, shape.tied, seed);
+    let mut matrix = |name: String, cols: usize, rows: usize| matrices.make(name, cols, rows);
     let mut tensors = vec![matrix("token_embd.weight".into(), d_model, VOCAB)];
-    let ones = f32_bytes(&vec![1.0; d_model]);
+    let ones = vec![1.0; d_model];
     for l in 0..layers {
         let p = |s: &str| format!("blk.{l}.{s}");
         tensors.push(matrix(p("attn_q.weight"), d_model, n_heads * head_dim));
@@ -135,28 +127,14 @@ fn run() -> Result<(), String> {
         tensors.push(matrix(p("ffn_gate.weight"), d_model, ffn));
         tensors.push(matrix(p("ffn_up.weight"), d_model, ffn));
         tensors.push(matrix(p("ffn_down.weight"), ffn, d_model));
-        tensors.push((p("attn_norm.weight"), vec![d_model as u64], GgmlType::F32 as u32, ones.clone()));
-        tensors.push((p("ffn_norm.weight"), vec![d_model as u64], GgmlType::F32 as u32, ones.clone()));
+        tensors.push(f32_tensor(p("attn_norm.weight"), vec![d_model as u64], &ones));
+        tensors.push(f32_tensor(p("ffn_norm.weight"), vec![d_model as u64], &ones));
     }
-    tensors.push(("output_norm.weight".into(), vec![d_model as u64], GgmlType::F32 as u32, ones));
+    tensors.push(f32_tensor("output_norm.weight".into(), vec![d_model as u64], &ones));
     if !shape.tied {
         tensors.push(matrix("output.weight".into(), d_model, VOCAB));
     }
-    for (name, dims, ty, data) in tensors {
-        w = w.tensor(&name, &dims, ty, data);
-    }
-    let bytes = w.bytes();
-    drop(w);
-    let n_bytes = bytes.len();
-    // What was written must load and give finite logits before it is kept.
-    let (model, lo, hi) = write_checked(&out, bytes)?;
-    eprintln!(
-        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
-        model.config.n_layers,
-        model.config.vocab_size,
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(())
+    write_model(w, tensors, &out, matrices.t0)
 }
 
 /// The header of `src`, a GGUF file or its first bytes (only the metadata is read).
@@ -233,16 +211,10 @@ fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
         .meta(&key("ssm.group_count"), Meta::U32(DN_HEADS as u32))
         .meta(&key("ssm.time_step_rank"), Meta::U32(DN_HEADS as u32))
         .meta(&key("ssm.inner_size"), Meta::U32((DN_HEADS * DN_HEAD) as u32));
-    let mut w = padded_tokenizer(w, &g, src, VOCAB)?;
-    let t0 = std::time::Instant::now();
-    let mut id = 0u64;
-    let mut matrix = |name: String, cols: usize, rows: usize| {
-        let ty = mix.tensor_type(&name, &[cols, rows], LAYERS, true).expect("a matrix is quantized");
-        id += 1;
-        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
-        (name, vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
-    };
-    let f32s = |name: String, dims: Vec<u64>, v: &[f32]| (name, dims, GgmlType::F32 as u32, f32_bytes(v));
+    let w = padded_tokenizer(w, &g, src, VOCAB)?;
+    let mut matrices = Matrices::new(mix, LAYERS, true, seed);
+    let mut matrix = |name: String, cols: usize, rows: usize| matrices.make(name, cols, rows);
+    let f32s = |name: String, dims: Vec<u64>, v: &[f32]| f32_tensor(name, dims, v);
     let mut tensors = vec![matrix("token_embd.weight".into(), D, VOCAB)];
     for l in 0..LAYERS {
         let p = |s: &str| format!("blk.{l}.{s}");
@@ -272,20 +244,7 @@ fn qwen35_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
         tensors.push(matrix(p("ffn_down.weight"), FF, D));
     }
     tensors.push(f32s("output_norm.weight".into(), vec![D as u64], &[1.0; D]));
-    for (name, dims, ty, data) in tensors {
-        w = w.tensor(&name, &dims, ty, data);
-    }
-    let bytes = w.bytes();
-    drop(w);
-    let n_bytes = bytes.len();
-    let (model, lo, hi) = write_checked(out, bytes)?;
-    eprintln!(
-        "random_model: {out}: {n_bytes} bytes, {} layers, vocab {}, logits in [{lo:.3}, {hi:.3}], in {:.1} s",
-        model.config.n_layers,
-        model.config.vocab_size,
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(())
+    write_model(w, tensors, out, matrices.t0)
 }
 
 /// Gemma-4-E2B's shapes with random weights: d_model 1536, 35 layers (4, 9, ... global: 8 heads of 512 over one KV
@@ -302,7 +261,7 @@ fn gemma4_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
     const SHARED: usize = 20;
     const PER_LAYER: usize = 256;
     const VOCAB: usize = 262_144;
-    let windowed = |l: usize| (l + 1) % 5 != 0;
+    let windowed = |l: usize| !(l + 1).is_multiple_of(5);
     let ffn = |l: usize| if l >= LAYERS - SHARED { 12_288 } else { 6144 };
     let g = tokenizer_source(src)?;
     let key = |k: &str| format!("gemma4.{k}");
@@ -334,16 +293,10 @@ fn gemma4_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
         .meta(&key("rope.freq_base_swa"), Meta::F32(10_000.0))
         .meta(&key("rope.dimension_count_swa"), Meta::U32(HEAD_SWA as u32))
         .meta(&key("final_logit_softcapping"), Meta::F32(30.0));
-    let mut w = padded_tokenizer(w, &g, src, VOCAB)?;
-    let t0 = std::time::Instant::now();
-    let mut id = 0u64;
-    let mut matrix = |name: String, cols: usize, rows: usize| {
-        let ty = mix.tensor_type(&name, &[cols, rows], LAYERS, true).expect("a matrix is quantized");
-        id += 1;
-        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", t0.elapsed().as_secs_f64());
-        (name, vec![cols as u64, rows as u64], ty as u32, random_matrix(ty, cols, rows, seed, id))
-    };
-    let f32s = |name: String, v: &[f32]| (name, vec![v.len() as u64], GgmlType::F32 as u32, f32_bytes(v));
+    let w = padded_tokenizer(w, &g, src, VOCAB)?;
+    let mut matrices = Matrices::new(mix, LAYERS, true, seed);
+    let mut matrix = |name: String, cols: usize, rows: usize| matrices.make(name, cols, rows);
+    let f32s = |name: String, v: &[f32]| f32_tensor(name, vec![v.len() as u64], v);
     let factors: Vec<f32> = (0..HEAD / 2).map(|i| if i < HEAD / 8 { 1.0 } else { 1e30 }).collect();
     let mut tensors = vec![
         matrix("token_embd.weight".into(), D, VOCAB),
@@ -377,6 +330,45 @@ fn gemma4_shape(src: &str, out: &str, seed: u64, mix: Mix) -> Result<(), String>
         tensors.push(f32s(p("layer_output_scale.weight"), &[1.0]));
     }
     tensors.push(f32s("output_norm.weight".into(), &[1.0; D]));
+    write_model(w, tensors, out, matrices.t0)
+}
+
+/// A tensor of the file: name, dimensions, GGML type id, bytes.
+type Tensor = (String, Vec<u64>, u32, Vec<u8>);
+
+/// The file's matrices in turn, each in the mix's type for its name and shape (`tied`: the embedding is the output
+/// head too), random ([`random_matrix`]: the `n`-th one made takes tensor seed `n`), their progress on stderr.
+struct Matrices {
+    mix: Mix,
+    n_layers: usize,
+    tied: bool,
+    seed: u64,
+    made: u64,
+    t0: std::time::Instant,
+}
+
+impl Matrices {
+    fn new(mix: Mix, n_layers: usize, tied: bool, seed: u64) -> Matrices {
+        Matrices { mix, n_layers, tied, seed, made: 0, t0: std::time::Instant::now() }
+    }
+
+    fn make(&mut self, name: String, cols: usize, rows: usize) -> Tensor {
+        let ty = self.mix.tensor_type(&name, &[cols, rows], self.n_layers, self.tied).expect("a matrix is quantized");
+        self.made += 1;
+        eprintln!("random_model: {name} {ty:?} [{cols}, {rows}] at {:.1} s", self.t0.elapsed().as_secs_f64());
+        let data = random_matrix(ty, cols, rows, self.seed, self.made);
+        (name, vec![cols as u64, rows as u64], ty as u32, data)
+    }
+}
+
+/// An F32 tensor of `dims` holding `v`.
+fn f32_tensor(name: String, dims: Vec<u64>, v: &[f32]) -> Tensor {
+    (name, dims, GgmlType::F32 as u32, f32_bytes(v))
+}
+
+/// `w` with `tensors` written to `out`, once it loads and gives finite logits (`write_checked`); what it is, on
+/// stderr (`t0`: when the writing began).
+fn write_model(mut w: GgufWriter, tensors: Vec<Tensor>, out: &str, t0: std::time::Instant) -> Result<(), String> {
     for (name, dims, ty, data) in tensors {
         w = w.tensor(&name, &dims, ty, data);
     }
