@@ -350,7 +350,7 @@ pub struct Activations {
     q8k: Vec<BlockQ8K>,
     /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile kernels.
     scales: Vec<[f32; 2]>,
-    /// Per Q8_0 block on x86_64: the sum of its quants, for the tiles of Q4_0 and Q8_0 weights (`avx2_tiles`),
+    /// Per Q8_0 block on x86_64: the sum of its quants, for the tiles of Q4_0, Q5_0 and Q8_0 weights (`avx2_tiles`),
     /// which multiply offset (unsigned) weight quants and take the offset times this sum off.
     #[cfg(target_arch = "x86_64")]
     sums: Vec<i32>,

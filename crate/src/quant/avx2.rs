@@ -46,7 +46,7 @@ pub(super) unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
 /// The 32 bits of `qh` -> 32 bytes, 0xFF where the element's bit is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
+pub(super) unsafe fn bit_bytes(qh: [u8; 4]) -> __m256i {
     // Byte i of the result gets byte i / 8 of qh; OR-ing every bit but bit i % 8 leaves all-ones iff it is set.
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(i32::from_le_bytes(qh)),

@@ -1,16 +1,16 @@
-//! Q4_0 and Q8_0 weight rows eight at a time (tiles), stamped for AVX2 and for AVX512-VNNI: the matrix products
-//! of these types on x86_64, prefill and decode.
+//! Q4_0, Q5_0 and Q8_0 weight rows eight at a time (tiles), stamped for AVX2 and for AVX512-VNNI: the matrix
+//! products of these types on x86_64, prefill and decode.
 //!
 //! As in `avx2_k_tiles`, each 32-bit lane of a tile's vectors holds one weight row: the eight rows' quant bytes are
 //! transposed four at a time (lane r of vector c: row r's quants of elements 4c..4c+4), so one multiply against
 //! four activation bytes broadcast to every lane adds 32 products, and eight of them make every row's block sum.
 //! The weights' quants are made unsigned for the byte multiplies (`maddubs`, `dpbusd`: unsigned times signed):
-//! Q4_0's nibbles as they are (the value is `q - 8`), Q8_0's as `q + 128` with VNNI, and the offset times the
-//! activation block's sum of quants (`Activations::row_sums`) is taken off the exact integer sum. Without VNNI,
-//! Q8_0's `q + 128` would overflow `maddubs`' 16-bit pairs: there its signs move onto the activations instead
-//! (which needs activation quants in -127..=127, as the quantizers write). Q4_0's pairs stay far from overflow
-//! (at most 2 * 15 * 128 a pair), so without VNNI the eight products of a lane add up in 16 bits before one
-//! `madd` widens them.
+//! Q4_0's nibbles as they are (the value is `q - 8`), Q5_0's nibbles with their fifth bits (`q - 16`), Q8_0's as
+//! `q + 128` with VNNI, and the offset times the activation block's sum of quants (`Activations::row_sums`) is taken
+//! off the exact integer sum. Without VNNI, Q8_0's `q + 128` would overflow `maddubs`' 16-bit pairs: there its signs
+//! move onto the activations instead (which needs activation quants in -127..=127, as the quantizers write). Q4_0's
+//! and Q5_0's pairs stay far from overflow (at most 2 * 31 * 128 a pair), so without VNNI the products of a lane add
+//! up in 16 bits (16 of them for Q4_0, 8 for Q5_0) before a `madd` widens them.
 //!
 //! Every output is a sum over blocks of exact integers `s` (the block's dot of quants) times `D = d_w * d_a` (an
 //! f32 product of two f16 values: exact), in one order: block i goes into partial sum `i % 8` with one FMA,
@@ -23,8 +23,8 @@ use std::arch::x86_64::*;
 use std::mem::size_of;
 
 use super::act::BlockQ8_0;
-use super::avx2::{load32, nibbles, Unpack};
-use super::legacy::BlockQ4_0;
+use super::avx2::{bit_bytes, load32, nibbles, Unpack};
+use super::legacy::{BlockQ4_0, BlockQ5_0};
 use super::{check_rows, QuantBlock};
 use crate::simd::avx2::hsum;
 
@@ -32,34 +32,42 @@ use crate::simd::avx2::hsum;
 const ROWS: usize = 8;
 /// Partial sums per output: block i goes into partial sum `i % LANES`.
 const LANES: usize = 8;
-/// Where a block's quants start (after its f16 scale), in both types.
-const QS: usize = 2;
 
-/// The legacy types with tiles: Q4_0 (nibbles) and Q8_0 (bytes), both a scale `d` then the quants.
+/// The legacy types with tiles: Q4_0 and Q5_0 (nibbles; Q5_0 with a fifth bit each in `qh`) and Q8_0 (bytes), all
+/// a scale `d` first.
 pub(crate) trait TileBlock: Unpack + QuantBlock<Act = BlockQ8_0> {
-    /// Q8_0's signed bytes, rather than Q4_0's nibbles.
+    /// Q8_0's signed bytes, rather than nibbles.
     const BYTES: bool;
+    /// Where the quants start.
+    const QS: usize;
+    /// Where the 32 fifth bits start (Q5_0: bit j for element j), if any.
+    const QH: Option<usize> = None;
 }
 
 impl TileBlock for BlockQ4_0 {
     const BYTES: bool = false;
+    const QS: usize = std::mem::offset_of!(BlockQ4_0, qs);
+}
+
+impl TileBlock for BlockQ5_0 {
+    const BYTES: bool = false;
+    const QS: usize = std::mem::offset_of!(BlockQ5_0, qs);
+    const QH: Option<usize> = Some(std::mem::offset_of!(BlockQ5_0, qh));
 }
 
 impl TileBlock for BlockQ8_0 {
     const BYTES: bool = true;
+    const QS: usize = std::mem::offset_of!(BlockQ8_0, qs);
 }
 
-const _: () = {
-    assert!(std::mem::offset_of!(BlockQ4_0, qs) == QS && std::mem::offset_of!(BlockQ8_0, qs) == QS);
-};
-
 /// The shift of the activation block's sum of quants to take off a block's integer sum: the offset of the
-/// unsigned weight quants (`q` for a value `q - 8` in Q4_0; `q + 128` for Q8_0 with VNNI), if any.
-const fn offset_shift(bytes: bool, vnni: bool) -> Option<i32> {
-    match (bytes, vnni) {
-        (false, _) => Some(3),
-        (true, true) => Some(7),
-        (true, false) => None,
+/// unsigned weight quants (`q` for a value `q - 8` in Q4_0, `q - 16` in Q5_0; `q + 128` for Q8_0 with VNNI), if any.
+const fn offset_shift<B: TileBlock>(vnni: bool) -> Option<i32> {
+    match (B::BYTES, B::QH.is_some(), vnni) {
+        (false, false, _) => Some(3),
+        (false, true, _) => Some(4),
+        (true, _, true) => Some(7),
+        (true, _, false) => None,
     }
 }
 
@@ -92,7 +100,8 @@ pub(super) unsafe fn transpose_words(rows: &[*const u8; ROWS], offset: usize) ->
 }
 
 /// The quants of block `rows[r]` for r = 0..8, transposed: lane r of vector c holds row r's quants of elements
-/// 4c..4c+4 as bytes (Q4_0: the nibbles `q`, unsigned; Q8_0: the signed quants).
+/// 4c..4c+4 as bytes (Q4_0: the nibbles `q`, Q5_0: the nibbles with their fifth bits, unsigned; Q8_0: the signed
+/// quants).
 /// # Safety
 /// Each of `rows` points to a whole block of `B`.
 #[inline]
@@ -101,33 +110,61 @@ unsafe fn tile_quants<B: TileBlock>(rows: &[*const u8; ROWS]) -> [__m256i; 8] {
     let mut q = [_mm256_setzero_si256(); 8];
     if B::BYTES {
         // SAFETY: a Q8_0 block has 32 quant bytes from QS.
-        let (lo, hi) = unsafe { (transpose_words(rows, QS), transpose_words(rows, QS + 16)) };
+        let (lo, hi) = unsafe { (transpose_words(rows, B::QS), transpose_words(rows, B::QS + 16)) };
         for c in 0..4 {
             (q[c], q[c + 4]) = (lo[c], hi[c]);
         }
     } else {
-        // SAFETY: a Q4_0 block has 16 quant bytes from QS. Byte j holds element j (low nibble) and j + 16 (high).
-        let packed = unsafe { transpose_words(rows, QS) };
+        // SAFETY: the block has 16 quant bytes from QS. Byte j holds element j (low nibble) and j + 16 (high).
+        let packed = unsafe { transpose_words(rows, B::QS) };
         let m4 = _mm256_set1_epi8(0xF);
         for c in 0..4 {
             q[c] = _mm256_and_si256(packed[c], m4);
             q[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(packed[c]), m4);
         }
+        if let Some(at) = B::QH {
+            // SAFETY: the block's 4 bytes of fifth bits at `at`, read unaligned.
+            let qh = rows.map(|r| unsafe { r.add(at).cast::<i32>().read_unaligned() });
+            let qh = _mm256_setr_epi32(qh[0], qh[1], qh[2], qh[3], qh[4], qh[5], qh[6], qh[7]);
+            for (c, q) in q.iter_mut().enumerate() {
+                *q = _mm256_or_si256(*q, fifth_bits(qh, c));
+            }
+        }
     }
     q
 }
 
-/// One block's quants in element order as bytes (Q4_0: the nibbles `q`, unsigned; Q8_0: the signed quants).
+/// Elements 4c..4c+4's fifth bits (bits 4c..4c+4 of each lane's `qh`) as 16 in those bytes of each lane: the
+/// multiply by 1 + 2^7 + 2^14 + 2^21 moves bit k of the nibble to bit 8k (its other copies land on bits no other
+/// copy sets, so nothing carries) and the mask keeps those.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_bits(qh: __m256i, c: usize) -> __m256i {
+    let nibble = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_set1_epi32(4 * c as i32)), _mm256_set1_epi32(0xF));
+    let spread =
+        _mm256_and_si256(_mm256_mullo_epi32(nibble, _mm256_set1_epi32(0x0020_4081)), _mm256_set1_epi32(0x0101_0101));
+    _mm256_slli_epi32::<4>(spread)
+}
+
+/// One block's quants in element order as bytes (Q4_0: the nibbles `q`, Q5_0: the nibbles with their fifth bits,
+/// unsigned; Q8_0: the signed quants).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn row_quants<B: TileBlock>(x: &B) -> __m256i {
     let p = (x as *const B).cast::<u8>();
-    // SAFETY: the block's quants: 32 bytes (Q8_0) or 16 (Q4_0) from QS.
+    // SAFETY: the block's quants: 32 bytes (Q8_0) or 16 (Q4_0, Q5_0) from QS, and Q5_0's 4 bytes of fifth bits.
     unsafe {
         if B::BYTES {
-            _mm256_loadu_si256(p.add(QS).cast())
+            _mm256_loadu_si256(p.add(B::QS).cast())
         } else {
-            nibbles(&*p.add(QS).cast::<[u8; 16]>())
+            let q = nibbles(&*p.add(B::QS).cast::<[u8; 16]>());
+            match B::QH {
+                Some(at) => {
+                    let high = _mm256_and_si256(bit_bytes(*p.add(at).cast::<[u8; 4]>()), _mm256_set1_epi8(16));
+                    _mm256_or_si256(q, high)
+                }
+                None => q,
+            }
         }
     }
 }
@@ -179,11 +216,15 @@ fn tile_dot_avx2<B: TileBlock, const A: usize>(u: &[__m256i; 8], s: &[__m256i; 8
         }
         _mm256_add_epi32(acc[0], acc[1])
     } else {
-        // Each 16-bit lane adds 16 products of at most 15 * 128: at most 30,720, no overflow.
+        // Each 16-bit lane of `acc[c % 2]` adds 8 products of at most 31 * 128 (31,744): no overflow. Q4_0's (at most
+        // 15 * 128) add up 16 to a lane (30,720) before one `madd`.
         for c in 0..8 {
             acc[c % 2] = _mm256_add_epi16(acc[c % 2], _mm256_maddubs_epi16(u[c], broadcast_word(y, c)));
         }
-        _mm256_madd_epi16(_mm256_add_epi16(acc[0], acc[1]), ones)
+        match B::QH {
+            Some(_) => _mm256_add_epi32(_mm256_madd_epi16(acc[0], ones), _mm256_madd_epi16(acc[1], ones)),
+            None => _mm256_madd_epi16(_mm256_add_epi16(acc[0], acc[1]), ones),
+        }
     }
 }
 
@@ -221,7 +262,7 @@ fn row_dot_vnni<B: TileBlock>(u: __m256i, _s: __m256i, y: &[i8; 32]) -> __m256i 
 /// unsigned; `$tile_dot`, `$row_dot`: the byte products). See the module's comment.
 macro_rules! tile_kernels {
     ($features:literal, $vnni:literal, $tile_dot:ident, $row_dot:ident, $rows:ident, $tile:ident, $per_row:ident) => {
-        /// Q4_0 or Q8_0 rows (`w`, rows of `row_blocks` blocks) · `A` Q8_0 activation rows into `out[row][j]`:
+        /// Q4_0, Q5_0 or Q8_0 rows (`w`, rows of `row_blocks` blocks) · `A` Q8_0 activation rows into `out[row][j]`:
         /// whole tiles of eight rows, the rest through the per-row kernel (the same bits). `a_scales[j]` and
         /// `a_sums[j]` are activation row j's block scales and sums of quants (`Activations::row_scales`,
         /// `row_sums`).
@@ -263,7 +304,7 @@ macro_rules! tile_kernels {
             out: &mut [[f32; A]],
         ) {
             let stride = row_blocks * size_of::<B>();
-            let shift = offset_shift(B::BYTES, $vnni);
+            let shift = offset_shift::<B>($vnni);
             let mut acc = [[_mm256_setzero_ps(); LANES]; A];
             let base = w.as_ptr().cast::<u8>();
             // The next eight rows lie right after these: fetched a block's share at a time (8 blocks' bytes), so that
@@ -349,7 +390,7 @@ macro_rules! tile_kernels {
             let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
             let block_offsets = _mm256_mullo_epi32(lane, _mm256_set1_epi32(size_of::<B>() as i32));
             let scale_index = _mm256_slli_epi32::<1>(lane); // (d, s) pairs
-            let shift = offset_shift(B::BYTES, $vnni);
+            let shift = offset_shift::<B>($vnni);
             for (w, out) in w.chunks_exact(row_blocks).zip(out) {
                 let mut acc = [_mm256_setzero_ps(); A];
                 for g in (0..row_blocks).step_by(LANES) {
@@ -478,7 +519,8 @@ mod tests {
                     <$B>::quantize(&x, w);
                     for b in w.iter_mut() {
                         let bytes = unsafe {
-                            std::slice::from_raw_parts_mut((b as *mut $B).cast::<u8>().add(QS), size_of::<$B>() - QS)
+                            let qh = <$B as TileBlock>::QH.unwrap_or(<$B as TileBlock>::QS);
+                            std::slice::from_raw_parts_mut((b as *mut $B).cast::<u8>().add(qh), size_of::<$B>() - qh)
                         };
                         match extreme {
                             None => rng.fill(bytes),
@@ -517,6 +559,7 @@ mod tests {
                 }};
             }
             check!(BlockQ4_0);
+            check!(BlockQ5_0);
             check!(BlockQ8_0);
         }
     }
@@ -627,6 +670,7 @@ mod tests {
             }};
         }
         time!(BlockQ4_0);
+        time!(BlockQ5_0);
         time!(BlockQ8_0);
     }
 }
