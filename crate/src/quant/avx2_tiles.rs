@@ -1,20 +1,22 @@
-//! Q4_0, Q5_0 and Q8_0 weight rows eight at a time (tiles), stamped for AVX2 and for AVX512-VNNI: the matrix
+//! Q4_0, Q4_1, Q5_0 and Q8_0 weight rows eight at a time (tiles), stamped for AVX2 and for AVX512-VNNI: the matrix
 //! products of these types on x86_64, prefill and decode.
 //!
 //! As in `avx2_k_tiles`, each 32-bit lane of a tile's vectors holds one weight row: the eight rows' quant bytes are
 //! transposed four at a time (lane r of vector c: row r's quants of elements 4c..4c+4), so one multiply against
 //! four activation bytes broadcast to every lane adds 32 products, and eight of them make every row's block sum.
 //! The weights' quants are made unsigned for the byte multiplies (`maddubs`, `dpbusd`: unsigned times signed):
-//! Q4_0's nibbles as they are (the value is `q - 8`), Q5_0's nibbles with their fifth bits (`q - 16`), Q8_0's as
+//! Q4_0's and Q4_1's nibbles as they are (the value is `q - 8`; Q4_1's is `d * q + m`, whose `m` times the activation
+//! block's `s` is a second FMA after the block's), Q5_0's nibbles with their fifth bits (`q - 16`), Q8_0's as
 //! `q + 128` with VNNI, and the offset times the activation block's sum of quants (`Activations::row_sums`) is taken
 //! off the exact integer sum. Without VNNI, Q8_0's `q + 128` would overflow `maddubs`' 16-bit pairs: there its signs
-//! move onto the activations instead (which needs activation quants in -127..=127, as the quantizers write). Q4_0's
-//! and Q5_0's pairs stay far from overflow (at most 2 * 31 * 128 a pair), so without VNNI the products of a lane add
-//! up in 16 bits (16 of them for Q4_0, 8 for Q5_0) before a `madd` widens them.
+//! move onto the activations instead (which needs activation quants in -127..=127, as the quantizers write). The
+//! nibble types' pairs stay far from overflow (at most 2 * 31 * 128 a pair), so without VNNI the products of a lane
+//! add up in 16 bits (16 of them for Q4_0 and Q4_1, 8 for Q5_0) before a `madd` widens them.
 //!
 //! Every output is a sum over blocks of exact integers `s` (the block's dot of quants) times `D = d_w * d_a` (an
 //! f32 product of two f16 values: exact), in one order: block i goes into partial sum `i % 8` with one FMA,
-//! `R[i % 8] = fma(D, s, R[i % 8])`, and the eight partial sums are added as `simd::avx2::hsum` adds lanes. Tiles
+//! `R[i % 8] = fma(D, s, R[i % 8])` (Q4_1: then `R[i % 8] = fma(m_w, s_a, R[i % 8])`), and the eight partial sums
+//! are added as `simd::avx2::hsum` adds lanes. Tiles
 //! keep the eight partial sums per output in eight vectors; the per-row kernel (rows left over from the tiles)
 //! makes eight blocks' sums at a time into the lanes of one vector and runs one vector FMA per eight blocks. So
 //! every output has the same bits whichever kernel, number of activation rows or thread computed it.
@@ -22,10 +24,10 @@
 use std::arch::x86_64::*;
 use std::mem::size_of;
 
-use super::act::BlockQ8_0;
+use super::act::{BlockQ8_0, Q8Block};
 use super::avx2::{bit_bytes, load32, nibbles, Unpack};
-use super::legacy::{BlockQ4_0, BlockQ5_0};
-use super::{check_rows, QuantBlock};
+use super::check_rows;
+use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0};
 use crate::simd::avx2::hsum;
 
 /// Weight rows per tile: one per 32-bit lane of a 256-bit vector.
@@ -33,9 +35,9 @@ const ROWS: usize = 8;
 /// Partial sums per output: block i goes into partial sum `i % LANES`.
 const LANES: usize = 8;
 
-/// The legacy types with tiles: Q4_0 and Q5_0 (nibbles; Q5_0 with a fifth bit each in `qh`) and Q8_0 (bytes), all
-/// a scale `d` first.
-pub(crate) trait TileBlock: Unpack + QuantBlock<Act = BlockQ8_0> {
+/// The legacy types with tiles: Q4_0, Q4_1 and Q5_0 (nibbles; Q4_1 with a min `m` after `d`, Q5_0 with a fifth bit
+/// each in `qh`) and Q8_0 (bytes), all a scale `d` first.
+pub(crate) trait TileBlock: Unpack {
     /// Q8_0's signed bytes, rather than nibbles.
     const BYTES: bool;
     /// Where the quants start.
@@ -47,6 +49,11 @@ pub(crate) trait TileBlock: Unpack + QuantBlock<Act = BlockQ8_0> {
 impl TileBlock for BlockQ4_0 {
     const BYTES: bool = false;
     const QS: usize = std::mem::offset_of!(BlockQ4_0, qs);
+}
+
+impl TileBlock for BlockQ4_1 {
+    const BYTES: bool = false;
+    const QS: usize = std::mem::offset_of!(BlockQ4_1, qs);
 }
 
 impl TileBlock for BlockQ5_0 {
@@ -62,13 +69,26 @@ impl TileBlock for BlockQ8_0 {
 
 /// The shift of the activation block's sum of quants to take off a block's integer sum: the offset of the
 /// unsigned weight quants (`q` for a value `q - 8` in Q4_0, `q - 16` in Q5_0; `q + 128` for Q8_0 with VNNI), if any.
+/// Q4_1 has none: its values are `d * q + m`, and `m` times the activation block's `s` is a second FMA.
 const fn offset_shift<B: TileBlock>(vnni: bool) -> Option<i32> {
-    match (B::BYTES, B::QH.is_some(), vnni) {
-        (false, false, _) => Some(3),
-        (false, true, _) => Some(4),
-        (true, _, true) => Some(7),
-        (true, _, false) => None,
+    match (B::BYTES, B::QH.is_some(), B::WITH_MIN, vnni) {
+        (false, _, true, _) => None,
+        (false, false, false, _) => Some(3),
+        (false, true, false, _) => Some(4),
+        (true, _, _, true) => Some(7),
+        (true, _, _, false) => None,
     }
+}
+
+/// The f16 at byte `at` of each of the eight blocks, to f32 (a gather is slower on some CPUs).
+/// # Safety
+/// Two bytes are readable at `at` of each of `rows`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_of_rows(rows: &[*const u8; ROWS], at: usize) -> __m256 {
+    // SAFETY: the caller's promise; unaligned reads.
+    let h = rows.map(|r| unsafe { r.add(at).cast::<i16>().read_unaligned() });
+    _mm256_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]))
 }
 
 /// Word `c` (0..4) of the 16 bytes at `offset` in row r's block, in lane r of vector c.
@@ -272,13 +292,14 @@ macro_rules! tile_kernels {
         pub(crate) unsafe fn $rows<B: TileBlock, const A: usize>(
             w: &[B],
             row_blocks: usize,
-            a: [&[BlockQ8_0]; A],
+            a: [&[B::Act]; A],
             a_scales: [&[[f32; 2]]; A],
             a_sums: [&[i32]; A],
             out: &mut [[f32; A]],
         ) {
             check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
-            assert!(a_sums.iter().all(|s| s.len() >= row_blocks), "activation sums too short");
+            let offset = offset_shift::<B>($vnni).is_some();
+            assert!(!offset || a_sums.iter().all(|s| s.len() >= row_blocks), "activation sums too short");
             let tiled = out.len() / ROWS * ROWS;
             let (w_tiles, w_rest) = w.split_at(tiled * row_blocks);
             let (out_tiles, out_rest) = out.split_at_mut(tiled);
@@ -298,7 +319,7 @@ macro_rules! tile_kernels {
         unsafe fn $tile<B: TileBlock, const A: usize>(
             w: &[B],
             row_blocks: usize,
-            a: [&[BlockQ8_0]; A],
+            a: [&[B::Act]; A],
             a_scales: [&[[f32; 2]]; A],
             a_sums: [&[i32]; A],
             out: &mut [[f32; A]],
@@ -338,24 +359,24 @@ macro_rules! tile_kernels {
                         };
                     }
                 }
-                // The eight rows' `d` (a gather is slower on some CPUs).
-                // SAFETY: as above.
-                let dw = unsafe {
-                    let d = x.map(|x| x.cast::<i16>().read_unaligned());
-                    _mm256_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]))
-                };
+                // The eight rows' `d` and (Q4_1) `m`.
+                // SAFETY: as above: every block starts with `d`, Q4_1's with `d` and `m`.
+                let dw = unsafe { f16_of_rows(&x, 0) };
+                let mw = if B::WITH_MIN { unsafe { f16_of_rows(&x, 2) } } else { _mm256_setzero_ps() };
                 for k in 0..A {
-                    // SAFETY: the caller's promise on the activation rows.
-                    let (y, scale, sum) = unsafe {
-                        (a[k].get_unchecked(i), a_scales[k].get_unchecked(i)[0], *a_sums[k].get_unchecked(i))
-                    };
-                    let mut s = $tile_dot::<B, A>(&u, &q, &y.qs);
+                    // SAFETY: the caller's promise on the activation rows (and their sums where there is an offset).
+                    let (y, [scale, s_a]) = unsafe { (a[k].get_unchecked(i), *a_scales[k].get_unchecked(i)) };
+                    let mut s = $tile_dot::<B, A>(&u, &q, y.qs());
                     if let Some(shift) = shift {
+                        let sum = unsafe { *a_sums[k].get_unchecked(i) };
                         s = _mm256_sub_epi32(s, _mm256_set1_epi32(sum << shift));
                     }
                     let d = _mm256_mul_ps(dw, _mm256_set1_ps(scale));
                     let p = &mut acc[k][i % LANES];
                     *p = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), *p);
+                    if B::WITH_MIN {
+                        *p = _mm256_fmadd_ps(mw, _mm256_set1_ps(s_a), *p);
+                    }
                 }
             }
             for k in 0..A {
@@ -382,7 +403,7 @@ macro_rules! tile_kernels {
         unsafe fn $per_row<B: TileBlock, const A: usize>(
             w: &[B],
             row_blocks: usize,
-            a: [&[BlockQ8_0]; A],
+            a: [&[B::Act]; A],
             a_scales: [&[[f32; 2]]; A],
             a_sums: [&[i32]; A],
             out: &mut [[f32; A]],
@@ -416,7 +437,7 @@ macro_rules! tile_kernels {
                             };
                             for k in 0..A {
                                 // SAFETY: the caller's promise on the activation rows.
-                                p[k][b] = $row_dot::<B>(u, q, unsafe { &a[k].get_unchecked(g + b).qs });
+                                p[k][b] = $row_dot::<B>(u, q, unsafe { a[k].get_unchecked(g + b).qs() });
                             }
                         }};
                     }
@@ -447,6 +468,23 @@ macro_rules! tile_kernels {
                             )
                         };
                         acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), acc[k]);
+                        if B::WITH_MIN {
+                            // SAFETY: as for `dw` (each block's `m` after its `d`) and `da` (each `s` after its `d`).
+                            let (mw, sa) = unsafe {
+                                let m = w.as_ptr().add(g).cast::<u8>().add(2).cast::<i32>();
+                                let at = a_scales[k].as_ptr().add(g).cast::<f32>().add(1);
+                                (
+                                    f16_lanes(_mm256_mask_i32gather_epi32::<1>(zero, m, block_offsets, mask)),
+                                    _mm256_mask_i32gather_ps::<4>(
+                                        _mm256_setzero_ps(),
+                                        at,
+                                        scale_index,
+                                        _mm256_castsi256_ps(mask),
+                                    ),
+                                )
+                            };
+                            acc[k] = _mm256_fmadd_ps(mw, sa, acc[k]);
+                        }
                     }
                 }
                 *out = std::array::from_fn(|k| hsum(acc[k]));
@@ -469,8 +507,9 @@ tile_kernels!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::act::BlockQ8_1;
     use crate::quant::act::QK8;
-    use crate::quant::{as_blocks_mut, ActKind, ActRow, Activations};
+    use crate::quant::{as_blocks_mut, ActKind, ActRow, Activations, QuantBlock};
     use crate::simd::cpu::{has_avx2, has_vnni};
     use crate::test_support::Rng;
 
@@ -492,16 +531,19 @@ mod tests {
         {
             let rows = 19;
             let x: Vec<f32> = (0..rows * row_blocks * QK8).map(|_| rng.uniform(-1.0, 1.0)).collect();
-            let mut acts = Activations::new();
+            // The same activations as Q8_0 (for Q4_0, Q5_0, Q8_0) and Q8_1 (for Q4_1).
+            let (mut acts, mut acts1) = (Activations::new(), Activations::new());
             match extreme {
                 None => {
                     let a: Vec<f32> = (0..8 * row_blocks * QK8).map(|_| rng.uniform(-1.0, 1.0)).collect();
                     acts.quantize(ActKind::Q8_0, &a, 8);
+                    acts1.quantize(ActKind::Q8_1, &a, 8);
                 }
                 Some(fill) => {
+                    let d = crate::quant::act::f32_to_f16(0.01);
                     let blocks: Vec<BlockQ8_0> = (0..8 * row_blocks)
                         .map(|b| BlockQ8_0 {
-                            d: crate::quant::act::f32_to_f16(0.01),
+                            d,
                             qs: std::array::from_fn(|i| match (fill as usize + b) % 3 {
                                 0 => -127,
                                 1 => 127,
@@ -509,11 +551,21 @@ mod tests {
                             }),
                         })
                         .collect();
+                    let blocks1: Vec<BlockQ8_1> = blocks
+                        .iter()
+                        .map(|b| BlockQ8_1 {
+                            d,
+                            s: crate::quant::act::f32_to_f16(0.01 * b.qs.iter().map(|&q| q as f32).sum::<f32>()),
+                            qs: b.qs,
+                        })
+                        .collect();
                     acts = Activations::from_blocks(ActRow::Q8_0(&blocks), 8);
+                    acts1 = Activations::from_blocks(ActRow::Q8_1(&blocks1), 8);
                 }
             }
             macro_rules! check {
-                ($B:ty) => {{
+                ($B:ty, $acts:expr) => {{
+                    let acts = &$acts;
                     let mut stored = vec![0u8; rows * row_blocks * size_of::<$B>()];
                     let w = as_blocks_mut::<$B>(&mut stored);
                     <$B>::quantize(&x, w);
@@ -528,7 +580,7 @@ mod tests {
                         }
                     }
                     let w = &*w;
-                    let want = run::<$B, 1>(w, row_blocks, &acts, false, false);
+                    let want = run::<$B, 1>(w, row_blocks, acts, false, false);
                     assert!(want.iter().all(|o| o.iter().all(|v| v.is_finite())));
                     for vnni in [false, true] {
                         if vnni && !has_vnni() {
@@ -539,28 +591,17 @@ mod tests {
                                 "{} {row_blocks} blocks {extreme:?} vnni {vnni} per-row {per_row}",
                                 stringify!($B)
                             );
-                            assert_eq!(
-                                bits(&run::<$B, 1>(w, row_blocks, &acts, vnni, per_row)),
-                                bits(&want),
-                                "{at}, 1"
-                            );
-                            assert_eq!(
-                                bits(&run::<$B, 4>(w, row_blocks, &acts, vnni, per_row)),
-                                bits(&want),
-                                "{at}, 4"
-                            );
-                            assert_eq!(
-                                bits(&run::<$B, 8>(w, row_blocks, &acts, vnni, per_row)),
-                                bits(&want),
-                                "{at}, 8"
-                            );
+                            assert_eq!(bits(&run::<$B, 1>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 1");
+                            assert_eq!(bits(&run::<$B, 4>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 4");
+                            assert_eq!(bits(&run::<$B, 8>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 8");
                         }
                     }
                 }};
             }
-            check!(BlockQ4_0);
-            check!(BlockQ5_0);
-            check!(BlockQ8_0);
+            check!(BlockQ4_0, acts);
+            check!(BlockQ4_1, acts1);
+            check!(BlockQ5_0, acts);
+            check!(BlockQ8_0, acts);
         }
     }
 
@@ -581,7 +622,8 @@ mod tests {
         for t0 in (0..8).step_by(A) {
             let ids: [usize; A] = std::array::from_fn(|j| t0 + j);
             let a = ids.map(|r| acts.row(r).blocks());
-            let (scales, sums) = (ids.map(|r| acts.row_scales(r)), ids.map(|r| acts.row_sums(r)));
+            let scales = ids.map(|r| acts.row_scales(r));
+            let sums = ids.map(|r| if B::WITH_MIN { &[][..] } else { acts.row_sums(r) });
             let mut out = vec![[0f32; A]; rows];
             // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller), and VNNI where `vnni`.
             unsafe {

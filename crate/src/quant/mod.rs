@@ -19,11 +19,12 @@
 //! legacy types share one generic dot (`legacy_dot`) and row kernel (`legacy_rows`) per ISA: `LegacyBlock` says what a
 //! type's scales are, the ISA's `Unpack` how its quants unpack.
 //!
-//! On x86_64, Q4_0, Q5_0 and Q8_0 take weight rows eight at a time (`avx2_tiles.rs`, stamped for AVX2 and
+//! On x86_64, Q4_0, Q4_1, Q5_0 and Q8_0 take weight rows eight at a time (`avx2_tiles.rs`, stamped for AVX2 and
 //! AVX512-VNNI), prefill and decode alike: the eight rows' quants transposed so that each 32-bit lane holds one row
 //! and one multiply against four broadcast activation bytes adds 32 products; weight quants made unsigned (Q4_0's
-//! nibbles, Q5_0's nibbles with their fifth bits, Q8_0's `q + 128` with VNNI) with the offset times the activation
-//! block's sum of quants (`Activations::row_sums`) taken off the exact integer sum. Every output adds block i's exact
+//! and Q4_1's nibbles, Q5_0's nibbles with their fifth bits, Q8_0's `q + 128` with VNNI) with the offset times the
+//! activation block's sum of quants (`Activations::row_sums`) taken off the exact integer sum (Q4_1: its `m` times the
+//! activation's `s`, a second FMA). Every output adds block i's exact
 //! sum times its scales into partial sum `i % 8` and the eight partial sums as a vector's lanes: the tiles, the
 //! per-row kernel for the rows left over, and both stampings give the same bits (their `vec_dot` keeps its own order:
 //! `dot_rows` does not use it). (Q8_0's tiles alone, before Q5_0 had them, moved one position of Gemma 3 270M's
@@ -397,7 +398,7 @@ pub fn dot_rows<const A: usize>(
     }
     match ty {
         GgmlType::Q4_0 => tile_rows::<BlockQ4_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
-        GgmlType::Q4_1 => legacy_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
+        GgmlType::Q4_1 => tile_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q5_0 => tile_rows::<BlockQ5_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q5_1 => legacy_rows::<BlockQ5_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q8_0 => tile_rows::<BlockQ8_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
@@ -411,12 +412,12 @@ pub fn dot_rows<const A: usize>(
 
 /// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the tiles,
 /// which share a transposition of eight weight rows among all of them (the K-quants', `avx2_k_tiles`, Q6_K's per-row
-/// kernel too; Q4_0's, Q5_0's and Q8_0's, `avx2_tiles`: all with AVX2); 4 elsewhere (what the row kernels keep in
-/// registers).
+/// kernel too; the legacy types', `avx2_tiles`: all with AVX2); 4 elsewhere (what the row kernels keep in registers).
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
-    let tiles = has_avx2() && (k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0));
+    let tiles =
+        has_avx2() && (k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0));
     #[cfg(not(target_arch = "x86_64"))]
     let tiles = false;
     if tiles {
@@ -441,7 +442,7 @@ use neon::Unpack as SimdLegacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use simd128::Unpack as SimdLegacy;
 
-/// [`dot_rows`] for Q4_0, Q5_0 and Q8_0: the tiles on x86_64 (`avx2_tiles`), the legacy row kernel elsewhere.
+/// [`dot_rows`] for Q4_0, Q4_1, Q5_0 and Q8_0: the tiles on x86_64 (`avx2_tiles`), the legacy row kernel elsewhere.
 fn tile_rows<B: TileRows, const A: usize>(
     w: &[B],
     row_blocks: usize,
@@ -452,7 +453,9 @@ fn tile_rows<B: TileRows, const A: usize>(
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         let a = a_rows.map(|r| acts.row(r).blocks());
-        let (scales, sums) = (a_rows.map(|r| acts.row_scales(r)), a_rows.map(|r| acts.row_sums(r)));
+        // Sums of the activations' quants for the types with an offset (Q8_0 activations); Q4_1's have none.
+        let sums = a_rows.map(|r| if B::WITH_MIN { &[][..] } else { acts.row_sums(r) });
+        let scales = a_rows.map(|r| acts.row_scales(r));
         // SAFETY: the CPU has AVX2, FMA and F16C, and AVX512 F/VL/VNNI where `has_vnni`.
         unsafe {
             match has_vnni() {
@@ -465,7 +468,7 @@ fn tile_rows<B: TileRows, const A: usize>(
     legacy_rows(w, row_blocks, acts, a_rows, out)
 }
 
-/// The blocks of [`tile_rows`]: Q4_0, Q5_0 and Q8_0.
+/// The blocks of [`tile_rows`]: Q4_0, Q4_1, Q5_0 and Q8_0.
 #[cfg(target_arch = "x86_64")]
 use avx2_tiles::TileBlock as TileRows;
 #[cfg(not(target_arch = "x86_64"))]
