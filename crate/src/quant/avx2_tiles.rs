@@ -120,8 +120,8 @@ pub(super) unsafe fn transpose_words(rows: &[*const u8; ROWS], offset: usize) ->
 }
 
 /// The quants of block `rows[r]` for r = 0..8, transposed: lane r of vector c holds row r's quants of elements
-/// 4c..4c+4 as bytes (Q4_0: the nibbles `q`, Q5_0: the nibbles with their fifth bits, unsigned; Q8_0: the signed
-/// quants).
+/// 4c..4c+4 as bytes (Q4_0, Q4_1: the nibbles `q`, Q5_0: the nibbles with their fifth bits, unsigned; Q8_0: the
+/// signed quants).
 /// # Safety
 /// Each of `rows` points to a whole block of `B`.
 #[inline]
@@ -166,13 +166,13 @@ fn fifth_bits(qh: __m256i, c: usize) -> __m256i {
     _mm256_slli_epi32::<4>(spread)
 }
 
-/// One block's quants in element order as bytes (Q4_0: the nibbles `q`, Q5_0: the nibbles with their fifth bits,
-/// unsigned; Q8_0: the signed quants).
+/// One block's quants in element order as bytes (Q4_0, Q4_1: the nibbles `q`, Q5_0: the nibbles with their fifth
+/// bits, unsigned; Q8_0: the signed quants).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn row_quants<B: TileBlock>(x: &B) -> __m256i {
     let p = (x as *const B).cast::<u8>();
-    // SAFETY: the block's quants: 32 bytes (Q8_0) or 16 (Q4_0, Q5_0) from QS, and Q5_0's 4 bytes of fifth bits.
+    // SAFETY: the block's quants: 32 bytes (Q8_0) or 16 (the nibble types) from QS, and Q5_0's 4 bytes of fifth bits.
     unsafe {
         if B::BYTES {
             _mm256_loadu_si256(p.add(B::QS).cast())
@@ -236,8 +236,8 @@ fn tile_dot_avx2<B: TileBlock, const A: usize>(u: &[__m256i; 8], s: &[__m256i; 8
         }
         _mm256_add_epi32(acc[0], acc[1])
     } else {
-        // Each 16-bit lane of `acc[c % 2]` adds 8 products of at most 31 * 128 (31,744): no overflow. Q4_0's (at most
-        // 15 * 128) add up 16 to a lane (30,720) before one `madd`.
+        // Each 16-bit lane of `acc[c % 2]` adds 8 products of at most 31 * 128 (31,744): no overflow. Q4_0's and Q4_1's
+        // (at most 15 * 128) add up 16 to a lane (30,720) before one `madd`.
         for c in 0..8 {
             acc[c % 2] = _mm256_add_epi16(acc[c % 2], _mm256_maddubs_epi16(u[c], broadcast_word(y, c)));
         }
@@ -282,10 +282,11 @@ fn row_dot_vnni<B: TileBlock>(u: __m256i, _s: __m256i, y: &[i8; 32]) -> __m256i 
 /// unsigned; `$tile_dot`, `$row_dot`: the byte products). See the module's comment.
 macro_rules! tile_kernels {
     ($features:literal, $vnni:literal, $tile_dot:ident, $row_dot:ident, $rows:ident, $tile:ident, $per_row:ident) => {
-        /// Q4_0, Q5_0 or Q8_0 rows (`w`, rows of `row_blocks` blocks) · `A` Q8_0 activation rows into `out[row][j]`:
-        /// whole tiles of eight rows, the rest through the per-row kernel (the same bits). `a_scales[j]` and
-        /// `a_sums[j]` are activation row j's block scales and sums of quants (`Activations::row_scales`,
-        /// `row_sums`).
+        /// Q4_0, Q4_1, Q5_0 or Q8_0 rows (`w`, rows of `row_blocks` blocks) · `A` activation rows of the type's own
+        /// (Q8_0; Q8_1 for Q4_1) into `out[row][j]`: whole tiles of eight rows, the rest through the per-row kernel
+        /// (the same bits). `a_scales[j]` are activation row j's block scales `(d, s)` (`Activations::row_scales`);
+        /// `a_sums[j]` its blocks' sums of quants (`row_sums`), read only for the types with an offset (empty for
+        /// Q4_1).
         /// # Safety
         /// The CPU must have the features this is compiled for.
         #[target_feature(enable = $features)]
@@ -418,10 +419,20 @@ macro_rules! tile_kernels {
                     let n = (row_blocks - g).min(LANES);
                     let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
                     let zero = _mm256_setzero_si256();
+                    // The blocks' `d` and (Q4_1) `m`, the f16 after it. (No closure for the two: a vector-valued one
+                    // may not be inlined into these `target_feature` functions.)
+                    // SAFETY: g < row_blocks: block g of the row.
+                    let base = unsafe { w.as_ptr().add(g) }.cast::<u8>();
                     // SAFETY: the lanes of blocks g..g + n, the rest masked off (not read).
-                    let dw = f16_lanes(unsafe {
-                        _mm256_mask_i32gather_epi32::<1>(zero, w.as_ptr().add(g).cast(), block_offsets, mask)
-                    });
+                    let dw =
+                        f16_lanes(unsafe { _mm256_mask_i32gather_epi32::<1>(zero, base.cast(), block_offsets, mask) });
+                    let mw = match B::WITH_MIN {
+                        // SAFETY: as for `dw`.
+                        true => f16_lanes(unsafe {
+                            _mm256_mask_i32gather_epi32::<1>(zero, base.add(2).cast(), block_offsets, mask)
+                        }),
+                        false => _mm256_setzero_ps(),
+                    };
                     let mut p = [[zero; LANES]; A];
                     // Block g + b's products into `p[k][b]` (a macro: a closure returning vectors may not inline).
                     macro_rules! block {
@@ -469,18 +480,14 @@ macro_rules! tile_kernels {
                         };
                         acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), acc[k]);
                         if B::WITH_MIN {
-                            // SAFETY: as for `dw` (each block's `m` after its `d`) and `da` (each `s` after its `d`).
-                            let (mw, sa) = unsafe {
-                                let m = w.as_ptr().add(g).cast::<u8>().add(2).cast::<i32>();
+                            // SAFETY: as for `da` (each block's `s` after its `d`).
+                            let sa = unsafe {
                                 let at = a_scales[k].as_ptr().add(g).cast::<f32>().add(1);
-                                (
-                                    f16_lanes(_mm256_mask_i32gather_epi32::<1>(zero, m, block_offsets, mask)),
-                                    _mm256_mask_i32gather_ps::<4>(
-                                        _mm256_setzero_ps(),
-                                        at,
-                                        scale_index,
-                                        _mm256_castsi256_ps(mask),
-                                    ),
+                                _mm256_mask_i32gather_ps::<4>(
+                                    _mm256_setzero_ps(),
+                                    at,
+                                    scale_index,
+                                    _mm256_castsi256_ps(mask),
                                 )
                             };
                             acc[k] = _mm256_fmadd_ps(mw, sa, acc[k]);
