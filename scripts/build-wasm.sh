@@ -63,6 +63,10 @@ WASM_OPT_FEATURES=(--enable-simd --enable-bulk-memory --enable-nontrapping-float
   --enable-mutable-globals --enable-multivalue --enable-reference-types)
 
 # bindgen_and_opt WASM OUT_DIR [wasm-opt flags]
+# --low-memory-unused lets wasm-opt fold a constant added to an address into the load's offset (V8 then folds it
+# into the x86 address; an i32.add before the load is an instruction of its own): it assumes no access below 1 KiB,
+# which holds where Rust lays the stack first (the main thread's stack grows down from 1 MiB towards 0; data
+# sits above it), and the fold changes only an address that wraps past 4 GiB.
 bindgen_and_opt() {
   local wasm=$1 out=$2
   shift 2
@@ -71,7 +75,7 @@ bindgen_and_opt() {
   wasm-bindgen --target web --out-dir "$out" --out-name ruvllm "$wasm"
   rm -f "$out/ruvllm_bg.wasm.d.ts"
   {
-    "$wasm_opt" "${WASM_OPT_FEATURES[@]}" "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
+    "$wasm_opt" "${WASM_OPT_FEATURES[@]}" --low-memory-unused "$@" "$out/ruvllm_bg.wasm" -o "$out/ruvllm_bg.wasm"
     echo "build-wasm: $out/ruvllm_bg.wasm $(stat -c %s "$out/ruvllm_bg.wasm") bytes" >&2
   } &
   opt_pids+=($!)

@@ -8,7 +8,9 @@
 //! exact sums on every engine (no pair of products reaches i16's limits). The integer sum of a
 //! super-block is exact; it is scaled by `d` once, like ggml's reference, so both builds give the same
 //! bits. The masks each kernel makes before its loop pass through `black_box` so that V8 keeps them in
-//! registers instead of rebuilding each at every use (see `simd128::Consts`).
+//! registers instead of rebuilding each at every use (see `simd128::Consts`); bytes shift as u16 lanes
+//! with a mask after ([`high_nibbles`]: V8 emits an 8-bit shift as a 16-bit one plus a mask it rebuilds
+//! each time, five instructions where two do).
 
 use core::arch::wasm32::*;
 use std::hint::black_box;
@@ -16,6 +18,7 @@ use std::hint::black_box;
 use super::act::{f16_to_f32, BlockQ8K, QK_K};
 use super::check_k_rows;
 use super::k_quants::{scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::simd128::high_nibbles;
 
 #[inline]
 fn load<T: Copy>(s: &[T]) -> v128 {
@@ -48,22 +51,28 @@ fn add_scaled(acc: v128, p: v128, scale: i16) -> v128 {
     i32x4_add(acc, i32x4_dot_i16x8(p, i16x8_splat(scale)))
 }
 
-/// `acc + Σ lanes of p[k] * lane k of the i16x8 `scales`, for eight sub-blocks' pair sums `p`: each scale is
-/// spread over a vector by a shuffle, not taken out to a scalar and splatted (several instructions in V8).
+/// Eight i16 scales as pairs `[s0, s0, s1, s1, ..]` in two vectors (scales 0-3, 4-7), so that one i32 shuffle
+/// spreads a scale over a vector (an i16 shuffle does it in two instructions in V8).
 #[inline(always)]
-fn add_scaled8(acc: v128, p: [v128; 8], scales: v128) -> v128 {
+fn scale_pairs(scales: v128) -> [v128; 2] {
+    [i16x8_shuffle::<0, 0, 1, 1, 2, 2, 3, 3>(scales, scales), i16x8_shuffle::<4, 4, 5, 5, 6, 6, 7, 7>(scales, scales)]
+}
+
+/// `acc + Σ lanes of p[k] * scale k`, for eight sub-blocks' pair sums `p` and their scales as [`scale_pairs`].
+#[inline(always)]
+fn add_scaled_pairs(acc: v128, p: [v128; 8], pairs: [v128; 2]) -> v128 {
     #[inline(always)]
-    fn lane<const K: usize>(acc: v128, p: v128, scales: v128) -> v128 {
-        i32x4_add(acc, i32x4_dot_i16x8(p, i16x8_shuffle::<K, K, K, K, K, K, K, K>(scales, scales)))
+    fn lane<const K: usize>(acc: v128, p: v128, pairs: v128) -> v128 {
+        i32x4_add(acc, i32x4_dot_i16x8(p, i32x4_shuffle::<K, K, K, K>(pairs, pairs)))
     }
-    let acc = lane::<0>(acc, p[0], scales);
-    let acc = lane::<1>(acc, p[1], scales);
-    let acc = lane::<2>(acc, p[2], scales);
-    let acc = lane::<3>(acc, p[3], scales);
-    let acc = lane::<4>(acc, p[4], scales);
-    let acc = lane::<5>(acc, p[5], scales);
-    let acc = lane::<6>(acc, p[6], scales);
-    lane::<7>(acc, p[7], scales)
+    let acc = lane::<0>(acc, p[0], pairs[0]);
+    let acc = lane::<1>(acc, p[1], pairs[0]);
+    let acc = lane::<2>(acc, p[2], pairs[0]);
+    let acc = lane::<3>(acc, p[3], pairs[0]);
+    let acc = lane::<0>(acc, p[4], pairs[1]);
+    let acc = lane::<1>(acc, p[5], pairs[1]);
+    let acc = lane::<2>(acc, p[6], pairs[1]);
+    lane::<3>(acc, p[7], pairs[1])
 }
 
 #[inline]
@@ -90,7 +99,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
             let q2 = [load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..])];
             for k in 0..4 {
                 for (h, &bits) in q2.iter().enumerate() {
-                    let q = v128_and(u8x16_shr(bits, 2 * k as u32), m3);
+                    let q = v128_and(u16x8_shr(bits, 2 * k as u32), m3);
                     let q8 = load(&y.qs[128 * j + 32 * k + 16 * h..]);
                     let is = 8 * j + 2 * k + h;
                     isum = add_scaled(isum, mul16_u7(q, q8), (x.scales[is] & 0xF) as i16);
@@ -116,7 +125,7 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
             for k in 0..4 {
                 let bit = u8x16_splat(1 << (4 * j + k));
                 for h in 0..2 {
-                    let low = v128_and(u8x16_shr(q3[h], 2 * k as u32), m3);
+                    let low = v128_and(u16x8_shr(q3[h], 2 * k as u32), m3);
                     // 4 where the high bit is clear.
                     let high = v128_and(i8x16_eq(v128_and(hm[h], bit), i8x16_splat(0)), m4);
                     let q8 = load(&y.qs[128 * j + 32 * k + 16 * h..]);
@@ -130,30 +139,32 @@ pub(crate) fn vec_dot_q3k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// A Q4_K/Q5_K block's scales: its eight sub-block scales as an i16x8, its mins as two i16x8 each twice (for
-/// [`bsums_dot`]: a min covers two bsums), and its `d` and `dmin`.
+/// A Q4_K/Q5_K block's scales: its eight sub-block scales as [`scale_pairs`], its mins likewise (a min covers
+/// two bsums, as a pair of lanes covers two), and `[d, d, dmin, dmin]`.
 struct K4Scales {
-    scales: v128,
+    pairs: [v128; 2],
     mins: [v128; 2],
-    d: f32,
-    dmin: f32,
+    dd: v128,
 }
 
 #[inline(always)]
 fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
     let sm = load(&scales_mins_k4(scales)); // 8 scales, then 8 mins, as bytes
-                                            // Byte 16 is the zero vector's: each min widened to i16, twice.
-    let zero = i8x16_splat(0);
-    let mins_lo = i8x16_shuffle::<8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16>(sm, zero);
-    let mins_hi = i8x16_shuffle::<12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16>(sm, zero);
-    K4Scales { scales: u16x8_extend_low_u8x16(sm), mins: [mins_lo, mins_hi], d: f16_to_f32(d), dmin: f16_to_f32(dmin) }
+    let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+    K4Scales {
+        pairs: scale_pairs(u16x8_extend_low_u8x16(sm)),
+        mins: scale_pairs(u16x8_extend_high_u8x16(sm)),
+        dd: f32x4(d, d, dmin, dmin),
+    }
 }
 
 /// A Q4_K/Q5_K block · its Q8_K block, `quants(j)` the 64 quants of sub-blocks `2j` and `2j + 1` in four
-/// vectors (unpacked here, or once for several activation rows).
+/// vectors (unpacked here, or once for several activation rows). The float operations are the scalar
+/// `y.d * d * isum - y.d * dmin * summs` with the two integer sums taken side by side.
 #[inline(always)]
 fn k4_block(s: &K4Scales, y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
-    let summs = bsums_dot(y, s.mins[0], s.mins[1]);
+    let summs =
+        i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), s.mins[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), s.mins[1]));
     // p[2j], p[2j + 1]: sub-blocks 2j and 2j + 1, each 32 products in i16 pairs.
     let mut p = [i16x8_splat(0); 8];
     for j in 0..QK_K / 64 {
@@ -162,32 +173,38 @@ fn k4_block(s: &K4Scales, y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> 
         p[2 * j] = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
         p[2 * j + 1] = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
     }
-    let isum = add_scaled8(i32x4_splat(0), p, s.scales);
-    y.d * s.d * hsum_i32(isum) as f32 - y.d * s.dmin * summs as f32
+    let isum = add_scaled_pairs(i32x4_splat(0), p, s.pairs);
+    // [isum lanes 0+2, 1+3, summs lanes 0+2, 1+3], then [I, I, S, S]: each a whole sum.
+    let t = i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(isum, summs), i32x4_shuffle::<2, 3, 6, 7>(isum, summs));
+    let sums = f32x4_convert_i32x4(i32x4_add(t, i32x4_shuffle::<1, 0, 3, 2>(t, t)));
+    let v = f32x4_mul(f32x4_mul(f32x4_splat(y.d), s.dd), sums);
+    f32x4_extract_lane::<0>(v) - f32x4_extract_lane::<2>(v)
 }
 
 /// A Q4_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them.
 #[inline(always)]
 fn q4k_quants(x: &BlockQ4K, j: usize, m4: v128) -> [v128; 4] {
     let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
-    [v128_and(b0, m4), v128_and(b1, m4), u8x16_shr(b0, 4), u8x16_shr(b1, 4)]
+    [v128_and(b0, m4), v128_and(b1, m4), high_nibbles(b0, m4), high_nibbles(b1, m4)]
 }
 
 /// A Q5_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them: each nibble OR 16
-/// where its fifth bit (bit `2j` or `2j + 1` of its byte of `qh`) is set.
+/// where its fifth bit (bit `2j` or `2j + 1` of its byte of `qh`) is set, that bit shifted to bit 4 (as u16 lanes:
+/// no bit of the other byte reaches bit 4 in a shift of at most four).
 #[inline(always)]
 fn q5k_quants(x: &BlockQ5K, j: usize, [m4, m16]: [v128; 2]) -> [v128; 4] {
     let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
     let qh = [load(&x.qh[..16]), load(&x.qh[16..])];
-    let high = |h: usize, bit: usize| {
-        let m = u8x16_splat(1 << bit);
-        v128_and(i8x16_eq(v128_and(qh[h], m), m), m16)
+    let high = |h: usize, bit: u32| {
+        let at4 = if bit <= 4 { i16x8_shl(qh[h], 4 - bit) } else { u16x8_shr(qh[h], bit - 4) };
+        v128_and(at4, m16)
     };
+    let bit = 2 * j as u32;
     [
-        v128_or(v128_and(b0, m4), high(0, 2 * j)),
-        v128_or(v128_and(b1, m4), high(1, 2 * j)),
-        v128_or(u8x16_shr(b0, 4), high(0, 2 * j + 1)),
-        v128_or(u8x16_shr(b1, 4), high(1, 2 * j + 1)),
+        v128_or(v128_and(b0, m4), high(0, bit)),
+        v128_or(v128_and(b1, m4), high(1, bit)),
+        v128_or(high_nibbles(b0, m4), high(0, bit + 1)),
+        v128_or(high_nibbles(b1, m4), high(1, bit + 1)),
     ]
 }
 
@@ -224,20 +241,22 @@ fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 
     let l1 = load(&x.ql[64 * j + 32 + 16 * h..]);
     let qh = load(&x.qh[32 * j + 16 * h..]);
     [
-        v128_or(v128_and(l0, m4), v128_and(i8x16_shl(qh, 4), m30)),
-        v128_or(v128_and(l1, m4), v128_and(i8x16_shl(qh, 2), m30)),
-        v128_or(u8x16_shr(l0, 4), v128_and(qh, m30)),
-        v128_or(u8x16_shr(l1, 4), v128_and(u8x16_shr(qh, 2), m30)),
+        v128_or(v128_and(l0, m4), v128_and(i16x8_shl(qh, 4), m30)),
+        v128_or(v128_and(l1, m4), v128_and(i16x8_shl(qh, 2), m30)),
+        v128_or(high_nibbles(l0, m4), v128_and(qh, m30)),
+        v128_or(high_nibbles(l1, m4), v128_and(u16x8_shr(qh, 2), m30)),
     ]
 }
 
 /// One Q6_K block · its Q8_K block as it unpacks: the exact integer sum `Σ scale * (q - 32) * a`, as
-/// `q * a` sums less `32 * Σ scale * bsum`.
+/// `q * a` sums less `32 * Σ scale * bsum` (that part in the same lanes from the start: one lane sum).
 #[inline(always)]
 fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
     let sc = load(&x.scales);
-    let mut isum = i32x4_splat(0);
-    for j in 0..QK_K / 128 {
+    let sc = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
+    let offset = i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), sc[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), sc[1]));
+    let mut isum = i32x4_sub(i32x4_splat(0), i32x4_shl(offset, 5));
+    for (j, &sc) in sc.iter().enumerate() {
         // p[2k + h]: sub-block 8j + 2k + h.
         let mut p = [i16x8_splat(0); 8];
         for h in 0..2 {
@@ -245,10 +264,9 @@ fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
                 p[2 * k + h] = mul16_u7(q, load(&y.qs[16 * (8 * j + 2 * k + h)..]));
             }
         }
-        let sc = if j == 0 { i16x8_extend_low_i8x16(sc) } else { i16x8_extend_high_i8x16(sc) };
-        isum = add_scaled8(isum, p, sc);
+        isum = add_scaled_pairs(isum, p, scale_pairs(sc));
     }
-    hsum_i32(isum) - 32 * scaled_bsums(y, &x.scales)
+    hsum_i32(isum)
 }
 
 /// [`q6k_block_sum`] of a block unpacked beforehand, `q[is]` the quants of sub-block `is` (the same sum).
