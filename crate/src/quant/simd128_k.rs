@@ -58,21 +58,16 @@ fn scale_pairs(scales: v128) -> [v128; 2] {
     [i16x8_shuffle::<0, 0, 1, 1, 2, 2, 3, 3>(scales, scales), i16x8_shuffle::<4, 4, 5, 5, 6, 6, 7, 7>(scales, scales)]
 }
 
-/// `acc + Σ lanes of p[k] * scale k`, for eight sub-blocks' pair sums `p` and their scales as [`scale_pairs`].
+/// Scale `k` of the eight in [`scale_pairs`] form, spread over a vector (one shuffle once `k` is known).
 #[inline(always)]
-fn add_scaled_pairs(acc: v128, p: [v128; 8], pairs: [v128; 2]) -> v128 {
-    #[inline(always)]
-    fn lane<const K: usize>(acc: v128, p: v128, pairs: v128) -> v128 {
-        i32x4_add(acc, i32x4_dot_i16x8(p, i32x4_shuffle::<K, K, K, K>(pairs, pairs)))
+fn spread_scale(pairs: [v128; 2], k: usize) -> v128 {
+    let p = pairs[k / 4];
+    match k % 4 {
+        0 => i32x4_shuffle::<0, 0, 0, 0>(p, p),
+        1 => i32x4_shuffle::<1, 1, 1, 1>(p, p),
+        2 => i32x4_shuffle::<2, 2, 2, 2>(p, p),
+        _ => i32x4_shuffle::<3, 3, 3, 3>(p, p),
     }
-    let acc = lane::<0>(acc, p[0], pairs[0]);
-    let acc = lane::<1>(acc, p[1], pairs[0]);
-    let acc = lane::<2>(acc, p[2], pairs[0]);
-    let acc = lane::<3>(acc, p[3], pairs[0]);
-    let acc = lane::<0>(acc, p[4], pairs[1]);
-    let acc = lane::<1>(acc, p[5], pairs[1]);
-    let acc = lane::<2>(acc, p[6], pairs[1]);
-    lane::<3>(acc, p[7], pairs[1])
 }
 
 #[inline]
@@ -158,22 +153,12 @@ fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
     }
 }
 
-/// A Q4_K/Q5_K block · its Q8_K block, `quants(j)` the 64 quants of sub-blocks `2j` and `2j + 1` in four
-/// vectors (unpacked here, or once for several activation rows). The float operations are the scalar
-/// `y.d * d * isum - y.d * dmin * summs` with the two integer sums taken side by side.
+/// A Q4_K/Q5_K block · its Q8_K block `y` from the block's scaled integer sums `isum` (as lanes): the mins' sum
+/// taken beside it, then the scalar `y.d * d * isum - y.d * dmin * summs` on both at once.
 #[inline(always)]
-fn k4_block(s: &K4Scales, y: &BlockQ8K, quants: impl Fn(usize) -> [v128; 4]) -> f32 {
+fn k4_finish(s: &K4Scales, y: &BlockQ8K, isum: v128) -> f32 {
     let summs =
         i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), s.mins[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), s.mins[1]));
-    // p[2j], p[2j + 1]: sub-blocks 2j and 2j + 1, each 32 products in i16 pairs.
-    let mut p = [i16x8_splat(0); 8];
-    for j in 0..QK_K / 64 {
-        let q = quants(j);
-        let q8 = &y.qs[64 * j..];
-        p[2 * j] = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
-        p[2 * j + 1] = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
-    }
-    let isum = add_scaled_pairs(i32x4_splat(0), p, s.pairs);
     // [isum lanes 0+2, 1+3, summs lanes 0+2, 1+3], then [I, I, S, S]: each a whole sum.
     let t = i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(isum, summs), i32x4_shuffle::<2, 3, 6, 7>(isum, summs));
     let sums = f32x4_convert_i32x4(i32x4_add(t, i32x4_shuffle::<1, 0, 3, 2>(t, t)));
@@ -209,32 +194,26 @@ fn q5k_quants(x: &BlockQ5K, j: usize, [m4, m16]: [v128; 2]) -> [v128; 4] {
 }
 
 pub(crate) fn vec_dot_q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    let m4 = black_box(u8x16_splat(0xF));
-    let mut sumf = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        sumf += k4_block(&k4_scales(&x.scales, x.d, x.dmin), y, |j| q4k_quants(x, j, m4));
-    }
-    sumf
+    one_row(w, a, q4k_rows::<1>)
 }
 
 pub(crate) fn vec_dot_q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    let masks = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
-    let mut sumf = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        sumf += k4_block(&k4_scales(&x.scales, x.d, x.dmin), y, |j| q5k_quants(x, j, masks));
-    }
-    sumf
+    one_row(w, a, q5k_rows::<1>)
 }
 
-/// Σ scales[s] * bsums[s] over the 16 sub-blocks: what Q6_K's offset of 32 takes off a block's sum, over 32.
-#[inline]
-fn scaled_bsums(y: &BlockQ8K, scales: &[i8; QK_K / 16]) -> i32 {
-    let sc = load(scales);
-    bsums_dot(y, i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc))
+/// A `vec_dot` as its type's row kernel on one row (so the two agree bit for bit).
+#[inline(always)]
+fn one_row<X>(w: &[X], a: &[BlockQ8K], rows: impl Fn(&[X], usize, [&[BlockQ8K]; 1], &mut [[f32; 1]])) -> f32 {
+    if w.is_empty() {
+        return 0.0;
+    }
+    let mut out = [[0f32]];
+    rows(w, w.len(), [a], &mut out);
+    out[0][0]
 }
 
 /// A Q6_K block's quants for elements `128j + 32k + 16h + (0..16)` as `[k]` (for half `h` of the 128
-/// values `j`): unsigned, 0..=63 (the offset is taken off by [`scaled_bsums`]).
+/// values `j`): unsigned, 0..=63 (the offset is taken off by [`q6k_offset`]).
 #[inline(always)]
 fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 4] {
     let l0 = load(&x.ql[64 * j + 16 * h..]);
@@ -248,52 +227,23 @@ fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 
     ]
 }
 
-/// One Q6_K block · its Q8_K block as it unpacks: the exact integer sum `Σ scale * (q - 32) * a`, as
-/// `q * a` sums less `32 * Σ scale * bsum` (that part in the same lanes from the start: one lane sum).
+/// `-32 * Σ scale * bsum` as lanes, where a Q6_K block's integer sum starts (`sc`: its scales as two i16x8): the
+/// quants are dotted unsigned, and this takes their offset of 32 off.
 #[inline(always)]
-fn q6k_block_sum(x: &BlockQ6K, y: &BlockQ8K, masks: [v128; 2]) -> i32 {
-    let sc = load(&x.scales);
-    let sc = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
+fn q6k_offset(y: &BlockQ8K, sc: [v128; 2]) -> v128 {
     let offset = i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), sc[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), sc[1]));
-    let mut isum = i32x4_sub(i32x4_splat(0), i32x4_shl(offset, 5));
-    for (j, &sc) in sc.iter().enumerate() {
-        // p[2k + h]: sub-block 8j + 2k + h.
-        let mut p = [i16x8_splat(0); 8];
-        for h in 0..2 {
-            for (k, q) in q6k_quants(x, j, h, masks).into_iter().enumerate() {
-                p[2 * k + h] = mul16_u7(q, load(&y.qs[16 * (8 * j + 2 * k + h)..]));
-            }
-        }
-        isum = add_scaled_pairs(isum, p, scale_pairs(sc));
-    }
-    hsum_i32(isum)
-}
-
-/// [`q6k_block_sum`] of a block unpacked beforehand, `q[is]` the quants of sub-block `is` (the same sum).
-#[inline(always)]
-fn q6k_unpacked_sum(x: &BlockQ6K, q: &[v128; QK_K / 16], y: &BlockQ8K) -> i32 {
-    // Scalar splats here, not add_scaled8: with the sixteen unpacked sub-blocks already live, its eight products
-    // at a time spill (slower in Node 20 with several activation rows).
-    let mut isum = i32x4_splat(0);
-    for (is, &q) in q.iter().enumerate() {
-        isum = add_scaled(isum, mul16_u7(q, load(&y.qs[16 * is..])), x.scales[is] as i16);
-    }
-    hsum_i32(isum) - 32 * scaled_bsums(y, &x.scales)
+    i32x4_sub(i32x4_splat(0), i32x4_shl(offset, 5))
 }
 
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let masks = black_box([u8x16_splat(0xF), u8x16_splat(0x30)]);
-    let mut sumf = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        sumf += f16_to_f32(x.d) * y.d * q6k_block_sum(x, y, masks) as f32;
-    }
-    sumf
+    one_row(w, a, q6k_rows::<1>)
 }
 
 /// The Q4_K/Q5_K row kernel: every weight row of `w` (rows of `row_blocks` blocks) · `A` activation rows,
-/// into `out[row][j]`. With several rows each block's quants are unpacked once for them (decode's one row
-/// unpacks as it goes: 16 vectors held across the loop would not stay in registers). Per output the same
-/// integer sums and float operations as `vec_dot`, so the results equal its bits, whatever `A`.
+/// into `out[row][j]`. Sub-blocks go two at a time: their quants are unpacked once and dotted into each row's
+/// lanes, so that few vectors are live at once (all sixteen of a block's would spill). The integer sums are exact,
+/// whatever the order of their additions, and each output goes through the same float operations, so the results
+/// do not depend on `A` (one row is `vec_dot`).
 #[inline(always)]
 fn k4_rows<X, const A: usize>(
     w: &[X],
@@ -308,13 +258,20 @@ fn k4_rows<X, const A: usize>(
         let mut sumf = [0f32; A];
         for (i, x) in w.iter().enumerate() {
             let s = scales(x);
-            if A == 1 {
-                sumf[0] += k4_block(&s, &a[0][i], |j| quants(x, j));
-                continue;
+            let mut isum = [i32x4_splat(0); A];
+            for j in 0..QK_K / 64 {
+                let q = quants(x, j);
+                let (s0, s1) = (spread_scale(s.pairs, 2 * j), spread_scale(s.pairs, 2 * j + 1));
+                for (isum, a) in isum.iter_mut().zip(&a) {
+                    let q8 = &a[i].qs[64 * j..];
+                    // Sub-blocks 2j and 2j + 1, each 32 products in i16 pairs.
+                    let p0 = i16x8_add(mul16_u7(q[0], load(q8)), mul16_u7(q[1], load(&q8[16..])));
+                    let p1 = i16x8_add(mul16_u7(q[2], load(&q8[32..])), mul16_u7(q[3], load(&q8[48..])));
+                    *isum = i32x4_add(*isum, i32x4_add(i32x4_dot_i16x8(p0, s0), i32x4_dot_i16x8(p1, s1)));
+                }
             }
-            let q: [[v128; 4]; QK_K / 64] = std::array::from_fn(|j| quants(x, j));
-            for (sumf, a) in sumf.iter_mut().zip(&a) {
-                *sumf += k4_block(&s, &a[i], |j| q[j]);
+            for ((sumf, a), isum) in sumf.iter_mut().zip(&a).zip(isum) {
+                *sumf += k4_finish(&s, &a[i], isum);
             }
         }
         *out = sumf;
@@ -322,44 +279,50 @@ fn k4_rows<X, const A: usize>(
 }
 
 /// Q4_K rows · `A` activation rows (see [`k4_rows`]).
+// Each row kernel is a function of its own (here and below): inlined into `matmul`'s task with every other type's
+// kernel, V8 gave one-row Q6_K half again the time (`matmul_timing`), its registers allocated over the whole.
+#[inline(never)]
 pub(crate) fn q4k_rows<const A: usize>(w: &[BlockQ4K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
     let m4 = black_box(u8x16_splat(0xF));
     k4_rows(w, row_blocks, a, out, |x| k4_scales(&x.scales, x.d, x.dmin), |x, j| q4k_quants(x, j, m4));
 }
 
 /// Q5_K rows · `A` activation rows (see [`k4_rows`]).
+#[inline(never)]
 pub(crate) fn q5k_rows<const A: usize>(w: &[BlockQ5K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
     let masks = black_box([u8x16_splat(0xF), u8x16_splat(16)]);
     k4_rows(w, row_blocks, a, out, |x| k4_scales(&x.scales, x.d, x.dmin), |x, j| q5k_quants(x, j, masks));
 }
 
-/// Q6_K rows · `A` activation rows: with several rows each block's quants are unpacked once for them
-/// (decode's one row unpacks as it goes: 16 vectors held across the loop would not stay in registers),
-/// then per output `vec_dot_q6k`'s integer sums and float operations, so the results equal its bits,
-/// whatever `A`.
+/// Q6_K rows · `A` activation rows, as [`k4_rows`]: four sub-blocks at a time (a quarter of the block's quants),
+/// unpacked once and dotted into each row's lanes; exact integer sums, then per output the same float operations,
+/// so the results do not depend on `A` (one row is `vec_dot`).
+#[inline(never)]
 pub(crate) fn q6k_rows<const A: usize>(w: &[BlockQ6K], row_blocks: usize, a: [&[BlockQ8K]; A], out: &mut [[f32; A]]) {
     let masks = black_box([u8x16_splat(0xF), u8x16_splat(0x30)]);
     check_k_rows(w, row_blocks, &a, out.len());
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut sumf = [0f32; A];
         for (i, x) in w.iter().enumerate() {
-            let d = f16_to_f32(x.d);
-            if A == 1 {
-                let y = &a[0][i];
-                sumf[0] += d * y.d * q6k_block_sum(x, y, masks) as f32;
-                continue;
-            }
-            let mut q = [i32x4_splat(0); QK_K / 16];
-            for j in 0..QK_K / 128 {
+            let sc = load(&x.scales);
+            let sc = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
+            let mut isum = a.map(|a| q6k_offset(&a[i], sc));
+            for (j, &sc) in sc.iter().enumerate() {
+                let pairs = scale_pairs(sc);
                 for h in 0..2 {
-                    for (k, v) in q6k_quants(x, j, h, masks).into_iter().enumerate() {
-                        q[8 * j + 2 * k + h] = v;
+                    let q = q6k_quants(x, j, h, masks);
+                    // q[k] is sub-block 8j + 2k + h: scale 2k + h of this half's eight.
+                    let s: [v128; 4] = std::array::from_fn(|k| spread_scale(pairs, 2 * k + h));
+                    for (isum, a) in isum.iter_mut().zip(&a) {
+                        let qs = &a[i].qs[16 * (8 * j + h)..];
+                        let dot = |k: usize| i32x4_dot_i16x8(mul16_u7(q[k], load(&qs[32 * k..])), s[k]);
+                        *isum = i32x4_add(*isum, i32x4_add(i32x4_add(dot(0), dot(1)), i32x4_add(dot(2), dot(3))));
                     }
                 }
             }
-            for (sumf, a) in sumf.iter_mut().zip(&a) {
-                let y = &a[i];
-                *sumf += d * y.d * q6k_unpacked_sum(x, &q, y) as f32;
+            let d = f16_to_f32(x.d);
+            for ((sumf, a), isum) in sumf.iter_mut().zip(&a).zip(isum) {
+                *sumf += d * a[i].d * hsum_i32(isum) as f32;
             }
         }
         *out = sumf;
