@@ -412,13 +412,16 @@ pub fn dot_rows<const A: usize>(
 
 /// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the tiles,
 /// which share a transposition of eight weight rows among all of them (the K-quants', `avx2_k_tiles`, Q6_K's per-row
-/// kernel too; the legacy types', `avx2_tiles`: all with AVX2); 4 elsewhere (what the row kernels keep in registers).
+/// kernel too; the legacy types', `avx2_tiles`: all with AVX2), and for the K-quants on wasm32 (`simd128_k` unpacks
+/// a few sub-blocks at a time for all the rows); 4 elsewhere (what the row kernels keep in registers).
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
     let tiles =
         has_avx2() && (k_quant || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0));
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "wasm32")]
+    let tiles = k_quant;
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     let tiles = false;
     if tiles {
         8

@@ -17,9 +17,9 @@ const TRIALS: usize = 20;
 /// Weight rows per trial: on x86_64 a tile of eight for the row kernels that take eight at a time (`avx2_tiles`, `avx2_k_tiles`)
 /// and one more; elsewhere (slower test targets: wasm32 in a browser, aarch64 under qemu) two.
 const W_ROWS: usize = if cfg!(target_arch = "x86_64") { 9 } else { 2 };
-/// Activation rows per trial: the row kernels take them one at a time, and four at a time from rows 0
-/// and 1 (a group of four, and four that straddle two groups).
-const A_ROWS: usize = 5;
+/// Activation rows per trial: the row kernels take them one at a time, four at a time from every first row (groups
+/// of four and four that straddle two groups) and eight at a time from rows 0 and 1.
+const A_ROWS: usize = 9;
 
 /// Row lengths to test, in blocks: every tail of the SIMD loops (2 blocks at a time; 4, 8 or 16 floats
 /// at a time, unrolled 4 times), and the real widths.
@@ -109,8 +109,8 @@ fn rows_equal_vec_dot(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
-/// The row kernels of `dot_rows`, for one activation row at a time and four at a time from every first
-/// row: every output within its limit of `vec_dot_ref`, and the same bits either way.
+/// The row kernels of `dot_rows`, for one activation row at a time, and four and eight at a time from every first
+/// row: every output within its limit of `vec_dot_ref`, and the same bits each way.
 fn check_row_kernels(
     ty: GgmlType,
     w: &[u8],
@@ -145,17 +145,31 @@ fn check_row_kernels(
             one_by_one[r][t] = out[r][0];
         }
     }
-    for first in 0..=acts.rows() - 4 {
-        let mut out = vec![[f32::NAN; 4]; rows];
+    check_batches::<4>(ty, w, cols, acts, &one_by_one, at);
+    check_batches::<8>(ty, w, cols, acts, &one_by_one, at);
+}
+
+/// `dot_rows` with `B` activation rows from every first row gives the bits of one row at a time (`one_by_one`).
+fn check_batches<const B: usize>(
+    ty: GgmlType,
+    w: &[u8],
+    cols: usize,
+    acts: &Activations,
+    one_by_one: &[Vec<f32>],
+    at: &str,
+) {
+    for first in 0..=acts.rows() - B {
+        let mut out = vec![[f32::NAN; B]; one_by_one.len()];
         assert!(dot_rows(ty, w, cols, acts, std::array::from_fn(|j| first + j), &mut out));
-        for r in 0..rows {
-            for j in 0..4 {
-                let (four, one) = (out[r][j], one_by_one[r][first + j]);
+        for (r, (out, one)) in out.iter().zip(one_by_one).enumerate() {
+            for j in 0..B {
                 assert_eq!(
-                    four.to_bits(),
-                    one.to_bits(),
-                    "{at}, [{r}, {}]: 4 rows from {first} {four} != 1 row {one}",
-                    first + j
+                    out[j].to_bits(),
+                    one[first + j].to_bits(),
+                    "{at}, [{r}, {}]: {B} rows from {first} {} != 1 row {}",
+                    first + j,
+                    out[j],
+                    one[first + j]
                 );
             }
         }
