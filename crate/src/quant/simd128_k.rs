@@ -75,10 +75,11 @@ fn hsum_i32(v: v128) -> i32 {
     i32x4_extract_lane::<0>(v) + i32x4_extract_lane::<1>(v) + i32x4_extract_lane::<2>(v) + i32x4_extract_lane::<3>(v)
 }
 
-/// Σ bsums[j] * mins[j] for 16 bsums and 16 mins given as two i16x8 each.
-#[inline]
-fn bsums_dot(y: &BlockQ8K, mins_lo: v128, mins_hi: v128) -> i32 {
-    hsum_i32(i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), mins_lo), i32x4_dot_i16x8(load(&y.bsums[8..]), mins_hi)))
+/// Σ bsums[j] * w[j] for a block's 16 bsums and 16 i16 weights given as two i16x8 (`lo`: 0..8, `hi`: 8..16), as
+/// four i32 lanes whose sum it is.
+#[inline(always)]
+fn bsums_lanes(y: &BlockQ8K, lo: v128, hi: v128) -> v128 {
+    i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), lo), i32x4_dot_i16x8(load(&y.bsums[8..]), hi))
 }
 
 pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
@@ -87,7 +88,7 @@ pub(crate) fn vec_dot_q2k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let sc = load(&x.scales);
         let mins = u8x16_shr(sc, 4);
-        let summs = bsums_dot(y, u16x8_extend_low_u8x16(mins), u16x8_extend_high_u8x16(mins));
+        let summs = hsum_i32(bsums_lanes(y, u16x8_extend_low_u8x16(mins), u16x8_extend_high_u8x16(mins)));
 
         let mut isum = i32x4_splat(0);
         for j in 0..QK_K / 128 {
@@ -157,8 +158,7 @@ fn k4_scales(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> K4Scales {
 /// taken beside it, then the scalar `y.d * d * isum - y.d * dmin * summs` on both at once.
 #[inline(always)]
 fn k4_finish(s: &K4Scales, y: &BlockQ8K, isum: v128) -> f32 {
-    let summs =
-        i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), s.mins[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), s.mins[1]));
+    let summs = bsums_lanes(y, s.mins[0], s.mins[1]);
     // [isum lanes 0+2, 1+3, summs lanes 0+2, 1+3], then [I, I, S, S]: each a whole sum.
     let t = i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(isum, summs), i32x4_shuffle::<2, 3, 6, 7>(isum, summs));
     let sums = f32x4_convert_i32x4(i32x4_add(t, i32x4_shuffle::<1, 0, 3, 2>(t, t)));
@@ -166,14 +166,14 @@ fn k4_finish(s: &K4Scales, y: &BlockQ8K, isum: v128) -> f32 {
     f32x4_extract_lane::<0>(v) - f32x4_extract_lane::<2>(v)
 }
 
-/// A Q4_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them.
+/// A Q4_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_rows`] takes them.
 #[inline(always)]
 fn q4k_quants(x: &BlockQ4K, j: usize, m4: v128) -> [v128; 4] {
     let (b0, b1) = (load(&x.qs[32 * j..]), load(&x.qs[32 * j + 16..]));
     [v128_and(b0, m4), v128_and(b1, m4), high_nibbles(b0, m4), high_nibbles(b1, m4)]
 }
 
-/// A Q5_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_block`] takes them: each nibble OR 16
+/// A Q5_K block's quants of sub-blocks `2j` and `2j + 1`, as [`k4_rows`] takes them: each nibble OR 16
 /// where its fifth bit (bit `2j` or `2j + 1` of its byte of `qh`) is set, that bit shifted to bit 4 (as u16 lanes:
 /// no bit of the other byte reaches bit 4 in a shift of at most four).
 #[inline(always)]
@@ -231,8 +231,7 @@ fn q6k_quants(x: &BlockQ6K, j: usize, h: usize, [m4, m30]: [v128; 2]) -> [v128; 
 /// quants are dotted unsigned, and this takes their offset of 32 off.
 #[inline(always)]
 fn q6k_offset(y: &BlockQ8K, sc: [v128; 2]) -> v128 {
-    let offset = i32x4_add(i32x4_dot_i16x8(load(&y.bsums[..8]), sc[0]), i32x4_dot_i16x8(load(&y.bsums[8..]), sc[1]));
-    i32x4_sub(i32x4_splat(0), i32x4_shl(offset, 5))
+    i32x4_sub(i32x4_splat(0), i32x4_shl(bsums_lanes(y, sc[0], sc[1]), 5))
 }
 
 pub(crate) fn vec_dot_q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
