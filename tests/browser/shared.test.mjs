@@ -74,19 +74,20 @@ test('two tabs share one engine: one download, their own answers and conversatio
   assert.ok(stateA.length > 0);
   assert.deepEqual(againA, stateA);
 
-  // Fair turns: A asks three times, then B once; B's answer comes second, not after all of A's.
-  const order = await Promise.all([
-    a.evaluate(async (prompt) => {
-      window.order = [];
-      const ask = (name) => window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true }).then(() => name);
-      return Promise.all([ask('a1'), ask('a2'), ask('a3')].map((p) => p.then((name) => ({ name, at: performance.timeOrigin + performance.now() }))));
-    }, OTHER),
-    b.evaluate(async (prompt) => {
-      await new Promise((r) => setTimeout(r, 200)); // A's three are queued by now
-      await window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true });
-      return [{ name: 'b1', at: performance.timeOrigin + performance.now() }];
-    }, OTHER),
-  ]);
+  // Fair turns: A asks three times, then B once, while A's first runs; B's answer comes second, not after all of A's.
+  // B asks as soon as A's three are sent (a fixed wait let A's first answer end before B asked, as the engine got faster).
+  const aOrder = a.evaluate(async (prompt) => {
+    const ask = (name) => window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true }).then(() => name);
+    const asked = [ask('a1'), ask('a2'), ask('a3')];
+    window.askedThree = true;
+    return Promise.all(asked.map((p) => p.then((name) => ({ name, at: performance.timeOrigin + performance.now() }))));
+  }, OTHER);
+  await a.waitForFunction(() => window.askedThree === true, null, { polling: 1 });
+  const bOrder = b.evaluate(async (prompt) => {
+    await window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true });
+    return [{ name: 'b1', at: performance.timeOrigin + performance.now() }];
+  }, OTHER);
+  const order = await Promise.all([aOrder, bOrder]);
   const finished = order.flat().sort((x, y) => x.at - y.at).map((x) => x.name);
   assert.deepEqual(finished, ['a1', 'b1', 'a2', 'a3']);
 
