@@ -75,14 +75,19 @@ test('two tabs share one engine: one download, their own answers and conversatio
   assert.deepEqual(againA, stateA);
 
   // Fair turns: A asks three times, then B once, while A's first runs; B's answer comes second, not after all of A's.
-  // B asks as soon as A's three are sent (a fixed wait let A's first answer end before B asked, as the engine got faster).
+  // A's first is long and B asks once it has streamed, so B's request is in before A's first ends however slow the
+  // machine (a fixed wait, then "once A's three are sent", both let A's first end before B's request came in on CI).
   const aOrder = a.evaluate(async (prompt) => {
-    const ask = (name) => window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true }).then(() => name);
-    const asked = [ask('a1'), ask('a2'), ask('a3')];
-    window.askedThree = true;
-    return Promise.all(asked.map((p) => p.then((name) => ({ name, at: performance.timeOrigin + performance.now() }))));
+    const stamp = (name) => ({ name, at: performance.timeOrigin + performance.now() });
+    window.firstStreamed = 0;
+    const first = (async () => {
+      for await (const _ of window.llm.generate(prompt, { temperature: 0, maxTokens: 400, ignoreEos: true })) window.firstStreamed++;
+      return stamp('a1');
+    })();
+    const ask = (name) => window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true }).then(() => stamp(name));
+    return Promise.all([first, ask('a2'), ask('a3')]);
   }, OTHER);
-  await a.waitForFunction(() => window.askedThree === true, null, { polling: 1 });
+  await a.waitForFunction(() => window.firstStreamed >= 2, null, { polling: 1 });
   const bOrder = b.evaluate(async (prompt) => {
     await window.llm.complete(prompt, { temperature: 0, maxTokens: 16, ignoreEos: true });
     return [{ name: 'b1', at: performance.timeOrigin + performance.now() }];
