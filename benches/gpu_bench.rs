@@ -52,20 +52,11 @@ fn run() -> Result<(), String> {
     let t0 = Instant::now();
     let no_subgroups = args.iter().any(|a| a == "--no-subgroups");
     let no_cooperative_matrix = args.iter().any(|a| a == "--no-coop");
-    // --dequant-first / --no-dequant-first: decode prefill's weights to f16 before each product, or not (the
-    // library's default).
-    let dequant_first =
-        match (args.iter().any(|a| a == "--dequant-first"), args.iter().any(|a| a == "--no-dequant-first")) {
-            (true, _) => Some(true),
-            (false, true) => Some(false),
-            (false, false) => None,
-        };
     let opts = GpuOptions {
         allow_software: true,
         timestamps: true,
         no_subgroups,
         no_cooperative_matrix,
-        dequant_first,
         ..GpuOptions::default()
     };
     let gm = match opt("--stream") {
@@ -92,7 +83,7 @@ fn run() -> Result<(), String> {
         "{}",
         json!({ "adapter": a.name, "backend": a.backend, "device_type": a.device_type, "driver": a.driver,
                 "max_storage_binding": a.max_storage_binding, "timestamps": a.timestamps,
-                "subgroups": a.subgroups, "cooperative_matrix": a.cooperative_matrix, "dequant_first": a.dequant_first,
+                "subgroups": a.subgroups, "cooperative_matrix": a.cooperative_matrix,
                 "weights_mb": gm.weight_bytes() as f64 / 1e6, "weight_buffers": gm.arena_count(),
                 "load_ms": t0.elapsed().as_secs_f64() * 1e3, "file_mb": model.file_size() as f64 / 1e6,
                 "held_mb": held as f64 / 1e6, "peak_rss_mb": peak_rss_mb() })

@@ -123,24 +123,6 @@ fn tiny_models_with_every_weight_type_match_the_reference_on_the_gpu() {
     }
 }
 
-/// Prefill with each matmul's weights decoded to f16 first (`GpuOptions::dequant_first`, the default where the device
-/// has cooperative matrices, which lavapipe has not): the tiny llama, whose matrices cover the legacy types and every
-/// K-quant, and the qwen2 (F16, BF16 and Q8_0, with biases: decoded or read as they are), within the CPU's bounds of
-/// the float64 reference, whole and in chunks.
-#[test]
-fn prefill_with_weights_decoded_to_f16_first_matches_the_reference() {
-    let decoded_first = |model: &Arc<Model>, opts: &SessionOptions| {
-        let gpu = GpuOptions { dequant_first: Some(true), ..software() };
-        let s = Session::with_gpu_options(model.clone(), opts, Backend::WebGpu, &gpu).expect("a WebGPU session");
-        assert!(s.on_gpu());
-        s
-    };
-    for file in [tiny::LLAMA_SPM, tiny::QWEN2] {
-        tiny::check_logits_with(file, &SessionOptions::default(), None, decoded_first);
-        tiny::check_logits_with(file, &SessionOptions::default(), Some(&[3, 1, 5]), decoded_first);
-    }
-}
-
 /// `bytes` streamed onto the software adapter (arenas of at most `max_binding` bytes) in chunks of `chunk` bytes.
 fn stream(bytes: &[u8], chunk: usize, max_binding: u64) -> ruvllm::Result<ruvllm::gpu::StreamedModel> {
     let opts = GpuOptions { max_binding_bytes: Some(max_binding), ..software() };

@@ -32,8 +32,6 @@ pub struct AdapterSummary {
     pub subgroups: Option<(u32, u32)>,
     /// Whether prefill multiplies on cooperative matrices (tensor cores; see `Gpu::coop`).
     pub cooperative_matrix: bool,
-    /// Whether prefill decodes each matmul's weights to f16 before the product (see `Gpu::dequant_first`).
-    pub dequant_first: bool,
 }
 
 pub(crate) struct Gpu {
@@ -49,11 +47,6 @@ pub(crate) struct Gpu {
     /// feature for native Vulkan and Metal, where the adapter multiplies 16x16x16 f16 matrices into
     /// f32 and its subgroups are always 32 wide (the kernel's layout). Browsers have no such feature.
     pub coop: bool,
-    /// Whether a prefill matmul of block-quantized weights first decodes them to f16 rows in a session buffer
-    /// (`ops::dequant`), and then multiplies those: where `GpuOptions::dequant_first` asks (not yet the default:
-    /// on cooperative matrices, whose f16 tiles round the weights to f16 either way, it is to be measured against
-    /// decoding in the tiles on a real GPU).
-    pub dequant_first: bool,
     /// Whether a streamed greedy decode submits each next step before its input is read back
     /// (`GpuSession`'s `Speculative`): on hardware adapters, or where `GpuOptions` asks.
     pub speculate: bool,
@@ -172,11 +165,9 @@ impl Gpu {
             timestamps,
             subgroups: subgroups.then_some((info.subgroup_min_size, info.subgroup_max_size)),
             cooperative_matrix: coop,
-            dequant_first: opts.dequant_first.unwrap_or(false),
         };
         let speculate = info.device_type != wgpu::DeviceType::Cpu || opts.speculate_on_software;
-        let dequant_first = summary.dequant_first;
-        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, dequant_first, speculate, fault })
+        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, speculate, fault })
     }
 
     /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.

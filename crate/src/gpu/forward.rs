@@ -45,7 +45,7 @@
 use super::model::{DeltaLocs, GpuModel, MatLoc};
 use super::ops::delta_net::{self, DeltaBuffers};
 use super::ops::lora::{self, Group, LoraIn, LoraWeights};
-use super::ops::mat::{self, to, MatIn, OutMode, Scratch};
+use super::ops::mat::{self, to, MatIn, OutMode, Splits};
 use super::ops::per_layer::{self, PerLayerParams};
 use super::ops::rope_store::KvBuffers;
 use super::ops::{
@@ -81,7 +81,7 @@ pub(super) async fn build(
         m,
         b,
         ops: OpBuilder::new(m, &b.call, params),
-        scratch: Scratch { split: &b.split, dequant: b.dequant.as_ref(), n_batch },
+        splits: Splits { buf: &b.split, n_batch },
         pending_add: None,
         lora,
     };
@@ -111,7 +111,7 @@ struct Forward<'a> {
     m: &'a GpuModel,
     b: &'a Buffers,
     ops: OpBuilder<'a>,
-    scratch: Scratch<'a>,
+    splits: Splits<'a>,
     /// Prefill: the column splits of a residual add left in the split buffer for the next RMSNorm
     /// to sum (its reduce dispatch folded into the norm).
     pending_add: Option<u32>,
@@ -185,7 +185,7 @@ impl<'a> Forward<'a> {
         let (Some(table), Some(rows)) = (&m.per_layer, &b.per_layer) else { return Ok(Vec::new()) };
         let params = PerLayerParams::new(c.per_layer_input(), c.n_layers, c.d_model);
         let out = to(&rows.proj, params.all as usize, OutMode::Store, None);
-        let mut ops = mat::ops(&mut self.ops, label, &[(&table.model_proj, 0)], input, out, &self.scratch).await?;
+        let mut ops = mat::ops(&mut self.ops, label, &[(&table.model_proj, 0)], input, out, &self.splits).await?;
         ops.push(per_layer::inputs_op(&mut self.ops, params, &rows.inputs, &rows.proj, &table.proj_norm).await?);
         Ok(ops)
     }
@@ -205,10 +205,10 @@ impl<'a> Forward<'a> {
         };
         let gate_out = to(&rows.gate, width, OutMode::Store, None);
         let mut ops =
-            mat::ops(&mut self.ops, labels[0], &[(&block.inp_gate, 0)], gate_in, gate_out, &self.scratch).await?;
+            mat::ops(&mut self.ops, labels[0], &[(&block.inp_gate, 0)], gate_in, gate_out, &self.splits).await?;
         ops.push(per_layer::gate_op(&mut self.ops, params, l, &rows.gate, &rows.inputs).await?);
         let out = to(&b.xb, d, OutMode::Store, None);
-        let mut proj = mat::ops(&mut self.ops, labels[1], &[(&block.proj, 0)], proj_in, out, &self.scratch).await?;
+        let mut proj = mat::ops(&mut self.ops, labels[1], &[(&block.proj, 0)], proj_in, out, &self.splits).await?;
         let splits = mat::take_reduce(&mut proj);
         ops.extend(proj);
         let post = (&block.post_norm, lw.out_scale);
@@ -235,7 +235,7 @@ impl<'a> Forward<'a> {
         let d = self.m.model.config.d_model;
         let out = if post_norm.is_some() { &b.xb } else { &b.x };
         let mode = if post_norm.is_some() { OutMode::Store } else { OutMode::Add };
-        let mut ops = mat::ops(&mut self.ops, label, &[(mat, 0)], input, to(out, d, mode, None), &self.scratch).await?;
+        let mut ops = mat::ops(&mut self.ops, label, &[(mat, 0)], input, to(out, d, mode, None), &self.splits).await?;
         ops.extend(self.lora(group, lora_in, out).await?);
         if let Some(norm) = post_norm {
             ops.push(norm::norm_add(&mut self.ops, 1, &b.xb, norm, &b.x).await?);
@@ -260,7 +260,7 @@ impl<'a> Forward<'a> {
         let out = if post_norm.is_some() { &b.xb } else { &b.x };
         let mode = if post_norm.is_some() { OutMode::Store } else { OutMode::Add };
         let mut ops =
-            mat::ops(&mut self.ops, label, &[(mat, 0)], MatIn::Rows(input), to(out, d, mode, None), &self.scratch)
+            mat::ops(&mut self.ops, label, &[(mat, 0)], MatIn::Rows(input), to(out, d, mode, None), &self.splits)
                 .await?;
         match post_norm {
             None => {
@@ -298,7 +298,7 @@ impl<'a> Forward<'a> {
         match (&lw.router, &self.b.route, c.experts) {
             (Some(router), Some(logits), Some(e)) => {
                 let out = to(logits, e.count, OutMode::Store, None);
-                mat::ops(&mut self.ops, label, &[(router, 0)], input, out, &self.scratch).await
+                mat::ops(&mut self.ops, label, &[(router, 0)], input, out, &self.splits).await
             }
             _ => Ok(Vec::new()),
         }
@@ -329,14 +329,14 @@ impl<'a> Forward<'a> {
         let qkv = self.qkv_mats(l);
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut ops =
-            mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.scratch)
+            mat::ops(&mut self.ops, "matvec_qkv", &qkv, MatIn::Norm(&b.x, &lw.attn_norm), qkv_out, &self.splits)
                 .await?;
         ops.extend(self.lora(Group::Qkv(l), LoraIn::Norm(&b.x, &lw.attn_norm), &b.qkv).await?);
         let gate = self.attention_gate(l);
         if let Some((gate, rows)) = gate {
             let out = to(rows, qd, OutMode::Store, None);
             let input = MatIn::Norm(&b.x, &lw.attn_norm);
-            ops.extend(mat::ops(&mut self.ops, "matvec_attn_gate", &[(gate, 0)], input, out, &self.scratch).await?);
+            ops.extend(mat::ops(&mut self.ops, "matvec_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
         }
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm, lw.normed_heads).await?);
@@ -377,7 +377,7 @@ impl<'a> Forward<'a> {
         let (cd, vd) = (s.conv_dim(), s.value_dim());
         let proj = [(qkv, 0), (z, cd), (alpha, cd + vd), (beta, cd + vd + s.v_heads)];
         let out = to(&rows.input, delta_net::in_stride(s), OutMode::Store, None);
-        let mut ops = mat::ops(&mut self.ops, label, &proj, input, out, &self.scratch).await?;
+        let mut ops = mat::ops(&mut self.ops, label, &proj, input, out, &self.splits).await?;
         let bufs = DeltaBuffers {
             dn_in: &rows.input,
             conv: &rows.conv,
@@ -428,7 +428,7 @@ impl<'a> Forward<'a> {
             let gu = [(g, 0), (u, ff)];
             let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
             let input = MatIn::Norm(&b.x, &lw.ffn_norm);
-            ops.extend(mat::ops(&mut self.ops, "matvec_gate_up", &gu, input, gu_out, &self.scratch).await?);
+            ops.extend(mat::ops(&mut self.ops, "matvec_gate_up", &gu, input, gu_out, &self.splits).await?);
             ops.extend(self.lora(Group::GateUp(l), LoraIn::Norm(&b.x, &lw.ffn_norm), &b.gu).await?);
             ops.push(glu::op(&self.ops, 1, &b.gu, &b.h).await?);
         }
@@ -466,7 +466,7 @@ impl<'a> Forward<'a> {
         let qkv = self.qkv_mats(l);
         let qkv_out = to(&b.qkv, qd + 2 * kvd, OutMode::Store, lw.qkv_bias.as_ref());
         let mut qkv_ops =
-            mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.scratch).await?;
+            mat::ops(&mut self.ops, "matmul_qkv", &qkv, MatIn::Rows(&b.xb), qkv_out, &self.splits).await?;
         // rope_store sums a split qkv matmul's partials itself (no bias to add, no head norm or adapter between).
         let adapted = self.adapts(Group::Qkv(l));
         let qkv_splits = if lw.qkv_bias.is_none() && lw.qk_norm.is_none() && !adapted {
@@ -480,7 +480,7 @@ impl<'a> Forward<'a> {
         if let Some((gate, rows)) = gate {
             let out = to(rows, qd, OutMode::Store, None);
             let input = MatIn::Rows(&b.xb);
-            ops.extend(mat::ops(&mut self.ops, "matmul_attn_gate", &[(gate, 0)], input, out, &self.scratch).await?);
+            ops.extend(mat::ops(&mut self.ops, "matmul_attn_gate", &[(gate, 0)], input, out, &self.splits).await?);
         }
         if let Some(qk_norm) = &lw.qk_norm {
             ops.push(norm::head_norm(&self.ops, &b.qkv, qk_norm, lw.normed_heads).await?);
@@ -519,7 +519,7 @@ impl<'a> Forward<'a> {
         let gu = [(&lw.w_gate, 0), (&lw.w_up, ff)];
         let gu_out = to(&b.gu, 2 * ff, OutMode::Store, None);
         let mut gu_ops =
-            mat::ops(&mut self.ops, "matmul_gate_up", &gu, MatIn::Rows(&b.xb), gu_out, &self.scratch).await?;
+            mat::ops(&mut self.ops, "matmul_gate_up", &gu, MatIn::Rows(&b.xb), gu_out, &self.splits).await?;
         // One split matmul for gate and up: the activation op sums its partials itself (no reduce dispatch),
         // unless adapters add to gate and up.
         let split = if self.adapts(Group::GateUp(l)) { None } else { mat::take_reduce(&mut gu_ops) };
@@ -552,7 +552,7 @@ impl<'a> Forward<'a> {
             out.best = Some(&b.best);
             per = mat::matvec_rows(vocab, m.output.ty);
         }
-        let mut ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.scratch).await?;
+        let mut ops = mat::ops(&mut self.ops, "matvec_output", &[(&m.output, 0)], input, out, &self.splits).await?;
         ops.extend(self.lora(Group::Output, LoraIn::Norm(&b.x, &m.output_norm), &b.logits).await?);
         Ok((ops, per))
     }
@@ -564,7 +564,7 @@ impl<'a> Forward<'a> {
         let mut ops = vec![norm::rmsnorm(&self.ops, &b.x, &m.output_norm, &b.xb).await?];
         let out = to(&b.logits, vocab, OutMode::Store, None);
         let output = [(&m.output, 0)];
-        ops.extend(mat::ops(&mut self.ops, "matmul_output", &output, MatIn::Rows(&b.xb), out, &self.scratch).await?);
+        ops.extend(mat::ops(&mut self.ops, "matmul_output", &output, MatIn::Rows(&b.xb), out, &self.splits).await?);
         ops.extend(self.lora(Group::Output, LoraIn::Rows(&b.xb), &b.logits).await?);
         Ok(ops)
     }

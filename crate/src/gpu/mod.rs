@@ -210,9 +210,6 @@ pub struct GpuOptions {
     /// software adapter (tests of that path). There the "GPU" is the CPU's own cores: the step only
     /// competes with the caller, and a whole step is wasted at the end of each generation.
     pub speculate_on_software: bool,
-    /// Decode a prefill matmul's block-quantized weights to f16 before the product (`Gpu::dequant_first`):
-    /// `None` is not (yet), `Some` to choose (benchmarks and tests of either path).
-    pub dequant_first: Option<bool>,
 }
 
 pub(crate) fn gpu_error(kind: GpuFault, message: impl Into<String>) -> Error {

@@ -65,8 +65,6 @@ pub(super) struct Buffers {
     pub att_parts: wgpu::Buffer,
     /// Partial products of split matmuls.
     pub split: wgpu::Buffer,
-    /// Where the device decodes prefill's weights first (`Gpu::dequant_first`): a matmul's weights as f16 rows.
-    pub dequant: Option<wgpu::Buffer>,
     pub gu: wgpu::Buffer,
     pub h: wgpu::Buffer,
     /// With experts: the router's logits, [n × n_experts].
@@ -271,13 +269,6 @@ impl GpuSession {
             split: {
                 let rows = qkv_dim.max(2 * ff).max(c.d_model).max(delta_stride);
                 gpu.buffer("split partials", f32s(mat::MAX_SPLITS * nb * rows).min(gpu.max_binding), storage).await?
-            },
-            dequant: match gpu.dequant_first {
-                true => {
-                    let bytes = mat::dequant_bytes(&c).min(gpu.max_binding);
-                    Some(gpu.buffer("dequantized weights", bytes, U::STORAGE).await?)
-                }
-                false => None,
             },
             gu: gpu.buffer("gate_up", f32s(nb * 2 * ff), storage).await?,
             h: gpu.buffer("ffn hidden", f32s(nb * ff), storage).await?,

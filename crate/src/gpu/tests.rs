@@ -17,7 +17,6 @@ use super::ops::attn_decode::{self, AttnDecode};
 use super::ops::attn_gate::AttnGate;
 use super::ops::attn_prefill::{self, AttnMerge, AttnPrefill};
 use super::ops::delta_net::{self, DeltaConv, DeltaRule};
-use super::ops::dequant::Dequant;
 use super::ops::embed::{Embed, EmbedParams};
 use super::ops::glu::{Act, Glu};
 use super::ops::lora::{Lora, LoraInput, LoraParams};
@@ -500,7 +499,7 @@ pub async fn matmul_tiles_match_cpu_for_every_type() {
                 mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).collect();
             let mode = [OutMode::Store, OutMode::Add][i % 2];
             let with_bias = mode == OutMode::Store;
-            let kernel = Matmul { ty, mode, bias: with_bias, tiles, decoded: false };
+            let kernel = Matmul { ty, mode, bias: with_bias, tiles };
             let out0 = rng.normals(n * stride);
             let mut data = vec![
                 (Slot::Weights, Data::Storage(w)),
@@ -545,7 +544,7 @@ pub async fn split_matmul_partials_sum_to_the_product() {
                 (Slot::Out, Data::Storage(vec![0; splits * n * rows * 4])),
                 (Slot::In0, Data::Storage(f32_bytes(&x))),
             ];
-            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, tiles, decoded: false };
+            let partial = Matmul { ty, mode: OutMode::Partial, bias: false, tiles };
             let (tm, tn) = tiles.shape();
             let grid = [(rows as u32).div_ceil(tm), (n as u32).div_ceil(tn), splits as u32];
             let part = run(Kernel::Matmul(partial), &header(), data, grid, &[Slot::Out]).await.remove(0);
@@ -601,35 +600,6 @@ pub async fn embedding_rows_match_dequantize_for_every_type() {
                 let want: Vec<f32> = rows[id as usize - 10].iter().map(|v| v * 2.0).collect();
                 assert_eq!(got, &want[..], "{}: token {t} (id {id})", ty.name());
             }
-        }
-    }
-}
-
-/// Prefill's weights decoded to f16 rows before the product (`Dequant`), for each block-quantized type: two segments
-/// apart in the arena read as one matrix, every value its dequantized value rounded to f16 (toward zero allowed, as
-/// the GPU's conversion may round).
-pub async fn dequant_f16_rows_match_dequantize_for_every_type() {
-    for (i, ty) in TYPES.into_iter().enumerate().filter(|&(_, ty)| Dequant::takes(ty)) {
-        let mut rng = SplitMix(SplitMix64(450 + i as u64));
-        let cols = test_cols(ty);
-        let seg_rows = [13, 9];
-        let mats: Vec<Vec<u8>> = seg_rows.iter().map(|&r| random_matrix(ty, r, cols, &mut rng)).collect();
-        let (w, offs) = pack(&mats.iter().map(Vec::as_slice).collect::<Vec<_>>());
-        let segs: Vec<(u64, usize)> = offs.iter().copied().zip(seg_rows).collect();
-        let rows: usize = seg_rows.iter().sum();
-        let data = vec![
-            (Slot::Weights, Data::Storage(w)),
-            (Slot::Params, uniform(&MatParams::new(&segs, cols, 0, 0))),
-            (Slot::Out, Data::Storage(vec![0; Dequant::bytes(rows, cols) as usize])),
-        ];
-        let grid = Dequant::grid(rows, cols).workgroups(&CallParams::default());
-        let got = halves(&run(Kernel::Dequant(Dequant { ty }), &header(), data, grid, &[Slot::Out]).await[0]);
-        let want: Vec<f32> =
-            mats.iter().zip(seg_rows).flat_map(|(m, r)| dequantized(ty, m, r, cols)).flatten().collect();
-        assert_eq!(got.len(), want.len());
-        for (j, (&g, &v)) in got.iter().zip(&want).enumerate() {
-            let what = format!("{} row {} column {}", ty.name(), j / cols, j % cols);
-            assert_within(&what, g, v as f64, v.abs() as f64 / 1024.0 + 6e-8);
         }
     }
 }
@@ -1373,7 +1343,6 @@ macro_rules! for_each_gpu_check {
             matmul_tiles_match_cpu_for_every_type,
             split_matmul_partials_sum_to_the_product,
             embedding_rows_match_dequantize_for_every_type,
-            dequant_f16_rows_match_dequantize_for_every_type,
             rope_and_kv_store_match_cpu_normal_and_neox,
             decode_attention_with_rope_and_kv_store_matches_cpu,
             decode_attention_of_wide_heads_within_a_window_matches_cpu,
@@ -1395,14 +1364,12 @@ macro_rules! for_each_gpu_check {
 #[test]
 fn coop_matmul_modules_compile_for_every_type_mode_and_tile() {
     use wgpu::naga;
-    // Each type from its blocks, and weights decoded to f16 rows first (`decoded`, read by the cooperative loads).
-    let weights = TYPES.into_iter().map(|ty| (ty, false)).chain([(GgmlType::F16, true)]);
-    for (ty, decoded) in weights {
+    for ty in TYPES {
         for mode in [OutMode::Store, OutMode::Add, OutMode::Partial] {
             for (bias, tiles) in
                 [(false, Tiles::Coop), (false, Tiles::CoopWide), (true, Tiles::Coop), (true, Tiles::CoopWide)]
             {
-                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, tiles, decoded });
+                let kernel = Kernel::Matmul(Matmul { ty, mode, bias, tiles });
                 let src = kernel.source(&header(), true);
                 let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
                 let flags = naga::valid::ValidationFlags::all();

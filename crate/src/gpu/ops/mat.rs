@@ -6,17 +6,14 @@
 //! outputs are adjacent columns (q/k/v, gate/up) go in one dispatch, as "segments".
 
 use super::attn_decode::PARTIALS;
-use super::dequant::Dequant;
 use super::glu::Act;
 use super::params::uniform;
 use super::shader::{wgsl, Module};
-use super::{Count, Grid, Kernel, Op, OpBuilder, Shape, Slot};
+use super::{Count, Grid, Kernel, Op, OpBuilder, Slot};
 use crate::error::Result;
 use crate::gpu::model::MatLoc;
-use crate::model::config::Config;
 use crate::quant::GgmlType;
 
-const MAT_PARAMS: &str = wgsl!("mat_params.wgsl");
 const MAT_COMMON: &str = wgsl!("mat_common.wgsl");
 const BIAS: &str = wgsl!("bias.wgsl");
 const NO_BIAS: &str = wgsl!("no_bias.wgsl");
@@ -138,9 +135,6 @@ pub(crate) struct Matmul {
     pub mode: OutMode,
     pub bias: bool,
     pub tiles: Tiles,
-    /// The weights are the dequant buffer's f16 rows (`Dequant`; `ty` is F16): on cooperative matrices the
-    /// cooperative loads read them where they are (`matmul_coop_f16.wgsl`).
-    pub decoded: bool,
 }
 
 /// How a prefill matmul multiplies its tiles, and their shape (`Tiles::shape`).
@@ -273,7 +267,6 @@ impl Matvec {
                 m.piece(wgsl!("quant/k4_q8.wgsl"));
             }
         }
-        m.piece(MAT_PARAMS);
         m.piece(MAT_COMMON);
         m.piece(if bias { BIAS } else { NO_BIAS });
         m.reduce();
@@ -307,10 +300,6 @@ impl Matmul {
 
     pub(crate) fn source(self, m: &mut Module) {
         let coop = self.tiles != Tiles::F32;
-        // On cooperative matrices, decoded rows are read by the cooperative loads (their own binding of the
-        // weights, as f16); everywhere else through a quant/*.wgsl's `dequant8`, F16's for decoded rows.
-        let direct = coop && self.decoded;
-        debug_assert!(!self.decoded || self.ty == GgmlType::F16);
         if coop {
             m.enable("f16");
             m.enable("wgpu_cooperative_matrix");
@@ -320,24 +309,11 @@ impl Matmul {
         }
         m.constant("OUT_MODE", self.mode as u32);
         m.uniform::<MatParams>();
-        if !direct {
-            m.weights(self.ty);
-        }
-        m.piece(MAT_PARAMS);
+        m.weights(self.ty);
         m.piece(MAT_COMMON);
         m.piece(if self.bias { BIAS } else { NO_BIAS });
         m.piece(wgsl!("matmul_shared.wgsl"));
-        if !direct {
-            m.piece(wgsl!("matmul_blocks.wgsl"));
-        }
-        if coop {
-            m.piece(wgsl!("coop_tiles.wgsl"));
-        }
-        m.piece(match (coop, direct) {
-            (false, _) => wgsl!("matmul.wgsl"),
-            (true, false) => wgsl!("matmul_coop.wgsl"),
-            (true, true) => wgsl!("matmul_coop_f16.wgsl"),
-        });
+        m.piece(if coop { wgsl!("matmul_coop.wgsl") } else { wgsl!("matmul.wgsl") });
     }
 
     /// Tiles over `rows` rows by the call's tokens, by column splits.
@@ -360,7 +336,6 @@ impl SplitReduce {
     pub(crate) fn source(self, m: &mut Module) {
         m.constant("OUT_MODE", self.mode as u32);
         m.uniform::<MatParams>();
-        m.piece(MAT_PARAMS);
         m.piece(MAT_COMMON);
         m.piece(if self.bias { BIAS } else { NO_BIAS });
         m.piece(wgsl!("split_reduce.wgsl"));
@@ -405,28 +380,10 @@ pub(crate) fn to<'b>(
     MatOut { buf, stride, mode, bias, best: None }
 }
 
-/// The session's buffers for prefill matmuls: split matmuls' partial products, and where the device decodes
-/// weights first (`Gpu::dequant_first`), their f16 rows; the most tokens a call has.
-pub(crate) struct Scratch<'a> {
-    pub split: &'a wgpu::Buffer,
-    pub dequant: Option<&'a wgpu::Buffer>,
+/// The buffer of split matmuls' partial products, and the most tokens a call has.
+pub(crate) struct Splits<'a> {
+    pub buf: &'a wgpu::Buffer,
     pub n_batch: usize,
-}
-
-/// Most bytes a prefill matmul's weights take as f16 rows (`Dequant`): the largest of a layer's weight groups
-/// (q/k/v, the output projection, gate/up, down; every expert's together, `Shape::ffn`), its rows `padded`, at most
-/// 256 MiB. A group that does not fit (a mixture's experts, a vocabulary's rows) is multiplied from its blocks.
-pub(crate) fn dequant_bytes(c: &Config) -> u64 {
-    let (d, ff) = (c.d_model, Shape::model(c).ffn);
-    let qkv = c.q_dim() + 2 * c.kv_dim();
-    let groups = [(qkv, d), (d, c.q_dim()), (2 * ff, d), (d, ff)];
-    groups.into_iter().map(|(rows, cols)| Dequant::bytes(padded(rows), cols)).max().unwrap_or(0).min(256 << 20)
-}
-
-/// Rows of decoded weights a matmul may read: whole tiles of the tallest (the cooperative loads of the last tile
-/// read its rows past the op's, whose products are not stored).
-fn padded(rows: usize) -> usize {
-    rows.next_multiple_of(128)
 }
 
 /// Matrix ops computing `mats` (each with its first output column) from `input` into `out`: one
@@ -437,47 +394,28 @@ pub(crate) async fn ops(
     mats: &[(&MatLoc, usize)],
     input: MatIn<'_>,
     out: MatOut<'_>,
-    scratch: &Scratch<'_>,
+    splits_buf: &Splits<'_>,
 ) -> Result<Vec<Op>> {
     let MatOut { buf: out, stride: out_stride, mode, bias, best } = out;
     debug_assert_eq!(best.is_some(), mode == OutMode::Argmax);
     let mut ops = Vec::new();
     let rows: usize = mats.iter().flat_map(|(m, _)| &m.chunks).map(|c| c.rows).sum();
-    let tiles = Tiles::choose(b.m.gpu.coop, scratch.n_batch);
+    let tiles = Tiles::choose(b.m.gpu.coop, splits_buf.n_batch);
     for g in groups(mats) {
         let splits = match input {
             MatIn::Rows(_) => {
                 let tm = tiles.shape().0 as usize;
-                split_count(rows, tm, g.rows, g.cols, scratch.n_batch, scratch.split.size())
+                split_count(rows, tm, g.rows, g.cols, splits_buf.n_batch, splits_buf.buf.size())
             }
             _ => 1,
         };
         let k_len = g.cols.div_ceil(MATMUL_TK).div_ceil(splits) * MATMUL_TK;
-        let mut params = MatParams::new(&g.segs, g.cols, out_stride, g.col0).split(k_len, splits);
-        // Prefill on a device that decodes weights first: the group's rows as f16 into the dequant buffer, which
-        // the matmul then reads as one F16 segment.
-        let decoded = match (&input, scratch.dequant) {
-            (MatIn::Rows(_), Some(buf))
-                if Dequant::takes(g.ty) && Dequant::bytes(padded(g.rows), g.cols) <= buf.size() =>
-            {
-                let entries = vec![
-                    (Slot::Weights, b.m.arenas[g.arena].as_entire_binding()),
-                    (Slot::Params, b.params(&params)),
-                    (Slot::Out, buf.as_entire_binding()),
-                ];
-                let kernel = Kernel::Dequant(Dequant { ty: g.ty });
-                ops.push(b.op("dequant_f16", kernel, Dequant::grid(g.rows, g.cols), entries).await?);
-                params = MatParams::new(&[(0, g.rows)], g.cols, out_stride, g.col0).split(k_len, splits);
-                Some(buf)
-            }
-            _ => None,
-        };
+        let params = MatParams::new(&g.segs, g.cols, out_stride, g.col0).split(k_len, splits);
         let (kernel, grid, with_bias) = match input {
             MatIn::Rows(_) => {
                 let mode = if splits > 1 { OutMode::Partial } else { mode };
                 let bias = bias.is_some() && splits == 1;
-                let ty = if decoded.is_some() { GgmlType::F16 } else { g.ty };
-                let kernel = Matmul { ty, mode, bias, tiles, decoded: decoded.is_some() };
+                let kernel = Matmul { ty: g.ty, mode, bias, tiles };
                 (Kernel::Matmul(kernel), kernel.grid(g.rows, splits as u32), bias)
             }
             MatIn::Norm(..) | MatIn::Plain(_) | MatIn::Attn(_) | MatIn::AttnGated(..) => {
@@ -493,10 +431,10 @@ pub(crate) async fn ops(
             }
         };
         let mut entries = vec![
-            (Slot::Weights, decoded.unwrap_or(&b.m.arenas[g.arena]).as_entire_binding()),
+            (Slot::Weights, b.m.arenas[g.arena].as_entire_binding()),
             (Slot::Params, b.params(&params)),
             (Slot::Call, b.call.as_entire_binding()),
-            (Slot::Out, if splits > 1 { scratch.split } else { out }.as_entire_binding()),
+            (Slot::Out, if splits > 1 { splits_buf.buf } else { out }.as_entire_binding()),
         ];
         match (with_bias, best) {
             (true, _) => entries.push((Slot::Aux, bias.expect("a bias").as_entire_binding())),
@@ -519,7 +457,7 @@ pub(crate) async fn ops(
             if let Some(bias) = bias {
                 entries.push((Slot::Aux, bias.as_entire_binding()));
             }
-            entries.push((Slot::In0, scratch.split.as_entire_binding()));
+            entries.push((Slot::In0, splits_buf.buf.as_entire_binding()));
             let kernel = Kernel::SplitReduce(SplitReduce { mode, bias: bias.is_some() });
             ops.push(b.op("split_reduce", kernel, SplitReduce::grid(g.rows), entries).await?);
         }
@@ -560,15 +498,10 @@ pub(crate) async fn gate_up_glu(
     b.op("matvec_gate_up_glu", kernel, Matvec::grid(ff, rows), entries).await
 }
 
-/// Drop the reduce of a single split matmul (`ops` = [matmul, split_reduce], the matmul after its weights' dequant
-/// where the device decodes them first) whose partials the next op sums itself; its split count. (A matrix over
-/// several buffers keeps its reduces.)
+/// Drop the reduce of a single split matmul (`ops` = [matmul, split_reduce]) whose partials the
+/// next op sums itself; its split count. (A matrix over several buffers keeps its reduces.)
 pub(crate) fn take_reduce(ops: &mut Vec<Op>) -> Option<u32> {
-    let single = match ops.as_slice() {
-        [Op { kernel: Kernel::Dequant(_), .. }, rest @ ..] => rest,
-        all => all,
-    };
-    match single {
+    match ops.as_slice() {
         [Op { kernel: Kernel::Matmul(_), grid: Grid([_, _, Count::Fixed(splits)]), .. }, Op { kernel: Kernel::SplitReduce(_), .. }] =>
         {
             let splits = *splits;

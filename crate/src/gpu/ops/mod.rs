@@ -11,7 +11,6 @@ pub(crate) mod attn_decode;
 pub(crate) mod attn_gate;
 pub(crate) mod attn_prefill;
 pub(crate) mod delta_net;
-pub(crate) mod dequant;
 pub(crate) mod embed;
 pub(crate) mod glu;
 pub(crate) mod lora;
@@ -82,7 +81,6 @@ pub(crate) enum Kernel {
     Matvec(mat::Matvec),
     Matmul(mat::Matmul),
     SplitReduce(mat::SplitReduce),
-    Dequant(dequant::Dequant),
     Embed(embed::Embed),
     RopeStore(rope_store::RopeStore),
     AttnDecode(attn_decode::AttnDecode),
@@ -112,7 +110,6 @@ impl Kernel {
             Kernel::Matvec(k) => k.source(&mut m),
             Kernel::Matmul(k) => k.source(&mut m),
             Kernel::SplitReduce(k) => k.source(&mut m),
-            Kernel::Dequant(k) => k.source(&mut m),
             Kernel::Embed(k) => k.source(&mut m),
             Kernel::RopeStore(k) => k.source(&mut m),
             Kernel::AttnDecode(k) => k.source(&mut m),
@@ -141,7 +138,6 @@ impl Kernel {
             Kernel::Matvec(k) => k.bindings(),
             Kernel::Matmul(k) => k.bindings(),
             Kernel::SplitReduce(k) => k.bindings(),
-            Kernel::Dequant(_) => dequant::BINDINGS,
             Kernel::Embed(_) => embed::BINDINGS,
             Kernel::RopeStore(_) => rope_store::BINDINGS,
             Kernel::AttnDecode(_) => attn_decode::BINDINGS,

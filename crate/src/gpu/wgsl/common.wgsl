@@ -1,4 +1,4 @@
-// Needs: nothing beyond the generated header. Provides NEG_BIG, better and Deq8.
+// Needs: nothing beyond the generated header.
 // Declarations every kernel shares, right after the generated header (ops/shader.rs
 // `model_header`: the model's shape, the binding slots BIND_*, the output modes OUT_* and the
 // per-call `CallParams` uniform, declared from its Rust struct).
@@ -10,10 +10,4 @@ const NEG_BIG: f32 = -3.0e38;
 // never wins).
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
-}
-
-// Eight consecutive values of a row: a weight row's as a quant/*.wgsl `dequant8` decodes them, or a token row's.
-struct Deq8 {
-    lo: vec4<f32>,
-    hi: vec4<f32>,
 }

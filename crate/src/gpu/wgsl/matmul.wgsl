@@ -1,5 +1,5 @@
-// Needs: the header, common.wgsl (Deq8), mat_params.wgsl (op), mat_common.wgsl (call), matmul_shared.wgsl
-// (op_rows, load_x, store), matmul_blocks.wgsl (load_row, load_w).
+// Needs: the header, weights.wgsl and a quant/*.wgsl (Deq8), mat_common.wgsl (op, call),
+// matmul_shared.wgsl (op_rows, load_row, load_w, load_x, store).
 // Prefill matrix-matrix product in f32: out[t][out_col0 + r] (+)= dot(W[r], X[t]) for a batch of
 // token rows X, reading the weights in their GGUF blocks. (matmul_coop.wgsl is the same product on
 // cooperative matrices, where the device has them.)

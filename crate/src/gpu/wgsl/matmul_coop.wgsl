@@ -1,26 +1,63 @@
-// Needs: coop_tiles.wgsl (TK, TKP, X_PER, T_BLOCKS, xs, half, put_x, store_tiles) and what it needs, mat_params.wgsl
-// (op), mat_common.wgsl (call), matmul_shared.wgsl (op_rows, load_x), matmul_blocks.wgsl (load_row, load_w); subgroups
-// of exactly 32 invocations (device.rs chooses this kernel only where the adapter's subgroup size is fixed at 32).
+// Needs: `enable f16; enable wgpu_cooperative_matrix;` (ops/shader.rs puts them first), the
+// header, weights.wgsl and a quant/*.wgsl (Deq8), mat_common.wgsl (op, call), matmul_shared.wgsl
+// (op_rows, load_row, load_w, load_x, store), the variant's TM and TN; subgroups of exactly 32
+// invocations (device.rs chooses this kernel only where the adapter's subgroup size is fixed at 32).
 // Prefill matrix-matrix product on cooperative matrices (tensor cores): matmul.wgsl's product,
 // with the weights and token rows rounded to f16 in workgroup memory and 16x16x16 multiply-adds
 // summing in f32.
 //
-// Per step, the TK columns of the tile's weights are dequantized from their blocks into workgroup memory
-// (row-major, [row][column]: a column-major 16x16 block of W^T) next to the same columns of the token rows; the next
-// step's values are loaded into registers meanwhile. (matmul_coop_f16.wgsl: the same with weights decoded to f16
-// before the call, read by the cooperative loads themselves.)
+// A workgroup computes a tile of TM rows x TN tokens (128 x 64, or 64 x 128 for batches of many
+// tokens: ops/mat.rs `Tiles`), as C[token][row] = X W^T: each of its eight subgroups holds
+// 32 tokens x 32 rows in four 16x16 f32 accumulators. Per step, the 32 columns of the tile's
+// weights are dequantized into workgroup memory (row-major, [row][column]: a column-major 16x16
+// block of W^T) next to the same columns of the token rows ([token][column]); the next step's
+// values are loaded into registers meanwhile. Rows are TKP halves apart (16-byte aligned, as
+// cooperative loads want; the 8 spare halves put consecutive rows in other memory banks). The
+// results go out through workgroup memory, one accumulator at a time, to `store`, which applies
+// OUT_MODE and the bias to whole rows of four.
 
-// Loading role: an invocation dequantizes W_PER columns of one weight row (W_PER / 8 groups of 8) per step.
+const TK: u32 = 32u;
+const TKP: u32 = 40u;
+// Loading roles: an invocation dequantizes W_PER columns of one weight row (W_PER / 8 groups of 8)
+// and loads X_PER columns of one token row, per step.
 const W_PER: u32 = TM * TK / 256u;
+const X_PER: u32 = TN * TK / 256u;
+// Token blocks of 32 across the tile: subgroup sg holds block sg % T_BLOCKS of rows block sg / T_BLOCKS.
+const T_BLOCKS: u32 = TN / 32u;
 
 var<workgroup> ws: array<f16, TM * TKP>;
+var<workgroup> xs: array<f16, TN * TKP>;
+var<workgroup> cs: array<f32, 2048>; // [8 subgroups][16 tokens][16 rows]
 
-// Eight consecutive values at `i` of ws.
+// A value as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
+// weight) then counts as 65504 instead of turning the row's sums into infinities and NaN.
+fn half(v: f32) -> f16 {
+    return f16(clamp(v, -65504.0, 65504.0));
+}
+
+// Eight consecutive values at `i` of ws or xs.
 fn put_w(i: u32, v: Deq8) {
     for (var e = 0u; e < 4u; e++) {
         ws[i + e] = half(v.lo[e]);
         ws[i + 4u + e] = half(v.hi[e]);
     }
+}
+
+fn put_x(i: u32, v: Deq8) {
+    for (var e = 0u; e < 4u; e++) {
+        xs[i + e] = half(v.lo[e]);
+        xs[i + 4u + e] = half(v.hi[e]);
+    }
+}
+
+// After subgroup `sg` stored an accumulator (tokens t .. t + 16, rows r .. r + 16) at its part of
+// cs: each lane takes one token and eight rows of it to `store`.
+fn store_staged(sg: u32, lane: u32, t: u32, r: u32, n: u32, n_rows: u32, wg_z: u32) {
+    let i = sg * 256u + (lane / 2u) * 16u + (lane % 2u) * 8u;
+    let tt = t + lane / 2u;
+    let rr = r + (lane % 2u) * 8u;
+    store(tt, rr, n, n_rows, wg_z, vec4<f32>(cs[i], cs[i + 1u], cs[i + 2u], cs[i + 3u]));
+    store(tt, rr + 4u, n, n_rows, wg_z, vec4<f32>(cs[i + 4u], cs[i + 5u], cs[i + 6u], cs[i + 7u]));
 }
 
 @compute @workgroup_size(256)
@@ -93,5 +130,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    store_tiles(sg, lane, t0 + tb, r0 + rb, n, n_rows, wg.z, c00, c01, c10, c11);
+
+    let t = t0 + tb;
+    let r = r0 + rb;
+    coopStoreT(c00, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t, r, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c01, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t, r + 16u, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c10, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t + 16u, r, n, n_rows, wg.z);
+    workgroupBarrier();
+    coopStoreT(c11, &cs[sg * 256u], 16u);
+    workgroupBarrier();
+    store_staged(sg, lane, t + 16u, r + 16u, n, n_rows, wg.z);
 }

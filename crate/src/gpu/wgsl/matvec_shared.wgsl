@@ -1,5 +1,5 @@
 // Needs: the header (OUT_*, RESIDUAL_SCALE), common.wgsl (NEG_BIG, better), a quant/*.wgsl (QK, BLOCK_BYTES),
-// mat_params.wgsl (op, weight_row), mat_common.wgsl (out), bias.wgsl or no_bias.wgsl, a reduce_*.wgsl (team_sum2),
+// mat_common.wgsl (op, out, weight_row), bias.wgsl or no_bias.wgsl, a reduce_*.wgsl (team_sum2),
 // best_out.wgsl or no_best.wgsl (put_best), glu_silu.wgsl or glu_gelu.wgsl (glu), the variant's
 // OUT_MODE, ROWS and COLS.
 // What the decode matrix-vector kernels (matvec.wgsl, matvec_q8.wgsl) share: a workgroup of ROWS

@@ -1,5 +1,5 @@
-// Needs: the header (BIND_IN0, OUT_*, RESIDUAL_SCALE), mat_params.wgsl (op), mat_common.wgsl (call, out),
-// bias.wgsl or no_bias.wgsl, the variant's OUT_MODE.
+// Needs: the header (BIND_IN0, OUT_*, RESIDUAL_SCALE), mat_common.wgsl (op, call, out), bias.wgsl or no_bias.wgsl,
+// the variant's OUT_MODE.
 // The sum of a split matmul's partial products ([split][token][row], rows packed; matmul.wgsl
 // OUT_PARTIAL), stored or added to the output like an unsplit matmul (OUT_STORE or OUT_ADD), with
 // the bias. One invocation per output value.

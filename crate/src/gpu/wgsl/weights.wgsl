@@ -1,4 +1,4 @@
-// Needs: the header (BIND_WEIGHTS). Provides W and the byte readers to a quant/*.wgsl.
+// Needs: the header (BIND_WEIGHTS). Provides W, the byte readers and Deq8 to a quant/*.wgsl.
 // Weights: one arena of GGUF tensor bytes, viewed as u32 words. GGUF blocks are byte-packed
 // (Q4_0 is 18 bytes, Q6_K 210), so the readers below take byte offsets and extract what they need.
 // Every block starts at an even byte offset (all block sizes are even and rows start 4-aligned).
@@ -45,4 +45,10 @@ fn sbytes4(q: u32) -> vec4<f32> {
 // Low (shift 0) or high (shift 4) nibbles of the four bytes of a word.
 fn nibbles4(q: u32, shift: u32) -> vec4<u32> {
     return (vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(0xFu);
+}
+
+// Eight consecutive weights of a row.
+struct Deq8 {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
 }

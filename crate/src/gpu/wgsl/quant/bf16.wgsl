@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // BF16 weights: the high half of an f32.
 const QK: u32 = 1u;
 const BLOCK_BYTES: u32 = 2u;

@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (W), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (W, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // F16 weights (rows start 4-aligned: the column count is a multiple of 32).
 const QK: u32 = 1u;
 const BLOCK_BYTES: u32 = 2u;

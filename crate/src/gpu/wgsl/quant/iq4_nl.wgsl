@@ -1,5 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8), iq4_values.wgsl (iq4_values4).
-// Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8), iq4_values.wgsl (iq4_values4). Provides QK, BLOCK_BYTES and dequant8.
 // IQ4_NL: 32 values in 18 bytes: f16 d, then 16 bytes whose low nibbles are values 0..16 and high
 // nibbles values 16..32. x = d * IQ4_VALUES[q].
 const QK: u32 = 32u;

@@ -1,5 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8), iq4_values.wgsl (iq4_values4).
-// Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8), iq4_values.wgsl (iq4_values4). Provides QK, BLOCK_BYTES and dequant8.
 // IQ4_XS: 256 values in 136 bytes: f16 d, u16 scales_h (2 high bits per sub-block of 32), 4 bytes
 // scales_l (4 low bits per sub-block: even ones in the low nibble), then 16 bytes per sub-block with
 // its nibbles as IQ4_NL's. x = d * (ls - 32) * IQ4_VALUES[q], ls the 6-bit scale.

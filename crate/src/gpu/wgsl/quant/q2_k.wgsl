@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q2_K: 256 values in 84 bytes: 16 scale bytes (one per 16 values: the scale in the low nibble, the min in the
 // high one), 64 bytes of 2-bit quants, f16 d, f16 dmin. Per 128-value half: byte l of the half's 32 quant bytes
 // holds values l, l + 32, l + 64, l + 96 in its bits 0-1, 2-3, 4-5, 6-7. x = d * scale * q - dmin * min.

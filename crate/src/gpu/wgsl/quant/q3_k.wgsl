@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q3_K: 256 values in 110 bytes: 32 bytes of high bits (hmask), 64 bytes of 2-bit low bits, 12 bytes of packed 6-bit
 // scales (one per 16 values, stored + 32), f16 d. Value j's low bits lie as Q2_K's quants do (byte
 // 32 * (j / 128) + j % 32, bits 2 * ((j % 128) / 32)); its high bit is bit j / 32 of hmask byte j % 32, and a clear

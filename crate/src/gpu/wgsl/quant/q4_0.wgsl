@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q4_0: 32 values in 18 bytes: f16 d, then 16 bytes whose low nibbles are values 0..16 and high
 // nibbles values 16..32. x = (q - 8) * d.
 const QK: u32 = 32u;

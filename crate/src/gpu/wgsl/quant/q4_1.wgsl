@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q4_1: 32 values in 20 bytes: f16 d, f16 m, 16 bytes of nibbles (low: values 0..16, high: 16..32).
 // x = q * d + m.
 const QK: u32 = 32u;

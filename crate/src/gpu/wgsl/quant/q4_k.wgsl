@@ -1,5 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8), k_scales.wgsl (scale_min_k4).
-// Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8), k_scales.wgsl (scale_min_k4). Provides QK, BLOCK_BYTES and dequant8.
 // Q4_K: 256 values in 144 bytes: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins
 // (one pair per 32 values), 128 bytes of nibbles: byte l of the g-th 32-byte group holds values
 // 64g + l (low nibble) and 64g + 32 + l (high). x = d * sc * q - dmin * m.

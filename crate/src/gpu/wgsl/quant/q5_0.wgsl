@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q5_0: 32 values in 22 bytes: f16 d, 32 high bits (bit j of value j), 16 bytes of low nibbles
 // (as Q4_0). x = (q - 16) * d with q = nibble | high bit << 4.
 const QK: u32 = 32u;

@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q5_1: 32 values in 24 bytes: f16 d, f16 m, 32 high bits, 16 bytes of low nibbles.
 // x = q * d + m with q = nibble | high bit << 4.
 const QK: u32 = 32u;

@@ -1,5 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8), k_scales.wgsl (scale_min_k4).
-// Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8), k_scales.wgsl (scale_min_k4). Provides QK, BLOCK_BYTES and dequant8.
 // Q5_K: 256 values in 176 bytes: f16 d, f16 dmin, 12 bytes of packed scales and mins, 32 bytes of
 // high bits (bit s of byte l is the fifth bit of value 32s + l), 128 bytes of nibbles laid out as
 // in Q4_K. x = d * sc * q - dmin * m.

@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q6_K: 256 values in 210 bytes: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed
 // scales (one per 16 values), f16 d. Per 128-value half: byte l of the first 32 low-nibble bytes
 // holds values l (low nibble) and l + 64 (high); of the next 32, values l + 32 and l + 96; high

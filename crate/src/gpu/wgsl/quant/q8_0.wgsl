@@ -1,4 +1,4 @@
-// Needs: weights.wgsl (the byte readers), common.wgsl (Deq8). Provides QK, BLOCK_BYTES and dequant8.
+// Needs: weights.wgsl (the byte readers, Deq8). Provides QK, BLOCK_BYTES and dequant8.
 // Q8_0: 32 values in 34 bytes: f16 d, 32 signed bytes. x = q * d.
 const QK: u32 = 32u;
 const BLOCK_BYTES: u32 = 34u;
