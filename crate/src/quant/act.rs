@@ -366,6 +366,11 @@ pub struct Activations {
     /// and widening is several instructions there (the tile kernels would redo it for every weight row).
     #[cfg(target_arch = "wasm32")]
     wide: Vec<[i16; QK8]>,
+    /// Per Q8_0 block in wasm32's relaxed-SIMD build: lane `k` sums quants `2k`, `2k + 1`, `16 + 2k` and `17 + 2k`,
+    /// the lanes of that build's byte dots, so the row kernels of the types with an offset (Q4_0, Q5_0) take the
+    /// offset's products off by a shift instead of dotting them against every weight block.
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    pair_sums: Vec<[i16; 8]>,
     /// On wasm32, per group of four rows (`4g..4g+4`) and block: the four rows' `d`s and `s`s side by
     /// side, so a kernel scales four rows' sums with one multiply.
     #[cfg(target_arch = "wasm32")]
@@ -430,6 +435,8 @@ impl Activations {
         self.scales.clear();
         #[cfg(target_arch = "x86_64")]
         self.sums.clear();
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        self.pair_sums.clear();
         match self.kind {
             Some(ActKind::Q8_0) => {
                 self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
@@ -437,6 +444,11 @@ impl Activations {
                 self.sums.extend(self.q8_0.iter().map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()));
                 #[cfg(target_arch = "wasm32")]
                 widen(&self.q8_0, self.rows, &mut self.wide);
+                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+                self.pair_sums.extend(self.q8_0.iter().map(|b| {
+                    let q = |i: usize| b.qs[i] as i16;
+                    std::array::from_fn(|k| q(2 * k) + q(2 * k + 1) + q(16 + 2 * k) + q(17 + 2 * k))
+                }));
             }
             Some(ActKind::Q8_1) => {
                 self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
@@ -480,6 +492,14 @@ impl Activations {
         assert!(r < self.rows && self.kind == Some(ActKind::Q8_0));
         let per = self.sums.len() / self.rows;
         &self.sums[r * per..(r + 1) * per]
+    }
+
+    /// Row `r`'s per-block pair sums, for Q8_0 rows (wasm32's relaxed-SIMD build).
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    pub(crate) fn row_pair_sums(&self, r: usize) -> &[[i16; 8]] {
+        assert!(r < self.rows && self.kind == Some(ActKind::Q8_0));
+        let per = self.pair_sums.len() / self.rows;
+        &self.pair_sums[r * per..(r + 1) * per]
     }
 
     #[cfg(target_arch = "wasm32")]

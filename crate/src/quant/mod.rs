@@ -388,14 +388,6 @@ pub fn dot_rows<const A: usize>(
     out: &mut [[f32; A]],
 ) -> bool {
     let row_blocks = cols / ty.block_size();
-    // Four consecutive rows from a multiple of 4 (how matmul batches them): scales side by side.
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if ty == GgmlType::Q4_1 && A == 4 && a_rows[0].is_multiple_of(4) && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
-        // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
-        let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
-        simd128::q4_1_rows4(as_blocks(w), row_blocks, acts, std::array::from_fn(|j| a_rows[j]), out4);
-        return true;
-    }
     match ty {
         GgmlType::Q4_0 => tile_rows::<BlockQ4_0, A>(as_blocks(w), row_blocks, acts, a_rows, out),
         GgmlType::Q4_1 => tile_rows::<BlockQ4_1, A>(as_blocks(w), row_blocks, acts, a_rows, out),

@@ -8,13 +8,16 @@
 //! bits (Q4_0, Q4_1, Q5_0, Q5_1: [`Unpack::quants_u7`]) byte by byte instead, with
 //! `i16x8.relaxed_dot_i8x16_i7x16_s` against the activations' own bytes (no widening): with the weights
 //! in 0..=127 and at most 2 * 31 * 127 in a pair, every engine gives the same exact sums. An offset type's
-//! values are `q - offset`: the same dot against the offset comes off in i16. Q8_0 and IQ4_NL, whose
-//! quants take all of i8, keep the widening kernels.
+//! values are `q - offset`: the offset's products come off in i16, dotted in `vec_dot`, and in the row kernels
+//! taken from the activations' pair sums (`Activations::row_pair_sums`, made once per activation block). Q8_0
+//! and IQ4_NL, whose quants take all of i8, keep the widening kernels.
+//!
+//! The row kernels (`legacy_rows`) take four activation rows at a time from a multiple of four (how matmul batches
+//! them), with the four rows' scales side by side (`Activations::group_scales`): a weight block's scales multiply
+//! four rows' at once.
 
 use core::arch::wasm32::*;
 
-#[cfg(target_feature = "relaxed-simd")]
-use super::act::BlockQ8_1;
 use super::act::{f16_to_f32, Activations, BlockQ8K, BlockQ8_0, Q8Block};
 use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
@@ -275,8 +278,9 @@ pub(crate) fn vec_dot_iq4_xs(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
 struct U7 {
-    /// The offset in every byte, where the type has one.
-    offset: Option<v128>,
+    /// Where the type has an offset: it in every byte (for [`legacy_dot`], which dots it against the activations),
+    /// and its log2 (for the row kernels, which shift the activations' pair sums by it: the offsets are 8 and 16).
+    offset: Option<(v128, u32)>,
 }
 
 /// The byte dots for `B`, in the relaxed-SIMD build where its quants fit in seven bits; else `None` (widening).
@@ -284,27 +288,60 @@ struct U7 {
 fn u7<B: Unpack>() -> Option<U7> {
     #[cfg(target_feature = "relaxed-simd")]
     if let Some(offset) = B::U7_OFFSET {
-        return Some(U7 { offset: (offset != 0).then(|| std::hint::black_box(i8x16_splat(offset))) });
+        const { assert!(matches!(B::U7_OFFSET, None | Some(0 | 8 | 16)), "an offset the pair sums shift to") };
+        let splat = std::hint::black_box(i8x16_splat(offset));
+        return Some(U7 { offset: (offset != 0).then(|| (splat, offset.trailing_zeros())) });
     }
     None
 }
 
-/// A block's four i32 sums of `(q - offset) * y` (the relaxed-SIMD build): quants `q` in 0..=127 as bytes,
-/// activations `y` as bytes. A lane's four products and the offset's four stay within i16 (at most
-/// 4 * 31 * 127), so the pairs add there before one widening. i32 lane `k` sums the same elements as the widening
-/// kernels' lane `k` ([`dot32`]: `2k`, `2k + 1` of each eight), i16 lanes `k` and `k + 4`, not two neighbours: the
-/// blocks' float sums then see the same values in both builds, and the relaxed build gives the plain build's bits.
+/// The byte dots of a block's quants `q` in 0..=127 with activations `a` (the relaxed-SIMD build), in i16 lanes:
+/// lane `k` sums elements `2k`, `2k + 1`, `16 + 2k` and `17 + 2k` (four products, at most 4 * 31 * 127, and the
+/// offset's four stay within i16 too).
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-fn dot32_u7((q0, q1): (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
-    let (a0, a1) = load32(y);
-    let dot =
-        |w: (v128, v128)| i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(a0, w.0), i16x8_relaxed_dot_i8x16_i7x16(a1, w.1));
-    let sums = match u7.offset {
-        Some(o) => i16x8_sub(dot((q0, q1)), dot((o, o))),
-        None => dot((q0, q1)),
-    };
+fn byte_dots((q0, q1): (v128, v128), (a0, a1): (v128, v128)) -> v128 {
+    i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(a0, q0), i16x8_relaxed_dot_i8x16_i7x16(a1, q1))
+}
+
+/// [`byte_dots`]' i16 lanes `k` and `k + 4` added into i32 lane `k`: the same elements as the widening kernels'
+/// lane `k` ([`dot32`]: `2k`, `2k + 1` of each eight), not two neighbours, so the blocks' float sums see the same
+/// values in both builds, and the relaxed build gives the plain build's bits.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn i16_lanes_to_i32(sums: v128) -> v128 {
     i32x4_add(i32x4_extend_low_i16x8(sums), i32x4_extend_high_i16x8(sums))
+}
+
+/// A block's four i32 sums of `(q - offset) * y` (the relaxed-SIMD build): quants `q` in 0..=127 as bytes,
+/// activations `y` as bytes, the offset's products dotted here (the row kernels take them from the activations'
+/// pair sums instead, [`pair_sums_dot`]).
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn dot32_u7(q: (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
+    let a = load32(y);
+    let sums = match u7.offset {
+        Some((o, _)) => i16x8_sub(byte_dots(q, a), byte_dots((o, o), a)),
+        None => byte_dots(q, a),
+    };
+    i16_lanes_to_i32(sums)
+}
+
+/// [`dot32_u7`] with the offset's products as the activation block's pair sums ([`Activations::row_pair_sums`],
+/// [`byte_dots`]' lanes against ones) shifted by the offset's log2: the same integers for one load and two
+/// instructions instead of two dots, an add and a subtract.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn pair_sums_dot(q: (v128, v128), u7: U7, y: &[i8; 32], pair_sums: Option<&[i16; 8]>) -> v128 {
+    let sums = byte_dots(q, load32(y));
+    let sums = match (u7.offset, pair_sums) {
+        // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
+        (Some((_, shift)), Some(p)) => {
+            i16x8_sub(sums, i16x8_shl(unsafe { v128_load(p.as_ptr() as *const v128) }, shift))
+        }
+        _ => sums,
+    };
+    i16_lanes_to_i32(sums)
 }
 
 /// A block's integer sums against activation quants `y`, as f32: byte dots where `u7` says so, else widened.
@@ -399,7 +436,7 @@ fn load_wide(q: &[i16; 32]) -> [v128; 4] {
 /// weight block is unpacked once for the `A` rows, and dotted with each row's quants widened to i16
 /// (`Activations::row_wide`), or in the relaxed-SIMD build for the seven-bit types with its bytes. Every output has
 /// its own accumulators and sees the same float operations in block order as [`legacy_dot`], so the result does not
-/// depend on `A`.
+/// depend on `A`. Four consecutive rows from a multiple of four (how matmul batches them) take [`legacy_rows4`].
 pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     w: &[B],
     row_blocks: usize,
@@ -407,47 +444,104 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     a_rows: [usize; A],
     out: &mut [[f32; A]],
 ) {
+    if A == 4 && a_rows[0].is_multiple_of(4) && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
+        // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
+        let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
+        return legacy_rows4(w, row_blocks, acts, std::array::from_fn(|j| a_rows[j]), out4);
+    }
     let c = Consts::new();
     let a_scales = a_rows.map(|r| acts.row_scales(r));
+    assert!(a_scales.iter().all(|s| s.len() >= row_blocks), "activation rows too short");
+    let scales = |j: usize, i: usize, dm: v128| {
+        // SAFETY: i < row_blocks <= the row's length (checked above).
+        let scales = f32x4_mul(dm, scale_pair(unsafe { a_scales[j].get_unchecked(i) })); // [d * d, m * s, ..]
+        (i32x4_shuffle::<0, 0, 0, 0>(scales, scales), scales)
+    };
     match u7::<B>() {
         #[cfg(target_feature = "relaxed-simd")]
         Some(u7) => {
-            let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
-            let dot = |q: &(v128, v128), y: &B::Act| f32x4_convert_i32x4(dot32_u7(*q, u7, y.qs()));
-            rows_with(w, row_blocks, a, a_scales, out, &c, |x| x.quants_u7(&c), dot);
+            let dot = byte_row_dots::<B, A>(acts, a_rows, row_blocks, u7);
+            rows_with(w, row_blocks, out, &c, |x| x.quants_u7(&c), scales, dot);
         }
         _ => {
             let a = a_rows.map(|r| acts.row_wide(r));
-            rows_with(w, row_blocks, a, a_scales, out, &c, |x| x.quants_wide(&c), |q, y| dot_wide(q, &load_wide(y)));
+            check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+            // SAFETY (the dot's block): i < row_blocks <= every row's length (checked by check_rows).
+            let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            rows_with(w, row_blocks, out, &c, |x| x.quants_wide(&c), scales, dot);
         }
     }
 }
 
-/// [`legacy_rows`] once a block's quants are unpacked by `unpack` and dotted with an activation block by `dot`.
+/// [`legacy_rows`] for four activation rows `4g..4g+4` of `acts` (`a_rows[0] = 4g`), with their scales side by side
+/// (`Activations::group_scales`: block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
+/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are identical.
+fn legacy_rows4<B: Unpack>(w: &[B], row_blocks: usize, acts: &Activations, a_rows: [usize; 4], out: &mut [[f32; 4]]) {
+    let c = Consts::new();
+    assert!((0..4).all(|j| a_rows[j] == a_rows[0] + j) && a_rows[0].is_multiple_of(4), "a group of four rows");
+    let scales4 = acts.group_scales(a_rows[0] / 4);
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    assert!(scales4.len() >= row_blocks, "activation rows too short");
+    match u7::<B>() {
+        #[cfg(target_feature = "relaxed-simd")]
+        Some(u7) => {
+            let dot = byte_row_dots::<B, 4>(acts, a_rows, row_blocks, u7);
+            rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_u7(&c), dot);
+        }
+        _ => {
+            let a = a_rows.map(|r| acts.row_wide(r));
+            assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+            // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
+            let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_wide(&c), dot);
+        }
+    }
+}
+
+/// The relaxed-SIMD row kernels' dot of quants `q` with activation row `a_rows[j]`'s block `i`, as f32: by bytes, the
+/// offset's products (the types dotted against Q8_0) from the activations' pair sums. Checks that the rows hold
+/// `row_blocks` blocks, which the dot then reads unchecked.
+#[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // legacy_rows's own, plus how its two forms unpack and dot
-fn rows_with<B: Unpack, Y, Q, const A: usize>(
+fn byte_row_dots<'a, B: Unpack, const A: usize>(
+    acts: &'a Activations,
+    a_rows: [usize; A],
+    row_blocks: usize,
+    u7: U7,
+) -> impl Fn(&(v128, v128), usize, usize) -> v128 + 'a {
+    let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
+    let pair_sums = a_rows.map(|r| if u7.offset.is_some() { acts.row_pair_sums(r) } else { &[][..] });
+    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+    assert!(u7.offset.is_none() || pair_sums.iter().all(|p| p.len() >= row_blocks), "activation rows too short");
+    // SAFETY: i < row_blocks <= every row's length (checked above), for the pair sums where the type has an offset.
+    move |q, j, i| unsafe {
+        let y = a[j].get_unchecked(i).qs();
+        f32x4_convert_i32x4(pair_sums_dot(*q, u7, y, u7.offset.map(|_| pair_sums[j].get_unchecked(i))))
+    }
+}
+
+/// [`legacy_rows`] once a block's quants are unpacked by `unpack`, activation row `j`'s block `i` scales the block's
+/// `[d, m, d, m]` as `scales(j, i, dm)` says (`d * d` in every lane, and `[d * d, m * s, ..]`) and is dotted with the
+/// quants by `dot(q, j, i)`.
+#[inline(always)]
+fn rows_with<B: Unpack, Q, const A: usize>(
     w: &[B],
     row_blocks: usize,
-    a: [&[Y]; A],
-    a_scales: [&[[f32; 2]]; A],
     out: &mut [[f32; A]],
     c: &Consts,
     unpack: impl Fn(&B) -> Q,
-    dot: impl Fn(&Q, &Y) -> v128,
+    scales: impl Fn(usize, usize, v128) -> (v128, v128),
+    dot: impl Fn(&Q, usize, usize) -> v128,
 ) {
-    check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
         let mut acc = [f32x4_splat(0.0); A];
         let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
         each_block(w, c, |i, x, dm| {
             let q = unpack(x);
             for j in 0..A {
-                // SAFETY: i < row_blocks <= the row's length (check_rows).
-                let (y, ys) = unsafe { (a[j].get_unchecked(i), scale_pair(a_scales[j].get_unchecked(i))) };
-                let scales = f32x4_mul(dm, ys); // [d * d, m * s, ..]
-                let d = i32x4_shuffle::<0, 0, 0, 0>(scales, scales);
-                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot(&q, y)));
+                let (d, scales) = scales(j, i, dm);
+                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot(&q, j, i)));
                 if B::WITH_MIN {
                     mins[j] = f32x4_add(mins[j], scales);
                 }
@@ -460,50 +554,16 @@ fn rows_with<B: Unpack, Y, Q, const A: usize>(
     }
 }
 
-/// [`legacy_rows`] of Q4_1 for four activation rows `4g..4g+4` of `acts` (`a_rows[0] = 4g`), with their scales side by
-/// side (`Activations::group_scales`: block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
-/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are identical.
-pub(crate) fn q4_1_rows4(
-    w: &[BlockQ4_1],
-    row_blocks: usize,
-    acts: &Activations,
-    a_rows: [usize; 4],
-    out: &mut [[f32; 4]],
-) {
-    let c = Consts::new();
-    let scales4 = acts.group_scales(a_rows[0] / 4);
-    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
-    assert!(scales4.len() >= row_blocks, "activation rows too short");
-    #[cfg(target_feature = "relaxed-simd")]
-    {
-        let u7 = u7::<BlockQ4_1>().expect("Q4_1's quants fit in seven bits");
-        let a = a_rows.map(|r| acts.row(r).blocks::<BlockQ8_1>());
-        assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
-        // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
-        let dot = |q: &(v128, v128), j: usize, i: usize| {
-            f32x4_convert_i32x4(dot32_u7(*q, u7, unsafe { a[j].get_unchecked(i) }.qs()))
-        };
-        rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_u7(&c), dot);
-    }
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    {
-        let a = a_rows.map(|r| acts.row_wide(r));
-        assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
-        // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
-        let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
-        rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_wide(&c), dot);
-    }
-}
-
-/// [`q4_1_rows4`] once a block's quants are unpacked by `unpack` and dotted with activation row `j`'s block `i` by `dot`.
+/// [`legacy_rows4`] once a block's quants are unpacked by `unpack` and dotted with activation row `j`'s block `i` by
+/// `dot`.
 #[inline(always)]
-fn rows4_with<Q>(
-    w: &[BlockQ4_1],
+fn rows4_with<B: Unpack, Q>(
+    w: &[B],
     row_blocks: usize,
     scales4: &[[[f32; 4]; 2]],
     out: &mut [[f32; 4]],
     c: &Consts,
-    unpack: impl Fn(&BlockQ4_1) -> Q,
+    unpack: impl Fn(&B) -> Q,
     dot: impl Fn(&Q, usize, usize) -> v128,
 ) {
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
@@ -513,10 +573,13 @@ fn rows4_with<Q>(
             let q = unpack(x);
             // SAFETY: i < row_blocks <= scales4.len() (checked by the caller).
             let [d4, s4] = unsafe { scales4.get_unchecked(i) };
-            // SAFETY: 16 bytes each, in bounds; no alignment requirement.
-            let (d4, s4) = unsafe { (v128_load(d4.as_ptr() as *const v128), v128_load(s4.as_ptr() as *const v128)) };
-            let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), d4);
-            mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
+            // SAFETY: 16 bytes, in bounds; no alignment requirement.
+            let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), unsafe { v128_load(d4.as_ptr() as *const v128) });
+            if B::WITH_MIN {
+                // SAFETY: as d4.
+                let s4 = unsafe { v128_load(s4.as_ptr() as *const v128) };
+                mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
+            }
             acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(&q, 0, i)));
             acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(&q, 1, i)));
             acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(&q, 2, i)));
@@ -528,7 +591,10 @@ fn rows4_with<Q>(
             f32x4_extract_lane::<2>(mins),
             f32x4_extract_lane::<3>(mins),
         ];
-        *out = std::array::from_fn(|j| hsum(acc[j]) + m[j]);
+        *out = std::array::from_fn(|j| match B::WITH_MIN {
+            true => hsum(acc[j]) + m[j],
+            false => hsum(acc[j]),
+        });
     }
 }
 
