@@ -20,6 +20,11 @@
 //! keep the eight partial sums per output in eight vectors; the per-row kernel (rows left over from the tiles)
 //! makes eight blocks' sums at a time into the lanes of one vector and runs one vector FMA per eight blocks. So
 //! every output has the same bits whichever kernel, number of activation rows or thread computed it.
+//!
+//! With AVX512-VNNI, sixteen rows go first into the lanes of 512-bit vectors (`wide_tile_vnni`): two eight-row
+//! transpositions side by side, then each lane the eight-row tile's operations, at half the instructions per
+//! product (the byte multiplies were not what bounded the eight-row tile: its other work per block and activation
+//! row was).
 
 use std::arch::x86_64::*;
 use std::mem::size_of;
@@ -301,6 +306,19 @@ macro_rules! tile_kernels {
             check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
             let offset = offset_shift::<B>($vnni).is_some();
             assert!(!offset || a_sums.iter().all(|s| s.len() >= row_blocks), "activation sums too short");
+            let (mut w, mut out) = (w, out);
+            if $vnni {
+                // Sixteen rows at a time in 512-bit vectors first.
+                let wide = out.len() / WIDE_ROWS * WIDE_ROWS;
+                let (w_wide, w_rest) = w.split_at(wide * row_blocks);
+                let (out_wide, out_rest) = out.split_at_mut(wide);
+                for (w, out) in w_wide.chunks_exact(WIDE_ROWS * row_blocks).zip(out_wide.chunks_exact_mut(WIDE_ROWS)) {
+                    // SAFETY: sixteen whole rows, activation rows checked above; the CPU has AVX512-VNNI (the
+                    // caller's promise for this stamping).
+                    unsafe { wide_tile_vnni(w, row_blocks, a, a_scales, a_sums, out) };
+                }
+                (w, out) = (w_rest, out_rest);
+            }
             let tiled = out.len() / ROWS * ROWS;
             let (w_tiles, w_rest) = w.split_at(tiled * row_blocks);
             let (out_tiles, out_rest) = out.split_at_mut(tiled);
@@ -500,6 +518,116 @@ macro_rules! tile_kernels {
     };
 }
 
+/// Weight rows per wide tile: one per 32-bit lane of a 512-bit vector (the AVX512-VNNI stamping).
+const WIDE_ROWS: usize = 16;
+
+/// [`tile_quants`] of sixteen blocks in the lanes of 512-bit vectors: lane r of vector c holds row r's quants of
+/// elements 4c..4c+4.
+/// # Safety
+/// Each of `rows` points to a whole block of `B`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn wide_tile_quants<B: TileBlock>(rows: &[*const u8; WIDE_ROWS]) -> [__m512i; 8] {
+    let (low, high): (&[_; ROWS], &[_; ROWS]) = (rows[..ROWS].try_into().unwrap(), rows[ROWS..].try_into().unwrap());
+    // SAFETY: the caller's promise.
+    let (low, high) = unsafe { (tile_quants::<B>(low), tile_quants::<B>(high)) };
+    std::array::from_fn(|c| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low[c]), high[c]))
+}
+
+/// [`f16_of_rows`] of sixteen blocks.
+/// # Safety
+/// Two bytes are readable at `at` of each of `rows`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn wide_f16_of_rows(rows: &[*const u8; WIDE_ROWS], at: usize) -> __m512 {
+    // SAFETY: the caller's promise; unaligned reads.
+    let h = rows.map(|r| unsafe { r.add(at).cast::<i16>().read_unaligned() });
+    _mm512_cvtph_ps(_mm256_setr_epi16(
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15],
+    ))
+}
+
+/// The VNNI tile for sixteen rows (`w`) · `A` activation rows, into `out` (sixteen outputs): each row's lane of
+/// 512-bit vectors sees exactly the operations of its lane in the eight-row tile (the same integer block sums, then
+/// the same float multiply and FMA into partial sum `i % 8`, added in the same order), so the bits are the same,
+/// for half the instructions per product.
+/// # Safety
+/// `w` is sixteen rows of `row_blocks` blocks; each activation row has `row_blocks` blocks, scales, sums; the CPU has
+/// AVX512-VNNI.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
+    w: &[B],
+    row_blocks: usize,
+    a: [&[B::Act]; A],
+    a_scales: [&[[f32; 2]]; A],
+    a_sums: [&[i32]; A],
+    out: &mut [[f32; A]],
+) {
+    let stride = row_blocks * size_of::<B>();
+    let shift = offset_shift::<B>(true);
+    let mut acc = [[_mm512_setzero_ps(); LANES]; A];
+    let base = w.as_ptr().cast::<u8>();
+    // The next rows fetched ahead a block's share at a time, as in the eight-row tile.
+    let next = base.wrapping_add(WIDE_ROWS * stride);
+    let share = WIDE_ROWS * size_of::<B>();
+    for i in 0..row_blocks {
+        let ahead = next.wrapping_add(i * share);
+        for l in (0..share).step_by(64) {
+            // A hint: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+        }
+        // SAFETY: block i of each of the sixteen rows (the caller's promise).
+        let x: [*const u8; WIDE_ROWS] = std::array::from_fn(|r| unsafe { base.add(r * stride + i * size_of::<B>()) });
+        // SAFETY: as above.
+        let mut u = unsafe { wide_tile_quants::<B>(&x) };
+        if B::BYTES {
+            // Q8_0's quants as `q + 128`, unsigned (the offset taken off below).
+            u = u.map(|q| _mm512_xor_si512(q, _mm512_set1_epi8(-128)));
+        }
+        // SAFETY: as above: every block starts with `d`, Q4_1's with `d` and `m`.
+        let dw = unsafe { wide_f16_of_rows(&x, 0) };
+        let mw = if B::WITH_MIN { unsafe { wide_f16_of_rows(&x, 2) } } else { _mm512_setzero_ps() };
+        for k in 0..A {
+            // SAFETY: the caller's promise on the activation rows (and their sums where there is an offset).
+            let (y, [scale, s_a]) = unsafe { (a[k].get_unchecked(i), *a_scales[k].get_unchecked(i)) };
+            let y = y.qs();
+            let mut sums = [_mm512_setzero_si512(); 2];
+            for c in 0..8 {
+                // SAFETY: bytes 4c..4c + 4 of the 32, read unaligned.
+                let word = unsafe { y.as_ptr().add(4 * c).cast::<i32>().read_unaligned() };
+                sums[c % 2] = _mm512_dpbusd_epi32(sums[c % 2], u[c], _mm512_set1_epi32(word));
+            }
+            let mut s = _mm512_add_epi32(sums[0], sums[1]);
+            if let Some(shift) = shift {
+                // SAFETY: as above.
+                let sum = unsafe { *a_sums[k].get_unchecked(i) };
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(sum << shift));
+            }
+            let d = _mm512_mul_ps(dw, _mm512_set1_ps(scale));
+            let p = &mut acc[k][i % LANES];
+            *p = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *p);
+            if B::WITH_MIN {
+                *p = _mm512_fmadd_ps(mw, _mm512_set1_ps(s_a), *p);
+            }
+        }
+    }
+    for k in 0..A {
+        let r = &acc[k];
+        // As the eight-row tile adds them.
+        let sum = _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(r[0], r[4]), _mm512_add_ps(r[2], r[6])),
+            _mm512_add_ps(_mm512_add_ps(r[1], r[5]), _mm512_add_ps(r[3], r[7])),
+        );
+        let mut lanes = [0f32; WIDE_ROWS];
+        // SAFETY: room for 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
+        for r in 0..WIDE_ROWS {
+            out[r][k] = lanes[r];
+        }
+    }
+}
+
 tile_kernels!("avx2,fma,f16c", false, tile_dot_avx2, row_dot_avx2, tile_rows, tile, per_row);
 tile_kernels!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
@@ -530,13 +658,14 @@ mod tests {
             return; // nothing to run on this CPU
         }
         let mut rng = Rng::new(11);
-        // Two tiles and three rows left over; block counts with and without a partial group of eight.
+        // A wide tile (AVX512-VNNI), a tile and three rows left over (two tiles with AVX2); block counts with and
+        // without a partial group of eight.
         for (row_blocks, extreme) in
             [(5, None), (8, None), (19, None), (9, Some(0x00)), (9, Some(0xFF)), (9, Some(0x80))]
                 .into_iter()
                 .chain([(9, Some(0x7F))])
         {
-            let rows = 19;
+            let rows = 27;
             let x: Vec<f32> = (0..rows * row_blocks * QK8).map(|_| rng.uniform(-1.0, 1.0)).collect();
             // The same activations as Q8_0 (for Q4_0, Q5_0, Q8_0) and Q8_1 (for Q4_1).
             let (mut acts, mut acts1) = (Activations::new(), Activations::new());

@@ -14,9 +14,10 @@ use crate::test_support::Rng;
 
 /// Random trials per row length, alternately with quantized and raw activations.
 const TRIALS: usize = 20;
-/// Weight rows per trial: on x86_64 a tile of eight for the row kernels that take eight at a time (`avx2_tiles`, `avx2_k_tiles`)
-/// and one more; elsewhere (slower test targets: wasm32 in a browser, aarch64 under qemu) two.
-const W_ROWS: usize = if cfg!(target_arch = "x86_64") { 9 } else { 2 };
+/// Weight rows per trial: on x86_64 a wide tile of sixteen (`avx2_tiles` with AVX512-VNNI) and a tile of eight for the
+/// row kernels that take eight at a time (`avx2_tiles`, `avx2_k_tiles`), and one more; elsewhere (slower test targets:
+/// wasm32 in a browser, aarch64 under qemu) two.
+const W_ROWS: usize = if cfg!(target_arch = "x86_64") { 25 } else { 2 };
 /// Activation rows per trial: the row kernels take them one at a time, four at a time from every first row (groups
 /// of four and four that straddle two groups) and eight at a time from rows 0 and 1.
 const A_ROWS: usize = 9;
