@@ -534,19 +534,6 @@ unsafe fn wide_tile_quants<B: TileBlock>(rows: &[*const u8; WIDE_ROWS]) -> [__m5
     std::array::from_fn(|c| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low[c]), high[c]))
 }
 
-/// [`f16_of_rows`] of sixteen blocks.
-/// # Safety
-/// Two bytes are readable at `at` of each of `rows`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn wide_f16_of_rows(rows: &[*const u8; WIDE_ROWS], at: usize) -> __m512 {
-    // SAFETY: the caller's promise; unaligned reads.
-    let h = rows.map(|r| unsafe { r.add(at).cast::<i16>().read_unaligned() });
-    _mm512_cvtph_ps(_mm256_setr_epi16(
-        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15],
-    ))
-}
-
 /// The VNNI tile for sixteen rows (`w`) · `A` activation rows, into `out` (sixteen outputs): each row's lane of
 /// 512-bit vectors sees exactly the operations of its lane in the eight-row tile (the same integer block sums, then
 /// the same float multiply and FMA into partial sum `i % 8`, added in the same order), so the bits are the same,
@@ -571,6 +558,12 @@ unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
     // The next rows fetched ahead a block's share at a time, as in the eight-row tile.
     let next = base.wrapping_add(WIDE_ROWS * stride);
     let share = WIDE_ROWS * size_of::<B>();
+    // Row r's block 0 at `row_offsets[r]` bytes from `base`: the blocks' scales are gathered (sixteen inserts cost more).
+    assert!(i32::try_from(WIDE_ROWS * stride).is_ok(), "rows too long for 32-bit offsets");
+    let row_offsets = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(stride as i32),
+    );
     for i in 0..row_blocks {
         let ahead = next.wrapping_add(i * share);
         for l in (0..share).step_by(64) {
@@ -585,9 +578,15 @@ unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
             // Q8_0's quants as `q + 128`, unsigned (the offset taken off below).
             u = u.map(|q| _mm512_xor_si512(q, _mm512_set1_epi8(-128)));
         }
-        // SAFETY: as above: every block starts with `d`, Q4_1's with `d` and `m`.
-        let dw = unsafe { wide_f16_of_rows(&x, 0) };
-        let mw = if B::WITH_MIN { unsafe { wide_f16_of_rows(&x, 2) } } else { _mm512_setzero_ps() };
+        // SAFETY: as above: every block starts with `d`, Q4_1's with `d` and `m` (4 bytes; Q4_0's, Q5_0's and Q8_0's
+        // `d` and their next two bytes).
+        let dm = unsafe { _mm512_i32gather_epi32::<1>(row_offsets, base.add(i * size_of::<B>()).cast()) };
+        let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        let mw = if B::WITH_MIN {
+            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(dm)))
+        } else {
+            _mm512_setzero_ps()
+        };
         for k in 0..A {
             // SAFETY: the caller's promise on the activation rows (and their sums where there is an offset).
             let (y, [scale, s_a]) = unsafe { (a[k].get_unchecked(i), *a_scales[k].get_unchecked(i)) };
