@@ -660,8 +660,8 @@ mod tests {
         }
         let vnni = crate::simd::cpu::has_vnni();
         let mut rng = Rng::new(5);
-        // Rows: a tile of eight for `avx2_k_tiles` and four more.
-        let (rows, row_blocks) = (11, 5);
+        // Rows: a wide tile of sixteen (AVX512-VNNI) and a tile of eight for `avx2_k_tiles`, and four more.
+        let (rows, row_blocks) = (28, 5);
         let mut values = |n: usize| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
         let x = values(rows * row_blocks * QK_K);
         let mut acts = Activations::new();
