@@ -19,7 +19,6 @@
 use core::arch::wasm32::*;
 
 use super::act::{f16_to_f32, Activations, BlockQ8K, BlockQ8_0, Q8Block};
-use super::check_rows;
 use super::float::{BlockBF16, BlockF16, BlockF32};
 use super::iq4::{BlockIQ4NL, BlockIQ4XS, KVALUES};
 use super::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, LegacyBlock};
@@ -332,14 +331,12 @@ fn dot32_u7(q: (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
 /// instructions instead of two dots, an add and a subtract.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-fn pair_sums_dot(q: (v128, v128), u7: U7, y: &[i8; 32], pair_sums: Option<&[i16; 8]>) -> v128 {
+fn pair_sums_dot(q: (v128, v128), y: &[i8; 32], offset: Option<(u32, &[i16; 8])>) -> v128 {
     let sums = byte_dots(q, load32(y));
-    let sums = match (u7.offset, pair_sums) {
+    let sums = match offset {
         // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
-        (Some((_, shift)), Some(p)) => {
-            i16x8_sub(sums, i16x8_shl(unsafe { v128_load(p.as_ptr() as *const v128) }, shift))
-        }
-        _ => sums,
+        Some((shift, p)) => i16x8_sub(sums, i16x8_shl(unsafe { v128_load(p.as_ptr() as *const v128) }, shift)),
+        None => sums,
     };
     i16_lanes_to_i32(sums)
 }
@@ -447,7 +444,7 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     if A == 4 && a_rows[0].is_multiple_of(4) && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
         // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
         let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
-        return legacy_rows4(w, row_blocks, acts, std::array::from_fn(|j| a_rows[j]), out4);
+        return legacy_rows4(w, row_blocks, acts, a_rows[0] / 4, out4);
     }
     let c = Consts::new();
     let a_scales = a_rows.map(|r| acts.row_scales(r));
@@ -464,22 +461,19 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
             rows_with(w, row_blocks, out, &c, |x| x.quants_u7(&c), scales, dot);
         }
         _ => {
-            let a = a_rows.map(|r| acts.row_wide(r));
-            check_rows(w.len(), row_blocks, &a, &a_scales, out.len());
-            // SAFETY (the dot's block): i < row_blocks <= every row's length (checked by check_rows).
-            let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            let dot = wide_row_dots(acts, a_rows, row_blocks);
             rows_with(w, row_blocks, out, &c, |x| x.quants_wide(&c), scales, dot);
         }
     }
 }
 
-/// [`legacy_rows`] for four activation rows `4g..4g+4` of `acts` (`a_rows[0] = 4g`), with their scales side by side
+/// [`legacy_rows`] for the four activation rows `4g..4g+4` of `acts`, with their scales side by side
 /// (`Activations::group_scales`: block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
 /// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are identical.
-fn legacy_rows4<B: Unpack>(w: &[B], row_blocks: usize, acts: &Activations, a_rows: [usize; 4], out: &mut [[f32; 4]]) {
+fn legacy_rows4<B: Unpack>(w: &[B], row_blocks: usize, acts: &Activations, g: usize, out: &mut [[f32; 4]]) {
     let c = Consts::new();
-    assert!((0..4).all(|j| a_rows[j] == a_rows[0] + j) && a_rows[0].is_multiple_of(4), "a group of four rows");
-    let scales4 = acts.group_scales(a_rows[0] / 4);
+    let a_rows = [4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3];
+    let scales4 = acts.group_scales(g);
     assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
     assert!(scales4.len() >= row_blocks, "activation rows too short");
     match u7::<B>() {
@@ -489,13 +483,24 @@ fn legacy_rows4<B: Unpack>(w: &[B], row_blocks: usize, acts: &Activations, a_row
             rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_u7(&c), dot);
         }
         _ => {
-            let a = a_rows.map(|r| acts.row_wide(r));
-            assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
-            // SAFETY (the dot's block): i < row_blocks <= every row's length (checked above).
-            let dot = |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            let dot = wide_row_dots(acts, a_rows, row_blocks);
             rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_wide(&c), dot);
         }
     }
+}
+
+/// The widening row kernels' dot of widened quants `q` with activation row `a_rows[j]`'s block `i`, as f32. Checks that
+/// the rows hold `row_blocks` blocks, which the dot then reads unchecked.
+#[inline(always)]
+fn wide_row_dots<const A: usize>(
+    acts: &Activations,
+    a_rows: [usize; A],
+    row_blocks: usize,
+) -> impl Fn(&[v128; 4], usize, usize) -> v128 + '_ {
+    let a = a_rows.map(|r| acts.row_wide(r));
+    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
+    // SAFETY: i < row_blocks <= every row's length (checked above).
+    move |q, j, i| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }))
 }
 
 /// The relaxed-SIMD row kernels' dot of quants `q` with activation row `a_rows[j]`'s block `i`, as f32: by bytes, the
@@ -516,7 +521,7 @@ fn byte_row_dots<'a, B: Unpack, const A: usize>(
     // SAFETY: i < row_blocks <= every row's length (checked above), for the pair sums where the type has an offset.
     move |q, j, i| unsafe {
         let y = a[j].get_unchecked(i).qs();
-        f32x4_convert_i32x4(pair_sums_dot(*q, u7, y, u7.offset.map(|_| pair_sums[j].get_unchecked(i))))
+        f32x4_convert_i32x4(pair_sums_dot(*q, y, u7.offset.map(|(_, shift)| (shift, pair_sums[j].get_unchecked(i)))))
     }
 }
 
