@@ -3,7 +3,7 @@
 //! Work is split over weight rows, so each weight row is read from memory once per call and dotted
 //! with every activation row while it is in cache (decode has one activation row; prefill many).
 //! The dots go through row kernels ([`crate::quant::dot_rows`]) that take a task's weight rows at once
-//! (no dispatch per row) with eight or four activation rows (batches; [`crate::quant::dot_rows_batch`]) or one
+//! (no dispatch per row) with sixteen, eight or four activation rows (batches; [`crate::quant::dot_rows_batch`]) or one
 //! (the rest, and decode). Every output is computed the same way either way, so results depend neither on the
 //! batch size nor on the number of threads.
 
@@ -67,11 +67,16 @@ pub fn matmul(mats: &mut [(QuantMatrix, &mut [f32])], acts: &Activations) {
 unsafe fn rows_task(w: &QuantMatrix, acts: &Activations, rows: Range<usize>, out: SharedMut<f32>) {
     let row_bytes = w.row_bytes();
     let wr = &w.bytes[rows.start * row_bytes..rows.end * row_bytes];
-    // Activation rows eight or four at a time (they stay in L1 while the task's weight rows pass by), then one.
+    // Activation rows sixteen, eight or four at a time (they stay in L1 while the task's weight rows pass by), then
+    // one.
     let mut t = 0;
     // SAFETY: the caller's promise, passed on.
     unsafe {
-        if dot_rows_batch(w.ty) == 8 {
+        let batch = dot_rows_batch(w.ty);
+        if batch == 16 {
+            t = batches::<16>(w, wr, acts, rows.clone(), t, out);
+        }
+        if batch >= 8 {
             t = batches::<8>(w, wr, acts, rows.clone(), t, out);
         }
         t = batches::<4>(w, wr, acts, rows.clone(), t, out);
@@ -91,6 +96,9 @@ unsafe fn batches<const A: usize>(
     mut t: usize,
     out: SharedMut<f32>,
 ) -> usize {
+    if t + A > acts.rows() {
+        return t; // not one batch: no buffer to clear
+    }
     let mut batch = [[0f32; A]; MAX_ROWS_PER_TASK];
     let batch = &mut batch[..rows.len()];
     while t + A <= acts.rows() {
@@ -151,7 +159,7 @@ mod tests {
     fn outputs_match_the_reference_and_do_not_depend_on_the_batch() {
         // The legacy types and the K-quants have row kernels, F16 converts each row once; IQ4_XS goes dot by dot. Odd
         // and even block counts, weight rows over several tasks (and not a multiple of 4), batch sizes around the
-        // batches of 4 and 8 (`dot_rows_batch`).
+        // batches of 4, 8 and 16 (`dot_rows_batch`), and one of every batch (29).
         let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K]
             .into_iter()
             .chain([GgmlType::F16]);
@@ -161,7 +169,7 @@ mod tests {
                 let mut bytes = vec![0u8; ty.row_bytes(rows * cols)];
                 quantize_row(ty, &values(rows * cols, ty as u64), &mut bytes);
                 let w = QuantMatrix { ty, rows, cols, bytes: &bytes };
-                for n in [1, 3, 4, 5, 9, 13] {
+                for n in [1, 3, 4, 5, 9, 13, 17, 29] {
                     let x = values(n * cols, 100 + n as u64);
                     let mut acts = Activations::new();
                     acts.quantize(ty.act_kind(), &x, n);

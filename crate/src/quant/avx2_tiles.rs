@@ -27,7 +27,7 @@
 //! row was).
 
 use std::arch::x86_64::*;
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
 
 use super::act::{BlockQ8_0, Q8Block};
 use super::avx2::{bit_bytes, load32, nibbles, Unpack};
@@ -345,7 +345,9 @@ macro_rules! tile_kernels {
         ) {
             let stride = row_blocks * size_of::<B>();
             let shift = offset_shift::<B>($vnni);
-            let mut acc = [[_mm256_setzero_ps(); LANES]; A];
+            // Partial sum `i % LANES` starts at block i < LANES (from zero, as a zeroed array would): no clearing of
+            // the whole array per call, which cost more than a few blocks' work.
+            let mut acc = [[MaybeUninit::<__m256>::uninit(); LANES]; A];
             let base = w.as_ptr().cast::<u8>();
             // The next eight rows lie right after these: fetched a block's share at a time (8 blocks' bytes), so that
             // they are in cache when their tile starts. The eight rows' short interleaved streams (a row of 576 values
@@ -392,14 +394,21 @@ macro_rules! tile_kernels {
                     }
                     let d = _mm256_mul_ps(dw, _mm256_set1_ps(scale));
                     let p = &mut acc[k][i % LANES];
-                    *p = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), *p);
+                    // SAFETY: written at block i - LANES.
+                    let mut v = if i < LANES { _mm256_setzero_ps() } else { unsafe { p.assume_init() } };
+                    v = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), v);
                     if B::WITH_MIN {
-                        *p = _mm256_fmadd_ps(mw, _mm256_set1_ps(s_a), *p);
+                        v = _mm256_fmadd_ps(mw, _mm256_set1_ps(s_a), v);
                     }
+                    p.write(v);
                 }
             }
             for k in 0..A {
-                let r = &acc[k];
+                let mut r = [_mm256_setzero_ps(); LANES];
+                for j in 0..row_blocks.min(LANES) {
+                    // SAFETY: written above (partial sum j at block j).
+                    r[j] = unsafe { acc[k][j].assume_init() };
+                }
                 // As `hsum` adds a vector's lanes: ((r0 + r4) + (r2 + r6)) + ((r1 + r5) + (r3 + r7)).
                 let sum = _mm256_add_ps(
                     _mm256_add_ps(_mm256_add_ps(r[0], r[4]), _mm256_add_ps(r[2], r[6])),
@@ -553,7 +562,8 @@ unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
 ) {
     let stride = row_blocks * size_of::<B>();
     let shift = offset_shift::<B>(true);
-    let mut acc = [[_mm512_setzero_ps(); LANES]; A];
+    // Partial sums started at their first block, as in the eight-row tile.
+    let mut acc = [[MaybeUninit::<__m512>::uninit(); LANES]; A];
     let base = w.as_ptr().cast::<u8>();
     // The next rows fetched ahead a block's share at a time, as in the eight-row tile.
     let next = base.wrapping_add(WIDE_ROWS * stride);
@@ -605,14 +615,21 @@ unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
             }
             let d = _mm512_mul_ps(dw, _mm512_set1_ps(scale));
             let p = &mut acc[k][i % LANES];
-            *p = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *p);
+            // SAFETY: written at block i - LANES.
+            let mut v = if i < LANES { _mm512_setzero_ps() } else { unsafe { p.assume_init() } };
+            v = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), v);
             if B::WITH_MIN {
-                *p = _mm512_fmadd_ps(mw, _mm512_set1_ps(s_a), *p);
+                v = _mm512_fmadd_ps(mw, _mm512_set1_ps(s_a), v);
             }
+            p.write(v);
         }
     }
     for k in 0..A {
-        let r = &acc[k];
+        let mut r = [_mm512_setzero_ps(); LANES];
+        for j in 0..row_blocks.min(LANES) {
+            // SAFETY: written above (partial sum j at block j).
+            r[j] = unsafe { acc[k][j].assume_init() };
+        }
         // As the eight-row tile adds them.
         let sum = _mm512_add_ps(
             _mm512_add_ps(_mm512_add_ps(r[0], r[4]), _mm512_add_ps(r[2], r[6])),
@@ -647,7 +664,7 @@ mod tests {
     use crate::simd::cpu::{has_avx2, has_vnni};
     use crate::test_support::Rng;
 
-    /// Both stampings, tiles and per-row kernel, with 1, 4 and 8 activation rows, give the same bits: on quantized
+    /// Both stampings, tiles and per-row kernel, with 1, 4, 8 and 16 activation rows, give the same bits: on quantized
     /// rows whose quants are then made random, and on rows and activations at their extremes (every weight byte
     /// 0x00, 0xFF, 0x80 or 0x7F; activations all -127, all 127, or alternating). `quant::tests` checks the stamping
     /// `dot_rows` runs against the scalar reference.
@@ -670,13 +687,13 @@ mod tests {
             let (mut acts, mut acts1) = (Activations::new(), Activations::new());
             match extreme {
                 None => {
-                    let a: Vec<f32> = (0..8 * row_blocks * QK8).map(|_| rng.uniform(-1.0, 1.0)).collect();
-                    acts.quantize(ActKind::Q8_0, &a, 8);
-                    acts1.quantize(ActKind::Q8_1, &a, 8);
+                    let a: Vec<f32> = (0..A_ROWS * row_blocks * QK8).map(|_| rng.uniform(-1.0, 1.0)).collect();
+                    acts.quantize(ActKind::Q8_0, &a, A_ROWS);
+                    acts1.quantize(ActKind::Q8_1, &a, A_ROWS);
                 }
                 Some(fill) => {
                     let d = crate::quant::act::f32_to_f16(0.01);
-                    let blocks: Vec<BlockQ8_0> = (0..8 * row_blocks)
+                    let blocks: Vec<BlockQ8_0> = (0..A_ROWS * row_blocks)
                         .map(|b| BlockQ8_0 {
                             d,
                             qs: std::array::from_fn(|i| match (fill as usize + b) % 3 {
@@ -694,8 +711,8 @@ mod tests {
                             qs: b.qs,
                         })
                         .collect();
-                    acts = Activations::from_blocks(ActRow::Q8_0(&blocks), 8);
-                    acts1 = Activations::from_blocks(ActRow::Q8_1(&blocks1), 8);
+                    acts = Activations::from_blocks(ActRow::Q8_0(&blocks), A_ROWS);
+                    acts1 = Activations::from_blocks(ActRow::Q8_1(&blocks1), A_ROWS);
                 }
             }
             macro_rules! check {
@@ -729,6 +746,7 @@ mod tests {
                             assert_eq!(bits(&run::<$B, 1>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 1");
                             assert_eq!(bits(&run::<$B, 4>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 4");
                             assert_eq!(bits(&run::<$B, 8>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 8");
+                            assert_eq!(bits(&run::<$B, 16>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 16");
                         }
                     }
                 }};
@@ -744,7 +762,10 @@ mod tests {
         out.iter().map(|r| r.iter().map(|v| v.to_bits()).collect()).collect()
     }
 
-    /// `out[row][t]` for the 8 activation rows of `acts`, `A` at a time, by one stamping's tiles or per-row kernel.
+    /// Activation rows of the checks: the most any caller gives at once (`dot_rows_batch`).
+    const A_ROWS: usize = 16;
+
+    /// `out[row][t]` for the activation rows of `acts`, `A` at a time, by one stamping's tiles or per-row kernel.
     fn run<B: TileBlock, const A: usize>(
         w: &[B],
         row_blocks: usize,
@@ -753,8 +774,8 @@ mod tests {
         per_row_only: bool,
     ) -> Vec<Vec<f32>> {
         let rows = w.len() / row_blocks;
-        let mut all = vec![vec![0f32; 8]; rows];
-        for t0 in (0..8).step_by(A) {
+        let mut all = vec![vec![0f32; A_ROWS]; rows];
+        for t0 in (0..A_ROWS).step_by(A) {
             let ids: [usize; A] = std::array::from_fn(|j| t0 + j);
             let a = ids.map(|r| acts.row(r).blocks());
             let scales = ids.map(|r| acts.row_scales(r));

@@ -43,7 +43,7 @@
 //! order). Decode (one activation row) keeps the per-row kernels, for which the
 //! transposition costs more than it saves; with one activation row a kernel's multiply-adds would wait on each other,
 //! so they run in two chains per row that meet at the block's end (integers: the same sums). `matmul` gives these types
-//! eight activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
+//! sixteen activation rows at a time there (`quant::dot_rows_batch`), Q6_K's per-row kernel too.
 //!
 //! wasm32 has a second form of the simd128 kernels, compiled where `target_feature = "relaxed-simd"` is on (the
 //! npm package's relaxed builds): the K-quants and the legacy types whose quants fit in seven bits multiply bytes
@@ -402,10 +402,12 @@ pub fn dot_rows<const A: usize>(
     }
 }
 
-/// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 8 for the tiles,
-/// which share a transposition of eight weight rows among all of them (the K-quants', `avx2_k_tiles`, Q6_K's per-row
-/// kernel too; the legacy types', `avx2_tiles`: all with AVX2), and for the K-quants on wasm32 (`simd128_k` unpacks
-/// a few sub-blocks at a time for all the rows); 4 elsewhere (what the row kernels keep in registers).
+/// How many activation rows to give [`dot_rows`] at once for `ty`, where there are that many: 16 for the x86_64
+/// tiles, which share a transposition of eight or sixteen weight rows among all of them (the K-quants',
+/// `avx2_k_tiles`, Q6_K's per-row kernel too; the legacy types', `avx2_tiles`: all with AVX2; with 8 the
+/// transposition was over a quarter of the sixteen-row tiles' time, 32 was slower again); 8 for the K-quants on
+/// wasm32 (`simd128_k` unpacks a few sub-blocks at a time for all the rows); 4 elsewhere (what the row kernels keep
+/// in registers).
 pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     #[cfg(target_arch = "x86_64")]
@@ -415,7 +417,9 @@ pub fn dot_rows_batch(ty: GgmlType) -> usize {
     let tiles = k_quant;
     #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     let tiles = false;
-    if tiles {
+    if tiles && cfg!(target_arch = "x86_64") {
+        16
+    } else if tiles {
         8
     } else {
         let _ = k_quant;

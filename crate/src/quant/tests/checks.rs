@@ -19,8 +19,9 @@ const TRIALS: usize = 20;
 /// wasm32 in a browser, aarch64 under qemu) two.
 const W_ROWS: usize = if cfg!(target_arch = "x86_64") { 25 } else { 2 };
 /// Activation rows per trial: the row kernels take them one at a time, four at a time from every first row (groups
-/// of four and four that straddle two groups) and eight at a time from rows 0 and 1.
-const A_ROWS: usize = 9;
+/// of four and four that straddle two groups) and eight at a time from rows 0 and 1; on x86_64 also sixteen (the
+/// AVX512-VNNI tiles' batch) from rows 0 and 1.
+const A_ROWS: usize = if cfg!(target_arch = "x86_64") { 17 } else { 9 };
 
 /// Row lengths to test, in blocks: every tail of the SIMD loops (2 blocks at a time; 4, 8 or 16 floats
 /// at a time, unrolled 4 times), and the real widths.
@@ -148,6 +149,9 @@ fn check_row_kernels(
     }
     check_batches::<4>(ty, w, cols, acts, &one_by_one, at);
     check_batches::<8>(ty, w, cols, acts, &one_by_one, at);
+    if acts.rows() >= 16 {
+        check_batches::<16>(ty, w, cols, acts, &one_by_one, at);
+    }
 }
 
 /// `dot_rows` with `B` activation rows from every first row gives the bits of one row at a time (`one_by_one`).
