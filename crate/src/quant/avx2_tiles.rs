@@ -746,7 +746,11 @@ mod tests {
                             assert_eq!(bits(&run::<$B, 1>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 1");
                             assert_eq!(bits(&run::<$B, 4>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 4");
                             assert_eq!(bits(&run::<$B, 8>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 8");
-                            assert_eq!(bits(&run::<$B, 16>(w, row_blocks, acts, vnni, per_row)), bits(&want), "{at}, 16");
+                            assert_eq!(
+                                bits(&run::<$B, 16>(w, row_blocks, acts, vnni, per_row)),
+                                bits(&want),
+                                "{at}, 16"
+                            );
                         }
                     }
                 }};
