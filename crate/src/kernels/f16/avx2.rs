@@ -80,7 +80,7 @@ pub unsafe fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [
 /// and 5 those of `v[2]` and `v[3]`, each `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum4(v: [__m256; 4]) -> __m256 {
+pub(super) fn hsum4(v: [__m256; 4]) -> __m256 {
     // u = [x0 + x4, x1 + x5, x2 + x6, x3 + x7] of v[0] and v[2] side by side, and of v[1] and v[3].
     let fold = |a: __m256, b: __m256| {
         _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b))

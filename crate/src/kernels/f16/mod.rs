@@ -11,7 +11,9 @@
 //! - x86_64 with AVX2 (`avx2.rs`, picked at run time) and wasm32 (`simd128.rs`), for `d` a multiple of 8: fused
 //!   kernels that keep a tile of sums in registers (AVX2: two rows by two keys for scores, eight rows for sums;
 //!   wasm32: four rows), with the float operations of `simd`'s `dot` and `axpy` for that instruction set in the same
-//!   order, so the same bits as the ops one by one. (A score summed in eight lanes as a tree, cheaper to reduce,
+//!   order, so the same bits as the ops one by one. With AVX-512 (`avx512.rs`) the same operations two 8-lane
+//!   vectors to a 512-bit one: scores of two query rows side by side against a key in both halves (four rows by
+//!   two keys), sums sixteen columns at a time; the bits are the AVX2 kernels'. (A score summed in eight lanes as a tree, cheaper to reduce,
 //!   moved Gemma 3 270M's llama.cpp comparison past its bound: `tests/rust/gemma3.rs`, max |dp1| 0.146 -> 0.27.)
 //! - Elsewhere (NEON, or `d` not a multiple of 8): [`crate::simd`]'s `dot` and `axpy`, one row at a time.
 //!
@@ -37,6 +39,12 @@ pub(crate) trait Rows {
     /// Columns `c..c + 8` of row `i` as f32x8. SAFETY: AVX2, FMA and F16C; `i < count()` and `c + 8 <= width()`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256;
+    /// Columns `c..c + 8` of row `i` in both halves of an f32x16. SAFETY: AVX-512 F/VL; as `load8`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8_twice(&self, i: usize, c: usize) -> core::arch::x86_64::__m512;
+    /// Columns `c..c + 16` of row `i` as f32x16. SAFETY: AVX-512 F/VL; `i < count()` and `c + 16 <= width()`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(&self, i: usize, c: usize) -> core::arch::x86_64::__m512;
 }
 
 impl Rows for [&[[u8; 2]]] {
@@ -66,6 +74,20 @@ impl Rows for [&[[u8; 2]]] {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256 {
         avx2::load8_f16(self.get_unchecked(i), c)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn load8_twice(&self, i: usize, c: usize) -> core::arch::x86_64::__m512 {
+        use core::arch::x86_64::*;
+        _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(self.get_unchecked(i).as_ptr().add(c).cast())))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn load16(&self, i: usize, c: usize) -> core::arch::x86_64::__m512 {
+        use core::arch::x86_64::*;
+        _mm512_cvtph_ps(_mm256_loadu_si256(self.get_unchecked(i).as_ptr().add(c).cast()))
     }
 }
 
@@ -99,6 +121,20 @@ impl Rows for F32Rows<'_> {
     unsafe fn load8(&self, i: usize, c: usize) -> core::arch::x86_64::__m256 {
         core::arch::x86_64::_mm256_loadu_ps(self.data.as_ptr().add(i * self.d + c))
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn load8_twice(&self, i: usize, c: usize) -> core::arch::x86_64::__m512 {
+        use core::arch::x86_64::*;
+        let p = self.data.as_ptr().add(i * self.d + c);
+        _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn load16(&self, i: usize, c: usize) -> core::arch::x86_64::__m512 {
+        core::arch::x86_64::_mm512_loadu_ps(self.data.as_ptr().add(i * self.d + c))
+    }
 }
 
 /// Rows `rows` (f16, each of `d` values) as f32, back to back into `out`.
@@ -120,6 +156,11 @@ pub(crate) fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if d.is_multiple_of(8) {
         return simd128::scores(q, k, scale, out, stride);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if d.is_multiple_of(8) && d <= avx512::MAX_D && crate::simd::cpu::has_avx512() {
+        // SAFETY: the CPU has AVX-512 F/VL, AVX2, FMA and F16C; the shapes are checked above.
+        return unsafe { avx512::scores(q, k, scale, out, stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if d.is_multiple_of(8) && crate::simd::cpu::has_avx2() {
@@ -154,6 +195,11 @@ pub(crate) fn weighted_sums<R: Rows + ?Sized>(
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if d.is_multiple_of(8) {
         return simd128::weighted_sums(v, w, w_stride, o, o_stride, heads);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if d.is_multiple_of(16) && crate::simd::cpu::has_avx512() {
+        // SAFETY: the CPU has AVX-512 F/VL, AVX2, FMA and F16C; the shapes are checked above.
+        return unsafe { avx512::weighted_sums(v, w, w_stride, o, o_stride, heads) };
     }
     #[cfg(target_arch = "x86_64")]
     if d.is_multiple_of(8) && crate::simd::cpu::has_avx2() {
@@ -191,6 +237,8 @@ pub fn to_f32_ref(src: &[[u8; 2]], dst: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128;
 
@@ -229,13 +277,23 @@ mod tests {
     }
 
     /// `scores` and `weighted_sums` (fused kernels on x86_64 and wasm32) give the bits of the ops one by one, from
-    /// f16 rows and from the same rows converted to f32 first.
+    /// f16 rows and from the same rows converted to f32 first; on x86_64 both the AVX2 and the AVX-512 kernels where
+    /// the CPU has them (rows, heads and keys around their tiles; widths of 8, 16 and more, odd multiples of 8).
     #[test]
     fn group_ops_equal_the_ops_one_by_one() {
         let half = |v: &[f32]| v.iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
-        for (d, heads, n) in
-            [(8, 1, 1), (64, 3, 32), (64, 5, 7), (16, 8, 33), (20, 3, 5), (128, 2, 17), (64, 24, 32), (32, 9, 6)]
-        {
+        for (d, heads, n) in [
+            (8, 1, 1),
+            (64, 3, 32),
+            (64, 5, 7),
+            (16, 8, 33),
+            (20, 3, 5),
+            (128, 2, 17),
+            (64, 24, 32),
+            (32, 9, 6),
+            (24, 6, 3),
+            (40, 7, 9),
+        ] {
             let stride = n + 3; // scores of head g at g * stride, as attention lays them out
             let q = data(heads * d, d as u64);
             let keys: Vec<Vec<[u8; 2]>> = (0..n).map(|i| half(&data(d, 1000 + i as u64))).collect();
@@ -250,6 +308,14 @@ mod tests {
                 }
             }
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "scores, d {d}, {heads} heads");
+            // The x86_64 kernel `scores` did not pick (the AVX2 one on an AVX-512 CPU), the same bits.
+            #[cfg(target_arch = "x86_64")]
+            if d % 8 == 0 && crate::simd::cpu::has_avx512() {
+                let mut avx2_got = vec![0f32; heads * stride];
+                // SAFETY: the CPU has AVX-512, so AVX2, FMA and F16C; the shapes are as `scores` checks them.
+                unsafe { avx2::scores(&q, &rows[..], 0.125, &mut avx2_got, stride) };
+                assert!(avx2_got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "AVX2 scores, d {d}");
+            }
             // The same rows converted to f32 first (a batch's shared block) give the same bits.
             let mut converted = vec![0f32; n * d];
             rows_to_f32(&rows, &mut converted);
@@ -274,6 +340,13 @@ mod tests {
                 got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
                 "weighted sums, d {d}, {heads} heads"
             );
+            #[cfg(target_arch = "x86_64")]
+            if d % 8 == 0 && crate::simd::cpu::has_avx512() {
+                let mut avx2_got = o0_copy.clone();
+                // SAFETY: as for the scores above.
+                unsafe { avx2::weighted_sums(&rows[..], &w, stride, &mut avx2_got[2..], o_stride, heads) };
+                assert!(avx2_got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "AVX2 sums, d {d}");
+            }
             let mut from_f32 = o0_copy;
             weighted_sums(&f32_rows, &w, stride, &mut from_f32[2..], o_stride, &mut row);
             assert!(got.iter().zip(&from_f32).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 rows' sums, d {d}");
