@@ -70,9 +70,19 @@ pub unsafe fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [
             let s = _mm256_mul_ps(_mm256_add_ps(hsum4(v), tail), scale);
             _mm256_storeu_ps(sums.as_mut_ptr(), s);
             let stored = (n - i0).min(2);
-            out[r0 * stride + i0..][..stored].copy_from_slice(&sums[..stored]);
-            out[r1 * stride + i0..][..stored].copy_from_slice(&sums[4..4 + stored]);
+            store_scores(&mut out[r0 * stride + i0..], [sums[0], sums[1]], stored);
+            store_scores(&mut out[r1 * stride + i0..], [sums[4], sums[5]], stored);
         }
+    }
+}
+
+/// `out[..n] = s[..n]` for `n` 1 or 2 (a row's scores of a key pair, the last pair maybe one key), element by element:
+/// a slice copy of a length known only at run time was a call to `memcpy` per row and pair.
+#[inline(always)]
+pub(super) fn store_scores(out: &mut [f32], s: [f32; 2], n: usize) {
+    out[0] = s[0];
+    if n == 2 {
+        out[1] = s[1];
     }
 }
 

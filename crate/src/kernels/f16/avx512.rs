@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::hsum4;
+use super::avx2::{hsum4, store_scores};
 use super::Rows;
 
 /// Rows of queries per tile of [`scores`]: two pairs, each pair's two rows in the halves of one vector.
@@ -76,10 +76,10 @@ pub unsafe fn scores<R: Rows + ?Sized>(q: &[f32], k: &R, scale: f32, out: &mut [
                 _mm256_storeu_ps(sums.as_mut_ptr(), s);
                 let (ra, rb) = (r0 + 2 * p, r0 + 2 * p + 1);
                 if ra < rows {
-                    out[ra * stride + i0..][..stored].copy_from_slice(&sums[..stored]);
+                    store_scores(&mut out[ra * stride + i0..], [sums[0], sums[1]], stored);
                 }
                 if rb < rows {
-                    out[rb * stride + i0..][..stored].copy_from_slice(&sums[4..4 + stored]);
+                    store_scores(&mut out[rb * stride + i0..], [sums[4], sums[5]], stored);
                 }
             }
         }
