@@ -405,9 +405,13 @@ macro_rules! tile_kernels {
             }
             for k in 0..A {
                 let mut r = [_mm256_setzero_ps(); LANES];
-                for j in 0..row_blocks.min(LANES) {
-                    // SAFETY: written above (partial sum j at block j).
-                    r[j] = unsafe { acc[k][j].assume_init() };
+                // A fixed count, each partial sum taken where it was written: a copy of `row_blocks.min(LANES)`
+                // of them was a call to `memcpy` per activation row.
+                for j in 0..LANES {
+                    if j < row_blocks {
+                        // SAFETY: written above (partial sum j at block j).
+                        r[j] = unsafe { acc[k][j].assume_init() };
+                    }
                 }
                 // As `hsum` adds a vector's lanes: ((r0 + r4) + (r2 + r6)) + ((r1 + r5) + (r3 + r7)).
                 let sum = _mm256_add_ps(
@@ -626,9 +630,12 @@ unsafe fn wide_tile_vnni<B: TileBlock, const A: usize>(
     }
     for k in 0..A {
         let mut r = [_mm512_setzero_ps(); LANES];
-        for j in 0..row_blocks.min(LANES) {
-            // SAFETY: written above (partial sum j at block j).
-            r[j] = unsafe { acc[k][j].assume_init() };
+        // A fixed count, as in the eight-row tile.
+        for j in 0..LANES {
+            if j < row_blocks {
+                // SAFETY: written above (partial sum j at block j).
+                r[j] = unsafe { acc[k][j].assume_init() };
+            }
         }
         // As the eight-row tile adds them.
         let sum = _mm512_add_ps(
