@@ -14,6 +14,7 @@ use crate::kernels::f16::{self, F32Rows, Rows};
 use crate::parallel::{chunk_size, for_each_chunk, LineBuf, SharedMut};
 use crate::quant::kv::{self, KvBlock, KV_BLOCK};
 use crate::quant::{BlockQ4_0, BlockQ8_0};
+use crate::simd::cpu::widest_fn;
 
 /// Largest head dimension (the model loader refuses more): a task's key/value row lives on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
@@ -393,58 +394,37 @@ fn attend_block<K: BlockRows>(
     v.weighted_sums(&sc[offset..], BLOCK, &mut parts[2..], shape.part_len(), row);
 }
 
-/// Each row's `[m, l, 0..]` of its part from its scores `sc[r * BLOCK..][..BLOCK]`, the scores turned into the
-/// weights `e^(s - m)` (0 outside the row's token's positions `ranges[r / per_token]`). Compiled for the widest
-/// vectors the CPU has: the exponentials vectorize, and each is the same float operations at any width (Rust never
-/// fuses a multiply and an add), so the bits do not depend on it.
-fn softmax_parts(sc: &mut [f32], ranges: &[Range<usize>], per_token: usize, parts: &mut [f32], part_len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::cpu::has_avx512() {
-        // SAFETY: the CPU has AVX-512 F and VL.
-        return unsafe { softmax_parts_avx512(sc, ranges, per_token, parts, part_len) };
-    }
-    softmax_parts_of(sc, ranges, per_token, parts, part_len)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
-unsafe fn softmax_parts_avx512(
-    sc: &mut [f32],
-    ranges: &[Range<usize>],
-    per_token: usize,
-    parts: &mut [f32],
-    part_len: usize,
-) {
-    softmax_parts_of(sc, ranges, per_token, parts, part_len)
-}
-
-#[inline(always)]
-fn softmax_parts_of(sc: &mut [f32], ranges: &[Range<usize>], per_token: usize, parts: &mut [f32], part_len: usize) {
-    let e = Exp::new();
-    for (r, p) in parts.chunks_exact_mut(part_len).enumerate() {
-        let seen = ranges[r / per_token].clone();
-        let s = &mut sc[r * BLOCK..][..BLOCK];
-        let max = max_of(&s[seen.clone()]);
-        s[seen.clone()].iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized
-        s[..seen.start].fill(0.0);
-        s[seen.end..].fill(0.0);
-        p[0] = max;
-        p[2..].fill(0.0);
-    }
-    // l: each row's weights added in order (the sum's bits are part of the results, see `kernels::f16`), over the
-    // whole block (the +0 weights outside its positions leave it as it is), eight rows' chains of additions side by
-    // side: one row's chain alone waits on each addition.
-    const SIDE: usize = 8;
-    let rows = parts.len() / part_len;
-    for r0 in (0..rows).step_by(SIDE) {
-        // Rows past the last are the last again (summed, not stored): a fixed count keeps the sums in registers.
-        let s: [&[f32]; SIDE] = std::array::from_fn(|k| &sc[(r0 + k).min(rows - 1) * BLOCK..][..BLOCK]);
-        let mut l = [0f32; SIDE];
-        for i in 0..BLOCK {
-            l.iter_mut().zip(&s).for_each(|(l, row)| *l += row[i]);
+widest_fn! {
+    /// Each row's `[m, l, 0..]` of its part from its scores `sc[r * BLOCK..][..BLOCK]`, the scores turned into the
+    /// weights `e^(s - m)` (0 outside the row's token's positions `ranges[r / per_token]`). Compiled for the widest
+    /// vectors the CPU has (`widest_fn`): the exponentials vectorize, the same bits at any width.
+    fn softmax_parts(sc: &mut [f32], ranges: &[Range<usize>], per_token: usize, parts: &mut [f32], part_len: usize) {
+        let e = Exp::new();
+        for (r, p) in parts.chunks_exact_mut(part_len).enumerate() {
+            let seen = ranges[r / per_token].clone();
+            let s = &mut sc[r * BLOCK..][..BLOCK];
+            let max = max_of(&s[seen.clone()]);
+            s[seen.clone()].iter_mut().for_each(|s| *s = e.at(*s - max)); // vectorized
+            s[..seen.start].fill(0.0);
+            s[seen.end..].fill(0.0);
+            p[0] = max;
+            p[2..].fill(0.0);
         }
-        for (k, l) in l.iter().enumerate().take(rows - r0) {
-            parts[(r0 + k) * part_len + 1] = *l;
+        // l: each row's weights added in order (the sum's bits are part of the results, see `kernels::f16`), over the
+        // whole block (the +0 weights outside its positions leave it as it is), eight rows' chains of additions side by
+        // side: one row's chain alone waits on each addition.
+        const SIDE: usize = 8;
+        let rows = parts.len() / part_len;
+        for r0 in (0..rows).step_by(SIDE) {
+            // Rows past the last are the last again (summed, not stored): a fixed count keeps the sums in registers.
+            let s: [&[f32]; SIDE] = std::array::from_fn(|k| &sc[(r0 + k).min(rows - 1) * BLOCK..][..BLOCK]);
+            let mut l = [0f32; SIDE];
+            for i in 0..BLOCK {
+                l.iter_mut().zip(&s).for_each(|(l, row)| *l += row[i]);
+            }
+            for (k, l) in l.iter().enumerate().take(rows - r0) {
+                parts[(r0 + k) * part_len + 1] = *l;
+            }
         }
     }
 }
@@ -510,37 +490,22 @@ impl<'a, T> std::ops::Deref for ArrayRows<'a, T> {
     }
 }
 
-/// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
-/// the side with the smaller maximum is rescaled by `e^(difference)`. Compiled for the widest vectors the CPU has,
-/// as [`softmax_parts`] (the same bits).
-fn fold(acc: &mut [f32], part: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::cpu::has_avx512() {
-        // SAFETY: the CPU has AVX-512 F and VL.
-        return unsafe { fold_avx512(acc, part) };
-    }
-    fold_of(acc, part)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
-unsafe fn fold_avx512(acc: &mut [f32], part: &[f32]) {
-    fold_of(acc, part)
-}
-
-#[inline(always)]
-fn fold_of(acc: &mut [f32], part: &[f32]) {
-    let ([m, l], acc_o) = acc.split_at_mut(2) else { unreachable!("a part is [m, l, o..]") };
-    let (pm, pl, part_o) = (part[0], part[1], &part[2..]);
-    if pm <= *m {
-        let c = exp(pm - *m);
-        *l += pl * c;
-        acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o += p * c);
-    } else {
-        let a = exp(*m - pm);
-        *l = *l * a + pl;
-        *m = pm;
-        acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o = *o * a + p);
+widest_fn! {
+    /// Fold `part` (`[m, l, o..]` over later positions) into `acc` (the same over the earlier ones):
+    /// the side with the smaller maximum is rescaled by `e^(difference)`. Compiled as [`softmax_parts`] is.
+    fn fold(acc: &mut [f32], part: &[f32]) {
+        let ([m, l], acc_o) = acc.split_at_mut(2) else { unreachable!("a part is [m, l, o..]") };
+        let (pm, pl, part_o) = (part[0], part[1], &part[2..]);
+        if pm <= *m {
+            let c = exp(pm - *m);
+            *l += pl * c;
+            acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o += p * c);
+        } else {
+            let a = exp(*m - pm);
+            *l = *l * a + pl;
+            *m = pm;
+            acc_o.iter_mut().zip(part_o).for_each(|(o, p)| *o = *o * a + p);
+        }
     }
 }
 

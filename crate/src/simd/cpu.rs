@@ -4,6 +4,8 @@
 //! on aarch64 the dotprod extension (`has_dotprod`, the quantized NEON kernels' `sdot`). NEON itself (aarch64's
 //! baseline) and wasm32's simd128 are compile-time features: nothing to detect.
 //!
+//! `widest_fn!` compiles a plain loop once per x86_64 width and calls the widest the CPU has.
+//!
 //! `RUVLLM_CPU=avx2` in the environment (read once, with the detection) makes `has_avx512` and `has_vnni` say no on a
 //! CPU that has them, so that the AVX2-only kernels can be run and measured there; any other value changes nothing.
 
@@ -42,3 +44,39 @@ pub(crate) fn has_vnni() -> bool {
 pub(crate) fn has_dotprod() -> bool {
     std::arch::is_aarch64_feature_detected!("dotprod")
 }
+
+/// `widest_fn! { fn name(args) { body } }` defines `name`, compiled on x86_64 for AVX-512, for AVX2 and for the
+/// baseline, the widest the CPU has picked at each call (elsewhere compiled once): for loops the compiler vectorizes
+/// by itself (the softmax's and SwiGLU's exponentials), which the baseline compiles to 4-wide SSE. The float
+/// operations are the source's at every width (Rust never fuses a multiply and an add), so the bits do not depend
+/// on the choice.
+macro_rules! widest_fn {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if $crate::simd::cpu::has_avx512() {
+                    // SAFETY: the CPU has AVX-512 F and VL.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if $crate::simd::cpu::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use widest_fn;
