@@ -431,27 +431,28 @@ impl Activations {
 
     /// What the tile kernels read besides the Q8_0/Q8_1 blocks: each block's `(d, s)` as f32 and, on
     /// wasm32, its quants widened to i16 and the scales of each group of four rows side by side.
+    /// (Each buffer is resized, not cleared first: an element written over costs nothing more; one that does not
+    /// apply to the kind is emptied.)
     fn prepare_tiles(&mut self) {
-        self.scales.clear();
-        #[cfg(target_arch = "x86_64")]
-        self.sums.clear();
-        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-        self.pair_sums.clear();
         match self.kind {
             Some(ActKind::Q8_0) => {
-                self.scales.extend(self.q8_0.iter().map(|b| [f16_to_f32(b.d), 0.0]));
+                per_block(&self.q8_0, self.rows, &mut self.scales, |b| [f16_to_f32(b.d), 0.0]);
                 #[cfg(target_arch = "x86_64")]
-                self.sums.extend(self.q8_0.iter().map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()));
+                per_block(&self.q8_0, self.rows, &mut self.sums, |b| b.qs.iter().map(|&q| q as i32).sum::<i32>());
                 #[cfg(target_arch = "wasm32")]
                 widen(&self.q8_0, self.rows, &mut self.wide);
                 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-                self.pair_sums.extend(self.q8_0.iter().map(|b| {
+                per_block(&self.q8_0, self.rows, &mut self.pair_sums, |b| {
                     let q = |i: usize| b.qs[i] as i16;
                     std::array::from_fn(|k| q(2 * k) + q(2 * k + 1) + q(16 + 2 * k) + q(17 + 2 * k))
-                }));
+                });
             }
             Some(ActKind::Q8_1) => {
-                self.scales.extend(self.q8_1.iter().map(|b| [f16_to_f32(b.d), f16_to_f32(b.s)]));
+                per_block(&self.q8_1, self.rows, &mut self.scales, |b| [f16_to_f32(b.d), f16_to_f32(b.s)]);
+                #[cfg(target_arch = "x86_64")]
+                self.sums.clear();
+                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+                self.pair_sums.clear();
                 // The relaxed-SIMD build dots the types against Q8_1 (Q4_1, Q5_1) with the quants' bytes.
                 #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
                 widen(&self.q8_1, self.rows, &mut self.wide);
@@ -459,6 +460,11 @@ impl Activations {
                 self.wide.clear();
             }
             _ => {
+                self.scales.clear();
+                #[cfg(target_arch = "x86_64")]
+                self.sums.clear();
+                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+                self.pair_sums.clear();
                 #[cfg(target_arch = "wasm32")]
                 self.wide.clear();
             }
@@ -544,6 +550,21 @@ impl Activations {
     }
 }
 
+/// `out[i] = f(&blocks[i])` for each block of `rows` rows, rows in parallel as the quantizers run them (a prefill
+/// has thousands of blocks: serial, this was a stretch the other threads waited through in every matrix product).
+fn per_block<B: Sync, T: Clone + Default + Send>(
+    blocks: &[B],
+    rows: usize,
+    out: &mut Vec<T>,
+    f: impl Fn(&B) -> T + Sync + Send,
+) {
+    out.resize(blocks.len(), T::default()); // every element is written below
+    let per_row = blocks.len() / rows;
+    for_each_row_chunk(out, per_row, |r0, out| {
+        out.iter_mut().zip(&blocks[r0 * per_row..]).for_each(|(o, b)| *o = f(b))
+    });
+}
+
 /// The rows of `x` (`cols` values each) into `blocks` of `block_len` values by `quantize`, rows in
 /// parallel (a prefill batch; a single row runs inline).
 fn quantize_rows<B: Clone + Default + Send>(
@@ -560,11 +581,7 @@ fn quantize_rows<B: Clone + Default + Send>(
 /// `blocks`' quants (`rows` rows) widened to i16 into `wide`, rows in parallel.
 #[cfg(target_arch = "wasm32")]
 fn widen<B: Q8Block + Sync>(blocks: &[B], rows: usize, wide: &mut Vec<[i16; QK8]>) {
-    wide.resize(blocks.len(), [0; QK8]);
-    let per = blocks.len() / rows;
-    for_each_row_chunk(wide, per, |r0, w| {
-        w.iter_mut().zip(&blocks[r0 * per..]).for_each(|(w, b)| *w = b.qs().map(i16::from))
-    });
+    per_block(blocks, rows, wide, |b| b.qs().map(i16::from));
 }
 
 /// One activation row in one of the formats.
