@@ -19,6 +19,7 @@ use crate::model::weights::{DeltaNetWeights, PerLayerEmbedding};
 use crate::model::Model;
 use crate::parallel::{for_each_row_chunk, in_pool, LineBuf};
 use crate::quant::{dequantize_row, Activations, QuantMatrix};
+use crate::simd::cpu::widest_fn;
 
 /// Scratch for one forward call of up to `n_batch` tokens.
 pub struct RunState {
@@ -504,10 +505,13 @@ fn split_query_gate(q: &mut [f32], gate: &mut [f32], head_dim: usize) {
     }
 }
 
-/// `x *= sigmoid(gate)`, element by element (Qwen3.5's gated attention output).
-fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
-    let e = Exp::new();
-    x.iter_mut().zip(gate).for_each(|(x, &g)| *x *= 1.0 / (1.0 + e.at(-g)));
+widest_fn! {
+    /// `x *= sigmoid(gate)`, element by element (Qwen3.5's gated attention output); compiled for the widest vectors
+    /// the CPU has, as SwiGLU is (the same bits at any width).
+    fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
+        let e = Exp::new();
+        x.iter_mut().zip(gate).for_each(|(x, &g)| *x *= 1.0 / (1.0 + e.at(-g)));
+    }
 }
 
 /// Gemma 4's per-layer inputs of the batch `tokens`, whose scaled embeddings are `x`, into `pl.inputs`: for layer
