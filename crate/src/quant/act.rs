@@ -366,15 +366,22 @@ pub struct Activations {
     /// and widening is several instructions there (the tile kernels would redo it for every weight row).
     #[cfg(target_arch = "wasm32")]
     wide: Vec<[i16; QK8]>,
-    /// Per Q8_0 block in wasm32's relaxed-SIMD build: lane `k` sums quants `2k`, `2k + 1`, `16 + 2k` and `17 + 2k`,
-    /// the lanes of that build's byte dots, so the row kernels of the types with an offset (Q4_0, Q5_0) take the
-    /// offset's products off by a shift instead of dotting them against every weight block.
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    pair_sums: Vec<[i16; 8]>,
-    /// On wasm32, per group of four rows (`4g..4g+4`) and block: the four rows' `d`s and `s`s side by
-    /// side, so a kernel scales four rows' sums with one multiply.
+    /// On wasm32, per activation row and group of four blocks (`Quad`): the blocks' `d`s, `s`s and sums of quants
+    /// side by side, so that the legacy row kernels scale four blocks' integer sums with one multiply.
     #[cfg(target_arch = "wasm32")]
-    scales4: Vec<[[f32; 4]; 2]>,
+    quads: Vec<Quad>,
+}
+
+/// Four consecutive blocks of an activation row (`4g..4g+4`) side by side, for wasm32's legacy row kernels: their
+/// `d` and `s` (0 for Q8_0) as f32, exactly the blocks' f16 values, and the sums of their quants (for the weight
+/// types with an offset). A row's last quad is padded with zeros where the row has fewer blocks.
+#[cfg(target_arch = "wasm32")]
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+pub(crate) struct Quad {
+    pub d: [f32; 4],
+    pub s: [f32; 4],
+    pub sums: [i32; 4],
 }
 
 impl Activations {
@@ -441,18 +448,18 @@ impl Activations {
                 per_block(&self.q8_0, self.rows, &mut self.sums, |b| b.qs.iter().map(|&q| q as i32).sum::<i32>());
                 #[cfg(target_arch = "wasm32")]
                 widen(&self.q8_0, self.rows, &mut self.wide);
-                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-                per_block(&self.q8_0, self.rows, &mut self.pair_sums, |b| {
-                    let q = |i: usize| b.qs[i] as i16;
-                    std::array::from_fn(|k| q(2 * k) + q(2 * k + 1) + q(16 + 2 * k) + q(17 + 2 * k))
+                #[cfg(target_arch = "wasm32")]
+                quads(&self.q8_0, self.rows, &mut self.quads, |b| {
+                    (f16_to_f32(b.d), 0.0, b.qs.iter().map(|&q| q as i32).sum::<i32>())
                 });
             }
             Some(ActKind::Q8_1) => {
                 per_block(&self.q8_1, self.rows, &mut self.scales, |b| [f16_to_f32(b.d), f16_to_f32(b.s)]);
                 #[cfg(target_arch = "x86_64")]
                 self.sums.clear();
-                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-                self.pair_sums.clear();
+                // Q4_1 and Q5_1, dotted against Q8_1, have no offset: no sums.
+                #[cfg(target_arch = "wasm32")]
+                quads(&self.q8_1, self.rows, &mut self.quads, |b| (f16_to_f32(b.d), f16_to_f32(b.s), 0));
                 // The relaxed-SIMD build dots the types against Q8_1 (Q4_1, Q5_1) with the quants' bytes.
                 #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
                 widen(&self.q8_1, self.rows, &mut self.wide);
@@ -463,14 +470,12 @@ impl Activations {
                 self.scales.clear();
                 #[cfg(target_arch = "x86_64")]
                 self.sums.clear();
-                #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-                self.pair_sums.clear();
                 #[cfg(target_arch = "wasm32")]
                 self.wide.clear();
+                #[cfg(target_arch = "wasm32")]
+                self.quads.clear();
             }
         }
-        #[cfg(target_arch = "wasm32")]
-        self.transpose_scales();
     }
 
     pub fn kind(&self) -> Option<ActKind> {
@@ -500,30 +505,12 @@ impl Activations {
         &self.sums[r * per..(r + 1) * per]
     }
 
-    /// Row `r`'s per-block pair sums, for Q8_0 rows (wasm32's relaxed-SIMD build).
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    pub(crate) fn row_pair_sums(&self, r: usize) -> &[[i16; 8]] {
-        assert!(r < self.rows && self.kind == Some(ActKind::Q8_0));
-        let per = self.pair_sums.len() / self.rows;
-        &self.pair_sums[r * per..(r + 1) * per]
-    }
-
+    /// Row `r`'s blocks four at a time ([`Quad`]), for Q8_0 and Q8_1 rows (wasm32).
     #[cfg(target_arch = "wasm32")]
-    fn transpose_scales(&mut self) {
-        let per = self.scales.len() / self.rows;
-        self.scales4.clear();
-        for g in 0..self.rows / 4 {
-            let rows: [&[[f32; 2]]; 4] = std::array::from_fn(|j| &self.scales[(4 * g + j) * per..][..per]);
-            self.scales4.extend((0..per).map(|i| [rows.map(|r| r[i][0]), rows.map(|r| r[i][1])]));
-        }
-    }
-
-    /// Rows `4g..4g+4`'s block scales side by side: `[[d; 4], [s; 4]]` per block (wasm32).
-    #[cfg(target_arch = "wasm32")]
-    pub fn group_scales(&self, g: usize) -> &[[[f32; 4]; 2]] {
-        assert!(4 * g + 4 <= self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
-        let per = self.scales.len() / self.rows;
-        &self.scales4[g * per..(g + 1) * per]
+    pub(crate) fn row_quads(&self, r: usize) -> &[Quad] {
+        assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
+        let per = self.quads.len() / self.rows;
+        &self.quads[r * per..(r + 1) * per]
     }
 
     /// Row `r`'s Q8_0/Q8_1 quants widened to i16 (wasm32).
@@ -582,6 +569,25 @@ fn quantize_rows<B: Clone + Default + Send>(
 #[cfg(target_arch = "wasm32")]
 fn widen<B: Q8Block + Sync>(blocks: &[B], rows: usize, wide: &mut Vec<[i16; QK8]>) {
     per_block(blocks, rows, wide, |b| b.qs().map(i16::from));
+}
+
+/// `blocks` (`rows` rows) as [`Quad`]s into `out`, each block's `(d, s, sum)` by `f`, rows in parallel.
+#[cfg(target_arch = "wasm32")]
+fn quads<B: Sync>(blocks: &[B], rows: usize, out: &mut Vec<Quad>, f: impl Fn(&B) -> (f32, f32, i32) + Sync + Send) {
+    let per_row = blocks.len() / rows;
+    let quads_per_row = per_row.div_ceil(4);
+    out.resize(rows * quads_per_row, Quad::default()); // every element is written below
+    for_each_row_chunk(out, quads_per_row, |r0, out| {
+        for (r, quads) in out.chunks_exact_mut(quads_per_row).enumerate() {
+            let row = &blocks[(r0 + r) * per_row..][..per_row];
+            for (quad, group) in quads.iter_mut().zip(row.chunks(4)) {
+                *quad = Quad::default();
+                for (k, b) in group.iter().enumerate() {
+                    (quad.d[k], quad.s[k], quad.sums[k]) = f(b);
+                }
+            }
+        }
+    });
 }
 
 /// One activation row in one of the formats.

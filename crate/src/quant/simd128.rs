@@ -5,16 +5,16 @@
 //! and scaled into an f32x4 accumulator (simd128 has no fused multiply-add).
 //!
 //! The relaxed-SIMD build (`target_feature = "relaxed-simd"`) dots the types whose quants fit in seven
-//! bits (Q4_0, Q4_1, Q5_0, Q5_1: [`Unpack::quants_u7`]) byte by byte instead, with
-//! `i16x8.relaxed_dot_i8x16_i7x16_s` against the activations' own bytes (no widening): with the weights
-//! in 0..=127 and at most 2 * 31 * 127 in a pair, every engine gives the same exact sums. An offset type's
-//! values are `q - offset`: the offset's products come off in i16, dotted in `vec_dot`, and in the row kernels
-//! taken from the activations' pair sums (`Activations::row_pair_sums`, made once per activation block). Q8_0
-//! and IQ4_NL, whose quants take all of i8, keep the widening kernels.
+//! bits (Q4_0, Q4_1, Q5_0, Q5_1: [`Unpack::quants_u7`]) byte by byte instead, against the activations' own bytes
+//! (no widening): with the weights in 0..=127 and at most 2 * 31 * 127 in a pair, every engine gives the same exact
+//! sums. An offset type's values are `q - offset`: the offset's products come off in i16 in `vec_dot`, and in the
+//! row kernels as the offset times the activation block's sum of quants. Q8_0 and IQ4_NL, whose quants take all
+//! of i8, keep the widening kernels.
 //!
-//! The row kernels (`legacy_rows`) take four activation rows at a time from a multiple of four (how matmul batches
-//! them), with the four rows' scales side by side (`Activations::group_scales`): a weight block's scales multiply
-//! four rows' at once.
+//! The row kernels (`legacy_rows`, matmul's path) take a block's dot as an exact integer sum, then four blocks'
+//! sums side by side in one vector, scaled by their four `d_w * d_a` at once (`Activations::row_quads`): one
+//! block's float work for four. Their integer sums are the same in both builds, so the builds give the same bits.
+//! `vec_dot` (`legacy_dot`) scales each block's lanes as it goes.
 
 use core::arch::wasm32::*;
 
@@ -314,7 +314,7 @@ fn i16_lanes_to_i32(sums: v128) -> v128 {
 
 /// A block's four i32 sums of `(q - offset) * y` (the relaxed-SIMD build): quants `q` in 0..=127 as bytes,
 /// activations `y` as bytes, the offset's products dotted here (the row kernels take them from the activations'
-/// pair sums instead, [`pair_sums_dot`]).
+/// sums instead).
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 fn dot32_u7(q: (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
@@ -322,21 +322,6 @@ fn dot32_u7(q: (v128, v128), u7: U7, y: &[i8; 32]) -> v128 {
     let sums = match u7.offset {
         Some((o, _)) => i16x8_sub(byte_dots(q, a), byte_dots((o, o), a)),
         None => byte_dots(q, a),
-    };
-    i16_lanes_to_i32(sums)
-}
-
-/// [`dot32_u7`] with the offset's products as the activation block's pair sums ([`Activations::row_pair_sums`],
-/// [`byte_dots`]' lanes against ones) shifted by the offset's log2: the same integers for one load and two
-/// instructions instead of two dots, an add and a subtract.
-#[cfg(target_feature = "relaxed-simd")]
-#[inline(always)]
-fn pair_sums_dot(q: (v128, v128), y: &[i8; 32], offset: Option<(u32, &[i16; 8])>) -> v128 {
-    let sums = byte_dots(q, load32(y));
-    let sums = match offset {
-        // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
-        Some((shift, p)) => i16x8_sub(sums, i16x8_shl(unsafe { v128_load(p.as_ptr() as *const v128) }, shift)),
-        None => sums,
     };
     i16_lanes_to_i32(sums)
 }
@@ -373,53 +358,12 @@ fn legacy_dot_by<B: Unpack>(w: &[B], a: &[B::Act], u7: Option<U7>) -> f32 {
     hsum(acc) + f32x4_extract_lane::<1>(mins)
 }
 
-/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`, as f32.
+/// The i32 sums of `x[i] * y[i]` for widened weights `x` (see [`widen`]) and widened activations `y`.
 #[inline]
 fn dot_wide(x: &[v128; 4], y: &[v128; 4]) -> v128 {
     let lo = i32x4_add(i32x4_dot_i16x8(x[0], y[0]), i32x4_dot_i16x8(x[1], y[1]));
     let hi = i32x4_add(i32x4_dot_i16x8(x[2], y[2]), i32x4_dot_i16x8(x[3], y[3]));
-    f32x4_convert_i32x4(i32x4_add(lo, hi))
-}
-
-/// The two f16s each of `W` blocks starts with (`d, m`; for the types without a min, `d` and junk) as
-/// f32 `[d, m, d, m]`, converted two blocks per vector.
-#[inline]
-fn leading_pairs<T, const W: usize>(x: [&T; W], c: &Consts) -> [v128; W] {
-    debug_assert!(std::mem::size_of::<T>() >= 4);
-    // SAFETY: every block is at least 4 bytes; read_unaligned has no alignment requirement.
-    let word = |k: usize| if k < W { unsafe { (x[k] as *const T as *const u32).read_unaligned() } } else { 0 };
-    let mut out = [f32x4_splat(0.0); W];
-    for k in (0..W).step_by(2) {
-        let f = f16x4_to_f32(u32x4_extend_low_u16x8(u32x4(word(k), word(k + 1), 0, 0)), c); // [d0, m0, d1, m1]
-        out[k] = i32x4_shuffle::<0, 1, 0, 1>(f, f);
-        if k + 1 < W {
-            out[k + 1] = i32x4_shuffle::<2, 3, 2, 3>(f, f);
-        }
-    }
-    out
-}
-
-/// Calls `block(i, x, dm)` for every block `x` of a weight row, `dm` its leading f16s as [`leading_pairs`]
-/// gives them: two blocks at a time, to convert their four f16s in one vector.
-#[inline(always)]
-fn each_block<B>(row: &[B], c: &Consts, mut block: impl FnMut(usize, &B, v128)) {
-    let pairs = row.chunks_exact(2);
-    let last = pairs.remainder();
-    for (i, x) in pairs.enumerate() {
-        let [dm0, dm1] = leading_pairs([&x[0], &x[1]], c);
-        block(2 * i, &x[0], dm0);
-        block(2 * i + 1, &x[1], dm1);
-    }
-    if let [x] = last {
-        block(row.len() - 1, x, leading_pairs([x], c)[0]);
-    }
-}
-
-/// An activation block's `(d, s)` as `[d, s, d, s]`.
-#[inline]
-fn scale_pair(s: &[f32; 2]) -> v128 {
-    // SAFETY: 8 bytes in bounds; no alignment requirement.
-    unsafe { v128_load64_splat(s.as_ptr() as *const u64) }
+    i32x4_add(lo, hi)
 }
 
 /// An activation block's quants, already widened to i16 (see `Activations::row_wide`), as four i16x8.
@@ -429,11 +373,37 @@ fn load_wide(q: &[i16; 32]) -> [v128; 4] {
     std::array::from_fn(|k| unsafe { v128_load(q.as_ptr().add(8 * k) as *const v128) })
 }
 
-/// Legacy weight rows (each `row_blocks` blocks) · activation rows `a_rows` of `acts`, into `out[row][j]`: each
-/// weight block is unpacked once for the `A` rows, and dotted with each row's quants widened to i16
-/// (`Activations::row_wide`), or in the relaxed-SIMD build for the seven-bit types with its bytes. Every output has
-/// its own accumulators and sees the same float operations in block order as [`legacy_dot`], so the result does not
-/// depend on `A`. Four consecutive rows from a multiple of four (how matmul batches them) take [`legacy_rows4`].
+/// The lane sums of `a` and `b` in pairs, `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]`: twice over, four vectors' lane
+/// sums side by side (each shuffle one `shufps` in V8).
+#[inline(always)]
+fn pair_sums(a: v128, b: v128) -> v128 {
+    i32x4_add(i32x4_shuffle::<0, 2, 4, 6>(a, b), i32x4_shuffle::<1, 3, 5, 7>(a, b))
+}
+
+/// The two f16s each of up to four blocks starts with (`d, m`; for the types without a min, `d` and junk) as f32
+/// `([d; 4], [m; 4])`, zeros in the lanes past `x`'s blocks.
+#[inline(always)]
+fn leading_f16s<B>(x: &[B], c: &Consts) -> (v128, v128) {
+    debug_assert!(std::mem::size_of::<B>() >= 4 && x.len() <= 4);
+    // SAFETY: every block is at least 4 bytes; read_unaligned has no alignment requirement.
+    let word = |k: usize| if k < x.len() { unsafe { (&x[k] as *const B as *const u32).read_unaligned() } } else { 0 };
+    let words = u32x4(word(0), word(1), word(2), word(3));
+    // f16x4_to_f32 reads a lane's low 16 bits only.
+    (f16x4_to_f32(words, c), f16x4_to_f32(u32x4_shr(words, 16), c))
+}
+
+/// Legacy weight rows (each `row_blocks` blocks) · activation rows `a_rows` of `acts`, into `out[row][j]`.
+///
+/// A block's dot is an exact integer sum (as i32 lanes): its quants in bytes against the activations' bytes in the
+/// relaxed-SIMD build where they fit in seven bits (`i32x4.relaxed_dot_i8x16_i7x16_add_s`, one `vpdpbusd` where V8
+/// has AVX-VNNI), the offset's products taken off as the offset times the activation block's sum of quants; else
+/// both widened to i16. Four blocks' sums go side by side into the lanes of one vector ([`pair_sums`]), which is
+/// converted to f32 and scaled by the four blocks' `d_w * d_a` in one multiply ([`Quad`]: the activation rows' scales
+/// four blocks at a time): the float work of one block, not four, per four blocks. Each weight block is unpacked
+/// once for the `A` rows, every output has its own accumulators and sees the same float operations whatever `A`,
+/// and the integer sums are the same in both builds, so the result depends on neither.
+///
+/// [`Quad`]: super::act::Quad
 pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     w: &[B],
     row_blocks: usize,
@@ -441,166 +411,116 @@ pub(crate) fn legacy_rows<B: Unpack, const A: usize>(
     a_rows: [usize; A],
     out: &mut [[f32; A]],
 ) {
-    if A == 4 && a_rows[0].is_multiple_of(4) && (0..A).all(|j| a_rows[j] == a_rows[0] + j) {
-        // SAFETY: A == 4, so [[f32; A]] is [[f32; 4]].
-        let out4 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [f32; 4], out.len()) };
-        return legacy_rows4(w, row_blocks, acts, a_rows[0] / 4, out4);
-    }
-    let c = Consts::new();
-    let a_scales = a_rows.map(|r| acts.row_scales(r));
-    assert!(a_scales.iter().all(|s| s.len() >= row_blocks), "activation rows too short");
-    let scales = |j: usize, i: usize, dm: v128| {
-        // SAFETY: i < row_blocks <= the row's length (checked above).
-        let scales = f32x4_mul(dm, scale_pair(unsafe { a_scales[j].get_unchecked(i) })); // [d * d, m * s, ..]
-        (i32x4_shuffle::<0, 0, 0, 0>(scales, scales), scales)
-    };
-    match u7::<B>() {
-        #[cfg(target_feature = "relaxed-simd")]
-        Some(u7) => {
-            let dot = byte_row_dots::<B, A>(acts, a_rows, row_blocks, u7);
-            rows_with(w, row_blocks, out, &c, |x| x.quants_u7(&c), scales, dot);
-        }
-        _ => {
-            let dot = wide_row_dots(acts, a_rows, row_blocks);
-            rows_with(w, row_blocks, out, &c, |x| x.quants_wide(&c), scales, dot);
-        }
-    }
+    legacy_rows_by(w, row_blocks, acts, a_rows, out, u7::<B>())
 }
 
-/// [`legacy_rows`] for the four activation rows `4g..4g+4` of `acts`, with their scales side by side
-/// (`Activations::group_scales`: block `i`'s `[[d; 4], [s; 4]]`): one multiply gives the four rows' `d * d` and one
-/// the four `m * s`. Each output sees the same float operations as in `legacy_rows`, so the results are identical.
-fn legacy_rows4<B: Unpack>(w: &[B], row_blocks: usize, acts: &Activations, g: usize, out: &mut [[f32; 4]]) {
-    let c = Consts::new();
-    let a_rows = [4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3];
-    let scales4 = acts.group_scales(g);
-    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
-    assert!(scales4.len() >= row_blocks, "activation rows too short");
-    match u7::<B>() {
-        #[cfg(target_feature = "relaxed-simd")]
-        Some(u7) => {
-            let dot = byte_row_dots::<B, 4>(acts, a_rows, row_blocks, u7);
-            rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_u7(&c), dot);
-        }
-        _ => {
-            let dot = wide_row_dots(acts, a_rows, row_blocks);
-            rows4_with(w, row_blocks, scales4, out, &c, |x| x.quants_wide(&c), dot);
-        }
-    }
-}
-
-/// The widening row kernels' dot of widened quants `q` with activation row `a_rows[j]`'s block `i`, as f32. Checks that
-/// the rows hold `row_blocks` blocks, which the dot then reads unchecked.
+/// [`legacy_rows`] with the block dots `u7` says (the tests compare the relaxed build's byte dots with widening).
 #[inline(always)]
-fn wide_row_dots<const A: usize>(
+fn legacy_rows_by<B: Unpack, const A: usize>(
+    w: &[B],
+    row_blocks: usize,
     acts: &Activations,
     a_rows: [usize; A],
-    row_blocks: usize,
-) -> impl Fn(&[v128; 4], usize, usize) -> v128 + '_ {
-    let a = a_rows.map(|r| acts.row_wide(r));
-    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
-    // SAFETY: i < row_blocks <= every row's length (checked above).
-    move |q, j, i| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }))
-}
-
-/// The relaxed-SIMD row kernels' dot of quants `q` with activation row `a_rows[j]`'s block `i`, as f32: by bytes, the
-/// offset's products (the types dotted against Q8_0) from the activations' pair sums. Checks that the rows hold
-/// `row_blocks` blocks, which the dot then reads unchecked.
-#[cfg(target_feature = "relaxed-simd")]
-#[inline(always)]
-fn byte_row_dots<'a, B: Unpack, const A: usize>(
-    acts: &'a Activations,
-    a_rows: [usize; A],
-    row_blocks: usize,
-    u7: U7,
-) -> impl Fn(&(v128, v128), usize, usize) -> v128 + 'a {
-    let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
-    let pair_sums = a_rows.map(|r| if u7.offset.is_some() { acts.row_pair_sums(r) } else { &[][..] });
-    assert!(a.iter().all(|a| a.len() >= row_blocks), "activation rows too short");
-    assert!(u7.offset.is_none() || pair_sums.iter().all(|p| p.len() >= row_blocks), "activation rows too short");
-    // SAFETY: i < row_blocks <= every row's length (checked above), for the pair sums where the type has an offset.
-    move |q, j, i| unsafe {
-        let y = a[j].get_unchecked(i).qs();
-        f32x4_convert_i32x4(pair_sums_dot(*q, y, u7.offset.map(|(_, shift)| (shift, pair_sums[j].get_unchecked(i)))))
+    out: &mut [[f32; A]],
+    u7: Option<U7>,
+) {
+    let c = Consts::new();
+    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    let quads = a_rows.map(|r| acts.row_quads(r));
+    assert!(quads.iter().all(|q| q.len() == row_blocks.div_ceil(4)), "activation rows of another length");
+    match u7 {
+        #[cfg(target_feature = "relaxed-simd")]
+        Some(u7) => {
+            let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
+            assert!(a.iter().all(|a| a.len() == row_blocks), "activation rows of another length");
+            let zero = std::hint::black_box(i32x4_splat(0));
+            // SAFETY: i < row_blocks == every row's length (checked above).
+            let dot = move |q: &(v128, v128), j: usize, i: usize| {
+                let (y0, y1) = load32(unsafe { a[j].get_unchecked(i) }.qs());
+                i32x4_relaxed_dot_i8x16_i7x16_add(y1, q.1, i32x4_relaxed_dot_i8x16_i7x16_add(y0, q.0, zero))
+            };
+            let offset = u7.offset.map(|(_, shift)| shift);
+            quad_rows(w, row_blocks, out, &c, quads, |x| x.quants_u7(&c), dot, offset);
+        }
+        _ => {
+            let _ = u7;
+            let a = a_rows.map(|r| acts.row_wide(r));
+            assert!(a.iter().all(|a| a.len() == row_blocks), "activation rows of another length");
+            // SAFETY: i < row_blocks == every row's length (checked above).
+            let dot =
+                move |q: &[v128; 4], j: usize, i: usize| dot_wide(q, &load_wide(unsafe { a[j].get_unchecked(i) }));
+            quad_rows(w, row_blocks, out, &c, quads, |x| x.quants_wide(&c), dot, None);
+        }
     }
 }
 
-/// [`legacy_rows`] once a block's quants are unpacked by `unpack`, activation row `j`'s block `i` scales the block's
-/// `[d, m, d, m]` as `scales(j, i, dm)` says (`d * d` in every lane, and `[d * d, m * s, ..]`) and is dotted with the
-/// quants by `dot(q, j, i)`.
+/// [`legacy_rows`] once a block's quants are unpacked by `unpack` and dotted with activation row `j`'s block `i` by
+/// `dot` (i32 lanes), the offset's products (where `offset_shift` is its log2) still in them.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn rows_with<B: Unpack, Q, const A: usize>(
+fn quad_rows<B: Unpack, Q, const A: usize>(
     w: &[B],
     row_blocks: usize,
     out: &mut [[f32; A]],
     c: &Consts,
+    quads: [&[super::act::Quad]; A],
     unpack: impl Fn(&B) -> Q,
-    scales: impl Fn(usize, usize, v128) -> (v128, v128),
     dot: impl Fn(&Q, usize, usize) -> v128,
+    offset_shift: Option<u32>,
 ) {
-    assert!(row_blocks > 0 && w.len() == out.len() * row_blocks, "weights must be whole rows");
+    let zero = i32x4_splat(0);
     for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-        let mut acc = [f32x4_splat(0.0); A];
-        let mut mins = [f32x4_splat(0.0); A]; // lane 1 sums the blocks' m * s terms
-        each_block(w, c, |i, x, dm| {
-            let q = unpack(x);
+        // Even and odd quads go to two accumulators (swapped after each quad), added at the end: one order of the
+        // float additions among equally exact ones, which moves a model's agreement with llama.cpp at its most
+        // sensitive positions (benches/README.md, "the legacy types' row kernels four blocks at a time").
+        let (mut acc, mut other) = ([f32x4_splat(0.0); A], [f32x4_splat(0.0); A]);
+        let mut mins = [f32x4_splat(0.0); A];
+        for (g, group) in w.chunks(4).enumerate() {
+            let i = 4 * g;
+            // Blocks i and i + 1, then i + 2 and i + 3 (zeros where the row has no such block): each activation
+            // row's four block sums side by side.
+            let two = |k: usize| (k < group.len()).then(|| unpack(&group[k]));
+            let (q0, q1) = (two(0), two(1));
+            let block = |q: &Option<Q>, j: usize, k: usize| q.as_ref().map_or(zero, |q| dot(q, j, i + k));
+            let halves: [v128; A] = std::array::from_fn(|j| pair_sums(block(&q0, j, 0), block(&q1, j, 1)));
+            let (q2, q3) = (two(2), two(3));
+            let (d, m) = leading_f16s(group, c);
             for j in 0..A {
-                let (d, scales) = scales(j, i, dm);
-                acc[j] = f32x4_add(acc[j], f32x4_mul(d, dot(&q, j, i)));
+                let mut sums = pair_sums(halves[j], pair_sums(block(&q2, j, 2), block(&q3, j, 3)));
+                // SAFETY: g < row_blocks.div_ceil(4) == every row's quad count (checked by the caller).
+                let quad = unsafe { quads[j].get_unchecked(g) };
+                if let Some(shift) = offset_shift {
+                    sums = i32x4_sub(sums, i32x4_shl(load_i32x4(&quad.sums), shift));
+                }
+                let scale = f32x4_mul(d, load_f32x4(&quad.d));
+                acc[j] = f32x4_add(acc[j], f32x4_mul(scale, f32x4_convert_i32x4(sums)));
                 if B::WITH_MIN {
-                    mins[j] = f32x4_add(mins[j], scales);
+                    mins[j] = f32x4_add(mins[j], f32x4_mul(m, load_f32x4(&quad.s)));
                 }
             }
-        });
-        *out = std::array::from_fn(|j| match B::WITH_MIN {
-            true => hsum(acc[j]) + f32x4_extract_lane::<1>(mins[j]),
-            false => hsum(acc[j]),
+            std::mem::swap(&mut acc, &mut other);
+        }
+        *out = std::array::from_fn(|j| {
+            let sum = hsum(f32x4_add(acc[j], other[j]));
+            if B::WITH_MIN {
+                sum + hsum(mins[j])
+            } else {
+                sum
+            }
         });
     }
 }
 
-/// [`legacy_rows4`] once a block's quants are unpacked by `unpack` and dotted with activation row `j`'s block `i` by
-/// `dot`.
 #[inline(always)]
-fn rows4_with<B: Unpack, Q>(
-    w: &[B],
-    row_blocks: usize,
-    scales4: &[[[f32; 4]; 2]],
-    out: &mut [[f32; 4]],
-    c: &Consts,
-    unpack: impl Fn(&B) -> Q,
-    dot: impl Fn(&Q, usize, usize) -> v128,
-) {
-    for (w, out) in w.chunks_exact(row_blocks).zip(out) {
-        let mut acc = [f32x4_splat(0.0); 4];
-        let mut mins = f32x4_splat(0.0); // lane j sums row j's m * s terms
-        each_block(w, c, |i, x, dm| {
-            let q = unpack(x);
-            // SAFETY: i < row_blocks <= scales4.len() (checked by the caller).
-            let [d4, s4] = unsafe { scales4.get_unchecked(i) };
-            // SAFETY: 16 bytes, in bounds; no alignment requirement.
-            let dd = f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dm, dm), unsafe { v128_load(d4.as_ptr() as *const v128) });
-            if B::WITH_MIN {
-                // SAFETY: as d4.
-                let s4 = unsafe { v128_load(s4.as_ptr() as *const v128) };
-                mins = f32x4_add(mins, f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dm, dm), s4));
-            }
-            acc[0] = f32x4_add(acc[0], f32x4_mul(i32x4_shuffle::<0, 0, 0, 0>(dd, dd), dot(&q, 0, i)));
-            acc[1] = f32x4_add(acc[1], f32x4_mul(i32x4_shuffle::<1, 1, 1, 1>(dd, dd), dot(&q, 1, i)));
-            acc[2] = f32x4_add(acc[2], f32x4_mul(i32x4_shuffle::<2, 2, 2, 2>(dd, dd), dot(&q, 2, i)));
-            acc[3] = f32x4_add(acc[3], f32x4_mul(i32x4_shuffle::<3, 3, 3, 3>(dd, dd), dot(&q, 3, i)));
-        });
-        let m = [
-            f32x4_extract_lane::<0>(mins),
-            f32x4_extract_lane::<1>(mins),
-            f32x4_extract_lane::<2>(mins),
-            f32x4_extract_lane::<3>(mins),
-        ];
-        *out = std::array::from_fn(|j| match B::WITH_MIN {
-            true => hsum(acc[j]) + m[j],
-            false => hsum(acc[j]),
-        });
-    }
+fn load_f32x4(x: &[f32; 4]) -> v128 {
+    // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
+    unsafe { v128_load(x.as_ptr() as *const v128) }
+}
+
+#[inline(always)]
+fn load_i32x4(x: &[i32; 4]) -> v128 {
+    // SAFETY: 16 bytes in bounds; v128_load has no alignment requirement.
+    unsafe { v128_load(x.as_ptr() as *const v128) }
 }
 
 /// Dot of the weights, read 4 at a time as f32x4 by `load4(ptr to element i)` (one at a time by
@@ -677,7 +597,8 @@ mod tests {
         }
     }
 
-    /// The relaxed-SIMD build's byte dots give the widening kernels' bits: the two builds compute the same model.
+    /// The relaxed-SIMD build's byte dots give the widening kernels' bits, in `vec_dot` and in the row kernels: the
+    /// two builds compute the same model.
     #[cfg(target_feature = "relaxed-simd")]
     #[test]
     fn byte_dots_give_the_widening_dots_bits() {
@@ -698,7 +619,31 @@ mod tests {
                 assert_eq!(bytes.to_bits(), wide.to_bits(), "{ty:?}, {blocks} blocks: {bytes} != {wide}");
             }
         }
+        /// The row kernels too, four activation rows and one, for the offset types (their activations, Q8_0, are
+        /// widened in both builds for Q8_0's weights; Q8_1's are not in this one).
+        fn check_rows<B: Unpack + crate::quant::QuantBlock>(ty: GgmlType, rng: &mut Rng) {
+            for blocks in [1, 2, 7, 24] {
+                let w = random_row(ty, 3 * blocks, rng);
+                let x: Vec<f32> =
+                    (0..4 * 32 * blocks).map(|i| rng.normal() * if i % 16 == 0 { 8.0 } else { 1.0 }).collect();
+                let mut acts = Activations::new();
+                acts.quantize(ActKind::Q8_0, &x, 4);
+                let w = as_blocks::<B>(&w);
+                let (mut bytes, mut wide) = ([[0f32; 4]; 3], [[0f32; 4]; 3]);
+                legacy_rows_by(w, blocks, &acts, [0, 1, 2, 3], &mut bytes, u7::<B>());
+                legacy_rows_by(w, blocks, &acts, [0, 1, 2, 3], &mut wide, None);
+                let bits = |o: &[[f32; 4]; 3]| o.map(|r| r.map(f32::to_bits));
+                assert_eq!(bits(&bytes), bits(&wide), "{ty:?}, {blocks} blocks: {bytes:?} != {wide:?}");
+                let mut one = [[0f32; 1]; 3];
+                legacy_rows_by(w, blocks, &acts, [2], &mut one, u7::<B>());
+                assert_eq!(one.map(|r| r[0].to_bits()), bits(&wide).map(|r| r[2]), "{ty:?}, {blocks} blocks, one row");
+            }
+        }
         let mut rng = Rng::new(41);
+        for _ in 0..20 {
+            check_rows::<BlockQ4_0>(GgmlType::Q4_0, &mut rng);
+            check_rows::<BlockQ5_0>(GgmlType::Q5_0, &mut rng);
+        }
         for _ in 0..50 {
             check::<BlockQ4_0>(GgmlType::Q4_0, ActKind::Q8_0, &mut rng);
             check::<BlockQ4_1>(GgmlType::Q4_1, ActKind::Q8_1, &mut rng);
