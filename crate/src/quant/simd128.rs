@@ -395,8 +395,8 @@ fn leading_f16s<B>(x: &[B], c: &Consts) -> (v128, v128) {
 /// Legacy weight rows (each `row_blocks` blocks) · activation rows `a_rows` of `acts`, into `out[row][j]`.
 ///
 /// A block's dot is an exact integer sum (as i32 lanes): its quants in bytes against the activations' bytes in the
-/// relaxed-SIMD build where they fit in seven bits (`i32x4.relaxed_dot_i8x16_i7x16_add_s`, one `vpdpbusd` where V8
-/// has AVX-VNNI), the offset's products taken off as the offset times the activation block's sum of quants; else
+/// relaxed-SIMD build where they fit in seven bits (`i16x8.relaxed_dot_i8x16_i7x16_s`, lanes added in pairs to
+/// i32), the offset's products taken off as the offset times the activation block's sum of quants; else
 /// both widened to i16. Four blocks' sums go side by side into the lanes of one vector ([`pair_sums`]), which is
 /// converted to f32 and scaled by the four blocks' `d_w * d_a` in one multiply ([`Quad`]: the activation rows' scales
 /// four blocks at a time): the float work of one block, not four, per four blocks. Each weight block is unpacked
@@ -433,11 +433,12 @@ fn legacy_rows_by<B: Unpack, const A: usize>(
         Some(u7) => {
             let a = a_rows.map(|r| acts.row(r).blocks::<B::Act>());
             assert!(a.iter().all(|a| a.len() == row_blocks), "activation rows of another length");
-            let zero = std::hint::black_box(i32x4_splat(0));
+            // The i16 byte dots ([`byte_dots`]: each lane at most 4 * 31 * 128), their lanes added in pairs into i32.
+            // Not `i32x4.relaxed_dot_i8x16_i7x16_add_s`: V8 11.3 (Node 20 with --experimental-wasm-relaxed-simd)
+            // computes it wrongly, which these kernels' tests caught.
             // SAFETY: i < row_blocks == every row's length (checked above).
             let dot = move |q: &(v128, v128), j: usize, i: usize| {
-                let (y0, y1) = load32(unsafe { a[j].get_unchecked(i) }.qs());
-                i32x4_relaxed_dot_i8x16_i7x16_add(y1, q.1, i32x4_relaxed_dot_i8x16_i7x16_add(y0, q.0, zero))
+                i32x4_extadd_pairwise_i16x8(byte_dots(*q, load32(unsafe { a[j].get_unchecked(i) }.qs())))
             };
             let offset = u7.offset.map(|(_, shift)| shift);
             quad_rows(w, row_blocks, out, &c, quads, |x| x.quants_u7(&c), dot, offset);
