@@ -14,8 +14,8 @@ const PROBE = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0,
   0x41, 1, 0xfd, 0x0f, 0x41, 2, 0xfd, 0x0f, 0xfd, 0x92, 2, 0x0b]);
 const here = WebAssembly.validate(PROBE);
 
-/** The chat API's France prompt (the template's system prompt included): the plain builds answer it with a margin of
- * 0.002 between the first token's two likeliest, so any change in the float sums flips the answer. */
+/** The chat API's France prompt (the template's system prompt included): a near tie at its first token (llama.cpp: "L"
+ * 0.147, "The" 0.134, and it answers "L'Étoile, …"), so a difference in the float sums shows in the answer. */
 const CHAT = [{ role: 'user', content: 'What is the capital of France?' }];
 
 /** Loads with 2 and 1 threads and each `simd` option in a child Node, printing what each ran, its greedy ids for the
@@ -51,7 +51,6 @@ test('with relaxed SIMD, both CPU builds run their relaxed form by default and s
   ]);
   for (const r of runs) assert.deepEqual(r.ids, FRANCE.ids, `${r.simd} ${r.build}`);
   for (const [relaxed, plain] of [[runs[0], runs[2]], [runs[1], runs[3]]]) {
-    assert.match(plain.chat, /Paris/);
     assert.equal(relaxed.chat, plain.chat, relaxed.build);
     // Every probability of every position, to the last bit (JSON keeps a double exactly).
     assert.deepEqual(relaxed.scores, plain.scores, `${relaxed.build}: the relaxed build's distributions are the plain build's`);

@@ -15,7 +15,8 @@ import { ISOLATED, launchChromium } from './chromium.mjs';
 
 const APPS = join(REPO_DIR, 'tests', 'bundlers');
 const WORK = join(REPO_DIR, 'target', 'bundlers');
-/** What the model answers "What is the capital of France?" with, through its chat template, at temperature 0. */
+/** What the model answers "Name the capital of France." with, through its chat template, at temperature 0 (as llama.cpp,
+ * with a wide margin; "What is the capital of France?" after the template's system turn is a near tie). */
 const ANSWER = 'The capital of France is Paris.';
 const MODEL_BYTES = statSync(MODEL_PATH).size;
 

@@ -137,7 +137,7 @@ test('a first visit: the page says what to do, lists chat models only, and the f
       { childList: true, characterData: true, subtree: true },
     );
   });
-  await ask('What is the capital of France?', {
+  await ask('Name the capital of France.', {
     whileStreaming: () =>
       page.evaluate(() => {
         window.streamed = [];
@@ -203,7 +203,7 @@ test('after a reload: the conversation is listed, the model comes from the packa
   await waitReady(); // the last model loads by itself from the browser's cache
   assert.deepEqual(modelRequests, [], 'the second load requested the model file');
   const prepared = await counter('prepared');
-  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  await page.getByRole('button', { name: 'Name the capital of France.', exact: true }).click();
   assert.match(await lastAnswer().locator('.content').textContent(), /Paris/);
   // Opened, the conversation is made ready from the persisted prefix cache before anything is asked.
   await waitCounter('prepared', prepared);
@@ -662,7 +662,7 @@ test('conversations: rename one; the search finds conversations by title and by 
   await listed('Colour quiz').waitFor();
   assert.equal(await listed('Name a colour.').count(), 0);
   assert.deepEqual(await search('QUIZ'), ['Colour quiz']);
-  assert.deepEqual(await search('ITALY'), ['What is the capital of France?']); // in a question of that one only
+  assert.deepEqual(await search('ITALY'), ['Name the capital of France.']); // in a question of that one only
   assert.deepEqual(await search('no such words'), []);
   assert.equal(await conversationList().textContent(), 'No conversation has “no such words”.');
   assert.ok((await search('')).length > 3);
@@ -687,7 +687,7 @@ test('conversations: exported as JSON and Markdown; deleted, then imported: back
   assert.ok(md.text.includes(exported.messages[1].content), md.text);
   await openPanel('.conv-tools');
   const all = await downloaded(page.getByRole('button', { name: 'Export all as Markdown' }));
-  assert.ok(all.text.includes('# What is the capital of France?') && all.text.includes('# Colour quiz'), all.text);
+  assert.ok(all.text.includes('# Name the capital of France.') && all.text.includes('# Colour quiz'), all.text);
 
   const count = await conversationList().locator('li').count();
   await conversationList().getByRole('button', { name: 'Delete conversation Colour quiz' }).click();
@@ -760,7 +760,7 @@ test('this conversation\'s own settings: a preset\'s system prompt and max token
   assert.deepEqual(Object.keys(settings).sort(), ['maxTokens', 'systemPrompt']);
   assert.equal(settings.maxTokens, 8);
   // Another conversation has its own (none: the placeholders say Settings'), and this one's come back with it.
-  await openListed('What is the capital of France?');
+  await openListed('Name the capital of France.');
   assert.equal(await panel.getByLabel('Its max tokens').inputValue(), '');
   assert.equal(await panel.getByLabel('Preset').inputValue(), '');
   await openListed('Write a poem about the sea.');
@@ -797,8 +797,8 @@ test('icons: the page\'s own (no /favicon.ico 404) and SVG thumbs; the status li
   });
   assert.deepEqual(icon, { status: 200, type: 'image/svg+xml' });
   assert.deepEqual(notFound.filter((url) => new URL(url).pathname === '/favicon.ico'), []);
-  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
-  await page.waitForFunction(() => document.querySelector('#conversations li[aria-current] .open')?.textContent === 'What is the capital of France?');
+  await page.getByRole('button', { name: 'Name the capital of France.', exact: true }).click();
+  await page.waitForFunction(() => document.querySelector('#conversations li[aria-current] .open')?.textContent === 'Name the capital of France.');
   const thumb = lastAnswer().getByRole('button', { name: 'Good answer' });
   assert.equal((await thumb.textContent()).trim(), ''); // no emoji: an SVG
   assert.equal(await thumb.locator('svg').count(), 1);
@@ -808,7 +808,7 @@ test('icons: the page\'s own (no /favicon.ico 404) and SVG thumbs; the status li
 });
 
 test('axe-core: no serious or critical violations; screenshots at 390x844 and 1280x800, light and dark', async () => {
-  await page.getByRole('button', { name: 'What is the capital of France?', exact: true }).click();
+  await page.getByRole('button', { name: 'Name the capital of France.', exact: true }).click();
   await page.addScriptTag({ path: join(WWW, 'node_modules', 'axe-core', 'axe.min.js') });
   const found = [];
   for (const [width, height] of [[1280, 800], [390, 844]]) {
@@ -870,7 +870,7 @@ test('the dev server (vite) serves the same page, cross-origin isolated: the mod
   await dev.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 180_000 });
   assert.match(await dev.locator('#engine .long').textContent(), / · 2 threads$/);
   assert.match(await dev.locator('#engine').getAttribute('title'), /the wasm-mt build/);
-  await dev.getByLabel('Message', { exact: true }).fill('What is the capital of France?');
+  await dev.getByLabel('Message', { exact: true }).fill('Name the capital of France.');
   await dev.getByRole('button', { name: 'Send', exact: true }).click();
   await dev.waitForFunction(() => Number(document.body.dataset.replies ?? 0) > 0, null, { timeout: 180_000 });
   assert.match(await dev.locator('article.msg.assistant .content').last().textContent(), /Paris/);

@@ -29,7 +29,7 @@ async function run(): Promise<Outcome> {
       },
     });
     const stream = await llm.chat.completions.create({
-      messages: [{ role: 'user', content: 'What is the capital of France?' }],
+      messages: [{ role: 'user', content: 'Name the capital of France.' }],
       temperature: 0,
       max_tokens: 32,
       stream: true,

@@ -18,7 +18,10 @@ import urllib.request
 import openai
 from openai import AsyncOpenAI, OpenAI
 
-FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+# A question the model answers "The capital of France is Paris." with a wide margin after SmolLM2's default system
+# turn (llama.cpp's two likeliest first tokens 0.28 apart). "What is the capital of France?" there is a near tie
+# (0.15 against 0.13) that llama.cpp itself answers "L'Étoile, …".
+FRANCE = [{"role": "user", "content": "Name the capital of France."}]
 CLIENTS = 20
 ROUNDS = 3
 # Growth of the server's resident memory allowed from the end of the first round to the end of the last: what a
