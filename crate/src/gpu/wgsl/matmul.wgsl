@@ -17,19 +17,34 @@ var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
 var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
 
 // Columns k .. k + 8 of the slice into workgroup memory, transposed: element `i` (a row or a
-// token) of column k at [k][i / 4][i % 4].
+// token) of column k at [k][i / 4][i % 4]. The eight values by constant lanes: indexing a vector
+// by a loop variable made the coop kernel's like stores most of its time (matmul_coop.wgsl).
 fn put_w(k: u32, i: u32, v: Deq8) {
-    for (var e = 0u; e < 4u; e++) {
-        ws[((k + e) * TM + i) / 4u][i % 4u] = v.lo[e];
-        ws[((k + 4u + e) * TM + i) / 4u][i % 4u] = v.hi[e];
-    }
+    const Q = TM / 4u;
+    let b = k * Q + i / 4u;
+    let l = i % 4u;
+    ws[b][l] = v.lo.x;
+    ws[b + Q][l] = v.lo.y;
+    ws[b + 2u * Q][l] = v.lo.z;
+    ws[b + 3u * Q][l] = v.lo.w;
+    ws[b + 4u * Q][l] = v.hi.x;
+    ws[b + 5u * Q][l] = v.hi.y;
+    ws[b + 6u * Q][l] = v.hi.z;
+    ws[b + 7u * Q][l] = v.hi.w;
 }
 
 fn put_x(k: u32, i: u32, v: Deq8) {
-    for (var e = 0u; e < 4u; e++) {
-        xt[((k + e) * TN + i) / 4u][i % 4u] = v.lo[e];
-        xt[((k + 4u + e) * TN + i) / 4u][i % 4u] = v.hi[e];
-    }
+    const Q = TN / 4u;
+    let b = k * Q + i / 4u;
+    let l = i % 4u;
+    xt[b][l] = v.lo.x;
+    xt[b + Q][l] = v.lo.y;
+    xt[b + 2u * Q][l] = v.lo.z;
+    xt[b + 3u * Q][l] = v.lo.w;
+    xt[b + 4u * Q][l] = v.hi.x;
+    xt[b + 5u * Q][l] = v.hi.y;
+    xt[b + 6u * Q][l] = v.hi.z;
+    xt[b + 7u * Q][l] = v.hi.w;
 }
 
 @compute @workgroup_size(256)

@@ -29,25 +29,39 @@ var<workgroup> ws: array<f16, TM * TKP>;
 var<workgroup> xs: array<f16, TN * TKP>;
 var<workgroup> cs: array<f32, 2048>; // [8 subgroups][16 tokens][16 rows]
 
-// A value as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
-// weight) then counts as 65504 instead of turning the row's sums into infinities and NaN.
-fn half(v: f32) -> f16 {
-    return f16(clamp(v, -65504.0, 65504.0));
+// Four values as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
+// weight) then counts as 65504 instead of turning the row's sums into infinities and NaN. Whole
+// vectors with constant lanes below: indexing a vector by a loop variable made these stores most
+// of the tile's time on an H200 (benches/README.md).
+fn halves(v: vec4<f32>) -> vec4<f16> {
+    return vec4<f16>(clamp(v, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
 }
 
 // Eight consecutive values at `i` of ws or xs.
 fn put_w(i: u32, v: Deq8) {
-    for (var e = 0u; e < 4u; e++) {
-        ws[i + e] = half(v.lo[e]);
-        ws[i + 4u + e] = half(v.hi[e]);
-    }
+    let lo = halves(v.lo);
+    let hi = halves(v.hi);
+    ws[i] = lo.x;
+    ws[i + 1u] = lo.y;
+    ws[i + 2u] = lo.z;
+    ws[i + 3u] = lo.w;
+    ws[i + 4u] = hi.x;
+    ws[i + 5u] = hi.y;
+    ws[i + 6u] = hi.z;
+    ws[i + 7u] = hi.w;
 }
 
 fn put_x(i: u32, v: Deq8) {
-    for (var e = 0u; e < 4u; e++) {
-        xs[i + e] = half(v.lo[e]);
-        xs[i + 4u + e] = half(v.hi[e]);
-    }
+    let lo = halves(v.lo);
+    let hi = halves(v.hi);
+    xs[i] = lo.x;
+    xs[i + 1u] = lo.y;
+    xs[i + 2u] = lo.z;
+    xs[i + 3u] = lo.w;
+    xs[i + 4u] = hi.x;
+    xs[i + 5u] = hi.y;
+    xs[i + 6u] = hi.z;
+    xs[i + 7u] = hi.w;
 }
 
 // After subgroup `sg` stored an accumulator (tokens t .. t + 16, rows r .. r + 16) at its part of
