@@ -13,38 +13,25 @@ const TM: u32 = 64u;
 const TN: u32 = 64u;
 const TK: u32 = 32u;
 
-var<workgroup> ws: array<vec4<f32>, 512>; // [TK][TM / 4]
-var<workgroup> xt: array<vec4<f32>, 512>; // [TK][TN / 4]
+// The slice's weights ([TK][TM / 4]), then its tokens from XT ([TK][TN / 4]).
+var<workgroup> staged: array<vec4<f32>, 1024>;
+const XT: u32 = 512u;
 
-// Columns k .. k + 8 of the slice into workgroup memory, transposed: element `i` (a row or a
-// token) of column k at [k][i / 4][i % 4]. The eight values by constant lanes: indexing a vector
-// by a loop variable made the coop kernel's like stores most of its time (matmul_coop.wgsl).
-fn put_w(k: u32, i: u32, v: Deq8) {
-    const Q = TM / 4u;
-    let b = k * Q + i / 4u;
+// Columns k .. k + 8 of the slice into `staged` from `at` (0 or XT), transposed: element `i` (a row
+// or a token) of column k at [k][i / 4][i % 4], `q` vectors a column. The eight values by constant
+// lanes: indexing a vector by a loop variable made the coop kernel's like stores most of its time
+// (matmul_coop.wgsl).
+fn put(at: u32, q: u32, k: u32, i: u32, v: Deq8) {
+    let b = at + k * q + i / 4u;
     let l = i % 4u;
-    ws[b][l] = v.lo.x;
-    ws[b + Q][l] = v.lo.y;
-    ws[b + 2u * Q][l] = v.lo.z;
-    ws[b + 3u * Q][l] = v.lo.w;
-    ws[b + 4u * Q][l] = v.hi.x;
-    ws[b + 5u * Q][l] = v.hi.y;
-    ws[b + 6u * Q][l] = v.hi.z;
-    ws[b + 7u * Q][l] = v.hi.w;
-}
-
-fn put_x(k: u32, i: u32, v: Deq8) {
-    const Q = TN / 4u;
-    let b = k * Q + i / 4u;
-    let l = i % 4u;
-    xt[b][l] = v.lo.x;
-    xt[b + Q][l] = v.lo.y;
-    xt[b + 2u * Q][l] = v.lo.z;
-    xt[b + 3u * Q][l] = v.lo.w;
-    xt[b + 4u * Q][l] = v.hi.x;
-    xt[b + 5u * Q][l] = v.hi.y;
-    xt[b + 6u * Q][l] = v.hi.z;
-    xt[b + 7u * Q][l] = v.hi.w;
+    staged[b][l] = v.lo.x;
+    staged[b + q][l] = v.lo.y;
+    staged[b + 2u * q][l] = v.lo.z;
+    staged[b + 3u * q][l] = v.lo.w;
+    staged[b + 4u * q][l] = v.hi.x;
+    staged[b + 5u * q][l] = v.hi.y;
+    staged[b + 6u * q][l] = v.hi.z;
+    staged[b + 7u * q][l] = v.hi.w;
 }
 
 @compute @workgroup_size(256)
@@ -76,16 +63,16 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var d = load_w(lw.valid, lw.off, k_begin + l_k, k_end);
     var xv = load_x(lx_valid, t0 + l_i, k_begin + l_k, k_end);
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        put_w(l_k, l_i, d);
-        put_x(l_k, l_i, xv);
+        put(0u, TM / 4u, l_k, l_i, d);
+        put(XT, TN / 4u, l_k, l_i, xv);
         workgroupBarrier();
         if (k0 + TK < k_end) {
             d = load_w(lw.valid, lw.off, k0 + TK + l_k, k_end);
             xv = load_x(lx_valid, t0 + l_i, k0 + TK + l_k, k_end);
         }
         for (var k = 0u; k < TK; k++) {
-            let w = ws[k * (TM / 4u) + tx];
-            let x = xt[k * (TN / 4u) + ty];
+            let w = staged[k * (TM / 4u) + tx];
+            let x = staged[XT + k * (TN / 4u) + ty];
             acc0 += w * x.x;
             acc1 += w * x.y;
             acc2 += w * x.z;
