@@ -101,11 +101,15 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       if (!res.writableFinished) controller.abort(new Error('the client disconnected'));
     };
     res.on('close', left);
+    // The client left before its response ended: 'close' may come after a write found the socket gone, or after the
+    // generation's last token, so this is read from the response, not only from the controller.
+    const gone = () => controller.signal.aborted || (res.destroyed && !res.writableFinished);
     try {
       await run(await readJson(req, maxBodyBytes), controller.signal);
-      counts.served++;
+      if (gone()) counts.aborted++;
+      else counts.served++;
     } catch (e) {
-      if (!controller.signal.aborted) throw e;
+      if (!gone()) throw e;
       counts.aborted++; // whatever it threw, the generation was stopped for a client that is gone (or the server closing)
       res.destroy();
     } finally {

@@ -183,7 +183,7 @@ test('past --max-queue a request gets 429 with Retry-After (RateLimitError); abo
 test('a client that aborts a long stream stops its generation: the next request answers at once', async () => {
   const before = await health(server.url);
   const controller = new AbortController();
-  const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Tell me a very long story.' }], max_tokens: 4000, stream: true }, { signal: controller.signal });
+  const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Tell me a very long story.' }], temperature: 0, max_tokens: 4000, stream: true }, { signal: controller.signal });
   let n = 0;
   for await (const _ of stream) if (++n === 5) controller.abort(); // the client ends the loop quietly
   assert.equal(n, 5);
