@@ -356,7 +356,9 @@ pub struct Activations {
     q8_0: Vec<BlockQ8_0>,
     q8_1: Vec<BlockQ8_1>,
     q8k: Vec<BlockQ8K>,
-    /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile kernels.
+    /// Per Q8_0/Q8_1 block: `(d, s)` converted to f32 once (`s = 0` for Q8_0), for the tile and row kernels of
+    /// x86_64 and aarch64 (wasm32's take them four blocks at a time, from `quads`).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     scales: Vec<[f32; 2]>,
     /// Per Q8_0 block on x86_64: the sum of its quants, for the tiles of Q4_0, Q5_0 and Q8_0 weights (`avx2_tiles`),
     /// which multiply offset (unsigned) weight quants and take the offset times this sum off.
@@ -436,13 +438,14 @@ impl Activations {
         acts
     }
 
-    /// What the tile kernels read besides the Q8_0/Q8_1 blocks: each block's `(d, s)` as f32 and, on
-    /// wasm32, its quants widened to i16 and the scales of each group of four rows side by side.
+    /// What the tile kernels read besides the Q8_0/Q8_1 blocks: each block's `(d, s)` as f32 (x86_64, aarch64), the
+    /// sums of its quants (x86_64) and, on wasm32, its quants widened to i16 and its blocks four at a time (`Quad`).
     /// (Each buffer is resized, not cleared first: an element written over costs nothing more; one that does not
     /// apply to the kind is emptied.)
     fn prepare_tiles(&mut self) {
         match self.kind {
             Some(ActKind::Q8_0) => {
+                #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
                 per_block(&self.q8_0, self.rows, &mut self.scales, |b| [f16_to_f32(b.d), 0.0]);
                 #[cfg(target_arch = "x86_64")]
                 per_block(&self.q8_0, self.rows, &mut self.sums, |b| b.qs.iter().map(|&q| q as i32).sum::<i32>());
@@ -454,6 +457,7 @@ impl Activations {
                 });
             }
             Some(ActKind::Q8_1) => {
+                #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
                 per_block(&self.q8_1, self.rows, &mut self.scales, |b| [f16_to_f32(b.d), f16_to_f32(b.s)]);
                 #[cfg(target_arch = "x86_64")]
                 self.sums.clear();
@@ -467,6 +471,7 @@ impl Activations {
                 self.wide.clear();
             }
             _ => {
+                #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
                 self.scales.clear();
                 #[cfg(target_arch = "x86_64")]
                 self.sums.clear();
@@ -490,7 +495,9 @@ impl Activations {
         self.cols
     }
 
-    /// Row `r`'s block scales `(d, s)` as f32, for Q8_0 (`s = 0`) and Q8_1 rows (exactly the blocks' f16 values).
+    /// Row `r`'s block scales `(d, s)` as f32, for Q8_0 (`s = 0`) and Q8_1 rows (exactly the blocks' f16 values;
+    /// x86_64, aarch64).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     pub fn row_scales(&self, r: usize) -> &[[f32; 2]] {
         assert!(r < self.rows && matches!(self.kind, Some(ActKind::Q8_0 | ActKind::Q8_1)));
         let per = self.scales.len() / self.rows;
