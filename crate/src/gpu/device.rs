@@ -47,6 +47,9 @@ pub(crate) struct Gpu {
     /// feature for native Vulkan and Metal, where the adapter multiplies 16x16x16 f16 matrices into
     /// f32 and its subgroups are always 32 wide (the kernel's layout). Browsers have no such feature.
     pub coop: bool,
+    /// Whether shader modules are made without naga's runtime checks (`pipeline`): on Vulkan, whose
+    /// robust buffer access keeps reads and writes past a buffer defined. Browsers check regardless.
+    pub unchecked_shaders: bool,
     /// Whether a streamed greedy decode submits each next step before its input is read back
     /// (`GpuSession`'s `Speculative`): on hardware adapters, or where `GpuOptions` asks.
     pub speculate: bool,
@@ -167,7 +170,19 @@ impl Gpu {
             cooperative_matrix: coop,
         };
         let speculate = info.device_type != wgpu::DeviceType::Cpu || opts.speculate_on_software;
-        Ok(Gpu { device, queue, summary, max_binding, timestamps, subgroups, coop, speculate, fault })
+        let unchecked_shaders = info.backend == wgpu::Backend::Vulkan;
+        Ok(Gpu {
+            device,
+            queue,
+            summary,
+            max_binding,
+            timestamps,
+            subgroups,
+            coop,
+            unchecked_shaders,
+            speculate,
+            fault,
+        })
     }
 
     /// The device's first reported fault, if any: once there is one, nothing it computes is trusted.
@@ -199,10 +214,24 @@ impl Gpu {
     /// A compute pipeline from a WGSL module (entry point `main`).
     pub async fn pipeline(&self, label: &str, wgsl: String) -> Result<wgpu::ComputePipeline> {
         self.guarded(label, GpuFault::Shader, || {
-            let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-            });
+            let desc =
+                wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(wgsl.into()) };
+            let module = if self.unchecked_shaders {
+                // SAFETY: our kernels index their workgroup and private arrays within bounds and end
+                // every loop (the GPU tests run these same modules, on lavapipe and on hardware), and
+                // on Vulkan a buffer access out of range stays defined (robustBufferAccess, which wgpu
+                // enables). What naga's checks add is a clamp on every array index and a counter in
+                // every loop, a large part of prefill's time on hardware (benches/README.md). Integer
+                // division keeps its checks (constant divisors fold them away).
+                let checks = wgpu::ShaderRuntimeChecks {
+                    bounds_checks: false,
+                    force_loop_bounding: false,
+                    ..wgpu::ShaderRuntimeChecks::checked()
+                };
+                unsafe { self.device.create_shader_module_trusted(desc, checks) }
+            } else {
+                self.device.create_shader_module(desc)
+            };
             self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
                 layout: None,

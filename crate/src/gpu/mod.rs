@@ -62,6 +62,10 @@
 //! more positions the keys are split among up to 8 workgroups per query block and head (`key_splits`, the call's
 //! `split_keys` and `n_splits`), each writing its unnormalized output, max and sum, which `attn_merge.wgsl` merges:
 //! with one workgroup per block the last block walked every key while most of the GPU idled.
+//! On Vulkan the shader modules are made without naga's runtime checks (`Gpu::unchecked_shaders`): clamps on every
+//! array index and a counter in every loop, a large part of prefill's time on hardware; the kernels keep their
+//! own bounds (the GPU tests run these modules), and Vulkan's robust buffer access keeps a stray buffer access
+//! defined. Browsers check every module regardless.
 //! `Backend::Auto` skips software adapters and too-small limits and falls back
 //! to the CPU on any fault; `Backend::WebGpu` reports them as `Error::Gpu`. A new op: `wgsl/README.md`, "Adding an op".
 //!
