@@ -16,6 +16,9 @@ pub(crate) const NEEDED_INVOCATIONS: u32 = 256;
 /// Workgroup memory of the prefill matmul on cooperative matrices (`matmul_coop.wgsl`): above the
 /// default, so that kernel is only used where the adapter offers this much.
 pub(crate) const COOP_WORKGROUP_STORAGE: u32 = 24576;
+/// Workgroup memory of prefill attention on cooperative matrices (`attn_prefill_coop.wgsl`), used where
+/// the adapter offers it besides the cooperative matrices themselves.
+pub(crate) const COOP_ATTN_WORKGROUP_STORAGE: u32 = 40448;
 /// Storage buffers one kernel binds at most.
 pub(crate) const NEEDED_STORAGE_BUFFERS: u32 = 6;
 
@@ -47,6 +50,9 @@ pub(crate) struct Gpu {
     /// feature for native Vulkan and Metal, where the adapter multiplies 16x16x16 f16 matrices into
     /// f32 and its subgroups are always 32 wide (the kernel's layout). Browsers have no such feature.
     pub coop: bool,
+    /// Whether prefill attention runs on cooperative matrices too (`attn_prefill_coop.wgsl`, for heads of
+    /// 64): `coop` and workgroup memory for it.
+    pub coop_attention: bool,
     /// Whether shader modules are made without naga's runtime checks (`pipeline`): on Vulkan, whose
     /// robust buffer access keeps reads and writes past a buffer defined. Browsers check regardless.
     pub unchecked_shaders: bool,
@@ -123,8 +129,10 @@ impl Gpu {
         features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
         features.set(wgpu::Features::SUBGROUP, subgroups);
         features.set(coop_features, coop);
+        let coop_attention = coop && offered.max_compute_workgroup_storage_size >= COOP_ATTN_WORKGROUP_STORAGE;
         if coop {
-            limits.max_compute_workgroup_storage_size = COOP_WORKGROUP_STORAGE;
+            limits.max_compute_workgroup_storage_size =
+                if coop_attention { COOP_ATTN_WORKGROUP_STORAGE } else { COOP_WORKGROUP_STORAGE };
         }
         // SAFETY: wgpu's experimental features are its own unfinished code paths, which it asks a
         // caller to acknowledge; the cooperative matrices are the only one requested, and only
@@ -179,6 +187,7 @@ impl Gpu {
             timestamps,
             subgroups,
             coop,
+            coop_attention,
             unchecked_shaders,
             speculate,
             fault,

@@ -61,7 +61,11 @@
 //! workgroup memory (`attn_team_shared.wgsl`); the online softmax needs nothing else shared. Over a cache of 128 or
 //! more positions the keys are split among up to 8 workgroups per query block and head (`key_splits`, the call's
 //! `split_keys` and `n_splits`), each writing its unnormalized output, max and sum, which `attn_merge.wgsl` merges:
-//! with one workgroup per block the last block walked every key while most of the GPU idled.
+//! with one workgroup per block the last block walked every key while most of the GPU idled. Where the device has
+//! cooperative matrices and 40 KiB of workgroup memory (`Gpu::coop_attention`), heads of 64 run
+//! `attn_prefill_coop.wgsl` instead: 32 queries a workgroup against tiles of 64 keys, the scores and the weighted
+//! sums as 16x16 f16 products on the tensor cores, the online softmax between them in workgroup memory (the same
+//! partials and merge).
 //! On Vulkan the shader modules are made without naga's runtime checks (`Gpu::unchecked_shaders`): clamps on every
 //! array index and a counter in every loop, a large part of prefill's time on hardware; the kernels keep their
 //! own bounds (the GPU tests run these modules), and Vulkan's robust buffer access keeps a stray buffer access

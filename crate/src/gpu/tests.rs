@@ -876,15 +876,22 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
     cases.push((widest.clone(), false));
     widest.sliding_window = 9;
     cases.push((widest, true));
-    for (c, windowed) in cases {
+    // On cooperative matrices (heads of 64, where the device has them) also over several tiles of keys.
+    let coop = gpu().await.coop_attention && !FALLBACK.get();
+    let variants = cases.into_iter().flat_map(|(c, windowed)| {
+        let on_coop = coop && c.head_dim == 64;
+        [(c.clone(), windowed, false)].into_iter().chain(on_coop.then_some((c, windowed, true)))
+    });
+    for (c, windowed, on_coop) in variants.collect::<Vec<_>>() {
         let (qd, heads) = (c.q_dim(), c.n_heads);
-        let (n, pos0, n_ctx) = (40, 5, 48);
+        let (n, pos0, n_ctx) = if on_coop { (100, 70, 176) } else { (40, 5, 48) };
         let mut rng = SplitMix(SplitMix64(700 + c.head_dim as u64 + c.sliding_window as u64));
         let (cache, kb, vb) = random_cache(&c, n_ctx, pos0 + n, &mut rng);
         let q = rng.normals(n * qd);
         let want = cpu_attention(&c, &q, &cache, pos0, windowed);
         let tile = attn_prefill::Tile::of(c.head_dim);
-        let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, c.head_dim, subgroup_min().await));
+        let attn = AttnPrefill::new(windowed, c.head_dim, subgroup_min().await, on_coop);
+        let kernel = Kernel::AttnPrefill(attn);
         // The keys in one workgroup per query block, and (heads of 64 and the windows: the split's bounds meet
         // the window's) split among the most workgroups the merge takes (some splits past a block's keys or
         // before its window, so with no key to see), their partials merged.
@@ -909,7 +916,7 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
                 (Slot::In1, Data::Storage(kb.clone())),
                 (Slot::In2, Data::Storage(vb.clone())),
             ];
-            let grid = [(n as u32).div_ceil(tile.bq as u32), heads as u32, n_splits as u32];
+            let grid = [(n as u32).div_ceil(attn.queries(c.head_dim)), heads as u32, n_splits as u32];
             let got = run(kernel, &model_header(&c), data, grid, &[Slot::Out, Slot::Aux]).await;
             let mut out = to_f32(&got[0]);
             if n_splits > 1 {
@@ -926,11 +933,13 @@ pub async fn prefill_attention_is_causal_and_matches_cpu() {
             }
             for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
                 let what = format!(
-                    "head dim {}, window {}, {n_splits} splits",
+                    "head dim {}, window {}, {n_splits} splits, cooperative matrices {on_coop}",
                     c.head_dim,
                     c.sliding_window * windowed as usize
                 );
-                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: output {i}: {g} vs {w}");
+                // In f16: the scaled queries and the weights (the cache is f16 already).
+                let tol = if on_coop { 2e-3 } else { 1e-4 };
+                assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}: output {i}: {g} vs {w}");
             }
         }
     }
@@ -1381,6 +1390,25 @@ fn coop_matmul_modules_compile_for_every_type_mode_and_tile() {
                     .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
             }
         }
+    }
+}
+
+/// The same for prefill attention on cooperative matrices, with and without a sliding window.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[test]
+fn coop_attention_modules_compile() {
+    use wgpu::naga;
+    for windowed in [false, true] {
+        let mut c = config(64, 4, 2, 64, false);
+        c.sliding_window = 7 * windowed as usize;
+        let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, 64, Some(32), true));
+        let src = kernel.source(&model_header(&c), true);
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{kernel:?}: {e:?}"));
+        naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
     }
 }
 

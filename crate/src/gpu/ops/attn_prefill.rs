@@ -35,28 +35,50 @@ pub(crate) struct AttnPrefill {
     pub shuffles: bool,
     /// The tile keeps f16 pairs (`attn_tile_f16.wgsl`), else f32 chunks (`Tile::packed`).
     pub packed: bool,
+    /// On cooperative matrices (`attn_prefill_coop.wgsl`, heads of 64; the other fields then unused).
+    pub coop: bool,
 }
+
+/// Queries per workgroup of `attn_prefill_coop.wgsl` (`CQ`).
+const COOP_QUERIES: u32 = 32;
 
 impl AttnPrefill {
     /// The variant for heads of `head_dim` on a device whose kernels use subgroups of at least
-    /// `subgroup_min` invocations (`None`: no subgroup operations): shuffles where a subgroup holds a team.
-    pub(crate) fn new(windowed: bool, head_dim: usize, subgroup_min: Option<u32>) -> AttnPrefill {
+    /// `subgroup_min` invocations (`None`: no subgroup operations): shuffles where a subgroup holds a team;
+    /// on cooperative matrices where the device runs them there (`coop`) and the heads have 64 dimensions.
+    pub(crate) fn new(windowed: bool, head_dim: usize, subgroup_min: Option<u32>, coop: bool) -> AttnPrefill {
         let Tile { team, packed, .. } = Tile::of(head_dim);
-        AttnPrefill { windowed, shuffles: subgroup_min.is_some_and(|min| min as usize >= team), packed }
+        let shuffles = subgroup_min.is_some_and(|min| min as usize >= team);
+        AttnPrefill { windowed, shuffles, packed, coop: coop && head_dim == 64 }
     }
 
     pub(crate) fn source(self, m: &mut Module) {
         m.flag("WINDOWED", self.windowed);
+        if self.coop {
+            m.enable("f16");
+            m.enable("wgpu_cooperative_matrix");
+            m.piece(PARTS);
+            m.piece(wgsl!("attn_prefill_coop.wgsl"));
+            return;
+        }
         m.piece(if self.shuffles { wgsl!("attn_team_subgroup.wgsl") } else { wgsl!("attn_team_shared.wgsl") });
         m.piece(PARTS);
         m.piece(if self.packed { wgsl!("attn_tile_f16.wgsl") } else { wgsl!("attn_tile_f32.wgsl") });
         m.piece(wgsl!("attn_prefill.wgsl"));
     }
 
-    /// One workgroup per block of `BQ` queries, head and split of the keys.
-    pub(crate) fn grid(n_heads: usize, head_dim: usize) -> Grid {
-        let bq = Tile::of(head_dim).bq as u32;
-        Grid([Count::Tokens { per: bq }, Count::Fixed(n_heads as u32), Count::KeySplits])
+    /// Queries per workgroup: `BQ`, or `CQ` on cooperative matrices.
+    pub(crate) fn queries(self, head_dim: usize) -> u32 {
+        if self.coop {
+            COOP_QUERIES
+        } else {
+            Tile::of(head_dim).bq as u32
+        }
+    }
+
+    /// One workgroup per block of queries, head and split of the keys.
+    pub(crate) fn grid(self, n_heads: usize, head_dim: usize) -> Grid {
+        Grid([Count::Tokens { per: self.queries(head_dim) }, Count::Fixed(n_heads as u32), Count::KeySplits])
     }
 }
 
@@ -160,8 +182,8 @@ pub(crate) async fn ops(
     ];
     let (c, head_dim) = (&b.m.model.config, b.shape.head_dim);
     let subgroup_min = b.m.gpu.summary.subgroups.map(|(min, _)| min);
-    let kernel = Kernel::AttnPrefill(AttnPrefill::new(windowed, head_dim, subgroup_min));
-    let attend = b.op("attn_prefill", kernel, AttnPrefill::grid(c.n_heads, head_dim), entries).await?;
+    let attn = AttnPrefill::new(windowed, head_dim, subgroup_min, b.m.gpu.coop_attention);
+    let attend = b.op("attn_prefill", Kernel::AttnPrefill(attn), attn.grid(c.n_heads, head_dim), entries).await?;
     let entries = vec![
         (Slot::Call, b.call.as_entire_binding()),
         (Slot::Out, att.as_entire_binding()),
