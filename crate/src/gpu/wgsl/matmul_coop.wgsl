@@ -25,8 +25,9 @@ const X_PER: u32 = TN * TK / 256u;
 // Token blocks of 32 across the tile: subgroup sg holds block sg % T_BLOCKS of rows block sg / T_BLOCKS.
 const T_BLOCKS: u32 = TN / 32u;
 
-var<workgroup> ws: array<f16, TM * TKP>;
-var<workgroup> xs: array<f16, TN * TKP>;
+// The step's weights ([row][column], TM rows), then from XS its tokens ([token][column], TN rows).
+var<workgroup> staged: array<f16, (TM + TN) * TKP>;
+const XS: u32 = TM * TKP;
 var<workgroup> cs: array<f32, 2048>; // [8 subgroups][16 tokens][16 rows]
 
 // Four values as f16, saturated at f16's largest: a value beyond it (an activation outlier, an f32
@@ -37,31 +38,18 @@ fn halves(v: vec4<f32>) -> vec4<f16> {
     return vec4<f16>(clamp(v, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
 }
 
-// Eight consecutive values at `i` of ws or xs.
-fn put_w(i: u32, v: Deq8) {
+// Eight consecutive values at `i` of `staged`.
+fn put(i: u32, v: Deq8) {
     let lo = halves(v.lo);
     let hi = halves(v.hi);
-    ws[i] = lo.x;
-    ws[i + 1u] = lo.y;
-    ws[i + 2u] = lo.z;
-    ws[i + 3u] = lo.w;
-    ws[i + 4u] = hi.x;
-    ws[i + 5u] = hi.y;
-    ws[i + 6u] = hi.z;
-    ws[i + 7u] = hi.w;
-}
-
-fn put_x(i: u32, v: Deq8) {
-    let lo = halves(v.lo);
-    let hi = halves(v.hi);
-    xs[i] = lo.x;
-    xs[i + 1u] = lo.y;
-    xs[i + 2u] = lo.z;
-    xs[i + 3u] = lo.w;
-    xs[i + 4u] = hi.x;
-    xs[i + 5u] = hi.y;
-    xs[i + 6u] = hi.z;
-    xs[i + 7u] = hi.w;
+    staged[i] = lo.x;
+    staged[i + 1u] = lo.y;
+    staged[i + 2u] = lo.z;
+    staged[i + 3u] = lo.w;
+    staged[i + 4u] = hi.x;
+    staged[i + 5u] = hi.y;
+    staged[i + 6u] = hi.z;
+    staged[i + 7u] = hi.w;
 }
 
 // After subgroup `sg` stored an accumulator (tokens t .. t + 16, rows r .. r + 16) at its part of
@@ -113,13 +101,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         x1 = load_x(lx_valid, t0 + lx_i, k_begin + lx_k + 8u, k_end);
     }
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        put_w(lw_i * TKP + lw_k, w0);
+        put(lw_i * TKP + lw_k, w0);
         if (W_PER == 16u) {
-            put_w(lw_i * TKP + lw_k + 8u, w1);
+            put(lw_i * TKP + lw_k + 8u, w1);
         }
-        put_x(lx_i * TKP + lx_k, x0);
+        put(XS + lx_i * TKP + lx_k, x0);
         if (X_PER == 16u) {
-            put_x(lx_i * TKP + lx_k + 8u, x1);
+            put(XS + lx_i * TKP + lx_k + 8u, x1);
         }
         workgroupBarrier();
         if (k0 + TK < k_end) {
@@ -133,10 +121,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             }
         }
         for (var k = 0u; k < TK; k += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[tb * TKP + k], TKP);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + 16u) * TKP + k], TKP);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[rb * TKP + k], TKP);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[(rb + 16u) * TKP + k], TKP);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&staged[XS + tb * TKP + k], TKP);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&staged[XS + (tb + 16u) * TKP + k], TKP);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&staged[rb * TKP + k], TKP);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&staged[(rb + 16u) * TKP + k], TKP);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
