@@ -12,7 +12,8 @@
 #       then load it whole for comparison; each prints its load time, bytes held and peak resident memory, then speed
 #   benches/gpu_bench.sh llama-cuda DIR [TWIN.hdr ...]  there: llama.cpp's llama-bench built with CUDA (once per
 #       warm machine, ~4 min on 16 cores) on each twin's GGUF (default: DIR/twin.hdr, DIR/twin1b.hdr): pp128,
-#       pp512, tg64, flash attention off and on, 5 reps; prints JSON lines
+#       pp512, pp2048, tg64, flash attention off and on, then tg64 at a depth of 4,000 with it on, 5 reps; prints
+#       JSON lines
 #   benches/gpu_bench.sh llama-cpu DIR [TWIN.hdr ...]  there: the CPU side by side on that machine's CPU (AVX512-VNNI
 #       where the H200 hosts have it): llama.cpp's llama-bench built for the CPU alone (GGML_NATIVE, once per warm
 #       machine) against our `ruvllm bench` (DIR/ruvllm, the release CLI prepare copies), 1 and 2 threads, a 64-token
@@ -136,7 +137,10 @@ case "${1:-}" in
       gguf="/tmp/$(basename "$hdr" .hdr).gguf"
       if [ ! -f "$gguf" ]; then "$dir/gpu_bench" --twin "$hdr" --write-twin "$gguf.part" && mv "$gguf.part" "$gguf"; fi
       err="/tmp/$(basename "$hdr" .hdr).llama-bench.err"
-      if ! "$bench" -m "$gguf" -ngl 99 -p 128,512 -n 64 -r 5 -fa 0,1 -o jsonl 2>"$err"; then
+      # Prefill of 128, 512 and 2,048 tokens and decode from an empty context; then decode at a depth of 4,000
+      # (the issue's long context; flash attention on, llama.cpp's faster setting there).
+      if ! { "$bench" -m "$gguf" -ngl 99 -p 128,512,2048 -n 64 -r 5 -fa 0,1 -o jsonl &&
+        "$bench" -m "$gguf" -ngl 99 -p 0 -n 64 -d 4000 -r 5 -fa 1 -o jsonl; } 2>"$err"; then
         tail -20 "$err" >&2
         exit 1
       fi

@@ -43,10 +43,12 @@ impl AttnDecode {
     }
 }
 
-/// Most key chunks per head: the merge keeps each chunk's max, sum and weight in workgroup memory
-/// (at most 6 KiB of it, beside a matvec's 4 KiB of input and 2 KiB of sums).
+/// Most key chunks per head: about 256 workgroups over all heads, at most 16 a head. The merge keeps each
+/// chunk's max, sum and weight in workgroup memory (at most 6 KiB of it, beside a matvec's 4 KiB of input and
+/// 2 KiB of sums), and each workgroup of the next matvec merges every chunk of its input again: past 256
+/// workgroups that costs more than the attention's parallelism gains (benches/README.md).
 pub(crate) fn max_chunks(n_heads: usize) -> usize {
-    (512 / n_heads).clamp(1, 16)
+    (256 / n_heads).clamp(1, 16)
 }
 
 /// Keys per chunk and chunks per head over `kv_len` cached positions (`CallParams::chunk`, `n_chunks`).
