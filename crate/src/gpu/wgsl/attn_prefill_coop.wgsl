@@ -43,8 +43,9 @@ const CHUNKS_PER_ROW: u32 = HEAD_DIM / 8u;
 // The queries [query][dimension], pre-scaled, until each subgroup holds its rows of them as matrices;
 // then the weights P [query][key] (rows of HP halves either way: heads of 64, tiles of 64 keys).
 var<workgroup> qp: array<f16, CQ * HP>;
-var<workgroup> ks: array<f16, CK * HP>; // [key][dimension]
-var<workgroup> vs: array<f16, CK * HP>; // [key][dimension]
+// The tile's keys [key][dimension], then from VS its values [key][dimension].
+var<workgroup> kv: array<f16, 2u * CK * HP>;
+const VS: u32 = CK * HP;
 var<workgroup> ss: array<f32, CQ * SP>; // [query][key]
 var<workgroup> os: array<f32, CQ * OP>; // [query][dimension]
 
@@ -66,37 +67,36 @@ fn fetch(i: u32, k0: u32, kvh: u32) -> KvChunk {
     return KvChunk(k, v);
 }
 
-// Four words of f16 pairs at `at` of ks or vs.
-fn put_halves(is_key: bool, at: u32, words: vec4<u32>) {
+// Four words of f16 pairs at `at` of kv.
+fn put_halves(at: u32, words: vec4<u32>) {
     let a = vec2<f16>(unpack2x16float(words.x));
     let b = vec2<f16>(unpack2x16float(words.y));
     let c = vec2<f16>(unpack2x16float(words.z));
     let d = vec2<f16>(unpack2x16float(words.w));
-    if (is_key) {
-        ks[at] = a.x;
-        ks[at + 1u] = a.y;
-        ks[at + 2u] = b.x;
-        ks[at + 3u] = b.y;
-        ks[at + 4u] = c.x;
-        ks[at + 5u] = c.y;
-        ks[at + 6u] = d.x;
-        ks[at + 7u] = d.y;
-    } else {
-        vs[at] = a.x;
-        vs[at + 1u] = a.y;
-        vs[at + 2u] = b.x;
-        vs[at + 3u] = b.y;
-        vs[at + 4u] = c.x;
-        vs[at + 5u] = c.y;
-        vs[at + 6u] = d.x;
-        vs[at + 7u] = d.y;
-    }
+    kv[at] = a.x;
+    kv[at + 1u] = a.y;
+    kv[at + 2u] = b.x;
+    kv[at + 3u] = b.y;
+    kv[at + 4u] = c.x;
+    kv[at + 5u] = c.y;
+    kv[at + 6u] = d.x;
+    kv[at + 7u] = d.y;
 }
 
 fn put(i: u32, c: KvChunk) {
     let at = (i / CHUNKS_PER_ROW) * HP + 8u * (i % CHUNKS_PER_ROW);
-    put_halves(true, at, c.k);
-    put_halves(false, at, c.v);
+    put_halves(at, c.k);
+    put_halves(VS + at, c.v);
+}
+
+// Whether the query at qpos (`valid`: within the call) sees the key at kpos: at or before it, before
+// k_end (the split's end), and inside the window.
+fn sees(valid: bool, qpos: u32, kpos: u32, k_end: u32) -> bool {
+    var seen = valid && kpos <= qpos && kpos < k_end;
+    if (WINDOWED) {
+        seen = seen && kpos + WINDOW > qpos;
+    }
+    return seen;
 }
 
 // The largest and the sum of v over the ROW_LANES consecutive invocations of a query row.
@@ -180,7 +180,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var next_a = fetch(lid, k_start, kvh);
     var next_b = fetch(lid + 256u, k_start, kvh);
     for (var k0 = k_start; k0 < k_end; k0 += CK) {
-        // 1. The tile, once the last one's phase 4 is done with ks, vs and qp (and, the first time,
+        // 1. The tile, once the last one's phase 4 is done with kv and qp (and, the first time,
         // every subgroup has its queries from qp).
         workgroupBarrier();
         put(lid, next_a);
@@ -193,10 +193,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
         // 2. Scores.
         var s = coop_mat16x16<f32, C>();
-        s = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&ks[kb * HP], HP), s);
-        s = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&ks[kb * HP + 16u], HP), s);
-        s = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&ks[kb * HP + 32u], HP), s);
-        s = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&ks[kb * HP + 48u], HP), s);
+        s = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&kv[kb * HP], HP), s);
+        s = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&kv[kb * HP + 16u], HP), s);
+        s = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&kv[kb * HP + 32u], HP), s);
+        s = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&kv[kb * HP + 48u], HP), s);
         coopStoreT(s, &ss[qb * SP + kb], SP);
         workgroupBarrier();
 
@@ -205,12 +205,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let j0 = part * KEYS_PER_LANE;
         var tile_max = NEG_BIG;
         for (var j = 0u; j < KEYS_PER_LANE; j++) {
-            let kpos = k0 + j0 + j;
-            var seen = valid && kpos <= qpos && kpos < k_end;
-            if (WINDOWED) {
-                seen = seen && kpos + WINDOW > qpos;
-            }
-            if (seen) {
+            if (sees(valid, qpos, k0 + j0 + j, k_end)) {
                 tile_max = max(tile_max, ss[r * SP + j0 + j]);
             }
         }
@@ -218,13 +213,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let alpha = exp(m - m_new);
         var sum = 0.0;
         for (var j = 0u; j < KEYS_PER_LANE; j++) {
-            let kpos = k0 + j0 + j;
-            var seen = valid && kpos <= qpos && kpos < k_end;
-            if (WINDOWED) {
-                seen = seen && kpos + WINDOW > qpos;
-            }
             var p = 0.0;
-            if (seen) {
+            if (sees(valid, qpos, k0 + j0 + j, k_end)) {
                 p = exp(ss[r * SP + j0 + j] - m_new);
             }
             sum += p;
@@ -241,7 +231,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         var o = coopLoadT<coop_mat16x16<f32, C>>(&os[qb * OP + db], OP);
         for (var kk = 0u; kk < CK; kk += 16u) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&qp[qb * HP + kk], HP);
-            let b = coopLoadT<coop_mat16x16<f16, B>>(&vs[kk * HP + db], HP);
+            let b = coopLoadT<coop_mat16x16<f16, B>>(&kv[VS + kk * HP + db], HP);
             o = coopMultiplyAdd(a, b, o);
         }
         coopStoreT(o, &os[qb * OP + db], OP);
